@@ -1,0 +1,166 @@
+"""Hardware profiles: YAML files in hwprofiles/ with units in key names, converted to SI once, here.
+
+A system profile (hwprofiles/<name>.yaml) names its GPU (hwprofiles/gpus/), its inter-node network
+(hwprofiles/networks/) and its host-offload link (hwprofiles/links/), and gives the node's own figures.
+Everything downstream sees only the `Cluster` dataclasses below, in bytes, seconds and FLOP/s.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.errors import ConfigError
+
+GB = 1e9
+GiB = 2**30
+
+
+def profiles_root() -> Path:
+    """The hwprofiles/ folder: $ZSIM_HWPROFILES, else the one beside the zsim package."""
+    env = os.environ.get("ZSIM_HWPROFILES")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "hwprofiles"
+
+
+class _Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class GpuFile(_Profile):
+    name: str
+    peak_fp16_tflops: float = Field(gt=0)
+    peak_bf16_tflops: float | None = Field(default=None, gt=0)
+    peak_fp32_tflops: float = Field(gt=0)
+    hbm_GBps: float = Field(gt=0)
+    memory_GiB: float = Field(gt=0)
+    matmul_efficiency: float = Field(gt=0, le=1)
+    hbm_efficiency: float = Field(gt=0, le=1)
+
+
+class NetworkFile(_Profile):
+    name: str
+    port_Gbps: float = Field(gt=0)
+    efficiency: float = Field(gt=0, le=1)
+    latency_us: float = Field(ge=0)
+
+
+class LinkFile(_Profile):
+    name: str
+    GBps_per_direction: float = Field(gt=0)
+    efficiency: float = Field(gt=0, le=1)
+
+
+class IntraNodeSection(_Profile):
+    fabric: str
+    nvlink_links_per_gpu: int = Field(gt=0)
+    nvlink_GBps_per_link: float = Field(gt=0)
+    busbw_GBps: float = Field(gt=0)
+    latency_us: float = Field(ge=0)
+
+
+class InterNodeSection(_Profile):
+    network: str
+    nics_per_node: int = Field(gt=0)
+
+
+class SystemFile(_Profile):
+    name: str
+    gpu: str
+    gpus_per_node: int = Field(gt=0)
+    intra_node: IntraNodeSection
+    inter_node: InterNodeSection
+    offload_link: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU, SI units."""
+
+    name: str
+    peak_flops: dict[str, float]  # dtype -> FLOP/s (tensor-core peak)
+    hbm_bytes_per_s: float
+    memory_bytes: int
+    matmul_efficiency: float  # achieved / peak for large GEMMs
+    hbm_efficiency: float  # achieved / peak for streaming kernels
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A network tier a collective can cross: per-stream bandwidth and per-step latency."""
+
+    name: str
+    bytes_per_s: float  # achievable, per direction, per link instance
+    latency_s: float  # per algorithm step (α)
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A cluster of identical nodes."""
+
+    name: str
+    gpu: Gpu
+    gpus_per_node: int
+    nodes: int
+    nvlink: Tier  # one GPU's NVLink/NVSwitch port
+    nic_pool: Tier  # all NICs of one node together (NCCL spreads channels over them)
+    nics_per_node: int
+    offload: Tier  # host link of one GPU
+
+    @property
+    def world(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+def _load(kind: str, name: str, model: type[BaseModel]) -> BaseModel:
+    folder = profiles_root() / kind if kind else profiles_root()
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in folder.glob("*.yaml"))
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known) or 'none'}"
+        raise ConfigError(f"no {kind or 'system'} profile '{name}' in {folder} ({hint})")
+    return validate(model, read_yaml_mapping(path), str(path))
+
+
+def load_cluster(profile: str, nodes: int) -> Cluster:
+    """Load system profile `profile` and the component profiles it names, for `nodes` nodes.
+
+    Raises:
+        ConfigError: a profile file is missing or invalid.
+    """
+    system: SystemFile = _load("", profile, SystemFile)  # type: ignore[assignment]
+    gpu: GpuFile = _load("gpus", system.gpu, GpuFile)  # type: ignore[assignment]
+    net: NetworkFile = _load("networks", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
+    link: LinkFile = _load("links", system.offload_link, LinkFile)  # type: ignore[assignment]
+    peaks = {"fp16": gpu.peak_fp16_tflops * 1e12, "fp32": gpu.peak_fp32_tflops * 1e12}
+    if gpu.peak_bf16_tflops is not None:
+        peaks["bf16"] = gpu.peak_bf16_tflops * 1e12
+    intra = system.intra_node
+    return Cluster(
+        name=system.name,
+        gpu=Gpu(
+            name=gpu.name,
+            peak_flops=peaks,
+            hbm_bytes_per_s=gpu.hbm_GBps * GB,
+            memory_bytes=int(gpu.memory_GiB * GiB),
+            matmul_efficiency=gpu.matmul_efficiency,
+            hbm_efficiency=gpu.hbm_efficiency,
+        ),
+        gpus_per_node=system.gpus_per_node,
+        nodes=nodes,
+        # The per-GPU ring bandwidth NCCL reaches on the switch is the measured bus bandwidth
+        # (nccl-tests PERFORMANCE.md: busbw is the per-link rate of a ring).
+        nvlink=Tier("nvswitch", intra.busbw_GBps * GB, intra.latency_us * 1e-6),
+        nic_pool=Tier(
+            net.name,
+            system.inter_node.nics_per_node * net.port_Gbps / 8 * GB * net.efficiency,
+            net.latency_us * 1e-6,
+        ),
+        nics_per_node=system.inter_node.nics_per_node,
+        offload=Tier(link.name, link.GBps_per_direction * GB * link.efficiency, 0.0),
+    )

@@ -1,0 +1,112 @@
+"""The validated Scenario: a scenario file, its --set overrides, the cluster and the layout, checked once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from zsim.config.hardware import Cluster, load_cluster
+from zsim.config.overrides import apply_overrides
+from zsim.config.schema import (
+    HardwareSection,
+    ModelSection,
+    ParallelSection,
+    PrecisionSection,
+    RunSection,
+    ScenarioFile,
+    ZeroSection,
+)
+from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.errors import ConfigError
+from zsim.parallel.layout import Layout
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Everything a simulation needs, validated. Build it with `load_scenario` or `build_scenario`."""
+
+    name: str
+    description: str | None
+    model: ModelSection
+    parallel: ParallelSection
+    zero: ZeroSection
+    precision: PrecisionSection
+    hardware: HardwareSection
+    run: RunSection
+    cluster: Cluster
+    layout: Layout
+    grad_accum: int  # micro-batches per optimizer step (derived from global_batch if given)
+    source: str
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.run.output) if self.run.output else Path("out") / self.name
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read, override, validate and cross-check a scenario file.
+
+    Raises:
+        ConfigError: naming the file, the dotted key and the bad value.
+    """
+    path = Path(path)
+    data = apply_overrides(read_yaml_mapping(path), overrides or [])
+    return build_scenario(data, source=str(path), default_name=path.stem)
+
+
+def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str = "scenario") -> Scenario:
+    """Validate a scenario given as a mapping (the parsed YAML). Raises ConfigError."""
+    spec: ScenarioFile = validate(ScenarioFile, data, source)  # type: ignore[assignment]
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(message, source=source, path=key)
+
+    try:
+        cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes)
+    except ConfigError as exc:
+        raise fail("hardware.profile", str(exc)) from None
+
+    model, par = spec.model, spec.parallel
+    gpus = cluster.world
+    if par.dp * par.mp != gpus:
+        raise fail("parallel.dp", f"{par.dp} × mp {par.mp} = {par.dp * par.mp} GPUs, but the cluster has {gpus} "
+                   f"({spec.hardware.nodes} nodes × {cluster.gpus_per_node} GPUs)")
+    if par.mp > cluster.gpus_per_node or cluster.gpus_per_node % par.mp:
+        raise fail("parallel.mp", f"{par.mp} must divide the {cluster.gpus_per_node} GPUs of a node "
+                   "(Megatron-style MP stays inside a node)")
+    if model.heads % par.mp:
+        raise fail("model.heads", f"{model.heads} heads cannot be split evenly across mp {par.mp}")
+    if (4 * model.hidden) % par.mp:
+        raise fail("model.hidden", f"the 4 × {model.hidden} MLP width cannot be split evenly across mp {par.mp}")
+    if spec.precision.dtype not in cluster.gpu.peak_flops:
+        raise fail("precision.dtype", f"{spec.precision.dtype} is not supported by {cluster.gpu.name}")
+    grad_accum = _grad_accum(model, par.dp, fail)
+    return Scenario(
+        name=spec.name or default_name,
+        description=spec.description,
+        model=model,
+        parallel=par,
+        zero=spec.zero,
+        precision=spec.precision,
+        hardware=spec.hardware,
+        run=spec.run,
+        cluster=cluster,
+        layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes),
+        grad_accum=grad_accum,
+        source=source,
+    )
+
+
+def _grad_accum(model: ModelSection, dp: int, fail) -> int:
+    """global_batch = micro_batch × dp × grad_accum; either may be given, or neither (grad_accum 1)."""
+    per_pass = model.micro_batch * dp
+    if model.global_batch is None:
+        return model.grad_accum or 1
+    if model.global_batch % per_pass:
+        raise fail("model.global_batch", f"{model.global_batch} is not a multiple of micro_batch "
+                   f"{model.micro_batch} × dp {dp} = {per_pass}")
+    accum = model.global_batch // per_pass
+    if model.grad_accum is not None and model.grad_accum != accum:
+        raise fail("model.grad_accum", f"{model.grad_accum} contradicts global_batch {model.global_batch} "
+                   f"= micro_batch {model.micro_batch} × dp {dp} × {accum}")
+    return accum

@@ -1,0 +1,100 @@
+"""The scenario schema: one pydantic model per YAML section, each field documented.
+
+Only per-field and per-section checks live here; checks that need the hardware profile (does the
+layout match the cluster?) live in `zsim.config.scenario`, which builds the validated `Scenario`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Section(BaseModel):
+    """A YAML section: unknown keys are errors, values are not coerced (a "12" is not 12)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ModelSection(Section):
+    """A GPT-style decoder-only transformer (the shape Megatron-LM and the ZeRO paper use)."""
+
+    layers: int = Field(gt=0, description="number of transformer blocks")
+    hidden: int = Field(gt=0, description="hidden size h")
+    heads: int = Field(gt=0, description="attention heads a; must divide hidden")
+    seq_len: int = Field(gt=0, description="sequence length s, tokens")
+    vocab: int = Field(gt=0, description="vocabulary size V (padded for MP, as Megatron-LM does)")
+    micro_batch: int = Field(gt=0, description="sequences per GPU per forward/backward pass")
+    global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step")
+    grad_accum: int | None = Field(default=None, gt=0, description="micro-batches per optimizer step")
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelSection:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        return self
+
+
+class ParallelSection(Section):
+    """The parallel layout: world size = dp × mp. MP is Megatron-style tensor parallelism in a node."""
+
+    dp: int = Field(gt=0, description="data-parallel degree Nd (ZeRO partitions across it)")
+    mp: int = Field(default=1, gt=0, description="model (tensor) parallel degree, inside one node")
+
+
+class ZeroSection(Section):
+    """ZeRO-DP stage and ZeRO-R options (paper §5 and §6)."""
+
+    stage: Literal[0, 1, 2, 3] = Field(description="0: plain DP, 1: Pos, 2: Pos+g, 3: Pos+g+p")
+    activation_checkpointing: bool = Field(default=True, description="keep one input per layer, recompute in backward")
+    reduce_bucket_elements: int = Field(
+        default=500_000_000, gt=0, description="gradient elements per reduction bucket (DeepSpeed reduce_bucket_size)"
+    )
+    prefetch_layers: int = Field(default=1, ge=0, description="stage 3: layers gathered ahead of the one computing")
+    # ZeRO-R options (paper §6). Accepted in the schema now; the memory issue models them.
+    partition_activations: bool = Field(default=False, description="Pa: checkpoints partitioned across MP")
+    cpu_offload_activations: bool = Field(default=False, description="Pa+cpu: checkpoints offloaded to host")
+    constant_buffers: bool = Field(default=False, description="CB: constant-size fused buffers")
+    defragment: bool = Field(default=False, description="MD: contiguous pre-allocated buffers")
+
+    @model_validator(mode="after")
+    def _zero_r_not_yet_modelled(self) -> ZeroSection:
+        for key in ("partition_activations", "cpu_offload_activations", "constant_buffers", "defragment"):
+            if getattr(self, key):
+                raise ValueError(f"{key}: true is not modelled yet (ZeRO-R lands with the memory issue); use false")
+        return self
+
+
+class PrecisionSection(Section):
+    """Mixed precision: fp16/bf16 parameters and gradients, fp32 master weights and Adam (K = 12)."""
+
+    dtype: Literal["fp16", "bf16"] = Field(default="fp16", description="parameter and gradient dtype")
+    optimizer: Literal["adam"] = Field(default="adam", description="Adam: fp32 master, momentum, variance")
+
+
+class HardwareSection(Section):
+    """The cluster: a system profile from hwprofiles/ and how many of its nodes."""
+
+    profile: str = Field(description="name of a file hwprofiles/<profile>.yaml, e.g. dgx2")
+    nodes: int = Field(gt=0, description="number of nodes")
+
+
+class RunSection(Section):
+    """How to run the simulation."""
+
+    steps: int = Field(default=1, gt=0, description="optimizer steps to simulate")
+    output: str | None = Field(default=None, description="output folder; default out/<scenario name>")
+
+
+class ScenarioFile(Section):
+    """A whole scenario file."""
+
+    name: str | None = Field(default=None, description="scenario name; default the file's stem")
+    description: str | None = Field(default=None, description="free text shown in the summary")
+    model: ModelSection
+    parallel: ParallelSection
+    zero: ZeroSection
+    precision: PrecisionSection = PrecisionSection()
+    hardware: HardwareSection
+    run: RunSection = RunSection()
