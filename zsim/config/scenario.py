@@ -81,6 +81,7 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     if spec.precision.dtype not in cluster.gpu.peak_flops:
         raise fail("precision.dtype", f"{spec.precision.dtype} is not supported by {cluster.gpu.name}")
     grad_accum = _grad_accum(model, par.dp, fail)
+    _check_model_states_fit(spec, cluster, fail)
     return Scenario(
         name=spec.name or default_name,
         description=spec.description,
@@ -110,3 +111,24 @@ def _grad_accum(model: ModelSection, dp: int, fail) -> int:
         raise fail("model.grad_accum", f"{model.grad_accum} contradicts global_batch {model.global_batch} "
                    f"= micro_batch {model.micro_batch} × dp {dp} × {accum}")
     return accum
+
+
+def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
+    """A model whose model states alone exceed the GPU (ZeRO Table 1) cannot fit at any batch size:
+    that is a scenario error, reported before simulating, with the stage that would fit."""
+    from zsim.workload.transformer import build_workload
+    from zsim.zero.model_states import model_states
+
+    psi = build_workload(spec.model, spec.parallel.mp).params_per_mp_rank
+    cap = cluster.gpu.memory_bytes
+    states = model_states(psi, spec.parallel.dp, spec.zero.stage, spec.precision.dtype)
+    if states.total <= cap:
+        return
+    fitting = [st for st in (1, 2, 3) if model_states(psi, spec.parallel.dp, st, spec.precision.dtype).total <= cap]
+    advice = f"ZeRO stage {fitting[0]} would need " \
+             f"{model_states(psi, spec.parallel.dp, fitting[0], spec.precision.dtype).total / 1e9:.1f} GB" \
+             if fitting and fitting[0] > spec.zero.stage else "more GPUs (dp) or more model parallelism (mp) are needed"
+    raise fail("zero.stage", f"{spec.zero.stage}: the model does not fit: model states alone need "
+               f"{states.total / 1e9:.1f} GB per GPU (params {states.params / 1e9:.1f} + grads "
+               f"{states.grads / 1e9:.1f} + optimizer {states.optimizer / 1e9:.1f}), but {cluster.gpu.name} has "
+               f"{cap / 1e9:.1f} GB; {advice}")

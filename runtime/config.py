@@ -1,0 +1,165 @@
+"""The validated description of one traced run (`RunConfig`) and how it is read from a YAML file.
+
+`--model` names either a scenario YAML (its `model:` section is used, and its `zero:` and
+`precision:` sections give defaults) or a YAML file holding only the model keys. The model shape is
+the simulator's own `ModelSection`, validated by the same code, so both halves read one schema.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from zsim.config.schema import ModelSection, PrecisionSection, ZeroSection
+from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.errors import ConfigError
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+DEFAULT_BUCKET_ELEMENTS = ZeroSection.model_fields["reduce_bucket_elements"].default
+
+
+class _ScenarioView(BaseModel):
+    """The parts of a scenario file the runtime reads; its other sections are the simulator's."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+    model: ModelSection
+    zero: ZeroSection | None = None
+    precision: PrecisionSection | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelDefaults:
+    """A model file read from disk: the shape, and the run options a scenario file suggests."""
+
+    model: ModelSection
+    stage: int | None = None  # scenario zero.stage
+    precision: str | None = None  # scenario precision.dtype
+    checkpointing: bool | None = None  # scenario zero.activation_checkpointing
+    bucket_elements: int | None = None  # scenario zero.reduce_bucket_elements
+    prefetch_layers: int | None = None  # scenario zero.prefetch_layers
+
+
+def read_model_file(path: str | Path) -> ModelDefaults:
+    """Read a scenario YAML or a model-only YAML.
+
+    Raises:
+        ConfigError: missing file, bad YAML, unknown or invalid model keys (naming the dotted key).
+    """
+    path = Path(path)
+    data = read_yaml_mapping(path)
+    if "model" not in data:  # a file of model keys only
+        return ModelDefaults(model=validate(ModelSection, data, str(path)))  # type: ignore[arg-type]
+    view: _ScenarioView = validate(_ScenarioView, data, str(path))  # type: ignore[assignment]
+    zero = view.zero
+    return ModelDefaults(
+        model=view.model,
+        stage=zero.stage if zero else None,
+        # A scenario always trains in mixed precision (PrecisionSection defaults to fp16).
+        precision=(view.precision or PrecisionSection()).dtype,
+        checkpointing=zero.activation_checkpointing if zero else None,
+        bucket_elements=zero.reduce_bucket_elements if zero else None,
+        prefetch_layers=zero.prefetch_layers if zero else None,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """One traced training run, validated at construction (`ConfigError` names the option)."""
+
+    model: ModelSection  # the model shape and batch (micro_batch, global_batch, grad_accum)
+    stage: int  # ZeRO-DP stage: 0 plain DP, 1 Pos, 2 Pos+g, 3 Pos+g+p
+    precision: str  # "fp32", "fp16" (dynamic loss scaling) or "bf16"; fp32 master + Adam when mixed
+    world_size: int  # ranks (processes); dp = world_size / mp
+    out_dir: str  # where rank<R>.trace.json and friends are written
+    mp: int = 1  # tensor-parallel degree; only 1 is implemented
+    steps: int = 5  # optimizer steps
+    grad_accum: int | None = None  # micro-batches per step; None: from the model section, else 1
+    seed: int = 0  # model initialisation and data
+    checkpointing: bool = False  # activation checkpointing per transformer block
+    bucket_elements: int = DEFAULT_BUCKET_ELEMENTS  # gradient elements per reduction bucket (stages 0-2)
+    prefetch_layers: int = 1  # stage 3: layers gathered ahead of the one computing (0 or 1)
+    lr: float = 1e-3  # Adam learning rate
+    device: str = "auto"  # "auto" (cuda + nccl if GPUs exist, else cpu + gloo), "cpu" or "cuda"
+    profile: bool = False  # also write a PyTorch profiler (Kineto) trace per rank
+    fail_rank: int | None = None  # testing aid: this rank raises at step fail_at_step
+    fail_at_step: int | None = None
+
+    def __post_init__(self) -> None:
+        def fail(key: str, message: str) -> None:
+            raise ConfigError(message, path=key)
+
+        if self.stage not in (0, 1, 2, 3):
+            fail("stage", f"must be 0, 1, 2 or 3 (got {self.stage!r})")
+        if self.precision not in PRECISIONS:
+            fail("precision", f"must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
+        if self.world_size < 1:
+            fail("ranks", f"must be >= 1 (got {self.world_size})")
+        if self.mp < 1 or self.world_size % self.mp:
+            fail("mp", f"{self.mp} must be >= 1 and divide the {self.world_size} ranks")
+        if self.mp > 1:
+            fail("mp", f"{self.mp}: Megatron-style tensor parallelism is not implemented in the runtime; use 1")
+        if self.steps < 1:
+            fail("steps", f"must be >= 1 (got {self.steps})")
+        if self.bucket_elements < 1:
+            fail("bucket_elements", f"must be >= 1 (got {self.bucket_elements})")
+        if self.prefetch_layers not in (0, 1):
+            fail("prefetch_layers", f"the runtime prefetches 0 or 1 layer ahead (got {self.prefetch_layers})")
+        if self.lr <= 0:
+            fail("lr", f"must be > 0 (got {self.lr})")
+        if self.device not in ("auto", "cpu", "cuda"):
+            fail("device", f"must be auto, cpu or cuda (got {self.device!r})")
+        if (self.fail_rank is None) != (self.fail_at_step is None):
+            fail("fail_rank", "--fail-rank and --fail-at-step go together")
+        if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:
+            fail("fail_rank", f"{self.fail_rank} is not a rank of {self.world_size}")
+        self.accum  # validates the batch arithmetic
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree Nd: the ranks ZeRO partitions across."""
+        return self.world_size // self.mp
+
+    @property
+    def accum(self) -> int:
+        """Micro-batches per optimizer step: --grad-accum, else model.grad_accum, else from
+        model.global_batch = micro_batch x dp x grad_accum, else 1.
+
+        Raises:
+            ConfigError: global_batch does not split into micro-batches on this many ranks.
+        """
+        m = self.model
+        accum = self.grad_accum or m.grad_accum
+        per_accum = m.micro_batch * self.dp
+        if m.global_batch is not None:
+            if accum is None:
+                if m.global_batch % per_accum:
+                    raise ConfigError(f"{m.global_batch} is not a multiple of micro_batch {m.micro_batch} x dp "
+                                      f"{self.dp} = {per_accum}", path="model.global_batch")
+                accum = m.global_batch // per_accum
+            elif m.global_batch != per_accum * accum:
+                raise ConfigError(f"{m.global_batch} != micro_batch {m.micro_batch} x dp {self.dp} x grad_accum "
+                                  f"{accum} = {per_accum * accum}", path="model.global_batch")
+        return accum or 1
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step."""
+        return self.model.micro_batch * self.dp * self.accum
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["model"] = self.model.model_dump()
+        return json.dumps(data, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        data: dict[str, Any] = json.loads(text)
+        data["model"] = ModelSection.model_validate(data["model"])
+        return cls(**data)
+
+    def with_(self, **changes: Any) -> RunConfig:
+        return replace(self, **changes)

@@ -1,0 +1,64 @@
+"""Per-rank events in the zsim trace schema (docs/trace-schema.md), timed on a local clock.
+
+Timestamps are microseconds since this rank's tracer started (`perf_counter_ns`), so they are
+monotonic; `clock_offset_us` (measured by the worker after a barrier) puts them on rank 0's clock.
+On CUDA, a phase's end synchronises the compute stream first, so that the span covers the kernels
+and not only their launch. The file is rewritten after every step, so a rank that dies later
+leaves the trace of the steps it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from zsim.trace.schema import complete, counter, document, process_meta
+
+
+class Tracer:
+    """Collects one rank's events; `step` and `micro_batch` are stamped on every event."""
+
+    def __init__(self, rank: int, *, sync: Callable[[], None] | None = None,
+                 cuda_memory: Callable[[], dict[str, int]] | None = None):
+        self.rank = rank
+        self.step = 0
+        self.micro_batch = 0
+        self.events: list[dict[str, Any]] = process_meta(rank, f"rank {rank}")
+        self._origin_ns = time.perf_counter_ns()
+        self._sync = sync or (lambda: None)
+        self._cuda_memory = cuda_memory
+
+    def now_us(self) -> float:
+        """Microseconds since this tracer started."""
+        return (time.perf_counter_ns() - self._origin_ns) / 1000.0
+
+    def complete(self, name: str, stream: str, start_us: float, end_us: float, **args: Any) -> None:
+        """Record a finished phase or collective."""
+        self.events.append(complete(name, self.rank, stream, start_us, end_us - start_us,
+                                    step=self.step, micro_batch=self.micro_batch, **args))
+
+    @contextmanager
+    def span(self, name: str, stream: str = "compute", **args: Any) -> Iterator[None]:
+        """Time the body as one complete event (synchronising the device at the end)."""
+        start = self.now_us()
+        yield
+        self._sync()
+        self.complete(name, stream, start, self.now_us(), **args)
+
+    def memory(self, values: dict[str, int]) -> None:
+        """A `memory` counter (bytes by category); on CUDA also `cuda_memory`."""
+        ts = self.now_us()
+        self.events.append(counter("memory", self.rank, ts, values))
+        if self._cuda_memory is not None:
+            self.events.append(counter("cuda_memory", self.rank, ts, self._cuda_memory()))
+
+    def write(self, path: Path, metadata: dict[str, Any]) -> None:
+        """Write the trace file atomically (a reader never sees half a file)."""
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(document(self.events, metadata)))
+        os.replace(tmp, path)

@@ -1,0 +1,142 @@
+"""Bad scenarios: each kind gives one clear message naming the file, key and value, and exit code 2."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, small_dict
+from zsim.config.scenario import build_scenario, load_scenario
+from zsim.errors import ConfigError
+
+
+def error_of(data) -> str:
+    with pytest.raises(ConfigError) as info:
+        build_scenario(data, source="s.yaml")
+    return str(info.value)
+
+
+def test_wrong_type_names_path_and_value():
+    msg = error_of(small_dict(model={"layers": "four"}))
+    assert msg.startswith("s.yaml: model.layers: ") and "'four'" in msg
+
+
+def test_float_is_not_silently_an_int():
+    assert "model.hidden" in error_of(small_dict(model={"hidden": 256.5}))
+
+
+def test_unknown_key_suggests_the_close_one():
+    data = small_dict()
+    data["model"]["layer"] = 4
+    assert "model.layer: unknown key; did you mean 'layers'?" in error_of(data)
+
+
+def test_unknown_section_is_rejected():
+    data = small_dict()
+    data["zeroo"] = {"stage": 1}
+    assert "zeroo: unknown key; did you mean 'zero'?" in error_of(data)
+
+
+def test_missing_key():
+    data = small_dict()
+    del data["zero"]["stage"]
+    assert "zero.stage: required key is missing" in error_of(data)
+
+
+def test_impossible_layout_gives_the_product():
+    msg = error_of(small_dict(parallel={"dp": 7, "mp": 4}))
+    assert "parallel.dp: 7 × mp 4 = 28 GPUs, but the cluster has 32 (2 nodes × 16 GPUs)" in msg
+
+
+def test_mp_must_stay_in_a_node():
+    assert "parallel.mp: 32 must divide the 16 GPUs of a node" in error_of(small_dict(parallel={"dp": 1, "mp": 32}))
+
+
+def test_heads_must_split_over_mp():
+    assert "model.heads" in error_of(small_dict(model={"heads": 2}))
+
+
+def test_missing_hardware_profile_suggests():
+    msg = error_of(small_dict(hardware={"profile": "dgx-2", "nodes": 2}))
+    assert "hardware.profile" in msg and "no system profile 'dgx-2'" in msg and "did you mean 'dgx2'" in msg
+
+
+def test_bf16_on_volta_is_rejected():
+    assert "precision.dtype: bf16 is not supported by V100-SXM3-32GB" in error_of(small_dict(precision={"dtype": "bf16"}))
+
+
+def test_global_batch_must_be_a_multiple():
+    msg = error_of(small_dict(model={"global_batch": 20}))
+    assert "model.global_batch: 20 is not a multiple of micro_batch 2 × dp 8 = 16" in msg
+
+
+def test_grad_accum_derived_from_global_batch():
+    s = build_scenario(small_dict(model={"global_batch": 64}))
+    assert s.grad_accum == 4
+
+
+def test_model_that_cannot_fit_is_a_scenario_error():
+    # Ψ = 36(12·4096² + 13·4096) + (1024 + 128)·4096 + 2·4096 = 7,254,401,024 on 32 GPUs:
+    # stage 0 needs 16Ψ = 116.1 GB; stage 1 4Ψ + 12Ψ/32 = 31.7 GB fits in 34.4 GB
+    b75 = {"layers": 36, "hidden": 4096, "heads": 32}
+    msg = error_of(small_dict(model=b75, parallel={"dp": 32, "mp": 1}, zero={"stage": 0}))
+    assert "zero.stage: 0: the model does not fit: model states alone need 116.1 GB per GPU" in msg
+    assert "ZeRO stage 1 would need 31.7 GB" in msg
+    # 175B-class on 32 GPUs: not even stage 3 (87 GB) fits
+    msg = error_of(small_dict(model={"layers": 96, "hidden": 12288, "heads": 96}, parallel={"dp": 32, "mp": 1}))
+    assert "zero.stage: 3: the model does not fit" in msg and "more GPUs (dp) or more model parallelism" in msg
+
+
+def test_zero_r_placeholders_say_not_yet():
+    assert "zero.partition_activations" in error_of(small_dict(zero={"partition_activations": True}))
+
+
+def test_overrides_apply_and_are_validated(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_dict()))
+    assert load_scenario(path, ["zero.stage=1", "run.steps=2"]).zero.stage == 1
+    with pytest.raises(ConfigError, match="zero.stagee: unknown key; did you mean 'stage'"):
+        load_scenario(path, ["zero.stagee=1"])
+    with pytest.raises(ConfigError, match="expected dotted.key=value"):
+        load_scenario(path, ["zero.stage"])
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: not valid YAML \(line"):
+        load_scenario(bad)
+    with pytest.raises(ConfigError, match="no such file"):
+        load_scenario(tmp_path / "nope.yaml")
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_scenario(listy)
+
+
+@pytest.mark.parametrize(("mutation", "expected"), [
+    ({"model": {"layers": "x"}}, "model.layers"),
+    ({"parallel": {"dp": 63, "mp": 16}}, "parallel.dp: 63 × mp 16 = 1008 GPUs, but the cluster has 32"),
+    ({"hardware": {"profile": "nope", "nodes": 2}}, "hardware.profile"),
+    ({"zero": {"stage": 7}}, "zero.stage"),
+])
+def test_cli_prints_one_line_and_exits_2(tmp_path, mutation, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(small_dict(**mutation)))
+    proc = subprocess.run([sys.executable, "-m", "zsim.cli", "run", str(path)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) <= 2 and lines[0].startswith("zsim: ") and expected in proc.stderr, proc.stderr
+
+
+def test_every_shipped_scenario_loads():
+    for path in sorted((ROOT / "scenarios").rglob("*.yaml")):
+        if path.name.endswith("stage0.yaml"):
+            with pytest.raises(ConfigError, match="does not fit"):  # the paper's point: baseline DP cannot
+                load_scenario(path)
+        else:
+            assert load_scenario(path).name == path.stem

@@ -1,0 +1,49 @@
+"""What a simulation produces: timings, communication, memory and the trace events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zsim.config.scenario import Scenario
+from zsim.memory.ledger import MemoryLedger
+from zsim.workload.transformer import Workload
+from zsim.zero.model_states import ModelStates
+
+
+@dataclass(slots=True)
+class CommStats:
+    """One kind of collective (group, op) over the whole run, for one rank."""
+
+    count: int = 0
+    payload_bytes: float = 0.0  # Σ S (nccl-tests payload)
+    sent_bytes: float = 0.0  # bytes this rank sent, Σ of the algorithm's per-rank fraction × S
+    seconds: float = 0.0  # time on its stream, latency included
+
+
+@dataclass(slots=True)
+class Result:
+    """A finished simulation of one rank class (every rank of a symmetric scenario is alike)."""
+
+    scenario: Scenario
+    workload: Workload
+    model_states: ModelStates
+    step_seconds: list[float]
+    compute_seconds: float  # Σ compute-kernel time on the compute stream (MP all-reduces excluded)
+    mp_comm_seconds: float  # Σ MP all-reduce time (in line on the compute stream)
+    hardware_flops: float  # FLOPs executed by one rank over the run, recompute included
+    model_flops: float  # FLOPs of the model's forward and backward, without recompute
+    comm: dict[tuple[str, str], CommStats]
+    ledger: MemoryLedger
+    events: list[dict[str, Any]]
+    sim_events: int  # simpy events scheduled
+    wall_seconds: float
+    algorithms: dict[str, str] = field(default_factory=dict)  # group -> algorithm of its largest collective
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.step_seconds)
+
+    @property
+    def fits(self) -> bool:
+        return self.ledger.oom is None

@@ -1,0 +1,98 @@
+"""The facts of a Result, as one JSON-ready dict (the keys are documented in docs/result-json.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zsim import __version__
+from zsim.engine.result import Result
+from zsim.memory.ledger import CATEGORIES
+from zsim.zero.model_states import PARAM_BYTES
+
+RESULT_SCHEMA = "zsim-result/1"
+
+
+def dp_volume_bytes(result: Result) -> float:
+    """DP traffic per GPU per step in the paper's convention (ZeRO §7.1): an all-reduce of S moves 2S
+    (a reduce-scatter and an all-gather), a reduce-scatter or all-gather of S moves S."""
+    total = 0.0
+    for (group, op), stats in result.comm.items():
+        if group == "dp":
+            total += stats.payload_bytes * (2 if op == "all_reduce" else 1)
+    return total / len(result.step_seconds)
+
+
+def facts(result: Result) -> dict[str, Any]:
+    s, w, ledger = result.scenario, result.workload, result.ledger
+    steps = len(result.step_seconds)
+    gpus = s.layout.world
+    mean_step = result.total_seconds / steps
+    peak_flops = s.cluster.gpu.peak_flops[s.precision.dtype]
+    hw_tflops = result.hardware_flops / result.total_seconds / 1e12
+    psi_bytes = PARAM_BYTES[s.precision.dtype] * w.params_per_mp_rank
+    oom = ledger.oom
+    return {
+        "schema": RESULT_SCHEMA,
+        "zsim_version": __version__,
+        "scenario": {"name": s.name, "source": s.source, "description": s.description},
+        "model": {
+            "params": w.total_params,
+            "params_per_mp_rank": w.params_per_mp_rank,
+            **s.model.model_dump(),
+            "padded_vocab": w.padded_vocab,
+            "grad_accum": s.grad_accum,
+            "global_batch": s.model.micro_batch * s.layout.dp * s.grad_accum,
+        },
+        "layout": {
+            "gpus": gpus, "nodes": s.cluster.nodes, "gpus_per_node": s.cluster.gpus_per_node,
+            "dp": s.layout.dp, "mp": s.layout.mp, "hardware": s.cluster.name, "gpu": s.cluster.gpu.name,
+        },
+        "zero": s.zero.model_dump(),
+        "precision": s.precision.model_dump(),
+        "fits": result.fits,
+        "memory": {
+            "capacity_bytes": ledger.capacity,
+            "peak_bytes": ledger.peak,
+            "peak_time_s": ledger.peak_time,
+            "margin_bytes": ledger.capacity - ledger.peak,
+            "peak_by_category": {c: ledger.peak_by_category[c] for c in CATEGORIES},
+            "model_states": result.model_states.as_dict(),
+            "oom": None if oom is None else {
+                "time_s": oom.time_s, "category": oom.category, "allocation": oom.tag,
+                "allocation_bytes": oom.nbytes, "total_bytes": oom.total_bytes, "rank_class": "all ranks",
+            },
+        },
+        "time": {
+            "step_seconds": result.step_seconds,
+            "mean_step_seconds": mean_step,
+            "compute_seconds_per_step": result.compute_seconds / steps,
+            "mp_comm_seconds_per_step": result.mp_comm_seconds / steps,
+            "exposed_comm_seconds_per_step": mean_step - result.compute_seconds / steps,
+        },
+        "throughput": {
+            "tflops_per_gpu": hw_tflops,
+            "model_tflops_per_gpu": result.model_flops / result.total_seconds / 1e12,
+            "peak_tflops_per_gpu": peak_flops / 1e12,
+            "percent_of_peak": 100 * hw_tflops * 1e12 / peak_flops,
+            "aggregate_pflops": hw_tflops * gpus / 1e3,
+            "tokens_per_second": s.model.seq_len * s.model.micro_batch * s.layout.dp * s.grad_accum / mean_step,
+        },
+        "comm": {
+            "dp_volume_bytes_per_step": dp_volume_bytes(result),
+            "dp_volume_over_psi": dp_volume_bytes(result) / psi_bytes,
+            "psi_bytes": psi_bytes,
+            "algorithms": result.algorithms,
+            "collectives": [
+                {"group": group, "op": op, "count_per_step": st.count / steps,
+                 "payload_bytes_per_step": st.payload_bytes / steps, "sent_bytes_per_step": st.sent_bytes / steps,
+                 "seconds_per_step": st.seconds / steps}
+                for (group, op), st in sorted(result.comm.items())
+            ],
+        },
+        "simulation": {
+            "mode": "class",
+            "rank_classes": [{"pid": 0, "ranks": f"0-{gpus - 1}", "count": gpus}],
+            "events": result.sim_events,
+            "wall_seconds": result.wall_seconds,
+        },
+    }

@@ -1,0 +1,54 @@
+"""The terminal summary: what a person reads in ten seconds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GB = 1e9
+
+
+def _params(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
+    """Format `facts(result)` as a few aligned lines."""
+    m, lay, z, mem, t, th, c = f["model"], f["layout"], f["zero"], f["memory"], f["time"], f["throughput"], f["comm"]
+    title = f["scenario"]["name"] + (f" — {f['scenario']['description']}" if f["scenario"]["description"] else "")
+    ckpt = "checkpointing on" if z["activation_checkpointing"] else "no checkpointing"
+    peak = mem["peak_by_category"]
+    states = mem["model_states"]
+    if f["fits"]:
+        fit = (f"FITS  peak {mem['peak_bytes'] / GB:.1f} GB of {mem['capacity_bytes'] / GB:.1f} GB "
+               f"(margin {mem['margin_bytes'] / GB:.1f} GB) at t = {mem['peak_time_s']:.2f} s")
+    else:
+        o = mem["oom"]
+        fit = (f"OOM   at t = {o['time_s']:.3f} s on {o['rank_class']}: allocating {o['allocation_bytes'] / GB:.2f} GB "
+               f"of {o['category']} ({o['allocation']}) brought {o['total_bytes'] / GB:.1f} GB "
+               f"> {mem['capacity_bytes'] / GB:.1f} GB; peak {mem['peak_bytes'] / GB:.1f} GB")
+    per_op = ", ".join(f"{x['op']} {x['payload_bytes_per_step'] * (2 if x['op'] == 'all_reduce' else 1) / c['psi_bytes']:.2f}Ψ"
+                       for x in c["collectives"] if x["group"] == "dp")
+    mp_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "mp")
+    lines = [
+        f"zsim · {title}",
+        f"  model     {_params(m['params'])} params (Ψ), {m['layers']} layers × hidden {m['hidden']}, seq {m['seq_len']}, "
+        f"micro-batch {m['micro_batch']}, global batch {m['global_batch']}",
+        f"  layout    {lay['gpus']} × {lay['gpu']} = {lay['nodes']} {lay['hardware']} nodes; "
+        f"DP {lay['dp']} × MP {lay['mp']}; ZeRO stage {z['stage']}, {ckpt}",
+        f"  memory    {fit}",
+        "            at peak: " + "  ".join(f"{k} {v / GB:.2f}" for k, v in peak.items()) + " GB",
+        f"            model states {states['total'] / GB:.2f} GB/GPU (params {states['params'] / GB:.2f}, "
+        f"grads {states['grads'] / GB:.2f}, optimizer {states['optimizer'] / GB:.2f})",
+        f"  time      step {t['mean_step_seconds']:.3f} s: compute {t['compute_seconds_per_step']:.3f} s, "
+        f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP all-reduce in line {t['mp_comm_seconds_per_step']:.3f} s)",
+        f"  speed     {th['tflops_per_gpu']:.1f} TFLOPS/GPU ({th['percent_of_peak']:.1f}% of {th['peak_tflops_per_gpu']:.0f}), "
+        f"{th['aggregate_pflops']:.2f} PFLOPS total, {th['tokens_per_second']:,.0f} tokens/s",
+        f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
+        f"MP {mp_bytes / GB:.1f} GB/step",
+    ]
+    if outputs:
+        lines.append("  outputs   " + ", ".join(outputs.values()))
+    return "\n".join(lines)

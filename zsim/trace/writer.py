@@ -1,0 +1,38 @@
+"""Writing a simulated run's trace in the shared schema (docs/trace-schema.md)."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+from zsim import __version__
+from zsim.engine.result import Result
+from zsim.trace import schema
+
+
+def simulated_trace(result: Result) -> dict:
+    """The trace document of `result`: one process per rank class, one track per stream."""
+    s = result.scenario
+    gpus = s.layout.world
+    metadata = {
+        "source": "simulated",
+        "scenario": s.name,
+        "model": s.model.model_dump(),
+        "params": result.workload.total_params,
+        "zero": s.zero.model_dump(),
+        "precision": s.precision.dtype,
+        "world_size": gpus, "dp": s.layout.dp, "mp": s.layout.mp,
+        "hardware": {"profile": s.hardware.profile, "nodes": s.hardware.nodes, "gpu": s.cluster.gpu.name},
+        "versions": {"zsim": __version__, "python": platform.python_version()},
+        "rank_classes": [{"pid": 0, "ranks": f"0-{gpus - 1}", "count": gpus}],
+    }
+    events = schema.process_meta(0, f"rank class 0 (ranks 0-{gpus - 1}, {gpus} GPUs)") + result.events
+    return schema.document(events, metadata)
+
+
+def write_trace(result: Result, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        json.dump(simulated_trace(result), fh, separators=(",", ":"))
+    return path

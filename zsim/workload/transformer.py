@@ -1,0 +1,153 @@
+"""The workload of a GPT-style transformer: parameters, FLOPs and activation bytes per module.
+
+Every figure is per micro-batch and per MP rank (Megatron tensor parallelism divides the GEMMs, and
+some activations, by the MP degree t). Sources:
+  [N21] Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+        Megatron-LM", §5.1 (parameter count and FLOPs).
+  [K22] Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4
+        (activation bytes per layer, fp16, with tensor parallelism and no sequence parallelism).
+  [S19] Shoeybi et al. 2019, "Megatron-LM", §3 (which tensors MP splits; the MP all-reduces).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from zsim.config.schema import ModelSection
+
+# Megatron-LM pads the vocabulary to a multiple of 128 × t (arguments.make_vocab_size_divisible_by,
+# megatron/training/tokenizer: _vocab_size_with_padding) so the embedding splits evenly over MP.
+VOCAB_MULTIPLE = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Module:
+    """One step of the forward pass on one MP rank: the embedding, a transformer block, or the head.
+
+    Attributes:
+        name: `embed`, `layer.<i>` or `head`.
+        params: parameters this MP rank holds (elements).
+        fwd_flops: forward FLOPs on this MP rank (the matmuls).
+        fwd_hbm_bytes: HBM traffic of the forward's non-matmul kernels (layer norms, softmax, GeLU,
+            dropout, residual adds): each saved activation written once and read once.
+        saved_bytes: activation bytes kept for backward without checkpointing.
+        checkpoint_bytes: activation bytes kept for backward with checkpointing (the module's input).
+        mp_allreduce_bytes: payload of each Megatron MP all-reduce in forward (0 if MP = 1).
+        mp_allreduces_fwd: MP all-reduces in forward; backward has `mp_allreduces_bwd`.
+        mp_allreduces_bwd: MP all-reduces in backward.
+        layer: block index, or None for embed/head.
+    """
+
+    name: str
+    params: int
+    fwd_flops: float
+    fwd_hbm_bytes: float
+    saved_bytes: int
+    checkpoint_bytes: int
+    mp_allreduce_bytes: int
+    mp_allreduces_fwd: int
+    mp_allreduces_bwd: int
+    layer: int | None = None
+
+    @property
+    def bwd_flops(self) -> float:
+        # Backward is twice the forward: a gradient w.r.t. inputs and one w.r.t. weights per matmul [N21 §5.1].
+        return 2.0 * self.fwd_flops
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The modules of one model replica's MP rank, in forward order, and whole-model totals."""
+
+    modules: tuple[Module, ...]
+    total_params: int  # Ψ of the whole model (unique parameters, all MP ranks together)
+    padded_vocab: int
+    tokens_per_micro_batch: int  # per model replica: micro_batch × seq_len
+
+    @property
+    def params_per_mp_rank(self) -> int:
+        """Ψ as the DP group sees it: the parameters one MP rank holds (what ZeRO partitions)."""
+        return sum(m.params for m in self.modules)
+
+    @property
+    def blocks(self) -> tuple[Module, ...]:
+        return tuple(m for m in self.modules if m.layer is not None)
+
+    @property
+    def largest_module_params(self) -> int:
+        return max(m.params for m in self.modules)
+
+
+def padded_vocab(vocab: int, mp: int) -> int:
+    """Vocabulary rounded up to a multiple of 128 × mp (Megatron-LM _vocab_size_with_padding)."""
+    multiple = VOCAB_MULTIPLE * mp
+    return math.ceil(vocab / multiple) * multiple
+
+
+def block_params(h: int, t: int = 1) -> int:
+    """Parameters of one transformer block held by one of t MP ranks.
+
+    Whole block (t = 1): 12h² + 13h [N21 §5.1]: QKV 3h² + 3h, attention output h² + h,
+    MLP 4h² + 4h and 4h² + h, two layer norms 4h. Under MP [S19 §3] the column-parallel QKV and
+    first MLP matmul split weights and biases; the row-parallel output matmuls split weights but
+    keep their biases whole; layer norms are replicated: 12h²/t + 7h/t + 6h.
+    """
+    assert (4 * h) % t == 0 and (3 * h) % t == 0
+    return 12 * h * h // t + 7 * h // t + 6 * h
+
+
+def total_params(model: ModelSection, vocab: int | None = None) -> int:
+    """Ψ = L(12h² + 13h) + (V + s)h + 2h: blocks, word and position embeddings (the LM head is tied
+    to the word embedding), final layer norm [N21 §5.1]."""
+    h, v = model.hidden, model.vocab if vocab is None else vocab
+    return model.layers * block_params(h) + (v + model.seq_len) * h + 2 * h
+
+
+def build_workload(model: ModelSection, mp: int) -> Workload:
+    """Per-MP-rank modules of `model` under MP degree `mp` (see the module docstring for sources)."""
+    h, s, a, b, L = model.hidden, model.seq_len, model.heads, model.micro_batch, model.layers
+    t = mp
+    v = padded_vocab(model.vocab, t)
+    sbh = s * b * h
+    mp_bytes = 2 * sbh if t > 1 else 0  # fp16 activations of shape (s, b, h) [S19 §3]
+
+    # Forward FLOPs of one block: 24bsh² + 4bs²h [N21 §5.1: 24Bsh²(1 + s/6h)], split t ways.
+    block_flops = (24 * b * s * h * h + 4 * b * s * s * h) / t
+    # Saved activation bytes of one block: sbh(10 + 24/t + 5as/(ht)) [K22 §4.2, eq. 2].
+    block_saved = int(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    block = [
+        Module(
+            name=f"layer.{i}", params=block_params(h, t), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved,
+            saved_bytes=block_saved,
+            checkpoint_bytes=2 * sbh,  # the block's fp16 input, replicated across MP [K22 §5]
+            mp_allreduce_bytes=mp_bytes,
+            # Two all-reduces in forward (after attention and after the MLP) and two in backward
+            # (the 'f' operators of the column-parallel inputs) [S19 §3, Fig. 4].
+            mp_allreduces_fwd=2 if t > 1 else 0, mp_allreduces_bwd=2 if t > 1 else 0, layer=i,
+        )
+        for i in range(L)
+    ]
+    embed = Module(
+        # Vocab-parallel word embedding (V/t rows) + replicated position embedding [S19 §3].
+        name="embed", params=v * h // t + s * h, fwd_flops=0.0, fwd_hbm_bytes=2.0 * 2 * sbh,
+        saved_bytes=sbh,  # dropout mask, 1 byte per element [K22 §4.3]
+        checkpoint_bytes=0,
+        # Vocab-parallel embedding all-reduces its output in forward only [S19 §3].
+        mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=1 if t > 1 else 0, mp_allreduces_bwd=0,
+    )
+    # The head: final layer norm, logits against the tied word embedding (2bshV/t FLOPs [N21 §5.1]),
+    # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its fp16 input.
+    head_saved = 4 * s * b * v // t + 2 * sbh
+    head = Module(
+        name="head", params=2 * h, fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
+        saved_bytes=head_saved, checkpoint_bytes=head_saved,  # the head is not checkpointed
+        # Its input gradient is all-reduced across MP in backward (the 'f' operator) [S19 §3].
+        mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=0, mp_allreduces_bwd=1 if t > 1 else 0,
+    )
+    return Workload(
+        modules=(embed, *block, head),
+        total_params=total_params(model, v),
+        padded_vocab=v,
+        tokens_per_micro_batch=b * s,
+    )

@@ -1,0 +1,47 @@
+"""The ops of a ZeRO plan: what each rank's streams execute, with dependencies and memory effects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Alloc:
+    """Memory taken when an op starts: `nbytes` of `category`, released later by `tag`."""
+
+    category: str
+    nbytes: int
+    tag: str
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One op on one stream. Ops on a stream run in order; `deps` are ops (by index) on any stream
+    that must finish first. Compute ops have `flops` and `hbm_bytes`; collectives have `collective`,
+    `group` ('dp' or 'mp') and `nbytes` (payload S as nccl-tests counts it)."""
+
+    name: str
+    stream: str
+    deps: tuple[int, ...] = ()
+    flops: float = 0.0
+    hbm_bytes: float = 0.0
+    collective: str = ""
+    group: str = ""
+    nbytes: int = 0
+    allocs: tuple[Alloc, ...] = ()
+    frees: tuple[str, ...] = ()
+    step: int = 0
+    micro_batch: int = 0
+
+    @property
+    def is_collective(self) -> bool:
+        return bool(self.collective)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A rank class's whole run: persistent allocations (model states) and the ops of every step."""
+
+    persistent: tuple[Alloc, ...]
+    ops: tuple[Op, ...]
+    steps: int
