@@ -24,7 +24,7 @@ def parse_count(text: str) -> int:
     except ValueError:
         value = None
     if value is None or value <= 0:
-        raise ZsimError(f"--params {text!r}: expected a positive count like 7.5e9, 7.5B or 1T")
+        raise ZsimError(f"{text!r}: expected a positive count like 7.5e9, 7.5B or 1T")
     return round(value)
 
 
@@ -34,13 +34,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Per-GPU model-state bytes (fp16/bf16 params and grads, fp32 Adam states, K = 12) for Ψ "
                     "parameters on Nd data-parallel GPUs, per ZeRO stage (Rajbhandari et al., Table 1). "
                     "GB = 10^9 bytes, as in the paper.")
-    p.add_argument("--params", required=True, type=parse_count, metavar="Ψ", help="parameters, e.g. 7.5e9, 7.5B, 1T")
+    p.add_argument("--params", required=True, type=_count_arg, metavar="Ψ", help="parameters, e.g. 7.5e9, 7.5B, 1T")
     p.add_argument("--dp", required=True, type=_positive("--dp"), metavar="Nd", help="data-parallel degree")
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), help="one ZeRO stage (default: all four)")
     p.add_argument("--mp", type=_positive("--mp"), default=1, help="model-parallel degree: each DP group holds Ψ/mp")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16", help="parameter and gradient dtype")
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH ('-' for stdout)")
     p.set_defaults(func=memory_command)
+
+
+def _count_arg(text: str) -> int:
+    try:
+        return parse_count(text)
+    except ZsimError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(flag: str):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -58,12 +58,12 @@ class ZeroSection(Section):
     constant_buffers: bool = Field(default=False, description="CB: constant-size fused buffers")
     defragment: bool = Field(default=False, description="MD: contiguous pre-allocated buffers")
 
-    @model_validator(mode="after")
-    def _zero_r_not_yet_modelled(self) -> ZeroSection:
-        for key in ("partition_activations", "cpu_offload_activations", "constant_buffers", "defragment"):
-            if getattr(self, key):
-                raise ValueError(f"{key}: true is not modelled yet (ZeRO-R lands with the memory issue); use false")
-        return self
+    @field_validator("partition_activations", "cpu_offload_activations", "constant_buffers", "defragment")
+    @classmethod
+    def _zero_r_not_yet_modelled(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("true is not modelled yet (ZeRO-R lands with the memory issue); use false")
+        return value
 
 
 class PrecisionSection(Section):
