@@ -83,3 +83,13 @@ def test_memory_calculator_bad_input_exits_2():
 def test_help(command):
     proc = zsim(command, "--help")
     assert proc.returncode == 0 and "usage: zsim " + command in proc.stdout
+
+
+def test_trace_collectives_carry_schema_args(flagship):
+    out, _, _ = flagship
+    trace = json.loads((out / "trace.json").read_text())
+    ag = next(e for e in trace["traceEvents"] if e["name"] == "all_gather/params.layer.0")
+    assert ag["cat"] == "comm" and ag["args"]["op"] == "all_gather" and ag["args"]["dtype"] == "fp16"
+    assert ag["args"]["group"] == list(range(0, 1024, 16))  # rank 0's DP group: same mp_rank, every node
+    mp = next(e for e in trace["traceEvents"] if e["name"] == "all_reduce/mp.layer.0")
+    assert mp["cat"] == "compute" and mp["args"]["group"] == list(range(16))

@@ -68,6 +68,7 @@ class _Run:
         self.flops = 0.0
         self.algorithms: dict[str, tuple[float, str]] = {}
         self._phases: dict[tuple[str, str, int], tuple[str, list[Phase]]] = {}
+        self._groups: dict[str, list[int]] = {}
         self._compute_time: dict[tuple[float, float], float] = {}
 
     def phases(self, op: Op) -> tuple[str, list[Phase]]:
@@ -78,6 +79,13 @@ class _Run:
             self._phases[key] = plan_collective(op.collective, op.nbytes, shape, self.s.cluster)
         return self._phases[key]
 
+    def group_list(self, kind: str) -> list[int]:
+        """Global ranks of the representative rank's `kind` ('dp' or 'mp') group, in group order."""
+        if kind not in self._groups:
+            layout = self.s.layout
+            self._groups[kind] = list(layout.dp_group(0) if kind == "dp" else layout.mp_group(0))
+        return self._groups[kind]
+
     def record_memory(self) -> None:
         self.events.append(schema.counter("memory", 0, self.env.now * 1e6, dict(self.ledger.totals)))
 
@@ -86,7 +94,6 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
     """Execute the ops `indices` of one stream in order, each after its dependencies."""
     ops, done, ledger = run.plan.ops, run.done, run.ledger
     gpu, dtype = run.s.cluster.gpu, run.s.precision.dtype
-    layout = run.s.layout
     for i in indices:
         op = ops[i]
         for d in op.deps:
@@ -101,7 +108,6 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
         if op.is_collective:
             algorithm, phases = run.phases(op)
             yield from collective(env, run.fabric, phases)
-            group = layout.dp_group(0) if op.group == "dp" else layout.mp_group(0)
             stats = run.comm.setdefault((op.group, op.collective), CommStats())
             stats.count += 1
             stats.payload_bytes += op.nbytes
@@ -112,8 +118,7 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             best = run.algorithms.get(op.group)
             if best is None or op.nbytes > best[0]:
                 run.algorithms[op.group] = (op.nbytes, algorithm)
-            args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group_size=len(group),
-                        group=f"{op.group}: ranks {group.start}..{group.stop - 1} step {group.step}",
+            args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=run.group_list(op.group),
                         algorithm=algorithm)
         else:
             key = (op.flops, op.hbm_bytes)
