@@ -4,8 +4,9 @@ records op, bytes, dtype, group (global ranks), issue and completion time as a `
 Bytes follow nccl-tests (docs/trace-schema.md): the whole buffer of an all_reduce, the whole
 gathered buffer of an all_gather and the whole input of a reduce_scatter. Ops are issued async
 (so they can overlap compute) and recorded when waited on: `ts` is the issue time, the end is when
-the op completed (its future's callback on gloo; on CUDA the host time after waiting and
-synchronising the stream), and `blocked_us` is how long the caller itself sat in `wait()`.
+the op completed (its future's callback on gloo, or the return of `wait()` for gloo's
+reduce_scatter, which has no future; on CUDA the host time after waiting and synchronising the
+stream, since an NCCL future completes at enqueue), and `blocked_us` is how long the caller itself sat in `wait()`.
 Each event carries `seq`, its index among this group's collectives, which lets `merge` line up
 the same collective on every rank and fill in `last_arrival_ts`.
 
@@ -94,5 +95,8 @@ class Collectives:
 
             def done(_fut, record=pending.done_us):
                 record.append(origin())
-            work.get_future().then(done)
+            try:
+                work.get_future().then(done)
+            except RuntimeError:
+                pass  # gloo's reduce_scatter has no future ("Work::getFuture not implemented"): end = wait
         return pending

@@ -1,0 +1,66 @@
+"""The options of a traced run, shared by `zsim trace` and `python -m runtime` (no torch import
+here: `zsim --help` must stay fast)."""
+
+from __future__ import annotations
+
+import argparse
+
+from runtime.config import DEFAULT_BUCKET_ELEMENTS, PRECISIONS, RunConfig, read_model_file
+from zsim.errors import ConfigError
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, metavar="YAML",
+                        help="a scenario YAML (its model: section; its zero: and precision: give defaults) "
+                             "or a YAML holding only model keys")
+    parser.add_argument("--ranks", type=int, default=None, help="processes to spawn (default 2); "
+                        "under torchrun, WORLD_SIZE")
+    parser.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=None,
+                        help="ZeRO-DP stage (default: the scenario's zero.stage; required for a model-only YAML)")
+    parser.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="default: the scenario's precision.dtype, fp32 for a model-only YAML")
+    parser.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                        help="activation checkpointing per block (default: the scenario's, else off)")
+    parser.add_argument("--grad-accum", type=int, default=None, help="micro-batches per step (overrides the model's)")
+    parser.add_argument("--bucket-elements", type=int, default=None,
+                        help=f"gradient elements per bucket (default: the scenario's, else {DEFAULT_BUCKET_ELEMENTS})")
+    parser.add_argument("--prefetch", type=int, choices=(0, 1), default=None,
+                        help="stage 3: layers gathered ahead (default: the scenario's, else 1)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    parser.add_argument("--mp", type=int, default=1, help="tensor-parallel degree (only 1 is implemented)")
+    parser.add_argument("--seed", type=int, default=0, help="model initialisation and synthetic data seed")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto: one rank per GPU with NCCL when GPUs exist, else CPU with gloo")
+    parser.add_argument("--profile", action="store_true", help="also write a PyTorch profiler trace per rank")
+    parser.add_argument("--fail-rank", type=int, default=None, help="testing aid: this rank raises ...")
+    parser.add_argument("--fail-at-step", type=int, default=None, help="... at this step (0-based)")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the trace files")
+
+
+def config_from_args(args: argparse.Namespace, *, world_size: int | None = None) -> RunConfig:
+    """The validated run. `world_size` (torchrun's WORLD_SIZE) wins over --ranks.
+
+    Raises:
+        ConfigError: unreadable model file, invalid model keys, or an invalid option.
+    """
+    found = read_model_file(args.model)
+    stage = args.stage if args.stage is not None else found.stage
+    if stage is None:
+        raise ConfigError(f"{args.model} is a model-only YAML: give --stage", path="stage")
+    ranks = world_size if world_size is not None else (args.ranks if args.ranks is not None else 2)
+    if world_size is not None and args.ranks not in (None, world_size):
+        raise ConfigError(f"--ranks {args.ranks} disagrees with WORLD_SIZE {world_size}", path="ranks")
+
+    def pick(given, from_file, default):
+        return given if given is not None else (from_file if from_file is not None else default)
+
+    return RunConfig(
+        model=found.model, stage=stage, world_size=ranks, out_dir=args.output, mp=args.mp, steps=args.steps,
+        precision=pick(args.precision, found.precision, "fp32"),
+        checkpointing=pick(args.checkpointing, found.checkpointing, False),
+        grad_accum=args.grad_accum,
+        bucket_elements=pick(args.bucket_elements, found.bucket_elements, DEFAULT_BUCKET_ELEMENTS),
+        prefetch_layers=pick(args.prefetch, found.prefetch_layers, 1),
+        lr=args.lr, seed=args.seed, device=args.device, profile=args.profile,
+        fail_rank=args.fail_rank, fail_at_step=args.fail_at_step)

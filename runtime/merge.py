@@ -1,0 +1,93 @@
+"""After a run: facts that need every rank's trace.
+
+- `last_arrival_ts` on each collective: the same collective is matched across ranks by its group
+  and `seq`; the latest issue time among the members (on rank 0's clock, via each file's
+  `clock_offset_us`) is written back on each rank's own clock. `ts + dur - last_arrival_ts` is
+  then the collective's time without waiting for stragglers.
+- `summary.json`: the loss per step (mean over DP ranks = the loss of the global batch), model
+  state bytes per rank, and per-step collective bytes.
+
+Run by the launcher; after a torchrun job, copy the rank files into one folder and run
+`python -m runtime.merge DIR`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
+    """rank -> trace document, for every rank<R>.trace.json in `out_dir`."""
+    traces = {}
+    for path in sorted(out_dir.glob("rank*.trace.json")):
+        doc = json.loads(path.read_text())
+        traces[doc["metadata"]["rank"]] = doc
+    return traces
+
+
+def fill_last_arrival(traces: dict[int, dict[str, Any]]) -> int:
+    """Set `args.last_arrival_ts` where every member's event is present; returns how many were set."""
+    members: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
+    for rank, doc in traces.items():
+        for event in doc["traceEvents"]:
+            if event.get("cat") == "comm" and "seq" in event.get("args", {}):
+                members[(tuple(event["args"]["group"]), event["args"]["seq"])].append((rank, event))
+    filled = 0
+    for (group, _), found in members.items():
+        if len(found) != len(group):
+            continue  # a rank stopped early: arrival unknown
+        offsets = {rank: traces[rank]["metadata"]["clock_offset_us"] for rank, _ in found}
+        last = max(event["ts"] + offsets[rank] for rank, event in found)
+        for rank, event in found:
+            event["args"]["last_arrival_ts"] = last - offsets[rank]
+            filled += 1
+    return filled
+
+
+def step_volumes(doc: dict[str, Any]) -> dict[int, dict[str, int]]:
+    """step -> {op: bytes} over this rank's collectives (nccl-tests bytes), plus `paper_bytes`:
+    2 x all_reduce + reduce_scatter + all_gather, the ZeRO paper's per-rank volume (§7: an
+    all-reduce is a reduce-scatter and an all-gather, each moving the buffer once)."""
+    volumes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for event in doc["traceEvents"]:
+        args = event.get("args", {})
+        if event.get("cat") != "comm" or "op" not in args:
+            continue
+        step = volumes[args["step"]]
+        step[args["op"]] += args["bytes"]
+        if not event["name"].endswith("grads.overflow"):  # the fp16 overflow flag is not a model state
+            step["paper_bytes"] += args["bytes"] * (2 if args["op"] == "all_reduce" else 1)
+    return {s: dict(v) for s, v in volumes.items()}
+
+
+def merge(out_dir: Path) -> dict[str, Any]:
+    """Fill in last_arrival_ts in every trace file and write summary.json; returns the summary."""
+    traces = load_traces(out_dir)
+    fill_last_arrival(traces)
+    for rank, doc in traces.items():
+        (out_dir / f"rank{rank}.trace.json").write_text(json.dumps(doc))
+    ranks = {}
+    for path in sorted(out_dir.glob("rank*.summary.json")):
+        data = json.loads(path.read_text())
+        ranks[data["rank"]] = data
+    steps = min((len(r["losses"]) for r in ranks.values()), default=0)
+    losses = [sum(r["losses"][s] for r in ranks.values()) / len(ranks) for s in range(steps)]
+    summary = {
+        "ranks": sorted(ranks),
+        "losses": losses,
+        "metadata": next(iter(traces.values()))["metadata"] if traces else {},
+        "model_states": {rank: r["model_states"] for rank, r in ranks.items()},
+        "peak_bytes": {rank: r.get("peak_bytes") for rank, r in ranks.items()},
+        "step_seconds": [max(r["step_seconds"][s] for r in ranks.values()) for s in range(steps)],
+        "collective_bytes": {rank: step_volumes(doc) for rank, doc in traces.items()},
+    }
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+if __name__ == "__main__":
+    merge(Path(sys.argv[1]))

@@ -1,0 +1,214 @@
+"""One rank of a traced run: set up torch.distributed, train for `steps` steps with the chosen ZeRO
+stage, and write `rank<R>.trace.json` (after every step) and `rank<R>.summary.json`.
+
+Run by the launcher (`zsim trace`, `python -m runtime`), or by torchrun (`python -m runtime` reads
+RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT). NCCL and `cuda:<LOCAL_RANK>` when GPUs
+exist (or --device cuda), gloo and CPU otherwise. The process group is destroyed in `finally`;
+on an error the rank writes `rank<R>.error.json` (its error in one line, with a timestamp) so the
+launcher can say which rank failed first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import zsim
+from runtime.comm import Collectives
+from runtime.config import RunConfig
+from runtime.data import global_batch, micro_batch
+from runtime.ledger import MemoryLedger
+from runtime.model import GPT, GPTConfig
+from runtime.tracer import Tracer
+from runtime.zero import ENGINES
+from runtime.zero.engine import EngineOptions
+
+
+class InjectedFailure(RuntimeError):
+    """Raised by --fail-rank / --fail-at-step (a testing aid for the launcher's teardown)."""
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """Where this process sits, from the torchrun-style environment."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+
+    @classmethod
+    def from_environ(cls) -> RankEnv:
+        world = int(os.environ["WORLD_SIZE"])
+        return cls(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)),
+                   int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+
+
+def trace_path(out_dir: Path, rank: int) -> Path:
+    return out_dir / f"rank{rank}.trace.json"
+
+
+def summary_path(out_dir: Path, rank: int) -> Path:
+    return out_dir / f"rank{rank}.summary.json"
+
+
+def error_path(out_dir: Path, rank: int) -> Path:
+    return out_dir / f"rank{rank}.error.json"
+
+
+def main(cfg: RunConfig, env: RankEnv) -> int:
+    """Train and trace on this rank; returns the exit code (1 after an error, which is recorded)."""
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    error_path(out, env.rank).unlink(missing_ok=True)
+    try:
+        _train(cfg, env, out)
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - recorded for the launcher, then re-signalled by exit code
+        error_path(out, env.rank).write_text(json.dumps({
+            "rank": env.rank, "time_ns": time.time_ns(), "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc()}))
+        traceback.print_exc()
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _device(cfg: RunConfig, env: RankEnv) -> tuple[torch.device, str]:
+    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        torch.cuda.set_device(env.local_rank)
+        return torch.device("cuda", env.local_rank), "nccl"
+    # Share the cores among the ranks on this host, or 8 processes x all cores thrash.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
+    return torch.device("cpu"), "gloo"
+
+
+def _clock_offset_us(tracer: Tracer, device: torch.device) -> float:
+    """Microseconds to add to this rank's timestamps to put them on rank 0's clock: after a
+    barrier every rank reads its clock at (nearly) the same instant; the readings are all-gathered
+    (error: the barrier's exit skew, microseconds on one host)."""
+    dist.barrier()
+    now = torch.tensor([tracer.now_us()], dtype=torch.float64, device=device)
+    readings = [torch.zeros_like(now) for _ in range(dist.get_world_size())]
+    dist.all_gather(readings, now)
+    return float(readings[0].item() - now.item())
+
+
+def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
+    device, backend = _device(cfg, env)
+    dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(minutes=10),
+                            device_id=device if device.type == "cuda" else None)
+    on_cuda = device.type == "cuda"
+    tracer = Tracer(env.rank, sync=(lambda: torch.cuda.current_stream().synchronize()) if on_cuda else None,
+                    cuda_memory=_cuda_memory if on_cuda else None)
+    offset = _clock_offset_us(tracer, device)
+    ledger = MemoryLedger(on_change=tracer.memory)
+    m = cfg.model
+    torch.manual_seed(cfg.seed)
+    model = GPT(GPTConfig(layers=m.layers, hidden=m.hidden, heads=m.heads, seq_len=m.seq_len, vocab=m.vocab))
+    comm = Collectives(tracer, None, on_cuda=on_cuda)  # mp = 1: the DP group is the world
+    engine = ENGINES[cfg.stage](model, options=EngineOptions(
+        precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
+        prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch),
+        comm=comm, tracer=tracer, ledger=ledger, device=device)
+    metadata = _metadata(cfg, env, engine, backend, device, offset)
+    summary: dict[str, Any] = {"rank": env.rank, "dp_rank": engine.rank, "losses": [],
+                               "model_states": engine.model_state_bytes(), "params": engine.params,
+                               "params_padded": engine.params_padded, "step_seconds": []}
+    profiler = _profiler(cfg, out, env.rank)
+    progress = _progress(cfg, env)
+    try:
+        for step in range(cfg.steps):
+            tracer.step = step
+            if cfg.fail_rank == env.rank and cfg.fail_at_step == step:
+                raise InjectedFailure(f"injected failure at step {step} (--fail-rank {env.rank})")
+            tokens = global_batch(seed=cfg.seed, step=step, sequences=cfg.global_batch, seq_len=m.seq_len,
+                                  vocab=m.vocab)
+            batches = [micro_batch(tokens, micro=i, dp_rank=engine.rank, dp=engine.dp, size=m.micro_batch)
+                       for i in range(cfg.accum)]
+            start = time.perf_counter()
+            loss = engine.train_step(batches, reduce_every_micro_batch=cfg.stage >= 2)
+            summary["step_seconds"].append(time.perf_counter() - start)
+            summary["losses"].append(loss)
+            summary["skipped_steps"] = engine.skipped_steps
+            summary["peak_bytes"] = dict(ledger.peak, total=ledger.peak_total)
+            if profiler is not None:
+                profiler.step()
+            tracer.write(trace_path(out, env.rank), metadata)
+            summary_path(out, env.rank).write_text(json.dumps(summary, indent=1))
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(loss=f"{loss:.4f}")
+    finally:
+        if progress is not None:
+            progress.close()
+        if profiler is not None:
+            profiler.stop()
+        tracer.write(trace_path(out, env.rank), metadata)
+
+
+def _metadata(cfg: RunConfig, env: RankEnv, engine, backend: str, device: torch.device, offset: float
+              ) -> dict[str, Any]:
+    return {
+        "source": "measured",
+        "model": cfg.model.model_dump(),
+        "params": engine.params,
+        "params_padded": engine.params_padded,
+        "zero": {"stage": cfg.stage, "activation_checkpointing": cfg.checkpointing,
+                 "reduce_bucket_elements": cfg.bucket_elements, "prefetch_layers": cfg.prefetch_layers},
+        "precision": cfg.precision,
+        "grad_accum": cfg.accum,
+        "global_batch": cfg.global_batch,
+        "steps": cfg.steps,
+        "seed": cfg.seed,
+        "world_size": env.world_size, "dp": cfg.dp, "mp": cfg.mp,
+        "rank": env.rank,
+        "backend": backend,
+        "device": str(device),
+        "host": socket.gethostname(),
+        "versions": {"zsim": zsim.__version__, "torch": torch.__version__, "python": platform.python_version()},
+        "clock_offset_us": offset,
+        "model_states": engine.model_state_bytes(),
+    }
+
+
+def _cuda_memory() -> dict[str, int]:
+    return {"allocated": torch.cuda.memory_allocated(), "max_allocated": torch.cuda.max_memory_allocated(),
+            "reserved": torch.cuda.memory_reserved()}
+
+
+def _profiler(cfg: RunConfig, out: Path, rank: int):
+    """--profile: a PyTorch profiler (Kineto) trace per rank, written next to ours."""
+    if not cfg.profile:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+
+    def write(prof) -> None:
+        prof.export_chrome_trace(str(out / f"rank{rank}.kineto.json"))
+    prof = profile(activities=activities, on_trace_ready=write, record_shapes=True)
+    prof.start()
+    return prof
+
+
+def _progress(cfg: RunConfig, env: RankEnv):
+    """A progress bar over steps on rank 0's stderr when it is a terminal (or ZSIM_PROGRESS=1)."""
+    if env.rank != 0 or not (sys.stderr.isatty() or os.environ.get("ZSIM_PROGRESS") == "1"):
+        return None
+    from tqdm import tqdm
+    return tqdm(total=cfg.steps, desc=f"stage {cfg.stage} x{env.world_size}", unit="step", file=sys.stderr)

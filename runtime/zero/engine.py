@@ -1,0 +1,262 @@
+"""The training step every ZeRO stage shares; each stage (stage0.py ... stage3.py) says where the
+model states live and how gradients and parameters move.
+
+A step: zero the gradients; for each micro-batch, forward unit by unit (`fwd/<unit>` events),
+then backward, where hooks time each unit (`bwd/<unit>`: from the gradient of the unit's output
+to its parameter gradient being accumulated) and hand the unit's gradient to the stage
+(`grad_ready`); then wait for the reductions and step the optimizer (`optimizer/step`).
+
+The loss is multiplied by S / (grad_accum x Nd) before backward (S: the fp16 loss scale, else 1),
+so that summing gradients over ranks gives the gradient of the mean loss over the global batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.func import functional_call
+
+from runtime.comm import Collectives
+from runtime.flat import FlatLayout
+from runtime.ledger import MemoryLedger
+from runtime.model import GPT, GPTConfig, forward_flops, unit_name
+from runtime.tracer import Tracer
+from runtime.zero.activations import SavedTensors
+from runtime.zero.checkpointing import CheckpointedBlock
+from runtime.zero.loss_scaler import DynamicLossScaler
+from runtime.zero.optimizer import FlatAdam, Segment
+from zsim.trace.schema import layer_event
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(eq=False)
+class Unit:
+    """One of the model's units (embedding, a block, the head) and its flat parameter buffer."""
+
+    index: int
+    name: int | str  # "embed", block number, "head"
+    module: nn.Module  # structure only (meta tensors); run with views of `param`
+    layout: FlatLayout
+    param: torch.Tensor  # the leaf autograd sees: the whole (padded) unit, working dtype
+    flops: int  # forward FLOPs per micro-batch
+
+
+def unit_what(u: Unit) -> str:
+    """The `<what>` of a unit's collectives: `layer.12`, `embed`, `head`."""
+    return f"layer.{u.name}" if isinstance(u.name, int) else str(u.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOptions:
+    precision: str  # fp32, fp16, bf16
+    checkpointing: bool  # activation checkpointing per block
+    bucket_elements: int  # gradient elements per bucket
+    prefetch_layers: int  # stage 3: 0 or 1
+    lr: float
+    micro_batch: int
+
+
+class ZeroEngine:
+    """Template for the stages. Subclasses set `stage` and `partitioned` (the model-state
+    categories split across DP ranks) and implement `setup`, `zero_grads`, `grad_ready`,
+    `finish_reduction`; stage 3 also the gather hooks."""
+
+    stage: int
+    partitioned: frozenset[str]
+
+    def __init__(self, model: GPT, *, options: EngineOptions, comm: Collectives, tracer: Tracer,
+                 ledger: MemoryLedger, device: torch.device):
+        self.cfg: GPTConfig = model.cfg
+        self.options = options
+        self.comm, self.tracer, self.ledger, self.device = comm, tracer, ledger, device
+        self.dtype = DTYPES[options.precision]
+        self.mixed = options.precision != "fp32"
+        self.dp = comm.size
+        self.rank = comm.ranks.index(dist.get_rank())  # this rank's index in the DP group
+        self.scaler = DynamicLossScaler() if options.precision == "fp16" else None
+        self.skipped_steps = 0
+        self.reduce_now = True  # does this micro-batch's backward reduce gradients?
+        parts = self.dp if self.partitioned else 1
+        self.units: list[Unit] = []
+        init32: list[torch.Tensor] = []
+        count = len(model.units)
+        for i, module in enumerate(model.units):
+            layout = FlatLayout.of(module, parts)
+            init32.append(layout.flatten(module).to(device))
+            module.to("meta")  # the engine's flat buffers replace the module's own tensors
+            name = unit_name(i, count)
+            self.units.append(Unit(i, name, module, layout, torch.empty(0), forward_flops(self.cfg, name,
+                                                                                            options.micro_batch)))
+        self.activations = self._saved_tensors()
+        self.optimizer = self.setup(init32)
+        for u in self.units:
+            u.param.register_post_accumulate_grad_hook(partial(self._backward_ends, u))
+        self._backward_start: dict[int, float] = {}
+
+    # --- what a stage provides -------------------------------------------------------------------
+    def setup(self, init32: list[torch.Tensor]) -> FlatAdam:
+        """Allocate parameters, gradients and optimizer state (accounting them); return the optimizer."""
+        raise NotImplementedError
+
+    def zero_grads(self) -> None:
+        raise NotImplementedError
+
+    def grad_ready(self, unit: Unit) -> None:
+        """`unit.param.grad` holds this micro-batch's (accumulated) gradient of the unit."""
+        raise NotImplementedError
+
+    def finish_reduction(self) -> None:
+        """Wait for every gradient reduction of the step."""
+        raise NotImplementedError
+
+    def after_step(self) -> None:
+        """After a successful optimizer step (stages 1-2: all-gather the updated parameters)."""
+
+    def before_forward(self, unit: Unit) -> None:
+        """Stage 3: gather the unit's parameters."""
+
+    def after_forward(self, unit: Unit) -> None:
+        """Stage 3: release them."""
+
+    def before_backward(self, unit: Unit) -> None:
+        """Stage 3: gather them again."""
+
+    def after_backward(self, unit: Unit) -> None:
+        """Stage 3: release them again."""
+
+    def _saved_tensors(self) -> SavedTensors:
+        def param_unit(ptr: int) -> int | None:
+            return next((u.index for u in self.units if u.param.untyped_storage().data_ptr() == ptr), None)
+        return SavedTensors(param_unit)
+
+    # --- the step --------------------------------------------------------------------------------
+    def train_step(self, batches: list[tuple[torch.Tensor, torch.Tensor]], *, reduce_every_micro_batch: bool
+                   ) -> float:
+        """One optimizer step over this rank's micro-batches; returns their mean loss (unscaled)."""
+        self.zero_grads()
+        losses = []
+        for m, (inputs, targets) in enumerate(batches):
+            self.tracer.micro_batch = m
+            self.reduce_now = reduce_every_micro_batch or m == len(batches) - 1
+            scale = self.scaler.scale if self.scaler else 1.0
+            losses.append(self._forward_backward(inputs, targets, scale / (len(batches) * self.dp)))
+        self.finish_reduction()
+        self._optimizer_step()
+        return sum(losses) / len(losses)
+
+    def _forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor, multiplier: float) -> float:
+        with self.activations.hooks():
+            h = inputs.to(self.device)
+            targets = targets.to(self.device)
+            for u in self.units:
+                self.before_forward(u)
+                self.activations.current = u.index
+                with self.tracer.span(layer_event("fwd", u.name), flops=u.flops):
+                    h = self._run(u, h, targets)
+                self.activations.current = None
+                self.ledger.set("activations", self.activations.total)
+                self.after_forward(u)
+                h.register_hook(partial(self._backward_begins, u))
+            (h * multiplier).backward()
+        return h.item()
+
+    def _run(self, u: Unit, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if u.name == "head":
+            return functional_call(u.module, u.layout.views(u.param), (h, targets))
+        if self.options.checkpointing and isinstance(u.name, int):
+            def run(x: torch.Tensor, param: torch.Tensor, module=u.module, layout=u.layout) -> torch.Tensor:
+                return functional_call(module, layout.views(param), (x,))
+            return CheckpointedBlock.apply(run, partial(self._recompute, u), h, u.param)
+        return functional_call(u.module, u.layout.views(u.param), (h,))
+
+    @contextmanager
+    def _recompute(self, u: Unit) -> Iterator[None]:
+        self.activations.current = u.index
+        with self.tracer.span(layer_event("recompute", u.name), flops=u.flops):
+            yield
+        self.activations.current = None
+        self.ledger.set("activations", self.activations.total)
+
+    def _backward_begins(self, u: Unit, grad: torch.Tensor) -> None:
+        self._backward_start[u.index] = self.tracer.now_us()
+        self.before_backward(u)
+
+    def _backward_ends(self, u: Unit, param: torch.Tensor) -> None:
+        start = self._backward_start.pop(u.index)
+        self.tracer.complete(layer_event("bwd", u.name), "compute", start, self.tracer.now_us(), flops=2 * u.flops)
+        self.activations.release(u.index)
+        self.ledger.set("activations", self.activations.total)
+        self.grad_ready(u)
+        self.after_backward(u)
+
+    def _optimizer_step(self) -> None:
+        overflow = self._overflow()
+        with self.tracer.span("optimizer/step", elements=self.optimizer.elements, skipped=overflow):
+            if not overflow:
+                self.optimizer.step(1.0 / self.scaler.scale if self.scaler else 1.0)
+        if self.scaler:
+            self.scaler.update(overflow)
+        if overflow:
+            self.skipped_steps += 1
+        else:
+            self.after_step()
+
+    def _overflow(self) -> bool:
+        """fp16: did any gradient overflow on any rank? Stage 0 holds the whole reduced gradient on
+        every rank, so its local answer is global; partitioned gradients need a 1-element all-reduce."""
+        if self.scaler is None:
+            return False
+        local = self.optimizer.found_overflow()
+        if "optimizer" not in self.partitioned:
+            return local
+        flag = torch.tensor([float(local)], device=self.device)
+        self.comm.all_reduce(flag, "grads.overflow", op=dist.ReduceOp.MAX).wait()
+        return bool(flag.item())
+
+    # --- facts for the trace ---------------------------------------------------------------------
+    @property
+    def params(self) -> int:
+        """Ψ: the model's parameters."""
+        return sum(u.layout.numel for u in self.units)
+
+    @property
+    def params_padded(self) -> int:
+        """Ψ rounded up per unit to a multiple of Nd when partitioned (the elements communicated)."""
+        return sum(u.layout.padded for u in self.units)
+
+    def model_state_bytes(self) -> dict[str, dict[str, int]]:
+        """Per category, bytes this rank allocates (`bytes`, padding included) and of real
+        parameters (`real`): es·Ψ for unpartitioned states, es·(its shards) for partitioned ones
+        (ZeRO paper Table 1 / §5: es = 2 mixed, 4 fp32; optimizer K = 12 mixed, 8 fp32)."""
+        per_element = {"params": self.dtype.itemsize, "grads": self.dtype.itemsize,
+                       "optimizer": 12 if self.mixed else 8}
+        result = {}
+        for category, es in per_element.items():
+            if category in self.partitioned:
+                alloc = sum(u.layout.shard for u in self.units)
+                real = sum(u.layout.shard_real(self.rank) for u in self.units)
+            else:
+                alloc, real = self.params_padded, self.params
+            result[category] = {"bytes": alloc * es, "real": real * es}
+        return result
+
+    # --- helpers for the stages ------------------------------------------------------------------
+    def _shard(self, flat: torch.Tensor, u: Unit) -> torch.Tensor:
+        """This rank's shard of a unit-sized flat tensor."""
+        s = u.layout.shard
+        return flat[self.rank * s:(self.rank + 1) * s]
+
+    def _owned_segments(self, init32: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]
+                        ) -> list[Segment]:
+        return [Segment(p, g, self._shard(i, u) if "optimizer" in self.partitioned else i)
+                for u, i, p, g in zip(self.units, init32, params, grads)]
+
+    def _optimizer(self, segments: list[Segment]) -> FlatAdam:
+        return FlatAdam(segments, ledger=self.ledger, mixed=self.mixed, lr=self.options.lr)
