@@ -8,7 +8,7 @@ the simulator's own `ModelSection`, validated by the same code, so both halves r
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,3 @@ class RunConfig:
         data: dict[str, Any] = json.loads(text)
         data["model"] = ModelSection.model_validate(data["model"])
         return cls(**data)
-
-    def with_(self, **changes: Any) -> RunConfig:
-        return replace(self, **changes)

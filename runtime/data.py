@@ -1,4 +1,8 @@
-"""Synthetic training data: seeded random tokens, so that no data set is needed.
+"""Synthetic training data: seeded token sequences, so that no data set is needed.
+
+Each sequence counts up from a random start by a random stride of 1-4 (mod V), so there is
+something to learn (the loss falls from ln V towards ln 4 and below) and parity tests compare
+real training, not noise.
 
 Every rank generates the same global batch for a step (from the seed and the step number) and
 takes its own slice: micro-batch m of DP rank d is rows [(m·dp + d)·B, (m·dp + d + 1)·B) of the
@@ -14,7 +18,9 @@ import torch
 def global_batch(*, seed: int, step: int, sequences: int, seq_len: int, vocab: int) -> torch.Tensor:
     """(sequences, seq_len + 1) int64 tokens of step `step`; inputs are [:, :-1], targets [:, 1:]."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    return torch.randint(0, vocab, (sequences, seq_len + 1), generator=gen)
+    start = torch.randint(0, vocab, (sequences, 1), generator=gen)
+    stride = torch.randint(1, 5, (sequences, 1), generator=gen)
+    return (start + stride * torch.arange(seq_len + 1)) % vocab
 
 
 def micro_batch(tokens: torch.Tensor, *, micro: int, dp_rank: int, dp: int, size: int

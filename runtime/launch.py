@@ -1,9 +1,12 @@
 """Spawn the ranks of a traced run on this machine and tear them down, always.
 
-Each rank is `python -m runtime --config <out>/config.json` with the torchrun environment
-(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT), its output in
-`<out>/rank<R>.log`. On Linux each child also gets PR_SET_PDEATHSIG, so it dies with the launcher
-even if the launcher is killed. When a rank exits with an error, the others are terminated
+Ranks are forked from a multiprocessing *forkserver* that has imported torch and the runtime once
+(importing torch costs ~2 s of CPU per process: 8 ranks on 2 cores would spend 8 s just starting).
+The forkserver never runs a torch op, so forking it is safe, also before CUDA is initialised. Each
+rank gets the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free
+MASTER_PORT) and writes its output to `<out>/rank<R>.log`; it runs the same `worker.main` that
+`python -m runtime` runs under torchrun. On Linux each rank also gets PR_SET_PDEATHSIG, so it dies
+with its parent even if the launcher is killed. When a rank exits with an error, the others are terminated
 (SIGTERM, then SIGKILL after a grace period), the rank that failed first is named (from the
 `rank<R>.error.json` files), and the trace files the healthy ranks wrote are kept.
 """
@@ -11,11 +14,12 @@ even if the launcher is killed. When a rank exits with an error, the others are 
 from __future__ import annotations
 
 import ctypes
+import glob
 import json
+import multiprocessing
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -56,14 +60,22 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL me when my parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    """In the child: SIGKILL me when my parent dies (Linux prctl PR_SET_PDEATHSIG)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except OSError:
         pass  # not Linux: the launcher's own teardown still applies
 
 
+def _gpu_device_nodes() -> bool:
+    """Could torch see a GPU here? Without an NVIDIA or ROCm device node it cannot, and the
+    launcher then skips importing torch (about 2 s) just to ask."""
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd")) or sys.platform != "linux"
+
+
 def _check_devices(cfg: RunConfig) -> None:
+    if cfg.device == "cpu" or (cfg.device == "auto" and not _gpu_device_nodes()):
+        return
     import torch
 
     if cfg.device == "cuda" and not torch.cuda.is_available():
@@ -86,23 +98,21 @@ def launch(cfg: RunConfig, *, progress: bool = False, poll_s: float = 0.05) -> L
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("rank*.json"), *out.glob("rank*.log"), out / "summary.json"]:
         stale.unlink(missing_ok=True)  # a previous run's files would mix with this one's
-    config_path = out / "config.json"
-    config_path.write_text(cfg.to_json())
+    config_json = cfg.to_json()
+    (out / "config.json").write_text(config_json)
     port = free_port()
-    package_root = str(Path(__file__).resolve().parent.parent)
-    procs: list[subprocess.Popen] = []
-    logs = []
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["runtime.worker"])
+    procs: list[multiprocessing.process.BaseProcess] = []
     try:
         for rank in range(cfg.world_size):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(cfg.world_size), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(cfg.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
-                       ZSIM_PROGRESS="1" if progress and rank == 0 else "0")
-            log = open(out / f"rank{rank}.log", "wb")  # noqa: SIM115 - closed in finally
-            logs.append(log)
-            stderr = None if progress and rank == 0 else subprocess.STDOUT
-            procs.append(subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config_path)],
-                                          env=env, stdout=log, stderr=stderr, preexec_fn=_die_with_parent))
+            env = {"RANK": str(rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": str(rank),
+                   "LOCAL_WORLD_SIZE": str(cfg.world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                   "ZSIM_PROGRESS": "1" if progress and rank == 0 else "0"}
+            proc = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=False,
+                               args=(config_json, env, str(out / f"rank{rank}.log"), progress and rank == 0))
+            proc.start()
+            procs.append(proc)
         result = LaunchResult(out, [p.pid for p in procs])
         failed = _wait(procs, poll_s)
         if failed is not None:
@@ -113,14 +123,27 @@ def launch(cfg: RunConfig, *, progress: bool = False, poll_s: float = 0.05) -> L
         return result
     finally:
         _terminate(procs)
-        for log in logs:
-            log.close()
 
 
-def _wait(procs: list[subprocess.Popen], poll_s: float) -> int | None:
+def _rank_main(config_json: str, env: dict[str, str], log_path: str, keep_stderr: bool) -> None:
+    """A rank, in the forked child: its environment, its log, then the worker."""
+    _die_with_parent()
+    os.environ.update(env)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    os.dup2(log, 1)
+    if not keep_stderr:
+        sys.stderr.flush()
+        os.dup2(log, 2)
+    from runtime import worker
+
+    sys.exit(worker.main(RunConfig.from_json(config_json), worker.RankEnv.from_environ()))
+
+
+def _wait(procs: list, poll_s: float) -> int | None:
     """Block until all ranks exit 0 (None) or one exits non-zero (its rank)."""
     while True:
-        codes = [p.poll() for p in procs]
+        codes = [p.exitcode for p in procs]
         for rank, code in enumerate(codes):
             if code not in (None, 0):
                 return rank
@@ -129,21 +152,20 @@ def _wait(procs: list[subprocess.Popen], poll_s: float) -> int | None:
         time.sleep(poll_s)
 
 
-def _terminate(procs: list[subprocess.Popen]) -> None:
+def _terminate(procs: list) -> None:
     """SIGTERM every live rank, SIGKILL what is left after GRACE_S, and reap them all."""
     for p in procs:
-        if p.poll() is None:
+        if p.exitcode is None:
             p.terminate()
     deadline = time.monotonic() + GRACE_S
     for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+        if p.exitcode is None:
             p.kill()
-            p.wait()
+            p.join()
 
 
-def _first_failure(out: Path, procs: list[subprocess.Popen], detected: int) -> RankFailure:
+def _first_failure(out: Path, procs: list, detected: int) -> RankFailure:
     """The rank whose error came first (peers of a dead rank fail later, with connection errors)."""
     errors = []
     for rank in range(len(procs)):
@@ -157,6 +179,6 @@ def _first_failure(out: Path, procs: list[subprocess.Popen], detected: int) -> R
     if errors:
         _, rank, error = min(errors)
         return RankFailure(rank, error, out / f"rank{rank}.log")
-    code = procs[detected].returncode
+    code = procs[detected].exitcode
     how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
     return RankFailure(detected, how, out / f"rank{detected}.log")

@@ -41,9 +41,9 @@ def fill_last_arrival(traces: dict[int, dict[str, Any]]) -> int:
         if len(found) != len(group):
             continue  # a rank stopped early: arrival unknown
         offsets = {rank: traces[rank]["metadata"]["clock_offset_us"] for rank, _ in found}
-        last = max(event["ts"] + offsets[rank] for rank, event in found)
-        for rank, event in found:
-            event["args"]["last_arrival_ts"] = last - offsets[rank]
+        for rank, event in found:  # on this rank's clock; its own issue time exactly, not via offsets
+            event["args"]["last_arrival_ts"] = max(
+                other["ts"] if m == rank else other["ts"] + offsets[m] - offsets[rank] for m, other in found)
             filled += 1
     return filled
 

@@ -1,0 +1,90 @@
+"""`zsim trace` options: user mistakes are one-line errors with exit code 2; a scenario file gives
+the run its defaults."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from runtime.cli import add_run_arguments, config_from_args
+from tests.runtime.conftest import TINY
+from zsim import cli
+from zsim.errors import ConfigError
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "model.yaml"
+    path.write_text("\n".join(f"{k}: {v}" for k, v in TINY.items()))
+    return path
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--ranks", "3", "--mp", "2"], "mp: 2 must be >= 1 and divide the 3 ranks"),
+    (["--ranks", "4", "--mp", "2"], "tensor parallelism is not implemented"),
+    (["--steps", "0"], "steps: must be >= 1"),
+    (["--fail-rank", "1"], "--fail-rank and --fail-at-step go together"),
+])
+def test_bad_options_exit_2_with_one_line(model_file, tmp_path, capsys, extra, message):
+    code = cli.main(["trace", "--model", str(model_file), "--stage", "1", "-o", str(tmp_path / "o"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_missing_file_and_bad_key(tmp_path, capsys):
+    assert cli.main(["trace", "--model", str(tmp_path / "nope.yaml"), "--stage", "0", "-o", str(tmp_path)]) == 2
+    assert "nope.yaml: no such file" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("layers: 2\nlayerz: 2\nhidden: 32\nheads: 2\nseq_len: 16\nvocab: 64\nmicro_batch: 2\n")
+    assert cli.main(["trace", "--model", str(bad), "--stage", "0", "-o", str(tmp_path)]) == 2
+    assert "did you mean 'layers'" in capsys.readouterr().err
+
+
+def test_model_only_file_needs_a_stage(model_file, tmp_path):
+    with pytest.raises(ConfigError, match="give --stage"):
+        config_from_args(parse("--model", str(model_file), "-o", str(tmp_path)))
+    cfg = config_from_args(parse("--model", str(model_file), "--stage", "2", "-o", str(tmp_path)))
+    assert (cfg.stage, cfg.precision, cfg.checkpointing, cfg.world_size, cfg.accum) == (2, "fp32", False, 2, 1)
+
+
+def test_scenario_file_gives_defaults(tmp_path):
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("""
+model: {layers: 2, hidden: 32, heads: 2, seq_len: 16, vocab: 64, micro_batch: 2, global_batch: 16}
+parallel: {dp: 8}
+zero: {stage: 3, activation_checkpointing: true, reduce_bucket_elements: 1000, prefetch_layers: 1}
+precision: {dtype: bf16}
+hardware: {profile: dgx2, nodes: 1}
+""")
+    cfg = config_from_args(parse("--model", str(scenario), "--ranks", "4", "-o", str(tmp_path)))
+    assert (cfg.stage, cfg.precision, cfg.checkpointing, cfg.bucket_elements) == (3, "bf16", True, 1000)
+    assert cfg.accum == 2  # global_batch 16 = micro_batch 2 x 4 ranks x 2
+    with pytest.raises(ConfigError, match="model.global_batch: 16 is not a multiple"):
+        config_from_args(parse("--model", str(scenario), "--ranks", "3", "-o", str(tmp_path)))
+    override = config_from_args(parse("--model", str(scenario), "--ranks", "4", "--stage", "1", "--precision",
+                                      "fp32", "--no-checkpointing", "-o", str(tmp_path)))
+    assert (override.stage, override.precision, override.checkpointing) == (1, "fp32", False)
+
+
+def test_torchrun_world_size_wins(model_file, tmp_path):
+    args = parse("--model", str(model_file), "--stage", "0", "-o", str(tmp_path))
+    assert config_from_args(args, world_size=8).world_size == 8
+    with pytest.raises(ConfigError, match="disagrees with WORLD_SIZE"):
+        config_from_args(parse("--model", str(model_file), "--stage", "0", "--ranks", "2", "-o", str(tmp_path)),
+                         world_size=8)
+
+
+def test_trace_command_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, zsim.cli; zsim.cli.build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -1,0 +1,118 @@
+"""Exact bytes (issue 5): per-rank model-state bytes in the trace equal the ZeRO paper's partition
+formulas (Table 1, §5) for the model's Ψ, and each step's collectives move the paper's volume (§7)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.flat import FlatLayout
+from runtime.model import GPT, GPTConfig
+from tests.runtime.conftest import TINY
+
+
+def unit_sizes(parts: int) -> tuple[list[int], list[int]]:
+    """(exact, padded) elements of each unit of the tiny model, padded to a multiple of `parts`."""
+    cfg = {k: v for k, v in TINY.items() if k != "micro_batch"}
+    layouts = [FlatLayout.of(u, parts) for u in GPT(GPTConfig(**cfg)).units]
+    return [lay.numel for lay in layouts], [lay.padded for lay in layouts]
+
+
+def paper_bytes(stage: int, precision: str, nd: int) -> dict[str, float]:
+    """Per-rank model states, ZeRO paper Table 1: params es·Ψ, grads es·Ψ, optimizer K·Ψ (es = 2 and
+    K = 12 mixed precision, es = 4 and K = 8 in fp32), each divided by Nd once partitioned
+    (Pos: optimizer; Pos+g: + grads; Pos+g+p: + params). Ψ is padded per unit to a multiple of Nd."""
+    es, k = (4, 8) if precision == "fp32" else (2, 12)
+    psi = sum(unit_sizes(nd if stage else 1)[1])
+    split = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}
+    per_elem = {"params": es, "grads": es, "optimizer": k}
+    return {c: per_elem[c] * psi / (nd if split[c] else 1) for c in per_elem}
+
+
+def setup_counter(trace: dict) -> dict:
+    """The memory counter at the end of setup: the first one with the optimizer state allocated."""
+    return next(e["args"] for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "memory"
+                and e["args"].get("optimizer", 0) > 0)
+
+
+RUNS = [(s, 4, "fp32") for s in (0, 1, 2, 3)] + [(s, 2, "fp16") for s in (1, 3)] + [(2, 2, "bf16")]
+
+
+def run_for(traced, stage: int, ranks: int, precision: str):
+    if precision == "fp32":
+        return traced(f"s{stage}r{ranks}", stage=stage, world_size=ranks)
+    return traced(f"s{stage}r{ranks}{precision}", stage=stage, world_size=ranks, precision=precision)
+
+
+@pytest.mark.parametrize("stage,ranks,precision", RUNS)
+def test_model_state_bytes_match_paper(traced, stage, ranks, precision):
+    run = run_for(traced, stage, ranks, precision)
+    want = paper_bytes(stage, precision, ranks)
+    for rank in range(ranks):
+        counted = setup_counter(run.trace(rank))
+        assert {c: counted[c] for c in want} == want, f"rank {rank}"
+        recorded = run.summary["model_states"][str(rank)]
+        assert {c: recorded[c]["bytes"] for c in want} == want
+
+
+@pytest.mark.parametrize("stage,ranks,precision", RUNS)
+def test_real_bytes_cover_psi_once(traced, stage, ranks, precision):
+    """Without padding, the partitioned states of all ranks add up to exactly es·Ψ (each real
+    parameter is owned once); the padding at Nd = 4 makes the padded figure larger."""
+    run = run_for(traced, stage, ranks, precision)
+    psi = sum(unit_sizes(1)[0])
+    es, k = (4, 8) if precision == "fp32" else (2, 12)
+    per_elem = {"params": es, "grads": es, "optimizer": k}
+    split = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}
+    for category, nbytes in per_elem.items():
+        reals = [run.summary["model_states"][str(r)][category]["real"] for r in range(ranks)]
+        assert sum(reals) == nbytes * psi * (1 if split[category] else ranks)
+    if stage and ranks == 4:
+        assert sum(unit_sizes(4)[1]) > psi  # the tiny model really is padded at Nd = 4
+
+
+def test_stage3_params_include_the_gathered_layers_while_live(traced):
+    """Stage 3 params = es·Ψ/Nd plus the gathered units while they are live: with prefetch, the
+    unit computing and the next one, so the peak is base + es·max(P_u + P_u+1); after each step
+    the gathered units are all released."""
+    run = traced("s3r4", stage=3, world_size=4)
+    _, padded = unit_sizes(4)
+    base = 4 * sum(padded) / 4
+    pair = max(a + b for a, b in zip(padded, padded[1:]))
+    for rank in range(4):
+        events = run.trace(rank)["traceEvents"]
+        params = [e["args"]["params"] for e in events if e["ph"] == "C" and e["name"] == "memory"]
+        assert max(params) == base + 4 * pair
+        assert params[-1] == base
+        gathered = {p - base for p in params} - {0}
+        assert {4 * p for p in padded} <= gathered  # each unit was live on its own at some point
+
+
+@pytest.mark.parametrize("stage,ranks,precision", RUNS)
+def test_collective_volume_per_step_matches_paper(traced, stage, ranks, precision):
+    """ZeRO paper §7: 2Ψ per step for stages 0-2 (all-reduce = reduce-scatter + all-gather, or
+    reduce-scatter of gradients + all-gather of parameters), 3Ψ for stage 3 (all-gather in forward
+    and in backward, reduce-scatter of gradients), in elements x element size."""
+    run = run_for(traced, stage, ranks, precision)
+    es = 4 if precision == "fp32" else 2
+    psi = sum(unit_sizes(ranks if stage else 1)[1])
+    volume = es * psi * (3 if stage == 3 else 2)
+    expected_ops = {0: {"all_reduce": es * psi}, 1: {"reduce_scatter": es * psi, "all_gather": es * psi},
+                    2: {"reduce_scatter": es * psi, "all_gather": es * psi},
+                    3: {"reduce_scatter": es * psi, "all_gather": 2 * es * psi}}[stage]
+    if precision == "fp16" and stage:
+        expected_ops["all_reduce"] = 4  # the loss-scaler's overflow flag, one fp32
+    for rank, steps in run.summary["collective_bytes"].items():
+        assert len(steps) == 10
+        for step, ops in steps.items():
+            assert ops.pop("paper_bytes") == volume, f"rank {rank} step {step}"
+            assert ops == expected_ops
+
+
+def test_volume_scales_with_grad_accum_where_gradients_are_partitioned(traced):
+    """With 2 micro-batches, stage 3 gathers and reduce-scatters per micro-batch: 2 x 3Ψ."""
+    from tests.runtime.conftest import tiny_model
+
+    run = traced("accum_s3_ckpt", stage=3, world_size=2, model=tiny_model(grad_accum=2), checkpointing=True)
+    psi = sum(unit_sizes(2)[1])
+    for steps in run.summary["collective_bytes"].values():
+        assert {ops["paper_bytes"] for ops in steps.values()} == {2 * 3 * 4 * psi}
