@@ -16,7 +16,6 @@ deprecated `reduce_scatter_tensor` / `all_gather_into_tensor`; both work on gloo
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch

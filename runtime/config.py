@@ -116,7 +116,7 @@ class RunConfig:
             fail("fail_rank", "--fail-rank and --fail-at-step go together")
         if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:
             fail("fail_rank", f"{self.fail_rank} is not a rank of {self.world_size}")
-        self.accum  # validates the batch arithmetic
+        _ = self.accum  # raises ConfigError when the batch arithmetic does not work
 
     @property
     def dp(self) -> int:

@@ -33,6 +33,10 @@ class Tracer:
         self._sync = sync or (lambda: None)
         self._cuda_memory = cuda_memory
 
+    def sync(self) -> None:
+        """Wait for the device's compute stream (CUDA), so that a timestamp follows the work."""
+        self._sync()
+
     def now_us(self) -> float:
         """Microseconds since this tracer started."""
         return (time.perf_counter_ns() - self._origin_ns) / 1000.0
@@ -47,7 +51,7 @@ class Tracer:
         """Time the body as one complete event (synchronising the device at the end)."""
         start = self.now_us()
         yield
-        self._sync()
+        self.sync()
         self.complete(name, stream, start, self.now_us(), **args)
 
     def memory(self, values: dict[str, int]) -> None:

@@ -33,7 +33,7 @@ from runtime.ledger import MemoryLedger
 from runtime.model import GPT, GPTConfig
 from runtime.tracer import Tracer
 from runtime.zero import ENGINES
-from runtime.zero.engine import EngineOptions
+from runtime.zero.engine import EngineOptions, ZeroEngine
 
 
 class InjectedFailure(RuntimeError):
@@ -161,7 +161,7 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
         tracer.write(trace_path(out, env.rank), metadata)
 
 
-def _metadata(cfg: RunConfig, env: RankEnv, engine, backend: str, device: torch.device, offset: float
+def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, device: torch.device, offset: float
               ) -> dict[str, Any]:
     return {
         "source": "measured",

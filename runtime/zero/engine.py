@@ -185,11 +185,13 @@ class ZeroEngine:
         self.ledger.set("activations", self.activations.total)
 
     def _backward_begins(self, u: Unit, grad: torch.Tensor) -> None:
+        self.tracer.sync()
         self._backward_start[u.index] = self.tracer.now_us()
         self.before_backward(u)
 
     def _backward_ends(self, u: Unit, param: torch.Tensor) -> None:
         start = self._backward_start.pop(u.index)
+        self.tracer.sync()
         self.tracer.complete(layer_event("bwd", u.name), "compute", start, self.tracer.now_us(), flops=2 * u.flops)
         self.activations.release(u.index)
         self.ledger.set("activations", self.activations.total)
@@ -248,14 +250,14 @@ class ZeroEngine:
         return result
 
     # --- helpers for the stages ------------------------------------------------------------------
-    def _shard(self, flat: torch.Tensor, u: Unit) -> torch.Tensor:
-        """This rank's shard of a unit-sized flat tensor."""
+    def shard_of(self, flat: torch.Tensor, u: Unit) -> torch.Tensor:
+        """This rank's shard of a unit-sized flat tensor: [r·P/Nd, (r+1)·P/Nd)."""
         s = u.layout.shard
         return flat[self.rank * s:(self.rank + 1) * s]
 
     def _owned_segments(self, init32: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]
                         ) -> list[Segment]:
-        return [Segment(p, g, self._shard(i, u) if "optimizer" in self.partitioned else i)
+        return [Segment(p, g, self.shard_of(i, u) if "optimizer" in self.partitioned else i)
                 for u, i, p, g in zip(self.units, init32, params, grads)]
 
     def _optimizer(self, segments: list[Segment]) -> FlatAdam:

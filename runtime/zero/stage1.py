@@ -30,15 +30,15 @@ class Stage1(ZeroEngine):
         self.reducer = ReduceScatterBuckets(
             plan_buckets([u.layout.padded for u in self.units], self.options.bucket_elements),
             [u.layout.shard for u in self.units], self.comm, self.ledger, self._deliver, self.dtype, self.device)
-        return self._optimizer(self._owned_segments(init32, [self._shard(u.param.detach(), u) for u in self.units],
-                                                    [self._shard(u.param.grad, u) for u in self.units]))
+        return self._optimizer(self._owned_segments(init32, [self.shard_of(u.param.detach(), u) for u in self.units],
+                                                    [self.shard_of(u.param.grad, u) for u in self.units]))
 
     def _deliver(self, bucket: int, out: torch.Tensor) -> None:
         """The summed shards of a bucket's units overwrite this rank's shards of the full gradients."""
         col = 0
         for i in self.reducer.buckets[bucket]:
             u = self.units[i]
-            self._shard(u.param.grad, u).copy_(out[col:col + u.layout.shard])
+            self.shard_of(u.param.grad, u).copy_(out[col:col + u.layout.shard])
             col += u.layout.shard
 
     def zero_grads(self) -> None:
@@ -61,6 +61,6 @@ def all_gather_updated_params(engine: ZeroEngine) -> None:
     pending = []
     for u in engine.units:
         full = u.param.detach()
-        pending.append(engine.comm.all_gather(full, engine._shard(full, u), f"params.{unit_what(u)}"))
+        pending.append(engine.comm.all_gather(full, engine.shard_of(full, u), f"params.{unit_what(u)}"))
     for p in pending:
         p.wait()

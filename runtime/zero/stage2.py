@@ -27,7 +27,7 @@ class Stage2(ZeroEngine):
         for u, values in zip(self.units, init32):
             u.param = values.to(self.dtype).requires_grad_(True)
             self.ledger.add("params", u.param.nbytes)
-        params = [self._shard(u.param.detach(), u) for u in self.units]
+        params = [self.shard_of(u.param.detach(), u) for u in self.units]
         return self._partitioned_grads_and_optimizer(init32, params)
 
     def _partitioned_grads_and_optimizer(self, init32: list[torch.Tensor], params: list[torch.Tensor]

@@ -28,7 +28,7 @@ class Stage3(Stage2):
     def setup(self, init32: list[torch.Tensor]) -> FlatAdam:
         self.param_shards = []
         for u, values in zip(self.units, init32):
-            self.param_shards.append(self._shard(values, u).to(self.dtype))
+            self.param_shards.append(self.shard_of(values, u).to(self.dtype))
             self.ledger.add("params", self.param_shards[-1].nbytes)
             u.param = torch.empty(0, dtype=self.dtype, device=self.device).requires_grad_(True)
         self._gathering: dict[int, Pending] = {}
@@ -47,7 +47,7 @@ class Stage3(Stage2):
         full = torch.empty(u.layout.padded, dtype=self.dtype, device=self.device)
         self.ledger.add("params", full.nbytes)
         self._gathering[u.index] = self.comm.all_gather(full, self.param_shards[u.index], f"params.{unit_what(u)}")
-        u.param.data = full
+        u.param.data = full  # in place now, so saved-tensor hooks recognise its storage; read only after wait
 
     def _gathered(self, index: int) -> torch.Tensor:
         """Unit `index`'s whole parameter buffer, gathering it first if needed."""
