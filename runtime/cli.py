@@ -28,7 +28,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefetch", type=int, choices=(0, 1), default=None,
                         help="stage 3: layers gathered ahead (default: the scenario's, else 1)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
-    parser.add_argument("--mp", type=int, default=1, help="tensor-parallel degree (only 1 is implemented)")
+    parser.add_argument("--mp", type=int, default=1, help="Megatron-style tensor-parallel degree: consecutive ranks form an MP group (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="model initialisation and synthetic data seed")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: one rank per GPU with NCCL when GPUs exist, else CPU with gloo")

@@ -50,14 +50,19 @@ class Pending:
             torch.cuda.current_stream().synchronize()
         left = tracer.now_us()
         end = min(self.done_us[0], left) if self.done_us and not self.comm.on_cuda else left
-        tracer.complete(self.name, "comm", self.issued_us, end, blocked_us=left - enter, **self.args)
+        tracer.complete(self.name, self.comm.stream, self.issued_us, end, blocked_us=left - enter, **self.args)
 
 
 class Collectives:
-    """The collectives of one process group, traced. `group=None` is the world."""
+    """The collectives of one process group, traced on `stream`. `group=None` is the world.
 
-    def __init__(self, tracer: Tracer, group: dist.ProcessGroup | None = None, *, on_cuda: bool = False):
+    ZeRO's collectives go on the `comm` track; Megatron's MP all-reduces on `compute`, because they
+    block the layer's computation (docs/trace-schema.md)."""
+
+    def __init__(self, tracer: Tracer, group: dist.ProcessGroup | None = None, *, on_cuda: bool = False,
+                 stream: str = "comm"):
         self.tracer = tracer
+        self.stream = stream
         self.group = group
         self.ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
         self.size = len(self.ranks)

@@ -75,7 +75,7 @@ class RunConfig:
     precision: str  # "fp32", "fp16" (dynamic loss scaling) or "bf16"; fp32 master + Adam when mixed
     world_size: int  # ranks (processes); dp = world_size / mp
     out_dir: str  # where rank<R>.trace.json and friends are written
-    mp: int = 1  # tensor-parallel degree; only 1 is implemented
+    mp: int = 1  # Megatron-style tensor-parallel degree (consecutive ranks form an MP group)
     steps: int = 5  # optimizer steps
     grad_accum: int | None = None  # micro-batches per step; None: from the model section, else 1
     seed: int = 0  # model initialisation and data
@@ -100,8 +100,8 @@ class RunConfig:
             fail("ranks", f"must be >= 1 (got {self.world_size})")
         if self.mp < 1 or self.world_size % self.mp:
             fail("mp", f"{self.mp} must be >= 1 and divide the {self.world_size} ranks")
-        if self.mp > 1:
-            fail("mp", f"{self.mp}: Megatron-style tensor parallelism is not implemented in the runtime; use 1")
+        if self.model.heads % self.mp:
+            fail("model.heads", f"{self.model.heads} heads cannot be split evenly across mp {self.mp}")
         if self.steps < 1:
             fail("steps", f"must be >= 1 (got {self.steps})")
         if self.bucket_elements < 1:

@@ -34,7 +34,7 @@ def fill_last_arrival(traces: dict[int, dict[str, Any]]) -> int:
     members: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
     for rank, doc in traces.items():
         for event in doc["traceEvents"]:
-            if event.get("cat") == "comm" and "seq" in event.get("args", {}):
+            if event.get("ph") == "X" and "seq" in event.get("args", {}):  # a collective, either track
                 members[(tuple(event["args"]["group"]), event["args"]["seq"])].append((rank, event))
     filled = 0
     for (group, _), found in members.items():
@@ -49,15 +49,19 @@ def fill_last_arrival(traces: dict[int, dict[str, Any]]) -> int:
 
 
 def step_volumes(doc: dict[str, Any]) -> dict[int, dict[str, int]]:
-    """step -> {op: bytes} over this rank's collectives (nccl-tests bytes), plus `paper_bytes`:
-    2 x all_reduce + reduce_scatter + all_gather, the ZeRO paper's per-rank volume (§7: an
-    all-reduce is a reduce-scatter and an all-gather, each moving the buffer once)."""
+    """step -> {op: bytes} over this rank's data-parallel collectives (nccl-tests bytes), plus
+    `paper_bytes`: 2 x all_reduce + reduce_scatter + all_gather, the ZeRO paper's per-rank volume
+    (§7: an all-reduce is a reduce-scatter and an all-gather, each moving the buffer once), and
+    `mp_all_reduce`: the bytes of Megatron's MP all-reduces (not part of the ZeRO volume)."""
     volumes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for event in doc["traceEvents"]:
         args = event.get("args", {})
-        if event.get("cat") != "comm" or "op" not in args:
+        if event.get("ph") != "X" or "seq" not in args:  # not a collective
             continue
         step = volumes[args["step"]]
+        if "/mp." in event["name"]:
+            step["mp_all_reduce"] += args["bytes"]
+            continue
         step[args["op"]] += args["bytes"]
         if not event["name"].endswith("grads.overflow"):  # the fp16 overflow flag is not a model state
             step["paper_bytes"] += args["bytes"] * (2 if args["op"] == "all_reduce" else 1)

@@ -132,16 +132,17 @@ def _init_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
-def forward_flops(cfg: GPTConfig, unit: int | str, micro_batch: int) -> int:
-    """Forward FLOPs of one unit for a micro-batch (backward is 2x, recompute 1x).
+def forward_flops(cfg: GPTConfig, unit: int | str, micro_batch: int, mp: int = 1) -> int:
+    """Forward FLOPs of one unit for a micro-batch on one rank (backward is 2x, recompute 1x).
 
     Per block 24·B·s·h² + 4·B·s²·h (Narayanan et al., "Efficient Large-Scale Language Model
     Training on GPU Clusters", SC'21, §5.1: the matmuls of QKV, projection and MLP, plus QKᵀ and
-    attention·V); the head 2·B·s·h·V; the embedding is a lookup (0).
+    attention·V), divided by the MP degree (each MP rank computes 1/mp of a block); the head
+    2·B·s·h·V (replicated on every MP rank); the embedding is a lookup (0).
     """
     b, s, h = micro_batch, cfg.seq_len, cfg.hidden
     if unit == "embed":
         return 0
     if unit == "head":
         return 2 * b * s * h * cfg.vocab
-    return 24 * b * s * h * h + 4 * b * s * s * h
+    return (24 * b * s * h * h + 4 * b * s * s * h) // mp

@@ -31,9 +31,11 @@ from runtime.config import RunConfig
 from runtime.data import global_batch, micro_batch
 from runtime.ledger import MemoryLedger
 from runtime.model import GPT, GPTConfig
+from runtime.tensor_parallel import shard_block
 from runtime.tracer import Tracer
 from runtime.zero import ENGINES
 from runtime.zero.engine import EngineOptions, ZeroEngine
+from zsim.errors import ConfigError
 
 
 class InjectedFailure(RuntimeError):
@@ -120,10 +122,12 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     m = cfg.model
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(layers=m.layers, hidden=m.hidden, heads=m.heads, seq_len=m.seq_len, vocab=m.vocab))
-    comm = Collectives(tracer, None, on_cuda=on_cuda)  # mp = 1: the DP group is the world
+    comm, mp_comm = _groups(cfg, env, tracer, on_cuda)
+    if mp_comm is not None:
+        _split_blocks(model, mp_comm, heads=m.heads)
     engine = ENGINES[cfg.stage](model, options=EngineOptions(
         precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
-        prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch),
+        prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
         comm=comm, tracer=tracer, ledger=ledger, device=device)
     metadata = _metadata(cfg, env, engine, backend, device, offset)
     summary: dict[str, Any] = {"rank": env.rank, "dp_rank": engine.rank, "losses": [],
@@ -159,6 +163,33 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
         if profiler is not None:
             profiler.stop()
         tracer.write(trace_path(out, env.rank), metadata)
+
+
+def _groups(cfg: RunConfig, env: RankEnv, tracer: Tracer, on_cuda: bool) -> tuple[Collectives, Collectives | None]:
+    """(DP collectives, MP collectives or None). Ranks are laid out Megatron-style, as in
+    zsim/parallel/layout.py: rank = dp_rank·mp + mp_rank, so an MP group is `mp` consecutive ranks
+    (one node) and a DP group the ranks with the same mp_rank. Every rank creates every group, in
+    the same order, as torch.distributed.new_group requires."""
+    if cfg.mp == 1:
+        return Collectives(tracer, None, on_cuda=on_cuda), None
+    if env.local_world_size % cfg.mp:
+        raise ConfigError(f"{cfg.mp} does not divide the {env.local_world_size} ranks per node: an MP group "
+                          "must stay inside a node", path="mp")
+    world = cfg.world_size
+    dp_groups = [dist.new_group(list(range(m, world, cfg.mp))) for m in range(cfg.mp)]
+    mp_groups = [dist.new_group(list(range(d * cfg.mp, (d + 1) * cfg.mp))) for d in range(world // cfg.mp)]
+    return (Collectives(tracer, dp_groups[env.rank % cfg.mp], on_cuda=on_cuda),
+            Collectives(tracer, mp_groups[env.rank // cfg.mp], on_cuda=on_cuda, stream="compute"))
+
+
+def _split_blocks(model: GPT, mp_comm: Collectives, *, heads: int) -> None:
+    """Replace every block by this MP rank's ParallelBlock (same initial weights, sliced)."""
+    mp_rank = mp_comm.ranks.index(dist.get_rank())
+    for i in range(1, len(model.units) - 1):
+        def all_reduce(t: torch.Tensor, what: str = f"mp.layer.{i - 1}") -> None:
+            mp_comm.all_reduce(t, what).wait()
+        model.units[i] = shard_block(model.units[i], heads=heads, mp_rank=mp_rank, mp=mp_comm.size,
+                                     all_reduce=all_reduce)
 
 
 def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, device: torch.device, offset: float

@@ -61,6 +61,7 @@ class EngineOptions:
     prefetch_layers: int  # stage 3: 0 or 1
     lr: float
     micro_batch: int
+    mp: int = 1  # tensor-parallel degree (for the FLOPs of a block)
 
 
 class ZeroEngine:
@@ -92,8 +93,8 @@ class ZeroEngine:
             init32.append(layout.flatten(module).to(device))
             module.to("meta")  # the engine's flat buffers replace the module's own tensors
             name = unit_name(i, count)
-            self.units.append(Unit(i, name, module, layout, torch.empty(0), forward_flops(self.cfg, name,
-                                                                                            options.micro_batch)))
+            self.units.append(Unit(i, name, module, layout, torch.empty(0), forward_flops(
+                self.cfg, name, options.micro_batch, options.mp)))
         self.activations = self._saved_tensors()
         self.optimizer = self.setup(init32)
         for u in self.units:

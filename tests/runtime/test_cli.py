@@ -28,7 +28,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 @pytest.mark.parametrize("extra,message", [
     (["--ranks", "3", "--mp", "2"], "mp: 2 must be >= 1 and divide the 3 ranks"),
-    (["--ranks", "4", "--mp", "2"], "tensor parallelism is not implemented"),
+    (["--ranks", "6", "--mp", "3"], "model.heads: 2 heads cannot be split evenly across mp 3"),
     (["--steps", "0"], "steps: must be >= 1"),
     (["--fail-rank", "1"], "--fail-rank and --fail-at-step go together"),
 ])

@@ -64,3 +64,12 @@ def test_mixed_precision_tracks_fp32(traced, name, stage, precision):
     assert run.summary["losses"] == pytest.approx(base, abs=0.05)
     rank0 = json.loads((run.out / "rank0.summary.json").read_text())
     assert rank0["skipped_steps"] == 0
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_tensor_parallel_matches_data_parallel(traced, stage):
+    """Megatron MP 2 x DP 2 (4 ranks) trains like DP 2 alone: the same global batch, the blocks
+    split across MP ranks."""
+    base = traced("s0r2", stage=0, world_size=2)
+    run = traced(f"mp2s{stage}r4", stage=stage, world_size=4, mp=2)
+    assert_losses_close(run.summary["losses"], base.summary["losses"])

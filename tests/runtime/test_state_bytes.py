@@ -116,3 +116,28 @@ def test_volume_scales_with_grad_accum_where_gradients_are_partitioned(traced):
     psi = sum(unit_sizes(2)[1])
     for steps in run.summary["collective_bytes"].values():
         assert {ops["paper_bytes"] for ops in steps.values()} == {2 * 3 * 4 * psi}
+
+
+def local_unit_sizes(mp: int, parts: int) -> list[int]:
+    """Padded elements per unit on one MP rank (Megatron split, embedding and head replicated):
+    embedding V·h + s·h, block 12h²/mp + 7h/mp + 6h (QKV and fc split with their biases; proj
+    weights split; the two proj biases and the two layer norms whole), head 2h + h·V."""
+    h, v, s = TINY["hidden"], TINY["vocab"], TINY["seq_len"]
+    sizes = [v * h + s * h] + [12 * h * h // mp + 7 * h // mp + 6 * h] * TINY["layers"] + [2 * h + h * v]
+    return [-(-n // parts) * parts for n in sizes]
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_tensor_parallel_model_states_and_volume(traced, stage):
+    """With MP 2 x DP 2, each rank's model states follow Table 1 for its own Ψ_mp, and the ZeRO
+    volume per step is 2Ψ_mp (stage 0) or 3Ψ_mp (stage 3), apart from the MP all-reduces."""
+    run = traced(f"mp2s{stage}r4", stage=stage, world_size=4, mp=2)
+    psi = sum(local_unit_sizes(2, 2 if stage else 1))
+    nd = 2 if stage == 3 else 1
+    want = {"params": 4 * psi / nd, "grads": 4 * psi / nd, "optimizer": 8 * psi / nd}
+    mp_bytes = 2 * 4 * (2 * 16 * 30 * 4)  # layers x (2 fwd + 2 bwd) x B·s·h·4 bytes
+    for rank in range(4):
+        assert {c: setup_counter(run.trace(rank))[c] for c in want} == want
+        for ops in run.summary["collective_bytes"][str(rank)].values():
+            assert ops["paper_bytes"] == 4 * psi * (3 if stage == 3 else 2)
+            assert ops["mp_all_reduce"] == mp_bytes

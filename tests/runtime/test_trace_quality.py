@@ -10,7 +10,7 @@ from zsim.trace.schema import SCHEMA
 
 NAME = re.compile(r"^((fwd|bwd)/(embed|head|layer\.\d+)|recompute/layer\.\d+|optimizer/step|"
                   r"(all_reduce|reduce_scatter|all_gather)/(params\.(layer\.\d+|embed|head)|grads\.bucket\.\d+|"
-                  r"grads\.overflow))$")
+                  r"grads\.overflow)|all_reduce/mp\.layer\.\d+)$")
 
 
 def test_every_phase_of_every_micro_batch_is_recorded(traced):
@@ -63,3 +63,20 @@ def test_memory_counters_and_metadata(traced):
     assert isinstance(meta["clock_offset_us"], float)
     names = {e["name"] for e in doc["traceEvents"] if e["ph"] == "M"}
     assert names == {"process_name", "thread_name"}
+
+
+def test_mp_all_reduces_run_in_line_on_the_compute_track(traced):
+    """Megatron MP: per block 2 all-reduces in forward and 2 in backward, in the MP group (consecutive
+    ranks), on the compute track, with the (B, T, C) activation's bytes (Shoeybi et al. §3)."""
+    run = traced("mp2s3r4", stage=3, world_size=4, mp=2)
+    for rank in range(4):
+        events = [e for e in run.trace(rank)["traceEvents"] if e["ph"] == "X"]
+        assert all(NAME.match(e["name"]) for e in events)
+        mp = [e for e in events if "/mp." in e["name"]]
+        assert {e["tid"] for e in mp} == {0}
+        assert {tuple(e["args"]["group"]) for e in mp} == {(0, 1) if rank < 2 else (2, 3)}
+        assert {e["args"]["bytes"] for e in mp} == {2 * 16 * 30 * 4}  # B·s·h fp32
+        assert len(mp) == 10 * 2 * 4  # steps x layers x (2 forward + 2 backward)
+        assert all("last_arrival_ts" in e["args"] for e in mp)
+        dp_groups = {tuple(e["args"]["group"]) for e in events if e["cat"] == "comm"}
+        assert dp_groups == {(0, 2) if rank % 2 == 0 else (1, 3)}
