@@ -123,12 +123,13 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(layers=m.layers, hidden=m.hidden, heads=m.heads, seq_len=m.seq_len, vocab=m.vocab))
     comm, mp_comm = _groups(cfg, env, tracer, on_cuda)
+    world = Collectives(tracer, None, on_cuda=on_cuda) if mp_comm is not None else comm
     if mp_comm is not None:
         _split_blocks(model, mp_comm, heads=m.heads)
     engine = ENGINES[cfg.stage](model, options=EngineOptions(
         precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
         prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
-        comm=comm, tracer=tracer, ledger=ledger, device=device)
+        comm=comm, tracer=tracer, ledger=ledger, device=device, world=world)
     metadata = _metadata(cfg, env, engine, backend, device, offset)
     summary: dict[str, Any] = {"rank": env.rank, "dp_rank": engine.rank, "losses": [],
                                "model_states": engine.model_state_bytes(), "params": engine.params,

@@ -73,10 +73,13 @@ class ZeroEngine:
     partitioned: frozenset[str]
 
     def __init__(self, model: GPT, *, options: EngineOptions, comm: Collectives, tracer: Tracer,
-                 ledger: MemoryLedger, device: torch.device):
+                 ledger: MemoryLedger, device: torch.device, world: Collectives | None = None):
+        """`comm`: the DP group ZeRO partitions across; `world`: all ranks (with MP, where the fp16
+        overflow decision must be agreed), by default `comm`."""
         self.cfg: GPTConfig = model.cfg
         self.options = options
         self.comm, self.tracer, self.ledger, self.device = comm, tracer, ledger, device
+        self.world = world or comm
         self.dtype = DTYPES[options.precision]
         self.mixed = options.precision != "fp32"
         self.dp = comm.size
@@ -212,15 +215,16 @@ class ZeroEngine:
             self.after_step()
 
     def _overflow(self) -> bool:
-        """fp16: did any gradient overflow on any rank? Stage 0 holds the whole reduced gradient on
-        every rank, so its local answer is global; partitioned gradients need a 1-element all-reduce."""
+        """fp16: did any gradient overflow on any rank? Stage 0 without MP holds the whole reduced
+        gradient on every rank, so its local answer is global; partitioned gradients, or MP ranks
+        holding different parameters, need a 1-element all-reduce over all ranks."""
         if self.scaler is None:
             return False
         local = self.optimizer.found_overflow()
-        if "optimizer" not in self.partitioned:
+        if "optimizer" not in self.partitioned and self.world is self.comm:
             return local
         flag = torch.tensor([float(local)], device=self.device)
-        self.comm.all_reduce(flag, "grads.overflow", op=dist.ReduceOp.MAX).wait()
+        self.world.all_reduce(flag, "grads.overflow", op=dist.ReduceOp.MAX).wait()
         return bool(flag.item())
 
     # --- facts for the trace ---------------------------------------------------------------------
