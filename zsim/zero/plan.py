@@ -34,9 +34,12 @@ class _Builder:
 
     def __init__(self) -> None:
         self.ops: list[Op] = []
+        self.last_comm: int | None = None
 
     def add(self, **fields) -> int:
         self.ops.append(Op(**fields))
+        if fields["stream"] == "comm":
+            self.last_comm = len(self.ops) - 1
         return len(self.ops) - 1
 
     def last(self) -> int | None:
@@ -196,8 +199,7 @@ def _optimizer(b: _Builder, s: Scenario, psi: int, step: int) -> None:
     updated fp16 parameters in buckets (ZeRO §7.2.1)."""
     stage, nd = s.zero.stage, s.layout.dp
     elements = psi if stage == 0 else partition(psi, nd)
-    last_comm = max((i for i, op in enumerate(b.ops) if op.stream == "comm"), default=None)
-    deps = (last_comm,) if last_comm is not None else ()
+    deps = (b.last_comm,) if b.last_comm is not None else ()
     opt = b.add(name="optimizer/step", stream="compute", deps=deps, hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
                 step=step)
     if stage in (1, 2):
