@@ -1,19 +1,28 @@
-"""Closed-form tests of the fabric: α-β collectives, bandwidth sharing, class-mode weights."""
+"""Closed-form tests of the fabric: α-β collectives, bandwidth sharing, class weights, NCCL's choices."""
+
+import dataclasses
 
 import pytest
 import simpy
 
 from zsim.config.hardware import load_cluster
 from zsim.engine.simulation import collective
-from zsim.fabric.collective import hierarchical, plan_collective, ring, uncontended_time
+from zsim.fabric.collective import Placement, plan_collective, uncontended_time
+from zsim.fabric.nccl import Communicator, NcclTuner
+from zsim.fabric.perf import run_collective
 from zsim.fabric.sharing import Fabric
+from zsim.fabric.topology import aggregate_capacities, build_topology
 from zsim.parallel.layout import GroupShape
 
 
-def run_phases(cluster, *phase_lists, starts=None):
-    """Run collectives concurrently; return each one's finish time."""
+def caps(cluster):
+    return aggregate_capacities(build_topology(cluster), cluster)
+
+
+def run_phases(capacity, *phase_lists, starts=None):
+    """Run collectives concurrently on one fabric; return each one's finish time."""
     env = simpy.Environment()
-    fabric = Fabric(env, {("nvlink", 0): cluster.nvlink.bytes_per_s, ("nic", 0): cluster.nic_pool.bytes_per_s})
+    fabric = Fabric(env, capacity)
     ends = [None] * len(phase_lists)
 
     def one(i, phases, start):
@@ -32,46 +41,64 @@ def run_phases(cluster, *phase_lists, starts=None):
 def test_uncontended_ring_all_reduce_is_exactly_alpha_beta(n, size):
     c = load_cluster("dgx2", 1)
     shape = GroupShape(size=n, per_node=n, nodes=1, concurrent_per_node=16 // n)
-    (end,) = run_phases(c, ring("all_reduce", size, shape, c))
-    alpha, beta = c.nvlink.latency_s, c.nvlink.bytes_per_s
-    assert end == pytest.approx(2 * (n - 1) * alpha + 2 * (n - 1) / n * size / beta, rel=1e-12)
+    label, phases = plan_collective("all_reduce", size, shape, c, "ring")
+    proto = label.split("/")[1]
+    (end,) = run_phases(caps(c), phases)
+    k = c.nccl
+    alpha = k.latency_s[proto] + 2 * (n - 1) * k.step_latency_s[proto]
+    beta = c.nvlink.bytes_per_s * k.efficiency[proto]  # 6 NVLinks × 25 GB/s × protocol efficiency
+    assert end == pytest.approx(alpha + 2 * (n - 1) / n * size / beta, rel=1e-12)
 
 
-def test_ring_all_gather_and_reduce_scatter_are_half_an_all_reduce_in_bytes():
+def test_all_reduce_busbw_approaches_the_bottleneck_link():
     c = load_cluster("dgx2", 1)
-    shape = GroupShape(16, 16, 1, 1)
-    s = 1 << 28
-    (ag,) = run_phases(c, ring("all_gather", s, shape, c))
-    assert ag == pytest.approx(15 * c.nvlink.latency_s + 15 / 16 * s / c.nvlink.bytes_per_s, rel=1e-12)
+    row = run_collective(c, "all_reduce", 1 << 36, 12)
+    assert row.algorithm == "ring/Simple"
+    assert row.busbw * 1e9 == pytest.approx(c.nvlink.bytes_per_s * c.nccl.efficiency["Simple"], rel=1e-3)
+    lossless = dataclasses.replace(c, nccl=dataclasses.replace(c.nccl, efficiency={"LL": 1, "LL128": 1, "Simple": 1.0}))
+    assert run_collective(lossless, "all_reduce", 1 << 36, 12).busbw * 1e9 == pytest.approx(c.nvlink.bytes_per_s, rel=1e-3)
 
 
-def test_two_collectives_on_one_link_each_take_twice_as_long():
+def test_doubling_ib_bandwidth_halves_the_bandwidth_term_of_an_inter_node_all_reduce():
+    c = load_cluster("dgx2", 8)
+    fast = dataclasses.replace(c, nic_pool=dataclasses.replace(c.nic_pool, bytes_per_s=2 * c.nic_pool.bytes_per_s),
+                               nic_bytes_per_s=2 * c.nic_bytes_per_s)
+    shape = GroupShape(size=8, per_node=1, nodes=8, concurrent_per_node=16)  # a ZeRO DP group, MP 16
+    size = 1 << 32
+    _, slow_phases = plan_collective("all_reduce", size, shape, c, "ring")
+    _, fast_phases = plan_collective("all_reduce", size, shape, fast, "ring")
+    latency = sum(p.latency_s for p in slow_phases)
+    assert sum(p.latency_s for p in fast_phases) == latency
+    slow_t, fast_t = uncontended_time(slow_phases, caps(c)), uncontended_time(fast_phases, caps(fast))
+    assert fast_t - latency == pytest.approx((slow_t - latency) / 2, rel=1e-12)
+
+
+def test_two_collectives_on_one_nic_each_take_longer_and_disjoint_ones_do_not():
     c = load_cluster("dgx2", 2)
-    shape = GroupShape(size=2, per_node=1, nodes=2, concurrent_per_node=1)
-    phases = ring("all_reduce", 1 << 30, shape, c)
-    (alone,) = run_phases(c, phases)
-    both = run_phases(c, phases, phases)
-    latency = phases[0].latency_s
+    capacity = caps(c)
+    inter_shape = GroupShape(size=2, per_node=1, nodes=2, concurrent_per_node=1)
+    _, inter = plan_collective("all_reduce", 1 << 30, inter_shape, c, "ring", Placement([0, 16], False))
+    _, other = plan_collective("all_reduce", 1 << 30, inter_shape, c, "ring", Placement([1, 17], False))
+    _, intra = plan_collective("all_reduce", 1 << 30, GroupShape(8, 8, 1, 1), c, "ring",
+                               Placement(list(range(8, 16)), False))
+    (alone,) = run_phases(capacity, inter)
+    latency = inter[0].latency_s
+    both = run_phases(capacity, inter, other)
     assert both[0] == both[1] == pytest.approx(latency + 2 * (alone - latency), rel=1e-9)
-
-
-def test_collectives_on_disjoint_links_do_not_slow_each_other():
-    c = load_cluster("dgx2", 2)
-    inter = ring("all_reduce", 1 << 30, GroupShape(2, 1, 2, 1), c)  # NICs only
-    intra = ring("all_reduce", 1 << 30, GroupShape(16, 16, 1, 1), c)  # NVSwitch port only
-    alone = run_phases(c, inter)[0], run_phases(c, intra)[0]
-    together = run_phases(c, inter, intra)
-    assert together[0] == pytest.approx(alone[0], rel=1e-12)
-    assert together[1] == pytest.approx(alone[1], rel=1e-12)
+    together = run_phases(capacity, inter, intra)
+    assert together[0] == pytest.approx(alone, rel=1e-12)
+    assert together[1] == pytest.approx(run_phases(capacity, intra)[0], rel=1e-12)
 
 
 def test_rates_are_recomputed_when_a_transfer_joins_late():
     c = load_cluster("dgx2", 2)
-    phases = ring("all_gather", 1 << 30, GroupShape(2, 1, 2, 1), c)
-    (alone,) = run_phases(c, phases)
+    shape = GroupShape(2, 1, 2, 1)
+    _, phases = plan_collective("all_gather", 1 << 30, shape, c, "ring")
+    capacity = caps(c)
+    (alone,) = run_phases(capacity, phases)
     lat, work = phases[0].latency_s, alone - phases[0].latency_s
     # The second starts when the first is half done: the first's second half runs at half rate.
-    first, second = run_phases(c, phases, phases, starts=[0, lat + work / 2 - lat])
+    first, second = run_phases(capacity, phases, phases, starts=[0, work / 2])
     assert first == pytest.approx(lat + work / 2 + work, rel=1e-9)
     assert second == pytest.approx(first + work / 2, rel=1e-9)
 
@@ -79,28 +106,74 @@ def test_rates_are_recomputed_when_a_transfer_joins_late():
 def test_class_weight_equals_explicit_identical_streams():
     """Class mode: one transfer of weight 16 on the NICs finishes when 16 explicit copies would."""
     c = load_cluster("dgx2", 4)
-    shape16 = GroupShape(size=4, per_node=1, nodes=4, concurrent_per_node=16)
-    shape1 = GroupShape(size=4, per_node=1, nodes=4, concurrent_per_node=1)
-    (weighted,) = run_phases(c, ring("reduce_scatter", 1 << 28, shape16, c))
-    explicit = run_phases(c, *[ring("reduce_scatter", 1 << 28, shape1, c)] * 16)
-    assert all(e == pytest.approx(weighted, rel=1e-9) for e in explicit)
+    capacity = caps(c)
+    _, weighted = plan_collective("reduce_scatter", 1 << 28, GroupShape(4, 1, 4, 16), c, "ring")
+    explicit = [plan_collective("reduce_scatter", 1 << 28, GroupShape(4, 1, 4, 1), c, "ring",
+                                Placement([node * 16 + i for node in range(4)], False))[1] for i in range(16)]
+    (w,) = run_phases(capacity, weighted)
+    assert all(e == pytest.approx(w, rel=1e-9) for e in run_phases(capacity, *explicit))
 
 
-def test_hierarchical_all_reduce_cuts_latency_and_keeps_nic_bytes():
+def test_nccl_tuner_picks_ll_then_ll128_then_simple_on_one_dgx2():
+    tuner = NcclTuner(Communicator(n_ranks=12, n_nodes=1, channels=6, speed_intra_GBps=20, speed_inter_GBps=20))
+    assert tuner.choose("all_reduce", 8) == ("ring", "LL")
+    assert tuner.choose("all_reduce", 4 << 20) == ("ring", "LL128")
+    assert tuner.choose("all_reduce", 1 << 30) == ("ring", "Simple")
+    no_ll128 = NcclTuner(Communicator(12, 1, 6, 20, 20, ll128=False))
+    assert no_ll128.choose("all_reduce", 4 << 20)[1] != "LL128"
+
+
+def test_small_all_reduce_across_many_nodes_takes_the_tree():
+    """NCCL's double binary tree has 2·log2(N) network steps instead of the ring's 2(N−1)."""
+    c = load_cluster("dgx2", 64)
+    shape = GroupShape(64, 1, 64, 16)
+    label, phases = plan_collective("all_reduce", 1 << 16, shape, c)
+    assert label.startswith("tree/")
+    _, ring_phases = plan_collective("all_reduce", 1 << 16, shape, c, "ring")
+    assert uncontended_time(phases, caps(c)) < uncontended_time(ring_phases, caps(c))
+
+
+def test_hierarchical_all_reduce_keeps_nic_bytes():
     c = load_cluster("dgx2", 4)
     shape = GroupShape(size=64, per_node=16, nodes=4, concurrent_per_node=1)
-    flat, hier = ring("all_reduce", 8, shape, c), hierarchical("all_reduce", 8, shape, c)
-    assert uncontended_time(hier, c) < uncontended_time(flat, c)  # 2·15 + 2·3 steps, not 2·63
-    assert plan_collective("all_reduce", 8, shape, c)[0] == "hierarchical"
     big = 1 << 32
-    nic_bytes = sum(p.nbytes * w for p in hierarchical("all_reduce", big, shape, c) for link, w in p.links
-                    if link[0] == "nic")
+    label, phases = plan_collective("all_reduce", big, shape, c, "hierarchical")
+    assert label.startswith("hierarchical/")
+    eff_net = c.nccl.efficiency[label.split("/")[1]] / c.nccl.efficiency["Simple"]
+    nic_bytes = sum(p.nbytes * w * eff_net for p in phases for link, w in p.links if link[0] == "nic")
     assert nic_bytes == pytest.approx(2 * 3 / 4 * big)  # per node: 2(N-1)/N · S
 
 
-def test_all_reduce_busbw_approaches_the_bottleneck_link():
+@pytest.mark.parametrize("fn,factor", [("broadcast", 1.0), ("reduce", 1.0), ("all_to_all", 11 / 12),
+                                       ("all_gather", 11 / 12), ("reduce_scatter", 11 / 12)])
+def test_bus_bytes_per_rank_follow_nccl_tests(fn, factor):
     c = load_cluster("dgx2", 1)
-    n, size = 12, 1 << 33
-    t = uncontended_time(ring("all_reduce", size, GroupShape(n, n, 1, 1), c), c)
-    busbw = size / t * 2 * (n - 1) / n  # nccl-tests PERFORMANCE.md
-    assert busbw == pytest.approx(c.nvlink.bytes_per_s, rel=1e-3)
+    _, (phase,) = plan_collective(fn, 12 << 24, GroupShape(12, 12, 1, 1), c)
+    assert phase.nbytes == pytest.approx(factor * (12 << 24))
+
+
+def test_unaligned_chunks_take_the_element_wise_path():
+    """reduce_scatter chunks 4-byte aligned are slower than 8-byte aligned, which are slower than 16."""
+    c = load_cluster("dgx2", 1)
+    n = 12
+    by_alignment = {a: run_collective(c, "reduce_scatter", n * ((1 << 26) + a), n).busbw for a in (4, 8, 16)}
+    assert by_alignment[4] < by_alignment[8] < by_alignment[16]
+    assert run_collective(c, "all_reduce", n * ((1 << 26) + 4), n).busbw > by_alignment[16] * 0.9
+
+
+def test_launch_floor_of_a_process_driving_many_gpus():
+    """nccl-tests -g g: one thread launches g kernels per call, so small calls cost g × launch."""
+    c = load_cluster("dgx2", 1)
+    kernel = run_collective(c, "all_reduce", 8, 12, gpus_per_process=1).time_us
+    g = int(2 * kernel / (c.nccl.launch_s * 1e6)) + 1  # enough GPUs per process to hide the kernel
+    assert run_collective(c, "all_reduce", 8, 12, gpus_per_process=g).time_us == pytest.approx(g * c.nccl.launch_s * 1e6)
+    assert run_collective(c, "all_reduce", 1 << 30, 12, gpus_per_process=g).time_us > g * c.nccl.launch_s * 1e6
+
+
+def test_simulated_collective_equals_its_closed_form():
+    c = load_cluster("dgx2", 2)
+    for fn in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"):
+        for size in (1 << 10, 1 << 24, 1 << 32):
+            a = run_collective(c, fn, size, 16, simulate=True)
+            b = run_collective(c, fn, size, 16, simulate=False)
+            assert a.time_us == pytest.approx(b.time_us, rel=1e-9), (fn, size)

@@ -14,7 +14,7 @@ import sys
 from zsim import __version__
 from zsim.errors import ZsimError
 
-COMMANDS = ("run", "memory", "trace")
+COMMANDS = ("run", "memory", "collective", "nccl-fit", "trace")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"zsim {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"zsim.commands.{name}").register(subparsers)
+        importlib.import_module(f"zsim.commands.{name.replace('-', '_')}").register(subparsers)
     return parser
 
 

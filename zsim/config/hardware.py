@@ -12,10 +12,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
+from zsim.fabric.nccl import NcclKernel
 
 GB = 1e9
 GiB = 2**30
@@ -40,6 +43,8 @@ class GpuFile(_Profile):
     memory_GiB: float = Field(gt=0)
     matmul_efficiency: float = Field(gt=0, le=1)
     hbm_efficiency: float = Field(gt=0, le=1)
+    compute_capability: int = Field(gt=0)
+    nccl_nvlink_GBps: float = Field(gt=0)
 
 
 class NetworkFile(_Profile):
@@ -56,16 +61,27 @@ class LinkFile(_Profile):
 
 
 class IntraNodeSection(_Profile):
-    fabric: str
+    fabric: Literal["nvswitch", "cube-mesh"]
     nvlink_links_per_gpu: int = Field(gt=0)
     nvlink_GBps_per_link: float = Field(gt=0)
-    busbw_GBps: float = Field(gt=0)
-    latency_us: float = Field(ge=0)
+    nvswitches: int = Field(default=0, ge=0)
+    baseboards: int = Field(default=1, gt=0)
+    gpus_per_pcie_switch: int = Field(default=2, gt=0)
 
 
 class InterNodeSection(_Profile):
     network: str
     nics_per_node: int = Field(gt=0)
+    oversubscription: float = Field(default=1.0, ge=1.0)
+
+
+class NcclSection(_Profile):
+    launch_us: float = Field(ge=0)
+    efficiency: dict[Literal["LL", "LL128", "Simple"], float]
+    latency_us: dict[Literal["LL", "LL128", "Simple"], float]
+    step_latency_us: dict[Literal["LL", "LL128", "Simple"], float]
+    unaligned_copy_GBps: float = Field(gt=0)
+    unaligned_reduce_GBps: dict[int, float]
 
 
 class SystemFile(_Profile):
@@ -75,6 +91,7 @@ class SystemFile(_Profile):
     intra_node: IntraNodeSection
     inter_node: InterNodeSection
     offload_link: str
+    nccl: NcclSection
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +104,8 @@ class Gpu:
     memory_bytes: int
     matmul_efficiency: float  # achieved / peak for large GEMMs
     hbm_efficiency: float  # achieved / peak for streaming kernels
+    compute_capability: int  # 70 Volta, 80 Ampere, 90 Hopper
+    nccl_nvlink_GBps: float  # NCCL's per-NVLink speed for its tuner (topo.h SMxx_NVLINK_BW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,16 +119,26 @@ class Tier:
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """A cluster of identical nodes."""
+    """A cluster of identical nodes. `nvlink` and `nic_pool` are raw capacities per direction (the
+    protocol's efficiency is applied per collective, zsim.fabric.nccl); latencies live in `nccl`."""
 
     name: str
     gpu: Gpu
     gpus_per_node: int
     nodes: int
-    nvlink: Tier  # one GPU's NVLink/NVSwitch port
-    nic_pool: Tier  # all NICs of one node together (NCCL spreads channels over them)
+    fabric: str  # 'nvswitch' or 'cube-mesh'
+    nvlink_links: int  # NVLinks per GPU
+    nvlink_link_bytes_per_s: float  # one NVLink, per direction
+    nvswitches: int
+    baseboards: int
+    gpus_per_pcie_switch: int
+    nvlink: Tier  # one GPU's NVLinks together
+    nic_pool: Tier  # all NICs of one node together, at the network's efficiency
     nics_per_node: int
+    nic_bytes_per_s: float  # one NIC port, per direction, at the network's efficiency
+    oversubscription: float  # fat-tree: node injection bandwidth / bandwidth up to the spines
     offload: Tier  # host link of one GPU
+    nccl: NcclKernel
 
     @property
     def world(self) -> int:
@@ -140,7 +169,8 @@ def load_cluster(profile: str, nodes: int) -> Cluster:
     peaks = {"fp16": gpu.peak_fp16_tflops * 1e12, "fp32": gpu.peak_fp32_tflops * 1e12}
     if gpu.peak_bf16_tflops is not None:
         peaks["bf16"] = gpu.peak_bf16_tflops * 1e12
-    intra = system.intra_node
+    intra, inter = system.intra_node, system.inter_node
+    nic = net.port_Gbps / 8 * GB * net.efficiency
     return Cluster(
         name=system.name,
         gpu=Gpu(
@@ -150,17 +180,29 @@ def load_cluster(profile: str, nodes: int) -> Cluster:
             memory_bytes=int(gpu.memory_GiB * GiB),
             matmul_efficiency=gpu.matmul_efficiency,
             hbm_efficiency=gpu.hbm_efficiency,
+            compute_capability=gpu.compute_capability,
+            nccl_nvlink_GBps=gpu.nccl_nvlink_GBps,
         ),
         gpus_per_node=system.gpus_per_node,
         nodes=nodes,
-        # The per-GPU ring bandwidth NCCL reaches on the switch is the measured bus bandwidth
-        # (nccl-tests PERFORMANCE.md: busbw is the per-link rate of a ring).
-        nvlink=Tier("nvswitch", intra.busbw_GBps * GB, intra.latency_us * 1e-6),
-        nic_pool=Tier(
-            net.name,
-            system.inter_node.nics_per_node * net.port_Gbps / 8 * GB * net.efficiency,
-            net.latency_us * 1e-6,
-        ),
-        nics_per_node=system.inter_node.nics_per_node,
+        fabric=intra.fabric,
+        nvlink_links=intra.nvlink_links_per_gpu,
+        nvlink_link_bytes_per_s=intra.nvlink_GBps_per_link * GB,
+        nvswitches=intra.nvswitches,
+        baseboards=intra.baseboards,
+        gpus_per_pcie_switch=intra.gpus_per_pcie_switch,
+        nvlink=Tier("nvlink", intra.nvlink_links_per_gpu * intra.nvlink_GBps_per_link * GB, 0.0),
+        nic_pool=Tier(net.name, inter.nics_per_node * nic, net.latency_us * 1e-6),
+        nics_per_node=inter.nics_per_node,
+        nic_bytes_per_s=nic,
+        oversubscription=inter.oversubscription,
         offload=Tier(link.name, link.GBps_per_direction * GB * link.efficiency, 0.0),
+        nccl=NcclKernel(
+            efficiency=dict(system.nccl.efficiency),
+            latency_s={k: v * 1e-6 for k, v in system.nccl.latency_us.items()},
+            step_latency_s={k: v * 1e-6 for k, v in system.nccl.step_latency_us.items()},
+            launch_s=system.nccl.launch_us * 1e-6,
+            unaligned_copy_Bps=system.nccl.unaligned_copy_GBps * GB,
+            unaligned_reduce_Bps={k: v * GB for k, v in system.nccl.unaligned_reduce_GBps.items()},
+        ),
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 from zsim.config.hardware import Cluster, load_cluster
 from zsim.config.overrides import apply_overrides
 from zsim.config.schema import (
+    FabricSection,
     HardwareSection,
     ModelSection,
     ParallelSection,
@@ -32,6 +33,7 @@ class Scenario:
     zero: ZeroSection
     precision: PrecisionSection
     hardware: HardwareSection
+    fabric: FabricSection
     run: RunSection
     cluster: Cluster
     layout: Layout
@@ -81,6 +83,7 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     if spec.precision.dtype not in cluster.gpu.peak_flops:
         raise fail("precision.dtype", f"{spec.precision.dtype} is not supported by {cluster.gpu.name}")
     grad_accum = _grad_accum(model, par.dp, fail)
+    _check_fabric(spec, cluster, fail)
     _check_model_states_fit(spec, cluster, fail)
     return Scenario(
         name=spec.name or default_name,
@@ -90,12 +93,27 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         zero=spec.zero,
         precision=spec.precision,
         hardware=spec.hardware,
+        fabric=spec.fabric,
         run=spec.run,
         cluster=cluster,
         layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes),
         grad_accum=grad_accum,
         source=source,
     )
+
+
+def _check_fabric(spec: ScenarioFile, cluster: Cluster, fail) -> None:
+    """Degraded links need per-rank mode and must name links that exist."""
+    from zsim.fabric.topology import Degradation, build_topology, degrade
+
+    if spec.fabric.degrade and spec.fabric.mode == "class":
+        raise fail("fabric.mode", "class mode assumes identical ranks; degraded links need per_rank (or auto)")
+    if spec.fabric.degrade:
+        items = [Degradation(d.link, d.factor, d.index, d.gpu, d.node) for d in spec.fabric.degrade]
+        try:
+            degrade(build_topology(cluster), cluster, items)
+        except ConfigError as exc:
+            raise fail("fabric.degrade", str(exc).removeprefix("fabric.degrade: ")) from None
 
 
 def _grad_accum(model: ModelSection, dp: int, fail) -> int:

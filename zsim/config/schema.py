@@ -80,6 +80,35 @@ class HardwareSection(Section):
     nodes: int = Field(gt=0, description="number of nodes")
 
 
+class DegradeItem(Section):
+    """One slow or failed link, for a what-if (per-rank mode)."""
+
+    link: Literal["nvlink", "nic"] = Field(description="'nvlink' (of a GPU) or 'nic' (of a node)")
+    gpu: int | None = Field(default=None, ge=0, description="nvlink: the GPU's global rank")
+    node: int | None = Field(default=None, ge=0, description="nic: the node")
+    index: int = Field(default=0, ge=0, description="which of the GPU's NVLinks / the node's NICs")
+    factor: float = Field(ge=0, le=1, description="bandwidth multiplier: 0.5 = half speed, 0 = failed")
+
+    @model_validator(mode="after")
+    def _target_given(self) -> DegradeItem:
+        if self.link == "nvlink" and self.gpu is None:
+            raise ValueError("an nvlink degradation needs gpu: <global rank>")
+        if self.link == "nic" and self.node is None:
+            raise ValueError("a nic degradation needs node: <node index>")
+        return self
+
+
+class FabricSection(Section):
+    """How the network is simulated (zsim.fabric)."""
+
+    mode: Literal["auto", "class", "per_rank"] = Field(
+        default="auto", description="class: one rank per class (fast); per_rank: every rank and flow; "
+        "auto: per_rank when links are degraded, else class")
+    algorithm: Literal["auto", "ring", "tree", "hierarchical"] = Field(
+        default="auto", description="collective algorithm; auto picks as NCCL's tuner does")
+    degrade: list[DegradeItem] = Field(default_factory=list, description="slow or failed links (per_rank)")
+
+
 class RunSection(Section):
     """How to run the simulation."""
 
@@ -97,4 +126,5 @@ class ScenarioFile(Section):
     zero: ZeroSection
     precision: PrecisionSection = PrecisionSection()
     hardware: HardwareSection
+    fabric: FabricSection = FabricSection()
     run: RunSection = RunSection()

@@ -39,6 +39,7 @@ class Result:
     sim_events: int  # simpy events scheduled
     wall_seconds: float
     algorithms: dict[str, str] = field(default_factory=dict)  # group -> algorithm of its largest collective
+    mode: str = "class"  # 'class' or 'per_rank' (zsim.engine.simulation)
 
     @property
     def total_seconds(self) -> float:

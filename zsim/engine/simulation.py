@@ -1,14 +1,18 @@
-"""The simpy simulation of one rank class running a ZeRO plan on a cluster.
+"""The simpy simulation of a ZeRO plan on a cluster, in class mode or per-rank mode.
 
-Every rank of a symmetric scenario does the same work at the same moments, so one representative
-rank is simulated (DESIGN.md, Scale); the fabric still sees every stream that shares a link: a
-collective's link weights count the identical copies the other ranks of its node run (see
-zsim.fabric.collective). Actors are generator functions taking `env`: `stream_worker` runs one
-stream's ops in order, `collective` walks a collective's phases over the fabric.
+Class mode: every rank of a symmetric scenario does the same work at the same moments, so one
+representative rank is simulated (DESIGN.md, Scale); the fabric still sees every stream that shares a
+link: a collective's link weights count the identical copies the other groups of its node run (see
+zsim.fabric.collective). Per-rank mode: every rank runs its own streams; a collective starts when the
+last member of its group arrives and moves one flow over all its members' links, so a slow link slows
+exactly the groups that cross it. Memory is tracked on rank 0 (all ranks hold the same state).
+Actors are generator functions taking `env`: `stream_worker` runs one stream's ops in order,
+`collective` walks a collective's phases over the fabric.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Generator
 from typing import Any
@@ -18,8 +22,9 @@ import simpy
 from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
 from zsim.engine.result import CommStats, Result
-from zsim.fabric.collective import Phase, plan_collective, link_capacities
+from zsim.fabric.collective import Phase, Placement, plan_collective
 from zsim.fabric.sharing import Fabric
+from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
 from zsim.workload.transformer import build_workload
@@ -48,17 +53,32 @@ def collective(env: simpy.Environment, fabric: Fabric, phases: list[Phase]) -> G
         if phase.latency_s > 0:
             yield env.timeout(phase.latency_s)
         if phase.nbytes > 0:
-            yield from fabric.transfer(phase.links, phase.nbytes)
+            yield from fabric.transfer(phase.links, phase.nbytes, phase.cap_Bps)
+
+
+def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
+    """Aggregate link capacities from the cluster's topology graph, after any degradations. Class
+    mode needs only node 0 and one other node (all nodes are alike)."""
+    cluster = scenario.cluster
+    if not per_rank:
+        cluster = dataclasses.replace(cluster, nodes=min(cluster.nodes, 2))
+    graph = build_topology(cluster)
+    if per_rank:
+        degrade(graph, cluster, [Degradation(d.link, d.factor, d.index, d.gpu, d.node)
+                                 for d in scenario.fabric.degrade])
+    return aggregate_capacities(graph, cluster)
 
 
 class _Run:
     """State shared by the stream workers of one simulation."""
 
-    def __init__(self, scenario: Scenario, plan: Plan, env: CountingEnvironment):
+    def __init__(self, scenario: Scenario, plan: Plan, env: CountingEnvironment, per_rank: bool = False):
         self.s, self.plan, self.env = scenario, plan, env
-        cluster = scenario.cluster
-        self.fabric = Fabric(env, link_capacities(cluster, range(cluster.gpus_per_node)))
-        self.ledger = MemoryLedger(capacity=cluster.gpu.memory_bytes)
+        self.per_rank = per_rank
+        self.fabric = Fabric(env, fabric_capacities(scenario, per_rank))
+        self.pending: dict[tuple[int, int], list] = {}
+        self.last_start: float | None = None  # rank 0's last collective start (per-rank mode)
+        self.ledger = MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)
         self.done = [env.event() for _ in plan.ops]
         self.end_time = [0.0] * len(plan.ops)
         self.events: list[dict[str, Any]] = []
@@ -71,13 +91,48 @@ class _Run:
         self._groups: dict[str, list[int]] = {}
         self._compute_time: dict[tuple[float, float], float] = {}
 
-    def phases(self, op: Op) -> tuple[str, list[Phase]]:
-        key = (op.collective, op.group, op.nbytes)
+    def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase]]:
+        """The phases of `op`: for the representative rank (group -1, class weights) or for one
+        group instance (per-rank mode: its members' own links)."""
+        key = (op.collective, op.group, op.nbytes, group)
         if key not in self._phases:
             layout = self.s.layout
             shape = layout.dp_shape if op.group == "dp" else layout.mp_shape
-            self._phases[key] = plan_collective(op.collective, op.nbytes, shape, self.s.cluster)
+            where = Placement() if group < 0 else Placement(self.members(op.group, group), class_mode=False)
+            self._phases[key] = plan_collective(op.collective, op.nbytes, shape, self.s.cluster,
+                                                self.s.fabric.algorithm, where)
         return self._phases[key]
+
+    def members(self, kind: str, group: int) -> list[int]:
+        """Global ranks of DP group `group` (= the MP rank) or MP group `group` (= the DP rank)."""
+        layout = self.s.layout
+        return list(layout.dp_group(group) if kind == "dp" else layout.mp_group(group * layout.mp))
+
+    def group_of(self, kind: str, rank: int) -> int:
+        layout = self.s.layout
+        return layout.mp_rank(rank) if kind == "dp" else layout.dp_rank(rank)
+
+    def run_collective(self, index: int, op: Op, rank: int) -> Generator[simpy.Event, None, str]:
+        """Run collective op `index` for `rank`; returns its algorithm label. Per-rank mode: wait for
+        the group's last member, then one flow over all members' links."""
+        if not self.per_rank:
+            algorithm, phases = self.phases(op)
+            yield from collective(self.env, self.fabric, phases)
+            self.last_start = None
+            return algorithm
+        group = self.group_of(op.group, rank)
+        algorithm, phases = self.phases(op, group)
+        key = (index, group)
+        entry = self.pending.get(key)
+        if entry is None:
+            entry = self.pending[key] = [0, self.env.event()]
+        entry[0] += 1
+        if entry[0] == len(self.members(op.group, group)):
+            del self.pending[key]
+            self.env.process(_instance(self.env, self.fabric, phases, entry[1]))
+        started = yield entry[1]
+        self.last_start = started if rank == 0 else self.last_start
+        return algorithm
 
     def group_list(self, kind: str) -> list[int]:
         """Global ranks of the representative rank's `kind` ('dp' or 'mp') group, in group order."""
@@ -90,8 +145,38 @@ class _Run:
         self.events.append(schema.counter("memory", 0, self.env.now * 1e6, dict(self.ledger.totals)))
 
 
+def _instance(env: simpy.Environment, fabric: Fabric, phases: list[Phase],
+              finished: simpy.Event) -> Generator[simpy.Event, None, None]:
+    """One group's collective in per-rank mode: its phases, then release every member."""
+    start = env.now
+    yield from collective(env, fabric, phases)
+    finished.succeed(start)
+
+
+def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int],
+                 done: list[simpy.Event]) -> Generator[simpy.Event, None, None]:
+    """A rank other than 0 in per-rank mode: the same ops and timing, nothing recorded."""
+    ops = run.plan.ops
+    gpu, dtype = run.s.cluster.gpu, run.s.precision.dtype
+    for i in indices:
+        op = ops[i]
+        for d in op.deps:
+            if not done[d].processed:
+                yield done[d]
+        if op.is_collective:
+            yield from run.run_collective(i, op, rank)
+        else:
+            key = (op.flops, op.hbm_bytes)
+            seconds = run._compute_time.get(key)
+            if seconds is None:
+                seconds = run._compute_time.setdefault(key, compute_seconds(op, gpu, dtype))
+            yield env.timeout(seconds)
+        done[i].succeed()
+
+
 def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Generator[simpy.Event, None, None]:
-    """Execute the ops `indices` of one stream in order, each after its dependencies."""
+    """Execute the ops `indices` of one stream of rank 0 in order, each after its dependencies, and
+    record what they do."""
     ops, done, ledger = run.plan.ops, run.done, run.ledger
     gpu, dtype = run.s.cluster.gpu, run.s.precision.dtype
     for i in indices:
@@ -106,8 +191,8 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             run.record_memory()
         args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch}
         if op.is_collective:
-            algorithm, phases = run.phases(op)
-            yield from collective(env, run.fabric, phases)
+            algorithm = yield from run.run_collective(i, op, 0)
+            _, phases = run.phases(op)
             stats = run.comm.setdefault((op.group, op.collective), CommStats())
             stats.count += 1
             stats.payload_bytes += op.nbytes
@@ -120,6 +205,8 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 run.algorithms[op.group] = (op.nbytes, algorithm)
             args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=run.group_list(op.group),
                         algorithm=algorithm)
+            if run.last_start is not None:
+                args["wait_us"] = (run.last_start - start) * 1e6  # per-rank: waiting for the group's last member
         else:
             key = (op.flops, op.hbm_bytes)
             seconds = run._compute_time.get(key)
@@ -138,18 +225,27 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
         done[i].succeed()
 
 
-def simulate(scenario: Scenario) -> Result:
-    """Simulate `scenario.run.steps` steps of `scenario` and return the Result."""
+def simulate(scenario: Scenario, mode: str | None = None) -> Result:
+    """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
+    'per_rank') overrides the scenario's fabric.mode."""
     wall = time.perf_counter()
+    mode = mode or scenario.fabric.mode
+    per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
     workload = build_workload(scenario.model, scenario.parallel.mp)
     plan = build_plan(scenario, workload)
     env = CountingEnvironment()
-    run = _Run(scenario, plan, env)
+    run = _Run(scenario, plan, env, per_rank)
     for a in plan.persistent:
         run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)
     run.record_memory()
+    by_stream = {stream: [i for i, op in enumerate(plan.ops) if op.stream == stream] for stream in STREAMS}
     for stream in STREAMS:
-        env.process(stream_worker(env, run, [i for i, op in enumerate(plan.ops) if op.stream == stream]))
+        env.process(stream_worker(env, run, by_stream[stream]))
+    if per_rank:
+        for rank in range(1, scenario.layout.world):
+            done = [env.event() for _ in plan.ops]
+            for stream in STREAMS:
+                env.process(quiet_worker(env, run, rank, by_stream[stream], done))
     env.run()
     assert all(e.processed for e in run.done), "a plan op never ran: dependency cycle"
     step_ends = [0.0] * plan.steps
@@ -174,4 +270,5 @@ def simulate(scenario: Scenario) -> Result:
         sim_events=env.scheduled,
         wall_seconds=time.perf_counter() - wall,
         algorithms={g: alg for g, (_, alg) in run.algorithms.items()},
+        mode="per_rank" if per_rank else "class",
     )

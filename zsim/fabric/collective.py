@@ -1,115 +1,158 @@
-"""Collective algorithms as phases on the fabric's links, with latency (α) and bandwidth (β) terms.
+"""Collective algorithms as phases on the fabric's links, the way NCCL runs them.
 
 A collective on a group of n ranks, k per node over N nodes, becomes one or more phases. Each phase
-waits its latency, then moves its bytes per stream over its links, sharing them with whatever else
-runs (zsim.fabric.sharing). Payload S follows nccl-tests: the whole buffer (the gathered buffer for
-all_gather / reduce_scatter). Ring costs are the standard ones (Thakur, Rabenseifner & Gropp 2005,
-"Optimization of Collective Communication Operations in MPICH", §3; Patarasuk & Yuan 2009):
-    all_reduce      2(n-1) steps, 2(n-1)/n · S bytes per rank
-    reduce_scatter   (n-1) steps,  (n-1)/n · S
-    all_gather       (n-1) steps,  (n-1)/n · S
-Hierarchical (NCCL's two-level / "tree" split; Sergeev & Del Balso 2018, Horovod §4): intra-node
-reduce-scatter over k, inter-node collective on S/k over N nodes by k parallel rings, intra-node
-all-gather over k. Links: ('nvlink', rank) is a GPU's switch port; ('nic', node) is a node's NICs
-together (NCCL spreads its channels over all of them). A ring that leaves a node crosses that node's
-NICs once per stream; `concurrent_per_node` identical groups (the other MP ranks' DP groups) share them.
+waits its latency, then moves its bus bytes per stream over its links, sharing them with whatever
+else runs (zsim.fabric.sharing). NCCL's tuner picks the algorithm and protocol (zsim.fabric.nccl);
+the protocol sets how much of a link's raw bandwidth a byte costs (a link's weight is 1/efficiency)
+and the latency. Bus bytes per rank follow nccl-tests (doc/PERFORMANCE.md); ring step counts are
+the standard ones (Thakur, Rabenseifner & Gropp 2005, §3; NCCL tuning.cc):
+    all_reduce      2(n-1) steps, 2(n-1)/n · S        ring (NCCL: reduce-scatter + all-gather)
+    reduce_scatter   (n-1) steps,  (n-1)/n · S        ring
+    all_gather       (n-1) steps,  (n-1)/n · S        ring
+    broadcast/reduce (n-1) steps,          S         pipelined chain (NCCL's ring with one root)
+    all_to_all       (n-1) sends,  (n-1)/n · S        point to point
+    all_reduce tree  2(k-1) + 2·log2 N steps, 2·S    NCCL's double binary tree across nodes with a
+                                                     chain inside each node (Sanders et al. 2009)
+Hierarchical (DeepSpeed/Horovod two-level, Sergeev & Del Balso 2018 §4): intra-node reduce-scatter
+over k, inter-node all-reduce of S/k by k parallel rings, intra-node all-gather.
+Links: ('nvlink', rank) is a GPU's NVLinks together; ('nic', node) is a node's NICs together (NCCL
+spreads its channels over all of them). In class mode a phase's link weights also count the identical
+streams that the other groups of the node run at the same time (`concurrent_per_node`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from zsim.config.hardware import Cluster
+from zsim.fabric.nccl import FUNCTIONS, Communicator, NcclTuner, bus_factor, ring_steps
 from zsim.parallel.layout import GroupShape
 
-ALGORITHMS = ("ring", "hierarchical")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
 
 
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """Wait `latency_s`, then move `nbytes` per stream over `links` [(link, streams)]."""
+    """Wait `latency_s`, then move `nbytes` bus bytes per stream over `links` [(link, weight)], no
+    faster than `cap_Bps` (NCCL's element-wise path) when it is set."""
 
     latency_s: float
     nbytes: float
     links: tuple[tuple[Hashable, float], ...]
+    cap_Bps: float | None = None
 
 
-def _steps_and_fraction(op: str, n: int) -> tuple[int, float]:
-    """Ring steps and bytes-per-rank fraction of S for `op` on n ranks (Thakur et al. 2005, §3)."""
-    if n <= 1:
-        return 0, 0.0
-    if op == "all_reduce":
-        return 2 * (n - 1), 2 * (n - 1) / n
-    if op in ("reduce_scatter", "all_gather"):
-        return n - 1, (n - 1) / n
-    raise ValueError(f"collective op(={op!r}) is not modelled; use all_reduce, reduce_scatter or all_gather")
+def communicator(shape: GroupShape, cluster: Cluster) -> Communicator:
+    """NCCL's view of a group: one channel per NVLink, at NCCL's per-link speed (topo.h); across
+    nodes, the NIC share of the group's GPUs (rail-aligned: a GPU uses the NIC nearest to it)."""
+    channels = cluster.nvlink_links
+    nic_share = cluster.nics_per_node * cluster.nic_bytes_per_s / 1e9 * shape.per_node / cluster.gpus_per_node
+    return Communicator(
+        n_ranks=shape.size, n_nodes=shape.nodes, channels=channels,
+        speed_intra_GBps=cluster.gpu.nccl_nvlink_GBps, speed_inter_GBps=max(nic_share, 1e-3) / channels,
+        ll128=cluster.gpu.compute_capability in (70, 80),
+    )
 
 
-def ring(op: str, nbytes: float, shape: GroupShape, cluster: Cluster, rank: int = 0) -> list[Phase]:
-    """A flat ring over all members; its steps are as slow as its slowest hop."""
-    steps, fraction = _steps_and_fraction(op, shape.size)
-    if steps == 0:
-        return []
-    node = rank // cluster.gpus_per_node
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a collective's streams run: the representative rank with class weights, or every
+    member of one group instance (per-rank mode)."""
+
+    members: Sequence[int] = (0,)
+    class_mode: bool = True
+
+    def nodes(self, cluster: Cluster) -> list[int]:
+        return sorted({r // cluster.gpus_per_node for r in self.members})
+
+
+def _links(shape: GroupShape, cluster: Cluster, where: Placement, eff: float, eff_net: float,
+           nvlink: bool, nic_weight: float) -> tuple[tuple[Hashable, float], ...]:
+    """The links one phase loads: members' NVLinks (if the phase moves data inside nodes) and the
+    nodes' NIC pools (if it crosses nodes), each weighted by streams / efficiency."""
     links: list[tuple[Hashable, float]] = []
-    if shape.per_node > 1:
-        links.append((("nvlink", rank), 1.0))
-    if shape.spans_nodes:
-        links.append((("nic", node), float(shape.concurrent_per_node)))
-        alpha = max(cluster.nic_pool.latency_s, cluster.nvlink.latency_s)
+    if nvlink:
+        links += [(("nvlink", r), 1.0 / eff) for r in where.members]
+    if nic_weight > 0:
+        copies = shape.concurrent_per_node if where.class_mode else 1
+        links += [(("nic", node), copies * nic_weight / eff_net) for node in where.nodes(cluster)]
+    return tuple(links)
+
+
+def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, algorithm: str = "auto",
+                    where: Placement = Placement(), in_place: bool = True) -> tuple[str, list[Phase]]:
+    """('algorithm/protocol', phases) for collective `fn` of payload `nbytes` on a group of `shape`.
+
+    Raises:
+        ValueError: unknown `fn` or `algorithm` (the scenario schema rejects them earlier).
+    """
+    if fn not in FUNCTIONS:
+        raise ValueError(f"collective fn(={fn!r}) is not modelled; use one of {', '.join(FUNCTIONS)}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm(={algorithm!r}) is not one of {', '.join(ALGORITHMS)}")
+    n, k, big_n = shape.size, shape.per_node, shape.nodes
+    if n <= 1 or nbytes <= 0:
+        return "none", []
+    tuner = NcclTuner(communicator(shape, cluster))
+    if algorithm == "hierarchical" and fn in ("all_reduce", "reduce_scatter", "all_gather") and k > 1 and big_n > 1:
+        _, proto = tuner.choose(fn, nbytes, ("ring",))
+        return f"hierarchical/{proto}", _hierarchical(fn, nbytes, shape, cluster, where, proto)
+    allowed = ("tree", "ring") if algorithm in ("auto", "tree") else ("ring",)
+    if algorithm == "tree":
+        allowed = ("tree",) if fn == "all_reduce" and big_n > 1 else ("ring",)
+    if fn != "all_reduce" or big_n == 1:
+        allowed = ("ring",)  # NCCL: trees are for all_reduce, and inside one node NCCL uses rings
+    algo, proto = tuner.choose(fn, nbytes, allowed)
+    kern = cluster.nccl
+    eff = kern.efficiency[proto]
+    eff_net = eff / kern.efficiency["Simple"]
+    net_lat = cluster.nic_pool.latency_s
+    if algo == "tree":
+        steps_intra, steps_inter = 2 * (k - 1), 2 * int(math.ceil(math.log2(big_n)))
+        latency = kern.latency_s[proto] + steps_intra * kern.step_latency_s[proto] + steps_inter * net_lat
+        links = _links(shape, cluster, where, eff, eff_net, nvlink=k > 1, nic_weight=1.0)
+        return f"tree/{proto}", [Phase(latency, 2.0 * nbytes, links)]
+    steps = n - 1 if fn in ("broadcast", "reduce") else ring_steps(fn, n)
+    crossings = {"all_reduce": 2 * (big_n - 1), "all_gather": big_n - 1, "reduce_scatter": big_n - 1,
+                 "all_to_all": big_n - 1}.get(fn, big_n - 1)
+    latency = (kern.latency_s[proto] + (steps - crossings) * kern.step_latency_s[proto] + crossings * net_lat)
+    bus = bus_factor(fn, n) * nbytes
+    if fn == "all_to_all":
+        nic_weight = k * (n - k) / (n - 1) if big_n > 1 else 0.0  # the node's members' off-node share
     else:
-        alpha = cluster.nvlink.latency_s
-    return [Phase(steps * alpha, fraction * nbytes, tuple(links))]
+        nic_weight = 1.0 if big_n > 1 else 0.0  # a ring leaves and enters each node once per stream
+    links = _links(shape, cluster, where, eff, eff_net, nvlink=k > 1, nic_weight=nic_weight)
+    cap = kern.alignment_cap(fn, nbytes, n, in_place=in_place)
+    return f"ring/{proto}", [Phase(latency, bus, links, cap)]
 
 
-def hierarchical(op: str, nbytes: float, shape: GroupShape, cluster: Cluster, rank: int = 0) -> list[Phase]:
-    """Intra-node reduce-scatter, inter-node `op` on S/k, intra-node all-gather (for all_reduce);
+def _hierarchical(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement,
+                  proto: str) -> list[Phase]:
+    """Intra-node reduce-scatter, inter-node `fn` on S/k by k parallel rings, intra-node all-gather;
     reduce_scatter and all_gather keep only their own half."""
-    k, n_nodes = shape.per_node, shape.nodes
-    if k == 1 or n_nodes == 1:
-        return ring(op, nbytes, shape, cluster, rank)
-    node = rank // cluster.gpus_per_node
-    intra = GroupShape(size=k, per_node=k, nodes=1, concurrent_per_node=shape.concurrent_per_node)
-    inter_steps, inter_fraction = _steps_and_fraction(op, n_nodes)
-    inter = Phase(inter_steps * cluster.nic_pool.latency_s, inter_fraction * nbytes / k,
-                  ((("nic", node), float(k * shape.concurrent_per_node)),))
-    if op == "all_reduce":
-        return [*ring("reduce_scatter", nbytes, intra, cluster, rank), inter,
-                *ring("all_gather", nbytes, intra, cluster, rank)]
-    if op == "reduce_scatter":
-        return [*ring("reduce_scatter", nbytes, intra, cluster, rank), inter]
-    return [inter, *ring("all_gather", nbytes, intra, cluster, rank)]
+    k, big_n = shape.per_node, shape.nodes
+    kern = cluster.nccl
+    eff = kern.efficiency[proto]
+    eff_net = eff / kern.efficiency["Simple"]
+    intra_lat = kern.latency_s[proto] + (k - 1) * kern.step_latency_s[proto]
+    rs = Phase(intra_lat, (k - 1) / k * nbytes, _links(shape, cluster, where, eff, eff_net, True, 0.0))
+    ag = Phase(intra_lat, (k - 1) / k * nbytes, _links(shape, cluster, where, eff, eff_net, True, 0.0))
+    inter_fn = fn
+    inter = Phase(kern.latency_s[proto] + ring_steps(inter_fn, big_n) * cluster.nic_pool.latency_s,
+                  bus_factor(inter_fn, big_n) * nbytes / k,
+                  _links(shape, cluster, where, eff, eff_net, False, float(k)))
+    if fn == "all_reduce":
+        return [rs, inter, ag]
+    if fn == "reduce_scatter":
+        return [rs, inter]
+    return [inter, ag]
 
 
-def uncontended_time(phases: list[Phase], cluster: Cluster) -> float:
-    """The α-β time of `phases` when nothing else shares their links."""
-    def rate(links: tuple[tuple[Hashable, float], ...]) -> float:
-        return min(_capacity(cluster, link) / weight for link, weight in links)
-    return sum(p.latency_s + (p.nbytes / rate(p.links) if p.nbytes else 0.0) for p in phases)
-
-
-def _capacity(cluster: Cluster, link: Hashable) -> float:
-    kind = link[0]  # type: ignore[index]
-    return cluster.nvlink.bytes_per_s if kind == "nvlink" else cluster.nic_pool.bytes_per_s
-
-
-def plan_collective(op: str, nbytes: float, shape: GroupShape, cluster: Cluster, algorithm: str = "auto",
-                    rank: int = 0) -> tuple[str, list[Phase]]:
-    """(algorithm, phases) for a collective; 'auto' picks the faster when uncontended, as NCCL's
-    tuner picks by its own cost model (NCCL src/graph/tuning.cc)."""
-    if algorithm == "ring":
-        return "ring", ring(op, nbytes, shape, cluster, rank)
-    if algorithm == "hierarchical":
-        return "hierarchical", hierarchical(op, nbytes, shape, cluster, rank)
-    options = [(name, fn(op, nbytes, shape, cluster, rank)) for name, fn in (("ring", ring), ("hierarchical", hierarchical))]
-    return min(options, key=lambda item: uncontended_time(item[1], cluster))
-
-
-def link_capacities(cluster: Cluster, ranks: range | list[int]) -> dict[Hashable, float]:
-    """The capacity of every link the given ranks can use."""
-    caps: dict[Hashable, float] = {}
-    for r in ranks:
-        caps[("nvlink", r)] = cluster.nvlink.bytes_per_s
-        caps[("nic", r // cluster.gpus_per_node)] = cluster.nic_pool.bytes_per_s
-    return caps
+def uncontended_time(phases: list[Phase], capacity: dict[Hashable, float]) -> float:
+    """The time of `phases` when nothing else shares their links (the closed form of the fabric)."""
+    def rate(p: Phase) -> float:
+        r = min(capacity[link] / weight for link, weight in p.links)
+        return min(r, p.cap_Bps) if p.cap_Bps else r
+    return sum(p.latency_s + (p.nbytes / rate(p) if p.nbytes else 0.0) for p in phases)

@@ -28,30 +28,40 @@ class Transfer:
     remaining: float  # bytes per stream still to move
     done: simpy.Event
     rate: float = 0.0  # bytes/s per stream
+    cap: float | None = None  # bytes/s per stream the endpoints cannot exceed (a private link)
 
 
 @dataclass(slots=True)
 class Fabric:
-    """The links of one simulation and the transfers on them. `capacity` maps a link to bytes/s."""
+    """The links of one simulation and the transfers on them. `capacity` maps a link to bytes/s.
+
+    When a transfer starts or ends only the transfers connected to it through shared links (its
+    component) get new rates: max-min fair shares of disjoint components are independent, and this
+    keeps thousands of disjoint flows (per-rank mode) cheap."""
 
     env: simpy.Environment
     capacity: dict[Hashable, float]
     active: list[Transfer] = field(default_factory=list)
+    on_link: dict[Hashable, list[Transfer]] = field(default_factory=dict)
     _last: float = 0.0
     _version: int = 0
     transfers_started: int = 0
 
-    def transfer(self, links: tuple[tuple[Hashable, float], ...], nbytes: float) -> Generator[simpy.Event, None, None]:
-        """Move `nbytes` per stream over `links`; returns when done. A simpy process body."""
+    def transfer(self, links: tuple[tuple[Hashable, float], ...], nbytes: float,
+                 cap: float | None = None) -> Generator[simpy.Event, None, None]:
+        """Move `nbytes` per stream over `links`, at most `cap` bytes/s; returns when done. A simpy
+        process body."""
         if nbytes <= 0:
             return
         for link, weight in links:
             assert link in self.capacity and weight > 0, (link, weight)
         self._advance()
-        t = Transfer(links=links, total=float(nbytes), remaining=float(nbytes), done=self.env.event())
+        t = Transfer(links=links, total=float(nbytes), remaining=float(nbytes), done=self.env.event(), cap=cap)
         self.active.append(t)
+        for link, _ in links:
+            self.on_link.setdefault(link, []).append(t)
         self.transfers_started += 1
-        self._reschedule()
+        self._reschedule([t])
         yield t.done
 
     def _advance(self) -> None:
@@ -62,11 +72,29 @@ class Fabric:
                 t.remaining -= t.rate * dt
         self._last = self.env.now
 
-    def _reschedule(self) -> None:
+    def _component(self, seeds: list[Transfer]) -> list[Transfer]:
+        """The active transfers that share links, transitively, with `seeds`'s links."""
+        seen: dict[int, Transfer] = {}
+        links = [link for t in seeds for link, _ in t.links]
+        done_links: set[Hashable] = set()
+        while links:
+            link = links.pop()
+            if link in done_links:
+                continue
+            done_links.add(link)
+            for t in self.on_link.get(link, ()):
+                if id(t) not in seen:
+                    seen[id(t)] = t
+                    links.extend(l for l, _ in t.links)
+        return list(seen.values())
+
+    def _reschedule(self, changed: list[Transfer]) -> None:
         self._version += 1
         if not self.active:
             return
-        max_min_rates(self.active, self.capacity)
+        component = self._component(changed)
+        if component:
+            max_min_rates(component, self.capacity)
         wait = min(t.remaining / t.rate for t in self.active)
         version = self._version
         timer = self.env.timeout(max(wait, 0.0))
@@ -81,23 +109,33 @@ class Fabric:
             finished = [min(self.active, key=lambda t: t.remaining / t.rate)]
         for t in finished:
             self.active.remove(t)
+            for link, _ in t.links:
+                self.on_link[link].remove(t)
             t.done.succeed()
-        self._reschedule()
+        self._reschedule(finished)
 
 
 def max_min_rates(transfers: list[Transfer], capacity: dict[Hashable, float]) -> None:
-    """Set each transfer's per-stream `rate` to its weighted max-min fair share (progressive filling)."""
+    """Set each transfer's per-stream `rate` to its weighted max-min fair share (progressive filling).
+    A transfer's `cap` is a private link of that capacity that only it uses."""
     unfixed = set(range(len(transfers)))
-    left = dict(capacity)
+    left = {link: capacity[link] for t in transfers for link, _ in t.links}
+    links_of = []
+    for i, t in enumerate(transfers):
+        links = t.links
+        if t.cap is not None:
+            left[("cap", i)] = t.cap
+            links = links + ((("cap", i), 1.0),)
+        links_of.append(links)
     while unfixed:
         load: dict[Hashable, float] = {}
         for i in unfixed:
-            for link, weight in transfers[i].links:
+            for link, weight in links_of[i]:
                 load[link] = load.get(link, 0.0) + weight
         bottleneck = min(load, key=lambda link: left[link] / load[link])
         share = left[bottleneck] / load[bottleneck]
-        for i in [i for i in unfixed if any(link == bottleneck for link, _ in transfers[i].links)]:
+        for i in [i for i in unfixed if any(link == bottleneck for link, _ in links_of[i])]:
             transfers[i].rate = share
             unfixed.discard(i)
-            for link, weight in transfers[i].links:
+            for link, weight in links_of[i]:
                 left[link] -= share * weight

@@ -1,0 +1,81 @@
+"""`zsim nccl-fit`: fit a profile's NCCL kernel terms to nccl-tests tables and report the residuals."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from zsim.errors import ZsimError
+from zsim.fabric.nccl import FUNCTIONS
+
+
+def read_tables(folder: Path) -> dict:
+    """{collective: rows} from `<folder>/<collective>.txt` files. Raises ZsimError if none."""
+    from zsim.trace.nccl_tests import read_nccl_tests
+
+    if not folder.is_dir():
+        raise ZsimError(f"{folder}: not a folder of nccl-tests tables (<collective>.txt)")
+    tables = {fn: read_nccl_tests(folder / f"{fn}.txt") for fn in FUNCTIONS if (folder / f"{fn}.txt").is_file()}
+    if not tables:
+        raise ZsimError(f"{folder}: no nccl-tests tables named {', '.join(f + '.txt' for f in FUNCTIONS)}")
+    return tables
+
+
+def profile_yaml(values: dict[str, float]) -> str:
+    """The `nccl:` section of a system profile, in its units."""
+    def group(prefix: str) -> str:
+        items = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(prefix + ".")}
+        return "{" + ", ".join(f"{k}: {v:.3f}" for k, v in items.items()) + "}"
+    return "\n".join([
+        "nccl:",
+        f"  launch_us: {values['launch_us']:.3f}",
+        f"  efficiency: {group('efficiency')}",
+        f"  latency_us: {group('latency_us')}",
+        f"  step_latency_us: {group('step_latency_us')}",
+        f"  unaligned_copy_GBps: {values['unaligned_copy_GBps']:.3f}",
+        f"  unaligned_reduce_GBps: {group('unaligned_reduce_GBps')}",
+    ])
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "nccl-fit", help="fit a profile's NCCL terms to nccl-tests tables",
+        description="Read nccl-tests output tables (<collective>.txt in FOLDER), fit the NCCL kernel terms of "
+                    "a system profile (launch floor, protocol efficiencies and latencies, unaligned-path "
+                    "bandwidths) by least squares on log(time), and print the fitted `nccl:` section and every "
+                    "row's busbw residual.")
+    p.add_argument("folder", type=Path, help="folder of nccl-tests tables")
+    p.add_argument("--hw", required=True, help="system profile in hwprofiles/ whose topology ran the tests")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus", type=int, required=True, help="GPUs the tests ran on")
+    p.add_argument("-g", "--gpus-per-process", type=int, default=1, dest="gpus_per_process",
+                   help="nccl-tests -g of the recording (GPUs per process)")
+    p.add_argument("--json", action="store_true", help="print values and residuals as JSON")
+    p.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from zsim.calibrate.nccl_fit import fit
+    from zsim.config.hardware import load_cluster
+
+    tables = read_tables(args.folder)
+    result = fit(load_cluster(args.hw, args.nodes), tables, args.gpus, args.gpus_per_process)
+    if args.json:
+        json.dump({"values": result.values, "summary": result.summary(),
+                   "residuals": [{"op": r.fn, "size": r.size, "measured_busbw": r.measured_busbw,
+                                  "simulated_busbw": r.simulated_busbw, "algorithm": r.algorithm}
+                                 for r in result.residuals]}, sys.stdout, indent=1)
+        print()
+        return 0
+    print(profile_yaml(result.values))
+    print(f"\n# residuals: simulated vs measured busbw (GB/s)\n#{'op':>15} {'size':>12} {'measured':>9} "
+          f"{'simulated':>9} {'error':>7}  algorithm")
+    for r in result.residuals:
+        print(f" {r.fn:>15} {r.size:>12} {r.measured_busbw:>9.2f} {r.simulated_busbw:>9.2f} {r.error:>+7.1%}  "
+              f"{r.algorithm}")
+    print("\n# per collective, sizes >= 1 MiB: median |error|, max |error|")
+    for fn, (med, worst) in result.summary().items():
+        print(f"#{fn:>15}  {med:6.1%}  {worst:6.1%}")
+    return 0

@@ -1,0 +1,207 @@
+"""How NCCL runs one collective: which algorithm and protocol it picks, and what that costs.
+
+Two halves, kept apart on purpose:
+
+* **The tuner** (`NcclTuner`) is NCCL's own cost model (NCCL 2.8, src/graph/tuning.cc,
+  `ncclTopoTuneModel` and `ncclTopoGetAlgoTime`), with NCCL's constants. NCCL uses it to choose the
+  algorithm (ring, tree) and protocol (LL, LL128, Simple) per call, by predicted time. Where that
+  prediction is wrong the real curve shows it: on a DGX-2 the tuner keeps LL128 for all_reduce up to
+  ~25 MB although Simple is already faster, which is the dip in measured busbw at 16 MB.
+* **The kernel** (`NcclKernel`) is what the chosen protocol really achieves on the hardware: a
+  protocol's share of the link bandwidth, its fixed and per-step latencies, the host's kernel-launch
+  cost, and the slow path NCCL's copy/reduce loops take when a rank's chunk is not 16-byte aligned
+  (NCCL src/collectives/device/common_kernel.h, `ReduceOrCopyMulti`: 128-bit loads only when every
+  pointer shares its alignment). Its numbers come from a fit to nccl-tests (zsim.fabric.nccl_fit).
+
+Sizes are payloads S as nccl-tests counts them (the whole gathered buffer for all_gather and
+reduce_scatter); bus bytes per rank follow nccl-tests doc/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+FUNCTIONS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+PROTOCOLS = ("LL", "LL128", "Simple")
+ALGORITHMS = ("tree", "ring")
+
+# NCCL 2.8 src/graph/tuning.cc: latencies in µs. baseLat[algo][proto], hwLat[hw][algo][proto].
+_BASE_LAT = {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)}
+_HW_LAT = {
+    "nvlink": {"tree": (0.52, 1.2, 28.0), "ring": (0.47, 1.9, 3.4)},
+    "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
+    "net": {"tree": (5.0, 8.5, 50.0), "ring": (2.7, 4.0, 9.6)},
+}
+# ll128MaxBwPerCh (GB/s per channel) for broadcast, reduce, all_gather, reduce_scatter, all_reduce.
+_LL128_MAX_BW_PER_CH = {"broadcast": 18.8, "reduce": 12.0, "all_gather": 18.3, "reduce_scatter": 15.2,
+                        "all_reduce": 16.7}
+
+
+def ring_steps(fn: str, n: int) -> int:
+    """Ring steps of `fn` on n ranks (NCCL tuning.cc `nsteps`; Thakur et al. 2005 §3)."""
+    if fn == "all_reduce":
+        return 2 * (n - 1)
+    if fn in ("all_gather", "reduce_scatter", "all_to_all"):
+        return n - 1
+    return n  # broadcast, reduce: a pipelined chain (NCCL counts nRanks)
+
+
+def bus_factor(fn: str, n: int) -> float:
+    """Bytes each rank moves per byte of payload S: busbw = algbw × this (nccl-tests PERFORMANCE.md)."""
+    if n <= 1:
+        return 0.0
+    if fn == "all_reduce":
+        return 2 * (n - 1) / n
+    if fn in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Communicator:
+    """What NCCL's tuner knows about a communicator: ranks, nodes, and the ring graph it found.
+
+    `channels` × `speed_intra_GBps` is the ring's bandwidth inside a node (NCCL topo search: per-link
+    speeds from topo.h, e.g. SM70_NVLINK_BW = 20 GB/s); `speed_inter_GBps` per channel across nodes.
+    """
+
+    n_ranks: int
+    n_nodes: int
+    channels: int
+    speed_intra_GBps: float
+    speed_inter_GBps: float
+    intra_hw: str = "nvlink"  # 'nvlink' or 'pci'
+    ll128: bool = True  # NCCL enables LL128 by default only on Volta/Ampere NVLink systems
+
+    @property
+    def per_node(self) -> int:
+        return self.n_ranks // self.n_nodes
+
+
+class NcclTuner:
+    """NCCL's predicted (latency µs, algbw GB/s) per (algorithm, protocol), and its choice."""
+
+    def __init__(self, comm: Communicator):
+        self.comm = comm
+
+    def predict(self, fn: str, algo: str, proto: str) -> tuple[float, float] | None:
+        """NCCL 2.8 ncclTopoTuneModel for one cell; None where NCCL disables it."""
+        c = self.comm
+        p = PROTOCOLS.index(proto)
+        if fn == "all_to_all":
+            fn_model = "all_gather"  # point-to-point sends: modelled like a ring of n-1 steps
+        else:
+            fn_model = fn
+        if algo == "tree" and fn_model != "all_reduce":
+            return None  # NCCL 2.8: only all_reduce has a tree
+        if proto == "LL128" and not c.ll128:
+            return None
+        nsteps = ring_steps(fn_model, c.n_ranks)
+        n_inter = {"all_reduce": 2 * (c.n_nodes - 1), "all_gather": c.n_nodes - 1,
+                   "reduce_scatter": c.n_nodes - 1}.get(fn_model, c.n_nodes)
+        speed = c.speed_intra_GBps if c.n_nodes <= 2 else c.speed_inter_GBps
+        bus = c.channels * speed
+        if algo == "ring" and proto == "LL":
+            bus *= 1 / 4 if (c.n_nodes > 1 or fn_model in ("all_reduce", "reduce")) else 1 / 3
+        if algo == "ring" and proto == "LL128":
+            ppn = c.n_ranks / c.n_nodes
+            bus = min(bus * (0.7 if ppn < 2 else 0.92), _LL128_MAX_BW_PER_CH[fn_model] * c.channels)
+        if algo == "tree":
+            bus = min(bus * 0.9, 80.0 if c.n_nodes > 2 else 110.0)
+            if proto == "LL":
+                bus /= 3.8
+            if proto == "LL128":
+                bus = min(bus * (7 / 9 if c.n_nodes == 1 else 0.915),
+                          _LL128_MAX_BW_PER_CH[fn_model] * c.channels * 7 / 9)
+        algbw = bus * (0.5 if algo == "tree" else c.n_ranks / nsteps)
+        lat = _BASE_LAT[algo][p]
+        intra = _HW_LAT[c.intra_hw][algo][p] * (1.8 if c.n_nodes > 1 and proto == "LL" else 1.0)
+        inter = _HW_LAT["net"][algo][p]
+        if algo == "ring":
+            if fn_model in ("broadcast", "reduce"):
+                lat += _HW_LAT[c.intra_hw if c.n_nodes == 1 else "net"][algo][p]  # sameChannels rings
+            else:
+                lat += (nsteps - n_inter) * intra + n_inter * inter
+        else:
+            lat += 2 * ((c.per_node - 1) * intra + int(math.log2(c.n_nodes)) * inter)
+        return lat, algbw
+
+    def predicted_time_us(self, fn: str, nbytes: float, algo: str, proto: str) -> float | None:
+        """ncclTopoGetAlgoTime, without the tree correction table (tree is chosen at scale only)."""
+        cell = self.predict(fn, algo, proto)
+        if cell is None or cell[1] <= 0:
+            return None
+        lat, algbw = cell
+        if algo == "ring" and proto == "Simple" and self.comm.n_nodes > 1 and fn == "all_reduce" \
+                and nbytes >= self.comm.n_ranks / 16 * 65536:
+            lat *= 1.9  # NCCL: "plateau effect of ring"
+        return lat + nbytes / (1000 * algbw)
+
+    def choose(self, fn: str, nbytes: float, algorithms: tuple[str, ...] = ALGORITHMS) -> tuple[str, str]:
+        """The (algorithm, protocol) NCCL would run: the least predicted time (enqueue.cc getAlgoInfo)."""
+        best: tuple[float, str, str] | None = None
+        for algo in algorithms:
+            for proto in PROTOCOLS:
+                t = self.predicted_time_us(fn, nbytes, algo, proto)
+                if t is not None and (best is None or t < best[0]):
+                    best = (t, algo, proto)
+        assert best is not None, (fn, algorithms)
+        return best[1], best[2]
+
+
+@dataclass(frozen=True, slots=True)
+class NcclKernel:
+    """What NCCL's kernels achieve on one system (fitted; zsim.fabric.nccl_fit). Times in seconds.
+
+    efficiency[proto]: achieved bus bandwidth / raw link bandwidth of the bottleneck link.
+    latency_s[proto]: fixed cost of one collective; step_latency_s[proto]: per ring step on the
+    node's own links (steps across the network add the network tier's latency instead).
+    launch_s: host time to launch one GPU's kernel; a process driving g GPUs (nccl-tests -g g) cannot
+    issue collectives faster than one per g × launch_s.
+    unaligned_copy_Bps / unaligned_reduce_Bps[width]: bus bandwidth of NCCL's element-wise path when
+    a rank's chunk is only `width`-byte aligned (all_gather out of place, reduce_scatter).
+    """
+
+    efficiency: dict[str, float]
+    latency_s: dict[str, float]
+    step_latency_s: dict[str, float]
+    launch_s: float
+    unaligned_copy_Bps: float
+    unaligned_reduce_Bps: dict[int, float]
+
+    def alignment_cap(self, fn: str, nbytes: float, n: int, in_place: bool = False) -> float | None:
+        """The element-wise-path bus bandwidth (B/s) if `fn`'s per-rank chunks are not 16-byte
+        aligned, else None. Chunk c starts at c × S/n bytes; NCCL's fast path needs 16 (common_kernel.h)."""
+        if fn not in ("all_gather", "reduce_scatter") or n <= 1:
+            return None
+        if fn == "all_gather" and in_place:
+            return None  # in place: a chunk's source and destination share their alignment
+        width = _alignment(int(nbytes) // n)
+        if width >= 16:
+            return None
+        if fn == "all_gather":
+            return self.unaligned_copy_Bps
+        return self.unaligned_reduce_Bps.get(width, min(self.unaligned_reduce_Bps.values()))
+
+
+def _alignment(chunk_bytes: int) -> int:
+    """The largest power of two ≤ 16 that divides `chunk_bytes`."""
+    if chunk_bytes == 0:
+        return 16
+    return min(16, chunk_bytes & -chunk_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveCost:
+    """One collective as NCCL would run it, uncontended: the closed form the simulator reproduces."""
+
+    algorithm: str
+    protocol: str
+    latency_s: float  # fixed + per-step latency
+    bus_bytes: float  # bytes each rank moves over its bottleneck link (payload × bus_factor)
+    rate_Bps: float  # achieved bus bandwidth (bottleneck link × protocol efficiency, alignment cap)
+
+    @property
+    def seconds(self) -> float:
+        return self.latency_s + (self.bus_bytes / self.rate_Bps if self.bus_bytes else 0.0)
