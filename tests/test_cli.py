@@ -93,3 +93,52 @@ def test_trace_collectives_carry_schema_args(flagship):
     assert ag["args"]["group"] == list(range(0, 1024, 16))  # rank 0's DP group: same mp_rank, every node
     mp = next(e for e in trace["traceEvents"] if e["name"] == "all_reduce/mp.layer.0")
     assert mp["cat"] == "compute" and mp["args"]["group"] == list(range(16))
+
+
+def test_collective_prints_the_nccl_tests_table():
+    proc = zsim("collective", "--hw", "dgx2", "--nodes", "1", "--gpus", "12", "--op", "all_reduce",
+                "-b", "8", "-e", "8G", "-f", "2")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line and not line.startswith("#")]
+    assert len(rows) == 31 and rows[0][:3] == ["8", "2", "float"] and rows[-1][0] == str(8 << 30)
+    assert float(rows[-1][5]) > 100  # busbw at 8 GiB, GB/s
+    assert {r[6].split("/")[1] for r in rows} == {"LL", "LL128", "Simple"}
+
+
+def test_collective_json_and_other_ops():
+    proc = zsim("collective", "--hw", "dgx-h100", "--nodes", "2", "--gpus", "16", "--op", "all_to_all",
+                "-b", "1M", "-e", "1G", "-f", "1024", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [r["size"] for r in rows] == [1 << 20, 1 << 30]
+    assert set(rows[0]) == {"size", "count", "dtype", "time_us", "algbw", "busbw", "algorithm"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-b", "8X"], "size '8X'"),
+    (["--gpus", "20"], "--gpus 20"),
+    (["-b", "1G", "-e", "1M"], "smaller than -b"),
+    (["--hw", "dgx3"], "did you mean 'dgx2'"),
+])
+def test_collective_bad_input_is_one_line_and_exit_2(args, message):
+    base = {"--hw": "dgx2", "--gpus": "12", "--op": "all_reduce"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    extra = [a for kv in base.items() for a in kv]
+    proc = zsim("collective", *extra, *[a for a in args if a not in base and a not in base.values()])
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_nccl_fit_reports_profile_and_residuals(shared_data):
+    proc = zsim("nccl-fit", str(shared_data / "nccl-tests/dgx2-v100-12gpu"), "--hw", "dgx2", "--gpus", "12", "-g", "12",
+                "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert 0.75 < out["values"]["efficiency.Simple"] < 0.9
+    assert {r["op"] for r in out["residuals"]} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"}
+    assert all(med <= 0.10 for med, _ in out["summary"].values())
+
+
+def test_nccl_fit_without_tables_says_so(tmp_path):
+    proc = zsim("nccl-fit", str(tmp_path), "--hw", "dgx2", "--gpus", "12")
+    assert proc.returncode == 2 and "no nccl-tests tables" in proc.stderr

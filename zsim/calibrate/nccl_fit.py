@@ -16,7 +16,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from zsim.config.hardware import Cluster
-from zsim.fabric.nccl import PROTOCOLS, NcclKernel
+from zsim.fabric.nccl import _BASE_LAT, _HW_LAT, PROTOCOLS, NcclKernel
 from zsim.fabric.perf import run_collective
 from zsim.fabric.topology import aggregate_capacities, build_topology
 from zsim.trace.nccl_tests import NcclRow
@@ -31,6 +31,14 @@ _PARAMS = (
     ("unaligned_reduce_GBps.8", 50.0, 1.0, 1000.0),
     ("unaligned_reduce_GBps.4", 40.0, 1.0, 1000.0),
 )
+
+
+# A weak prior on the latency terms: NCCL's own ring/NVLink latencies (tuning.cc baseLat, hwLat).
+# Rows that a host launch floor hides cannot identify a latency; the prior keeps it where NCCL's
+# authors measured it instead of letting it trade off against the floor.
+_PRIOR = {**{f"latency_us.{p}": _BASE_LAT["ring"][i] for i, p in enumerate(PROTOCOLS)},
+          **{f"step_latency_us.{p}": _HW_LAT["nvlink"]["ring"][i] for i, p in enumerate(PROTOCOLS)}}
+_PRIOR_WEIGHT = 0.05  # per term, against one log-time residual per row
 
 
 def kernel_from(values: dict[str, float]) -> NcclKernel:
@@ -89,8 +97,10 @@ def evaluate(cluster: Cluster, tables: dict[str, list[NcclRow]], gpus: int, gpus
     return out
 
 
-def fit(cluster: Cluster, tables: dict[str, list[NcclRow]], gpus: int, gpus_per_process: int) -> FitResult:
+def fit(cluster: Cluster, tables: dict[str, list[NcclRow]], gpus: int, gpus_per_process: int,
+        prior_weight: float = _PRIOR_WEIGHT) -> FitResult:
     """Least-squares fit of the NCCL kernel terms; returns the values (profile units) and residuals.
+    `prior_weight` (0 = none) weighs the pull of the latency terms toward NCCL's own (_PRIOR).
 
     Rows with zero payload or zero time are skipped; the fit uses the closed form of an uncontended
     collective, which the simulated fabric reproduces exactly (tests/test_fabric.py).
@@ -100,9 +110,12 @@ def fit(cluster: Cluster, tables: dict[str, list[NcclRow]], gpus: int, gpus_per_
     names = [p[0] for p in _PARAMS]
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        c = dataclasses.replace(cluster, nccl=kernel_from(dict(zip(names, x))))
-        return np.array([np.log(run_collective(c, fn, r.size, gpus, gpus_per_process, simulate=False,
-                                               capacity=capacity).time_us / r.time_us) for fn, r in rows])
+        values = dict(zip(names, x))
+        c = dataclasses.replace(cluster, nccl=kernel_from(values))
+        data = [np.log(run_collective(c, fn, r.size, gpus, gpus_per_process, simulate=False,
+                                      capacity=capacity).time_us / r.time_us) for fn, r in rows]
+        prior = [prior_weight * np.log((values[k] + 1.0) / (v + 1.0)) for k, v in _PRIOR.items()]
+        return np.array(data + prior)
 
     x0 = np.array([p[1] for p in _PARAMS])
     solution = least_squares(residuals, x0, bounds=([p[2] for p in _PARAMS], [p[3] for p in _PARAMS]),
