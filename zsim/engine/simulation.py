@@ -127,7 +127,7 @@ class _Run:
         if entry is None:
             entry = self.pending[key] = [0, self.env.event()]
         entry[0] += 1
-        if entry[0] == len(self.members(op.group, group)):
+        if entry[0] == (self.s.layout.dp if op.group == "dp" else self.s.layout.mp):
             del self.pending[key]
             self.env.process(_instance(self.env, self.fabric, phases, entry[1]))
         started = yield entry[1]
@@ -153,16 +153,37 @@ def _instance(env: simpy.Environment, fabric: Fabric, phases: list[Phase],
     finished.succeed(start)
 
 
+class _RankProgress:
+    """Which ops one quiet rank has finished: a byte per op, and events only for ops another
+    stream is waiting on (a list of events per op per rank does not fit 16k ranks in memory)."""
+
+    __slots__ = ("done", "waiting")
+
+    def __init__(self, n_ops: int):
+        self.done = bytearray(n_ops)
+        self.waiting: dict[int, simpy.Event] = {}
+
+    def finish(self, i: int) -> None:
+        self.done[i] = 1
+        event = self.waiting.pop(i, None)
+        if event is not None:
+            event.succeed()
+
+
 def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int],
-                 done: list[simpy.Event]) -> Generator[simpy.Event, None, None]:
+                 progress: _RankProgress) -> Generator[simpy.Event, None, None]:
     """A rank other than 0 in per-rank mode: the same ops and timing, nothing recorded."""
     ops = run.plan.ops
     gpu, dtype = run.s.cluster.gpu, run.s.precision.dtype
+    done = progress.done
     for i in indices:
         op = ops[i]
         for d in op.deps:
-            if not done[d].processed:
-                yield done[d]
+            if not done[d]:
+                event = progress.waiting.get(d)
+                if event is None:
+                    event = progress.waiting[d] = env.event()
+                yield event
         if op.is_collective:
             yield from run.run_collective(i, op, rank)
         else:
@@ -171,7 +192,7 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
             if seconds is None:
                 seconds = run._compute_time.setdefault(key, compute_seconds(op, gpu, dtype))
             yield env.timeout(seconds)
-        done[i].succeed()
+        progress.finish(i)
 
 
 def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Generator[simpy.Event, None, None]:
@@ -243,9 +264,9 @@ def simulate(scenario: Scenario, mode: str | None = None) -> Result:
         env.process(stream_worker(env, run, by_stream[stream]))
     if per_rank:
         for rank in range(1, scenario.layout.world):
-            done = [env.event() for _ in plan.ops]
+            progress = _RankProgress(len(plan.ops))
             for stream in STREAMS:
-                env.process(quiet_worker(env, run, rank, by_stream[stream], done))
+                env.process(quiet_worker(env, run, rank, by_stream[stream], progress))
     env.run()
     assert all(e.processed for e in run.done), "a plan op never ran: dependency cycle"
     step_ends = [0.0] * plan.steps
