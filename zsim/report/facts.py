@@ -90,7 +90,7 @@ def facts(result: Result) -> dict[str, Any]:
             ],
         },
         "simulation": {
-            "mode": "class",
+            "mode": result.mode,
             "rank_classes": [{"pid": 0, "ranks": f"0-{gpus - 1}", "count": gpus}],
             "events": result.sim_events,
             "wall_seconds": result.wall_seconds,
