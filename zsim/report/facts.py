@@ -49,6 +49,7 @@ def facts(result: Result) -> dict[str, Any]:
         },
         "zero": s.zero.model_dump(),
         "precision": s.precision.model_dump(),
+        "fabric": {**s.fabric.model_dump(), "mode": result.mode},
         "fits": result.fits,
         "memory": {
             "capacity_bytes": ledger.capacity,

@@ -49,6 +49,12 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
         f"MP {mp_bytes / GB:.1f} GB/step",
     ]
+    fab = f.get("fabric", {})
+    algos = ", ".join(f"{g.upper()} {a}" for g, a in sorted(c["algorithms"].items()))
+    degraded = "; degraded: " + ", ".join(
+        f"{d['link']} {d['index']} of {'GPU ' + str(d['gpu']) if d['link'] == 'nvlink' else 'node ' + str(d['node'])} "
+        f"×{d['factor']:g}" for d in fab.get("degrade", [])) if fab.get("degrade") else ""
+    lines.append(f"  fabric    {fab.get('mode', 'class').replace('_', '-')} mode; {algos}{degraded}")
     if outputs:
         lines.append("  outputs   " + ", ".join(outputs.values()))
     return "\n".join(lines)
