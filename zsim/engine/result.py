@@ -39,6 +39,8 @@ class Result:
     sim_events: int  # simpy events scheduled
     wall_seconds: float
     algorithms: dict[str, str] = field(default_factory=dict)  # group -> algorithm of its largest collective
+    host_ledger: MemoryLedger | None = None  # host memory (Pa+cpu's offloaded checkpoints)
+    offload_seconds: float = 0.0  # Σ host-copy time on the offload stream
 
     @property
     def total_seconds(self) -> float:

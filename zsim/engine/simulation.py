@@ -17,6 +17,7 @@ import simpy
 
 from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
+from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, plan_collective, link_capacities
 from zsim.fabric.sharing import Fabric
@@ -27,7 +28,7 @@ from zsim.zero.model_states import model_states
 from zsim.zero.ops import Op, Plan
 from zsim.zero.plan import build_plan
 
-STREAMS = ("compute", "comm")
+STREAMS = ("compute", "comm", "offload")
 
 
 class CountingEnvironment(simpy.Environment):
@@ -58,7 +59,9 @@ class _Run:
         self.s, self.plan, self.env = scenario, plan, env
         cluster = scenario.cluster
         self.fabric = Fabric(env, link_capacities(cluster, range(cluster.gpus_per_node)))
-        self.ledger = MemoryLedger(capacity=cluster.gpu.memory_bytes)
+        self.ledger = MemoryLedger(capacity=cluster.gpu.memory_bytes)  # with its caching allocator
+        self.host_ledger = MemoryLedger(capacity=None)  # Pa+cpu's checkpoints in host memory
+        self.offload_seconds = 0.0
         self.done = [env.event() for _ in plan.ops]
         self.end_time = [0.0] * len(plan.ops)
         self.events: list[dict[str, Any]] = []
@@ -87,7 +90,10 @@ class _Run:
         return self._groups[kind]
 
     def record_memory(self) -> None:
-        self.events.append(schema.counter("memory", 0, self.env.now * 1e6, dict(self.ledger.totals)))
+        self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
+
+    def ledger_of(self, tag: str) -> MemoryLedger:
+        return self.ledger if tag in self.ledger.live else self.host_ledger
 
 
 def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Generator[simpy.Event, None, None]:
@@ -101,7 +107,7 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 yield done[d]
         start = env.now
         for a in op.allocs:
-            ledger.alloc(start, a.category, a.nbytes, a.tag)
+            (run.host_ledger if a.where == "host" else ledger).alloc(start, a.category, a.nbytes, a.tag, a.arena)
         if op.allocs:
             run.record_memory()
         args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch}
@@ -120,6 +126,11 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 run.algorithms[op.group] = (op.nbytes, algorithm)
             args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=run.group_list(op.group),
                         algorithm=algorithm)
+        elif op.transfer:
+            seconds = transfer_seconds(op.nbytes, run.s.cluster.offload)
+            yield env.timeout(seconds)
+            run.offload_seconds += seconds
+            args.update(op=op.transfer, bytes=op.nbytes)
         else:
             key = (op.flops, op.hbm_bytes)
             seconds = run._compute_time.get(key)
@@ -130,7 +141,7 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             run.flops += op.flops
             args["flops"] = op.flops
         for tag in op.frees:
-            ledger.free(env.now, tag)
+            run.ledger_of(tag).free(env.now, tag)
         if op.frees:
             run.record_memory()
         run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (env.now - start) * 1e6, **args))
@@ -141,12 +152,14 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
 def simulate(scenario: Scenario) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result."""
     wall = time.perf_counter()
-    workload = build_workload(scenario.model, scenario.parallel.mp)
+    workload = build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
     plan = build_plan(scenario, workload)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env)
     for a in plan.persistent:
         run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)
+    for name, nbytes in plan.arenas:  # MD: contiguous buffers reserved before the first step
+        run.ledger.reserve_arena(0.0, name, nbytes)
     run.record_memory()
     for stream in STREAMS:
         env.process(stream_worker(env, run, [i for i, op in enumerate(plan.ops) if op.stream == stream]))
@@ -162,7 +175,7 @@ def simulate(scenario: Scenario) -> Result:
         scenario=scenario,
         workload=workload,
         model_states=model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
-                                  scenario.precision.dtype),
+                                  scenario.precision.dtype, tensors=workload.tensors),
         step_seconds=step_seconds,
         compute_seconds=run.compute_seconds,
         mp_comm_seconds=run.mp_seconds,
@@ -174,4 +187,6 @@ def simulate(scenario: Scenario) -> Result:
         sim_events=env.scheduled,
         wall_seconds=time.perf_counter() - wall,
         algorithms={g: alg for g, (_, alg) in run.algorithms.items()},
+        host_ledger=run.host_ledger,
+        offload_seconds=run.offload_seconds,
     )
