@@ -17,7 +17,8 @@ import numpy as np
 from zsim.memory.allocator import CachingAllocator
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers")
-COUNTERS = CATEGORIES + ("fragmentation",)  # the trace's memory counter track (docs/trace-schema.md)
+COUNTERS = CATEGORIES + ("fragmentation",)
+ARENA_CATEGORY = {"checkpoints": "activations", "grads": "grads"}  # what an MD arena holds  # the trace's memory counter track (docs/trace-schema.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ class MemoryLedger:
         """MD: reserve a contiguous arena `name` of `nbytes` now (it stays for the whole run)."""
         assert name not in self.arenas, name
         self.arenas[name] = Arena(0)
-        self._grow(time, name, nbytes, "buffers", f"arena.{name}")
+        self._grow(time, name, nbytes, ARENA_CATEGORY.get(name, "buffers"), f"arena.{name}")
         self._record(time)
 
     def _grow(self, time: float, name: str, nbytes: int, category: str, tag: str) -> None:
