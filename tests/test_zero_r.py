@@ -211,3 +211,19 @@ def test_maxsize_cli_model_states_and_bad_input(capsys):
         main(["maxsize", "--dp", "64", "--gpu-mem", "lots"])
     assert exc.value.code == 2
     assert main(["maxsize", "--dp", "64"]) == 2  # model-states mode needs --gpu-mem
+
+
+def test_memory_calculator_residual_states_follow_the_flags():
+    from zsim.commands.memory import residual_table
+
+    shape = dict(hidden=8192, seq=1024, batch=16, layers=125)
+    plain = residual_table(100_000_000_000, 25, 16, 1, **shape)
+    pa = residual_table(100_000_000_000, 25, 16, 1, **shape, pa=True)
+    cpu = residual_table(100_000_000_000, 25, 16, 1, **shape, pa=True, pa_cpu=True)
+    assert plain["checkpoints"] == 125 * 2 * 1024 * 16 * 8192 == 16 * pa["checkpoints"]
+    assert cpu["checkpoints"] == 0 and cpu["host"] == pa["checkpoints"]
+    every4 = residual_table(100_000_000_000, 25, 16, 1, **shape, every=4)
+    assert every4["checkpoints"] == 32 * (plain["checkpoints"] // 125)  # ceil(125 / 4) checkpoints
+    assert every4["working"] == 4 * plain["working"]  # a segment of 4 layers recomputed at once
+    assert residual_table(100_000_000_000, 25, 16, 1, **shape, cb=False)["gradient_buffer"] == 4 * 100_000_000_000 // 16
+    assert plain["gradient_buffer"] == 2 * 500_000_000
