@@ -89,8 +89,15 @@ def test_model_that_cannot_fit_is_a_scenario_error():
     assert "zero.stage: 3: the model does not fit" in msg and "more GPUs (dp) or more model parallelism" in msg
 
 
-def test_zero_r_placeholders_say_not_yet():
-    assert "zero.partition_activations" in error_of(small_dict(zero={"partition_activations": True}))
+def test_zero_r_options_that_need_one_another():
+    msg = error_of(small_dict(zero={"cpu_offload_activations": True}))
+    assert "zero.cpu_offload_activations: true needs zero.partition_activations: true" in msg
+    msg = error_of(small_dict(zero={"activation_checkpointing": False, "partition_activations": True}))
+    assert "zero.partition_activations: true needs zero.activation_checkpointing: true" in msg
+    assert "zero.checkpoint_every: 2 needs" in error_of(small_dict(zero={"activation_checkpointing": False,
+                                                                          "checkpoint_every": 2}))
+    assert "zero.checkpoint_every" in error_of(small_dict(zero={"checkpoint_every": 0}))
+    assert "precision.dtype" in error_of(small_dict(precision={"dtype": "fp8"}))
 
 
 def test_overrides_apply_and_are_validated(tmp_path):

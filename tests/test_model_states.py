@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from zsim.commands.memory import memory_table, parse_count
 from zsim.errors import ZsimError
-from zsim.zero.model_states import model_states, partition
+from zsim.zero.model_states import flat_partition, model_states, partition
 
 # Rajbhandari et al., Table 1: GB per GPU for (Ψ, Nd) -> (baseline, Pos, Pos+g, Pos+g+p), as printed.
 TABLE_1 = {
@@ -69,11 +69,31 @@ def test_parse_count():
             parse_count(bad)
 
 
-@given(psi=st.integers(1, 10**13), nd=st.integers(1, 4096))
+@given(psi=st.integers(4, 10**13), nd=st.integers(1, 4096))
 def test_stages_never_need_more_than_the_previous(psi, nd):
+    # From Ψ = 4 up: the padding of stages 1/2 adds at most 2 elements per rank (see the next test).
     totals = [model_states(psi, nd, s).total for s in range(4)]
     assert totals[0] >= totals[1] >= totals[2] >= totals[3] > 0
     assert totals[0] == 16 * psi
+
+
+def test_padding_as_deepspeed_does():
+    # Stages 1/2: the flat buffer is padded to a multiple of 2·Nd (stage_1_and_2.py), so a 1-parameter
+    # model on 2 GPUs holds 2 elements of optimizer state per rank: more than without ZeRO (12 bytes).
+    assert flat_partition(1, 2) == 2 and model_states(1, 2, 1).optimizer == 24 > model_states(1, 2, 0).optimizer
+    assert flat_partition(10, 4) == 2 * 2 and flat_partition(7_500_000_000, 64) == 7_500_000_000 // 64
+    # Stage 3: each tensor padded to a multiple of Nd (partition_parameters.py _padding_size).
+    assert model_states(10, 4, 3, tensors=(3, 7)).params == 2 * (1 + 2)
+    with pytest.raises(ValueError, match="tensors sum to 9"):
+        model_states(10, 4, 3, tensors=(3, 6))
+
+
+def test_fp32_training_has_no_master_copy():
+    # 4Ψ params + 4Ψ grads + 8Ψ Adam momentum and variance (K = 8), 16Ψ in all.
+    s = model_states(1000, 1, 0, "fp32")
+    assert (s.params, s.grads, s.optimizer) == (4000, 4000, 8000)
+    assert model_states(1000, 10, 3, "fp32").total == 16 * 100
+    assert model_states(1000, 10, 1, "fp32").total == 8000 + 8 * 100
 
 
 @given(psi=st.integers(1, 10**12), nd=st.integers(1, 1024))

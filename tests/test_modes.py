@@ -22,6 +22,18 @@ def test_class_and_per_rank_modes_agree_on_symmetric_scenarios(stage, algorithm)
     assert b.ledger.peak == a.ledger.peak
 
 
+@pytest.mark.parametrize("zero", [
+    {"stage": 2, "partition_activations": True, "cpu_offload_activations": True, "defragment": True},
+    {"stage": 3, "partition_activations": True, "constant_buffers": False},
+])
+def test_modes_agree_with_zero_r(zero):
+    """Pa's MP all-gathers and Pa+cpu's offload stream run on every rank in per-rank mode."""
+    s = small_scenario(zero=zero, run={"steps": 2})
+    a, b = simulate(s, "class"), simulate(s, "per_rank")
+    assert b.step_seconds == pytest.approx(a.step_seconds, rel=0.01)
+    assert b.ledger.peak == a.ledger.peak
+
+
 def test_modes_agree_with_mp_1_and_many_groups_per_node():
     s = small_scenario(parallel={"dp": 32, "mp": 1}, zero={"stage": 2})
     assert simulate(s, "per_rank").step_seconds[0] == pytest.approx(simulate(s, "class").step_seconds[0], rel=0.01)

@@ -19,6 +19,7 @@ def key_numbers(f: dict) -> dict:
         "model_states": f["memory"]["model_states"],
         "peak_bytes": f["memory"]["peak_bytes"],
         "peak_by_category": f["memory"]["peak_by_category"],
+        "reserved_peak_bytes": f["memory"]["reserved_peak_bytes"],
         "fits": f["fits"],
         "step_seconds": f["time"]["step_seconds"],
         "compute_seconds_per_step": f["time"]["compute_seconds_per_step"],

@@ -1,4 +1,6 @@
-"""`zsim memory`: model-state memory per GPU for each ZeRO stage (the ZeRO paper's Table 1)."""
+"""`zsim memory`: model-state memory per GPU for each ZeRO stage (the ZeRO paper's Table 1), and with a
+shape (--hidden, --seq, --batch) the residual states too: activation checkpoints and working memory
+(with checkpointing every k layers, Pa, Pa+cpu) and the gradient buffers (CB or the fused 4Ψ buffer)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,14 @@ import sys
 from typing import Any
 
 from zsim.errors import ZsimError
-from zsim.zero.model_states import ADAM_K, model_states
+from zsim.zero.model_states import adam_k, model_states, stage_partition
+from zsim.zero.residual import (
+    bucket_buffer_bytes,
+    checkpoint_bytes_per_rank,
+    checkpoint_segments,
+    fused_gradient_buffer_bytes,
+    optimizer_gradient_bytes,
+)
 
 GB = 1e9
 STAGE_NAMES = {0: "baseline", 1: "Pos", 2: "Pos+g", 3: "Pos+g+p"}
@@ -38,7 +47,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dp", required=True, type=_positive("--dp"), metavar="Nd", help="data-parallel degree")
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), help="one ZeRO stage (default: all four)")
     p.add_argument("--mp", type=_positive("--mp"), default=1, help="model-parallel degree: each DP group holds Ψ/mp")
-    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16", help="parameter and gradient dtype")
+    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
+                   help="parameter and gradient dtype (fp32: plain fp32 training, K = 8)")
+    r = p.add_argument_group("residual states (give --hidden, --seq and --batch)")
+    r.add_argument("--hidden", type=_positive("--hidden"), help="hidden size h")
+    r.add_argument("--heads", type=_positive("--heads"), help="attention heads (default h/128)")
+    r.add_argument("--seq", type=_positive("--seq"), help="sequence length s")
+    r.add_argument("--batch", type=_positive("--batch"), help="micro-batch b per GPU")
+    r.add_argument("--layers", type=_positive("--layers"), help="layers (default Ψ / 12h², rounded)")
+    r.add_argument("--no-checkpointing", dest="checkpointing", action="store_false", help="keep every activation")
+    r.add_argument("--ckpt-every", type=_positive("--ckpt-every"), default=1, help="one checkpoint every k layers")
+    r.add_argument("--pa", action="store_true", help="Pa: checkpoints partitioned across MP")
+    r.add_argument("--pa-cpu", action="store_true", help="Pa+cpu: partitioned checkpoints in host memory")
+    r.add_argument("--no-cb", dest="cb", action="store_false", help="fused whole-model fp32 gradient buffer (no CB)")
+    r.add_argument("--bucket", type=_count_arg, default=500_000_000, help="CB bucket, elements (default 5e8)")
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH ('-' for stdout)")
     p.set_defaults(func=memory_command)
 
@@ -67,14 +89,57 @@ def memory_table(params: int, dp: int, mp: int = 1, stages: tuple[int, ...] = (0
     """The calculator's figures: bytes per GPU by category for each stage, Ψ split over mp first."""
     psi = -(-params // mp)  # each MP rank holds ceil(Ψ / mp) parameters
     return {
-        "params": params, "dp": dp, "mp": mp, "dtype": dtype, "k": ADAM_K, "params_per_mp_rank": psi,
+        "params": params, "dp": dp, "mp": mp, "dtype": dtype, "k": adam_k(dtype), "params_per_mp_rank": psi,
         "stages": {str(s): model_states(psi, dp, s, dtype).as_dict() for s in stages},
+    }
+
+
+def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, seq: int, batch: int,
+                   heads: int | None = None, layers: int | None = None, dtype: str = "fp16",
+                   checkpointing: bool = True, every: int = 1, pa: bool = False, pa_cpu: bool = False,
+                   cb: bool = True, bucket: int = 500_000_000) -> dict[str, int]:
+    """Residual-state bytes per GPU at the start of backward, the usual activation peak (closed form;
+    `zsim run` simulates the same terms over time):
+      checkpoints: ceil(L/k) layer inputs e·sbh, /mp with Pa, on the host with Pa+cpu (K22 §5; ZeRO §6.1);
+      working: k layers of recomputed activations (K22 eq. 2), or all L without checkpointing;
+      gradient_buffer: one CB bucket e·min(bucket, Ψ/mp), or the fused fp32 4Ψ/mp (ZeRO §3.2),
+          none at stage 3 (in place);
+      optimizer_fp32_grads: what the Adam step upcasts (zsim.zero.residual.optimizer_gradient_bytes).
+    `host` is Pa+cpu's host memory. Bytes; raises ZsimError for an impossible shape."""
+    from zsim.workload.transformer import block_saved_bytes
+
+    heads = heads or max(1, hidden // 128)
+    if hidden % heads or heads % mp:
+        raise ZsimError(f"--heads {heads} must divide --hidden {hidden} and be divisible by --mp {mp}")
+    e = 4 if dtype == "fp32" else 2
+    layers = layers or max(1, round(params / (12 * hidden * hidden)))
+    psi = -(-params // mp)
+    ckpt = checkpoint_bytes_per_rank(e * seq * batch * hidden, mp, pa or pa_cpu)
+    saved = block_saved_bytes(seq, batch, hidden, heads, mp, e)
+    kept = checkpoint_segments(layers, every) * ckpt if checkpointing else 0
+    grad_buffer = 0 if stage == 3 else (bucket_buffer_bytes(bucket, psi, e) if cb else fused_gradient_buffer_bytes(psi))
+    part = stage_partition(psi, dp, stage)
+    return {
+        "layers": layers,
+        "checkpoints": 0 if pa_cpu else kept,
+        "working": min(every, layers) * saved if checkpointing else layers * saved,
+        "gradient_buffer": grad_buffer,
+        "optimizer_fp32_grads": optimizer_gradient_bytes(stage, part, dtype, cb, bucket),
+        "host": kept if pa_cpu else 0,
     }
 
 
 def memory_command(args: argparse.Namespace) -> int:
     stages = (args.stage,) if args.stage is not None else (0, 1, 2, 3)
     table = memory_table(args.params, args.dp, args.mp, stages, args.dtype)
+    shape = (args.hidden, args.seq, args.batch)
+    if any(shape) and not all(shape):
+        raise ZsimError("residual states need all of --hidden, --seq and --batch")
+    if all(shape):
+        table["residual"] = {str(s): residual_table(
+            args.params, args.dp, args.mp, s, hidden=args.hidden, seq=args.seq, batch=args.batch, heads=args.heads,
+            layers=args.layers, dtype=args.dtype, checkpointing=args.checkpointing, every=args.ckpt_every,
+            pa=args.pa, pa_cpu=args.pa_cpu, cb=args.cb, bucket=args.bucket) for s in stages}
     if args.json == "-":
         json.dump(table, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -83,10 +148,20 @@ def memory_command(args: argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump(table, fh, indent=2)
     print(f"Model states per GPU: Ψ = {args.params:,} parameters, Nd = {args.dp}, MP = {args.mp}, "
-          f"{args.dtype} params/grads + fp32 Adam (K = {ADAM_K}); GB = 10^9 bytes")
+          f"{args.dtype} params/grads, Adam K = {adam_k(args.dtype)}; GB = 10^9 bytes")
     print(f"  {'stage':<14}{'params':>10}{'grads':>10}{'optimizer':>12}{'total':>10}")
     for s in stages:
         row = table["stages"][str(s)]
         print(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{row['params'] / GB:>10.2f}{row['grads'] / GB:>10.2f}"
               f"{row['optimizer'] / GB:>12.2f}{row['total'] / GB:>10.2f}")
+    if "residual" in table:
+        print(f"Residual states per GPU at the start of backward ({table['residual'][str(stages[0])]['layers']} layers):")
+        print(f"  {'stage':<14}{'ckpts':>10}{'working':>10}{'grad buf':>10}{'fp32 grads':>12}{'bwd total':>10}{'host':>8}")
+        for s in stages:
+            res, states = table["residual"][str(s)], table["stages"][str(s)]
+            # At the start of backward; the fp32 gradients exist only during the optimizer step.
+            total = states["total"] + res["checkpoints"] + res["working"] + res["gradient_buffer"]
+            print(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{res['checkpoints'] / GB:>10.2f}{res['working'] / GB:>10.2f}"
+                  f"{res['gradient_buffer'] / GB:>10.2f}{res['optimizer_fp32_grads'] / GB:>12.2f}{total / GB:>10.2f}"
+                  f"{res['host'] / GB:>8.2f}")
     return 0

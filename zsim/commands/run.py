@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run", help="simulate a scenario",
         description="Simulate a scenario's training steps; print a summary and write result.json, trace.json "
-                    "(Perfetto) and memory.png to the output folder. Exit 0 if it fits, 3 on OOM, 2 on bad input.")
+                    "(Perfetto), memory.csv and memory.png to the output folder. Exit 0 if it fits, 3 on OOM, 2 on bad input.")
     p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/1T-1024gpu.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. --set zero.stage=2 (repeatable)")
@@ -38,7 +38,10 @@ def run_command(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.overrides)
     result = simulate(scenario)
     out = Path(args.output) if args.output else scenario.output_dir
-    outputs = {"result": str(out / "result.json"), "trace": str(out / "trace.json")}
+    from zsim.memory.timeline import write_csv
+
+    outputs = {"result": str(out / "result.json"), "trace": str(out / "trace.json"),
+               "memory_csv": str(write_csv(result.ledger, out / "memory.csv"))}
     write_trace(result, out / "trace.json")
     if not args.no_plot:
         from zsim.report.plots import memory_timeline_png
@@ -63,7 +66,8 @@ def run_command(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(f, indent=2) + "\n")
     if not result.fits:
         oom = result.ledger.oom
-        print(f"zsim: out of memory at t = {oom.time_s:.3f} s: {oom.category} ({oom.tag}) pushed a GPU to "
-              f"{oom.total_bytes / 1e9:.2f} GB > {oom.capacity_bytes / 1e9:.2f} GB", file=sys.stderr)
+        print(f"zsim: out of memory at t = {oom.time_s:.3f} s on rank class 0 (all {scenario.layout.world} ranks): "
+              f"{oom.category} ({oom.tag}, {oom.nbytes / 1e9:.2f} GB) needed {oom.reserved_bytes / 1e9:.2f} GB reserved "
+              f"> {oom.capacity_bytes / 1e9:.2f} GB ({oom.total_bytes / 1e9:.2f} GB allocated)", file=sys.stderr)
         return EXIT_OOM
     return EXIT_OK

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zsim.config.hardware import Cluster, load_cluster
@@ -56,8 +56,10 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     return build_scenario(data, source=str(path), default_name=path.stem)
 
 
-def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str = "scenario") -> Scenario:
-    """Validate a scenario given as a mapping (the parsed YAML). Raises ConfigError."""
+def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str = "scenario",
+                   gpu_memory_bytes: int | None = None) -> Scenario:
+    """Validate a scenario given as a mapping (the parsed YAML). `gpu_memory_bytes` replaces the
+    profile's GPU memory (what-if calculators such as `zsim maxsize --gpu-mem`). Raises ConfigError."""
     spec: ScenarioFile = validate(ScenarioFile, data, source)  # type: ignore[assignment]
 
     def fail(key: str, message: str) -> ConfigError:
@@ -67,6 +69,8 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes)
     except ConfigError as exc:
         raise fail("hardware.profile", str(exc)) from None
+    if gpu_memory_bytes is not None:
+        cluster = replace(cluster, gpu=replace(cluster.gpu, memory_bytes=gpu_memory_bytes))
 
     model, par = spec.model, spec.parallel
     gpus = cluster.world
@@ -84,6 +88,7 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         raise fail("precision.dtype", f"{spec.precision.dtype} is not supported by {cluster.gpu.name}")
     grad_accum = _grad_accum(model, par.dp, fail)
     _check_fabric(spec, cluster, fail)
+    _check_zero_r(spec.zero, fail)
     _check_model_states_fit(spec, cluster, fail)
     return Scenario(
         name=spec.name or default_name,
@@ -131,20 +136,36 @@ def _grad_accum(model: ModelSection, dp: int, fail) -> int:
     return accum
 
 
+def _check_zero_r(zero: ZeroSection, fail) -> None:
+    """ZeRO-R options that need one another (ZeRO §6.1: Pa partitions activation checkpoints, and
+    Pa+cpu offloads those partitions; DeepSpeed's cpu_checkpointing needs partition_activations)."""
+    if zero.partition_activations and not zero.activation_checkpointing:
+        raise fail("zero.partition_activations", "true needs zero.activation_checkpointing: true "
+                   "(Pa partitions the activation checkpoints)")
+    if zero.cpu_offload_activations and not zero.partition_activations:
+        raise fail("zero.cpu_offload_activations", "true needs zero.partition_activations: true "
+                   "(Pa+cpu offloads the partitioned checkpoints)")
+    if zero.checkpoint_every > 1 and not zero.activation_checkpointing:
+        raise fail("zero.checkpoint_every", f"{zero.checkpoint_every} needs zero.activation_checkpointing: true")
+
+
 def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     """A model whose model states alone exceed the GPU (ZeRO Table 1) cannot fit at any batch size:
     that is a scenario error, reported before simulating, with the stage that would fit."""
     from zsim.workload.transformer import build_workload
     from zsim.zero.model_states import model_states
 
-    psi = build_workload(spec.model, spec.parallel.mp).params_per_mp_rank
-    cap = cluster.gpu.memory_bytes
-    states = model_states(psi, spec.parallel.dp, spec.zero.stage, spec.precision.dtype)
+    workload = build_workload(spec.model, spec.parallel.mp, spec.precision.dtype)
+    psi, cap, dtype = workload.params_per_mp_rank, cluster.gpu.memory_bytes, spec.precision.dtype
+
+    def states_at(stage: int):
+        return model_states(psi, spec.parallel.dp, stage, dtype, tensors=workload.tensors)
+
+    states = states_at(spec.zero.stage)
     if states.total <= cap:
         return
-    fitting = [st for st in (1, 2, 3) if model_states(psi, spec.parallel.dp, st, spec.precision.dtype).total <= cap]
-    advice = f"ZeRO stage {fitting[0]} would need " \
-             f"{model_states(psi, spec.parallel.dp, fitting[0], spec.precision.dtype).total / 1e9:.1f} GB" \
+    fitting = [st for st in (1, 2, 3) if states_at(st).total <= cap]
+    advice = f"ZeRO stage {fitting[0]} would need {states_at(fitting[0]).total / 1e9:.1f} GB" \
              if fitting and fitting[0] > spec.zero.stage else "more GPUs (dp) or more model parallelism (mp) are needed"
     raise fail("zero.stage", f"{spec.zero.stage}: the model does not fit: model states alone need "
                f"{states.total / 1e9:.1f} GB per GPU (params {states.params / 1e9:.1f} + grads "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Section(BaseModel):
@@ -48,28 +48,32 @@ class ZeroSection(Section):
 
     stage: Literal[0, 1, 2, 3] = Field(description="0: plain DP, 1: Pos, 2: Pos+g, 3: Pos+g+p")
     activation_checkpointing: bool = Field(default=True, description="keep one input per layer, recompute in backward")
+    checkpoint_every: int = Field(
+        default=1, gt=0, description="with checkpointing: keep one checkpoint every k layers and recompute k "
+        "layers at a time in backward (Megatron-LM checkpoint_num_layers; Chen et al. 2016)")
     reduce_bucket_elements: int = Field(
-        default=500_000_000, gt=0, description="gradient elements per reduction bucket (DeepSpeed reduce_bucket_size)"
+        default=500_000_000, gt=0, description="gradient elements per reduction bucket (DeepSpeed reduce_bucket_size); "
+        "the constant buffer size when constant_buffers is true"
     )
     prefetch_layers: int = Field(default=1, ge=0, description="stage 3: layers gathered ahead of the one computing")
-    # ZeRO-R options (paper §6). Accepted in the schema now; the memory issue models them.
-    partition_activations: bool = Field(default=False, description="Pa: checkpoints partitioned across MP")
-    cpu_offload_activations: bool = Field(default=False, description="Pa+cpu: checkpoints offloaded to host")
-    constant_buffers: bool = Field(default=False, description="CB: constant-size fused buffers")
-    defragment: bool = Field(default=False, description="MD: contiguous pre-allocated buffers")
-
-    @field_validator("partition_activations", "cpu_offload_activations", "constant_buffers", "defragment")
-    @classmethod
-    def _zero_r_not_yet_modelled(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("true is not modelled yet (ZeRO-R lands with the memory issue); use false")
-        return value
+    # ZeRO-R options (paper §6; docs/memory.md).
+    partition_activations: bool = Field(default=False, description="Pa: checkpoints partitioned across the MP group, "
+                                        "all-gathered before recompute (§6.1)")
+    cpu_offload_activations: bool = Field(default=False, description="Pa+cpu: partitioned checkpoints kept in host "
+                                          "memory, copied over the host link (§6.1); needs partition_activations")
+    # CB defaults to true because DeepSpeed always reduces in constant-size buckets (reduce_bucket_size);
+    # false models the fused whole-model buffers of §3.2 (the baseline the paper measures against).
+    constant_buffers: bool = Field(default=True, description="CB: gradient reductions and stage 3's fp32 gradients "
+                                   "use buffers of reduce_bucket_elements; false: one fused fp32 buffer of 4Ψ (§3.2, §6.2)")
+    defragment: bool = Field(default=False, description="MD: checkpoints and gradients live in pre-allocated "
+                             "contiguous buffers, outside the caching allocator (§6.3)")
 
 
 class PrecisionSection(Section):
-    """Mixed precision: fp16/bf16 parameters and gradients, fp32 master weights and Adam (K = 12)."""
+    """fp16/bf16 mixed precision (fp32 master weights and Adam, K = 12) or plain fp32 training (K = 8)."""
 
-    dtype: Literal["fp16", "bf16"] = Field(default="fp16", description="parameter and gradient dtype")
+    dtype: Literal["fp16", "bf16", "fp32"] = Field(default="fp16", description="parameter, gradient and "
+                                                   "activation dtype; fp32 means no 16-bit copy and no master copy")
     optimizer: Literal["adam"] = Field(default="adam", description="Adam: fp32 master, momentum, variance")
 
 

@@ -40,6 +40,8 @@ class Result:
     wall_seconds: float
     algorithms: dict[str, str] = field(default_factory=dict)  # group -> algorithm of its largest collective
     mode: str = "class"  # 'class' or 'per_rank' (zsim.engine.simulation)
+    host_ledger: MemoryLedger | None = None  # host memory (Pa+cpu's offloaded checkpoints)
+    offload_seconds: float = 0.0  # Σ host-copy time on the offload stream
 
     @property
     def total_seconds(self) -> float:

@@ -21,6 +21,7 @@ import simpy
 
 from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
+from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, Placement, plan_collective
 from zsim.fabric.sharing import Fabric
@@ -32,7 +33,7 @@ from zsim.zero.model_states import model_states
 from zsim.zero.ops import Op, Plan
 from zsim.zero.plan import build_plan
 
-STREAMS = ("compute", "comm")
+STREAMS = ("compute", "comm", "offload")
 
 
 class CountingEnvironment(simpy.Environment):
@@ -78,7 +79,9 @@ class _Run:
         self.fabric = Fabric(env, fabric_capacities(scenario, per_rank))
         self.pending: dict[tuple[int, int], list] = {}
         self.last_start: float | None = None  # rank 0's last collective start (per-rank mode)
-        self.ledger = MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)
+        self.ledger = MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)  # with its caching allocator
+        self.host_ledger = MemoryLedger(capacity=None)  # Pa+cpu's checkpoints in host memory
+        self.offload_seconds = 0.0
         self.done = [env.event() for _ in plan.ops]
         self.end_time = [0.0] * len(plan.ops)
         self.events: list[dict[str, Any]] = []
@@ -142,7 +145,10 @@ class _Run:
         return self._groups[kind]
 
     def record_memory(self) -> None:
-        self.events.append(schema.counter("memory", 0, self.env.now * 1e6, dict(self.ledger.totals)))
+        self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
+
+    def ledger_of(self, tag: str) -> MemoryLedger:
+        return self.ledger if tag in self.ledger.live else self.host_ledger
 
 
 def _instance(env: simpy.Environment, fabric: Fabric, phases: list[Phase],
@@ -186,6 +192,8 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
                 yield event
         if op.is_collective:
             yield from run.run_collective(i, op, rank)
+        elif op.transfer:
+            yield env.timeout(transfer_seconds(op.nbytes, run.s.cluster.offload))
         else:
             key = (op.flops, op.hbm_bytes)
             seconds = run._compute_time.get(key)
@@ -207,7 +215,7 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 yield done[d]
         start = env.now
         for a in op.allocs:
-            ledger.alloc(start, a.category, a.nbytes, a.tag)
+            (run.host_ledger if a.where == "host" else ledger).alloc(start, a.category, a.nbytes, a.tag, a.arena)
         if op.allocs:
             run.record_memory()
         args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch}
@@ -228,6 +236,11 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                         algorithm=algorithm)
             if run.last_start is not None:
                 args["wait_us"] = (run.last_start - start) * 1e6  # per-rank: waiting for the group's last member
+        elif op.transfer:
+            seconds = transfer_seconds(op.nbytes, run.s.cluster.offload)
+            yield env.timeout(seconds)
+            run.offload_seconds += seconds
+            args.update(op=op.transfer, bytes=op.nbytes)
         else:
             key = (op.flops, op.hbm_bytes)
             seconds = run._compute_time.get(key)
@@ -238,7 +251,7 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             run.flops += op.flops
             args["flops"] = op.flops
         for tag in op.frees:
-            ledger.free(env.now, tag)
+            run.ledger_of(tag).free(env.now, tag)
         if op.frees:
             run.record_memory()
         run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (env.now - start) * 1e6, **args))
@@ -252,12 +265,14 @@ def simulate(scenario: Scenario, mode: str | None = None) -> Result:
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
-    workload = build_workload(scenario.model, scenario.parallel.mp)
+    workload = build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
     plan = build_plan(scenario, workload)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank)
     for a in plan.persistent:
         run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)
+    for name, nbytes in plan.arenas:  # MD: contiguous buffers reserved before the first step
+        run.ledger.reserve_arena(0.0, name, nbytes)
     run.record_memory()
     by_stream = {stream: [i for i, op in enumerate(plan.ops) if op.stream == stream] for stream in STREAMS}
     for stream in STREAMS:
@@ -279,7 +294,7 @@ def simulate(scenario: Scenario, mode: str | None = None) -> Result:
         scenario=scenario,
         workload=workload,
         model_states=model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
-                                  scenario.precision.dtype),
+                                  scenario.precision.dtype, tensors=workload.tensors),
         step_seconds=step_seconds,
         compute_seconds=run.compute_seconds,
         mp_comm_seconds=run.mp_seconds,
@@ -292,4 +307,6 @@ def simulate(scenario: Scenario, mode: str | None = None) -> Result:
         wall_seconds=time.perf_counter() - wall,
         algorithms={g: alg for g, (_, alg) in run.algorithms.items()},
         mode="per_rank" if per_rank else "class",
+        host_ledger=run.host_ledger,
+        offload_seconds=run.offload_seconds,
     )

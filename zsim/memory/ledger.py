@@ -1,4 +1,12 @@
-"""A rank's memory ledger: every allocation and free by category over simulated time."""
+"""A rank's memory ledger: every allocation and free by category over simulated time, and what the
+caching allocator reserves for them (zsim.memory.allocator), so fragmentation = reserved − allocated.
+
+`allocated` is the bytes of live tensors (the categories' sum); `reserved` is the allocator's segments
+plus MD's arenas. An arena (ZeRO §6.3, MD) is one contiguous buffer reserved at the start, outside
+the caching allocator; tensors assigned to it are placed in it and never fragment. An arena too small
+for the tensors live in it grows to their high-water mark (as if it had been pre-allocated at that
+size), so its reserved size is exactly what the run needs.
+"""
 
 from __future__ import annotations
 
@@ -6,61 +14,135 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from zsim.memory.allocator import CachingAllocator
+
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers")
+COUNTERS = CATEGORIES + ("fragmentation",)
+ARENA_CATEGORY = {"checkpoints": "activations", "grads": "grads"}  # what an MD arena holds  # the trace's memory counter track (docs/trace-schema.md)
 
 
 @dataclass(frozen=True, slots=True)
 class OutOfMemory:
-    """The first moment a rank's memory exceeded its GPU's capacity."""
+    """The first moment a rank's GPU could not hold an allocation: the caching allocator could not
+    reserve a segment for it within capacity, even after releasing its cache."""
 
     time_s: float
-    category: str  # the category of the allocation that pushed it over
+    category: str  # the category of the allocation that did not fit
     tag: str  # what was allocated
     nbytes: int
-    total_bytes: int  # in use after that allocation
+    total_bytes: int  # allocated (live tensors) after that allocation
+    reserved_bytes: int  # reserved by the allocator, the new segment included
     capacity_bytes: int
 
 
 @dataclass(slots=True)
-class MemoryLedger:
-    """Bytes in use per category over time, for one rank (class). Times in seconds, sizes in bytes."""
+class Arena:
+    """An MD buffer: `size` bytes reserved once, `used` by the tensors placed in it."""
 
-    capacity: int
+    size: int
+    used: int = 0
+
+
+@dataclass(slots=True)
+class MemoryLedger:
+    """Bytes in use per category over time, for one rank (class). Times in seconds, sizes in bytes.
+    `capacity` None means unbounded and no allocator (host memory)."""
+
+    capacity: int | None
+    allocator: CachingAllocator | None = None
+    arenas: dict[str, Arena] = field(default_factory=dict)
     totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
-    live: dict[str, tuple[str, int]] = field(default_factory=dict)
+    live: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # tag -> (category, bytes, arena or "")
     times: list[float] = field(default_factory=list)
     rows: list[tuple[int, ...]] = field(default_factory=list)
+    reserved_rows: list[int] = field(default_factory=list)
     peak: int = 0
     peak_time: float = 0.0
     peak_by_category: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    peak_reserved: int = 0
+    peak_reserved_time: float = 0.0
     oom: OutOfMemory | None = None
 
-    def alloc(self, time: float, category: str, nbytes: int, tag: str) -> None:
+    def __post_init__(self) -> None:
+        if self.capacity is not None and self.allocator is None:
+            self.allocator = CachingAllocator(self.capacity)
+
+    @property
+    def allocated(self) -> int:
+        return sum(self.totals.values())
+
+    @property
+    def reserved(self) -> int:
+        return self.allocator.reserved if self.allocator else self.allocated
+
+    def reserve_arena(self, time: float, name: str, nbytes: int) -> None:
+        """MD: reserve a contiguous arena `name` of `nbytes` now (it stays for the whole run)."""
+        assert name not in self.arenas, name
+        self.arenas[name] = Arena(0)
+        self._grow(time, name, nbytes, ARENA_CATEGORY.get(name, "buffers"), f"arena.{name}")
+        self._record(time)
+
+    def _grow(self, time: float, name: str, nbytes: int, category: str, tag: str) -> None:
+        arena = self.arenas[name]
+        if nbytes > arena.size and self.allocator is not None:
+            if not self.allocator.reserve_outside(nbytes - arena.size) and self.oom is None:
+                self.oom = OutOfMemory(time, category, tag, nbytes - arena.size, self.allocated,
+                                       self.allocator.reserved, self.allocator.capacity)
+        arena.size = max(arena.size, nbytes)
+
+    def alloc(self, time: float, category: str, nbytes: int, tag: str, arena: str = "") -> None:
         assert category in self.totals, category
         assert nbytes >= 0 and tag not in self.live, (tag, nbytes)
-        self.live[tag] = (category, nbytes)
+        place = ""
+        pool = self.arenas.get(arena) if arena else None
+        if pool is not None:
+            self._grow(time, arena, pool.used + nbytes, category, tag)
+            pool.used += nbytes
+            place = arena
+        elif self.allocator is not None and nbytes:
+            if not self.allocator.malloc(tag, nbytes) and self.oom is None:
+                self.oom = OutOfMemory(time, category, tag, nbytes, self.allocated + nbytes,
+                                       self.allocator.reserved, self.allocator.capacity)
+        self.live[tag] = (category, nbytes, place)
         self.totals[category] += nbytes
-        self._record(time)
-        total = sum(self.totals.values())
+        total = self._record(time)
         if total > self.peak:
             self.peak, self.peak_time, self.peak_by_category = total, time, dict(self.totals)
-        if total > self.capacity and self.oom is None:
-            self.oom = OutOfMemory(time, category, tag, nbytes, total, self.capacity)
 
     def free(self, time: float, tag: str) -> None:
-        category, nbytes = self.live.pop(tag)
+        category, nbytes, place = self.live.pop(tag)
+        if place:
+            self.arenas[place].used -= nbytes
+        elif self.allocator is not None and nbytes:
+            self.allocator.free(tag)
         self.totals[category] -= nbytes
         assert self.totals[category] >= 0, (category, self.totals[category])
         self._record(time)
 
-    def _record(self, time: float) -> None:
+    def counters(self) -> dict[str, int]:
+        """The memory counter values now: bytes per category and fragmentation (reserved − allocated)."""
+        values = dict(self.totals)
+        values["fragmentation"] = self.reserved - self.allocated
+        return values
+
+    def _record(self, time: float) -> int:
         row = tuple(self.totals[c] for c in CATEGORIES)
+        reserved = self.reserved
+        if reserved > self.peak_reserved:
+            self.peak_reserved, self.peak_reserved_time = reserved, time
         if self.times and self.times[-1] == time:
             self.rows[-1] = row  # keep the last state of an instant
+            self.reserved_rows[-1] = reserved
         else:
             self.times.append(time)
             self.rows.append(row)
+            self.reserved_rows.append(reserved)
+        return sum(row)
 
     def timeline(self) -> tuple[np.ndarray, np.ndarray]:
         """(times in s, shape (T,)), (bytes per category, shape (T, len(CATEGORIES)))."""
         return np.asarray(self.times, dtype=float), np.asarray(self.rows, dtype=np.int64).reshape(-1, len(CATEGORIES))
+
+    def reserved_timeline(self) -> np.ndarray:
+        """Reserved bytes at each time of `timeline()`, shape (T,)."""
+        return np.asarray(self.reserved_rows, dtype=np.int64)

@@ -7,6 +7,7 @@ from typing import Any
 from zsim import __version__
 from zsim.engine.result import Result
 from zsim.memory.ledger import CATEGORIES
+from zsim.memory.timeline import timeline_facts
 from zsim.zero.model_states import PARAM_BYTES
 
 RESULT_SCHEMA = "zsim-result/1"
@@ -20,6 +21,12 @@ def dp_volume_bytes(result: Result) -> float:
         if group == "dp":
             total += stats.payload_bytes * (2 if op == "all_reduce" else 1)
     return total / len(result.step_seconds)
+
+
+def _fragmentation_at_reserved_peak(ledger) -> int:
+    """reserved − allocated at the moment reserved memory peaked (bytes)."""
+    i = ledger.reserved_rows.index(ledger.peak_reserved) if ledger.peak_reserved in ledger.reserved_rows else -1
+    return ledger.peak_reserved - sum(ledger.rows[i]) if ledger.rows else 0
 
 
 def facts(result: Result) -> dict[str, Any]:
@@ -58,10 +65,19 @@ def facts(result: Result) -> dict[str, Any]:
             "margin_bytes": ledger.capacity - ledger.peak,
             "peak_by_category": {c: ledger.peak_by_category[c] for c in CATEGORIES},
             "model_states": result.model_states.as_dict(),
+            "reserved_peak_bytes": ledger.peak_reserved,
+            "reserved_peak_time_s": ledger.peak_reserved_time,
+            "reserved_margin_bytes": ledger.capacity - ledger.peak_reserved,
+            "fragmentation_at_reserved_peak_bytes": _fragmentation_at_reserved_peak(ledger),
+            "segments": ledger.allocator.segments,
+            "arenas": {name: arena.size for name, arena in ledger.arenas.items()},
+            "host_peak_bytes": result.host_ledger.peak if result.host_ledger else 0,
             "oom": None if oom is None else {
                 "time_s": oom.time_s, "category": oom.category, "allocation": oom.tag,
-                "allocation_bytes": oom.nbytes, "total_bytes": oom.total_bytes, "rank_class": "all ranks",
+                "allocation_bytes": oom.nbytes, "total_bytes": oom.total_bytes,
+                "reserved_bytes": oom.reserved_bytes, "rank_class": "all ranks",
             },
+            "timeline": timeline_facts(ledger),
         },
         "time": {
             "step_seconds": result.step_seconds,
@@ -69,6 +85,7 @@ def facts(result: Result) -> dict[str, Any]:
             "compute_seconds_per_step": result.compute_seconds / steps,
             "mp_comm_seconds_per_step": result.mp_comm_seconds / steps,
             "exposed_comm_seconds_per_step": mean_step - result.compute_seconds / steps,
+            "offload_seconds_per_step": result.offload_seconds / steps,
         },
         "throughput": {
             "tflops_per_gpu": hw_tflops,

@@ -14,21 +14,33 @@ def _params(n: float) -> str:
     return f"{n:.0f}"
 
 
+def _zero_r(z: dict[str, Any], mem: dict[str, Any]) -> str:
+    """The ZeRO-R options in effect (paper §6 names), and host memory when Pa+cpu uses it."""
+    names = [name for key, name in (("partition_activations", "Pa"), ("cpu_offload_activations", "+cpu"),
+                                    ("constant_buffers", " CB"), ("defragment", " MD")) if z[key]]
+    text = "".join(names).strip()
+    host = f", host {mem['host_peak_bytes'] / GB:.2f} GB" if mem["host_peak_bytes"] else ""
+    return f"; ZeRO-R {text}{host}" if text else host
+
+
 def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     """Format `facts(result)` as a few aligned lines."""
     m, lay, z, mem, t, th, c = f["model"], f["layout"], f["zero"], f["memory"], f["time"], f["throughput"], f["comm"]
     title = f["scenario"]["name"] + (f" — {f['scenario']['description']}" if f["scenario"]["description"] else "")
-    ckpt = "checkpointing on" if z["activation_checkpointing"] else "no checkpointing"
+    every = f" every {z['checkpoint_every']} layers" if z["checkpoint_every"] > 1 else ""
+    ckpt = f"checkpointing on{every}" if z["activation_checkpointing"] else "no checkpointing"
     peak = mem["peak_by_category"]
     states = mem["model_states"]
     if f["fits"]:
-        fit = (f"FITS  peak {mem['peak_bytes'] / GB:.1f} GB of {mem['capacity_bytes'] / GB:.1f} GB "
-               f"(margin {mem['margin_bytes'] / GB:.1f} GB) at t = {mem['peak_time_s']:.2f} s")
+        fit = (f"FITS  reserved peak {mem['reserved_peak_bytes'] / GB:.1f} GB of {mem['capacity_bytes'] / GB:.1f} GB "
+               f"(margin {mem['reserved_margin_bytes'] / GB:.1f} GB) at t = {mem['reserved_peak_time_s']:.2f} s; "
+               f"allocated peak {mem['peak_bytes'] / GB:.1f} GB at t = {mem['peak_time_s']:.2f} s")
     else:
         o = mem["oom"]
         fit = (f"OOM   at t = {o['time_s']:.3f} s on {o['rank_class']}: allocating {o['allocation_bytes'] / GB:.2f} GB "
-               f"of {o['category']} ({o['allocation']}) brought {o['total_bytes'] / GB:.1f} GB "
-               f"> {mem['capacity_bytes'] / GB:.1f} GB; peak {mem['peak_bytes'] / GB:.1f} GB")
+               f"of {o['category']} ({o['allocation']}) needed {o['reserved_bytes'] / GB:.1f} GB reserved "
+               f"> {mem['capacity_bytes'] / GB:.1f} GB with {o['total_bytes'] / GB:.1f} GB allocated; "
+               f"peaks: allocated {mem['peak_bytes'] / GB:.1f} GB, reserved {mem['reserved_peak_bytes'] / GB:.1f} GB")
     per_op = ", ".join(f"{x['op']} {x['payload_bytes_per_step'] * (2 if x['op'] == 'all_reduce' else 1) / c['psi_bytes']:.2f}Ψ"
                        for x in c["collectives"] if x["group"] == "dp")
     mp_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "mp")
@@ -41,7 +53,8 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"  memory    {fit}",
         "            at peak: " + "  ".join(f"{k} {v / GB:.2f}" for k, v in peak.items()) + " GB",
         f"            model states {states['total'] / GB:.2f} GB/GPU (params {states['params'] / GB:.2f}, "
-        f"grads {states['grads'] / GB:.2f}, optimizer {states['optimizer'] / GB:.2f})",
+        f"grads {states['grads'] / GB:.2f}, optimizer {states['optimizer'] / GB:.2f}); fragmentation at the "
+        f"reserved peak {mem['fragmentation_at_reserved_peak_bytes'] / GB:.2f} GB" + _zero_r(z, mem),
         f"  time      step {t['mean_step_seconds']:.3f} s: compute {t['compute_seconds_per_step']:.3f} s, "
         f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP all-reduce in line {t['mp_comm_seconds_per_step']:.3f} s)",
         f"  speed     {th['tflops_per_gpu']:.1f} TFLOPS/GPU ({th['percent_of_peak']:.1f}% of {th['peak_tflops_per_gpu']:.0f}), "

@@ -1,21 +1,36 @@
 """Per-GPU model-state memory of each ZeRO-DP stage (Rajbhandari et al., ZeRO, §5 and Table 1).
 
-Mixed-precision Adam keeps 2Ψ bytes of fp16/bf16 parameters, 2Ψ of fp16/bf16 gradients and KΨ of
-optimizer states: an fp32 master copy, momentum and variance, K = 4 + 4 + 4 = 12 (§3.1). Stage 1
-(Pos) partitions the optimizer states across the Nd data-parallel ranks, stage 2 (Pos+g) also the
-gradients, stage 3 (Pos+g+p) also the parameters:
-    stage 0: (2 + 2 + K)Ψ      stage 1: 4Ψ + KΨ/Nd      stage 2: 2Ψ + (2 + K)Ψ/Nd      stage 3: (2 + 2 + K)Ψ/Nd
-When Ψ is not a multiple of Nd, a rank holds ceil(Ψ/Nd) elements (the largest partition: DeepSpeed
-pads the flat partitions to equal size, stage_1_and_2.py / partition_parameters.py).
+Mixed-precision Adam (fp16 or bf16) keeps 2Ψ bytes of 16-bit parameters, 2Ψ of 16-bit gradients and
+KΨ of optimizer states: an fp32 master copy, momentum and variance, K = 4 + 4 + 4 = 12 (§3.1).
+Plain fp32 training has no 16-bit copy and no master copy: 4Ψ of parameters, 4Ψ of gradients and
+Adam's momentum and variance, K = 4 + 4 = 8 (16Ψ in all, as for mixed precision; Kingma & Ba 2015).
+Stage 1 (Pos) partitions the optimizer states across the Nd data-parallel ranks, stage 2 (Pos+g) also
+the gradients, stage 3 (Pos+g+p) also the parameters:
+with e the parameter (and gradient) bytes, 2 or 4:
+    stage 0: (2e + K)Ψ    stage 1: 2eΨ + KΨ/Nd    stage 2: eΨ + (e + K)Ψ/Nd    stage 3: (2e + K)Ψ/Nd
+Uneven division, as DeepSpeed does it (the partition zsim uses is the one every rank holds, padding
+included):
+  stages 1/2: the flat buffer of all parameters is padded to a multiple of 2·Nd elements
+      (deepspeed/runtime/zero/stage_1_and_2.py: align_dense_tensors(..., nccl_start_alignment_factor
+      × dp_size) with nccl_start_alignment_factor = 2, for 4-byte aligned partitions), so each rank
+      holds ceil(Ψ / 2Nd) · 2 elements;
+  stage 3: each parameter tensor is padded to a multiple of Nd and partitioned on its own
+      (deepspeed/runtime/zero/partition_parameters.py: _padding_size, _partition_param), so a rank
+      holds Σ ceil(n_i / Nd) elements over the tensors n_i.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-PARAM_BYTES = {"fp16": 2, "bf16": 2}
-ADAM_K = 12  # fp32 master weights + momentum + variance, 4 bytes each (ZeRO §3.1)
+PARAM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+# Optimizer bytes per parameter, K (ZeRO §3.1): mixed precision keeps an fp32 master copy, momentum
+# and variance (12); fp32 training updates the parameters in place and keeps momentum and variance (8).
+ADAM_K_BY_DTYPE = {"fp16": 12, "bf16": 12, "fp32": 8}
+ADAM_K = ADAM_K_BY_DTYPE["fp16"]
+FLAT_ALIGNMENT = 2  # DeepSpeed stage_1_and_2.py: nccl_start_alignment_factor (elements per rank)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +56,54 @@ def partition(elements: int, nd: int) -> int:
     return math.ceil(elements / nd)
 
 
-def model_states(psi: int, nd: int, stage: int, dtype: str = "fp16", k: int = ADAM_K) -> ModelStates:
+def flat_partition(psi: int, nd: int) -> int:
+    """Elements per rank of a flat buffer of Ψ = `psi` elements padded to a multiple of 2·Nd
+    (DeepSpeed stages 1/2, see the module docstring). nd = 1 holds everything, unpadded."""
+    if nd == 1:
+        return psi
+    return FLAT_ALIGNMENT * partition(psi, FLAT_ALIGNMENT * nd)
+
+
+def tensor_partition(tensors: Sequence[int], nd: int) -> int:
+    """Elements per rank when each tensor is padded to a multiple of Nd and split (DeepSpeed stage 3)."""
+    return sum(partition(n, nd) for n in tensors)
+
+
+def adam_k(dtype: str) -> int:
+    """K, optimizer-state bytes per parameter, for training in `dtype`. Raises ValueError."""
+    if dtype not in ADAM_K_BY_DTYPE:
+        raise ValueError(f"dtype(={dtype!r}) must be one of {sorted(ADAM_K_BY_DTYPE)}")
+    return ADAM_K_BY_DTYPE[dtype]
+
+
+def stage_partition(psi: int, nd: int, stage: int, tensors: Sequence[int] | None = None) -> int:
+    """Elements of the model-state partition a rank holds at `stage` (Ψ at stage 0): the padded flat
+    partition for stages 1/2, the per-tensor partition for stage 3 (`tensors`; without them the
+    flat ceil(Ψ/Nd))."""
+    if stage == 0:
+        return psi
+    if stage == 3:
+        return tensor_partition(tensors, nd) if tensors is not None else partition(psi, nd)
+    return flat_partition(psi, nd)
+
+
+def model_states(psi: int, nd: int, stage: int, dtype: str = "fp16", k: int | None = None,
+                 tensors: Sequence[int] | None = None) -> ModelStates:
     """Model-state bytes per GPU for Ψ = `psi` parameters (per MP rank) on Nd = `nd` DP ranks.
 
+    `k` defaults to K of `dtype` (12 for fp16/bf16 mixed precision, 8 for fp32); `tensors` are the
+    element counts of the parameter tensors, for stage 3's per-tensor padding (their sum is Ψ).
+
     Raises:
-        ValueError: stage not in 0..3, or dtype unknown.
+        ValueError: stage not in 0..3, dtype unknown, or tensors that do not sum to Ψ.
     """
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage(={stage}) must be 0, 1, 2 or 3")
-    if dtype not in PARAM_BYTES:
-        raise ValueError(f"dtype(={dtype!r}) must be one of {sorted(PARAM_BYTES)}")
+    k = adam_k(dtype) if k is None else k
     e = PARAM_BYTES[dtype]
-    part = partition(psi, nd)
+    if tensors is not None and sum(tensors) != psi:
+        raise ValueError(f"tensors sum to {sum(tensors)}, not Ψ(={psi})")
+    part = stage_partition(psi, nd, stage, tensors)
     return ModelStates(
         params=e * (part if stage >= 3 else psi),
         grads=e * (part if stage >= 2 else psi),

@@ -7,18 +7,24 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Alloc:
-    """Memory taken when an op starts: `nbytes` of `category`, released later by `tag`."""
+    """Memory taken when an op starts: `nbytes` of `category`, released later by `tag`.
+    `where` is "gpu" or "host" (Pa+cpu's offloaded checkpoints); `arena` names the MD buffer the
+    tensor is placed in ("" for the caching allocator)."""
 
     category: str
     nbytes: int
     tag: str
+    where: str = "gpu"
+    arena: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
     """One op on one stream. Ops on a stream run in order; `deps` are ops (by index) on any stream
     that must finish first. Compute ops have `flops` and `hbm_bytes`; collectives have `collective`,
-    `group` ('dp' or 'mp') and `nbytes` (payload S as nccl-tests counts it)."""
+    `group` ('dp' or 'mp') and `nbytes` (payload S as nccl-tests counts it); host copies (on the
+    'offload' stream) have `transfer` ('d2h' or 'h2d') and `nbytes`. Allocations happen when the op
+    starts, frees when it ends."""
 
     name: str
     stream: str
@@ -32,6 +38,7 @@ class Op:
     frees: tuple[str, ...] = ()
     step: int = 0
     micro_batch: int = 0
+    transfer: str = ""
 
     @property
     def is_collective(self) -> bool:
@@ -40,8 +47,10 @@ class Op:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A rank class's whole run: persistent allocations (model states) and the ops of every step."""
+    """A rank class's whole run: persistent allocations (model states), MD arenas reserved at the
+    start (name, bytes), and the ops of every step."""
 
     persistent: tuple[Alloc, ...]
     ops: tuple[Op, ...]
     steps: int
+    arenas: tuple[tuple[str, int], ...] = ()

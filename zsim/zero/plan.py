@@ -4,7 +4,7 @@ What each stage does, as DeepSpeed implements it:
   stage 0 (DP):     backward produces full gradients; buckets of them are all-reduced on the comm
                     stream while backward goes on; the optimizer updates all Ψ parameters.
   stage 1 (Pos):    the same buckets are reduce-scattered; the optimizer updates this rank's 1/Nd;
-                    the updated fp16 parameters are all-gathered after the step (§5.1, §7.2.1).
+                    the updated parameters are all-gathered after the step (§5.1, §7.2.1).
   stage 2 (Pos+g):  as stage 1, but a bucket's gradients are freed once reduced: each rank keeps only
                     its gradient partition (§5.2).
   stage 3 (Pos+g+p): parameters are partitioned; each module's parameters are all-gathered before
@@ -14,14 +14,37 @@ What each stage does, as DeepSpeed implements it:
 Megatron MP all-reduces run in line on the compute stream (Shoeybi et al. 2019, §3). With gradient
 accumulation, stages 0/1 reduce only on the last micro-batch (no_sync); stages 2/3 reduce every
 micro-batch, as DeepSpeed does.
+
+ZeRO-R (§6; sizes in zsim.zero.residual, explained in docs/memory.md):
+  checkpointing keeps one layer input every `checkpoint_every` layers; backward recomputes a segment's
+      layers in forward order, then runs their backward in reverse (Megatron-LM checkpoint_num_layers);
+  Pa keeps 1/mp of each checkpoint and all-gathers it over the MP group, in line on the compute
+      stream, before the segment's recompute (DeepSpeed checkpointing.py get_full_inputs);
+  Pa+cpu copies each partition to host memory on the 'offload' stream once the forward made it, and
+      back one segment ahead of its recompute;
+  CB: constant-size gradient buckets; without it stages 0-2 reduce all gradients at once from one
+      fused fp32 buffer of 4Ψ bytes (§3.2), and stage 3's optimizer upcasts its whole partition;
+  MD: checkpoints and stage 2/3 gradients are placed in contiguous arenas reserved at the start.
+Every compute op also holds its working memory while it runs: a forward under checkpointing its
+layer's activations, a backward the gradients of its input and output.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from zsim.config.scenario import Scenario
 from zsim.workload.transformer import Module, Workload
-from zsim.zero.model_states import PARAM_BYTES, model_states, partition
+from zsim.zero.model_states import PARAM_BYTES, model_states, stage_partition
 from zsim.zero.ops import Alloc, Op, Plan
+from zsim.zero.residual import (
+    bucket_buffer_bytes,
+    checkpoint_bytes_per_rank,
+    checkpoint_segments,
+    fused_gradient_buffer_bytes,
+    md_arena_bytes,
+    optimizer_gradient_bytes,
+)
 
 # Adam's update streams, per element: reads fp32 master, momentum, variance and the fp16 gradient
 # (4+4+4+2 bytes) and writes master, momentum, variance and the fp16 parameter (4+4+4+2): memory-bound
@@ -51,7 +74,7 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
     zero, dtype = scenario.zero, scenario.precision.dtype
     nd = scenario.layout.dp
     psi = workload.params_per_mp_rank
-    states = model_states(psi, nd, zero.stage, dtype)
+    states = model_states(psi, nd, zero.stage, dtype, tensors=workload.tensors)
     persistent = (
         Alloc("params", states.params, "model.params"),
         Alloc("grads", states.grads, "model.grads"),
@@ -64,8 +87,29 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
             last_mb = mb == scenario.grad_accum - 1
             first_dep = (boundary,) if boundary is not None and mb == 0 else ()
             _StepPass(b, scenario, workload, step, mb, first_dep).run(reduce=zero.stage >= 2 or last_mb)
-        _optimizer(b, scenario, psi, step)
-    return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps)
+        _optimizer(b, scenario, workload, step)
+    arenas = _arenas(scenario, workload) if zero.defragment else {}
+    return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()))
+
+
+def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
+    """MD's arenas for this scenario (zsim.zero.residual.md_arena_bytes)."""
+    z = s.zero
+    live = 0
+    if z.activation_checkpointing and not z.cpu_offload_activations:
+        per = checkpoint_bytes_per_rank(w.blocks[0].checkpoint_bytes, s.layout.mp, z.partition_activations) \
+            if w.blocks else 0
+        live = per * checkpoint_segments(len(w.blocks), z.checkpoint_every)
+    return md_arena_bytes(z.stage, PARAM_BYTES[s.precision.dtype], w.params_per_mp_rank, w.largest_module_params,
+                          z.reduce_bucket_elements, z.constant_buffers, live)
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One compute step of a pass: `kind` fwd, recompute or bwd, of `module`."""
+
+    kind: str
+    module: Module
 
 
 class _StepPass:
@@ -74,119 +118,236 @@ class _StepPass:
     def __init__(self, b: _Builder, scenario: Scenario, workload: Workload, step: int, mb: int,
                  first_dep: tuple[int, ...]):
         self.b, self.s, self.w = b, scenario, workload
+        self.z = scenario.zero
         self.step, self.mb = step, mb
         self.first_dep = first_dep
         self.stage = scenario.zero.stage
         self.ckpt = scenario.zero.activation_checkpointing
+        self.k = scenario.zero.checkpoint_every
         self.e = PARAM_BYTES[scenario.precision.dtype]
+        self.md = scenario.zero.defragment
         mods = workload.modules
+        self.by_name = {m.name: m for m in mods}
         # The LM head computes with the tied word embedding: it uses the embedding's parameters too.
         self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" else (m.name,) for m in mods}
+        self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
 
+    # ---- naming and small helpers -------------------------------------------------------------
     def _tags(self, kind: str, name: str) -> str:
         return f"{kind}.{name}.s{self.step}.m{self.mb}"
 
+    def _add(self, **fields) -> int:
+        return self.b.add(step=self.step, micro_batch=self.mb, **fields)
+
+    def _checkpointed(self, m: Module) -> bool:
+        return self.ckpt and m.layer is not None
+
+    def _segment(self, m: Module) -> int:
+        return m.layer // self.k
+
+    def _segment_layers(self, seg: int) -> list[Module]:
+        blocks = self.w.blocks
+        return list(blocks[seg * self.k:min((seg + 1) * self.k, len(blocks))])
+
+    def _activations(self, m: Module, kind: str) -> tuple[Alloc, ...]:
+        """The module's saved activations, one allocation per tensor (tags `<kind>.<module>.<i>`)."""
+        return tuple(Alloc("activations", n, self._tags(f"{kind}{i}", m.name)) for i, n in enumerate(m.saved_tensors))
+
+    def _activation_tags(self, m: Module, kind: str) -> tuple[str, ...]:
+        return tuple(self._tags(f"{kind}{i}", m.name) for i in range(len(m.saved_tensors)))
+
     def _mp_allreduces(self, m: Module, count: int) -> None:
         for _ in range(count):
-            self.b.add(name=f"all_reduce/mp.{m.name}", stream="compute", collective="all_reduce", group="mp",
-                       nbytes=m.mp_allreduce_bytes, step=self.step, micro_batch=self.mb)
+            self._add(name=f"all_reduce/mp.{m.name}", stream="compute", collective="all_reduce", group="mp",
+                      nbytes=m.mp_allreduce_bytes)
 
-    def _uses(self, order: list[Module]) -> tuple[dict[str, int], dict[str, str]]:
-        """Stage 3: for one pass over `order`, the position where each module's parameters are first
-        needed and the module after whose compute they can be freed."""
-        first_use: dict[str, int] = {}
-        last_use: dict[str, str] = {}
-        for pos, m in enumerate(order):
-            for used in self.uses[m.name]:
-                first_use.setdefault(used, pos)
-                last_use[used] = m.name
-        return first_use, last_use
-
+    # ---- the schedule ---------------------------------------------------------------------------
     def run(self, reduce: bool) -> None:
         mods = list(self.w.modules)
-        self.compute_done: dict[str, int] = {}
-        self._pass(mods, forward=True)
-        self._pass(list(reversed(mods)), forward=False, reduce=reduce)
+        self._run_items([_Item("fwd", m) for m in mods], phase="fwd", reduce=False)
+        self._run_items(self._backward_items(mods), phase="bwd", reduce=reduce)
 
-    def _pass(self, order: list[Module], forward: bool, reduce: bool = False) -> None:
-        b, s, e = self.b, self.s, self.e
-        phase = "fwd" if forward else "bwd"
-        by_name = {m.name: m for m in self.w.modules}
-        gather_op: dict[str, int] = {}
-        first_use, last_use = self._uses(order) if self.stage == 3 else ({}, {})
-        frees_after: dict[str, list[str]] = {}
-        for name, user in last_use.items():
-            frees_after.setdefault(user, []).append(self._tags(f"gathered.{phase}", name))
-        gather_queue = sorted(first_use, key=first_use.get)
-        compute_ops: list[int] = []  # last compute op index per position in `order`
+    def _backward_items(self, mods: list[Module]) -> list[_Item]:
+        """Backward in reverse module order; a checkpointed segment is recomputed in forward order
+        first, then its layers' backward runs in reverse (Megatron-LM CheckpointFunction)."""
+        items: list[_Item] = []
+        done: set[int] = set()
+        for m in reversed(mods):
+            if not self._checkpointed(m):
+                items.append(_Item("bwd", m))
+                continue
+            seg = self._segment(m)
+            if seg in done:
+                continue
+            done.add(seg)
+            layers = self._segment_layers(seg)
+            items += [_Item("recompute", x) for x in layers]
+            items += [_Item("bwd", x) for x in reversed(layers)]
+        return items
+
+    def _uses_of(self, items: list[_Item]) -> tuple[dict[str, int], dict[str, int]]:
+        """Stage 3: the position of the item where each module's parameters are first needed and of
+        the item after whose compute they can be freed."""
+        first_use: dict[str, int] = {}
+        last_use: dict[str, int] = {}
+        for pos, item in enumerate(items):
+            for used in self.uses[item.module.name]:
+                first_use.setdefault(used, pos)
+                last_use[used] = pos
+        return first_use, last_use
+
+    def _run_items(self, items: list[_Item], phase: str, reduce: bool) -> None:
+        first_use, last_use = self._uses_of(items) if self.stage == 3 else ({}, {})
+        self.gather_op: dict[str, int] = {}
+        self.frees_after: dict[int, list[str]] = {}
+        for name, pos in last_use.items():
+            self.frees_after.setdefault(pos, []).append(self._tags(f"gathered.{phase}", name))
+        self.gather_queue = sorted(first_use, key=first_use.get)
+        self.first_use = first_use
+        self.compute_ops: list[int] = []  # last compute op index per item position
         self.bucket_index = 0
-        bucket: list[Module] = []
-        bucket_elems = 0
-
-        def issue_gathers_up_to(pos: int) -> None:
-            # Gather every module first used at or before pos + prefetch; a gather may start once the
-            # compute `prefetch + 1` positions earlier has finished (bounded prefetch, ZeRO §5.3).
-            while gather_queue and first_use[gather_queue[0]] <= pos + s.zero.prefetch_layers:
-                name = gather_queue.pop(0)
-                use = first_use[name]
-                wait = use - s.zero.prefetch_layers - 1
-                deps = (compute_ops[wait],) if 0 <= wait < len(compute_ops) else self.first_dep
-                nbytes = e * by_name[name].params
-                gather_op[name] = b.add(
-                    name=f"all_gather/params.{name}", stream="comm", deps=deps, collective="all_gather",
-                    group="dp", nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)),),
-                    step=self.step, micro_batch=self.mb)
-
-        for pos, m in enumerate(order):
+        self.bucket: list[Module] = []
+        self.bucket_elems = 0
+        for pos, item in enumerate(items):
             if self.stage == 3:
-                issue_gathers_up_to(pos)
-            deps = tuple(gather_op[u] for u in self.uses[m.name] if u in gather_op)
-            if pos == 0 and not deps:
-                deps = self.first_dep
-            elif pos == 0:
+                self._issue_gathers_up_to(pos, phase)
+            deps = tuple(self.gather_op[u] for u in self.uses[item.module.name] if u in self.gather_op)
+            if pos == 0:
                 deps = deps + self.first_dep
-            ckpt = self.ckpt and m.layer is not None
-            if forward:
-                act = m.checkpoint_bytes if ckpt else m.saved_bytes
-                op = b.add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops,
-                           hbm_bytes=m.fwd_hbm_bytes, allocs=(Alloc("activations", act, self._tags("act", m.name)),),
-                           frees=tuple(frees_after.get(m.name, ())), step=self.step, micro_batch=self.mb)
-                self._mp_allreduces(m, m.mp_allreduces_fwd)
+            frees = tuple(self.frees_after.get(pos, ()))
+            if item.kind == "fwd":
+                op = self._forward(item.module, deps, frees)
+            elif item.kind == "recompute":
+                op = self._recompute(item.module, deps, frees)
             else:
-                frees = [self._tags("act", m.name)]
-                if ckpt:
-                    b.add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops,
-                          hbm_bytes=m.fwd_hbm_bytes,
-                          allocs=(Alloc("activations", m.saved_bytes, self._tags("recompute", m.name)),),
-                          step=self.step, micro_batch=self.mb)
-                    self._mp_allreduces(m, m.mp_allreduces_fwd)
-                    frees.append(self._tags("recompute", m.name))
-                    deps = ()
-                grad_allocs = (Alloc("grads", e * m.params, self._tags("grad", m.name)),) if self.stage >= 2 else ()
-                op = b.add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
-                           hbm_bytes=2 * m.fwd_hbm_bytes, allocs=grad_allocs,
-                           frees=tuple(frees + frees_after.get(m.name, [])), step=self.step, micro_batch=self.mb)
-                self._mp_allreduces(m, m.mp_allreduces_bwd)
-                if reduce:
-                    bucket.append(m)
-                    bucket_elems += m.params
-                    if self.stage == 3 or bucket_elems >= s.zero.reduce_bucket_elements or pos == len(order) - 1:
-                        self._reduce(bucket, op)
-                        bucket, bucket_elems = [], 0
-            compute_ops.append(op)
+                op = self._backward(item.module, deps, frees, reduce)
+            self.compute_ops.append(op)
+        if reduce and self.bucket:
+            self._reduce(self.bucket, self.compute_ops[-1])
+
+    def _issue_gathers_up_to(self, pos: int, phase: str) -> None:
+        """Gather every module first used at or before pos + prefetch; a gather may start once the
+        compute `prefetch + 1` items earlier has finished (bounded prefetch, ZeRO §5.3)."""
+        ahead = self.z.prefetch_layers
+        while self.gather_queue and self.first_use[self.gather_queue[0]] <= pos + ahead:
+            name = self.gather_queue.pop(0)
+            wait = self.first_use[name] - ahead - 1
+            deps = (self.compute_ops[wait],) if 0 <= wait < len(self.compute_ops) else self.first_dep
+            nbytes = self.e * self.by_name[name].params
+            self.gather_op[name] = self._add(
+                name=f"all_gather/params.{name}", stream="comm", deps=deps, collective="all_gather", group="dp",
+                nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)),))
+
+    # ---- forward --------------------------------------------------------------------------------
+    def _forward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...]) -> int:
+        """A module's forward. Without checkpointing it keeps its saved activations for backward;
+        with it, a segment's first layer keeps its input (the checkpoint; 1/mp of it under Pa) and
+        every layer holds its activations only while it runs."""
+        if not self._checkpointed(m):
+            allocs = list(self._activations(m, "act"))
+        else:
+            allocs = list(self._activations(m, "work"))
+            frees = frees + self._activation_tags(m, "work")
+            if m.layer % self.k == 0:
+                allocs.append(Alloc("activations", self._checkpoint_bytes(m), self._tags("ckpt", m.name),
+                                    arena="checkpoints" if self.md else ""))
+        op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
+                       allocs=tuple(allocs), frees=frees)
+        self._mp_allreduces(m, m.mp_allreduces_fwd)
+        if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
+            self._offload_out(m, op)
+        return op
+
+    def _checkpoint_bytes(self, m: Module) -> int:
+        return checkpoint_bytes_per_rank(m.checkpoint_bytes, self.s.layout.mp, self.z.partition_activations)
+
+    def _offload_out(self, m: Module, after: int) -> None:
+        """Pa+cpu: copy the checkpoint partition to host memory; the GPU copy is freed when it lands."""
+        nbytes = self._checkpoint_bytes(m)
+        self._add(name=f"offload/activations.{m.name}", stream="offload", deps=(after,), transfer="d2h", nbytes=nbytes,
+                  allocs=(Alloc("activations", nbytes, self._tags("host", m.name), where="host"),),
+                  frees=(self._tags("ckpt", m.name),))
+
+    # ---- backward -------------------------------------------------------------------------------
+    def _recompute(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...]) -> int:
+        """Recompute a checkpointed layer's forward, keeping its activations for its backward. The
+        segment's first layer first brings its checkpoint back (Pa+cpu) and all-gathers it (Pa); the
+        checkpoint is freed once that recompute has rebuilt the layer's input among its activations."""
+        if m.layer % self.k == 0:
+            ckpt = self._tags("ckpt", m.name)
+            if self.z.partition_activations:
+                deps = deps + (self._gather_checkpoint(m),)
+                ckpt = self._tags("ckpt.full", m.name)
+            frees = frees + (ckpt,)
+        op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops,
+                       hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees)
+        self._mp_allreduces(m, m.mp_allreduces_fwd)
+        return op
+
+    def _gather_checkpoint(self, m: Module) -> int:
+        """Pa: all-gather the segment's checkpoint over the MP group, in line on the compute stream
+        (ZeRO §6.1, §8: one all-gather of the layer input per checkpoint before recompute)."""
+        part = self._tags("ckpt", m.name)
+        deps: tuple[int, ...] = ()
+        if self.z.cpu_offload_activations:
+            deps = (self._offload_in(m),)
+        op = self._add(name=f"all_gather/activations.{m.name}", stream="compute", deps=deps, collective="all_gather",
+                       group="mp", nbytes=m.checkpoint_bytes,
+                       allocs=(Alloc("activations", m.checkpoint_bytes, self._tags("ckpt.full", m.name)),),
+                       frees=(part,))
+        self.segment_gather[self._segment(m)] = op
+        return op
+
+    def _offload_in(self, m: Module) -> int:
+        """Pa+cpu: copy the partition back to the GPU one segment ahead: the copy may start once the
+        previous segment (in backward order) has gathered its own checkpoint; the first one once
+        backward has begun."""
+        previous = self.segment_gather.get(self._segment(m) + 1)
+        if previous is not None:
+            deps: tuple[int, ...] = (previous,)
+        else:
+            deps = (self.compute_ops[-1],) if self.compute_ops else self.first_dep
+        nbytes = self._checkpoint_bytes(m)
+        return self._add(name=f"prefetch/activations.{m.name}", stream="offload", deps=deps, transfer="h2d",
+                         nbytes=nbytes, allocs=(Alloc("activations", nbytes, self._tags("ckpt", m.name)),),
+                         frees=(self._tags("host", m.name),))
+
+    def _backward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...], reduce: bool) -> int:
+        """A module's backward: frees its activations, holds its input and output gradients while
+        it runs (2 tensors of shape (s, b, h)), and from stage 2 produces its gradient tensor (into
+        MD's arena when on); gradients join the reduction bucket."""
+        work = self._tags("dgrad", m.name)
+        allocs = [Alloc("activations", 2 * m.checkpoint_bytes, work)] if m.layer is not None else []
+        if self.stage >= 2:
+            allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
+        frees = frees + self._activation_tags(m, "act") + ((work,) if m.layer is not None else ())
+        op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
+                       hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees)
+        self._mp_allreduces(m, m.mp_allreduces_bwd)
+        if reduce:
+            self.bucket.append(m)
+            self.bucket_elems += m.params
+            fused = self.stage < 3 and not self.z.constant_buffers  # one fused reduction after backward
+            if self.stage == 3 or (not fused and self.bucket_elems >= self.z.reduce_bucket_elements):
+                self._reduce(self.bucket, op)
+                self.bucket, self.bucket_elems = [], 0
+        return op
 
     def _reduce(self, bucket: list[Module], after: int) -> None:
         """Reduce a bucket of gradients once the backward that completes it (`after`) is done."""
         e = self.e
-        nbytes = e * sum(m.params for m in bucket)
+        elements = sum(m.params for m in bucket)
+        nbytes = e * elements
         what = f"grads.{bucket[0].name}" if self.stage == 3 else f"grads.bucket.{self.bucket_index}"
         self.bucket_index += 1
-        if self.stage == 0:
-            op, staging = "all_reduce", (Alloc("buffers", nbytes, self._tags("bucket", bucket[0].name)),)
-        elif self.stage in (1, 2):
-            op, staging = "reduce_scatter", (Alloc("buffers", nbytes, self._tags("bucket", bucket[0].name)),)
-        else:
+        tag = self._tags("bucket", bucket[0].name)
+        if self.stage == 3:
             op, staging = "reduce_scatter", ()  # stage 3 reduce-scatters the module's gradient in place
+        else:
+            op = "all_reduce" if self.stage == 0 else "reduce_scatter"
+            size = bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, e) if self.z.constant_buffers \
+                else fused_gradient_buffer_bytes(elements)
+            staging = (Alloc("buffers", size, tag),)
         frees = [a.tag for a in staging]
         if self.stage >= 2:
             frees += [self._tags("grad", m.name) for m in bucket]
@@ -194,17 +355,21 @@ class _StepPass:
                    allocs=staging, frees=tuple(frees), step=self.step, micro_batch=self.mb)
 
 
-def _optimizer(b: _Builder, s: Scenario, psi: int, step: int) -> None:
-    """The Adam step on this rank's partition, after every reduction; stages 1/2 then all-gather the
-    updated fp16 parameters in buckets (ZeRO §7.2.1)."""
-    stage, nd = s.zero.stage, s.layout.dp
-    elements = psi if stage == 0 else partition(psi, nd)
+def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
+    """The Adam step on this rank's partition, after every reduction, holding the fp32 copy of the
+    gradients it reads (zsim.zero.residual.optimizer_gradient_bytes); stages 1/2 then all-gather the
+    updated parameters in buckets, or all at once without CB (ZeRO §7.2.1)."""
+    z, nd, dtype = s.zero, s.layout.dp, s.precision.dtype
+    psi = w.params_per_mp_rank
+    elements = stage_partition(psi, nd, z.stage, w.tensors)
     deps = (b.last_comm,) if b.last_comm is not None else ()
+    upcast = optimizer_gradient_bytes(z.stage, elements, dtype, z.constant_buffers, z.reduce_bucket_elements)
+    tag = f"optimizer.fp32_grads.s{step}"
     opt = b.add(name="optimizer/step", stream="compute", deps=deps, hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
-                step=step)
-    if stage in (1, 2):
-        e = PARAM_BYTES[s.precision.dtype]
-        bucket = s.zero.reduce_bucket_elements
+                allocs=(Alloc("buffers", upcast, tag),), frees=(tag,), step=step)
+    if z.stage in (1, 2):
+        e = PARAM_BYTES[dtype]
+        bucket = z.reduce_bucket_elements if z.constant_buffers else psi
         for j, start in enumerate(range(0, psi, bucket)):
             n = min(bucket, psi - start)
             b.add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=(opt,), collective="all_gather",

@@ -1,0 +1,199 @@
+"""`zsim maxsize`: the largest model that fits on a GPU (the ZeRO paper's Table 2 and Figure 6).
+
+Two questions, two pure functions:
+  max_params_model_states: model states only, the paper's Table 2 "theoretical" columns: the Ψ whose
+      per-GPU model states (Table 1, Ψ split over MP first) fill the GPU memory;
+  max_layers: the full memory of a given shape and micro-batch (Figure 6): the most transformer
+      layers of that shape for which a simulated step does not run out of memory (binary search
+      over `zsim run`'s own simulation, allocator included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from zsim.config.scenario import build_scenario
+from zsim.config.yamlfile import read_yaml_mapping
+from zsim.errors import ConfigError, ZsimError
+from zsim.zero.model_states import PARAM_BYTES, adam_k
+
+STAGE_NAMES = {0: "baseline", 1: "Pos", 2: "Pos+g", 3: "Pos+g+p"}
+_MEM_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20,
+              "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """'32GB' -> 32e9 (the paper's GB), '32GiB' -> 32·2³⁰, '1e9' -> bytes. Raises ZsimError."""
+    m = re.fullmatch(r"\s*([0-9_.]+(?:e[+-]?\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    try:
+        value = float(m.group(1).replace("_", "")) * _MEM_UNITS[unit] if m and unit in _MEM_UNITS else None
+    except ValueError:
+        value = None
+    if value is None or value <= 0:
+        raise ZsimError(f"{text!r}: expected a memory size like 32GB (10^9 bytes) or 32GiB (2^30 bytes)")
+    return int(value)
+
+
+def bytes_per_param(stage: int, dp: int, dtype: str = "fp16") -> float:
+    """Model-state bytes per parameter of one MP rank on one GPU, ZeRO Table 1 without padding:
+    (2e + K), 2e + K/Nd, e + (e + K)/Nd, (2e + K)/Nd with e parameter bytes and K optimizer bytes."""
+    e, k = PARAM_BYTES[dtype], adam_k(dtype)
+    return {0: 2 * e + k, 1: 2 * e + k / dp, 2: e + (e + k) / dp, 3: (2 * e + k) / dp}[stage]
+
+
+def max_params_model_states(gpu_bytes: int, dp: int, mp: int, stage: int, dtype: str = "fp16") -> float:
+    """The largest Ψ (whole model) whose model states fit in `gpu_bytes` per GPU: each MP rank holds
+    Ψ/mp, so Ψ = mp · memory / bytes_per_param (ZeRO Table 2, theoretical columns)."""
+    return mp * gpu_bytes / bytes_per_param(stage, dp, dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class MaxModel:
+    """The largest fitting model of a shape: `layers`, its Ψ, and the reserved peak of that run."""
+
+    layers: int
+    params: int
+    reserved_peak_bytes: int
+
+
+def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None) -> tuple[bool, int, int]:
+    """(fits, Ψ, reserved peak) of scenario `data` with `layers` layers, one step, no accumulation."""
+    from zsim.engine.simulation import simulate
+
+    trial = copy.deepcopy(data)
+    trial["model"]["layers"] = layers
+    trial["model"].pop("global_batch", None)
+    trial["model"]["grad_accum"] = 1
+    trial.setdefault("run", {})["steps"] = 1
+    try:
+        scenario = build_scenario(trial, source="<maxsize>", default_name="maxsize", gpu_memory_bytes=gpu_bytes)
+    except ConfigError as exc:
+        if exc.path == "zero.stage":  # model states alone exceed the GPU
+            return False, 0, 0
+        raise
+    result = simulate(scenario)
+    return result.fits, result.workload.total_params, result.ledger.peak_reserved
+
+
+def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 4096) -> MaxModel:
+    """The most layers (1..limit) of scenario `data`'s shape that fit, by binary search (memory grows
+    with the layer count). Raises ZsimError when not even one layer fits."""
+    ok, params, peak = fits(data, 1, gpu_bytes)
+    if not ok:
+        raise ZsimError("not even one layer of this shape fits: lower the micro-batch or raise mp / dp")
+    lo, best, hi = 1, MaxModel(1, params, peak), 2
+    while hi <= limit:
+        ok, params, peak = fits(data, hi, gpu_bytes)
+        if not ok:
+            break
+        lo, best, hi = hi, MaxModel(hi, params, peak), hi * 2
+    hi = min(hi, limit + 1)  # lo fits, hi does not (or is past the limit)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ok, params, peak = fits(data, mid, gpu_bytes)
+        if ok:
+            lo, best = mid, MaxModel(mid, params, peak)
+        else:
+            hi = mid
+    return best
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "maxsize", help="largest model that fits (paper Table 2, Figure 6)",
+        description="Without --batch or --scenario: the largest model whose model states fit per GPU, per ZeRO "
+                    "stage (Table 2). With --scenario FILE (or --batch and a shape): the most layers of that "
+                    "shape whose simulated step fits, activations, buffers and allocator included (Figure 6).")
+    p.add_argument("--dp", type=int, help="data-parallel degree Nd")
+    p.add_argument("--mp", type=int, default=1, help="model-parallel degree")
+    p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), help="one ZeRO stage (default: all four)")
+    p.add_argument("--gpu-mem", type=_bytes_arg, metavar="SIZE",
+                   help="GPU memory, e.g. 32GB (10^9 bytes, as the paper) or 32GiB; default: the profile's")
+    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
+    p.add_argument("--scenario", metavar="FILE", help="search the layers of this scenario's shape and options")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of --scenario (repeatable)")
+    shape = p.add_argument_group("shape for the full-memory search (with --batch)")
+    shape.add_argument("--batch", type=int, help="micro-batch per GPU (sequences)")
+    shape.add_argument("--hidden", type=int, default=8192)
+    shape.add_argument("--heads", type=int, default=64)
+    shape.add_argument("--seq", type=int, default=1024)
+    shape.add_argument("--vocab", type=int, default=51200)
+    shape.add_argument("--profile", default="dgx2", help="hardware profile (hwprofiles/)")
+    for flag, key in (("--pa", "partition_activations"), ("--pa-cpu", "cpu_offload_activations"),
+                      ("--md", "defragment")):
+        shape.add_argument(flag, dest=key, action="store_true", help=f"zero.{key}: true")
+    shape.add_argument("--no-cb", dest="constant_buffers", action="store_false", help="zero.constant_buffers: false")
+    p.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH ('-' for stdout)")
+    p.set_defaults(func=maxsize_command)
+
+
+def _bytes_arg(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ZsimError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _shape_scenario(args: argparse.Namespace) -> dict[str, Any]:
+    from zsim.config.hardware import load_cluster
+
+    cluster = load_cluster(args.profile, 1)
+    gpus = args.dp * args.mp
+    if gpus % cluster.gpus_per_node:
+        raise ZsimError(f"--dp {args.dp} × --mp {args.mp} = {gpus} GPUs is not a whole number of "
+                        f"{cluster.name} nodes ({cluster.gpus_per_node} GPUs each)")
+    return {
+        "model": {"layers": 1, "hidden": args.hidden, "heads": args.heads, "seq_len": args.seq, "vocab": args.vocab,
+                  "micro_batch": args.batch},
+        "parallel": {"dp": args.dp, "mp": args.mp},
+        "zero": {"stage": 1 if args.stage is None else args.stage, "partition_activations": args.partition_activations
+                 or args.cpu_offload_activations, "cpu_offload_activations": args.cpu_offload_activations,
+                 "constant_buffers": args.constant_buffers, "defragment": args.defragment},
+        "precision": {"dtype": args.dtype},
+        "hardware": {"profile": args.profile, "nodes": gpus // cluster.gpus_per_node},
+    }
+
+
+def maxsize_command(args: argparse.Namespace) -> int:
+    if args.scenario or args.batch:
+        if args.scenario:
+            from pathlib import Path
+
+            from zsim.config.overrides import apply_overrides
+
+            data = apply_overrides(read_yaml_mapping(Path(args.scenario)), args.overrides)
+        else:
+            if args.dp is None:
+                raise ZsimError("--batch needs --dp (and --mp)")
+            data = _shape_scenario(args)
+        best = max_layers(data, args.gpu_mem)
+        table: dict[str, Any] = {"mode": "full memory", "layers": best.layers, "params": best.params,
+                                 "reserved_peak_bytes": best.reserved_peak_bytes}
+        text = (f"largest fitting model: {best.layers} layers = {best.params / 1e9:.1f}B parameters "
+                f"(reserved peak {best.reserved_peak_bytes / 1e9:.1f} GB per GPU)")
+    else:
+        if args.dp is None or args.gpu_mem is None:
+            raise ZsimError("model-states mode needs --dp and --gpu-mem (or give --scenario / --batch)")
+        stages = (args.stage,) if args.stage is not None else (0, 1, 2, 3)
+        table = {"mode": "model states", "dp": args.dp, "mp": args.mp, "gpu_bytes": args.gpu_mem,
+                 "params": {str(s): max_params_model_states(args.gpu_mem, args.dp, args.mp, s, args.dtype)
+                            for s in stages}}
+        text = f"largest model by model states alone, Nd = {args.dp}, MP = {args.mp}, {args.gpu_mem / 1e9:g} GB/GPU:\n" + \
+            "\n".join(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{table['params'][str(s)] / 1e9:>10.1f}B" for s in stages)
+    if args.json == "-":
+        json.dump(table, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(table, fh, indent=2)
+    print(text)
+    return 0
