@@ -142,3 +142,15 @@ def test_nccl_fit_reports_profile_and_residuals(shared_data):
 def test_nccl_fit_without_tables_says_so(tmp_path):
     proc = zsim("nccl-fit", str(tmp_path), "--hw", "dgx2", "--gpus", "12")
     assert proc.returncode == 2 and "no nccl-tests tables" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["maxsize", "--dp", "0", "--mp", "16"], ["nccl-fit", ".", "--hw", "dgx2", "--gpus", "12", "-g", "0"],
+                                  ["collective", "--hw", "dgx2", "--gpus", "-4", "--op", "all_reduce"]])
+def test_non_positive_counts_are_rejected_by_the_parser(args):
+    proc = zsim(*args)
+    assert proc.returncode == 2 and "expected a positive integer" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_nccl_fit_with_an_impossible_layout_is_one_line(shared_data):
+    proc = zsim("nccl-fit", str(shared_data / "nccl-tests/dgx2-v100-12gpu"), "--hw", "dgx2", "--gpus", "20")
+    assert proc.returncode == 2 and "--gpus 20" in proc.stderr and "Traceback" not in proc.stderr

@@ -16,7 +16,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from zsim.config.hardware import Cluster
-from zsim.fabric.nccl import _BASE_LAT, _HW_LAT, PROTOCOLS, NcclKernel
+from zsim.fabric.nccl import BASE_LAT_US, HW_LAT_US, PROTOCOLS, NcclKernel
 from zsim.fabric.perf import run_collective
 from zsim.fabric.topology import aggregate_capacities, build_topology
 from zsim.trace.nccl_tests import NcclRow
@@ -36,8 +36,8 @@ _PARAMS = (
 # A weak prior on the latency terms: NCCL's own ring/NVLink latencies (tuning.cc baseLat, hwLat).
 # Rows that a host launch floor hides cannot identify a latency; the prior keeps it where NCCL's
 # authors measured it instead of letting it trade off against the floor.
-_PRIOR = {**{f"latency_us.{p}": _BASE_LAT["ring"][i] for i, p in enumerate(PROTOCOLS)},
-          **{f"step_latency_us.{p}": _HW_LAT["nvlink"]["ring"][i] for i, p in enumerate(PROTOCOLS)}}
+_PRIOR = {**{f"latency_us.{p}": BASE_LAT_US["ring"][i] for i, p in enumerate(PROTOCOLS)},
+          **{f"step_latency_us.{p}": HW_LAT_US["nvlink"]["ring"][i] for i, p in enumerate(PROTOCOLS)}}
 _PRIOR_WEIGHT = 0.05  # per term, against one log-time residual per row
 
 

@@ -7,26 +7,11 @@ import json
 import sys
 from dataclasses import asdict
 
+from zsim.commands.units import parse_size, positive
 from zsim.errors import ZsimError
 from zsim.fabric.collective import ALGORITHMS
 from zsim.fabric.nccl import FUNCTIONS
 from zsim.fabric.perf import DTYPE_BYTES, PerfRow, run_collective
-
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
-
-
-def parse_size(text: str) -> int:
-    """nccl-tests sizes: '8', '128K', '8M', '8G' (powers of 1024). Raises ZsimError."""
-    t = text.strip().upper().removesuffix("B")
-    unit = t[-1] if t and t[-1] in _UNITS else ""
-    try:
-        value = int(float(t[: len(t) - len(unit)]) * _UNITS[unit])
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ZsimError(f"size {text!r}: expected a positive size like 8, 128K, 8M or 8G")
-    return value
-
 
 def sizes(begin: int, end: int, factor: int) -> list[int]:
     """begin, begin·f, ... up to end (nccl-tests -b -e -f)."""
@@ -47,10 +32,7 @@ def collective_table(profile: str, nodes: int, gpus: int, op: str, sizes_: list[
     from zsim.config.hardware import load_cluster
 
     cluster = load_cluster(profile, nodes)
-    try:
-        return [run_collective(cluster, op, s, gpus, gpus_per_process, algorithm, dtype) for s in sizes_]
-    except ValueError as exc:
-        raise ZsimError(str(exc)) from None
+    return [run_collective(cluster, op, s, gpus, gpus_per_process, algorithm, dtype) for s in sizes_]
 
 
 def format_table(rows: list[PerfRow], op: str) -> str:
@@ -72,13 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "prints (size, count, type, time, algbw, busbw; busbw as in nccl-tests PERFORMANCE.md), "
                     "with the algorithm/protocol NCCL's tuner would pick.")
     p.add_argument("--hw", required=True, help="system profile in hwprofiles/, e.g. dgx2")
-    p.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs in the group, spread evenly over the nodes")
+    p.add_argument("--nodes", type=positive("--nodes"), default=1, help="nodes (default 1)")
+    p.add_argument("--gpus", type=positive("--gpus"), required=True, help="GPUs in the group, spread evenly over the nodes")
     p.add_argument("--op", required=True, choices=FUNCTIONS, help="the collective")
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", default="8G", help="largest size (default 8G)")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
-    p.add_argument("-g", "--gpus-per-process", type=int, default=1, dest="gpus_per_process",
+    p.add_argument("-f", "--stepfactor", type=positive("-f"), default=2, help="size multiplier (default 2)")
+    p.add_argument("-g", "--gpus-per-process", type=positive("-g"), default=1, dest="gpus_per_process",
                    help="GPUs one process drives, as nccl-tests -g: each call costs g kernel launches (default 1)")
     p.add_argument("-d", "--datatype", default="float", choices=sorted(DTYPE_BYTES), help="element type")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="auto: as NCCL's tuner picks")
@@ -87,8 +69,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    if args.nodes <= 0 or args.gpus <= 0 or args.gpus_per_process <= 0:
-        raise ZsimError("--nodes, --gpus and -g must be positive")
     rows = collective_table(args.hw, args.nodes, args.gpus, args.op,
                             sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor),
                             args.gpus_per_process, args.algorithm, args.datatype)

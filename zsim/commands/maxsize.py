@@ -13,33 +13,15 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import re
 import sys
 from dataclasses import dataclass
 from typing import Any
 
+from zsim.commands.units import argtype, parse_bytes, positive
 from zsim.config.scenario import build_scenario
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError, ZsimError
-from zsim.zero.model_states import PARAM_BYTES, adam_k
-
-STAGE_NAMES = {0: "baseline", 1: "Pos", 2: "Pos+g", 3: "Pos+g+p"}
-_MEM_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20,
-              "gib": 2**30, "tib": 2**40}
-
-
-def parse_bytes(text: str) -> int:
-    """'32GB' -> 32e9 (the paper's GB), '32GiB' -> 32·2³⁰, '1e9' -> bytes. Raises ZsimError."""
-    m = re.fullmatch(r"\s*([0-9_.]+(?:e[+-]?\d+)?)\s*([a-zA-Z]*)\s*", text)
-    unit = m.group(2).lower() if m else ""
-    try:
-        value = float(m.group(1).replace("_", "")) * _MEM_UNITS[unit] if m and unit in _MEM_UNITS else None
-    except ValueError:
-        value = None
-    if value is None or value <= 0:
-        raise ZsimError(f"{text!r}: expected a memory size like 32GB (10^9 bytes) or 32GiB (2^30 bytes)")
-    return int(value)
-
+from zsim.zero.model_states import PARAM_BYTES, STAGE_NAMES, adam_k
 
 def bytes_per_param(stage: int, dp: int, dtype: str = "fp16") -> float:
     """Model-state bytes per parameter of one MP rank on one GPU, ZeRO Table 1 without padding:
@@ -111,21 +93,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Without --batch or --scenario: the largest model whose model states fit per GPU, per ZeRO "
                     "stage (Table 2). With --scenario FILE (or --batch and a shape): the most layers of that "
                     "shape whose simulated step fits, activations, buffers and allocator included (Figure 6).")
-    p.add_argument("--dp", type=int, help="data-parallel degree Nd")
-    p.add_argument("--mp", type=int, default=1, help="model-parallel degree")
+    p.add_argument("--dp", type=positive("--dp"), help="data-parallel degree Nd")
+    p.add_argument("--mp", type=positive("--mp"), default=1, help="model-parallel degree")
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), help="one ZeRO stage (default: all four)")
-    p.add_argument("--gpu-mem", type=_bytes_arg, metavar="SIZE",
+    p.add_argument("--gpu-mem", type=argtype(parse_bytes), metavar="SIZE",
                    help="GPU memory, e.g. 32GB (10^9 bytes, as the paper) or 32GiB; default: the profile's")
     p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
     p.add_argument("--scenario", metavar="FILE", help="search the layers of this scenario's shape and options")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of --scenario (repeatable)")
     shape = p.add_argument_group("shape for the full-memory search (with --batch)")
-    shape.add_argument("--batch", type=int, help="micro-batch per GPU (sequences)")
-    shape.add_argument("--hidden", type=int, default=8192)
-    shape.add_argument("--heads", type=int, default=64)
-    shape.add_argument("--seq", type=int, default=1024)
-    shape.add_argument("--vocab", type=int, default=51200)
+    shape.add_argument("--batch", type=positive("--batch"), help="micro-batch per GPU (sequences)")
+    shape.add_argument("--hidden", type=positive("--hidden"), default=8192)
+    shape.add_argument("--heads", type=positive("--heads"), default=64)
+    shape.add_argument("--seq", type=positive("--seq"), default=1024)
+    shape.add_argument("--vocab", type=positive("--vocab"), default=51200)
     shape.add_argument("--profile", default="dgx2", help="hardware profile (hwprofiles/)")
     for flag, key in (("--pa", "partition_activations"), ("--pa-cpu", "cpu_offload_activations"),
                       ("--md", "defragment")):
@@ -133,13 +115,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     shape.add_argument("--no-cb", dest="constant_buffers", action="store_false", help="zero.constant_buffers: false")
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH ('-' for stdout)")
     p.set_defaults(func=maxsize_command)
-
-
-def _bytes_arg(text: str) -> int:
-    try:
-        return parse_bytes(text)
-    except ZsimError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _shape_scenario(args: argparse.Namespace) -> dict[str, Any]:

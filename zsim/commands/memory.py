@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import Any
 
+from zsim.commands.units import argtype, parse_count, positive
 from zsim.errors import ZsimError
-from zsim.zero.model_states import adam_k, model_states, stage_partition
+from zsim.zero.model_states import STAGE_NAMES, adam_k, model_states, stage_partition
 from zsim.zero.residual import (
     bucket_buffer_bytes,
     checkpoint_bytes_per_rank,
@@ -21,20 +21,7 @@ from zsim.zero.residual import (
 )
 
 GB = 1e9
-STAGE_NAMES = {0: "baseline", 1: "Pos", 2: "Pos+g", 3: "Pos+g+p"}
-_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-
-def parse_count(text: str) -> int:
-    """'7.5e9', '7.5B', '1T', '1_000' -> an integer count. Raises ZsimError."""
-    m = re.fullmatch(r"\s*([0-9_.]+(?:e[+-]?\d+)?)\s*([kmbgtKMBGT]?)\s*", text)
-    try:
-        value = float(m.group(1).replace("_", "")) * _SUFFIX.get(m.group(2).lower(), 1) if m else None
-    except ValueError:
-        value = None
-    if value is None or value <= 0:
-        raise ZsimError(f"{text!r}: expected a positive count like 7.5e9, 7.5B or 1T")
-    return round(value)
+count_arg = argtype(parse_count)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,45 +30,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Per-GPU model-state bytes (fp16/bf16 params and grads, fp32 Adam states, K = 12) for Ψ "
                     "parameters on Nd data-parallel GPUs, per ZeRO stage (Rajbhandari et al., Table 1). "
                     "GB = 10^9 bytes, as in the paper.")
-    p.add_argument("--params", required=True, type=_count_arg, metavar="Ψ", help="parameters, e.g. 7.5e9, 7.5B, 1T")
-    p.add_argument("--dp", required=True, type=_positive("--dp"), metavar="Nd", help="data-parallel degree")
+    p.add_argument("--params", required=True, type=count_arg, metavar="Ψ", help="parameters, e.g. 7.5e9, 7.5B, 1T")
+    p.add_argument("--dp", required=True, type=positive("--dp"), metavar="Nd", help="data-parallel degree")
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), help="one ZeRO stage (default: all four)")
-    p.add_argument("--mp", type=_positive("--mp"), default=1, help="model-parallel degree: each DP group holds Ψ/mp")
+    p.add_argument("--mp", type=positive("--mp"), default=1, help="model-parallel degree: each DP group holds Ψ/mp")
     p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
                    help="parameter and gradient dtype (fp32: plain fp32 training, K = 8)")
     r = p.add_argument_group("residual states (give --hidden, --seq and --batch)")
-    r.add_argument("--hidden", type=_positive("--hidden"), help="hidden size h")
-    r.add_argument("--heads", type=_positive("--heads"), help="attention heads (default h/128)")
-    r.add_argument("--seq", type=_positive("--seq"), help="sequence length s")
-    r.add_argument("--batch", type=_positive("--batch"), help="micro-batch b per GPU")
-    r.add_argument("--layers", type=_positive("--layers"), help="layers (default Ψ / 12h², rounded)")
+    r.add_argument("--hidden", type=positive("--hidden"), help="hidden size h")
+    r.add_argument("--heads", type=positive("--heads"), help="attention heads (default h/128)")
+    r.add_argument("--seq", type=positive("--seq"), help="sequence length s")
+    r.add_argument("--batch", type=positive("--batch"), help="micro-batch b per GPU")
+    r.add_argument("--layers", type=positive("--layers"), help="layers (default Ψ / 12h², rounded)")
     r.add_argument("--no-checkpointing", dest="checkpointing", action="store_false", help="keep every activation")
-    r.add_argument("--ckpt-every", type=_positive("--ckpt-every"), default=1, help="one checkpoint every k layers")
+    r.add_argument("--ckpt-every", type=positive("--ckpt-every"), default=1, help="one checkpoint every k layers")
     r.add_argument("--pa", action="store_true", help="Pa: checkpoints partitioned across MP")
     r.add_argument("--pa-cpu", action="store_true", help="Pa+cpu: partitioned checkpoints in host memory")
     r.add_argument("--no-cb", dest="cb", action="store_false", help="fused whole-model fp32 gradient buffer (no CB)")
-    r.add_argument("--bucket", type=_count_arg, default=500_000_000, help="CB bucket, elements (default 5e8)")
+    r.add_argument("--bucket", type=count_arg, default=500_000_000, help="CB bucket, elements (default 5e8)")
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH ('-' for stdout)")
     p.set_defaults(func=memory_command)
-
-
-def _count_arg(text: str) -> int:
-    try:
-        return parse_count(text)
-    except ZsimError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive(flag: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected a positive integer")
-        return value
-    return parse
 
 
 def memory_table(params: int, dp: int, mp: int = 1, stages: tuple[int, ...] = (0, 1, 2, 3),

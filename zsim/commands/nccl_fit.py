@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from zsim.commands.units import positive
 from zsim.errors import ZsimError
 from zsim.fabric.nccl import FUNCTIONS
 
@@ -48,9 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "row's busbw residual.")
     p.add_argument("folder", type=Path, help="folder of nccl-tests tables")
     p.add_argument("--hw", required=True, help="system profile in hwprofiles/ whose topology ran the tests")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus", type=int, required=True, help="GPUs the tests ran on")
-    p.add_argument("-g", "--gpus-per-process", type=int, default=1, dest="gpus_per_process",
+    p.add_argument("--nodes", type=positive("--nodes"), default=1, help="nodes the tests ran on (default 1)")
+    p.add_argument("--gpus", type=positive("--gpus"), required=True, help="GPUs the tests ran on")
+    p.add_argument("-g", "--gpus-per-process", type=positive("-g"), default=1, dest="gpus_per_process",
                    help="nccl-tests -g of the recording (GPUs per process)")
     p.add_argument("--json", action="store_true", help="print values and residuals as JSON")
     p.set_defaults(func=run_command)

@@ -77,8 +77,7 @@ class _Run:
         self.s, self.plan, self.env = scenario, plan, env
         self.per_rank = per_rank
         self.fabric = Fabric(env, fabric_capacities(scenario, per_rank))
-        self.pending: dict[tuple[int, int], list] = {}
-        self.last_start: float | None = None  # rank 0's last collective start (per-rank mode)
+        self.pending: dict[tuple[int, int], list] = {}  # per-rank: (op, group) -> [arrived, started event]
         self.ledger = MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)  # with its caching allocator
         self.host_ledger = MemoryLedger(capacity=None)  # Pa+cpu's checkpoints in host memory
         self.offload_seconds = 0.0
@@ -115,14 +114,16 @@ class _Run:
         layout = self.s.layout
         return layout.mp_rank(rank) if kind == "dp" else layout.dp_rank(rank)
 
-    def run_collective(self, index: int, op: Op, rank: int) -> Generator[simpy.Event, None, str]:
-        """Run collective op `index` for `rank`; returns its algorithm label. Per-rank mode: wait for
-        the group's last member, then one flow over all members' links."""
+    def run_collective(self, index: int, op: Op, rank: int
+                       ) -> Generator[simpy.Event, None, tuple[str, list[Phase], float]]:
+        """Run collective op `index` for `rank`; returns (algorithm, phases, the time it started).
+        Per-rank mode: it starts when the group's last member arrives and moves one flow over all
+        members' links."""
         if not self.per_rank:
             algorithm, phases = self.phases(op)
+            start = self.env.now
             yield from collective(self.env, self.fabric, phases)
-            self.last_start = None
-            return algorithm
+            return algorithm, phases, start
         group = self.group_of(op.group, rank)
         algorithm, phases = self.phases(op, group)
         key = (index, group)
@@ -134,8 +135,15 @@ class _Run:
             del self.pending[key]
             self.env.process(_instance(self.env, self.fabric, phases, entry[1]))
         started = yield entry[1]
-        self.last_start = started if rank == 0 else self.last_start
-        return algorithm
+        return algorithm, phases, started
+
+    def compute_time(self, op: Op) -> float:
+        """Seconds of compute op `op` on this cluster's GPU (memoized: layers repeat)."""
+        key = (op.flops, op.hbm_bytes)
+        seconds = self._compute_time.get(key)
+        if seconds is None:
+            seconds = self._compute_time[key] = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
+        return seconds
 
     def group_list(self, kind: str) -> list[int]:
         """Global ranks of the representative rank's `kind` ('dp' or 'mp') group, in group order."""
@@ -180,7 +188,6 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
                  progress: _RankProgress) -> Generator[simpy.Event, None, None]:
     """A rank other than 0 in per-rank mode: the same ops and timing, nothing recorded."""
     ops = run.plan.ops
-    gpu, dtype = run.s.cluster.gpu, run.s.precision.dtype
     done = progress.done
     for i in indices:
         op = ops[i]
@@ -195,10 +202,7 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
         elif op.transfer:
             yield env.timeout(transfer_seconds(op.nbytes, run.s.cluster.offload))
         else:
-            key = (op.flops, op.hbm_bytes)
-            seconds = run._compute_time.get(key)
-            if seconds is None:
-                seconds = run._compute_time.setdefault(key, compute_seconds(op, gpu, dtype))
+            seconds = run.compute_time(op)
             yield env.timeout(seconds)
         progress.finish(i)
 
@@ -207,7 +211,6 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
     """Execute the ops `indices` of one stream of rank 0 in order, each after its dependencies, and
     record what they do."""
     ops, done, ledger = run.plan.ops, run.done, run.ledger
-    gpu, dtype = run.s.cluster.gpu, run.s.precision.dtype
     for i in indices:
         op = ops[i]
         for d in op.deps:
@@ -220,8 +223,7 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             run.record_memory()
         args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch}
         if op.is_collective:
-            algorithm = yield from run.run_collective(i, op, 0)
-            _, phases = run.phases(op)
+            algorithm, phases, started = yield from run.run_collective(i, op, 0)
             stats = run.comm.setdefault((op.group, op.collective), CommStats())
             stats.count += 1
             stats.payload_bytes += op.nbytes
@@ -234,18 +236,15 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 run.algorithms[op.group] = (op.nbytes, algorithm)
             args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=run.group_list(op.group),
                         algorithm=algorithm)
-            if run.last_start is not None:
-                args["wait_us"] = (run.last_start - start) * 1e6  # per-rank: waiting for the group's last member
+            if run.per_rank:
+                args["wait_us"] = (started - start) * 1e6  # waiting for the group's last member
         elif op.transfer:
             seconds = transfer_seconds(op.nbytes, run.s.cluster.offload)
             yield env.timeout(seconds)
             run.offload_seconds += seconds
             args.update(op=op.transfer, bytes=op.nbytes)
         else:
-            key = (op.flops, op.hbm_bytes)
-            seconds = run._compute_time.get(key)
-            if seconds is None:
-                seconds = run._compute_time.setdefault(key, compute_seconds(op, gpu, dtype))
+            seconds = run.compute_time(op)
             yield env.timeout(seconds)
             run.compute_seconds += seconds
             run.flops += op.flops

@@ -27,8 +27,8 @@ PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("tree", "ring")
 
 # NCCL 2.8 src/graph/tuning.cc: latencies in µs. baseLat[algo][proto], hwLat[hw][algo][proto].
-_BASE_LAT = {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)}
-_HW_LAT = {
+BASE_LAT_US = {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)}
+HW_LAT_US = {
     "nvlink": {"tree": (0.52, 1.2, 28.0), "ring": (0.47, 1.9, 3.4)},
     "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
     "net": {"tree": (5.0, 8.5, 50.0), "ring": (2.7, 4.0, 9.6)},
@@ -115,12 +115,12 @@ class NcclTuner:
                 bus = min(bus * (7 / 9 if c.n_nodes == 1 else 0.915),
                           _LL128_MAX_BW_PER_CH[fn_model] * c.channels * 7 / 9)
         algbw = bus * (0.5 if algo == "tree" else c.n_ranks / nsteps)
-        lat = _BASE_LAT[algo][p]
-        intra = _HW_LAT[c.intra_hw][algo][p] * (1.8 if c.n_nodes > 1 and proto == "LL" else 1.0)
-        inter = _HW_LAT["net"][algo][p]
+        lat = BASE_LAT_US[algo][p]
+        intra = HW_LAT_US[c.intra_hw][algo][p] * (1.8 if c.n_nodes > 1 and proto == "LL" else 1.0)
+        inter = HW_LAT_US["net"][algo][p]
         if algo == "ring":
             if fn_model in ("broadcast", "reduce"):
-                lat += _HW_LAT[c.intra_hw if c.n_nodes == 1 else "net"][algo][p]  # sameChannels rings
+                lat += HW_LAT_US[c.intra_hw if c.n_nodes == 1 else "net"][algo][p]  # sameChannels rings
             else:
                 lat += (nsteps - n_inter) * intra + n_inter * inter
         else:

@@ -12,22 +12,18 @@ from zsim.fabric.collective import Placement, plan_collective, uncontended_time
 from zsim.fabric.nccl import bus_factor
 from zsim.fabric.sharing import Fabric
 from zsim.fabric.topology import aggregate_capacities, build_topology
+from zsim.errors import ZsimError
 from zsim.parallel.layout import GroupShape
+from zsim.trace.nccl_tests import NcclRow
 
 # Bytes per element of nccl-tests' -d types.
 DTYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "int32": 4}
 
 
 @dataclass(frozen=True, slots=True)
-class PerfRow:
-    """One line of the table: payload in bytes, time in µs, bandwidths in GB/s (10^9 B/s)."""
+class PerfRow(NcclRow):
+    """A simulated nccl-tests row, and the algorithm/protocol that ran it."""
 
-    size: int
-    count: int
-    dtype: str
-    time_us: float
-    algbw: float
-    busbw: float
     algorithm: str
 
 
@@ -35,11 +31,11 @@ def group_of(cluster: Cluster, gpus: int) -> tuple[GroupShape, list[int]]:
     """`gpus` GPUs spread evenly over the cluster's nodes: their shape and global ranks.
 
     Raises:
-        ValueError: `gpus` does not divide evenly over the nodes or exceeds a node.
+        ZsimError: `gpus` does not divide evenly over the nodes or exceeds a node.
     """
     per_node, rest = divmod(gpus, cluster.nodes)
     if rest or not 0 < per_node <= cluster.gpus_per_node:
-        raise ValueError(f"--gpus {gpus} must be a multiple of --nodes {cluster.nodes} with at most "
+        raise ZsimError(f"--gpus {gpus} must be a multiple of --nodes {cluster.nodes} with at most "
                          f"{cluster.gpus_per_node} per node")
     members = [node * cluster.gpus_per_node + i for node in range(cluster.nodes) for i in range(per_node)]
     return GroupShape(gpus, per_node, cluster.nodes, 1), members

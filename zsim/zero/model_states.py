@@ -30,6 +30,8 @@ PARAM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 # and variance (12); fp32 training updates the parameters in place and keeps momentum and variance (8).
 ADAM_K_BY_DTYPE = {"fp16": 12, "bf16": 12, "fp32": 8}
 ADAM_K = ADAM_K_BY_DTYPE["fp16"]
+# The paper's names for the stages (Table 1).
+STAGE_NAMES = {0: "baseline", 1: "Pos", 2: "Pos+g", 3: "Pos+g+p"}
 FLAT_ALIGNMENT = 2  # DeepSpeed stage_1_and_2.py: nccl_start_alignment_factor (elements per rank)
 
 
