@@ -14,7 +14,7 @@ from typing import Any
 
 MAX_PANELS = 12
 MAX_LINES = 12
-LABELS = {"step_s": "step time (s)", "tflops_per_gpu": "TFLOPS per GPU", "comm_share": "exposed comm / step",
+LABELS = {"step_s": "step time (s)", "tflops_per_gpu": "TFLOPS per GPU", "comm_share": "DP comm time / step", "exposed_share": "exposed comm / step",
           "tokens_per_s": "tokens/s", "exposed_comm_s": "exposed comm (s)", "percent_of_peak": "% of peak"}
 
 
@@ -38,8 +38,10 @@ def plot_axes(sweep) -> tuple[str | None, str | None, list[str]]:
     else:
         x = sweep.knee_axis or next((k for k in keys if _numeric(sweep.table[k])), None)
         distinct = {k: list(dict.fromkeys(sweep.table[k])) for k in keys}
-        lines = next((k for k in keys if k != x and 1 < len(distinct[k]) <= MAX_LINES), None)
-    panels = [k for k in keys if k not in (x, lines)]
+        lines = next((k for k in keys if x is None or k not in plan.companions(x)
+                      if 1 < len(distinct[k]) <= MAX_LINES), None)
+    moving = set(plan.companions(x) if x else ()) | set(plan.companions(lines) if lines else ())
+    panels = [k for k in keys if k not in moving]
     return x, lines, panels
 
 

@@ -146,7 +146,7 @@ def _answer(sweep: SweepRun) -> None:
     x = knee_axis(plan)
     if x is not None and x in plan.keys:
         sweep.knee_axis = x
-        sweep.knees = answers.knees(sweep.table.rows, x, metric, [k for k in plan.keys if k != x])
+        sweep.knees = answers.knees(sweep.table.rows, x, metric, [k for k in plan.keys if k not in plan.companions(x)])
 
 
 def write_outputs(sweep: SweepRun, plot: bool = True) -> None:

@@ -79,13 +79,13 @@ class Range(_Strict):
             raw = [self.start + (self.stop - self.start) * i / (self.num - 1) for i in range(self.num)]
         out: list[int | float] = []
         for v in raw:
-            v = int(round(v)) if ints else float(v)
+            v = int(round(v)) if ints else float(f"{v:.12g}")  # 0.1 + 2 × 0.1 is 0.3, not 0.30000000000000004
             if not out or v != out[-1]:
                 out.append(v)
         return out
 
 
-AxisValues = list[Scalar] | Range
+AxisValues = Any  # a list of values or a Range mapping: checked by `_values`, which names the key
 
 
 class PlotSpec(_Strict):
@@ -127,7 +127,23 @@ class Axis:
 
 
 def _values(spec: AxisValues, where: str, source: str) -> list[Any]:
-    values = spec.values() if isinstance(spec, Range) else list(spec)
+    """The values of one axis: a list of scalars, or a Range mapping. Raises ConfigError at `where`."""
+    if isinstance(spec, dict):
+        try:
+            values = validate(Range, spec, source).values()  # type: ignore[attr-defined]
+        except ConfigError as exc:
+            prefix = ": ".join(p for p in (exc.source, exc.path) if p)
+            message = str(exc).removeprefix(f"{prefix}: ")
+            raise ConfigError(message, source=source, path=f"{where}.{exc.path}" if exc.path else where) from None
+    elif isinstance(spec, list):
+        values = spec
+        bad = [v for v in values if isinstance(v, (list, dict))]
+        if bad:
+            raise ConfigError(f"values must be scalars (a number, a string, true/false, null), got {bad[0]!r}",
+                              source=source, path=where)
+    else:
+        raise ConfigError(f"expected a list of values or a range {{from, to, step|num|factor}}, got {spec!r}",
+                          source=source, path=where)
     if not values:
         raise ConfigError("an axis needs at least one value", source=source, path=where)
     if len(values) > MAX_POINTS:

@@ -11,7 +11,7 @@ from zsim.sweep.answers import KNEE_GAIN, better
 from zsim.sweep.points import describe
 
 MAX_ROWS = 24
-ROW_COLUMNS = ("status", "step_s", "comm_share", "tflops_per_gpu", "bottleneck")
+ROW_COLUMNS = ("status", "step_s", "comm_share", "exposed_share", "tflops_per_gpu", "bottleneck")
 
 
 def _fmt(value: Any) -> str:
@@ -30,6 +30,9 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
 
 def rerun_command(base: Path, values: dict[str, Any], fixed: dict[str, Any]) -> str:
     """The `zsim run` line that reproduces one point."""
+    import os
+
+    base = Path(os.path.relpath(os.path.normpath(base)))
     sets = " ".join(f"--set {k}={v if v is not None else 'null'}" for k, v in {**fixed, **values}.items())
     return f"zsim run {base} {sets}".rstrip()
 
@@ -50,7 +53,7 @@ def sweep_summary(sweep) -> str:
         lines.append(f"  skipped   {n}× {reason}")
     statuses = Counter(table["status"])
     if statuses["oom"]:
-        kinds = Counter("model states do not fit" if (r["oom"] or "").startswith("the model does not fit")
+        kinds = Counter("model states do not fit" if r["bottleneck"].startswith("memory: model states")
                         else "ran out of memory in the step" for r in table if r["status"] == "oom")
         detail = ", ".join(f"{k}: {n}" for k, n in kinds.items())
         lines.append(f"  memory    {statuses['fits']} fit, {statuses['oom']} OOM ({detail}; OOM points are timed "
