@@ -65,10 +65,13 @@ def plot_sweep(sweep) -> dict[str, str]:
 
     cols = min(3, len(combos))
     rows_n = math.ceil(len(combos) / cols)
-    fig, grid = plt.subplots(rows_n, cols, figsize=(5.2 * cols, 3.8 * rows_n), dpi=110, squeeze=False)
+    width = 9.0 if cols == 1 else 5.2 * cols
+    fig, grid = plt.subplots(rows_n, cols, figsize=(width, 3.2 + 2.6 * rows_n), dpi=110, squeeze=False)
     xs_all = [v for v in table[x] if v > 0] if _numeric(table[x]) else []
     spec = sweep.plan.spec.plot
     log_x = spec.log_x if spec and spec.log_x is not None else bool(xs_all and max(xs_all) >= 8 * min(xs_all))
+    ys_all = [v for v in table[metric] if isinstance(v, (int, float)) and v > 0]
+    log_y = bool(ys_all and max(ys_all) >= 10 * min(ys_all))
     knees = {tuple(sorted(k.group.items(), key=str)): k for k in sweep.knees} if sweep.knee_axis == x else {}
     line_values = list(dict.fromkeys(table[lines])) if lines else [None]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -82,22 +85,29 @@ def plot_sweep(sweep) -> dict[str, str]:
                 continue
             sel.sort(key=lambda r: r[x])
             color = colors[li % len(colors)]
-            label = f"{lines} = {lv}" if lines else metric
-            ax.plot([r[x] for r in sel], [r[metric] for r in sel], marker="o", markersize=3.5, color=color, label=label)
             oom = [r for r in sel if r["status"] == "oom"]
+            label = (f"{lines} = {lv}" if lines else metric) + (" (OOM)" if len(oom) == len(sel) else "")
+            ax.plot([r[x] for r in sel], [r[metric] for r in sel], marker="o", markersize=3, color=color, label=label,
+                    linestyle="--" if len(oom) == len(sel) else "-", alpha=0.6 if len(oom) == len(sel) else 1.0)
             if oom:
-                ax.plot([r[x] for r in oom], [r[metric] for r in oom], linestyle="none", marker="x", markersize=8,
-                        color="red", label=None if oom_labeled else "OOM (time if it fit)")
+                ax.plot([r[x] for r in oom], [r[metric] for r in oom], linestyle="none", marker="x", markersize=5,
+                        color="red", label=None if oom_labeled else "OOM (time as if it fit)")
                 oom_labeled = True
             group = {**fixed, **({lines: lv} if lines else {})}
             knee = knees.get(tuple(sorted(group.items(), key=str)))
             if knee is not None and knee.x is not None:
                 ax.plot([knee.x], [knee.value], marker="o", markersize=13, markerfacecolor="none",
                         markeredgecolor=color, markeredgewidth=1.5)
-                ax.annotate(f"knee {knee.x:g}", (knee.x, knee.value), textcoords="offset points", xytext=(6, 8),
-                            fontsize=7, color=color)
+                ax.annotate(f"knee {knee.x:g}", (knee.x, knee.value), textcoords="offset points",
+                            xytext=(6, 8 + 9 * li), fontsize=7, color=color)
         if log_x:
             ax.set_xscale("log", base=2)
+            ticks = sorted(set(v for v in xs_all))
+            ticks = ticks[:: math.ceil(len(ticks) / 9)]
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.minorticks_off()
+        if log_y:
+            ax.set_yscale("log")
         ax.set_xlabel(x)
         ax.set_ylabel(LABELS.get(metric, metric))
         if fixed:
@@ -109,7 +119,7 @@ def plot_sweep(sweep) -> dict[str, str]:
     for ax in list(grid.flat)[len(combos):]:
         ax.set_visible(False)
     name = sweep.plan.spec.name or Path(sweep.plan.source).stem
-    fig.suptitle(f"{name}: {metric} vs {x} (○ knee: a further 2× buys < 5%; × OOM)", fontsize=10)
+    fig.suptitle(f"{name}: {metric} vs {x}\n○ knee (a further 2× buys < 5%), × OOM", fontsize=10)
     fig.tight_layout()
     stem = sweep.out / f"{metric}-vs-{x.replace('.', '_')}"
     files = {}
