@@ -264,3 +264,13 @@ def test_killed_sweep_reruns_only_the_missing_points(base, tmp_path):
     fresh = zsim("sweep", str(sweep), "-o", str(tmp_path / "fresh"), "--workers", "2")
     assert fresh.returncode == 0, fresh.stderr
     assert (tmp_path / "fresh" / "sweep.csv").read_text() == (out / "sweep.csv").read_text()
+
+
+def test_cli_output_must_be_a_folder(base, tmp_path):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"base": base.name, "axes": {"zero.stage": [2, 3]}}))
+    (tmp_path / "file").write_text("x")
+    proc = zsim("sweep", str(sweep), "-o", str(tmp_path / "file"))
+    assert proc.returncode == 2 and "is a file" in proc.stderr and "Traceback" not in proc.stderr
+    proc = zsim("sweep", str(sweep), "--address", "tcp://x:1")
+    assert proc.returncode == 2 and "--address needs --engine dask" in proc.stderr

@@ -47,13 +47,15 @@ def sweep_command(args: argparse.Namespace) -> int:
     from zsim.sweep.runner import run_sweep, summary_facts, write_outputs
     from zsim.sweep.summary import sweep_summary
 
-    if args.address and args.engine != "dask":
-        from zsim.errors import ZsimError
+    from zsim.errors import ZsimError
 
+    if args.address and args.engine != "dask":
         raise ZsimError("--address needs --engine dask")
     plan = load_plan(args.sweep)  # every point validated here, before any runs
     name = plan.spec.name or Path(args.sweep).stem
     out = Path(args.output) if args.output else Path("out") / name
+    if out.exists() and not out.is_dir():
+        raise ZsimError(f"-o {out}: is a file; the sweep needs a folder")
     text = sys.stderr if args.json == "-" else sys.stdout
     bar = _progress_bar(len(plan.points))
     try:
