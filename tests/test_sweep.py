@@ -274,3 +274,10 @@ def test_cli_output_must_be_a_folder(base, tmp_path):
     assert proc.returncode == 2 and "is a file" in proc.stderr and "Traceback" not in proc.stderr
     proc = zsim("sweep", str(sweep), "--address", "tcp://x:1")
     assert proc.returncode == 2 and "--address needs --engine dask" in proc.stderr
+
+
+def test_metric_and_plot_keys_are_checked_before_running(base):
+    with pytest.raises(ConfigError, match="metric: 'step_time' is not a numeric result column"):
+        plan_of({"axes": {"zero.stage": [2, 3]}, "metric": "step_time"}, base)
+    with pytest.raises(ConfigError, match="plot.x: 'zero.stages' is not a swept key"):
+        plan_of({"axes": {"zero.stage": [2, 3]}, "plot": {"x": "zero.stages"}}, base)

@@ -168,6 +168,7 @@ def plan_sweep(spec: SweepFile, source: str, base_dir: Path) -> Plan:
     except ConfigError as exc:
         raise ConfigError(str(exc), source=source, path="base") from None
     axes = axes_of(spec, source)
+    _check_answers(spec, [k for axis in axes for k in axis.keys], source)
     fixed = copy.deepcopy(base_data)
     for key, value in spec.set.items():
         set_key(fixed, key, value, f"{source}: set.{key}")
@@ -196,6 +197,23 @@ def plan_sweep(spec: SweepFile, source: str, base_dir: Path) -> Plan:
         reasons = "; ".join(f"{n}× {r}" for r, n in plan.skipped.items())
         raise ConfigError(f"every one of the {plan.total} points is invalid ({reasons})", source=source)
     return plan
+
+
+def _check_answers(spec: SweepFile, keys: list[str], source: str) -> None:
+    """`metric` and `plot.metric` name result columns; `plot.x` and `plot.lines` name swept keys."""
+    from zsim.sweep.row import COLUMNS
+
+    numeric = [c for c in COLUMNS if c not in ("status", "oom", "bottleneck_kind", "bottleneck", "dp_algorithm",
+                                               "mode", "key")]
+    metrics = [("metric", spec.metric)] + ([("plot.metric", spec.plot.metric)] if spec.plot and spec.plot.metric else [])
+    for where, metric in metrics:
+        if metric not in numeric:
+            raise ConfigError(f"{metric!r} is not a numeric result column ({', '.join(numeric)})",
+                              source=source, path=where)
+    if spec.plot:
+        for where, key in (("plot.x", spec.plot.x), ("plot.lines", spec.plot.lines)):
+            if key is not None and key not in keys:
+                raise ConfigError(f"{key!r} is not a swept key ({', '.join(keys)})", source=source, path=where)
 
 
 def load_plan(path: str | Path) -> Plan:
