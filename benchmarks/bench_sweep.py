@@ -9,6 +9,9 @@ Target (issue 11): 1000 flagship points in under 60 s on 2 cores. Not a timed te
   overhead     engine overhead per point = (workers × run − Σ simulate) / points: pickling, futures,
                cache writes, idle workers at the end; what the engine adds to the simulations
   serial       simulate() of one point in this process, for the ratio
+  cpu          the same measured in CPU seconds (this process and its worker processes, getrusage), and
+               what the sweep would take on 2 idle cores: plan CPU + (all CPU of the run) / workers.
+               On a shared, loaded machine wall times mostly measure the other tenants; CPU does not.
 
 The axis is the inter-node bandwidth per NIC (`hardware.nic_Gbps`, log-spaced 25–6400 Gb/s) when the
 schema has it (issue 9); otherwise the gradient bucket size, which costs a simulation as much.
@@ -17,6 +20,7 @@ schema has it (issue 9); otherwise the gradient bucket size, which costs a simul
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import statistics
 import tempfile
@@ -53,11 +57,14 @@ def main() -> None:
     serial = statistics.median(simulate(scenario).wall_seconds for _ in range(3))
     out = Path(tempfile.mkdtemp(prefix="zsim-bench-sweep-"))
     try:
-        started = time.perf_counter()
+        started, cpu0 = time.perf_counter(), time.process_time()
         plan = plan_sweep(sweep_from_mapping(mapping), "<bench>", ROOT)
-        plan_s = time.perf_counter() - started
+        plan_s, plan_cpu = time.perf_counter() - started, time.process_time() - cpu0
+        self0, kids0 = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
         sweep = run_sweep(plan, out, engine=args.engine, workers=args.workers, write=False)
         total = time.perf_counter() - started
+        self1, kids1 = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+        run_cpu = sum(b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime for a, b in ((self0, self1), (kids0, kids1)))
         cached_started = time.perf_counter()
         again = run_sweep(plan, out, engine=args.engine, workers=args.workers, write=False)
         rerun = time.perf_counter() - cached_started
@@ -74,6 +81,13 @@ def main() -> None:
           f"({sweep.overhead_per_point_s / (sweep.sim_s / n):.1%} of a simulation)")
     print(f"  speed-up    {sweep.sim_s / sweep.run_s:8.2f}× over one process (ideal {args.workers}×)")
     print(f"  rerun       {rerun:8.2f} s   (all {again.cached} points from the cache, {again.ran} run)")
+    if args.engine == "local":
+        point_cpu = sweep.point_cpu_s / n
+        print(f"  cpu         plan {plan_cpu:.2f} s ({plan_cpu / n * 1e3:.1f} ms a point); run {run_cpu:.2f} s in all, "
+              f"{point_cpu * 1e3:.1f} ms a point simulating; engine overhead {(run_cpu - sweep.point_cpu_s) / n * 1e3:.2f} "
+              f"ms CPU a point ({(run_cpu - sweep.point_cpu_s) / sweep.point_cpu_s:.1%})")
+        print(f"  on {args.workers} idle cores: {plan_cpu + run_cpu / args.workers:8.2f} s   "
+              f"(plan CPU + run CPU / workers)")
 
 
 if __name__ == "__main__":

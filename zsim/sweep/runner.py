@@ -46,6 +46,7 @@ class SweepRun:
     wall_s: float  # the whole sweep, planning excluded
     run_s: float  # the engine's part: from the first submission to the last row back
     sim_s: float  # Σ of the simulations' own wall time for the points run now (from the workers)
+    point_cpu_s: float = 0.0  # Σ CPU seconds the workers spent on those points (simulate + row)
     knees: list[answers.Knee] = field(default_factory=list)
     knee_axis: str | None = None
     best: dict[str, Any] | None = None
@@ -92,12 +93,13 @@ def run_sweep(plan: Plan, out: Path | None, *, engine: str = "local", workers: i
         else:
             rows[p.index] = row
     cached = len(rows)
-    sim_seconds = [0.0]
+    sim_seconds = [0.0, 0.0]  # wall, CPU
 
     def on_done(results: list[Finished]) -> None:
-        for index, row, full, wall in results:
+        for index, row, full, wall, cpu in results:
             rows[index] = row
             sim_seconds[0] += wall
+            sim_seconds[1] += cpu
             if full is not None:
                 if out is not None:
                     write_text(out / "points" / f"{index:04d}" / "result.json", json.dumps(full, indent=2) + "\n")
@@ -117,7 +119,7 @@ def run_sweep(plan: Plan, out: Path | None, *, engine: str = "local", workers: i
     table_rows = [{"point": p.index, **p.values, **{c: rows[p.index][c] for c in COLUMNS}} for p in plan.points]
     table = SweepTable(["point", *keys, *COLUMNS], table_rows, keys)
     sweep = SweepRun(plan=plan, table=table, out=out, engine=engine, workers=workers, ran=len(missing),
-                     cached=cached, wall_s=0.0, run_s=run_s, sim_s=sim_seconds[0])
+                     cached=cached, wall_s=0.0, run_s=run_s, sim_s=sim_seconds[0], point_cpu_s=sim_seconds[1])
     _answer(sweep)
     sweep.wall_s = time.perf_counter() - started
     if out is not None and write:

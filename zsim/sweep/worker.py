@@ -6,20 +6,23 @@ A top-level function of an importable module, so that process pools and Dask wor
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from zsim.sweep.points import Point
 
 
-Finished = tuple[int, dict[str, Any], dict[str, Any] | None, float]
+Finished = tuple[int, dict[str, Any], dict[str, Any] | None, float, float]
 
 
 def run_point(point: Point, with_facts: bool = False) -> Finished:
     """Simulate one point: (index, its row, its full result facts when `with_facts`, the
-    simulation's wall seconds). The row holds no wall time: it is the same on every machine."""
+    simulation's wall seconds, the CPU seconds of the whole point in this process). The row holds no
+    wall time: it is the same on every machine."""
     from zsim.engine.simulation import simulate
     from zsim.sweep.row import result_row
 
+    cpu = time.process_time()
     result = simulate(point.scenario)
     row = result_row(result, point.oom_reason, point.capacity_bytes, point.key)
     full = None
@@ -29,7 +32,7 @@ def run_point(point: Point, with_facts: bool = False) -> Finished:
         full = facts(result)
         if point.oom_reason:
             full["memory"]["oom_model_states"] = point.oom_reason
-    return point.index, row, full, result.wall_seconds
+    return point.index, row, full, result.wall_seconds, time.process_time() - cpu
 
 
 def run_chunk(points: list[Point], with_facts: bool = False) -> list[Finished]:
