@@ -281,3 +281,21 @@ def test_metric_and_plot_keys_are_checked_before_running(base):
         plan_of({"axes": {"zero.stage": [2, 3]}, "metric": "step_time"}, base)
     with pytest.raises(ConfigError, match="plot.x: 'zero.stages' is not a swept key"):
         plan_of({"axes": {"zero.stage": [2, 3]}, "plot": {"x": "zero.stages"}}, base)
+
+
+def test_local_engine_with_another_thread_alive_uses_forkserver(base, tmp_path):
+    import threading
+
+    from zsim.sweep.engines import start_method
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert start_method() == "forkserver"
+        threaded = run_sweep(plan_of(SWEEP, base), None, workers=2)
+    finally:
+        stop.set()
+        thread.join()
+    assert start_method() == "fork"
+    assert threaded.table.rows == run_sweep(plan_of(SWEEP, base), None, workers=2).table.rows

@@ -83,20 +83,24 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 
 class _Bar:
-    """tqdm on a terminal (stderr), nothing otherwise."""
+    """tqdm on a terminal (stderr), nothing otherwise. Created at the first update, after the worker
+    processes have started (tqdm runs a monitor thread, and the local engine forks only without one)."""
 
     def __init__(self, total: int):
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=total, unit="pt", desc="sweep", file=sys.stderr, leave=False)
+        self._bar = None
 
     def update(self, done: int, total: int) -> None:
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="pt", desc="sweep", file=sys.stderr, leave=False)
         self._bar.total = total
         self._bar.n = done
         self._bar.refresh()
 
     def close(self) -> None:
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
 
 def _progress_bar(total: int) -> _Bar | None:

@@ -4,8 +4,8 @@ Both call the same worker function (zsim.sweep.worker.run_chunk) on the same chu
 points, and hand each finished chunk to `on_done` in the calling process, which caches it at once:
 a sweep stopped at any moment keeps every finished point.
 
-Local: a `concurrent.futures.ProcessPoolExecutor` (fork where the platform has it: the workers start
-with zsim already imported), one process per core by default. Points go in chunks, so the per-point
+Local: a `concurrent.futures.ProcessPoolExecutor` (fork where the platform has it and this process
+has no other thread: the workers start with zsim already imported), one process per core by default. Points go in chunks, so the per-point
 overhead (pickling a Scenario, a future, a cache write) stays in the milliseconds.
 
 Dask (`pip install zsim[dask]`): `dask.distributed`, either a cluster at `address`
@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from zsim.errors import ZsimError
@@ -36,6 +37,16 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+def start_method() -> str:
+    """`fork` (workers start with zsim imported, in milliseconds) when this process has no other
+    thread: forking a process with threads (a Dask client, a progress monitor) can copy a lock one of
+    them holds, and deadlock the child. Otherwise `forkserver`, else `spawn`."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
 def chunks(points: list[Point], workers: int, most: int = 8) -> list[list[Point]]:
     """Split `points` into chunks: about 4 per worker (so the last ones balance), at most `most`
     points each (so progress and caching stay fine-grained)."""
@@ -49,8 +60,7 @@ def run_local(points: list[Point], workers: int, with_facts: bool, on_done: Done
         for chunk in chunks(points, 1, most=1):
             on_done(run_chunk(chunk, with_facts))
         return
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    context = multiprocessing.get_context(start_method())
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         pending = {pool.submit(run_chunk, c, with_facts) for c in chunks(points, workers)}
         try:
