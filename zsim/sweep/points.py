@@ -35,8 +35,8 @@ ROOMY_GPU_BYTES = 10**18
 # Checks of zsim.config.scenario.build_scenario that are about memory (the model states alone do
 # not fit), not about the layout: their points are kept as OOM.
 MEMORY_CHECKS = {"zero.stage"}
-# Checks whose failure is a bad value, never a layout to skip.
-FATAL_CHECKS = {"hardware.profile", "hardware.gpu", "precision.dtype"}
+# Checks whose failure is a bad value (a profile that does not exist), never a point to skip.
+FATAL_CHECKS = {"hardware.profile", "hardware.gpu"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ def _message(exc: ConfigError) -> str:
 
 def _reason(message: str) -> str:
     """A skip reason without the numbers that differ between points (so reasons can be counted)."""
-    return re.sub(r"-?\d[\d.,e+]*", "N", message)
+    return re.sub(r"(?<![\w.])-?\d[\d.,e+]*(?!\w)", "N", message)  # numbers, not bf16 or V100
 
 
 def point_key(scenario: Scenario, spec: ScenarioFile, capacity_bytes: int) -> str:
