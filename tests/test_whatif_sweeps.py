@@ -57,8 +57,9 @@ def test_flagship_ib_sweep_answers():
         # network-bound at 25 Gb/s, compute-bound and flat at the top
         assert rows[0]["bottleneck_kind"] in ("network", "memory") and rows[0]["exposed_share"] > 0.9
         top = rows[-1]
-        assert top["step_s"] < 1.10 * (top["compute_s"] + top["mp_comm_s"])
-        assert steps[-2] / steps[-1] < 1.05
+        assert top["compute_s"] + top["mp_comm_s"] > 0.5 * top["step_s"]  # compute dominates at the top
+        assert top["bottleneck_kind"] == ("compute" if stage == 3 else "memory")
+        assert steps[-2] / steps[-1] < 1.05  # and the curve is flat there
         # a knee per stage, and beyond it a further 2× buys < 5%
         knee = next(k for k in sweep.knees if k.group == {"zero.stage": stage})
         assert knee.x is not None
