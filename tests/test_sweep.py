@@ -298,3 +298,23 @@ def test_local_engine_with_another_thread_alive_uses_forkserver(base, tmp_path):
         stop.set()
         thread.join()
     assert threaded.table.rows == run_sweep(plan_of(SWEEP, base), None, workers=2).table.rows
+
+
+@pytest.mark.slow
+def test_cli_on_a_dask_cluster_started_by_the_test(base, tmp_path):
+    """`zsim sweep --engine dask --address` against a real local Dask cluster: the same table as local."""
+    distributed = pytest.importorskip("dask.distributed", reason="the dask extra is not installed")
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"base": base.name, **SWEEP}))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        proc = zsim("sweep", str(sweep), "-o", str(tmp_path / "dask"), "--engine", "dask",
+                    "--address", cluster.scheduler_address, "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["engine"]["name"] == "dask"
+    local = zsim("sweep", str(sweep), "-o", str(tmp_path / "local"), "--workers", "2")
+    assert local.returncode == 0, local.stderr
+    assert (tmp_path / "dask" / "sweep.csv").read_bytes() == (tmp_path / "local" / "sweep.csv").read_bytes()
+    unreachable = zsim("sweep", str(sweep), "-o", str(tmp_path / "x"), "--engine", "dask", "--address",
+                       "tcp://127.0.0.1:9")
+    assert unreachable.returncode == 2 and "cannot reach a Dask scheduler" in unreachable.stderr
