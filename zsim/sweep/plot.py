@@ -102,7 +102,12 @@ def plot_sweep(sweep) -> dict[str, str]:
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
             ax.minorticks_off()
         if log_y:
+            from matplotlib.ticker import FuncFormatter
+
             ax.set_yscale("log")
+            plain = FuncFormatter(lambda v, _: f"{v:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
         ax.set_xlabel(x)
         ax.set_ylabel(LABELS.get(metric, metric))
         if fixed:
