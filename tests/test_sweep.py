@@ -318,3 +318,9 @@ def test_cli_on_a_dask_cluster_started_by_the_test(base, tmp_path):
     unreachable = zsim("sweep", str(sweep), "-o", str(tmp_path / "x"), "--engine", "dask", "--address",
                        "tcp://127.0.0.1:9")
     assert unreachable.returncode == 2 and "cannot reach a Dask scheduler" in unreachable.stderr
+
+
+def test_an_absurd_product_is_refused_before_expanding(base):
+    axis = {"from": 1, "to": 1000, "step": 1}
+    with pytest.raises(ConfigError, match=r"axes: 1000 × 1000 × 1000 = 1,000,000,000 points"):
+        plan_of({"axes": {"model.layers": axis, "model.micro_batch": axis, "run.steps": axis}}, base)

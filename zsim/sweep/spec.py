@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -185,6 +185,10 @@ def axes_of(spec: SweepFile, source: str) -> list[Axis]:
         axes.append(Axis(tuple(group), list(zip(*columns))))
     for key in spec.set:
         _check_key(key, f"set.{key}", source)
+    total = math.prod(len(axis) for axis in axes)
+    if total > MAX_POINTS:
+        sizes = " × ".join(str(len(axis)) for axis in axes)
+        raise ConfigError(f"{sizes} = {total:,} points: more than {MAX_POINTS:,}", source=source, path="axes")
     return axes
 
 
@@ -199,5 +203,3 @@ def sweep_from_mapping(data: dict[str, Any], source: str = "<sweep>") -> SweepFi
     """Validate a sweep given as a mapping (the Python API). Raises ConfigError."""
     return validate(SweepFile, data, source)  # type: ignore[return-value]
 
-
-Direction = Literal["min", "max"]
