@@ -16,14 +16,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run", help="simulate a scenario",
         description="Simulate a scenario's training steps; print a summary and write result.json, trace.json "
-                    "(Perfetto), memory.csv and memory.png to the output folder. Exit 0 if it fits, 3 on OOM, 2 on bad input.")
+                    "(Perfetto), memory.csv, memory.png and timeline.png to the output folder. Exit 0 if it fits, 3 on OOM, 2 on bad input.")
     p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/1T-1024gpu.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. --set zero.stage=2 (repeatable)")
     p.add_argument("--json", metavar="PATH", help="also write the result facts as JSON to PATH ('-' for stdout; "
                    "the summary then goes to stderr)")
     p.add_argument("-o", "--output", metavar="DIR", help="output folder (default: run.output or out/<name>)")
-    p.add_argument("--no-plot", action="store_true", help="skip memory.png (saves ~0.5 s)")
+    p.add_argument("--no-plot", action="store_true", help="skip memory.png and timeline.png (saves ~1 s)")
     p.add_argument("--stats", action="store_true", help="print simulation statistics: events, wall time, events/s")
     p.set_defaults(func=run_command)
 
@@ -47,6 +47,9 @@ def run_command(args: argparse.Namespace) -> int:
         from zsim.report.plots import memory_timeline_png
 
         outputs["memory"] = str(memory_timeline_png(result, out / "memory.png"))
+        from zsim.report.timeline_plot import timeline_png
+
+        outputs["timeline"] = str(timeline_png(result, out / "timeline.png"))
     f = facts(result)
     f["outputs"] = outputs
     (out / "result.json").write_text(json.dumps(f, indent=2) + "\n")
