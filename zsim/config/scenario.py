@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zsim.config.hardware import Cluster, load_cluster
+from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
 from zsim.config.schema import (
     FabricSection,
@@ -20,6 +21,7 @@ from zsim.config.schema import (
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
 from zsim.parallel.layout import Layout
+from zsim.workload.transformer import mp_problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +55,15 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     """
     path = Path(path)
     data = apply_overrides(read_yaml_mapping(path), overrides or [])
-    return build_scenario(data, source=str(path), default_name=path.stem)
+    return build_scenario(data, source=str(path), default_name=path.stem, base_dir=path.parent)
 
 
 def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str = "scenario",
-                   gpu_memory_bytes: int | None = None) -> Scenario:
+                   gpu_memory_bytes: int | None = None, base_dir: str | Path | None = None) -> Scenario:
     """Validate a scenario given as a mapping (the parsed YAML). `gpu_memory_bytes` replaces the
-    profile's GPU memory (what-if calculators such as `zsim maxsize --gpu-mem`). Raises ConfigError."""
+    profile's GPU memory (what-if calculators such as `zsim maxsize --gpu-mem`); a relative
+    `model.from_hf` is read from `base_dir` (default: the working directory). Raises ConfigError."""
+    data = resolve_from_hf(data, source=source, base_dir=base_dir)
     spec: ScenarioFile = validate(ScenarioFile, data, source)  # type: ignore[assignment]
 
     def fail(key: str, message: str) -> ConfigError:
@@ -80,10 +84,8 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     if par.mp > cluster.gpus_per_node or cluster.gpus_per_node % par.mp:
         raise fail("parallel.mp", f"{par.mp} must divide the {cluster.gpus_per_node} GPUs of a node "
                    "(Megatron-style MP stays inside a node)")
-    if model.heads % par.mp:
-        raise fail("model.heads", f"{model.heads} heads cannot be split evenly across mp {par.mp}")
-    if (4 * model.hidden) % par.mp:
-        raise fail("model.hidden", f"the 4 × {model.hidden} MLP width cannot be split evenly across mp {par.mp}")
+    for key, message in mp_problems(model, par.mp):  # the same rule as the runtime's
+        raise fail(key, message)
     if spec.precision.dtype not in cluster.gpu.peak_flops:
         raise fail("precision.dtype", f"{spec.precision.dtype} is not supported by {cluster.gpu.name}")
     grad_accum = _grad_accum(model, par.dp, fail)
