@@ -121,11 +121,11 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     ledger = MemoryLedger(on_change=tracer.memory)
     m = cfg.model
     torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(layers=m.layers, hidden=m.hidden, heads=m.heads, seq_len=m.seq_len, vocab=m.vocab))
+    model = GPT(GPTConfig.of(m))
     comm, mp_comm = _groups(cfg, env, tracer, on_cuda)
     world = Collectives(tracer, None, on_cuda=on_cuda) if mp_comm is not None else comm
     if mp_comm is not None:
-        _split_blocks(model, mp_comm, heads=m.heads)
+        _split_blocks(model, mp_comm)
     engine = ENGINES[cfg.stage](model, options=EngineOptions(
         precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
         prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
@@ -183,14 +183,13 @@ def _groups(cfg: RunConfig, env: RankEnv, tracer: Tracer, on_cuda: bool) -> tupl
             Collectives(tracer, mp_groups[env.rank // cfg.mp], on_cuda=on_cuda, stream="compute"))
 
 
-def _split_blocks(model: GPT, mp_comm: Collectives, *, heads: int) -> None:
+def _split_blocks(model: GPT, mp_comm: Collectives) -> None:
     """Replace every block by this MP rank's ParallelBlock (same initial weights, sliced)."""
     mp_rank = mp_comm.ranks.index(dist.get_rank())
     for i in range(1, len(model.units) - 1):
         def all_reduce(t: torch.Tensor, what: str = f"mp.layer.{i - 1}") -> None:
             mp_comm.all_reduce(t, what).wait()
-        model.units[i] = shard_block(model.units[i], heads=heads, mp_rank=mp_rank, mp=mp_comm.size,
-                                     all_reduce=all_reduce)
+        model.units[i] = shard_block(model.units[i], mp_rank=mp_rank, mp=mp_comm.size, all_reduce=all_reduce)
 
 
 def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, device: torch.device, offset: float

@@ -75,6 +75,9 @@ class ModelSection(Section):
         if self.kv_heads is not None and (self.kv_heads > self.heads or self.heads % self.kv_heads):
             raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads} (each KV head serves "
                              "heads / kv_heads query heads)")
+        if self.position == "rotary" and (self.hidden // self.heads) % 2:
+            raise ValueError(f"rotary positions rotate pairs of a head's dimensions, but hidden {self.hidden} / "
+                             f"heads {self.heads} = {self.hidden // self.heads} is odd")
         if self.position == "rotary" and self.max_positions is not None:
             raise ValueError(f"max_positions {self.max_positions} sizes a learned position table, but position "
                              "is rotary (no table)")
@@ -180,3 +183,17 @@ class ScenarioFile(Section):
     hardware: HardwareSection
     fabric: FabricSection = FabricSection()
     run: RunSection = RunSection()
+
+
+# Declared draft: what pydantic writes for these models (type, enum, anyOf, required, numeric
+# exclusiveMinimum, additionalProperties, and $ref to "#/$defs/..." JSON pointers) is valid draft-07,
+# which the VS Code YAML extension (yaml-language-server) supports fully; it warns that 2020-12 is
+# "not yet fully supported" (redhat-developer/vscode-yaml#726). tests/test_schema_command.py validates
+# the shipped scenarios with both draft-07 and 2020-12 validators.
+JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
+
+
+def scenario_json_schema() -> dict:
+    """The JSON Schema of a scenario file, generated from ScenarioFile (for editors: docs/models.md)."""
+    schema = ScenarioFile.model_json_schema()
+    return {"$schema": JSON_SCHEMA_DRAFT, "title": "zsim scenario", **{k: v for k, v in schema.items() if k != "title"}}
