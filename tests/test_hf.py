@@ -56,6 +56,8 @@ def test_each_family_maps_to_its_shape():
     assert (neox.position, neox.tied_head, neox.linear_bias, neox.norm) == ("rotary", False, True, "layernorm")
     assert (qwen.qkv_bias, qwen.linear_bias, qwen.kv_heads) == (True, False, 4)
     assert imported("llama-3-70b.json").seq_len == 8192  # max_position_embeddings
+    # Dropout: GPT-2 trained with p = 0.1; LLaMA (attention_dropout 0.0) and GPT-NeoX-20B (0) without.
+    assert (gpt2.dropout, llama3.dropout, neox.dropout) == (True, False, False)
 
 
 def test_gpt2_position_table_keeps_its_rows_when_training_shorter():

@@ -63,6 +63,16 @@ def test_saved_activation_bytes_by_hand():
     saved = layer_saved_tensors(Shape.of(llama()), s=4, b=3, t=1, e=2)
     assert sum(saved[:9]) == 2016 and sum(saved[9:]) == 1344
     assert build_workload(llama(), mp=1).blocks[0].saved_bytes == 3360
+    # Without dropout (LLaMA trains without): no masks (192 + 2·96) and no dropout output (384).
+    assert build_workload(llama(dropout=False), mp=1).blocks[0].saved_bytes == 3360 - 192 - 2 * 96 - 384
+    assert build_workload(llama(dropout=False), mp=1).modules[0].saved_bytes == 0  # the embedding's mask
+
+
+def test_no_dropout_gpt_block_is_k22_without_the_masks():
+    """For GPT widths at e = 2 without dropout: sbh(8 + 24/t + 2as/(ht)) (K22 eq. 2 less the masks)."""
+    s, b, h, a, t = 64, 2, 128, 8, 4
+    shape = Shape.of(ModelSection(layers=1, hidden=h, heads=a, seq_len=s, vocab=64, micro_batch=b, dropout=False))
+    assert sum(layer_saved_tensors(shape, s, b, t)) == s * b * h * (8 + 24 / t) + 2 * a * s * s * b / t
 
 
 def test_untied_head_is_its_own_vocab_parallel_tensor():
@@ -98,7 +108,8 @@ def test_gpt_defaults_are_the_old_gpt_shape():
     gpt = ModelSection(layers=2, hidden=8, heads=2, seq_len=4, vocab=10, micro_batch=3)
     explicit = ModelSection(layers=2, hidden=8, heads=2, seq_len=4, vocab=10, micro_batch=3, ffn_hidden=32,
                             kv_heads=2, gated_mlp=False, tied_head=True, linear_bias=True, qkv_bias=True,
-                            norm="layernorm", position="learned", max_positions=4, vocab_padding=128)
+                            norm="layernorm", position="learned", max_positions=4, vocab_padding=128,
+                            dropout=True)
     assert build_workload(gpt, 2) == build_workload(explicit, 2)
 
 

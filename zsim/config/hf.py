@@ -15,6 +15,7 @@ modeling_<type>.py for which tensors exist); docs/models.md has the table.
             up_proj, down_proj whatever hidden_act is), RMSNorm, rotary, tie_word_embeddings
             (default false). Biases: llama's attention_bias / mlp_bias (default false), none in
             mistral, q/k/v only in qwen2 (Qwen2Attention: bias=True on q, k, v; o_proj without).
+            Dropout only when attention_dropout > 0 (default 0.0).
 
 Every import sets `vocab_padding: 1` (the checkpoint's vocabulary as it is, padded only as far as
 MP needs) and `seq_len` to the longest context the model was built for (override it).
@@ -55,6 +56,13 @@ class _Config:
             raise self.fail(names[0], f"required for model_type {self.model_type!r}, but missing")
         return default
 
+    def rate(self, name: str, default: float) -> float:
+        """A dropout probability in [0, 1]."""
+        value = self.data.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise self.fail(name, f"expected a probability between 0 and 1, got {value!r}")
+        return float(value)
+
     def flag(self, name: str, default: bool) -> bool:
         value = self.data.get(name, default)
         if not isinstance(value, bool):
@@ -65,9 +73,10 @@ class _Config:
 def _gpt2(c: _Config) -> dict[str, Any]:
     # transformers GPT2Config: n_inner None means 4 × n_embd; n_ctx is the older name of n_positions.
     positions = c.positive("n_positions", "n_ctx", default=1024)
+    dropout = any(c.rate(key, 0.1) > 0 for key in ("attn_pdrop", "resid_pdrop", "embd_pdrop"))
     keys = dict(layers=c.positive("n_layer"), hidden=c.positive("n_embd"), heads=c.positive("n_head"), vocab=c.positive("vocab_size"),
                 seq_len=positions, max_positions=positions, tied_head=c.flag("tie_word_embeddings", True),
-                norm="layernorm", position="learned", gated_mlp=False, linear_bias=True)
+                norm="layernorm", position="learned", gated_mlp=False, linear_bias=True, dropout=dropout)
     inner = c.positive("n_inner", default=None)
     return keys | ({"ffn_hidden": inner} if inner else {})
 
@@ -81,7 +90,11 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
     return dict(layers=c.positive("num_hidden_layers"), hidden=c.positive("hidden_size"), heads=c.positive("num_attention_heads"),
                 vocab=c.positive("vocab_size"), seq_len=c.positive("max_position_embeddings"),
                 ffn_hidden=c.positive("intermediate_size"), tied_head=c.flag("tie_word_embeddings", False),
-                norm="layernorm", position="rotary", gated_mlp=False, linear_bias=True)
+                norm="layernorm", position="rotary", gated_mlp=False, linear_bias=True,
+                # GPTNeoXConfig: attention_dropout and hidden_dropout (default 0.0); the 20B config
+                # spells them attention_probs_dropout_prob and hidden_dropout_prob.
+                dropout=any(c.rate(key, 0.0) > 0 for key in ("attention_dropout", "hidden_dropout",
+                                                            "attention_probs_dropout_prob", "hidden_dropout_prob")))
 
 
 def _llama_family(c: _Config) -> dict[str, Any]:
@@ -104,7 +117,7 @@ def _llama_family(c: _Config) -> dict[str, Any]:
                 kv_heads=c.positive("num_key_value_heads", default=heads), vocab=c.positive("vocab_size"),
                 seq_len=c.positive("max_position_embeddings"), ffn_hidden=c.positive("intermediate_size"),
                 tied_head=c.flag("tie_word_embeddings", False), norm="rmsnorm", position="rotary",
-                gated_mlp=True, **bias)
+                gated_mlp=True, dropout=c.rate("attention_dropout", 0.0) > 0, **bias)
 
 
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {

@@ -64,6 +64,9 @@ class ModelSection(Section):
     vocab_padding: int | None = Field(default=None, gt=0, description="pad vocab to a multiple of vocab_padding × mp "
                                       "(Megatron-LM make_vocab_size_divisible_by); default 128, or 1 with from_hf "
                                       "(the checkpoint's vocabulary, padded only as far as MP needs)")
+    dropout: bool = Field(default=True, description="dropout on the attention probabilities and the residual "
+                          "branches, whose masks backward keeps (Korthikanti et al. 2022); false for models "
+                          "trained without (LLaMA, Mistral, Qwen2, GPT-NeoX-20B)")
     from_hf: str | None = Field(default=None, description="a Hugging Face config.json (or the folder holding "
                                 "one) giving the shape; keys written here override it; a relative path is "
                                 "relative to the scenario file")

@@ -50,6 +50,7 @@ class Shape:
     position: str  # "learned" or "rotary"
     positions: int  # rows of the learned position table (0 when rotary)
     tied_head: bool  # the LM head reuses the word embedding
+    dropout: bool = True  # dropout on attention probabilities and residual branches (K22 saves its masks)
 
     @classmethod
     def of(cls, model: ModelSection) -> Shape:
@@ -60,7 +61,7 @@ class Shape:
             qkv_bias=model.linear_bias if model.qkv_bias is None else model.qkv_bias, norm=model.norm,
             position=model.position,
             positions=0 if model.position == "rotary" else (model.max_positions or model.seq_len),
-            tied_head=model.tied_head,
+            tied_head=model.tied_head, dropout=model.dropout,
         )
 
     @classmethod
@@ -234,13 +235,18 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2) -> tup
     then GeLU input and output (e·sbf/t each), or for a gated MLP the fused SwiGLU's 2f-wide input
     and the down projection's input (2e·sbf/t and e·sbf/t) [MC fused_bias_swiglu], dropout mask (sbh).
     For the GPT shape their sum is K22 eq. 2 for e = 2: sbh(10 + 24/t + 5as/(ht)). An RMSNorm saves
-    its input as a LayerNorm does.
+    its input as a LayerNorm does. Without dropout (shape.dropout false: LLaMA, Mistral, Qwen2 train
+    without) the three masks and the dropout output are not there: for the GPT widths at e = 2,
+    sbh(8 + 24/t + 2as/(ht)).
     """
     h, a, kv, f = shape.hidden, shape.heads, shape.kv_dim, shape.ffn
     sbh, sbkv, sbf, as2b = s * b * h, s * b * kv, s * b * f, a * s * s * b
+    inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
+    if not shape.dropout:  # no masks, and attention·V reads the softmax output itself
+        return (e * sbh, e * sbh, e * (sbh + sbkv) // t, e * as2b // t, e * sbkv // t, e * sbh // t,
+                e * sbh, e * sbh, *inner)
     attention = (e * sbh, e * sbh, e * (sbh + sbkv) // t, e * as2b // t, as2b // t, e * as2b // t, e * sbkv // t,
                  e * sbh // t, sbh)
-    inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
     return (*attention, e * sbh, e * sbh, *inner, sbh)
 
 
@@ -307,13 +313,14 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
     # Vocab-parallel word embedding (V/t rows) + replicated learned position table [S19 §3]; a rotary
     # model has no position parameters [T23].
     embed_tensors = (v * h // t, shape.positions * h) if shape.positions else (v * h // t,)
+    embed_saved = (sbh,) if shape.dropout else ()  # dropout mask, 1 byte per element [K22 §4.3]
     embed = Module(
         name="embed", params=sum(embed_tensors), fwd_flops=0.0, fwd_hbm_bytes=2.0 * 2 * sbh,
-        saved_bytes=sbh,  # dropout mask, 1 byte per element [K22 §4.3]
+        saved_bytes=sum(embed_saved),
         checkpoint_bytes=0,
         # Vocab-parallel embedding all-reduces its output in forward only [S19 §3].
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=1 if t > 1 else 0, mp_allreduces_bwd=0,
-        tensors=embed_tensors, saved_tensors=(sbh,),
+        tensors=embed_tensors, saved_tensors=embed_saved,
     )
     # The head: final norm, logits against the word embedding or, untied, its own vocab-parallel
     # V/t × h output layer (Megatron untie_embeddings_and_output_weights) (2bshV/t FLOPs [N21 §5.1]),
