@@ -102,7 +102,16 @@ def test_set_override_reaches_an_imported_key(tmp_path):
 def test_shipped_llama3_scenario_loads_with_the_published_count():
     s = load_scenario(ROOT / "scenarios" / "llama-3-70b-dgx-h100.yaml")
     assert total_params(s.model) == PUBLISHED["llama-3-70b.json"]
-    assert s.model.from_hf == "hf/llama-3-70b.json" and s.layout.mp == 8
+    assert s.model.from_hf == str(HF / "llama-3-70b.json") and s.layout.mp == 8  # where it was read
+
+
+def test_resolving_twice_from_another_folder_gives_the_same_model(tmp_path, monkeypatch):
+    """A resolved mapping names its config absolutely, so code that validates it again elsewhere
+    (zsim maxsize --scenario, the Python API) reads the same file."""
+    data = yaml.safe_load((ROOT / "scenarios" / "llama-3-70b-dgx-h100.yaml").read_text())
+    once = resolve_from_hf(data, source="s.yaml", base_dir=ROOT / "scenarios")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_from_hf(once, source="s.yaml") == once
 
 
 def hf_error(tmp_path, config, name="config.json") -> str:

@@ -166,7 +166,9 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
 
 def resolve_from_hf(data: dict[str, Any], *, source: str, base_dir: str | Path | None = None) -> dict[str, Any]:
     """`data` (a parsed scenario) with `model.from_hf`'s keys filled in under the keys written in the
-    model section. Returns `data` itself when there is no from_hf.
+    model section, and from_hf made the config's absolute path (so the result can be validated again
+    from any folder: resolving twice gives the same mapping). Returns `data` itself when there is no
+    from_hf.
 
     Raises:
         ConfigError: from_hf is not a string, or its file cannot be imported; the message names the
@@ -179,8 +181,9 @@ def resolve_from_hf(data: dict[str, Any], *, source: str, base_dir: str | Path |
     if not isinstance(ref, str) or not ref.strip():
         raise ConfigError(f"expected the path of a Hugging Face config.json, got {ref!r}", source=source,
                           path="model.from_hf")
+    path = hf_config_path(ref, base_dir)
     try:
-        imported = read_hf_config(hf_config_path(ref, base_dir))
+        imported = read_hf_config(path)
     except ConfigError as exc:
         raise ConfigError(str(exc), source=source, path="model.from_hf") from None
-    return {**data, "model": imported | model}
+    return {**data, "model": imported | model | {"from_hf": str(path.absolute())}}
