@@ -7,12 +7,13 @@ SCENARIO ?= scenarios/1T-1024gpu.yaml
 
 .PHONY: run test bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: 2.13.0 is the local CPU wheel; an unpinned torch pulls GBs of CUDA.
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev]"
+	# The simulator, its tests and the runtime extra (torch, already satisfied by the pin above).
+	$(BIN)/pip install -q -e ".[dev,runtime]"
 	touch $(STAMP)
 
 run: $(STAMP)

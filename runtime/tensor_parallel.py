@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from runtime.model import Block, GPTConfig, activate, attend, norm
+from .model import Block, GPTConfig, activate, attend, norm
 
 AllReduce = Callable[[torch.Tensor], None]  # in-place sum over the MP group (traced)
 

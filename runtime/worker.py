@@ -1,7 +1,7 @@
 """One rank of a traced run: set up torch.distributed, train for `steps` steps with the chosen ZeRO
 stage, and write `rank<R>.trace.json` (after every step) and `rank<R>.summary.json`.
 
-Run by the launcher (`zsim trace`, `python -m runtime`), or by torchrun (`python -m runtime` reads
+Run by the launcher (`zsim trace`, `python -m zsim.runtime`), or by torchrun (`python -m zsim.runtime` reads
 RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT). NCCL and `cuda:<LOCAL_RANK>` when GPUs
 exist (or --device cuda), gloo and CPU otherwise. The process group is destroyed in `finally`;
 on an error the rank writes `rank<R>.error.json` (its error in one line, with a timestamp) so the
@@ -26,15 +26,15 @@ import torch
 import torch.distributed as dist
 
 import zsim
-from runtime.comm import Collectives
-from runtime.config import RunConfig
-from runtime.data import global_batch, micro_batch
-from runtime.ledger import MemoryLedger
-from runtime.model import GPT, GPTConfig
-from runtime.tensor_parallel import shard_block
-from runtime.tracer import Tracer
-from runtime.zero import ENGINES
-from runtime.zero.engine import EngineOptions, ZeroEngine
+from .comm import Collectives
+from .config import RunConfig
+from .data import global_batch, micro_batch
+from .ledger import MemoryLedger
+from .model import GPT, GPTConfig
+from .tensor_parallel import shard_block
+from .tracer import Tracer
+from .zero import ENGINES
+from .zero.engine import EngineOptions, ZeroEngine
 from zsim.errors import ConfigError
 
 
@@ -223,7 +223,7 @@ def _cuda_memory() -> dict[str, int]:
 
 
 def _profiler(cfg: RunConfig, out: Path, rank: int):
-    """--profile: a PyTorch profiler (Kineto) trace per rank, written next to ours."""
+    """--torch-profiler: a PyTorch profiler (Kineto) trace per rank, written next to ours."""
     if not cfg.profile:
         return None
     from torch.profiler import ProfilerActivity, profile

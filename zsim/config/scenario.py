@@ -8,6 +8,7 @@ from pathlib import Path
 from zsim.config.hardware import Cluster, load_cluster
 from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
+from zsim.config.profiles import Profiles, builtin_folder
 from zsim.config.schema import (
     FabricSection,
     HardwareSection,
@@ -47,19 +48,51 @@ class Scenario:
         return Path(self.run.output) if self.run.output else Path("out") / self.name
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Read, override, validate and cross-check a scenario file.
+def shipped_scenarios() -> dict[str, Path]:
+    """The scenarios shipped with zsim (package data `zsim.scenarios`): {name: file}, the name being
+    the path below scenarios/ without '.yaml' ('1T-1024gpu', 'paper/7.5B-64gpu-stage3')."""
+    root = builtin_folder("zsim.scenarios")
+    return {p.relative_to(root).with_suffix("").as_posix(): p for p in sorted(root.rglob("*.yaml"))}
+
+
+def find_scenario(text: str | Path) -> Path:
+    """A scenario the user named: an existing file, else a shipped scenario's name (with or without
+    'scenarios/' and '.yaml', so `zsim run scenarios/1T-1024gpu.yaml` works from any folder).
+
+    Raises:
+        ConfigError: neither a file nor a shipped scenario.
+    """
+    path = Path(text)
+    if path.is_file():
+        return path
+    key = path.as_posix().removeprefix("scenarios/").removesuffix(".yaml")
+    shipped = shipped_scenarios()
+    short = {name.rsplit("/", 1)[-1]: p for name, p in shipped.items()}
+    if key in shipped or key in short:
+        return shipped.get(key) or short[key]
+    import difflib
+
+    close = difflib.get_close_matches(key, list(dict.fromkeys([*shipped, *short])), n=3)
+    hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else "`zsim profiles` lists them"
+    raise ConfigError(f"no such file, and not a shipped scenario ({hint})", source=str(text))
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None, *,
+                  profiles: Profiles | None = None) -> Scenario:
+    """Read, override, validate and cross-check a scenario file (or a shipped scenario's name), with
+    hardware profiles from `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in ones).
 
     Raises:
         ConfigError: naming the file, the dotted key and the bad value.
     """
-    path = Path(path)
+    path = find_scenario(path)
     data = apply_overrides(read_yaml_mapping(path), overrides or [])
-    return build_scenario(data, source=str(path), default_name=path.stem, base_dir=path.parent)
+    return build_scenario(data, source=str(path), default_name=path.stem, base_dir=path.parent, profiles=profiles)
 
 
 def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str = "scenario",
-                   gpu_memory_bytes: int | None = None, base_dir: str | Path | None = None) -> Scenario:
+                   gpu_memory_bytes: int | None = None, base_dir: str | Path | None = None,
+                   profiles: Profiles | None = None) -> Scenario:
     """Validate a scenario given as a mapping (the parsed YAML). `gpu_memory_bytes` replaces the
     profile's GPU memory (what-if calculators such as `zsim maxsize --gpu-mem`); a relative
     `model.from_hf` is read from `base_dir` (default: the working directory). Raises ConfigError."""
@@ -70,7 +103,7 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         return ConfigError(message, source=source, path=key)
 
     try:
-        cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes)
+        cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes, profiles)
     except ConfigError as exc:
         raise fail("hardware.profile", str(exc)) from None
     if gpu_memory_bytes is not None:
