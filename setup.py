@@ -5,12 +5,15 @@ package data `zsim.hwprofiles` and `zsim.scenarios` (found with importlib.resour
 zsim/config/profiles.py). Packages are discovered, so a new subpackage (zsim/compute/, runtime/x/)
 is shipped without editing this file; tests/test_packaging.py checks the built wheel."""
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 
-MAPPED = {"zsim.runtime": "runtime", "zsim.hwprofiles": "hwprofiles", "zsim.scenarios": "scenarios"}
+CODE = {"zsim.runtime": "runtime"}
+DATA = {"zsim.hwprofiles": "hwprofiles", "zsim.scenarios": "scenarios"}
 
 packages = find_packages(include=["zsim", "zsim.*"])
-for name, folder in MAPPED.items():
+for name, folder in CODE.items():
     packages += [name] + [f"{name}.{sub}" for sub in find_packages(folder)]
+for name, folder in DATA.items():  # data subfolders (gpus/, paper/) have no __init__.py
+    packages += [name] + [f"{name}.{sub}" for sub in find_namespace_packages(folder, exclude=["__pycache__*"])]
 
-setup(packages=packages, package_dir=MAPPED)
+setup(packages=packages, package_dir={**CODE, **DATA}, package_data={"": ["*.yaml", "*.json"]})
