@@ -164,3 +164,19 @@ def test_imported_shape_is_validated_like_a_written_one():
     data["model"] = {"from_hf": str(HF / "llama-3-70b.json"), "layers": 2, "seq_len": 128, "micro_batch": 1}
     with pytest.raises(ConfigError, match=r"model.kv_heads: 8 KV heads cannot be split evenly across mp 16"):
         build_scenario(data, source="s.yaml")
+
+
+def test_a_dumped_resolved_model_validates_without_its_config_file():
+    """Trace metadata and result.json carry model_dump() of the resolved section: every importable key
+    is written, so rebuilding a scenario from it does not need the config.json (replay elsewhere)."""
+    dumped = load_scenario(ROOT / "scenarios" / "llama-3-70b-dgx-h100.yaml").model.model_dump()
+    moved = dict(dumped, from_hf="/nowhere/config.json")
+    assert resolve_from_hf({"model": moved}, source="trace.json") == {"model": moved}
+    assert ModelSection(**moved) == ModelSection(**dumped).model_copy(update={"from_hf": "/nowhere/config.json"})
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_imports_set_only_keys_listed_as_importable(name):
+    from zsim.config.hf import IMPORTED_KEYS
+
+    assert read_hf_config(HF / name).keys() <= IMPORTED_KEYS

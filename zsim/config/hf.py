@@ -125,6 +125,13 @@ FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
 }
 
 
+# Every model key an import can set: a model section that already writes all of them (a model
+# dumped from a resolved scenario, e.g. in a trace's metadata) takes nothing from the file.
+IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
+                           "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
+                           "vocab_padding"})
+
+
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:
     """The config.json that `ref` names: a file, or a folder holding config.json; a relative path is
     taken from `base_dir` (default: the working directory)."""
@@ -168,14 +175,15 @@ def resolve_from_hf(data: dict[str, Any], *, source: str, base_dir: str | Path |
     """`data` (a parsed scenario) with `model.from_hf`'s keys filled in under the keys written in the
     model section, and from_hf made the config's absolute path (so the result can be validated again
     from any folder: resolving twice gives the same mapping). Returns `data` itself when there is no
-    from_hf.
+    from_hf, or when the model section writes every key an import could set (nothing would be taken
+    from the file: a dumped, already resolved model replays on a machine without the file).
 
     Raises:
         ConfigError: from_hf is not a string, or its file cannot be imported; the message names the
             scenario, `model.from_hf`, the config file and its key.
     """
     model = data.get("model")
-    if not isinstance(model, dict) or model.get("from_hf") is None:
+    if not isinstance(model, dict) or model.get("from_hf") is None or IMPORTED_KEYS <= model.keys():
         return data
     ref = model["from_hf"]
     if not isinstance(ref, str) or not ref.strip():
