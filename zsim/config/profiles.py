@@ -121,7 +121,7 @@ class Profiles:
             if candidate.is_file():
                 return candidate
         known = sorted(self.names(kind))
-        close = difflib.get_close_matches(name, known, n=3)
+        close = difflib.get_close_matches(name, known, n=3) or [k for k in known if name.lower() in k.lower()][:3]
         hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else \
             f"known: {', '.join(known) or 'none'}"
         searched = ", ".join(str(r / KINDS[kind]) for r in self.roots)
