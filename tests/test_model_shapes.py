@@ -116,7 +116,8 @@ def test_gpt_defaults_are_the_old_gpt_shape():
 @pytest.mark.parametrize("keys,message", [
     (dict(kv_heads=3), "kv_heads 3 must divide heads 4"),
     (dict(kv_heads=8), "kv_heads 8 must divide heads 4"),
-    (dict(hidden=12, heads=4, kv_heads=None), "rotary positions rotate pairs of a head's dimensions, but hidden 12 / heads 4 = 3 is odd"),
+    (dict(hidden=12, heads=4, kv_heads=None),
+     "rotary positions rotate pairs of a head's dimensions, but hidden 12 / heads 4 = 3 is odd"),
     (dict(max_positions=8), "max_positions 8 sizes a learned position table, but position is rotary"),
 ])
 def test_inconsistent_shapes_are_rejected(keys, message):

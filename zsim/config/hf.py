@@ -57,14 +57,15 @@ class _Config:
         return default
 
     def rate(self, name: str, default: float) -> float:
-        """A dropout probability in [0, 1]."""
-        value = self.data.get(name, default)
+        """A dropout probability in [0, 1] (absent or null: `default`)."""
+        value = default if self.data.get(name) is None else self.data[name]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise self.fail(name, f"expected a probability between 0 and 1, got {value!r}")
         return float(value)
 
     def flag(self, name: str, default: bool) -> bool:
-        value = self.data.get(name, default)
+        """A boolean (absent or null: `default`)."""
+        value = default if self.data.get(name) is None else self.data[name]
         if not isinstance(value, bool):
             raise self.fail(name, f"expected true or false, got {value!r}")
         return value
@@ -74,9 +75,10 @@ def _gpt2(c: _Config) -> dict[str, Any]:
     # transformers GPT2Config: n_inner None means 4 × n_embd; n_ctx is the older name of n_positions.
     positions = c.positive("n_positions", "n_ctx", default=1024)
     dropout = any(c.rate(key, 0.1) > 0 for key in ("attn_pdrop", "resid_pdrop", "embd_pdrop"))
-    keys = dict(layers=c.positive("n_layer"), hidden=c.positive("n_embd"), heads=c.positive("n_head"), vocab=c.positive("vocab_size"),
-                seq_len=positions, max_positions=positions, tied_head=c.flag("tie_word_embeddings", True),
-                norm="layernorm", position="learned", gated_mlp=False, linear_bias=True, dropout=dropout)
+    keys = dict(layers=c.positive("n_layer"), hidden=c.positive("n_embd"), heads=c.positive("n_head"),
+                vocab=c.positive("vocab_size"), seq_len=positions, max_positions=positions,
+                tied_head=c.flag("tie_word_embeddings", True), norm="layernorm", position="learned",
+                gated_mlp=False, linear_bias=True, dropout=dropout)
     inner = c.positive("n_inner", default=None)
     return keys | ({"ffn_hidden": inner} if inner else {})
 
@@ -87,8 +89,9 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
     if not c.flag("attention_bias", True):
         raise c.fail("attention_bias", "false with the MLP's biases (GPT-NeoX always has them) is a "
                      "combination zsim's linear_bias cannot express")
-    return dict(layers=c.positive("num_hidden_layers"), hidden=c.positive("hidden_size"), heads=c.positive("num_attention_heads"),
-                vocab=c.positive("vocab_size"), seq_len=c.positive("max_position_embeddings"),
+    return dict(layers=c.positive("num_hidden_layers"), hidden=c.positive("hidden_size"),
+                heads=c.positive("num_attention_heads"), vocab=c.positive("vocab_size"),
+                seq_len=c.positive("max_position_embeddings"),
                 ffn_hidden=c.positive("intermediate_size"), tied_head=c.flag("tie_word_embeddings", False),
                 norm="layernorm", position="rotary", gated_mlp=False, linear_bias=True,
                 # GPTNeoXConfig: attention_dropout and hidden_dropout (default 0.0); the 20B config
