@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from zsim.trace.schema import group_ranks
 
 
 def zsim(*args, cwd=ROOT):
@@ -90,9 +91,11 @@ def test_trace_collectives_carry_schema_args(flagship):
     trace = json.loads((out / "trace.json").read_text())
     ag = next(e for e in trace["traceEvents"] if e["name"] == "all_gather/params.layer.0")
     assert ag["cat"] == "comm" and ag["args"]["op"] == "all_gather" and ag["args"]["dtype"] == "fp16"
-    assert ag["args"]["group"] == list(range(0, 1024, 16))  # rank 0's DP group: same mp_rank, every node
+    meta = trace["metadata"]
+    assert group_ranks(ag["args"], meta) == list(range(0, 1024, 16))  # rank 0's DP group: same mp_rank, every node
     mp = next(e for e in trace["traceEvents"] if e["name"] == "all_reduce/mp.layer.0")
-    assert mp["cat"] == "compute" and mp["args"]["group"] == list(range(16))
+    assert mp["cat"] == "compute" and group_ranks(mp["args"], meta) == list(range(16))
+    assert ag["args"]["group"] == "dp"  # the ranks are listed once, in metadata.groups, not per event
 
 
 def test_collective_prints_the_nccl_tests_table():

@@ -25,7 +25,7 @@ from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, Placement, plan_collective
 from zsim.fabric.sharing import Fabric
-from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade
+from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade, healthy_capacities
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
 from zsim.workload.transformer import build_workload
@@ -63,6 +63,8 @@ def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
     cluster = scenario.cluster
     if not per_rank:
         cluster = dataclasses.replace(cluster, nodes=min(cluster.nodes, 2))
+    if not (per_rank and scenario.fabric.degrade):
+        return healthy_capacities(cluster)  # the same numbers, without building the graph
     graph = build_topology(cluster)
     if per_rank:
         degrade(graph, cluster, [Degradation(d.link, d.factor, d.index, d.gpu, d.node)
@@ -144,13 +146,6 @@ class _Run:
         if seconds is None:
             seconds = self._compute_time[key] = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
         return seconds
-
-    def group_list(self, kind: str) -> list[int]:
-        """Global ranks of the representative rank's `kind` ('dp' or 'mp') group, in group order."""
-        if kind not in self._groups:
-            layout = self.s.layout
-            self._groups[kind] = list(layout.dp_group(0) if kind == "dp" else layout.mp_group(0))
-        return self._groups[kind]
 
     def record_memory(self) -> None:
         self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
@@ -234,7 +229,8 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             best = run.algorithms.get(op.group)
             if best is None or op.nbytes > best[0]:
                 run.algorithms[op.group] = (op.nbytes, algorithm)
-            args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=run.group_list(op.group),
+            # `group` names the process group; its ranks are listed once, in the trace's metadata.groups
+            args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=op.group,
                         algorithm=algorithm)
             if run.per_rank:
                 args["wait_us"] = (started - start) * 1e6  # waiting for the group's last member
