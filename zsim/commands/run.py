@@ -46,7 +46,7 @@ def run_command(args: argparse.Namespace) -> int:
     profiles, name = profile_search(args)
     overrides = [*args.overrides, *([f"hardware.profile={name}"] if name else [])]
     scenario = load_scenario(args.scenario, overrides, profiles=profiles)
-    result = simulate(scenario)
+    result = simulate(scenario, progress=sys.stderr.isatty())  # a bar only in per-rank mode
     out = Path(args.output) if args.output else scenario.output_dir
     outputs = {"result": str(out / "result.json"), "trace": str(out / "trace.json"),
                "memory_csv": str(write_csv(result.ledger, out / "memory.csv"))}
