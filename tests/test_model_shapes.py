@@ -58,13 +58,16 @@ def test_block_flops_by_hand():
 
 
 def test_saved_activation_bytes_by_hand():
-    # sbh 96, sb·kv 48, sbf 144, as²b 192 at e = 2: attention 192 + 192 + 2(96 + 48) + 384 + 192 + 384 + 2·48
-    # + 192 + 96; SwiGLU MLP 192 + 192 + 2·2·144 (gate and up) + 2·144 (down's input) + 96.
+    # sbh 96, sbf 144, as²b 192 at e = 2: attention 192 + 192 + 2·2·96 (Q, K) + 384 + 192 + 384 + 2·96 (V)
+    # + 192 + 96, K and V h wide although there are 2 KV heads: the unfused attention repeats them for
+    # the query heads and saves the repeated tensors (Megatron-Core DotProductAttention, HF repeat_kv);
+    # SwiGLU MLP 192 + 192 + 2·2·144 (gate and up) + 2·144 (down's input) + 96.
     saved = layer_saved_tensors(Shape.of(llama()), s=4, b=3, t=1, e=2)
-    assert sum(saved[:9]) == 2016 and sum(saved[9:]) == 1344
-    assert build_workload(llama(), mp=1).blocks[0].saved_bytes == 3360
+    assert sum(saved[:9]) == 2208 and sum(saved[9:]) == 1344
+    assert build_workload(llama(), mp=1).blocks[0].saved_bytes == 3552
+    assert layer_saved_tensors(Shape.of(llama(kv_heads=4)), s=4, b=3, t=1, e=2) == saved
     # Without dropout (LLaMA trains without): no masks (192 + 2·96) and no dropout output (384).
-    assert build_workload(llama(dropout=False), mp=1).blocks[0].saved_bytes == 3360 - 192 - 2 * 96 - 384
+    assert build_workload(llama(dropout=False), mp=1).blocks[0].saved_bytes == 3552 - 192 - 2 * 96 - 384
     assert build_workload(llama(dropout=False), mp=1).modules[0].saved_bytes == 0  # the embedding's mask
 
 

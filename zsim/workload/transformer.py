@@ -227,25 +227,28 @@ def block_tensors(h: int, t: int = 1) -> tuple[int, ...]:
 
 def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2) -> tuple[int, ...]:
     """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
-    activations: K22 §4.1-4.2 with K and V kv_dim wide [A23] and the MLP f wide.
+    activations: K22 §4.1-4.2 with the MLP f wide.
 
-    Attention: norm input, QKV input (replicated, e·sbh each), Q and K (e·sb(h + kv_dim)/t), softmax
-    output (e·as²b/t), its dropout mask (as²b/t bytes), dropout output (e·as²b/t), V (e·sb·kv_dim/t),
-    output-projection input (e·sbh/t), dropout mask (sbh). MLP: norm input, fc1 input (e·sbh each),
-    then GeLU input and output (e·sbf/t each), or for a gated MLP the fused SwiGLU's 2f-wide input
-    and the down projection's input (2e·sbf/t and e·sbf/t) [MC fused_bias_swiglu], dropout mask (sbh).
-    For the GPT shape their sum is K22 eq. 2 for e = 2: sbh(10 + 24/t + 5as/(ht)). An RMSNorm saves
-    its input as a LayerNorm does. Without dropout (shape.dropout false: LLaMA, Mistral, Qwen2 train
-    without) the three masks and the dropout output are not there: for the GPT widths at e = 2,
-    sbh(8 + 24/t + 2as/(ht)).
+    Attention: norm input, QKV input (replicated, e·sbh each), Q and K (2e·sbh/t), softmax output
+    (e·as²b/t), its dropout mask (as²b/t bytes), dropout output (e·as²b/t), V (e·sbh/t),
+    output-projection input (e·sbh/t), dropout mask (sbh). With grouped-query attention K and V are
+    still h wide here: the unfused attention this model prices (K22's s² scores) repeats each KV head
+    for its query heads before QKᵀ and attention·V, and those matmuls save the repeated tensors
+    [MC dot_product_attention.py: key/value.repeat_interleave]. MLP: norm input, fc1 input (e·sbh
+    each), then GeLU input and output (e·sbf/t each), or for a gated MLP the fused SwiGLU's 2f-wide
+    input and the down projection's input (2e·sbf/t and e·sbf/t) [MC fused_bias_swiglu], dropout
+    mask (sbh). For the GPT shape their sum is K22 eq. 2 for e = 2: sbh(10 + 24/t + 5as/(ht)). An
+    RMSNorm saves its input as a LayerNorm does. Without dropout (shape.dropout false: LLaMA,
+    Mistral, Qwen2 train without) the three masks and the dropout output are not there: for the GPT
+    widths at e = 2, sbh(8 + 24/t + 2as/(ht)).
     """
-    h, a, kv, f = shape.hidden, shape.heads, shape.kv_dim, shape.ffn
-    sbh, sbkv, sbf, as2b = s * b * h, s * b * kv, s * b * f, a * s * s * b
+    h, a, f = shape.hidden, shape.heads, shape.ffn
+    sbh, sbf, as2b = s * b * h, s * b * f, a * s * s * b
     inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
     if not shape.dropout:  # no masks, and attention·V reads the softmax output itself
-        return (e * sbh, e * sbh, e * (sbh + sbkv) // t, e * as2b // t, e * sbkv // t, e * sbh // t,
+        return (e * sbh, e * sbh, 2 * e * sbh // t, e * as2b // t, e * sbh // t, e * sbh // t,
                 e * sbh, e * sbh, *inner)
-    attention = (e * sbh, e * sbh, e * (sbh + sbkv) // t, e * as2b // t, as2b // t, e * as2b // t, e * sbkv // t,
+    attention = (e * sbh, e * sbh, 2 * e * sbh // t, e * as2b // t, as2b // t, e * as2b // t, e * sbh // t,
                  e * sbh // t, sbh)
     return (*attention, e * sbh, e * sbh, *inner, sbh)
 
