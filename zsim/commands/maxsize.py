@@ -136,7 +136,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       ("--md", "defragment")):
         shape.add_argument(flag, dest=key, action="store_true", help=f"zero.{key}: true")
     shape.add_argument("--no-cb", dest="constant_buffers", action="store_false", help="zero.constant_buffers: false")
-    add_profile_options(p, what="with --batch: the hardware; with --scenario: replaces its hardware.profile")
+    add_profile_options(p, what="with --batch: the hardware (default dgx2); with --scenario: replaces its hardware.profile")
     add_json_option(p)
     p.set_defaults(func=maxsize_command)
 
