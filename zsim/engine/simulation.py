@@ -92,7 +92,6 @@ class _Run:
         self.flops = 0.0
         self.algorithms: dict[str, tuple[float, str]] = {}
         self._phases: dict[tuple[str, str, int], tuple[str, list[Phase]]] = {}
-        self._groups: dict[str, list[int]] = {}
         self._compute_time: dict[tuple[float, float], float] = {}
         self.finished = 0  # rank 0's ops done (the progress bar)
 
