@@ -134,3 +134,13 @@ def test_trace_without_torch_says_how_to_get_it(monkeypatch, capsys, tmp_path):
     code = main(["trace", "--model", "scenarios/1T-1024gpu.yaml", "-o", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "pip install 'zsim[runtime]'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", sorted(subcommands()))
+def test_a_parser_of_one_command_is_that_command_of_the_whole_parser(name):
+    """`zsim NAME ...` builds only NAME's parser (faster start); it must be the same parser."""
+    def sub(parser):
+        (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return action.choices[name]
+
+    assert sub(build_parser(only=name)).format_help() == sub(build_parser()).format_help()

@@ -59,7 +59,10 @@ def versions_text() -> str:
     return f"zsim {v['zsim']}\n{rest}\n{torch}\n"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with `only` a command's name, a parser that registers just that command
+    (what `main` builds for `zsim run ...`: importing and building the other commands' parsers
+    would cost ~10% of a flagship run)."""
     parser = ArgumentParser(
         prog="zsim",
         description="A digital twin of GPU training clusters for ZeRO-style training.",
@@ -68,13 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=VersionAction, help="print the versions of zsim and its libraries")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"zsim.commands.{name.replace('-', '_')}").register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
