@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from zsim.memory.ledger import CATEGORIES
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and matplotlib are imported where a plot is drawn, not by `zsim run` itself
+    import numpy as np
+
     from zsim.engine.result import Result
 
 GB = 1e9
@@ -49,6 +49,8 @@ class MemorySeries:
 
 
 def series_from_result(result: Result) -> MemorySeries:
+    import numpy as np
+
     ledger = result.ledger
     times, rows = ledger.timeline()
     reserved = ledger.reserved_timeline()
@@ -63,6 +65,8 @@ def series_from_result(result: Result) -> MemorySeries:
 
 def series_from_files(folder: Path) -> MemorySeries:
     """The same series from a run's output folder (memory.csv, every sample; result.json)."""
+    import numpy as np
+
     facts = json.loads((folder / "result.json").read_text())
     with (folder / "memory.csv").open(newline="") as fh:
         reader = csv.reader(fh)
@@ -90,6 +94,7 @@ def draw_memory_timeline(m: MemorySeries, path: Path) -> Path:
     """A stacked area of memory by category over simulated time, topped by fragmentation (so the top
     of the stack is reserved memory), with the capacity line and both peaks marked."""
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure  # not pyplot: no GUI backend machinery, no global figures
