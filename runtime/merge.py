@@ -8,7 +8,7 @@
   state bytes per rank, and per-step collective bytes.
 
 Run by the launcher; after a torchrun job, copy the rank files into one folder and run
-`python -m runtime.merge DIR`.
+`python -m zsim.runtime.merge DIR`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One rank of a traced run: set up torch.distributed, train for `steps` steps with the chosen ZeRO
 stage, and write `rank<R>.trace.json` (after every step) and `rank<R>.summary.json`.
 
-Run by the launcher (`zsim trace`, `python -m runtime`), or by torchrun (`python -m runtime` reads
+Run by the launcher (`zsim trace`, `python -m zsim.runtime`), or by torchrun (`python -m zsim.runtime` reads
 RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT). NCCL and `cuda:<LOCAL_RANK>` when GPUs
 exist (or --device cuda), gloo and CPU otherwise. The process group is destroyed in `finally`;
 on an error the rank writes `rank<R>.error.json` (its error in one line, with a timestamp) so the
@@ -26,15 +26,15 @@ import torch
 import torch.distributed as dist
 
 import zsim
-from runtime.comm import Collectives
-from runtime.config import RunConfig
-from runtime.data import global_batch, micro_batch
-from runtime.ledger import MemoryLedger
-from runtime.model import GPT, GPTConfig
-from runtime.tensor_parallel import shard_block
-from runtime.tracer import Tracer
-from runtime.zero import ENGINES
-from runtime.zero.engine import EngineOptions, ZeroEngine
+from .comm import Collectives
+from .config import RunConfig
+from .data import global_batch, micro_batch
+from .ledger import MemoryLedger
+from .model import GPT, GPTConfig
+from .tensor_parallel import shard_block
+from .tracer import Tracer
+from .zero import ENGINES
+from .zero.engine import EngineOptions, ZeroEngine
 from zsim.errors import ConfigError
 
 
@@ -121,11 +121,11 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     ledger = MemoryLedger(on_change=tracer.memory)
     m = cfg.model
     torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(layers=m.layers, hidden=m.hidden, heads=m.heads, seq_len=m.seq_len, vocab=m.vocab))
+    model = GPT(GPTConfig.of(m))
     comm, mp_comm = _groups(cfg, env, tracer, on_cuda)
     world = Collectives(tracer, None, on_cuda=on_cuda) if mp_comm is not None else comm
     if mp_comm is not None:
-        _split_blocks(model, mp_comm, heads=m.heads)
+        _split_blocks(model, mp_comm)
     engine = ENGINES[cfg.stage](model, options=EngineOptions(
         precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
         prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
@@ -183,14 +183,13 @@ def _groups(cfg: RunConfig, env: RankEnv, tracer: Tracer, on_cuda: bool) -> tupl
             Collectives(tracer, mp_groups[env.rank // cfg.mp], on_cuda=on_cuda, stream="compute"))
 
 
-def _split_blocks(model: GPT, mp_comm: Collectives, *, heads: int) -> None:
+def _split_blocks(model: GPT, mp_comm: Collectives) -> None:
     """Replace every block by this MP rank's ParallelBlock (same initial weights, sliced)."""
     mp_rank = mp_comm.ranks.index(dist.get_rank())
     for i in range(1, len(model.units) - 1):
         def all_reduce(t: torch.Tensor, what: str = f"mp.layer.{i - 1}") -> None:
             mp_comm.all_reduce(t, what).wait()
-        model.units[i] = shard_block(model.units[i], heads=heads, mp_rank=mp_rank, mp=mp_comm.size,
-                                     all_reduce=all_reduce)
+        model.units[i] = shard_block(model.units[i], mp_rank=mp_rank, mp=mp_comm.size, all_reduce=all_reduce)
 
 
 def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, device: torch.device, offset: float
@@ -224,7 +223,7 @@ def _cuda_memory() -> dict[str, int]:
 
 
 def _profiler(cfg: RunConfig, out: Path, rank: int):
-    """--profile: a PyTorch profiler (Kineto) trace per rank, written next to ours."""
+    """--torch-profiler: a PyTorch profiler (Kineto) trace per rank, written next to ours."""
     if not cfg.profile:
         return None
     from torch.profiler import ProfilerActivity, profile

@@ -52,7 +52,7 @@ def test_zsim_run_writes_timeline_png_unless_no_plot(tmp_path):
 
     scenario = tmp_path / "small.yaml"
     scenario.write_text(yaml.safe_dump(SMALL))
-    for flags, expected in (((), True), (("--no-plot",), False)):
+    for flags, expected in ((("--plot", "wait"), True), (("--no-plot",), False)):
         out = tmp_path / f"out{len(flags)}"
         proc = subprocess.run([sys.executable, "-m", "zsim.cli", "run", str(scenario), "-o", str(out), *flags],
                               capture_output=True, text=True, cwd=ROOT)

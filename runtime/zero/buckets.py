@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import torch
 
-from runtime.comm import Collectives, Pending
-from runtime.ledger import MemoryLedger
+from ..comm import Collectives, Pending
+from ..ledger import MemoryLedger
 
 
 def plan_buckets(elements: list[int], capacity: int) -> list[list[int]]:

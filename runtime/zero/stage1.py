@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from runtime.zero.buckets import ReduceScatterBuckets, plan_buckets
-from runtime.zero.engine import Unit, ZeroEngine, unit_what
-from runtime.zero.optimizer import FlatAdam
-from runtime.zero.stage0 import _contiguous_grads
+from .buckets import ReduceScatterBuckets, plan_buckets
+from .engine import Unit, ZeroEngine, unit_what
+from .optimizer import FlatAdam
+from .stage0 import _contiguous_grads
 
 
 class Stage1(ZeroEngine):

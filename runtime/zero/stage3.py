@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from runtime.comm import Pending
-from runtime.zero.activations import SavedTensors
-from runtime.zero.engine import Unit, unit_what
-from runtime.zero.optimizer import FlatAdam
-from runtime.zero.stage2 import Stage2
+from ..comm import Pending
+from .activations import SavedTensors
+from .engine import Unit, unit_what
+from .optimizer import FlatAdam
+from .stage2 import Stage2
 
 
 class Stage3(Stage2):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.flat import FlatLayout
-from runtime.model import GPT, GPTConfig
+from zsim.runtime.flat import FlatLayout
+from zsim.runtime.model import GPT, GPTConfig
 from tests.runtime.conftest import TINY
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from zsim.commands.options import add_json_option, emit_json, text_stream
 from zsim.errors import EXIT_OK
 
 
@@ -26,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(default: start a local Dask cluster of --workers processes)")
     p.add_argument("--per-point", action="store_true", help="also write each point's result.json to points/NNNN/")
     p.add_argument("--no-plot", action="store_true", help="skip the plot")
-    p.add_argument("--json", metavar="PATH", help="also write sweep.json's facts to PATH ('-' for stdout)")
+    add_json_option(p, "sweep.json's facts")
     p.set_defaults(func=sweep_command)
 
 
@@ -41,8 +42,6 @@ def _positive(text: str) -> int:
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    import json
-
     from zsim.sweep.points import load_plan
     from zsim.sweep.runner import run_sweep, summary_facts, write_outputs
     from zsim.sweep.summary import sweep_summary
@@ -56,7 +55,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path("out") / name
     if out.exists() and not out.is_dir():
         raise ZsimError(f"-o {out}: is a file; the sweep needs a folder")
-    text = sys.stderr if args.json == "-" else sys.stdout
+    text = text_stream(args)
     bar = _progress_bar(len(plan.points))
     try:
         sweep = run_sweep(plan, out, engine=args.engine, workers=args.workers, address=args.address,
@@ -72,13 +71,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         bar.close()
     write_outputs(sweep, plot=not args.no_plot)
     print(sweep_summary(sweep), file=text)
-    if args.json == "-":
-        json.dump(summary_facts(sweep), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    elif args.json:
-        from zsim.sweep.files import write_text
-
-        write_text(Path(args.json), json.dumps(summary_facts(sweep), indent=2) + "\n")
+    emit_json(args, summary_facts(sweep))
     return EXIT_OK
 
 

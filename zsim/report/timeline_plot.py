@@ -9,6 +9,7 @@ step, attributed to the DP collectives running then, else to host copies running
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,51 @@ def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
             "exposed offload": offload_exposed, "other waits": other}
 
 
-def timeline_png(result: Result, path: Path, step: int = -1) -> Path:
+class _FileLedger:
+    """The part of a MemoryLedger the plot reads, from a run's memory.csv (every sample)."""
+
+    def __init__(self, folder: Path, capacity: float):
+        import csv
+
+        with (folder / "memory.csv").open(newline="") as fh:
+            reader = csv.reader(fh)
+            header = next(reader)
+            table = np.array([[float(x) for x in row] for row in reader]).reshape(-1, len(header))
+        col = {name: i for i, name in enumerate(header)}
+        from zsim.memory.ledger import CATEGORIES
+
+        self._times = table[:, col["time_s"]]
+        self._rows = table[:, [col[c] for c in CATEGORIES]]
+        self._reserved = self._rows.sum(axis=1) + table[:, col["fragmentation"]]
+        self.capacity = capacity
+
+    def timeline(self):
+        return self._times, self._rows
+
+    def reserved_timeline(self):
+        return self._reserved
+
+
+class RunFiles:
+    """What `timeline_png` reads of a Result, rebuilt from a run's output folder (result.json,
+    trace.json, memory.csv), so that the plot can be drawn by a background process after the summary
+    (zsim.report.plots.main)."""
+
+    def __init__(self, folder: Path):
+        import json
+        from types import SimpleNamespace
+
+        facts = json.loads((folder / "result.json").read_text())
+        trace = json.loads((folder / "trace.json").read_text())
+        self.events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("pid", 0) == 0]
+        self.step_seconds = facts["time"]["step_seconds"]
+        lay = facts["layout"]
+        self.scenario = SimpleNamespace(name=facts["scenario"]["name"], zero=SimpleNamespace(stage=facts["zero"]["stage"]),
+                                        layout=SimpleNamespace(world=lay["gpus"], dp=lay["dp"], mp=lay["mp"]))
+        self.ledger = _FileLedger(folder, facts["memory"]["capacity_bytes"])
+
+
+def timeline_png(result: Result | RunFiles, path: Path, step: int = -1) -> Path:
     """Draw timeline.png for step `step` (default the last) of `result`'s rank 0 (its rank class)."""
     import matplotlib
 
@@ -165,6 +210,8 @@ def timeline_png(result: Result, path: Path, step: int = -1) -> Path:
     mem.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    partial = path.with_name(f".{path.name}.partial")
+    fig.savefig(partial, format="png")
     plt.close(fig)
+    os.replace(partial, path)  # readers see no plot or the whole plot, never half of it
     return path
