@@ -48,7 +48,7 @@ def load(source: str | Path | dict[str, Any], set: dict[str, Any] | None = None)
     data = read_yaml_mapping(path)
     for key, value in set.items():
         set_key(data, key, value, f"set.{key}")
-    return build_scenario(data, source=str(path), default_name=path.stem)
+    return build_scenario(data, source=str(path), default_name=path.stem, base_dir=path.parent)
 
 
 def simulate(scenario: Scenario, mode: str | None = None) -> Result:

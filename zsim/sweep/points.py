@@ -127,7 +127,8 @@ def point_key(scenario: Scenario, spec: ScenarioFile, capacity_bytes: int) -> st
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _resolve(data: dict[str, Any], spec: ScenarioFile, source: str, name: str) -> tuple[Scenario, int, str | None]:
+def _resolve(data: dict[str, Any], spec: ScenarioFile, source: str, name: str,
+             base_dir: Path | None = None) -> tuple[Scenario, int, str | None]:
     """Build one point's Scenario from its (schema-valid) mapping. Returns (scenario, GPU memory in
     bytes, OOM reason or None): a point whose model states alone exceed the GPU is built on a roomy GPU
     instead, so that it can still be timed.
@@ -136,13 +137,14 @@ def _resolve(data: dict[str, Any], spec: ScenarioFile, source: str, name: str) -
         ConfigError: a layout or profile error (path not in MEMORY_CHECKS).
     """
     try:
-        scenario = build_scenario(data, source=source, default_name=name)
+        scenario = build_scenario(data, source=source, default_name=name, base_dir=base_dir)
         return scenario, scenario.cluster.gpu.memory_bytes, None
     except ConfigError as exc:
         if exc.path not in MEMORY_CHECKS:
             raise
         reason = _message(exc).removeprefix(f"{spec.zero.stage}: ")
-    scenario = build_scenario(data, source=source, default_name=name, gpu_memory_bytes=ROOMY_GPU_BYTES)
+    scenario = build_scenario(data, source=source, default_name=name, gpu_memory_bytes=ROOMY_GPU_BYTES,
+                              base_dir=base_dir)
     return scenario, _capacity(spec), reason
 
 
@@ -184,7 +186,7 @@ def plan_sweep(spec: SweepFile, source: str, base_dir: Path) -> Plan:
         where = f"{source}: point {plan.total - 1} ({describe(values)}) of {base}"
         validated: ScenarioFile = validate(ScenarioFile, data, where)  # type: ignore[assignment]
         try:
-            scenario, capacity, oom = _resolve(data, validated, where, data["name"])
+            scenario, capacity, oom = _resolve(data, validated, where, data["name"], base.parent)
         except ConfigError as exc:
             if not spec.skip_invalid or exc.path is None or exc.path in FATAL_CHECKS:
                 raise
