@@ -138,6 +138,10 @@ def _shape_scenario(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def maxsize_command(args: argparse.Namespace) -> int:
+    if args.json and args.json != "-":
+        from zsim.report.outputs import check_file
+
+        check_file(args.json)  # before any work: a bad --json costs nothing
     if args.scenario or args.batch:
         if args.scenario:
             from pathlib import Path
@@ -164,11 +168,12 @@ def maxsize_command(args: argparse.Namespace) -> int:
         text = f"largest model by model states alone, Nd = {args.dp}, MP = {args.mp}, {args.gpu_mem / 1e9:g} GB/GPU:\n" + \
             "\n".join(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{table['params'][str(s)] / 1e9:>10.1f}B" for s in stages)
     if args.json == "-":
-        json.dump(table, sys.stdout, indent=2)
+        json.dump(table, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(table, fh, indent=2)
+        from zsim.report.outputs import write_atomic
+
+        write_atomic(args.json, json.dumps(table, indent=2, allow_nan=False) + "\n")
     print(text)
     return 0

@@ -98,6 +98,10 @@ def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, se
 
 
 def memory_command(args: argparse.Namespace) -> int:
+    if args.json and args.json != "-":
+        from zsim.report.outputs import check_file
+
+        check_file(args.json)  # before any work: a bad --json costs nothing
     stages = (args.stage,) if args.stage is not None else (0, 1, 2, 3)
     table = memory_table(args.params, args.dp, args.mp, stages, args.dtype)
     shape = (args.hidden, args.seq, args.batch)
@@ -109,12 +113,13 @@ def memory_command(args: argparse.Namespace) -> int:
             layers=args.layers, dtype=args.dtype, checkpointing=args.checkpointing, every=args.ckpt_every,
             pa=args.pa, pa_cpu=args.pa_cpu, cb=args.cb, bucket=args.bucket) for s in stages}
     if args.json == "-":
-        json.dump(table, sys.stdout, indent=2)
+        json.dump(table, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(table, fh, indent=2)
+        from zsim.report.outputs import write_atomic
+
+        write_atomic(args.json, json.dumps(table, indent=2, allow_nan=False) + "\n")
     print(f"Model states per GPU: Ψ = {args.params:,} parameters, Nd = {args.dp}, MP = {args.mp}, "
           f"{args.dtype} params/grads, Adam K = {adam_k(args.dtype)}; GB = 10^9 bytes")
     print(f"  {'stage':<14}{'params':>10}{'grads':>10}{'optimizer':>12}{'total':>10}")

@@ -30,26 +30,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from zsim.engine.simulation import simulate
+    from zsim.memory.timeline import write_csv
     from zsim.report.facts import facts
+    from zsim.report.outputs import OutputSet, check_dir, check_file, write_atomic
     from zsim.report.summary import summary
     from zsim.trace.writer import write_trace
+    from zsim.zero.cost import check_cost
 
     started = time.perf_counter()
     scenario = load_scenario(args.scenario, args.overrides)
+    out = check_dir(Path(args.output) if args.output else scenario.output_dir,
+                    flag="-o" if args.output else "run.output")  # before simulating: a bad -o costs nothing
+    if args.json and args.json != "-":
+        check_file(args.json)
+    check_cost(scenario)
     result = simulate(scenario)
-    out = Path(args.output) if args.output else scenario.output_dir
-    from zsim.memory.timeline import write_csv
-
-    outputs = {"result": str(out / "result.json"), "trace": str(out / "trace.json"),
-               "memory_csv": str(write_csv(result.ledger, out / "memory.csv"))}
-    write_trace(result, out / "trace.json")
-    if not args.no_plot:
-        from zsim.report.plots import memory_timeline_png
-
-        outputs["memory"] = str(memory_timeline_png(result, out / "memory.png"))
     f = facts(result)
-    f["outputs"] = outputs
-    (out / "result.json").write_text(json.dumps(f, indent=2) + "\n")
+    names = {"result": "result.json", "trace": "trace.json", "memory_csv": "memory.csv"}
+    if not args.no_plot:
+        names["memory"] = "memory.png"
+    f["outputs"] = outputs = {key: str(out / name) for key, name in names.items()}
+    with OutputSet(out) as files:  # every file to a temporary name; all renamed into place together
+        files.write("trace.json", lambda p: write_trace(result, p))
+        files.write("memory.csv", lambda p: write_csv(result.ledger, p))
+        if not args.no_plot:
+            from zsim.report.plots import memory_timeline_png
+
+            files.write("memory.png", lambda p: memory_timeline_png(result, p))
+        files.text("result.json", json.dumps(f, indent=2, allow_nan=False) + "\n")
+        files.commit()
+    if args.json and args.json != "-":
+        write_atomic(args.json, json.dumps(f, indent=2, allow_nan=False) + "\n")
     text_stream = sys.stderr if args.json == "-" else sys.stdout
     print(summary(f, outputs), file=text_stream)
     if args.stats:
@@ -59,11 +70,8 @@ def run_command(args: argparse.Namespace) -> int:
               f"({result.sim_events / max(sim, 1e-9):,.0f} events/s); {len(result.events):,} trace events; "
               f"{wall:.3f} s in all (load, simulate, write)", file=text_stream)
     if args.json == "-":
-        json.dump(f, sys.stdout, indent=2)
+        json.dump(f, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
-    elif args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(f, indent=2) + "\n")
     if not result.fits:
         oom = result.ledger.oom
         print(f"zsim: out of memory at t = {oom.time_s:.3f} s on rank class 0 (all {scenario.layout.world} ranks): "

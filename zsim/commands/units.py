@@ -4,6 +4,7 @@ argparse types built on them (a bad value is argparse's one-line error, exit 2).
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 
@@ -16,33 +17,76 @@ _MEMORY = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2*
 _NCCL_TESTS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}  # nccl-tests -b/-e: powers of 1024
 
 
+# Upper bounds of command-line numbers (issue 13): far above real use, far below float overflow.
+MAX_COUNT = 1e18  # parameters, elements
+MAX_BYTES = 2.0**60  # memory sizes (1 EiB)
+MAX_NCCL_BYTES = 2**40  # one collective's payload (1 TiB): the table is simulated size by size
+MAX_INT_OPTION = 10**9  # integer options (degrees, shapes, counts)
+
+
+def _shown(text: str) -> str:
+    """A short, printable quote of what the user typed."""
+    return repr(text[:40] + ("..." if len(text) > 40 else ""))
+
+
 def _parse(text: str, units: dict[str, float], expected: str, what: str = "") -> float:
-    m = re.fullmatch(_NUMBER + r"([a-zA-Z]*)\s*", text)
+    m = re.fullmatch(_NUMBER + r"([a-zA-Z]*)\s*", text[:100])
     unit = m.group(2).lower() if m else ""
     try:
         value = float(m.group(1).replace("_", "")) * units[unit] if m and unit in units else None
     except ValueError:
         value = None
-    if value is None or value <= 0:
-        raise ZsimError(f"{what}{text!r}: expected {expected}")
+    return checked(value, text, expected, what)
+
+
+def checked(value: float | None, text: str, expected: str, what: str = "", maximum: float = MAX_COUNT) -> float:
+    """`value` if it is a finite number in (0, maximum]; else ZsimError quoting `text` (1e400 is inf)."""
+    if value is None or not math.isfinite(value) or value <= 0 or value > maximum:
+        raise ZsimError(f"{what}{_shown(text)}: expected {expected}" + (f" (at most {maximum:.3g})" if value and
+                                                                        math.isfinite(value) and value > maximum else ""))
     return value
+
+
+def whole(value: float, text: str, expected: str, what: str = "") -> int:
+    """`value` as an integer >= 1: a fraction that is not a whole number (0.4, 1.5) is a ZsimError,
+    not silently rounded (to 0)."""
+    n = round(value)
+    if n < 1 or abs(value - n) > 1e-9 * value:
+        raise ZsimError(f"{what}{_shown(text)}: expected {expected} (a whole number, got {value:g})")
+    return n
 
 
 def parse_count(text: str) -> int:
     """'7.5e9', '7.5B', '1T', '1_000' -> an integer count. Raises ZsimError."""
-    return round(_parse(text, _COUNT, "a positive count like 7.5e9, 7.5B or 1T"))
+    expected = "a positive count like 7.5e9, 7.5B or 1T"
+    return whole(_parse(text, _COUNT, expected), text, expected)
 
 
 def parse_bytes(text: str) -> int:
     """'32GB' -> 32e9 (the paper's GB), '32GiB' -> 32·2³⁰, '1e9' -> bytes. Raises ZsimError."""
-    return int(_parse(text, _MEMORY, "a memory size like 32GB (10^9 bytes) or 32GiB (2^30 bytes)"))
+    expected = "a memory size like 32GB (10^9 bytes) or 32GiB (2^30 bytes)"
+    m = re.fullmatch(_NUMBER + r"([a-zA-Z]*)\s*", text[:100])
+    unit = m.group(2).lower() if m else ""
+    try:
+        value = float(m.group(1).replace("_", "")) * _MEMORY[unit] if m and unit in _MEMORY else None
+    except ValueError:
+        value = None
+    return whole(checked(value, text, expected, maximum=MAX_BYTES), text, expected)
 
 
 def parse_size(text: str) -> int:
     """nccl-tests sizes: '8', '128K', '8M', '8G' (powers of 1024; a trailing B is allowed). Raises ZsimError."""
     t = text.strip()
     t = t[:-1] if len(t) > 1 and t[-1] in "bB" else t  # '8MB' = '8M', '8B' = '8'
-    return int(_parse(t, _NCCL_TESTS, "a positive size like 8, 128K, 8M or 8G", what="size "))
+    expected = "a positive size like 8, 128K, 8M or 8G"
+    m = re.fullmatch(_NUMBER + r"([a-zA-Z]*)\s*", t[:100])
+    unit = m.group(2).lower() if m else ""
+    try:
+        value = float(m.group(1).replace("_", "")) * _NCCL_TESTS[unit] if m and unit in _NCCL_TESTS else None
+    except ValueError:
+        value = None
+    value = checked(value, text, expected, what="size ", maximum=MAX_NCCL_BYTES)
+    return whole(value, text, expected, what="size ")
 
 
 def argtype(parse: Callable[[str], int]) -> Callable[[str], int]:
@@ -56,14 +100,27 @@ def argtype(parse: Callable[[str], int]) -> Callable[[str], int]:
     return convert
 
 
-def positive(flag: str) -> Callable[[str], int]:
-    """An argparse `type` for a positive integer option `flag`."""
+def positive(flag: str, maximum: int = MAX_INT_OPTION) -> Callable[[str], int]:
+    """An argparse `type` for an integer option `flag` in 1..maximum ('1e3', '2.0', 'true' are not)."""
     def parse(text: str) -> int:
         try:
-            value = int(text)
+            value = int(text[:30]) if len(text) <= 30 else 0
         except ValueError:
             value = 0
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected a positive integer")
+        if not 1 <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{flag} {_shown(text)}: expected a whole number from 1 to {maximum:,}")
+        return value
+    return parse
+
+
+def positive_float(flag: str, maximum: float = 1e12) -> Callable[[str], float]:
+    """An argparse `type` for a finite number in (0, maximum] (`nan`, `inf`, `1e400`, 0 are not)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text[:40])
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and 0 < value <= maximum):
+            raise argparse.ArgumentTypeError(f"{flag} {_shown(text)}: expected a finite number > 0 and <= {maximum:g}")
         return value
     return parse

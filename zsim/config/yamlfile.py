@@ -115,9 +115,13 @@ def parse_yaml(text: str, source: str) -> Any:
     Raises:
         ConfigError: not valid YAML, a duplicate key, too deep or too large; with the line.
     """
-    loader = _StrictLoader(text)
+    loader = None
     try:
+        loader = _StrictLoader(text)  # the reader rejects control characters here already
         return loader.get_single_data()
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(f"not valid YAML: control character {_codepoint(exc.character)} at character {exc.position} "
+                          "(YAML allows only printable text)", source=source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -128,7 +132,8 @@ def parse_yaml(text: str, source: str) -> Any:
     except (ValueError, OverflowError, TypeError) as exc:  # a constructor on an odd scalar (dates, ...)
         raise ConfigError(f"not valid YAML: {printable(str(exc), 120)}", source=source) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read_yaml_mapping(path: Path, *, what: str = "YAML file") -> dict[str, Any]:
@@ -195,3 +200,7 @@ def validate(model: type[BaseModel], data: dict[str, Any], source: str) -> BaseM
         path, message = _describe(errors[0], model)
         more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise ConfigError(message + more, source=source, path=path) from None
+
+
+def _codepoint(character: object) -> str:
+    return f"U+{character:04X}" if isinstance(character, int) else repr(character)
