@@ -72,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     pipe ends quietly (0). Anything else is a bug: two lines and exit 1 (ZSIM_TRACEBACK=1 shows it)."""
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help, --version, or a usage error already printed (exit 2)
+            return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
         return args.func(args)
     except ZsimError as exc:
         _say(error_text(f"zsim: {exc}"))

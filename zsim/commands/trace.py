@@ -24,9 +24,13 @@ def run(args: argparse.Namespace) -> int:
     """The command: exit 0 when every rank finished, 1 when a rank failed (named on stderr);
     ConfigError (exit 2) for a bad model file or options."""
     from runtime.cli import config_from_args
-    from runtime.launch import launch
+    from runtime.launch import Stopped, launch
 
-    result = launch(config_from_args(args), progress=sys.stderr.isatty())
+    try:
+        result = launch(config_from_args(args), progress=sys.stderr.isatty(), force=args.force)
+    except Stopped as exc:
+        print(f"zsim trace: stopped by {exc}; every rank was stopped", file=sys.stderr)
+        return 128 + exc.signum
     if result.failure is not None:
         print(f"zsim trace: {result.failure}; the other ranks were stopped, their traces are in {result.out_dir}",
               file=sys.stderr)

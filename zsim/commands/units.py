@@ -108,7 +108,7 @@ def positive(flag: str, maximum: int = MAX_INT_OPTION) -> Callable[[str], int]:
         except ValueError:
             value = 0
         if not 1 <= value <= maximum:
-            raise argparse.ArgumentTypeError(f"{flag} {_shown(text)}: expected a whole number from 1 to {maximum:,}")
+            raise argparse.ArgumentTypeError(f"{flag} {_shown(text)}: expected a positive integer (at most {maximum:,})")
         return value
     return parse
 
