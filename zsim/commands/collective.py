@@ -13,6 +13,10 @@ from zsim.fabric.collective import ALGORITHMS
 from zsim.fabric.nccl import FUNCTIONS
 from zsim.fabric.perf import DTYPE_BYTES, PerfRow, run_collective
 
+MAX_NODES = 2048  # the topology graph holds every node's NICs and switches: 1024 nodes take ~4 s of CPU
+MAX_GPUS = 1 << 15  # 32,768 GPUs in one collective group
+
+
 def sizes(begin: int, end: int, factor: int) -> list[int]:
     """begin, begin·f, ... up to end (nccl-tests -b -e -f)."""
     if factor < 2:
@@ -54,13 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "prints (size, count, type, time, algbw, busbw; busbw as in nccl-tests PERFORMANCE.md), "
                     "with the algorithm/protocol NCCL's tuner would pick.")
     p.add_argument("--hw", required=True, help="system profile in hwprofiles/, e.g. dgx2")
-    p.add_argument("--nodes", type=positive("--nodes"), default=1, help="nodes (default 1)")
-    p.add_argument("--gpus", type=positive("--gpus"), required=True, help="GPUs in the group, spread evenly over the nodes")
+    p.add_argument("--nodes", type=positive("--nodes", MAX_NODES), default=1, help="nodes (default 1)")
+    p.add_argument("--gpus", type=positive("--gpus", MAX_GPUS), required=True, help="GPUs in the group, spread evenly over the nodes")
     p.add_argument("--op", required=True, choices=FUNCTIONS, help="the collective")
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", default="8G", help="largest size (default 8G)")
-    p.add_argument("-f", "--stepfactor", type=positive("-f"), default=2, help="size multiplier (default 2)")
-    p.add_argument("-g", "--gpus-per-process", type=positive("-g"), default=1, dest="gpus_per_process",
+    p.add_argument("-f", "--stepfactor", type=positive("-f", 1 << 20), default=2, help="size multiplier (default 2)")
+    p.add_argument("-g", "--gpus-per-process", type=positive("-g", 64), default=1, dest="gpus_per_process",
                    help="GPUs one process drives, as nccl-tests -g: each call costs g kernel launches (default 1)")
     p.add_argument("-d", "--datatype", default="float", choices=sorted(DTYPE_BYTES), help="element type")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="auto: as NCCL's tuner picks")

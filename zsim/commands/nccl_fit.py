@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from zsim.commands.units import positive
+from zsim.commands.collective import MAX_GPUS, MAX_NODES
 from zsim.errors import ZsimError
 from zsim.fabric.nccl import FUNCTIONS
 
@@ -49,9 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "row's busbw residual.")
     p.add_argument("folder", type=Path, help="folder of nccl-tests tables")
     p.add_argument("--hw", required=True, help="system profile in hwprofiles/ whose topology ran the tests")
-    p.add_argument("--nodes", type=positive("--nodes"), default=1, help="nodes the tests ran on (default 1)")
-    p.add_argument("--gpus", type=positive("--gpus"), required=True, help="GPUs the tests ran on")
-    p.add_argument("-g", "--gpus-per-process", type=positive("-g"), default=1, dest="gpus_per_process",
+    p.add_argument("--nodes", type=positive("--nodes", MAX_NODES), default=1, help="nodes the tests ran on (default 1)")
+    p.add_argument("--gpus", type=positive("--gpus", MAX_GPUS), required=True, help="GPUs the tests ran on")
+    p.add_argument("-g", "--gpus-per-process", type=positive("-g", 64), default=1, dest="gpus_per_process",
                    help="nccl-tests -g of the recording (GPUs per process)")
     p.add_argument("--json", action="store_true", help="print values and residuals as JSON")
     p.set_defaults(func=run_command)
@@ -61,7 +62,13 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import fit
     from zsim.config.hardware import load_cluster
 
+    from zsim.calibrate.nccl_fit import _PARAMS
+
     tables = read_tables(args.folder)
+    rows = len({(fn, r.size) for fn, t in tables.items() for r in t})
+    if rows < 2 * len(_PARAMS):  # fewer sizes than twice the terms: the fit would be underdetermined noise
+        raise ZsimError(f"{args.folder}: {rows} distinct sizes in the nccl-tests tables; fitting {len(_PARAMS)} terms "
+                        f"needs at least {2 * len(_PARAMS)} (a sweep such as -b 8 -e 8G -f 2 gives 31 per table)")
     result = fit(load_cluster(args.hw, args.nodes), tables, args.gpus, args.gpus_per_process)
     if args.json:
         json.dump({"values": result.values, "summary": result.summary(),
