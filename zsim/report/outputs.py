@@ -32,7 +32,7 @@ LOCK_WAIT_S = 120.0  # how long a second writer waits for the folder before givi
 
 
 def _explain(exc: OSError, path: Path) -> ZsimError:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return ZsimError(f"{printable(str(path))}: no space left on the device; earlier outputs are unchanged")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return ZsimError(f"{printable(str(path))}: not writable ({exc.strerror})")
