@@ -43,8 +43,11 @@ def run_command(args: argparse.Namespace) -> int:
                     flag="-o" if args.output else "run.output")  # before simulating: a bad -o costs nothing
     if args.json and args.json != "-":
         check_file(args.json)
-    check_cost(scenario)
-    result = simulate(scenario)
+    cost = check_cost(scenario)  # refuses what would not fit this machine or take too long
+    from zsim.report.progress import ticker
+
+    with ticker("simulating", cost.seconds):
+        result = simulate(scenario)
     f = facts(result)
     names = {"result": "result.json", "trace": "trace.json", "memory_csv": "memory.csv"}
     if not args.no_plot:
