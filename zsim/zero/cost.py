@@ -22,6 +22,11 @@ from zsim.zero.model_states import PARAM_BYTES, ModelStates, adam_k, model_state
 SIM_EVENTS_PER_LAYER_STEP = 50  # class mode, per layer and micro-step (measured 48)
 RANK_EVENTS_PER_LAYER_STEP = 8  # per-rank mode: more per layer, micro-step and rank (measured ~7)
 TRACE_EVENTS_PER_LAYER_STEP = 25  # trace events kept in memory (measured 21)
+# Stages 1/2 with constant buffers all-gather the updated parameters in chunks of reduce_bucket_elements
+# after each step (zsim/zero/plan.py `_optimizer`): measured 7.5M simpy and 1.87M trace events for 1.87M
+# chunks (reduce_bucket_elements: 1 on a 1.9M-parameter scenario), i.e. ~4 and 1 per chunk.
+SIM_EVENTS_PER_CHUNK = 5
+TRACE_EVENTS_PER_CHUNK = 1
 BYTES_PER_TRACE_EVENT = 2000  # Python objects held per trace event and its memory samples (measured ~1.4 kB)
 EVENTS_PER_SECOND = 10_000  # simpy events per second, the low end measured on 2 shared cores
 MAX_SECONDS = 1800.0  # refuse runs estimated longer than this (ZSIM_MAX_SECONDS overrides)
@@ -32,11 +37,7 @@ def model_states_closed_form(model, mp: int, dp: int, stage: int, dtype: str) ->
     """Per-GPU model states (ZeRO Table 1, with DeepSpeed's padding) of `model` with any number of
     layers, from the workloads of 1 and 2 layers: every block is the same, so Ψ(L) = Ψ(1) + (L-1)·Ψ_block
     and stage 3's per-tensor partition grows by the block's partition per layer. Cost: O(1) in L."""
-    from zsim.workload.transformer import build_workload
-
-    one = build_workload(model.model_copy(update={"layers": 1}), mp, dtype)
-    two = build_workload(model.model_copy(update={"layers": 2}), mp, dtype)
-    block = two.blocks[-1]
+    one, block = _one_layer_and_block(model, mp, dtype)
     extra = model.layers - 1
     psi = one.params_per_mp_rank + extra * block.params
     if stage != 3:
@@ -44,6 +45,21 @@ def model_states_closed_form(model, mp: int, dp: int, stage: int, dtype: str) ->
     part = tensor_partition(one.tensors, dp) + extra * tensor_partition(block.tensors, dp)
     e = PARAM_BYTES[dtype]
     return ModelStates(params=e * part, grads=e * part, optimizer=adam_k(dtype) * part)
+
+
+def _one_layer_and_block(model, mp: int, dtype: str):
+    """The workload of `model` with one layer, and one block of it (every block is the same)."""
+    from zsim.workload.transformer import build_workload
+
+    one = build_workload(model.model_copy(update={"layers": 1}), mp, dtype)
+    two = build_workload(model.model_copy(update={"layers": 2}), mp, dtype)
+    return one, two.blocks[-1]
+
+
+def params_per_mp_rank(model, mp: int, dtype: str = "fp16") -> int:
+    """Ψ of one MP rank for any number of layers, in O(1): Ψ(1) + (L-1)·Ψ_block."""
+    one, block = _one_layer_and_block(model, mp, dtype)
+    return one.params_per_mp_rank + (model.layers - 1) * block.params
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +77,15 @@ def estimate(scenario) -> Cost:
     """The estimated cost of `zsim run` on `scenario` (see the module docstring for the rates)."""
     per_rank = scenario.fabric.mode == "per_rank" or (scenario.fabric.mode == "auto" and bool(scenario.fabric.degrade))
     work = float(scenario.model.layers + 2) * scenario.grad_accum * scenario.run.steps
-    sim = work * SIM_EVENTS_PER_LAYER_STEP
+    z = scenario.zero
+    chunks = 0.0
+    if z.stage in (1, 2) and z.constant_buffers:  # the parameter all-gathers after each step
+        psi = params_per_mp_rank(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
+        chunks = float(scenario.run.steps) * -(-psi // z.reduce_bucket_elements)
+    sim = work * SIM_EVENTS_PER_LAYER_STEP + chunks * SIM_EVENTS_PER_CHUNK
     if per_rank:
-        sim += work * RANK_EVENTS_PER_LAYER_STEP * scenario.layout.world
-    trace = work * TRACE_EVENTS_PER_LAYER_STEP
+        sim += (work * RANK_EVENTS_PER_LAYER_STEP + chunks * SIM_EVENTS_PER_CHUNK) * scenario.layout.world
+    trace = work * TRACE_EVENTS_PER_LAYER_STEP + chunks * TRACE_EVENTS_PER_CHUNK
     return Cost(per_rank, sim, trace, trace * BYTES_PER_TRACE_EVENT, sim / EVENTS_PER_SECOND)
 
 
@@ -101,6 +122,9 @@ def check_cost(scenario) -> Cost:
             + (f" × {scenario.layout.world} ranks" if per_rank else ""))
     advice = ("use fabric.mode: class (one rank per class; fine for a symmetric scenario)" if per_rank
               else "lower run.steps, the grad_accum, or the layers")
+    z = scenario.zero
+    if z.stage in (1, 2) and z.constant_buffers and z.reduce_bucket_elements < 1_000_000:
+        advice += f", or raise zero.reduce_bucket_elements ({z.reduce_bucket_elements:,})"
     need, have = cost.bytes, available_bytes() * MEMORY_SHARE
     if need > have:
         raise ZsimError(f"too large for this machine: {size} would hold ~{need / 1e9:.1f} GB of trace events "
