@@ -107,6 +107,8 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 fail(name, f"expected an integer (got {short(value)})")
+        if not self.out_dir.strip():
+            fail("output", "expected a folder name (got '')")
         if self.stage not in (0, 1, 2, 3):
             fail("stage", f"must be 0, 1, 2 or 3 (got {self.stage!r})")
         if self.precision not in PRECISIONS:

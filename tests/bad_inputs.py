@@ -6,6 +6,7 @@ tests/test_bad_inputs.py (in-process and as real subprocesses) and benchmarks/fu
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -302,6 +303,11 @@ CASES: dict[str, Callable[[Path], list[str]]] = {
     "collective/gpus_odd": _args("collective", "--hw", "dgx2", "--nodes", "2", "--gpus", "3", "--op", "all_reduce"),
     "collective/hw_path": _args("collective", "--hw", "/etc/passwd", "--gpus", "8", "--op", "all_reduce"),
     "collective/op_bad": _args("collective", "--hw", "dgx2", "--gpus", "8", "--op", "all_reduc"),
+    "output/o_empty": lambda d: ["run", str(_file("base.yaml", BASE_TEXT)(d)), "-o", ""],
+    "output/json_empty": lambda d: ["run", str(_file("base.yaml", BASE_TEXT)(d)), "--json", ""],
+    "trace/o_empty": lambda d: _trace_case(TINY_MODEL)(d)[:-2] + ["-o", ""],
+    "scenario/dev_null": _args("run", "/dev/null"),
+    "scenario/fifo": lambda d: (os.mkfifo(d / "fifo"), ["run", str(d / "fifo")])[1],
     "cli/unknown_command": _args("runn"),
     "cli/no_command": _args(),
     "cli/bad_flag": _args("run", "--frobnicate"),

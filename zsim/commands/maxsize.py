@@ -138,7 +138,7 @@ def _shape_scenario(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def maxsize_command(args: argparse.Namespace) -> int:
-    if args.json and args.json != "-":
+    if args.json is not None and args.json != "-":
         from zsim.report.outputs import check_file
 
         check_file(args.json)  # before any work: a bad --json costs nothing

@@ -98,7 +98,7 @@ def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, se
 
 
 def memory_command(args: argparse.Namespace) -> int:
-    if args.json and args.json != "-":
+    if args.json is not None and args.json != "-":
         from zsim.report.outputs import check_file
 
         check_file(args.json)  # before any work: a bad --json costs nothing

@@ -39,9 +39,9 @@ def run_command(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     scenario = load_scenario(args.scenario, args.overrides)
-    out = check_dir(Path(args.output) if args.output else scenario.output_dir,
-                    flag="-o" if args.output else "run.output")  # before simulating: a bad -o costs nothing
-    if args.json and args.json != "-":
+    out = check_dir(args.output if args.output is not None else scenario.output_dir,
+                    flag="-o" if args.output is not None else "run.output")  # before simulating: a bad -o costs nothing
+    if args.json is not None and args.json != "-":
         check_file(args.json)
     cost = check_cost(scenario)  # refuses what would not fit this machine or take too long
     from zsim.report.progress import ticker
@@ -62,7 +62,7 @@ def run_command(args: argparse.Namespace) -> int:
             files.write("memory.png", lambda p: memory_timeline_png(result, p))
         files.text("result.json", json.dumps(f, indent=2, allow_nan=False) + "\n")
         files.commit()
-    if args.json and args.json != "-":
+    if args.json is not None and args.json != "-":
         write_atomic(args.json, json.dumps(f, indent=2, allow_nan=False) + "\n")
     text_stream = sys.stderr if args.json == "-" else sys.stdout
     print(summary(f, outputs), file=text_stream)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,11 @@ def read_text(path: Path, *, what: str = "file", max_bytes: int = MAX_FILE_BYTES
     """
     source = str(path)
     try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(mode):  # a FIFO would block, a device never ends
+            raise ConfigError(f"not a regular file, expected a {what}", source=source)
         with open(path, "rb") as fh:
             data = fh.read(max_bytes + 1)
     except FileNotFoundError:

@@ -46,6 +46,8 @@ def check_dir(path: str | Path, *, flag: str = "-o") -> Path:
     Raises:
         ZsimError: `path` is a file, lies under a file, or cannot be written (naming `flag`).
     """
+    if not str(path).strip():
+        raise ZsimError(f"{flag} '': expected a folder name")
     path = Path(path)
     where = printable(str(path))
     if path.exists() and not path.is_dir():
@@ -68,10 +70,12 @@ def check_file(path: str | Path, *, flag: str = "--json") -> Path:
     Raises:
         ZsimError: naming `flag` and what is wrong.
     """
-    path = Path(path)
+    if not str(path).strip():
+        raise ZsimError(f"{flag} '': expected a file name")
     where = printable(str(path))
-    if str(path).endswith(os.sep) or path.is_dir():
+    if str(path).endswith(os.sep) or Path(path).is_dir():
         raise ZsimError(f"{flag} {where}: is a folder, expected a file name")
+    path = Path(path)
     parent = path.parent
     if not parent.exists():
         raise ZsimError(f"{flag} {where}: no folder {printable(str(parent))}")
