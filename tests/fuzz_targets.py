@@ -320,9 +320,12 @@ def cli_target(argv: list[str], work: Path) -> Outcome:
         return runtime.launch.LaunchResult(Path(cfg.out_dir), [], None, {"ranks": [0], "losses": [1.0]})
 
     runtime.launch.launch = stub
+    cwd = os.getcwd()
+    os.chdir(work)  # relative --json / -o values land in the scratch folder
     try:
         return _main(argv)
     finally:
+        os.chdir(cwd)
         runtime.launch.launch = real
 
 
