@@ -11,7 +11,6 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 

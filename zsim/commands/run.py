@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from zsim.config.scenario import load_scenario
 from zsim.errors import EXIT_OK, EXIT_OOM

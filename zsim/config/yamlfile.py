@@ -135,7 +135,7 @@ def parse_yaml(text: str, source: str) -> Any:
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"not valid YAML{where}: {printable(problem, 120)}", source=source) from None
     except RecursionError:  # a guard of last resort: MAX_DEPTH stops nesting long before this
-        raise ConfigError(f"not valid YAML: nested too deeply", source=source) from None
+        raise ConfigError("not valid YAML: nested too deeply", source=source) from None
     except (ValueError, OverflowError, TypeError) as exc:  # a constructor on an odd scalar (dates, ...)
         raise ConfigError(f"not valid YAML: {printable(str(exc), 120)}", source=source) from None
     finally:
