@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
+from zsim.fabric.cube_mesh import MESH_GPUS, cube_mesh_links_per_gpu
 from zsim.fabric.nccl import NcclKernel
 
 GB = 1e9
@@ -156,46 +157,79 @@ def _load(kind: str, name: str, model: type[BaseModel]) -> BaseModel:
     return validate(model, read_yaml_mapping(path), str(path))
 
 
-def load_cluster(profile: str, nodes: int) -> Cluster:
+def load_cluster(profile: str, nodes: int, *, gpu: str | None = None, gpus_per_node: int | None = None,
+                 nics_per_node: int | None = None, nic_Gbps: float | None = None,
+                 nic_latency_us: float | None = None, gpu_memory_GiB: float | None = None,
+                 oversubscription: float | None = None) -> Cluster:
     """Load system profile `profile` and the component profiles it names, for `nodes` nodes.
 
+    The keyword arguments replace the profile's value (the scenario's `hardware.*` overrides, same
+    names and units): `gpu` a GPU profile name; `gpus_per_node`; `nics_per_node`; `nic_Gbps` one NIC
+    port's line rate per direction (the network profile's efficiency still applies); `nic_latency_us`;
+    `gpu_memory_GiB`; `oversubscription`. Values are range-checked by the scenario schema.
+    A different `gpus_per_node` keeps the node's fabric: an NVSwitch node spreads its GPUs evenly over
+    its baseboards (so it must be a multiple of them), a cube-mesh node of n <= 8 GPUs keeps the
+    sub-mesh among GPUs 0..n-1 (zsim.fabric.cube_mesh) and has no cube-mesh beyond 8.
+
     Raises:
-        ConfigError: a profile file is missing or invalid.
+        ConfigError: a profile file is missing or invalid, or an override the node cannot have;
+            `path` is the scenario key at fault ('hardware.profile', 'hardware.gpu', ...).
     """
-    system: SystemFile = _load("", profile, SystemFile)  # type: ignore[assignment]
-    gpu: GpuFile = _load("gpus", system.gpu, GpuFile)  # type: ignore[assignment]
-    net: NetworkFile = _load("networks", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
-    link: LinkFile = _load("links", system.offload_link, LinkFile)  # type: ignore[assignment]
-    peaks = {"fp16": gpu.peak_fp16_tflops * 1e12, "fp32": gpu.peak_fp32_tflops * 1e12}
-    if gpu.peak_bf16_tflops is not None:
-        peaks["bf16"] = gpu.peak_bf16_tflops * 1e12
+    try:
+        system: SystemFile = _load("", profile, SystemFile)  # type: ignore[assignment]
+        net: NetworkFile = _load("networks", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
+        link: LinkFile = _load("links", system.offload_link, LinkFile)  # type: ignore[assignment]
+    except ConfigError as exc:
+        raise ConfigError(str(exc), path="hardware.profile") from None
+    try:
+        gpu_file: GpuFile = _load("gpus", gpu or system.gpu, GpuFile)  # type: ignore[assignment]
+    except ConfigError as exc:
+        raise ConfigError(str(exc), path="hardware.gpu" if gpu else "hardware.profile") from None
     intra, inter = system.intra_node, system.inter_node
-    nic = net.port_Gbps / 8 * GB * net.efficiency
+    per_node = gpus_per_node or system.gpus_per_node
+    nvlink_links = intra.nvlink_links_per_gpu
+    if intra.fabric == "cube-mesh" and gpus_per_node is not None:
+        if not 0 < per_node <= MESH_GPUS:
+            raise ConfigError(f"{per_node}: {system.name}'s NVLink hybrid cube-mesh connects at most {MESH_GPUS} "
+                              "GPUs (a node of n <= 8 keeps the sub-mesh among GPUs 0..n-1); a larger node needs "
+                              "an NVSwitch profile", path="hardware.gpus_per_node")
+        nvlink_links = cube_mesh_links_per_gpu(per_node)
+    if intra.fabric == "nvswitch" and per_node % intra.baseboards:
+        raise ConfigError(f"{per_node}: {system.name} spreads its GPUs evenly over its {intra.baseboards} "
+                          f"NVSwitch baseboards, so GPUs per node must be a multiple of {intra.baseboards}",
+                          path="hardware.gpus_per_node")
+    gpu_mem = gpu_memory_GiB if gpu_memory_GiB is not None else gpu_file.memory_GiB
+    nics = nics_per_node or inter.nics_per_node
+    peaks = {"fp16": gpu_file.peak_fp16_tflops * 1e12, "fp32": gpu_file.peak_fp32_tflops * 1e12}
+    if gpu_file.peak_bf16_tflops is not None:
+        peaks["bf16"] = gpu_file.peak_bf16_tflops * 1e12
+    nic = (nic_Gbps if nic_Gbps is not None else net.port_Gbps) / 8 * GB * net.efficiency
+    latency_s = (nic_latency_us if nic_latency_us is not None else net.latency_us) * 1e-6
     return Cluster(
         name=system.name,
         gpu=Gpu(
-            name=gpu.name,
+            name=gpu_file.name,
             peak_flops=peaks,
-            hbm_bytes_per_s=gpu.hbm_GBps * GB,
-            memory_bytes=int(gpu.memory_GiB * GiB),
-            matmul_efficiency=gpu.matmul_efficiency,
-            hbm_efficiency=gpu.hbm_efficiency,
-            compute_capability=gpu.compute_capability,
-            nccl_nvlink_GBps=gpu.nccl_nvlink_GBps,
+            hbm_bytes_per_s=gpu_file.hbm_GBps * GB,
+            memory_bytes=int(gpu_mem * GiB),
+            matmul_efficiency=gpu_file.matmul_efficiency,
+            hbm_efficiency=gpu_file.hbm_efficiency,
+            compute_capability=gpu_file.compute_capability,
+            nccl_nvlink_GBps=gpu_file.nccl_nvlink_GBps,
         ),
-        gpus_per_node=system.gpus_per_node,
+        gpus_per_node=per_node,
         nodes=nodes,
         fabric=intra.fabric,
-        nvlink_links=intra.nvlink_links_per_gpu,
+        nvlink_links=nvlink_links,
         nvlink_link_bytes_per_s=intra.nvlink_GBps_per_link * GB,
         nvswitches=intra.nvswitches,
         baseboards=intra.baseboards,
         gpus_per_pcie_switch=intra.gpus_per_pcie_switch,
-        nvlink=Tier("nvlink", intra.nvlink_links_per_gpu * intra.nvlink_GBps_per_link * GB, 0.0),
-        nic_pool=Tier(net.name, inter.nics_per_node * nic, net.latency_us * 1e-6),
-        nics_per_node=inter.nics_per_node,
+        nvlink=Tier("nvlink", nvlink_links * intra.nvlink_GBps_per_link * GB, 0.0),
+        nic_pool=Tier(net.name, nics * nic, latency_s),
+        nics_per_node=nics,
         nic_bytes_per_s=nic,
-        oversubscription=inter.oversubscription,
+        oversubscription=oversubscription if oversubscription is not None else inter.oversubscription,
         offload=Tier(link.name, link.GBps_per_direction * GB * link.efficiency, 0.0),
         nccl=NcclKernel(
             efficiency=dict(system.nccl.efficiency),

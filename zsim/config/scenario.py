@@ -66,9 +66,9 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         return ConfigError(message, source=source, path=key)
 
     try:
-        cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes)
+        cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes, **spec.hardware.overrides())
     except ConfigError as exc:
-        raise fail("hardware.profile", str(exc)) from None
+        raise fail(exc.path or "hardware.profile", str(exc).removeprefix(f"{exc.path}: ")) from None
     if gpu_memory_bytes is not None:
         cluster = replace(cluster, gpu=replace(cluster.gpu, memory_bytes=gpu_memory_bytes))
 

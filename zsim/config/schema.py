@@ -78,10 +78,24 @@ class PrecisionSection(Section):
 
 
 class HardwareSection(Section):
-    """The cluster: a system profile from hwprofiles/ and how many of its nodes."""
+    """The cluster: a system profile from hwprofiles/ and how many of its nodes. The optional keys
+    replace the profile's value for this scenario only (a what-if without a new profile file:
+    `--set hardware.nic_Gbps=200`); zsim.config.hardware.load_cluster applies them."""
 
     profile: str = Field(description="name of a file hwprofiles/<profile>.yaml, e.g. dgx2")
     nodes: int = Field(gt=0, description="number of nodes")
+    gpu: str | None = Field(default=None, description="a GPU profile name (hwprofiles/gpus/) instead of the system's")
+    gpus_per_node: int | None = Field(default=None, gt=0, description="GPUs per node instead of the system's")
+    nics_per_node: int | None = Field(default=None, gt=0, description="inter-node NIC ports per node")
+    nic_Gbps: float | None = Field(default=None, gt=0, description="one NIC port's line rate, Gbit/s per direction")
+    nic_latency_us: float | None = Field(default=None, ge=0, description="network latency per hop, microseconds")
+    gpu_memory_GiB: float | None = Field(default=None, gt=0, description="GPU memory, GiB (2^30 bytes)")
+    oversubscription: float | None = Field(default=None, ge=1, description="fat-tree oversubscription "
+                                           "(node injection bandwidth / bandwidth up to the spines), >= 1")
+
+    def overrides(self) -> dict[str, float | int | str]:
+        """The override keys that are set, by name (the keyword arguments of load_cluster)."""
+        return {k: v for k, v in self.model_dump(exclude={"profile", "nodes"}).items() if v is not None}
 
 
 class DegradeItem(Section):
