@@ -12,10 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from zsim.compute.terms import ComputeTerms, GemmTerms
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
 from zsim.fabric.cube_mesh import MESH_GPUS, cube_mesh_links_per_gpu
@@ -35,6 +36,48 @@ class _Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+class GemmSection(_Profile):
+    """The GEMM model's terms for one dtype (docs/compute.md; zsim.compute.terms.GemmTerms)."""
+
+    efficiency: float = Field(gt=0, le=1)
+    tile_TBps: float = Field(gt=0)
+    k_overhead: float = Field(ge=0)
+    fixed_us: float = Field(ge=0)
+    hbm_efficiency: float = Field(gt=0, le=1)
+
+
+class GemmOverride(_Profile):
+    efficiency: float | None = Field(default=None, gt=0, le=1)
+    tile_TBps: float | None = Field(default=None, gt=0)
+    k_overhead: float | None = Field(default=None, ge=0)
+    fixed_us: float | None = Field(default=None, ge=0)
+    hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
+
+
+class ComputeSection(_Profile):
+    """A GPU profile's `compute:` section: the kernel-level compute model's terms (docs/compute.md)."""
+
+    sms: int = Field(gt=0)
+    tiles: list[Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=2, max_length=2)]] = Field(min_length=1)
+    hbm_efficiency: float = Field(gt=0, le=1)
+    kernel_us: float = Field(ge=0)
+    host_op_us: float = Field(ge=0)
+    gemm: dict[Literal["fp16", "bf16", "fp32"], GemmSection]
+
+
+class ComputeOverride(_Profile):
+    """A system profile's `compute:` section: any key of the GPU's, replacing it (e.g. fitted by
+    `zsim calibrate`); `gemm.<dtype>` entries replace key by key."""
+
+    sms: int | None = Field(default=None, gt=0)
+    tiles: list[Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=2, max_length=2)]] | None = Field(
+        default=None, min_length=1)
+    hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
+    kernel_us: float | None = Field(default=None, ge=0)
+    host_op_us: float | None = Field(default=None, ge=0)
+    gemm: dict[Literal["fp16", "bf16", "fp32"], GemmOverride] = Field(default_factory=dict)
+
+
 class GpuFile(_Profile):
     name: str
     peak_fp16_tflops: float = Field(gt=0)
@@ -42,10 +85,9 @@ class GpuFile(_Profile):
     peak_fp32_tflops: float = Field(gt=0)
     hbm_GBps: float = Field(gt=0)
     memory_GiB: float = Field(gt=0)
-    matmul_efficiency: float = Field(gt=0, le=1)
-    hbm_efficiency: float = Field(gt=0, le=1)
     compute_capability: int = Field(gt=0)
     nccl_nvlink_GBps: float = Field(gt=0)
+    compute: ComputeSection
 
 
 class NetworkFile(_Profile):
@@ -93,6 +135,7 @@ class SystemFile(_Profile):
     inter_node: InterNodeSection
     offload_link: str
     nccl: NcclSection
+    compute: ComputeOverride | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +146,9 @@ class Gpu:
     peak_flops: dict[str, float]  # dtype -> FLOP/s (tensor-core peak)
     hbm_bytes_per_s: float
     memory_bytes: int
-    matmul_efficiency: float  # achieved / peak for large GEMMs
-    hbm_efficiency: float  # achieved / peak for streaming kernels
     compute_capability: int  # 70 Volta, 80 Ampere, 90 Hopper
     nccl_nvlink_GBps: float  # NCCL's per-NVLink speed for its tuner (topo.h SMxx_NVLINK_BW)
+    compute: ComputeTerms  # the kernel-level compute model's terms (docs/compute.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +197,29 @@ def _load(kind: str, name: str, model: type[BaseModel]) -> BaseModel:
         hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known) or 'none'}"
         raise ConfigError(f"no {kind or 'system'} profile '{name}' in {folder} ({hint})")
     return validate(model, read_yaml_mapping(path), str(path))
+
+
+def compute_terms(section: ComputeSection, override: ComputeOverride | None = None, source: str = "") -> ComputeTerms:
+    """The GPU's compute terms in SI, with a system profile's `compute:` keys replacing the GPU's.
+
+    Raises:
+        ConfigError: an override names a dtype the GPU has no GEMM terms for and leaves some unset.
+    """
+    base = section.model_dump()
+    if override is not None:
+        for key, value in override.model_dump(exclude={"gemm"}).items():
+            if value is not None:
+                base[key] = value
+        for dtype, entry in override.gemm.items():
+            merged = dict(base["gemm"].get(dtype) or {})
+            merged.update({k: v for k, v in entry.model_dump().items() if v is not None})
+            base["gemm"][dtype] = validate(GemmSection, merged, f"{source} compute.gemm.{dtype}").model_dump()
+    gemm = {dtype: GemmTerms(efficiency=g["efficiency"], tile_bytes_per_s=g["tile_TBps"] * 1e12,
+                             k_overhead=g["k_overhead"], fixed_s=g["fixed_us"] * 1e-6,
+                             hbm_efficiency=g["hbm_efficiency"]) for dtype, g in base["gemm"].items()}
+    return ComputeTerms(sms=base["sms"], tiles=tuple((t[0], t[1]) for t in base["tiles"]), gemm=gemm,
+                        hbm_efficiency=base["hbm_efficiency"], kernel_s=base["kernel_us"] * 1e-6,
+                        host_op_s=base["host_op_us"] * 1e-6)
 
 
 def load_cluster(profile: str, nodes: int, *, gpu: str | None = None, gpus_per_node: int | None = None,
@@ -212,10 +277,11 @@ def load_cluster(profile: str, nodes: int, *, gpu: str | None = None, gpus_per_n
             peak_flops=peaks,
             hbm_bytes_per_s=gpu_file.hbm_GBps * GB,
             memory_bytes=int(gpu_mem * GiB),
-            matmul_efficiency=gpu_file.matmul_efficiency,
-            hbm_efficiency=gpu_file.hbm_efficiency,
             compute_capability=gpu_file.compute_capability,
             nccl_nvlink_GBps=gpu_file.nccl_nvlink_GBps,
+            # The system's own `compute:` terms were fitted on its GPU: another GPU keeps its own.
+            compute=compute_terms(gpu_file.compute, system.compute if gpu in (None, system.gpu) else None,
+                                  f"system profile '{profile}'"),
         ),
         gpus_per_node=per_node,
         nodes=nodes,

@@ -91,7 +91,7 @@ class _Run:
         self.algorithms: dict[str, tuple[float, str]] = {}
         self._phases: dict[tuple[str, str, int], tuple[str, list[Phase]]] = {}
         self._groups: dict[str, list[int]] = {}
-        self._compute_time: dict[tuple[float, float], float] = {}
+        self._compute_time: dict[object, float] = {}
 
     def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase]]:
         """The phases of `op`: for the representative rank (group -1, class weights) or for one
@@ -139,7 +139,7 @@ class _Run:
 
     def compute_time(self, op: Op) -> float:
         """Seconds of compute op `op` on this cluster's GPU (memoized: layers repeat)."""
-        key = (op.flops, op.hbm_bytes)
+        key = op.kernels if op.kernels is not None else (op.flops, op.hbm_bytes)  # kernel lists: by identity
         seconds = self._compute_time.get(key)
         if seconds is None:
             seconds = self._compute_time[key] = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
