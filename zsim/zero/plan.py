@@ -31,8 +31,10 @@ layer's activations, a backward the gradients of its input and output.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from zsim.compute.kernels import KernelList, Shape, module_kernels, optimizer_kernels
 from zsim.config.scenario import Scenario
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.model_states import PARAM_BYTES, model_states, stage_partition
@@ -131,6 +133,7 @@ class _StepPass:
         # The LM head computes with the tied word embedding: it uses the embedding's parameters too.
         self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" else (m.name,) for m in mods}
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
+        self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype)
 
     # ---- naming and small helpers -------------------------------------------------------------
     def _tags(self, kind: str, name: str) -> str:
@@ -155,6 +158,11 @@ class _StepPass:
 
     def _activation_tags(self, m: Module, kind: str) -> tuple[str, ...]:
         return tuple(self._tags(f"{kind}{i}", m.name) for i in range(len(m.saved_tensors)))
+
+    def _kernels(self, m: Module, phase: str) -> KernelList:
+        """The kernels module `m` launches in `phase` (zsim.compute.kernels; shared per shape and phase)."""
+        kind = "block" if m.layer is not None else m.name
+        return module_kernels(kind, phase, self.shape)
 
     def _mp_allreduces(self, m: Module, count: int) -> None:
         for _ in range(count):
@@ -252,7 +260,7 @@ class _StepPass:
                 allocs.append(Alloc("activations", self._checkpoint_bytes(m), self._tags("ckpt", m.name),
                                     arena="checkpoints" if self.md else ""))
         op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
-                       allocs=tuple(allocs), frees=frees)
+                       allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
         self._mp_allreduces(m, m.mp_allreduces_fwd)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
             self._offload_out(m, op)
@@ -280,7 +288,8 @@ class _StepPass:
                 ckpt = self._tags("ckpt.full", m.name)
             frees = frees + (ckpt,)
         op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops,
-                       hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees)
+                       hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees,
+                       kernels=self._kernels(m, "recompute"))
         self._mp_allreduces(m, m.mp_allreduces_fwd)
         return op
 
@@ -322,7 +331,8 @@ class _StepPass:
             allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
         frees = frees + self._activation_tags(m, "act") + ((work,) if m.layer is not None else ())
         op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
-                       hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees)
+                       hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees,
+                       kernels=self._kernels(m, "bwd"))
         self._mp_allreduces(m, m.mp_allreduces_bwd)
         if reduce:
             self.bucket.append(m)
@@ -363,10 +373,24 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     psi = w.params_per_mp_rank
     elements = stage_partition(psi, nd, z.stage, w.tensors)
     deps = (b.last_comm,) if b.last_comm is not None else ()
+    # The step's checks before Adam (DeepSpeed ZeRO optimizer of 2020, step()): the fp16 overflow check
+    # and the gradient norm, each a kernel pass over the partition, then a 4-byte all-reduce (MAX,
+    # SUM) over the DP group and, with MP, over the MP group; in line on the compute stream, as the
+    # optimizer waits for the result (zsim.compute.kernels.optimizer_kernels has the kernels).
+    tensors = math.ceil(len(w.tensors) / nd) if z.stage >= 1 else len(w.tensors)
+    kernels = optimizer_kernels(elements, tensors, dtype)
+    for check in ("overflow", "norm"):
+        if not kernels[check].kernels:
+            continue
+        b.add(name=f"optimizer/{check}", stream="compute", deps=deps, kernels=kernels[check], step=step)
+        deps = ()
+        for group in ("dp", "mp") if s.layout.mp > 1 else ("dp",):
+            b.add(name=f"all_reduce/{check}.{group}", stream="compute", collective="all_reduce", group=group,
+                  nbytes=4, step=step)
     upcast = optimizer_gradient_bytes(z.stage, elements, dtype, z.constant_buffers, z.reduce_bucket_elements)
     tag = f"optimizer.fp32_grads.s{step}"
     opt = b.add(name="optimizer/step", stream="compute", deps=deps, hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
-                allocs=(Alloc("buffers", upcast, tag),), frees=(tag,), step=step)
+                allocs=(Alloc("buffers", upcast, tag),), frees=(tag,), step=step, kernels=kernels["adam"])
     if z.stage in (1, 2):
         e = PARAM_BYTES[dtype]
         bucket = z.reduce_bucket_elements if z.constant_buffers else psi
