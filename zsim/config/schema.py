@@ -37,10 +37,11 @@ class ModelSection(Section):
 
 
 class ParallelSection(Section):
-    """The parallel layout: world size = dp × mp. MP is Megatron-style tensor parallelism in a node."""
+    """The parallel layout: world size = dp × mp. MP is Megatron-style tensor parallelism."""
 
     dp: int = Field(gt=0, description="data-parallel degree Nd (ZeRO partitions across it)")
-    mp: int = Field(default=1, gt=0, description="model (tensor) parallel degree, inside one node")
+    mp: int = Field(default=1, gt=0, description="model (tensor) parallel degree: divides the GPUs of a node, "
+                    "or is a multiple of them (the group spans whole nodes, its all-reduces on the network)")
 
 
 class ZeroSection(Section):
@@ -55,6 +56,13 @@ class ZeroSection(Section):
         default=500_000_000, gt=0, description="gradient elements per reduction bucket (DeepSpeed reduce_bucket_size); "
         "the constant buffer size when constant_buffers is true"
     )
+    allgather_bucket_elements: int = Field(
+        default=500_000_000, gt=0, description="stage 2: parameter elements per all-gather after the step "
+        "(DeepSpeed allgather_bucket_size; PyTorch stages it through a buffer of this many elements)")
+    sub_group_elements: int = Field(
+        default=1_000_000_000_000, gt=0, description="stage 3: the optimizer steps its partition in sub-groups "
+        "of this many elements, each upcast to fp32 on its own (DeepSpeed sub_group_size; 1e12, i.e. the whole "
+        "partition, is the default of stage 3 as it shipped in v0.3.13)")
     prefetch_layers: int = Field(default=1, ge=0, description="stage 3: layers gathered ahead of the one computing")
     # ZeRO-R options (paper §6; docs/memory.md).
     partition_activations: bool = Field(default=False, description="Pa: checkpoints partitioned across the MP group, "

@@ -218,7 +218,8 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 yield done[d]
         start = env.now
         for a in op.allocs:
-            (run.host_ledger if a.where == "host" else ledger).alloc(start, a.category, a.nbytes, a.tag, a.arena)
+            (run.host_ledger if a.where == "host" else ledger).alloc(start, a.category, a.nbytes, a.tag, a.arena,
+                                                                       a.stream or op.stream)
         if op.allocs:
             run.record_memory()
         args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch}
@@ -268,6 +269,8 @@ def simulate(scenario: Scenario, mode: str | None = None) -> Result:
     plan = build_plan(scenario, workload)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank)
+    for name, nbytes in plan.context:  # CUDA context, cuBLAS, NCCL: before the first tensor
+        run.ledger.reserve_context(0.0, name, nbytes)
     for a in plan.persistent:
         run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)
     for name, nbytes in plan.arenas:  # MD: contiguous buffers reserved before the first step

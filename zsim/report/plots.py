@@ -11,7 +11,7 @@ from zsim.memory.ledger import CATEGORIES
 
 GB = 1e9
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52",
-          "buffers": "#8172b3", "fragmentation": "#bbbbbb"}
+          "buffers": "#8172b3", "context": "#937860", "fragmentation": "#bbbbbb"}
 
 
 def memory_timeline_png(result: Result, path: Path) -> Path:

@@ -18,6 +18,7 @@ class Alloc:
     tag: str
     where: str = "gpu"
     arena: str = ""
+    stream: str = ""  # the allocator pool (CUDA stream) it comes from; "" = the op's own stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +59,4 @@ class Plan:
     ops: tuple[Op, ...]
     steps: int
     arenas: tuple[tuple[str, int], ...] = ()
+    context: tuple[tuple[str, int], ...] = ()  # held outside the allocator all run (zsim.memory.context)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from zsim.compute.kernels import KernelList, Shape, module_kernels, optimizer_kernels
 from zsim.config.scenario import Scenario
+from zsim.memory.context import context_memory
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.model_states import PARAM_BYTES, model_states, stage_partition
 from zsim.zero.ops import Alloc, Op, Plan
@@ -44,8 +45,11 @@ from zsim.zero.residual import (
     checkpoint_bytes_per_rank,
     checkpoint_segments,
     fused_gradient_buffer_bytes,
+    list_collective_staging_bytes,
     md_arena_bytes,
-    optimizer_gradient_bytes,
+    stage1_comm_intervals,
+    stage1_flat_gradient_bytes,
+    step_gradient_bytes,
 )
 
 # Adam's update streams, per element: reads fp32 master, momentum, variance and the fp16 gradient
@@ -77,11 +81,14 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
     nd = scenario.layout.dp
     psi = workload.params_per_mp_rank
     states = model_states(psi, nd, zero.stage, dtype, tensors=workload.tensors)
+    # Gradients are not persistent: DeepSpeed's fp16 gradients (all of them at stages 0/1, the
+    # partition at 2/3) appear during backward and are freed in the optimizer step (_grads_tags).
     persistent = (
         Alloc("params", states.params, "model.params"),
-        Alloc("grads", states.grads, "model.grads"),
         Alloc("optimizer", states.optimizer, "model.optimizer"),
     )
+    lay = scenario.layout
+    context = context_memory(lay.world, lay.dp, lay.mp, scenario.cluster.nvlink_links).items()
     b = _Builder()
     for step in range(scenario.run.steps):
         boundary = b.last()
@@ -91,7 +98,8 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
             _StepPass(b, scenario, workload, step, mb, first_dep).run(reduce=zero.stage >= 2 or last_mb)
         _optimizer(b, scenario, workload, step)
     arenas = _arenas(scenario, workload) if zero.defragment else {}
-    return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()))
+    return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()),
+                context=tuple(context))
 
 
 def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
@@ -242,9 +250,15 @@ class _StepPass:
             wait = self.first_use[name] - ahead - 1
             deps = (self.compute_ops[wait],) if 0 <= wait < len(self.compute_ops) else self.first_dep
             nbytes = self.e * self.by_name[name].params
+            # DeepSpeed v0.3.13 partition_parameters.py _allgather_param: the full parameter buffer, and
+            # PyTorch's flat staging of the list all_gather until the copy-out; both made on the
+            # compute stream by fetch_sub_module (no stream of its own in that version).
+            staging = Alloc("buffers", list_collective_staging_bytes(self.by_name[name].params, self.e),
+                            self._tags(f"ag_list.{phase}", name), stream="compute")
             self.gather_op[name] = self._add(
                 name=f"all_gather/params.{name}", stream="comm", deps=deps, collective="all_gather", group="dp",
-                nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)),))
+                nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name),
+                                             stream="compute"), staging), frees=(staging.tag,))
 
     # ---- forward --------------------------------------------------------------------------------
     def _forward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...]) -> int:
@@ -300,10 +314,14 @@ class _StepPass:
         deps: tuple[int, ...] = ()
         if self.z.cpu_offload_activations:
             deps = (self._offload_in(m),)
+        # DeepSpeed checkpointing.py get_full_inputs: a zeroed full-size tensor whose mp slices are passed
+        # to dist.all_gather as a list, which PyTorch stages through one more flat buffer of the same size.
+        staging = Alloc("buffers", list_collective_staging_bytes(m.checkpoint_bytes, 1),
+                        self._tags("ag_list.ckpt", m.name))
         op = self._add(name=f"all_gather/activations.{m.name}", stream="compute", deps=deps, collective="all_gather",
                        group="mp", nbytes=m.checkpoint_bytes,
-                       allocs=(Alloc("activations", m.checkpoint_bytes, self._tags("ckpt.full", m.name)),),
-                       frees=(part,))
+                       allocs=(Alloc("activations", m.checkpoint_bytes, self._tags("ckpt.full", m.name)), staging),
+                       frees=(part, staging.tag))
         self.segment_gather[self._segment(m)] = op
         return op
 
@@ -329,6 +347,8 @@ class _StepPass:
         allocs = [Alloc("activations", 2 * m.checkpoint_bytes, work)] if m.layer is not None else []
         if self.stage >= 2:
             allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
+        elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
+            allocs.append(Alloc("grads", self.e * m.params, _full_grad_tag(m.name, self.step)))
         frees = frees + self._activation_tags(m, "act") + ((work,) if m.layer is not None else ())
         op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
                        hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees,
@@ -337,14 +357,24 @@ class _StepPass:
         if reduce:
             self.bucket.append(m)
             self.bucket_elems += m.params
-            fused = self.stage < 3 and not self.z.constant_buffers  # one fused reduction after backward
+            # one fused reduction after backward: without CB (§3.2), and stage 1 as DeepSpeed v0.2 ran it
+            fused = self.stage < 3 and (not self.z.constant_buffers or self.stage == 1)
             if self.stage == 3 or (not fused and self.bucket_elems >= self.z.reduce_bucket_elements):
                 self._reduce(self.bucket, op)
                 self.bucket, self.bucket_elems = [], 0
         return op
 
     def _reduce(self, bucket: list[Module], after: int) -> None:
-        """Reduce a bucket of gradients once the backward that completes it (`after`) is done."""
+        """Reduce a bucket of gradients once the backward that completes it (`after`) is done. The
+        staging buffers are DeepSpeed's of the paper's time: stage 0 flattens each bucket (v0.2 engine
+        allreduce_bucket) on the compute stream; stage 2 without MD flattens it on the reduction stream
+        (v0.2 allreduce_and_copy under overlap_comm), with MD it reduces the ipg bucket in place (the
+        'grads' arena); stage 3 reduces in place. Stage 1 has its own path (_reduce_stage1). Stages 2/3
+        also create the rank's fp16 gradient partition with the step's first reduction
+        (grads_in_partition, freed in the step)."""
+        if self.stage == 1 and self.z.constant_buffers:
+            self._reduce_stage1(after)
+            return
         e = self.e
         elements = sum(m.params for m in bucket)
         nbytes = e * elements
@@ -357,17 +387,53 @@ class _StepPass:
             op = "all_reduce" if self.stage == 0 else "reduce_scatter"
             size = bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, e) if self.z.constant_buffers \
                 else fused_gradient_buffer_bytes(elements)
-            staging = (Alloc("buffers", size, tag),)
+            in_place = self.stage == 2 and self.md and self.z.constant_buffers
+            staging = () if in_place else (Alloc("buffers", size, tag, stream="compute" if self.stage == 0 else ""),)
         frees = [a.tag for a in staging]
+        if self.stage >= 2 and self.mb == 0 and self.bucket_index == 1:
+            part = stage_partition(self.w.params_per_mp_rank, self.s.layout.dp, self.stage, self.w.tensors)
+            staging = staging + (Alloc("grads", e * part, _partition_grad_tag(self.step)),)
         if self.stage >= 2:
             frees += [self._tags("grad", m.name) for m in bucket]
         self.b.add(name=f"{op}/{what}", stream="comm", deps=(after,), collective=op, group="dp", nbytes=nbytes,
                    allocs=staging, frees=tuple(frees), step=self.step, micro_batch=self.mb)
 
+    def _reduce_stage1(self, after: int) -> None:
+        """Stage 1 as DeepSpeed v0.2 runs it (zero_optimizer_stage1.py reduce_scatter_gradients, called
+        after backward by the engine's allreduce_gradients): it first flattens every rank's
+        sub-partition of every comm interval into new tensors, a second padded copy of all gradients
+        that lives until the last interval is reduced; then each interval of min(bucket, Ψ) elements
+        is reduce-scattered from a list, which PyTorch stages through one more flat buffer of the
+        interval. All on the compute stream (no overlap with backward)."""
+        e, nd, psi = self.e, self.s.layout.dp, self.w.params_per_mp_rank
+        bucket = self.z.reduce_bucket_elements
+        intervals, sub = stage1_comm_intervals(psi, nd, bucket)
+        flat = Alloc("buffers", stage1_flat_gradient_bytes(psi, nd, bucket, e), self._tags("flat_grads", "all"),
+                     stream="compute")
+        deps = (after,)
+        for j in range(intervals):
+            stage = Alloc("buffers", list_collective_staging_bytes(sub * nd, e), self._tags(f"rs_list{j}", "all"),
+                          stream="compute")
+            allocs = (flat, stage) if j == 0 else (stage,)
+            frees = (stage.tag, flat.tag) if j == intervals - 1 else (stage.tag,)
+            deps = (self.b.add(name=f"reduce_scatter/grads.bucket.{j}", stream="comm", deps=deps,
+                               collective="reduce_scatter", group="dp", nbytes=e * sub * nd, allocs=allocs,
+                               frees=frees, step=self.step, micro_batch=self.mb),)
+
+
+def _full_grad_tag(module: str, step: int) -> str:
+    """Stages 0/1: a module's full fp16 gradient, from its first backward of the step to the step."""
+    return f"grad.{module}.s{step}"
+
+
+def _partition_grad_tag(step: int) -> str:
+    """Stages 2/3: the rank's fp16 gradient partition (DeepSpeed grads_in_partition)."""
+    return f"grads.partition.s{step}"
+
 
 def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
-    """The Adam step on this rank's partition, after every reduction, holding the fp32 copy of the
-    gradients it reads (zsim.zero.residual.optimizer_gradient_bytes); stages 1/2 then all-gather the
+    """The Adam step on this rank's partition, after every reduction, holding the copy of the
+    gradients it reads (zsim.zero.residual.step_gradient_bytes); stages 1/2 then all-gather the
     updated parameters in buckets, or all at once without CB (ZeRO §7.2.1)."""
     z, nd, dtype = s.zero, s.layout.dp, s.precision.dtype
     psi = w.params_per_mp_rank
@@ -387,14 +453,31 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
         for group in ("dp", "mp") if s.layout.mp > 1 else ("dp",):
             b.add(name=f"all_reduce/{check}.{group}", stream="compute", collective="all_reduce", group=group,
                   nbytes=4, step=step)
-    upcast = optimizer_gradient_bytes(z.stage, elements, dtype, z.constant_buffers, z.reduce_bucket_elements)
-    tag = f"optimizer.fp32_grads.s{step}"
-    opt = b.add(name="optimizer/step", stream="compute", deps=deps, hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
-                allocs=(Alloc("buffers", upcast, tag),), frees=(tag,), step=step, kernels=kernels["adam"])
+    # The gradients' copy the update reads (zsim.zero.residual.step_gradient_bytes): made by one cast
+    # pass, which then frees the fp16 gradients; held until the update has run.
+    sub_group = z.sub_group_elements if z.constant_buffers else elements
+    grads = step_gradient_bytes(z.stage, elements, dtype, sub_group)
+    e = PARAM_BYTES[dtype]
+    held, transient = f"optimizer.grads_copy.s{step}", f"optimizer.grads_pieces.s{step}"
+    grad_tags = tuple(_full_grad_tag(m.name, step) for m in w.modules) if z.stage <= 1 else (_partition_grad_tag(step),)
+    converted = min(elements, sub_group) if z.stage == 3 else elements
+    b.add(name="optimizer/grads_copy", stream="compute", deps=deps, hbm_bytes=(e + grads.held / max(1, converted)) * converted,
+          allocs=(Alloc("buffers", grads.held, held), Alloc("buffers", grads.transient, transient)),
+          frees=(transient,) + grad_tags, step=step)
+    opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
+                frees=(held,), step=step, kernels=kernels["adam"])
     if z.stage in (1, 2):
-        e = PARAM_BYTES[dtype]
-        bucket = z.reduce_bucket_elements if z.constant_buffers else psi
-        for j, start in enumerate(range(0, psi, bucket)):
-            n = min(bucket, psi - start)
+        # Stage 1 (v0.2) all-gathers each comm interval of reduce_bucket_size, stage 2 (v0.2) shards of
+        # allgather_bucket_size; both pass a list, which PyTorch stages through one flat buffer.
+        bucket = (z.reduce_bucket_elements if z.stage == 1 else z.allgather_bucket_elements) \
+            if z.constant_buffers else psi
+        total = psi
+        if z.stage == 1 and z.constant_buffers:  # whole padded intervals (zsim.zero.residual.stage1_comm_intervals)
+            intervals, sub = stage1_comm_intervals(psi, nd, bucket)
+            bucket, total = sub * nd, intervals * sub * nd
+        for j, start in enumerate(range(0, total, bucket)):
+            n = min(bucket, total - start)
+            stage_buf = Alloc("buffers", list_collective_staging_bytes(n, e), f"ag_list.step.{j}.s{step}",
+                              stream="compute")
             b.add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=(opt,), collective="all_gather",
-                  group="dp", nbytes=e * n, step=step)
+                  group="dp", nbytes=e * n, allocs=(stage_buf,), frees=(stage_buf.tag,), step=step)
