@@ -77,9 +77,10 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     if par.dp * par.mp != gpus:
         raise fail("parallel.dp", f"{par.dp} × mp {par.mp} = {par.dp * par.mp} GPUs, but the cluster has {gpus} "
                    f"({spec.hardware.nodes} nodes × {cluster.gpus_per_node} GPUs)")
-    if par.mp > cluster.gpus_per_node or cluster.gpus_per_node % par.mp:
-        raise fail("parallel.mp", f"{par.mp} must divide the {cluster.gpus_per_node} GPUs of a node "
-                   "(Megatron-style MP stays inside a node)")
+    gpn = cluster.gpus_per_node
+    if gpn % par.mp and par.mp % gpn:
+        raise fail("parallel.mp", f"{par.mp} must divide the {gpn} GPUs of a node, or be a multiple of them "
+                   "(an MP group fills part of one node or whole nodes)")
     if model.heads % par.mp:
         raise fail("model.heads", f"{model.heads} heads cannot be split evenly across mp {par.mp}")
     if (4 * model.hidden) % par.mp:
