@@ -248,8 +248,9 @@ def module_kernels(kind: str, phase: str, shape: Shape) -> KernelList:
     """The kernels of module `kind` ('embed', 'block', 'head') in `phase` ('fwd', 'recompute', 'bwd');
     a recompute launches its forward's kernels again (Megatron-LM CheckpointFunction). Built once per
     (kind, phase, shape) and shared."""
-    phase_key = "fwd" if phase == "recompute" else phase
-    return KernelList(f"{kind}.{phase}", _BUILDERS[(kind, phase_key)](shape))
+    if phase == "recompute":
+        return module_kernels(kind, "fwd", shape)
+    return KernelList(f"{kind}.{phase}", _BUILDERS[(kind, phase)](shape))
 
 
 # Multi-tensor apply processes 65,536-element chunks, up to 320 per launch (apex csrc/multi_tensor_apply.cuh:
