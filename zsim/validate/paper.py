@@ -92,8 +92,8 @@ def run(progress: bool = False) -> Report:
     finally:
         bar.close()
     report.notes.append("TFLOPS are the paper's convention: 8Ψ FLOPs per token with checkpointing (recompute "
-                        "counted), as the ZeRO authors' DeepSpeedExamples flops_calculator computes them; each "
-                        "Figure 2 row's model-FLOP value (6Ψ) is in the JSON note (docs/validation.md).")
+                        "counted), as Megatron-LM's and the ZeRO authors' own figures count them; the model-FLOP "
+                        "value (6Ψ) is printed beside each Figure 2 run (docs/validation.md).")
     return report
 
 

@@ -95,7 +95,7 @@ class Report:
             lines.append("\nChecks")
             for c in self.checks:
                 lines.append(f"  [{'pass' if c.passed else 'FAIL'}] {c.group}: {c.claim}")
-                lines.append(f"         {c.detail}")
+                lines += [f"         {part}" for part in c.detail.split("; ")]
         for n in self.notes:
             lines.append(f"\nnote: {n}")
         failed = sum(not p.passed for p in self.points) + sum(not c.passed for c in self.checks)
