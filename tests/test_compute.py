@@ -107,3 +107,12 @@ def test_gemm_fit_predicts_unseen_deepbench_shapes(shared_data, csv, peak, elem)
     # The profile carries this fit (to its printed precision).
     dtype = "fp16" if elem == 2 else "fp32"
     assert result.values["efficiency"] == pytest.approx(V100.compute.gemm[dtype].efficiency, abs=1e-3)
+
+
+def test_rotary_drops_the_position_table_and_rotates_q_and_k():
+    x = shape(small_scenario().model)
+    rot = dataclasses.replace(x, rotary=True)
+    names = lambda kl: {k.name for k in kl.kernels}  # noqa: E731
+    assert "attention.rotary" in names(module_kernels("block", "fwd", rot))
+    assert "embed.position" not in names(module_kernels("embed", "fwd", rot))
+    assert "embed.position" in names(module_kernels("embed", "fwd", x))

@@ -16,8 +16,9 @@ did then, and these lists follow:
     (max, subtract, exp, sum, divide; mpu/cross_entropy.py).
   - backward: two GEMMs per GEMM (input and weight gradient), a reduction per bias, the backward of
     every elementwise kernel, and an add where autograd sums the two gradients of a residual branch.
-Shape fields beyond the 2020 GPT (ffn_hidden, gated_mlp, kv_heads, linear_bias, qkv_bias) follow the
-model-shape contract (COORDINATION.md) with today's defaults.
+Shape fields beyond the 2020 GPT (ffn_hidden, gated_mlp, kv_heads, linear_bias, qkv_bias, position)
+follow the model-shape contract (COORDINATION.md) with today's defaults; tied_head and norm change no
+kernel (an untied head has the same GEMMs; an RMSNorm is priced as one fused norm kernel).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Shape:
     linear_bias: bool
     qkv_bias: bool
     e: int  # activation element bytes
+    rotary: bool = False  # rotary position embedding on Q and K instead of a learned table
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str) -> "Shape":
@@ -90,7 +92,7 @@ class Shape:
                      kv_heads=getattr(model, "kv_heads", None) or model.heads,
                      gated=bool(getattr(model, "gated_mlp", False)), linear_bias=bool(linear_bias),
                      qkv_bias=bool(linear_bias if qkv_bias is None else qkv_bias),
-                     e=4 if dtype == "fp32" else 2)
+                     e=4 if dtype == "fp32" else 2, rotary=getattr(model, "position", "learned") == "rotary")
 
 
 def _gemm(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
@@ -137,6 +139,8 @@ def block_forward(x: Shape) -> tuple[Kernel, ...]:
     ks: list[Kernel] = [_mem("input_layernorm", 2 * e * th)]
     ks += _linear_fwd("qkv", T, qkv, h, x.qkv_bias, e)
     ks.append(_mem("qkv.contiguous", 2 * e * T * qkv, count=3))  # Q, K, V permuted copies for matmul
+    if x.rotary:  # rotate Q and K (cos/sin tables read once): read and write both
+        ks.append(_mem("attention.rotary", 2 * e * T * (qkv - (qkv - heads * hn) // 2), count=2))
     ks.append(_gemm("attention.scores", x.s, x.s, hn, x.b * heads))
     ks.append(_mem("attention.scale", 2 * e * S))
     ks.append(_mem("attention.mask_const", 2 * e * x.s * x.s, count=2))  # 1 − mask, 10000·(…)
@@ -188,6 +192,8 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
     ks.append(_mem("attention.scale.bwd", 2 * e * S))
     ks += [_gemm("attention.scores.dgrad_q", x.s, hn, x.s, x.b * heads),
            _gemm("attention.scores.dgrad_k", x.s, hn, x.s, x.b * heads)]
+    if x.rotary:
+        ks.append(_mem("attention.rotary.bwd", 2 * e * T * (qkv - (qkv - heads * hn) // 2), count=2))
     ks.append(_mem("qkv.contiguous.bwd", 2 * e * T * qkv, count=3))
     ks.append(_mem("qkv.split.bwd", 2 * e * T * qkv))  # the three gradients gathered into one
     ks += _linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
@@ -199,18 +205,21 @@ def embed_forward(x: Shape) -> tuple[Kernel, ...]:
     """Vocab-parallel word embedding (mask ids outside this rank's range, gather, zero the masked
     rows), position embedding, their sum, dropout (mpu/layers.py VocabParallelEmbedding)."""
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
-    return (_mem("embed.mask_ids", 8 * 4 * T, count=4), _mem("embed.word", 2 * e * th),
-            _mem("embed.zero_masked", 2 * e * th), _mem("embed.position", 2 * e * th), _mem("embed.add", 3 * e * th),
-            _mem("embed.dropout", (2 * e + 1) * th))
+    ks = [_mem("embed.mask_ids", 8 * 4 * T, count=4), _mem("embed.word", 2 * e * th), _mem("embed.zero_masked", 2 * e * th)]
+    if not x.rotary:  # a learned position table: gather and add
+        ks += [_mem("embed.position", 2 * e * th), _mem("embed.add", 3 * e * th)]
+    return tuple(ks + [_mem("embed.dropout", (2 * e + 1) * th)])
 
 
 def embed_backward(x: Shape) -> tuple[Kernel, ...]:
     """Dropout backward, and the dense embedding gradients: zero the (V/t)×h and s×h tables, then
     scatter-add the T·h token gradients into them (embedding_dense_backward)."""
     th, e = x.s * x.b * x.h, x.e
-    return (_mem("embed.dropout.bwd", (2 * e + 1) * th), _mem("embed.mask.bwd", 2 * e * th),
-            _mem("embed.word.zero_grad", e * x.v // x.t * x.h), _mem("embed.word.scatter_add", 3 * e * th),
-            _mem("embed.position.zero_grad", e * x.s * x.h), _mem("embed.position.scatter_add", 3 * e * th))
+    ks = [_mem("embed.dropout.bwd", (2 * e + 1) * th), _mem("embed.mask.bwd", 2 * e * th),
+          _mem("embed.word.zero_grad", e * x.v // x.t * x.h), _mem("embed.word.scatter_add", 3 * e * th)]
+    if not x.rotary:
+        ks += [_mem("embed.position.zero_grad", e * x.s * x.h), _mem("embed.position.scatter_add", 3 * e * th)]
+    return tuple(ks)
 
 
 def head_forward(x: Shape) -> tuple[Kernel, ...]:
