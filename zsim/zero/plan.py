@@ -339,17 +339,32 @@ class _StepPass:
                          nbytes=nbytes, allocs=(Alloc("activations", nbytes, self._tags("ckpt", m.name)),),
                          frees=(self._tags("host", m.name),))
 
+    def _backward_work_bytes(self, m: Module) -> int:
+        """The gradients a module's backward holds while it runs, beyond its saved activations: a block,
+        the gradients of its input and output (2·e·sbh); the embedding, the gradient of its output
+        (e·sbh); the head, the gradient of its input (e·sbh) and the e-byte logit gradient
+        (e·sbV/t) that the cast back from the fp32 cross-entropy makes for the logits GEMM's backward
+        (Megatron-LM pretrain_gpt2.py: vocab_parallel_cross_entropy(output.float(), ...);
+        mpu/cross_entropy.py computes the fp32 gradient in place of its saved softmax)."""
+        sbh = self.w.blocks[0].checkpoint_bytes if self.w.blocks else 0  # e·sbh: one layer input
+        if m.layer is not None:
+            return 2 * m.checkpoint_bytes
+        if m.name == "head":
+            model = self.s.model
+            return sbh + self.e * model.seq_len * model.micro_batch * self.w.padded_vocab // self.s.layout.mp
+        return sbh
+
     def _backward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...], reduce: bool) -> int:
         """A module's backward: frees its activations, holds its input and output gradients while
-        it runs (2 tensors of shape (s, b, h)), and from stage 2 produces its gradient tensor (into
+        it runs (_backward_work_bytes), and from stage 2 produces its gradient tensor (into
         MD's arena when on); gradients join the reduction bucket."""
         work = self._tags("dgrad", m.name)
-        allocs = [Alloc("activations", 2 * m.checkpoint_bytes, work)] if m.layer is not None else []
+        allocs = [Alloc("activations", self._backward_work_bytes(m), work)]
         if self.stage >= 2:
             allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
         elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
             allocs.append(Alloc("grads", self.e * m.params, _full_grad_tag(m.name, self.step)))
-        frees = frees + self._activation_tags(m, "act") + ((work,) if m.layer is not None else ())
+        frees = frees + self._activation_tags(m, "act") + (work,)
         op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
                        hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees,
                        kernels=self._kernels(m, "bwd"))
