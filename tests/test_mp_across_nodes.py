@@ -65,3 +65,15 @@ def test_modes_agree_with_mp_over_four_nodes_and_pa():
                        zero={"stage": 1, "partition_activations": True}, hardware={"profile": "dgx1", "nodes": 4})
     a, b = simulate(s, "class"), simulate(s, "per_rank")
     assert b.step_seconds == pytest.approx(a.step_seconds, rel=0.01)
+
+
+def test_a_slow_nic_slows_mp_all_reduces_that_span_nodes():
+    """Unlike MP inside a node (tests/test_modes.py), an MP group over two DGX-1 nodes crosses their
+    NICs: one NIC of node 1 at a quarter speed slows its all-reduces."""
+    shape = {"model": {"heads": 16, "hidden": 1024, "seq_len": 512}, "parallel": {"dp": 2, "mp": 16},
+             "zero": {"stage": 2}, "hardware": {"profile": "dgx1", "nodes": 4}}
+    base = simulate(small_scenario(**shape), "per_rank")
+    slow = simulate(small_scenario(**shape, fabric={"degrade": [{"link": "nic", "node": 1, "index": 0,
+                                                                  "factor": 0.25}]}))
+    assert slow.mode == "per_rank"
+    assert _mp_seconds(slow) > 1.2 * _mp_seconds(base)
