@@ -19,9 +19,12 @@ Sources, per term:
       DEFAULT_LL_BUFFSIZE, DEFAULT_LL128_BUFFSIZE, DEFAULT_BUFFSIZE; src/include/devcomm.h), with
       cudaMalloc (src/transport/p2p.cc p2pRecvSetup; net.cc netRecvSetup with GPUDirect RDMA), so
       outside PyTorch's allocator. init.cc connects, per channel, the ring's previous rank and the
-      tree's parent and children (ncclTransportP2pSetup for ring.prev, treeUp.down, treeDn.up); inside
-      a node the tree is a chain along the ring, so a rank receives from 2 distinct peers per channel
-      (1 in a group of 2). Channels: NCCL finds one ring per NVLink of the GPU and then duplicates the
+      tree's parent and children (ncclTransportP2pSetup for ring.prev, treeUp.down, treeDn.up), each
+      (channel, peer) once. Inside a node the tree is a chain (one child, one parent); NCCL searches it
+      on the same topology as the ring and it usually follows the ring's order, so zsim counts 2
+      distinct sending peers per channel (1 in a group of 2). Where the chain's order differs from the
+      ring's, a rank has 3 and this undercounts by a third; node heads of a multi-node tree also
+      receive from up to 2 remote children (not counted). Channels: NCCL finds one ring per NVLink of the GPU and then duplicates the
       channels (src/graph/connect.cc ncclTopoPostset: nChannels = min(MAXCHANNELS = 32, 2 × rings)).
       Communicators: PyTorch's ProcessGroupNCCL creates one per process group on its first
       collective; Megatron-LM (mpu/initialize.py) makes a data-parallel and a model-parallel group
