@@ -252,13 +252,14 @@ class _StepPass:
             nbytes = self.e * self.by_name[name].params
             # DeepSpeed v0.3.13 partition_parameters.py _allgather_param: the full parameter buffer, and
             # PyTorch's flat staging of the list all_gather until the copy-out; both made on the
-            # compute stream by fetch_sub_module (no stream of its own in that version).
+            # coordinator's comm stream (stage3.py _all_gather: `with torch.cuda.stream(self.comm_stream)`,
+            # a stream of its own under overlap_comm, stage 3's default), so in that stream's pool.
             staging = Alloc("buffers", list_collective_staging_bytes(self.by_name[name].params, self.e),
-                            self._tags(f"ag_list.{phase}", name), stream="compute")
+                            self._tags(f"ag_list.{phase}", name))
             self.gather_op[name] = self._add(
                 name=f"all_gather/params.{name}", stream="comm", deps=deps, collective="all_gather", group="dp",
-                nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name),
-                                             stream="compute"), staging), frees=(staging.tag,))
+                nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)), staging),
+                frees=(staging.tag,))
 
     # ---- forward --------------------------------------------------------------------------------
     def _forward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...]) -> int:
