@@ -130,3 +130,20 @@ def test_cli_set_of_a_bad_hardware_value_exits_2_naming_it():
                          cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2
     assert "hardware.nic_Gbps" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_profile_files_are_parsed_once_and_reread_when_edited(tmp_path, monkeypatch):
+    import shutil
+
+    from zsim.config import hardware
+
+    root = tmp_path / "hw"
+    shutil.copytree(ROOT / "hwprofiles", root)
+    monkeypatch.setenv("ZSIM_HWPROFILES", str(root))
+    first = load_cluster("dgx2", 1)
+    hits = hardware._parsed.cache_info().hits
+    load_cluster("dgx2", 1)
+    assert hardware._parsed.cache_info().hits >= hits + 4  # system, GPU, network, link: from the cache
+    net = root / "networks" / "ib-edr.yaml"
+    net.write_text(net.read_text().replace("port_Gbps: 100", "port_Gbps: 200.0"))  # new size, new mtime
+    assert load_cluster("dgx2", 1).nic_bytes_per_s == pytest.approx(2 * first.nic_bytes_per_s)

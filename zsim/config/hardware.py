@@ -8,6 +8,7 @@ Everything downstream sees only the `Cluster` dataclasses below, in bytes, secon
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,7 +197,17 @@ def _load(kind: str, name: str, model: type[BaseModel]) -> BaseModel:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known) or 'none'}"
         raise ConfigError(f"no {kind or 'system'} profile '{name}' in {folder} ({hint})")
-    return validate(model, read_yaml_mapping(path), str(path))
+    stat = path.stat()
+    return _parsed(str(path), stat.st_mtime_ns, stat.st_size, model)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str, mtime_ns: int, size: int, model: type[BaseModel]) -> BaseModel:
+    """A profile file parsed and validated once per (path, modification time, size): a sweep loads the
+    same 4 files per point, and YAML parsing was ~90% of planning a point (measured by H5 on issue 11:
+    19.4 ms → 3.0 ms CPU per flagship point). The models are frozen, so sharing them is safe; an edited
+    file has a new mtime or size and is read again."""
+    return validate(model, read_yaml_mapping(Path(path)), path)
 
 
 def compute_terms(section: ComputeSection, override: ComputeOverride | None = None, source: str = "") -> ComputeTerms:
