@@ -94,7 +94,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "maxsize", help="largest model that fits (paper Table 2, Figure 6)",
         description="Without --batch or --scenario: the largest model whose model states fit per GPU, per ZeRO "
                     "stage (Table 2). With --scenario FILE (or --batch and a shape): the most layers of that "
-                    "shape whose two simulated steps fit (step 2 starts with step 1's allocator cache), activations, buffers and allocator included (Figure 6).")
+                    "shape whose two simulated steps fit (step 2 starts with step 1's allocator cache), "
+                    "activations, buffers and allocator included (Figure 6).")
     p.add_argument("--dp", type=positive("--dp"), help="data-parallel degree Nd")
     p.add_argument("--mp", type=positive("--mp"), default=1, help="model-parallel degree")
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), help="one ZeRO stage (default: all four)")
