@@ -33,7 +33,7 @@ class Kernel:
     """One kernel (or `count` identical ones). GEMMs: m, n, k, batch; others: `bytes` moved each."""
 
     name: str
-    kind: str  # 'gemm' or 'mem'
+    kind: str  # 'gemm', 'mem' (elementwise) or 'reduce' (a reduction: sum, max, norm)
     m: int = 0
     n: int = 0
     k: int = 0
@@ -103,6 +103,11 @@ def _mem(name: str, nbytes: float, count: int = 1) -> Kernel:
     return Kernel(name, "mem", bytes=nbytes, count=count)
 
 
+def _red(name: str, nbytes: float, count: int = 1) -> Kernel:
+    """A reduction kernel (PyTorch reduce_kernel: sum, max, norm): memory-bound, its own fixed time."""
+    return Kernel(name, "reduce", bytes=nbytes, count=count)
+
+
 def _linear_fwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: int) -> list[Kernel]:
     """F.linear on (T, k_in) → (T, n_out): matmul, then the bias add (reads and writes T·n_out)."""
     out = [_gemm(name, tokens, n_out, k_in)]
@@ -115,7 +120,7 @@ def _linear_bwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: in
     """Input gradient (T×k_in×n_out), weight gradient (n_out×k_in×T), bias gradient (a sum over T)."""
     out = [_gemm(f"{name}.dgrad", tokens, k_in, n_out), _gemm(f"{name}.wgrad", n_out, k_in, tokens)]
     if bias:
-        out.append(_mem(f"{name}.bias_grad", e * tokens * n_out))
+        out.append(_red(f"{name}.bias_grad", e * tokens * n_out))
     return out
 
 
@@ -173,7 +178,7 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
     th = T * h
     ks: list[Kernel] = [_mem("mlp.residual_grad_sum", 3 * e * th), _mem("mlp.dropout.bwd", (2 * e + 1) * th)]
     if x.linear_bias:
-        ks.append(_mem("mlp.bias_grad", e * th))
+        ks.append(_red("mlp.bias_grad", e * th))
     ks += [_gemm("mlp.4h_to_h.dgrad", T, ffn, h), _gemm("mlp.4h_to_h.wgrad", h, ffn, T)]
     ks.append(_mem("mlp.swiglu.bwd" if x.gated else "mlp.gelu.bwd", (5 if x.gated else 3) * e * T * ffn))
     width = 2 * ffn if x.gated else ffn
@@ -181,7 +186,7 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
     ks.append(_mem("post_attention_layernorm.bwd", 5 * e * th, count=2))
     ks += [_mem("attention.residual_grad_sum", 3 * e * th), _mem("attention.dropout.bwd", (2 * e + 1) * th)]
     if x.linear_bias:
-        ks.append(_mem("attention.bias_grad", e * th))
+        ks.append(_red("attention.bias_grad", e * th))
     ks += [_gemm("attention.dense.dgrad", T, heads * hn, h), _gemm("attention.dense.wgrad", h, heads * hn, T)]
     ks.append(_mem("attention.context.contiguous.bwd", 2 * e * T * heads * hn))
     ks += [_gemm("attention.context.dgrad_probs", x.s, x.s, hn, x.b * heads),
@@ -230,8 +235,8 @@ def head_forward(x: Shape) -> tuple[Kernel, ...]:
     ks = [_mem("final_layernorm", 2 * e * th), _gemm("logits", T, x.v // x.t, x.h)]
     if e != 4:
         ks.append(_mem("logits.float", 6 * tv))
-    return tuple(ks + [_mem("cross_entropy.max", 4 * tv), _mem("cross_entropy.sub", 8 * tv),
-                       _mem("cross_entropy.exp", 8 * tv), _mem("cross_entropy.sum", 4 * tv),
+    return tuple(ks + [_red("cross_entropy.max", 4 * tv), _mem("cross_entropy.sub", 8 * tv),
+                       _mem("cross_entropy.exp", 8 * tv), _red("cross_entropy.sum", 4 * tv),
                        _mem("cross_entropy.div", 8 * tv), _mem("cross_entropy.targets", 4 * 4 * T, count=6)])
 
 
@@ -282,8 +287,8 @@ def optimizer_kernels(elements: int, tensors: int, dtype: str) -> dict[str, Kern
     n, pieces = elements, max(1, tensors)
     mixed = dtype != "fp32"
     launches = max(1, math.ceil(n / _MTA_ELEMENTS))
-    overflow = (_mem("overflow.cast", 6 * n, count=pieces), _mem("overflow.sum", 4 * n, count=pieces)) if mixed else ()
-    norm = (_mem("grad_norm.to_double", (10 if mixed else 12) * n, count=pieces), _mem("grad_norm.norm", 8 * n, count=pieces))
+    overflow = (_mem("overflow.cast", 6 * n, count=pieces), _red("overflow.sum", 4 * n, count=pieces)) if mixed else ()
+    norm = (_mem("grad_norm.to_double", (10 if mixed else 12) * n, count=pieces), _red("grad_norm.norm", 8 * n, count=pieces))
     adam: tuple[Kernel, ...] = ()
     if mixed:
         adam += (_mem("grads.flatten", 4 * n), _mem("grads.to_fp32", 6 * n))

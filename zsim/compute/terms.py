@@ -39,6 +39,8 @@ class ComputeTerms:
         kernel_s: GPU-side fixed time of one non-GEMM kernel (launch gap and minimum duration), s.
         host_op_s: CPU time the framework spends issuing one op (a kernel cannot start before the
             host has issued it: a stream of small kernels is host-bound), s.
+        reduce_kernel_s: GPU-side fixed time of one reduction kernel (sum, max, norm: PyTorch's
+            reduce_kernel), s; None: kernel_s.
     """
 
     sms: int
@@ -47,6 +49,7 @@ class ComputeTerms:
     hbm_efficiency: float
     kernel_s: float
     host_op_s: float
+    reduce_kernel_s: float | None = None
 
     def gemm_terms(self, dtype: str) -> GemmTerms:
         """The GEMM terms for `dtype` (bf16 uses fp16's when it has none of its own)."""

@@ -62,6 +62,7 @@ class ComputeSection(_Profile):
     tiles: list[Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=2, max_length=2)]] = Field(min_length=1)
     hbm_efficiency: float = Field(gt=0, le=1)
     kernel_us: float = Field(ge=0)
+    reduce_kernel_us: float | None = Field(default=None, ge=0)  # None: kernel_us
     host_op_us: float = Field(ge=0)
     gemm: dict[Literal["fp16", "bf16", "fp32"], GemmSection]
 
@@ -75,6 +76,7 @@ class ComputeOverride(_Profile):
         default=None, min_length=1)
     hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
     kernel_us: float | None = Field(default=None, ge=0)
+    reduce_kernel_us: float | None = Field(default=None, ge=0)
     host_op_us: float | None = Field(default=None, ge=0)
     gemm: dict[Literal["fp16", "bf16", "fp32"], GemmOverride] = Field(default_factory=dict)
 
@@ -230,7 +232,9 @@ def compute_terms(section: ComputeSection, override: ComputeOverride | None = No
                              hbm_efficiency=g["hbm_efficiency"]) for dtype, g in base["gemm"].items()}
     return ComputeTerms(sms=base["sms"], tiles=tuple((t[0], t[1]) for t in base["tiles"]), gemm=gemm,
                         hbm_efficiency=base["hbm_efficiency"], kernel_s=base["kernel_us"] * 1e-6,
-                        host_op_s=base["host_op_us"] * 1e-6)
+                        host_op_s=base["host_op_us"] * 1e-6,
+                        reduce_kernel_s=(base["kernel_us"] if base.get("reduce_kernel_us") is None
+                                         else base["reduce_kernel_us"]) * 1e-6)
 
 
 def load_cluster(profile: str, nodes: int, *, gpu: str | None = None, gpus_per_node: int | None = None,
