@@ -64,6 +64,14 @@ class ZeroSection(Section):
         "of this many elements, each upcast to fp32 on its own (DeepSpeed sub_group_size; 1e12, i.e. the whole "
         "partition, is the default of stage 3 as it shipped in v0.3.13)")
     prefetch_layers: int = Field(default=1, ge=0, description="stage 3: layers gathered ahead of the one computing")
+    # DeepSpeed overlap_comm. DeepSpeed's own default for stages 1-2 was false from v0.2.0 (2020-06) to
+    # v0.3.13 (2021-03) and beyond (deepspeed/pt/deepspeed_zero_config.py @ 96c4daabc,
+    # runtime/zero/constants.py @ v0.3.13: ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT = False; stage 3: True),
+    # and then reduce_ipg_grads/average_tensor ran on torch.cuda.current_stream(). zsim defaults to true
+    # (what a tuned run sets today); scenarios/paper/ set false as the paper's configs left it.
+    overlap_comm: bool = Field(default=True, description="DP gradient reductions run on their own stream, "
+                               "overlapping backward (DeepSpeed overlap_comm); false: on the compute stream, "
+                               "which waits for each (DeepSpeed's default for stages 1-2 in 2020-21)")
     # ZeRO-R options (paper §6; docs/memory.md).
     partition_activations: bool = Field(default=False, description="Pa: checkpoints partitioned across the MP group, "
                                         "all-gathered before recompute (§6.1)")

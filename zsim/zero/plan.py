@@ -380,6 +380,12 @@ class _StepPass:
                 self.bucket, self.bucket_elems = [], 0
         return op
 
+    def _reduction_stream(self) -> str:
+        """The stream of the DP gradient reductions: their own ('comm') with overlap_comm; without it the
+        compute stream, which waits for each (DeepSpeed v0.2 reduce_ipg_grads/average_tensor and
+        allreduce_and_copy use torch.cuda.current_stream() unless overlap_comm)."""
+        return "comm" if self.z.overlap_comm else "compute"
+
     def _reduce(self, bucket: list[Module], after: int) -> None:
         """Reduce a bucket of gradients once the backward that completes it (`after`) is done. The
         staging buffers are DeepSpeed's of the paper's time: stage 0 flattens each bucket (v0.2 engine
@@ -411,7 +417,8 @@ class _StepPass:
             staging = staging + (Alloc("grads", e * part, _partition_grad_tag(self.step)),)
         if self.stage >= 2:
             frees += [self._tags("grad", m.name) for m in bucket]
-        self.b.add(name=f"{op}/{what}", stream="comm", deps=(after,), collective=op, group="dp", nbytes=nbytes,
+        self.b.add(name=f"{op}/{what}", stream=self._reduction_stream(), deps=(after,), collective=op, group="dp",
+                   nbytes=nbytes,
                    allocs=staging, frees=tuple(frees), step=self.step, micro_batch=self.mb)
 
     def _reduce_stage1(self, after: int) -> None:
@@ -432,7 +439,7 @@ class _StepPass:
                           stream="compute")
             allocs = (flat, stage) if j == 0 else (stage,)
             frees = (stage.tag, flat.tag) if j == intervals - 1 else (stage.tag,)
-            deps = (self.b.add(name=f"reduce_scatter/grads.bucket.{j}", stream="comm", deps=deps,
+            deps = (self.b.add(name=f"reduce_scatter/grads.bucket.{j}", stream=self._reduction_stream(), deps=deps,
                                collective="reduce_scatter", group="dp", nbytes=e * sub * nd, allocs=allocs,
                                frees=frees, step=self.step, micro_batch=self.mb),)
 
