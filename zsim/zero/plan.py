@@ -111,7 +111,7 @@ def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
             if w.blocks else 0
         live = per * checkpoint_segments(len(w.blocks), z.checkpoint_every)
     return md_arena_bytes(z.stage, PARAM_BYTES[s.precision.dtype], w.params_per_mp_rank, w.largest_module_params,
-                          z.reduce_bucket_elements, z.constant_buffers, live)
+                          z.reduce_bucket_elements, z.constant_buffers, live, z.overlap_comm)
 
 
 @dataclass(frozen=True, slots=True)
