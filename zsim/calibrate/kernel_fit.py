@@ -126,7 +126,7 @@ def op_bytes(name: str, dims: list, types: list) -> float | None:
         reads = tensors[:-1]
     elif name.endswith("_"):
         out_n, out_e = tensors[0][0], tensors[0][1]
-    if REDUCE_OPS.match(name) and not name.startswith("aten::_softmax") and "softmax" not in name:
+    if REDUCE_OPS.match(name) and "softmax" not in name:
         out_n = 1  # a reduction writes a small result
     return float(sum(n * e for n, e, _ in reads) + out_n * out_e)
 
@@ -170,7 +170,8 @@ def read_trace(path: Path, rank: int) -> tuple[list[KernelSample], list[float]]:
     def launching_op(r):
         ops, ts = cpu_by_tid.get(r.get("tid"), []), starts.get(r.get("tid"), [])
         best = None
-        for o in ops[:bisect.bisect_right(ts, r["ts"])][::-1][:200]:  # innermost enclosing op
+        end = bisect.bisect_right(ts, r["ts"])
+        for o in (ops[i] for i in range(end - 1, max(-1, end - 201), -1)):  # innermost enclosing op
             if o["ts"] + o["dur"] >= r["ts"] + r["dur"] and (best is None or o["dur"] < best["dur"]):
                 best = o
         return best
