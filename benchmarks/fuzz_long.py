@@ -79,7 +79,7 @@ def corpus_subprocesses() -> bool:
     for name in sorted(CASES):
         with tempfile.TemporaryDirectory() as tmp:
             argv = CASES[name](Path(tmp))
-            env = {**os.environ, "ZSIM_HWPROFILES": str(Path(tmp) / "hwprofiles")} if name.startswith("profile/") \
+            env = {**os.environ, "ZSIM_PROFILE_PATH": str(Path(tmp) / "hwprofiles")} if name.startswith("profile/") \
                 else None
             t = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "zsim.cli", *argv], capture_output=True, text=True,

@@ -50,8 +50,13 @@ def test_impossible_layout_gives_the_product():
     assert "parallel.dp: 7 × mp 4 = 28 GPUs, but the cluster has 32 (2 nodes × 16 GPUs)" in msg
 
 
-def test_mp_must_stay_in_a_node():
-    assert "parallel.mp: 32 must divide the 16 GPUs of a node" in error_of(small_dict(parallel={"dp": 1, "mp": 32}))
+def test_mp_must_divide_a_node_or_fill_whole_nodes():
+    msg = error_of(small_dict(model={"heads": 24, "hidden": 384}, parallel={"dp": 3, "mp": 8},
+                              hardware={"profile": "dgx2", "nodes": 2, "gpus_per_node": 12}))
+    assert msg == ("s.yaml: parallel.mp: 8 must divide the 12 GPUs of a node, or be a multiple of them "
+                   "(an MP group fills part of one node or whole nodes)")
+    # MP 32 over two 16-GPU nodes is a valid layout (Megatron allows MP across nodes)
+    build_scenario(small_dict(model={"heads": 32}, parallel={"dp": 1, "mp": 32}), source="s.yaml")
 
 
 def test_heads_must_split_over_mp():

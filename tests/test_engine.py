@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from tests.conftest import small_scenario
 from zsim.engine.simulation import simulate
 from zsim.report.facts import dp_volume_bytes
+from zsim.zero.residual import stage1_comm_intervals
 from zsim.zero.model_states import model_states
 
 scenarios = st.fixed_dictionaries({
@@ -40,19 +41,24 @@ def test_simulation_invariants(p):
     # Step time is at least the pure compute time (communication can only add).
     assert r.total_seconds >= r.compute_seconds * (1 - 1e-12)
     assert all(t > 0 for t in r.step_seconds)
-    # Memory never goes negative, and every allocation but the model states is freed by the end.
+    # Memory never goes negative, and every allocation but the parameters, the optimizer states and the
+    # context is freed by the end (DeepSpeed frees the fp16 gradients in the step).
     times, rows = r.ledger.timeline()
     assert (rows >= 0).all() and (np.diff(times) > 0).all()
     states = model_states(r.workload.params_per_mp_rank, s.layout.dp, s.zero.stage, "fp16")
-    assert dict(zip(("params", "grads", "optimizer", "activations", "buffers"), rows[-1].tolist())) == {
-        "params": states.params, "grads": states.grads, "optimizer": states.optimizer,
-        "activations": 0, "buffers": 0}
+    assert dict(zip(("params", "grads", "optimizer", "activations", "buffers", "context"), rows[-1].tolist())) == {
+        "params": states.params, "grads": 0, "optimizer": states.optimizer,
+        "activations": 0, "buffers": 0, "context": r.ledger.totals["context"]}
     assert r.ledger.peak >= states.total
     # DP traffic per step, in the paper's convention (ZeRO §7): 2Ψ for stages 0-2, 3Ψ for stage 3,
     # per micro-batch where the stage reduces every micro-batch.
+    # Plus the optimizer's two 4-byte all-reduces (overflow flag, gradient norm), 2 × 4 bytes each.
     psi_bytes = 2 * r.workload.params_per_mp_rank
+    if s.zero.stage == 1:  # DeepSpeed v0.2 stage 1 moves whole padded comm intervals
+        intervals, sub = stage1_comm_intervals(r.workload.params_per_mp_rank, s.layout.dp, s.zero.reduce_bucket_elements)
+        psi_bytes = 2 * intervals * sub * s.layout.dp
     per_step = {0: 2, 1: 2, 2: 1 + p["accum"], 3: 3 * p["accum"]}[s.zero.stage]
-    assert dp_volume_bytes(r) == per_step * psi_bytes
+    assert dp_volume_bytes(r) == per_step * psi_bytes + 2 * 2 * 4
 
 
 @settings(max_examples=20, deadline=None)
@@ -62,7 +68,9 @@ def test_model_state_peaks_fall_with_stage(layers, mp):
     for stage in range(4):
         r = simulate(small_scenario(model={"layers": layers}, parallel={"dp": 32 // mp, "mp": mp}, zero={"stage": stage}))
         totals.append(r.model_states.total)
-        assert sum(r.ledger.rows[-1]) == r.model_states.total  # at the end: model states only
+        # at the end: parameters and optimizer states (the step freed the gradients) and the context
+        states = r.model_states
+        assert sum(r.ledger.rows[-1]) == states.params + states.optimizer + r.ledger.totals["context"]
     assert totals[0] >= totals[1] >= totals[2] >= totals[3]
 
 

@@ -18,7 +18,7 @@ from zsim.engine.simulation import simulate
 from zsim.memory.timeline import CSV_COLUMNS, keep_indices, timeline_facts
 from zsim.report.facts import facts
 from zsim.zero.model_states import model_states, stage_partition
-from zsim.zero.residual import optimizer_gradient_bytes
+from zsim.zero.residual import stage1_flat_gradient_bytes, step_gradient_bytes
 
 MP4 = {"parallel": {"dp": 8, "mp": 4}}
 
@@ -78,9 +78,16 @@ def test_without_cb_stages_0_to_2_reduce_from_a_fused_4psi_fp32_buffer():
         reductions = [e for e in r.events if e["name"].startswith(("all_reduce/grads", "reduce_scatter/grads"))]
         assert len(reductions) == 1 and reductions[0]["args"]["bytes"] == 2 * psi  # traffic in fp16
         assert r.ledger.peak_reserved >= r.ledger.peak >= r.model_states.total + 4 * psi  # the 4Ψ fp32 buffer
-        # With CB the staging buffer is one bucket of fp16 gradients, whatever the model size.
+        # With CB the staging buffer is one bucket of fp16 gradients, whatever the model size; stage 1
+        # (DeepSpeed v0.2) flattens a second copy of all gradients, then stages each interval's list.
         bucket = 10_000
         cb = simulate(small_scenario(zero={"stage": stage, "reduce_bucket_elements": bucket}))
+        if stage == 1:
+            flat = [a for a in _plan_allocs(cb) if a.tag.startswith("flat_grads.")]
+            lists = [a for a in _plan_allocs(cb) if a.tag.startswith("rs_list")]
+            assert [a.nbytes for a in flat] == [stage1_flat_gradient_bytes(psi, 8, bucket, 2)]
+            assert flat[0].nbytes >= 2 * psi and lists and all(a.nbytes == 2 * (bucket // 8) * 8 for a in lists)
+            continue
         staging = [op_alloc for op_alloc in _plan_allocs(cb) if op_alloc.tag.startswith("bucket.")]
         assert staging and all(a.nbytes == 2 * bucket for a in staging)
 
@@ -99,7 +106,7 @@ def test_deepspeed_zero2_estimator_agrees_exactly():
     zsim: model states 2Ψ + 14Ψ/N plus the fp32 gradient partition the step reads, 4Ψ/N."""
     for psi, n in ((7_500_000_000, 64), (1_000_000_000, 8), (6_400, 16)):
         part = stage_partition(psi, n, 2)
-        zsim = model_states(psi, n, 2).total + optimizer_gradient_bytes(2, part, "fp16", True, 500_000_000)
+        zsim = model_states(psi, n, 2).total + step_gradient_bytes(2, part, "fp16", part).held
         assert zsim == 2 * psi + int(18 * psi / n)
 
 
@@ -114,7 +121,8 @@ def test_deepspeed_zero3_estimator_largest_layer_term_agrees_and_the_rest_differ
     w = build_workload(s.model, 1)
     plan = build_plan(s, w)
     largest = max(w.modules, key=lambda m: m.params)
-    gathered = next(a.nbytes for op in plan.ops if op.name == f"all_gather/params.{largest.name}" for a in op.allocs)
+    gathered = next(a.nbytes for op in plan.ops if op.name == f"all_gather/params.{largest.name}" for a in op.allocs
+                    if a.category == "params")
     grad = next(a.nbytes for op in plan.ops if op.name == f"bwd/{largest.name}" for a in op.allocs
                 if a.category == "grads")
     assert gathered + grad == 4 * largest.params  # the estimator's 4·largest_layer_params, exactly
@@ -169,8 +177,11 @@ def test_memory_invariants_with_zero_r(p):
     reserved = r.ledger.reserved_timeline()
     assert (rows >= 0).all() and (reserved >= rows.sum(axis=1)).all()  # never negative; reserved ≥ allocated
     states = r.model_states
-    assert rows[-1].tolist() == [states.params, states.grads, states.optimizer, 0, 0]  # all else freed
-    assert r.host_ledger.allocated == 0 and r.ledger.live.keys() == {"model.params", "model.grads", "model.optimizer"}
+    context = r.ledger.totals["context"]
+    # all else freed: gradients too (DeepSpeed frees them in the step), the context stays
+    assert rows[-1].tolist() == [states.params, 0, states.optimizer, 0, 0, context]
+    assert r.host_ledger.allocated == 0
+    assert {t for t in r.ledger.live if not t.startswith("context.")} == {"model.params", "model.optimizer"}
 
 
 def test_timeline_downsampling_keeps_the_exact_peaks():
@@ -194,7 +205,7 @@ def test_run_writes_csv_png_and_timeline_json(tmp_path):
     assert (out / "memory.png").stat().st_size > 10_000
     trace = json.loads((out / "trace.json").read_text())
     counter = next(e for e in trace["traceEvents"] if e["ph"] == "C")
-    assert set(counter["args"]) == {"params", "grads", "optimizer", "activations", "buffers", "fragmentation"}
+    assert set(counter["args"]) == {"params", "grads", "optimizer", "activations", "buffers", "context", "fragmentation"}
 
 
 def test_oom_reports_time_rank_class_and_category_and_exits_3(tmp_path, capsys):

@@ -9,7 +9,8 @@ from zsim.engine.simulation import simulate
 from zsim.report.facts import facts
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = {"1T-1024gpu": "scenarios/1T-1024gpu.yaml", "7.5B-64gpu-stage3": "scenarios/paper/7.5B-64gpu-stage3.yaml"}
+GOLDEN = {"1T-1024gpu": "scenarios/1T-1024gpu.yaml", "7.5B-64gpu-stage3": "scenarios/paper/7.5B-64gpu-stage3.yaml",
+          "fig2-zero-100B": "scenarios/paper/fig2-zero-100B.yaml"}
 
 
 def key_numbers(f: dict) -> dict:

@@ -16,7 +16,7 @@ from zsim.zero.residual import (
     checkpoint_bytes_per_rank,
     checkpoint_segments,
     fused_gradient_buffer_bytes,
-    optimizer_gradient_bytes,
+    step_gradient_bytes,
 )
 
 GB = 1e9
@@ -70,7 +70,9 @@ def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, se
       working: k layers of recomputed activations (K22 eq. 2), or all L without checkpointing;
       gradient_buffer: one CB bucket e·min(bucket, Ψ/mp), or the fused fp32 4Ψ/mp (ZeRO §3.2),
           none at stage 3 (in place);
-      optimizer_fp32_grads: what the Adam step upcasts (zsim.zero.residual.optimizer_gradient_bytes).
+      optimizer_fp32_grads: the gradient copy the Adam step reads (fp32, or stage 0's fp16 flat copy),
+          held through the update (zsim.zero.residual.step_gradient_bytes; stage 3: the whole partition,
+          DeepSpeed v0.3.13's default sub-group).
     `host` is Pa+cpu's host memory. Bytes; raises ZsimError for an impossible shape."""
     from zsim.workload.transformer import block_saved_bytes
 
@@ -90,7 +92,7 @@ def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, se
         "checkpoints": 0 if pa_cpu else kept,
         "working": min(every, layers) * saved if checkpointing else layers * saved,
         "gradient_buffer": grad_buffer,
-        "optimizer_fp32_grads": optimizer_gradient_bytes(stage, part, dtype, cb, bucket),
+        "optimizer_fp32_grads": step_gradient_bytes(stage, part, dtype, part).held,
         "host": kept if pa_cpu else 0,
     }
 

@@ -37,7 +37,7 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.engine.simulation import simulate
     from zsim.memory.timeline import write_csv
     from zsim.report.facts import facts
-    from zsim.report.outputs import OutputSet, check_dir, check_file, write_atomic
+    from zsim.report.outputs import OutputSet, check_dir, check_file
     from zsim.report.plots import memory_png_later, memory_timeline_png
     from zsim.report.summary import summary
     from zsim.trace.writer import write_trace

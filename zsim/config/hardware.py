@@ -8,16 +8,19 @@ Everything downstream sees only the `Cluster` dataclasses below, in bytes, secon
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from zsim.compute.terms import ComputeTerms, GemmTerms
 from zsim.config.profiles import Profiles
 from zsim.config.schema import Name, ProfileName, profile_name
 from zsim.config.yamlfile import printable, read_yaml_mapping, validate
 from zsim.errors import ConfigError
+from zsim.fabric.cube_mesh import MESH_GPUS, cube_mesh_links_per_gpu
 from zsim.fabric.nccl import NcclKernel
 
 GB = 1e9
@@ -44,6 +47,50 @@ Bandwidth = Annotated[float, _GBPS]
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 
+class GemmSection(_Profile):
+    """The GEMM model's terms for one dtype (docs/compute.md; zsim.compute.terms.GemmTerms)."""
+
+    efficiency: float = Field(gt=0, le=1)
+    tile_TBps: float = Field(gt=0)
+    k_overhead: float = Field(ge=0)
+    fixed_us: float = Field(ge=0)
+    hbm_efficiency: float = Field(gt=0, le=1)
+
+
+class GemmOverride(_Profile):
+    efficiency: float | None = Field(default=None, gt=0, le=1)
+    tile_TBps: float | None = Field(default=None, gt=0)
+    k_overhead: float | None = Field(default=None, ge=0)
+    fixed_us: float | None = Field(default=None, ge=0)
+    hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
+
+
+class ComputeSection(_Profile):
+    """A GPU profile's `compute:` section: the kernel-level compute model's terms (docs/compute.md)."""
+
+    sms: int = Field(gt=0)
+    tiles: list[Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=2, max_length=2)]] = Field(min_length=1)
+    hbm_efficiency: float = Field(gt=0, le=1)
+    kernel_us: float = Field(ge=0)
+    reduce_kernel_us: float | None = Field(default=None, ge=0)  # None: kernel_us
+    host_op_us: float = Field(ge=0)
+    gemm: dict[Literal["fp16", "bf16", "fp32"], GemmSection]
+
+
+class ComputeOverride(_Profile):
+    """A system profile's `compute:` section: any key of the GPU's, replacing it (e.g. fitted by
+    `zsim calibrate`); `gemm.<dtype>` entries replace key by key."""
+
+    sms: int | None = Field(default=None, gt=0)
+    tiles: list[Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=2, max_length=2)]] | None = Field(
+        default=None, min_length=1)
+    hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
+    kernel_us: float | None = Field(default=None, ge=0)
+    reduce_kernel_us: float | None = Field(default=None, ge=0)
+    host_op_us: float | None = Field(default=None, ge=0)
+    gemm: dict[Literal["fp16", "bf16", "fp32"], GemmOverride] = Field(default_factory=dict)
+
+
 class GpuFile(_Profile):
     name: Name
     peak_fp16_tflops: float = _TFLOPS
@@ -51,10 +98,9 @@ class GpuFile(_Profile):
     peak_fp32_tflops: float = _TFLOPS
     hbm_GBps: float = _GBPS
     memory_GiB: float = Field(gt=0, le=1e6)
-    matmul_efficiency: float = _EFFICIENCY
-    hbm_efficiency: float = _EFFICIENCY
     compute_capability: int = Field(gt=0, le=1000)
     nccl_nvlink_GBps: float = _GBPS
+    compute: ComputeSection
 
 
 class NetworkFile(_Profile):
@@ -111,6 +157,7 @@ class SystemFile(_Profile):
     inter_node: InterNodeSection
     offload_link: ProfileName
     nccl: NcclSection
+    compute: ComputeOverride | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +168,9 @@ class Gpu:
     peak_flops: dict[str, float]  # dtype -> FLOP/s (tensor-core peak)
     hbm_bytes_per_s: float
     memory_bytes: int
-    matmul_efficiency: float  # achieved / peak for large GEMMs
-    hbm_efficiency: float  # achieved / peak for streaming kernels
     compute_capability: int  # 70 Volta, 80 Ampere, 90 Hopper
     nccl_nvlink_GBps: float  # NCCL's per-NVLink speed for its tuner (topo.h SMxx_NVLINK_BW)
+    compute: ComputeTerms  # the kernel-level compute model's terms (docs/compute.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,51 +218,120 @@ def load_profile(profiles: Profiles, kind: str, name: str, model: type[BaseModel
         except ValueError as exc:  # containment (issue 13): a name, never a path to any YAML on disk
             raise ConfigError(f"{kind} profile {printable(name, 60)!r}: {exc}") from None
     path = profiles.path(kind, name)
-    return validate(model, read_yaml_mapping(path), str(path))
+    stat = path.stat()
+    return _parsed(str(path), stat.st_mtime_ns, stat.st_size, model)
 
 
-def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None) -> Cluster:
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str, mtime_ns: int, size: int, model: type[BaseModel]) -> BaseModel:
+    """A profile file parsed and validated once per (path, modification time, size): a sweep loads the
+    same 4 files per point, and YAML parsing was ~90% of planning a point (measured by H5 on issue 11:
+    19.4 ms → 3.0 ms CPU per flagship point). The models are frozen, so sharing them is safe; an edited
+    file has a new mtime or size and is read again."""
+    return validate(model, read_yaml_mapping(Path(path)), path)
+
+
+def compute_terms(section: ComputeSection, override: ComputeOverride | None = None, source: str = "") -> ComputeTerms:
+    """The GPU's compute terms in SI, with a system profile's `compute:` keys replacing the GPU's.
+
+    Raises:
+        ConfigError: an override names a dtype the GPU has no GEMM terms for and leaves some unset.
+    """
+    base = section.model_dump()
+    if override is not None:
+        for key, value in override.model_dump(exclude={"gemm"}).items():
+            if value is not None:
+                base[key] = value
+        for dtype, entry in override.gemm.items():
+            merged = dict(base["gemm"].get(dtype) or {})
+            merged.update({k: v for k, v in entry.model_dump().items() if v is not None})
+            base["gemm"][dtype] = validate(GemmSection, merged, f"{source} compute.gemm.{dtype}").model_dump()
+    gemm = {dtype: GemmTerms(efficiency=g["efficiency"], tile_bytes_per_s=g["tile_TBps"] * 1e12,
+                             k_overhead=g["k_overhead"], fixed_s=g["fixed_us"] * 1e-6,
+                             hbm_efficiency=g["hbm_efficiency"]) for dtype, g in base["gemm"].items()}
+    return ComputeTerms(sms=base["sms"], tiles=tuple((t[0], t[1]) for t in base["tiles"]), gemm=gemm,
+                        hbm_efficiency=base["hbm_efficiency"], kernel_s=base["kernel_us"] * 1e-6,
+                        host_op_s=base["host_op_us"] * 1e-6,
+                        reduce_kernel_s=(base["kernel_us"] if base.get("reduce_kernel_us") is None
+                                         else base["reduce_kernel_us"]) * 1e-6)
+
+
+def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, gpu: str | None = None,
+                 gpus_per_node: int | None = None, nics_per_node: int | None = None, nic_Gbps: float | None = None,
+                 nic_latency_us: float | None = None, gpu_memory_GiB: float | None = None,
+                 oversubscription: float | None = None) -> Cluster:
     """Load system profile `profile` and the component profiles it names, for `nodes` nodes, from
     `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in profiles).
 
+    The keyword arguments replace the profile's value (the scenario's `hardware.*` overrides, same
+    names and units): `gpu` a GPU profile name; `gpus_per_node`; `nics_per_node`; `nic_Gbps` one NIC
+    port's line rate per direction (the network profile's efficiency still applies); `nic_latency_us`;
+    `gpu_memory_GiB`; `oversubscription`. Values are range-checked by the scenario schema.
+    A different `gpus_per_node` keeps the node's fabric: an NVSwitch node spreads its GPUs evenly over
+    its baseboards (so it must be a multiple of them), a cube-mesh node of n <= 8 GPUs keeps the
+    sub-mesh among GPUs 0..n-1 (zsim.fabric.cube_mesh) and has no cube-mesh beyond 8.
+
     Raises:
-        ConfigError: a profile file is missing or invalid.
+        ConfigError: a profile file is missing or invalid, or an override the node cannot have;
+            `path` is the scenario key at fault ('hardware.profile', 'hardware.gpu', ...).
     """
     profiles = Profiles.from_environment() if profiles is None else profiles
-    system: SystemFile = load_profile(profiles, "system", profile, SystemFile)  # type: ignore[assignment]
-    gpu: GpuFile = load_profile(profiles, "gpu", system.gpu, GpuFile)  # type: ignore[assignment]
-    net: NetworkFile = load_profile(profiles, "network", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
-    link: LinkFile = load_profile(profiles, "link", system.offload_link, LinkFile)  # type: ignore[assignment]
-    peaks = {"fp16": gpu.peak_fp16_tflops * 1e12, "fp32": gpu.peak_fp32_tflops * 1e12}
-    if gpu.peak_bf16_tflops is not None:
-        peaks["bf16"] = gpu.peak_bf16_tflops * 1e12
+    try:
+        system: SystemFile = load_profile(profiles, "system", profile, SystemFile)  # type: ignore[assignment]
+        net: NetworkFile = load_profile(profiles, "network", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
+        link: LinkFile = load_profile(profiles, "link", system.offload_link, LinkFile)  # type: ignore[assignment]
+    except ConfigError as exc:
+        raise ConfigError(str(exc), path="hardware.profile") from None
+    try:
+        gpu_file: GpuFile = load_profile(profiles, "gpu", gpu or system.gpu, GpuFile)  # type: ignore[assignment]
+    except ConfigError as exc:
+        raise ConfigError(str(exc), path="hardware.gpu" if gpu else "hardware.profile") from None
     intra, inter = system.intra_node, system.inter_node
-    nic = net.port_Gbps / 8 * GB * net.efficiency
+    per_node = gpus_per_node or system.gpus_per_node
+    nvlink_links = intra.nvlink_links_per_gpu
+    if intra.fabric == "cube-mesh" and gpus_per_node is not None:
+        if not 0 < per_node <= MESH_GPUS:
+            raise ConfigError(f"{per_node}: {system.name}'s NVLink hybrid cube-mesh connects at most {MESH_GPUS} "
+                              "GPUs (a node of n <= 8 keeps the sub-mesh among GPUs 0..n-1); a larger node needs "
+                              "an NVSwitch profile", path="hardware.gpus_per_node")
+        nvlink_links = cube_mesh_links_per_gpu(per_node)
+    if intra.fabric == "nvswitch" and per_node % intra.baseboards:
+        raise ConfigError(f"{per_node}: {system.name} spreads its GPUs evenly over its {intra.baseboards} "
+                          f"NVSwitch baseboards, so GPUs per node must be a multiple of {intra.baseboards}",
+                          path="hardware.gpus_per_node")
+    gpu_mem = gpu_memory_GiB if gpu_memory_GiB is not None else gpu_file.memory_GiB
+    nics = nics_per_node or inter.nics_per_node
+    peaks = {"fp16": gpu_file.peak_fp16_tflops * 1e12, "fp32": gpu_file.peak_fp32_tflops * 1e12}
+    if gpu_file.peak_bf16_tflops is not None:
+        peaks["bf16"] = gpu_file.peak_bf16_tflops * 1e12
+    nic = (nic_Gbps if nic_Gbps is not None else net.port_Gbps) / 8 * GB * net.efficiency
+    latency_s = (nic_latency_us if nic_latency_us is not None else net.latency_us) * 1e-6
     return Cluster(
         name=system.name,
         gpu=Gpu(
-            name=gpu.name,
+            name=gpu_file.name,
             peak_flops=peaks,
-            hbm_bytes_per_s=gpu.hbm_GBps * GB,
-            memory_bytes=int(gpu.memory_GiB * GiB),
-            matmul_efficiency=gpu.matmul_efficiency,
-            hbm_efficiency=gpu.hbm_efficiency,
-            compute_capability=gpu.compute_capability,
-            nccl_nvlink_GBps=gpu.nccl_nvlink_GBps,
+            hbm_bytes_per_s=gpu_file.hbm_GBps * GB,
+            memory_bytes=int(gpu_mem * GiB),
+            compute_capability=gpu_file.compute_capability,
+            nccl_nvlink_GBps=gpu_file.nccl_nvlink_GBps,
+            # The system's own `compute:` terms were fitted on its GPU: another GPU keeps its own.
+            compute=compute_terms(gpu_file.compute, system.compute if gpu in (None, system.gpu) else None,
+                                  f"system profile '{profile}'"),
         ),
-        gpus_per_node=system.gpus_per_node,
+        gpus_per_node=per_node,
         nodes=nodes,
         fabric=intra.fabric,
-        nvlink_links=intra.nvlink_links_per_gpu,
+        nvlink_links=nvlink_links,
         nvlink_link_bytes_per_s=intra.nvlink_GBps_per_link * GB,
         nvswitches=intra.nvswitches,
         baseboards=intra.baseboards,
         gpus_per_pcie_switch=intra.gpus_per_pcie_switch,
-        nvlink=Tier("nvlink", intra.nvlink_links_per_gpu * intra.nvlink_GBps_per_link * GB, 0.0),
-        nic_pool=Tier(net.name, inter.nics_per_node * nic, net.latency_us * 1e-6),
-        nics_per_node=inter.nics_per_node,
+        nvlink=Tier("nvlink", nvlink_links * intra.nvlink_GBps_per_link * GB, 0.0),
+        nic_pool=Tier(net.name, nics * nic, latency_s),
+        nics_per_node=nics,
         nic_bytes_per_s=nic,
-        oversubscription=inter.oversubscription,
+        oversubscription=oversubscription if oversubscription is not None else inter.oversubscription,
         offload=Tier(link.name, link.GBps_per_direction * GB * link.efficiency, 0.0),
         nccl=NcclKernel(
             efficiency=dict(system.nccl.efficiency),

@@ -112,9 +112,9 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         return ConfigError(message, source=source, path=key)
 
     try:
-        cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes, profiles)
+        cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes, profiles, **spec.hardware.overrides())
     except ConfigError as exc:
-        raise fail("hardware.profile", str(exc)) from None
+        raise fail(exc.path or "hardware.profile", str(exc).removeprefix(f"{exc.path}: ")) from None
     if gpu_memory_bytes is not None:
         cluster = replace(cluster, gpu=replace(cluster.gpu, memory_bytes=gpu_memory_bytes))
 
@@ -123,9 +123,10 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     if par.dp * par.mp != gpus:
         raise fail("parallel.dp", f"{par.dp} × mp {par.mp} = {par.dp * par.mp} GPUs, but the cluster has {gpus} "
                    f"({spec.hardware.nodes} nodes × {cluster.gpus_per_node} GPUs)")
-    if par.mp > cluster.gpus_per_node or cluster.gpus_per_node % par.mp:
-        raise fail("parallel.mp", f"{par.mp} must divide the {cluster.gpus_per_node} GPUs of a node "
-                   "(Megatron-style MP stays inside a node)")
+    gpn = cluster.gpus_per_node
+    if gpn % par.mp and par.mp % gpn:
+        raise fail("parallel.mp", f"{par.mp} must divide the {gpn} GPUs of a node, or be a multiple of them "
+                   "(an MP group fills part of one node or whole nodes)")
     for key, message in mp_problems(model, par.mp):  # the same rule as the runtime's
         raise fail(key, message)
     if spec.precision.dtype not in cluster.gpu.peak_flops:

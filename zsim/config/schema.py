@@ -129,10 +129,11 @@ class ModelSection(Section):
 
 
 class ParallelSection(Section):
-    """The parallel layout: world size = dp × mp. MP is Megatron-style tensor parallelism in a node."""
+    """The parallel layout: world size = dp × mp. MP is Megatron-style tensor parallelism."""
 
     dp: int = Field(gt=0, le=MAX_GPUS, description="data-parallel degree Nd (ZeRO partitions across it)")
-    mp: int = Field(default=1, gt=0, le=MAX_MP, description="model (tensor) parallel degree, inside one node")
+    mp: int = Field(default=1, gt=0, le=MAX_MP, description="model (tensor) parallel degree: divides the GPUs of a "
+                    "node, or is a multiple of them (the group spans whole nodes, its all-reduces on the network)")
 
 
 class ZeroSection(Section):
@@ -147,7 +148,22 @@ class ZeroSection(Section):
         default=500_000_000, gt=0, le=MAX_ELEMENTS, description="gradient elements per reduction bucket (DeepSpeed reduce_bucket_size); "
         "the constant buffer size when constant_buffers is true"
     )
+    allgather_bucket_elements: int = Field(
+        default=500_000_000, gt=0, le=MAX_ELEMENTS, description="stage 2: parameter elements per all-gather after "
+        "the step (DeepSpeed allgather_bucket_size; PyTorch stages it through a buffer of this many elements)")
+    sub_group_elements: int = Field(
+        default=1_000_000_000_000, gt=0, le=MAX_ELEMENTS, description="stage 3: the optimizer steps its partition in "
+        "sub-groups of this many elements, each upcast to fp32 on its own (DeepSpeed sub_group_size; 1e12, i.e. the "
+        "whole partition, is the default of stage 3 as it shipped in v0.3.13)")
     prefetch_layers: int = Field(default=1, ge=0, le=MAX_LAYERS, description="stage 3: layers gathered ahead of the one computing")
+    # DeepSpeed overlap_comm. DeepSpeed's own default for stages 1-2 was false from v0.2.0 (2020-06) to
+    # v0.3.13 (2021-03) and beyond (deepspeed/pt/deepspeed_zero_config.py @ 96c4daabc,
+    # runtime/zero/constants.py @ v0.3.13: ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT = False; stage 3: True),
+    # and then reduce_ipg_grads/average_tensor ran on torch.cuda.current_stream(). zsim defaults to true
+    # (what a tuned run sets today); scenarios/paper/ set false as the paper's configs left it.
+    overlap_comm: bool = Field(default=True, description="DP gradient reductions run on their own stream, "
+                               "overlapping backward (DeepSpeed overlap_comm); false: on the compute stream, "
+                               "which waits for each (DeepSpeed's default for stages 1-2 in 2020-21)")
     # ZeRO-R options (paper §6; docs/memory.md).
     partition_activations: bool = Field(default=False, description="Pa: checkpoints partitioned across the MP group, "
                                         "all-gathered before recompute (§6.1)")
@@ -170,10 +186,24 @@ class PrecisionSection(Section):
 
 
 class HardwareSection(Section):
-    """The cluster: a system profile from hwprofiles/ and how many of its nodes."""
+    """The cluster: a system profile from hwprofiles/ and how many of its nodes. The optional keys
+    replace the profile's value for this scenario only (a what-if without a new profile file:
+    `--set hardware.nic_Gbps=200`); zsim.config.hardware.load_cluster applies them."""
 
     profile: ProfileName = Field(description="name of a system profile (hwprofiles/<profile>.yaml), e.g. dgx2; a name, not a path")
     nodes: int = Field(gt=0, le=MAX_GPUS, description="number of nodes")
+    gpu: ProfileName | None = Field(default=None, description="a GPU profile name (hwprofiles/gpus/) instead of the system's")
+    gpus_per_node: int | None = Field(default=None, gt=0, le=4096, description="GPUs per node instead of the system's")
+    nics_per_node: int | None = Field(default=None, gt=0, le=4096, description="inter-node NIC ports per node")
+    nic_Gbps: float | None = Field(default=None, gt=0, le=1e6, description="one NIC port's line rate, Gbit/s per direction")
+    nic_latency_us: float | None = Field(default=None, ge=0, le=1e6, description="network latency per hop, microseconds")
+    gpu_memory_GiB: float | None = Field(default=None, gt=0, le=1e6, description="GPU memory, GiB (2^30 bytes)")
+    oversubscription: float | None = Field(default=None, ge=1, le=1e6, description="fat-tree oversubscription "
+                                           "(node injection bandwidth / bandwidth up to the spines), >= 1")
+
+    def overrides(self) -> dict[str, float | int | str]:
+        """The override keys that are set, by name (the keyword arguments of load_cluster)."""
+        return {k: v for k, v in self.model_dump(exclude={"profile", "nodes"}).items() if v is not None}
 
 
 class DegradeItem(Section):

@@ -92,7 +92,7 @@ class _Run:
         self.flops = 0.0
         self.algorithms: dict[str, tuple[float, str]] = {}
         self._phases: dict[tuple[str, str, int], tuple[str, list[Phase]]] = {}
-        self._compute_time: dict[tuple[float, float], float] = {}
+        self._compute_time: dict[object, float] = {}
         self.finished = 0  # rank 0's ops done (the progress bar)
 
     def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase]]:
@@ -141,7 +141,7 @@ class _Run:
 
     def compute_time(self, op: Op) -> float:
         """Seconds of compute op `op` on this cluster's GPU (memoized: layers repeat)."""
-        key = (op.flops, op.hbm_bytes)
+        key = op.kernels if op.kernels is not None else (op.flops, op.hbm_bytes)  # kernel lists: by identity
         seconds = self._compute_time.get(key)
         if seconds is None:
             seconds = self._compute_time[key] = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
@@ -213,7 +213,8 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 yield done[d]
         start = env.now
         for a in op.allocs:
-            (run.host_ledger if a.where == "host" else ledger).alloc(start, a.category, a.nbytes, a.tag, a.arena)
+            (run.host_ledger if a.where == "host" else ledger).alloc(start, a.category, a.nbytes, a.tag, a.arena,
+                                                                       a.stream or op.stream)
         if op.allocs:
             run.record_memory()
         args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch}
@@ -284,6 +285,8 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     plan = build_plan(scenario, workload)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank)
+    for name, nbytes in plan.context:  # CUDA context, cuBLAS, NCCL: before the first tensor
+        run.ledger.reserve_context(0.0, name, nbytes)
     for a in plan.persistent:
         run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)
     for name, nbytes in plan.arenas:  # MD: contiguous buffers reserved before the first step

@@ -47,7 +47,7 @@ class Phase:
 def communicator(shape: GroupShape, cluster: Cluster) -> Communicator:
     """NCCL's view of a group: one channel per NVLink, at NCCL's per-link speed (topo.h); across
     nodes, the NIC share of the group's GPUs (rail-aligned: a GPU uses the NIC nearest to it)."""
-    channels = cluster.nvlink_links
+    channels = max(1, cluster.nvlink_links)  # a one-GPU cube-mesh node has no NVLink, NCCL still has a channel
     nic_share = cluster.nics_per_node * cluster.nic_bytes_per_s / 1e9 * shape.per_node / cluster.gpus_per_node
     return Communicator(
         n_ranks=shape.size, n_nodes=shape.nodes, channels=channels,

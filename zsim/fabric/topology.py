@@ -7,7 +7,7 @@ names: 'n3.gpu5', 'n3.nvswitch2', 'n3.pcie1', 'n3.nic1', 'leaf1', 'spine0'. Buil
   of its baseboard; DGX-2's two baseboards are joined switch to switch, 8 links per switch
   (NVIDIA DGX-2 System User Guide, "NVSwitch"; DGX A100/H100 user guides).
 * cube-mesh (DGX-1 V100): the hybrid cube-mesh, 6 NVLinks per GPU to 4 neighbours, two of them
-  doubled (NVIDIA DGX-1 System Architecture whitepaper, Fig. 3).
+  doubled (zsim.fabric.cube_mesh); a node of fewer than 8 GPUs keeps the sub-mesh among them.
 * PCIe: `gpus_per_pcie_switch` GPUs share a PCIe switch with one NIC (DGX-1/DGX-2: a GPU pair and
   its EDR NIC; DGX A100/H100: one NIC per GPU).
 * between nodes: a two-level fat-tree, rail-aligned (NIC i of every node on leaf i); leaf-to-spine
@@ -27,14 +27,10 @@ from typing import TYPE_CHECKING
 
 from zsim.config.hardware import Cluster
 from zsim.errors import ConfigError
+from zsim.fabric.cube_mesh import cube_mesh_edges
 
 if TYPE_CHECKING:  # networkx is imported only when a graph is built (~0.1 s): class mode needs none
     import networkx as nx
-
-# DGX-1 (V100) hybrid cube-mesh: (gpu, gpu, NVLinks) — NVIDIA DGX-1 with Tesla V100 System
-# Architecture whitepaper, Fig. 5 (as `nvidia-smi topo -m` prints it: NV1/NV2); 6 links per GPU.
-_CUBE_MESH = ((0, 1, 1), (0, 2, 1), (0, 3, 2), (0, 4, 2), (1, 2, 2), (1, 3, 1), (1, 5, 2), (2, 3, 2),
-              (2, 6, 1), (3, 7, 1), (4, 5, 1), (4, 6, 1), (4, 7, 2), (5, 6, 2), (5, 7, 1), (6, 7, 2))
 
 
 def _both(g: nx.MultiDiGraph, a: str, b: str, bps: float, kind: str, index: int = 0) -> None:
@@ -71,14 +67,15 @@ def _node(g: nx.MultiDiGraph, c: Cluster, node: int) -> None:
                 for j in range(8):
                     _both(g, p + f"nvswitch{s}", p + f"nvswitch{s + per_board}", link, "nvlink-bridge", j)
     else:
-        for a, b, count in _CUBE_MESH:
+        for a, b, count in cube_mesh_edges(c.gpus_per_node):
             for j in range(count):
                 _both(g, p + f"gpu{a}", p + f"gpu{b}", link, "nvlink", j)
-    for s in range(c.gpus_per_node // c.gpus_per_pcie_switch):
-        for i in range(s * c.gpus_per_pcie_switch, (s + 1) * c.gpus_per_pcie_switch):
+    switches = -(-c.gpus_per_node // c.gpus_per_pcie_switch)  # the last switch may hold fewer GPUs
+    for s in range(switches):
+        for i in range(s * c.gpus_per_pcie_switch, min((s + 1) * c.gpus_per_pcie_switch, c.gpus_per_node)):
             _both(g, p + f"gpu{i}", p + f"pcie{s}", c.offload.bytes_per_s, "pcie")
     for nic in range(c.nics_per_node):
-        switch = nic * (c.gpus_per_node // c.gpus_per_pcie_switch) // c.nics_per_node
+        switch = nic * switches // c.nics_per_node
         _both(g, p + f"pcie{switch}", p + f"nic{nic}", c.offload.bytes_per_s, "pcie")
 
 
@@ -171,7 +168,7 @@ def healthy_capacities(cluster: Cluster) -> dict[Hashable, float]:
     if cluster.fabric == "nvswitch":
         links = [cluster.nvlink_links] * cluster.gpus_per_node
     else:  # cube-mesh: a GPU's NVLinks are its entries in the mesh table
-        links = [sum(n for a, b, n in _CUBE_MESH if gpu in (a, b)) for gpu in range(cluster.gpus_per_node)]
+        links = [sum(n for a, b, n in cube_mesh_edges(cluster.gpus_per_node) if gpu in (a, b)) for gpu in range(cluster.gpus_per_node)]
     caps: dict[Hashable, float] = {}
     for node in range(cluster.nodes):
         for i in range(cluster.gpus_per_node):

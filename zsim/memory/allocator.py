@@ -1,8 +1,12 @@
 """A model of PyTorch's CUDA caching allocator: what `torch.cuda.memory_reserved()` would show.
 
 The rules follow c10/cuda/CUDACachingAllocator.cpp (PyTorch; the constants and functions named below
-are that file's), for one device and one stream, without the optional settings
+are that file's), for one device, without the optional settings
 (max_split_size_mb, roundup_power2_divisions, expandable_segments, garbage collection):
+  - every block belongs to the stream that was current when its segment was reserved, and a request
+    only takes cached blocks of its own stream (BlockComparator orders by stream first; get_free_block
+    searches the request's stream only): memory that the comm stream freed cannot serve the compute
+    stream until the cache is released;
   - every request is rounded up to a multiple of 512 bytes (round_size, kMinBlockSize);
   - requests of at most 1 MiB (kSmallSize) use the small pool, larger ones the large pool (get_pool);
   - a request takes the smallest cached free block of its pool that is large enough, the lowest
@@ -16,7 +20,8 @@ are that file's), for one device and one stream, without the optional settings
     try_merge_blocks); segments are never returned to the device except
   - when a new segment does not fit, every cached segment that is wholly free is released and the
     reservation retried (release_cached_blocks); if it still does not fit, that is the OOM.
-Device memory is `capacity` bytes, all of it available to the allocator (no CUDA context).
+Device memory is `capacity` bytes; what the CUDA context and libraries hold outside the allocator is
+taken from it with `reserve_outside` (zsim.memory.context).
 Sizes are bytes.
 """
 
@@ -52,6 +57,7 @@ class _Block:
     addr: int
     size: int
     small: bool
+    stream: str = "compute"
     allocated: bool = False
     prev: _Block | None = None
     next: _Block | None = None
@@ -67,33 +73,33 @@ class CachingAllocator:
     allocated: int = 0
     peak_reserved: int = 0
     segments: int = 0
-    _pools: dict[bool, list[tuple[int, int]]] = field(default_factory=lambda: {True: [], False: []})
+    _pools: dict[tuple[str, bool], list[tuple[int, int]]] = field(default_factory=dict)  # (stream, small) -> blocks
     _free: dict[int, _Block] = field(default_factory=dict)  # cached free blocks by address
     _live: dict[str, _Block] = field(default_factory=dict)  # allocated blocks by tag
     _next_addr: int = 0
 
-    def malloc(self, tag: str, nbytes: int) -> bool:
-        """Allocate `nbytes` for `tag`. Returns False when no segment could be reserved within
-        capacity even after releasing the cache (CUDA OOM); the block is then reserved anyway,
-        beyond capacity, so that the run can go on and show by how much it does not fit."""
+    def malloc(self, tag: str, nbytes: int, stream: str = "compute") -> bool:
+        """Allocate `nbytes` for `tag` on `stream` (its own pool). Returns False when no segment could
+        be reserved within capacity even after releasing the cache (CUDA OOM); the block is then
+        reserved anyway, beyond capacity, so that the run can go on and show by how much it does not fit."""
         assert tag not in self._live, tag
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
-        block = self._best_fit(size, small)
+        block = self._best_fit(size, small, stream)
         ok = True
         if block is None:
             seg = segment_size(size)
             if self.reserved + seg > self.capacity:
                 self.release_cached()
                 ok = self.reserved + seg <= self.capacity
-            block = _Block(self._next_addr, seg, small)
+            block = _Block(self._next_addr, seg, small, stream)
             self._next_addr += seg
             self.reserved += seg
             self.segments += 1
             self.peak_reserved = max(self.peak_reserved, self.reserved)
         rest = block.size - size
         if rest >= MIN_BLOCK if small else rest > SMALL_SIZE:  # should_split
-            remaining = _Block(block.addr + size, rest, small, prev=block, next=block.next)
+            remaining = _Block(block.addr + size, rest, small, block.stream, prev=block, next=block.next)
             if block.next is not None:
                 block.next.prev = remaining
             block.next, block.size = remaining, size
@@ -144,8 +150,8 @@ class CachingAllocator:
     def largest_free_block(self) -> int:
         return max((b.size for b in self._free.values()), default=0)
 
-    def _best_fit(self, size: int, small: bool) -> _Block | None:
-        pool = self._pools[small]
+    def _best_fit(self, size: int, small: bool, stream: str) -> _Block | None:
+        pool = self._pools.setdefault((stream, small), [])
         i = bisect.bisect_left(pool, (size, -1))
         if i == len(pool):
             return None
@@ -153,11 +159,11 @@ class CachingAllocator:
         return block
 
     def _insert(self, block: _Block) -> None:
-        bisect.insort(self._pools[block.small], (block.size, block.addr))
+        bisect.insort(self._pools.setdefault((block.stream, block.small), []), (block.size, block.addr))
         self._free[block.addr] = block
 
     def _remove(self, block: _Block) -> None:
-        pool = self._pools[block.small]
+        pool = self._pools[(block.stream, block.small)]
         i = bisect.bisect_left(pool, (block.size, block.addr))
         assert pool[i] == (block.size, block.addr)
         pool.pop(i)

@@ -18,7 +18,9 @@ from zsim.memory.allocator import CachingAllocator
 if TYPE_CHECKING:  # numpy only for the array views below: `zsim run` writes its outputs without it
     import numpy as np
 
-CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers")
+# `context`: device memory held outside PyTorch's caching allocator (CUDA context, cuBLAS workspace,
+# NCCL's buffers; zsim.memory.context): reserved once at start, never fragmented.
+CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "context")
 COUNTERS = CATEGORIES + ("fragmentation",)
 ARENA_CATEGORY = {"checkpoints": "activations", "grads": "grads"}  # what an MD arena holds  # the trace's memory counter track (docs/trace-schema.md)
 
@@ -84,6 +86,16 @@ class MemoryLedger:
         self._grow(time, name, nbytes, ARENA_CATEGORY.get(name, "buffers"), f"arena.{name}")
         self._record(time)
 
+    def reserve_context(self, time: float, name: str, nbytes: int) -> None:
+        """Device memory that the CUDA runtime or a library (NCCL, cuBLAS) holds outside the caching
+        allocator for the whole run: counted in category `context`, allocated and reserved alike."""
+        if self.allocator is not None and not self.allocator.reserve_outside(nbytes) and self.oom is None:
+            self.oom = OutOfMemory(time, "context", name, nbytes, self.allocated + nbytes,
+                                   self.allocator.reserved, self.allocator.capacity)
+        self.live[name] = ("context", nbytes, "outside")
+        self.totals["context"] += nbytes
+        self._record(time)
+
     def _grow(self, time: float, name: str, nbytes: int, category: str, tag: str) -> None:
         arena = self.arenas[name]
         if nbytes > arena.size and self.allocator is not None:
@@ -92,7 +104,9 @@ class MemoryLedger:
                                        self.allocator.reserved, self.allocator.capacity)
         arena.size = max(arena.size, nbytes)
 
-    def alloc(self, time: float, category: str, nbytes: int, tag: str, arena: str = "") -> None:
+    def alloc(self, time: float, category: str, nbytes: int, tag: str, arena: str = "", stream: str = "compute") -> None:
+        """Allocate `nbytes` of `category` for `tag`: in MD arena `arena` if given, else from the caching
+        allocator's pool of `stream`."""
         assert category in self.totals, category
         assert nbytes >= 0 and tag not in self.live, (tag, nbytes)
         place = ""
@@ -102,7 +116,7 @@ class MemoryLedger:
             pool.used += nbytes
             place = arena
         elif self.allocator is not None and nbytes:
-            if not self.allocator.malloc(tag, nbytes) and self.oom is None:
+            if not self.allocator.malloc(tag, nbytes, stream) and self.oom is None:
                 self.oom = OutOfMemory(time, category, tag, nbytes, self.allocated + nbytes,
                                        self.allocator.reserved, self.allocator.capacity)
         self.live[tag] = (category, nbytes, place)
@@ -113,6 +127,7 @@ class MemoryLedger:
 
     def free(self, time: float, tag: str) -> None:
         category, nbytes, place = self.live.pop(tag)
+        assert place != "outside", f"{tag} is held for the whole run"
         if place:
             self.arenas[place].used -= nbytes
         elif self.allocator is not None and nbytes:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # numpy and matplotlib are imported where a plot is drawn, no
 
 GB = 1e9
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52",
-          "buffers": "#8172b3", "fragmentation": "#bbbbbb"}
+          "buffers": "#8172b3", "context": "#937860", "fragmentation": "#bbbbbb"}
 PNG = "memory.png"
 TIMELINE_PNG = "timeline.png"
 ERROR_LOG = "memory.png.log"  # what the background process could not draw, if anything

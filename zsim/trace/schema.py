@@ -16,7 +16,8 @@ STREAMS = ("compute", "comm", "offload")
 STREAM_TID = {name: i for i, name in enumerate(STREAMS)}
 
 # Memory categories of the counter events, in bytes.
-CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "fragmentation")
+# `context` (simulator only): CUDA context, cuBLAS workspace and NCCL buffers, outside the allocator.
+CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "context", "fragmentation")
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
 

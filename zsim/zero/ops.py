@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zsim.compute.kernels import KernelList
+
 
 @dataclass(frozen=True, slots=True)
 class Alloc:
@@ -16,13 +18,15 @@ class Alloc:
     tag: str
     where: str = "gpu"
     arena: str = ""
+    stream: str = ""  # the allocator pool (CUDA stream) it comes from; "" = the op's own stream
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
     """One op on one stream. Ops on a stream run in order; `deps` are ops (by index) on any stream
-    that must finish first. Compute ops have `flops` and `hbm_bytes`; collectives have `collective`,
-    `group` ('dp' or 'mp') and `nbytes` (payload S as nccl-tests counts it); host copies (on the
+    that must finish first. Compute ops have `flops` and `hbm_bytes` and, when built from the workload,
+    `kernels` (the kernel list zsim.compute prices; ops without one are priced from flops and bytes);
+    collectives have `collective`, `group` ('dp' or 'mp') and `nbytes` (payload S as nccl-tests counts it); host copies (on the
     'offload' stream) have `transfer` ('d2h' or 'h2d') and `nbytes`. Allocations happen when the op
     starts, frees when it ends."""
 
@@ -39,6 +43,7 @@ class Op:
     step: int = 0
     micro_batch: int = 0
     transfer: str = ""
+    kernels: KernelList | None = None  # compute ops: the kernels the GPU runs (zsim.compute), shared per shape
 
     @property
     def is_collective(self) -> bool:
@@ -54,3 +59,4 @@ class Plan:
     ops: tuple[Op, ...]
     steps: int
     arenas: tuple[tuple[str, int], ...] = ()
+    context: tuple[tuple[str, int], ...] = ()  # held outside the allocator all run (zsim.memory.context)

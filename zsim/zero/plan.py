@@ -31,9 +31,12 @@ layer's activations, a backward the gradients of its input and output.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from zsim.compute.kernels import KernelList, Shape, module_kernels, optimizer_kernels
 from zsim.config.scenario import Scenario
+from zsim.memory.context import context_memory
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.model_states import PARAM_BYTES, model_states, stage_partition
 from zsim.zero.ops import Alloc, Op, Plan
@@ -42,8 +45,11 @@ from zsim.zero.residual import (
     checkpoint_bytes_per_rank,
     checkpoint_segments,
     fused_gradient_buffer_bytes,
+    list_collective_staging_bytes,
     md_arena_bytes,
-    optimizer_gradient_bytes,
+    stage1_comm_intervals,
+    stage1_flat_gradient_bytes,
+    step_gradient_bytes,
 )
 
 # Adam's update streams, per element: reads fp32 master, momentum, variance and the fp16 gradient
@@ -75,11 +81,14 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
     nd = scenario.layout.dp
     psi = workload.params_per_mp_rank
     states = model_states(psi, nd, zero.stage, dtype, tensors=workload.tensors)
+    # Gradients are not persistent: DeepSpeed's fp16 gradients (all of them at stages 0/1, the
+    # partition at 2/3) appear during backward and are freed in the optimizer step (_grads_tags).
     persistent = (
         Alloc("params", states.params, "model.params"),
-        Alloc("grads", states.grads, "model.grads"),
         Alloc("optimizer", states.optimizer, "model.optimizer"),
     )
+    lay = scenario.layout
+    context = context_memory(lay.world, lay.dp, lay.mp, scenario.cluster.nvlink_links).items()
     b = _Builder()
     for step in range(scenario.run.steps):
         boundary = b.last()
@@ -89,7 +98,8 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
             _StepPass(b, scenario, workload, step, mb, first_dep).run(reduce=zero.stage >= 2 or last_mb)
         _optimizer(b, scenario, workload, step)
     arenas = _arenas(scenario, workload) if zero.defragment else {}
-    return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()))
+    return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()),
+                context=tuple(context))
 
 
 def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
@@ -101,7 +111,7 @@ def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
             if w.blocks else 0
         live = per * checkpoint_segments(len(w.blocks), z.checkpoint_every)
     return md_arena_bytes(z.stage, PARAM_BYTES[s.precision.dtype], w.params_per_mp_rank, w.largest_module_params,
-                          z.reduce_bucket_elements, z.constant_buffers, live)
+                          z.reduce_bucket_elements, z.constant_buffers, live, z.overlap_comm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +141,7 @@ class _StepPass:
         # The LM head computes with the tied word embedding: it uses the embedding's parameters too.
         self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" else (m.name,) for m in mods}
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
+        self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype)
 
     # ---- naming and small helpers -------------------------------------------------------------
     def _tags(self, kind: str, name: str) -> str:
@@ -155,6 +166,11 @@ class _StepPass:
 
     def _activation_tags(self, m: Module, kind: str) -> tuple[str, ...]:
         return tuple(self._tags(f"{kind}{i}", m.name) for i in range(len(m.saved_tensors)))
+
+    def _kernels(self, m: Module, phase: str) -> KernelList:
+        """The kernels module `m` launches in `phase` (zsim.compute.kernels; shared per shape and phase)."""
+        kind = "block" if m.layer is not None else m.name
+        return module_kernels(kind, phase, self.shape)
 
     def _mp_allreduces(self, m: Module, count: int) -> None:
         for _ in range(count):
@@ -234,9 +250,16 @@ class _StepPass:
             wait = self.first_use[name] - ahead - 1
             deps = (self.compute_ops[wait],) if 0 <= wait < len(self.compute_ops) else self.first_dep
             nbytes = self.e * self.by_name[name].params
+            # DeepSpeed v0.3.13 partition_parameters.py _allgather_param: the full parameter buffer, and
+            # PyTorch's flat staging of the list all_gather until the copy-out; both made on the
+            # coordinator's comm stream (stage3.py _all_gather: `with torch.cuda.stream(self.comm_stream)`,
+            # a stream of its own under overlap_comm, stage 3's default), so in that stream's pool.
+            staging = Alloc("buffers", list_collective_staging_bytes(self.by_name[name].params, self.e),
+                            self._tags(f"ag_list.{phase}", name))
             self.gather_op[name] = self._add(
                 name=f"all_gather/params.{name}", stream="comm", deps=deps, collective="all_gather", group="dp",
-                nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)),))
+                nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)), staging),
+                frees=(staging.tag,))
 
     # ---- forward --------------------------------------------------------------------------------
     def _forward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...]) -> int:
@@ -252,7 +275,7 @@ class _StepPass:
                 allocs.append(Alloc("activations", self._checkpoint_bytes(m), self._tags("ckpt", m.name),
                                     arena="checkpoints" if self.md else ""))
         op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
-                       allocs=tuple(allocs), frees=frees)
+                       allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
         self._mp_allreduces(m, m.mp_allreduces_fwd)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
             self._offload_out(m, op)
@@ -280,7 +303,8 @@ class _StepPass:
                 ckpt = self._tags("ckpt.full", m.name)
             frees = frees + (ckpt,)
         op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops,
-                       hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees)
+                       hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees,
+                       kernels=self._kernels(m, "recompute"))
         self._mp_allreduces(m, m.mp_allreduces_fwd)
         return op
 
@@ -291,10 +315,14 @@ class _StepPass:
         deps: tuple[int, ...] = ()
         if self.z.cpu_offload_activations:
             deps = (self._offload_in(m),)
+        # DeepSpeed checkpointing.py get_full_inputs: a zeroed full-size tensor whose mp slices are passed
+        # to dist.all_gather as a list, which PyTorch stages through one more flat buffer of the same size.
+        staging = Alloc("buffers", list_collective_staging_bytes(m.checkpoint_bytes, 1),
+                        self._tags("ag_list.ckpt", m.name))
         op = self._add(name=f"all_gather/activations.{m.name}", stream="compute", deps=deps, collective="all_gather",
                        group="mp", nbytes=m.checkpoint_bytes,
-                       allocs=(Alloc("activations", m.checkpoint_bytes, self._tags("ckpt.full", m.name)),),
-                       frees=(part,))
+                       allocs=(Alloc("activations", m.checkpoint_bytes, self._tags("ckpt.full", m.name)), staging),
+                       frees=(part, staging.tag))
         self.segment_gather[self._segment(m)] = op
         return op
 
@@ -312,29 +340,63 @@ class _StepPass:
                          nbytes=nbytes, allocs=(Alloc("activations", nbytes, self._tags("ckpt", m.name)),),
                          frees=(self._tags("host", m.name),))
 
+    def _backward_work_bytes(self, m: Module) -> int:
+        """The gradients a module's backward holds while it runs, beyond its saved activations: a block,
+        the gradients of its input and output (2·e·sbh); the embedding, the gradient of its output
+        (e·sbh); the head, the gradient of its input (e·sbh) and the e-byte logit gradient
+        (e·sbV/t) that the cast back from the fp32 cross-entropy makes for the logits GEMM's backward
+        (Megatron-LM pretrain_gpt2.py: vocab_parallel_cross_entropy(output.float(), ...);
+        mpu/cross_entropy.py computes the fp32 gradient in place of its saved softmax)."""
+        sbh = self.w.blocks[0].checkpoint_bytes if self.w.blocks else 0  # e·sbh: one layer input
+        if m.layer is not None:
+            return 2 * m.checkpoint_bytes
+        if m.name == "head":
+            model = self.s.model
+            return sbh + self.e * model.seq_len * model.micro_batch * self.w.padded_vocab // self.s.layout.mp
+        return sbh
+
     def _backward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...], reduce: bool) -> int:
         """A module's backward: frees its activations, holds its input and output gradients while
-        it runs (2 tensors of shape (s, b, h)), and from stage 2 produces its gradient tensor (into
+        it runs (_backward_work_bytes), and from stage 2 produces its gradient tensor (into
         MD's arena when on); gradients join the reduction bucket."""
         work = self._tags("dgrad", m.name)
-        allocs = [Alloc("activations", 2 * m.checkpoint_bytes, work)] if m.layer is not None else []
+        allocs = [Alloc("activations", self._backward_work_bytes(m), work)]
         if self.stage >= 2:
             allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
-        frees = frees + self._activation_tags(m, "act") + ((work,) if m.layer is not None else ())
+        elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
+            allocs.append(Alloc("grads", self.e * m.params, _full_grad_tag(m.name, self.step)))
+        frees = frees + self._activation_tags(m, "act") + (work,)
         op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
-                       hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees)
+                       hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees,
+                       kernels=self._kernels(m, "bwd"))
         self._mp_allreduces(m, m.mp_allreduces_bwd)
         if reduce:
             self.bucket.append(m)
             self.bucket_elems += m.params
-            fused = self.stage < 3 and not self.z.constant_buffers  # one fused reduction after backward
+            # one fused reduction after backward: without CB (§3.2), and stage 1 as DeepSpeed v0.2 ran it
+            fused = self.stage < 3 and (not self.z.constant_buffers or self.stage == 1)
             if self.stage == 3 or (not fused and self.bucket_elems >= self.z.reduce_bucket_elements):
                 self._reduce(self.bucket, op)
                 self.bucket, self.bucket_elems = [], 0
         return op
 
+    def _reduction_stream(self) -> str:
+        """The stream of the DP gradient reductions: their own ('comm') with overlap_comm; without it the
+        compute stream, which waits for each (DeepSpeed v0.2 reduce_ipg_grads/average_tensor and
+        allreduce_and_copy use torch.cuda.current_stream() unless overlap_comm)."""
+        return "comm" if self.z.overlap_comm else "compute"
+
     def _reduce(self, bucket: list[Module], after: int) -> None:
-        """Reduce a bucket of gradients once the backward that completes it (`after`) is done."""
+        """Reduce a bucket of gradients once the backward that completes it (`after`) is done. The
+        staging buffers are DeepSpeed's of the paper's time: stage 0 flattens each bucket (v0.2 engine
+        allreduce_bucket) on the compute stream; stage 2 without MD flattens it on the reduction stream
+        (v0.2 allreduce_and_copy under overlap_comm), with MD it reduces the ipg bucket in place (the
+        'grads' arena); stage 3 reduces in place. Stage 1 has its own path (_reduce_stage1). Stages 2/3
+        also create the rank's fp16 gradient partition with the step's first reduction
+        (grads_in_partition, freed in the step)."""
+        if self.stage == 1 and self.z.constant_buffers:
+            self._reduce_stage1(after)
+            return
         e = self.e
         elements = sum(m.params for m in bucket)
         nbytes = e * elements
@@ -347,30 +409,98 @@ class _StepPass:
             op = "all_reduce" if self.stage == 0 else "reduce_scatter"
             size = bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, e) if self.z.constant_buffers \
                 else fused_gradient_buffer_bytes(elements)
-            staging = (Alloc("buffers", size, tag),)
+            in_place = self.stage == 2 and self.md and self.z.constant_buffers
+            staging = () if in_place else (Alloc("buffers", size, tag, stream="compute" if self.stage == 0 else ""),)
         frees = [a.tag for a in staging]
+        if self.stage >= 2 and self.mb == 0 and self.bucket_index == 1:
+            part = stage_partition(self.w.params_per_mp_rank, self.s.layout.dp, self.stage, self.w.tensors)
+            staging = staging + (Alloc("grads", e * part, _partition_grad_tag(self.step)),)
         if self.stage >= 2:
             frees += [self._tags("grad", m.name) for m in bucket]
-        self.b.add(name=f"{op}/{what}", stream="comm", deps=(after,), collective=op, group="dp", nbytes=nbytes,
+        self.b.add(name=f"{op}/{what}", stream=self._reduction_stream(), deps=(after,), collective=op, group="dp",
+                   nbytes=nbytes,
                    allocs=staging, frees=tuple(frees), step=self.step, micro_batch=self.mb)
+
+    def _reduce_stage1(self, after: int) -> None:
+        """Stage 1 as DeepSpeed v0.2 runs it (zero_optimizer_stage1.py reduce_scatter_gradients, called
+        after backward by the engine's allreduce_gradients): it first flattens every rank's
+        sub-partition of every comm interval into new tensors, a second padded copy of all gradients
+        that lives until the last interval is reduced; then each interval of min(bucket, Ψ) elements
+        is reduce-scattered from a list, which PyTorch stages through one more flat buffer of the
+        interval. All on the compute stream (no overlap with backward)."""
+        e, nd, psi = self.e, self.s.layout.dp, self.w.params_per_mp_rank
+        bucket = self.z.reduce_bucket_elements
+        intervals, sub = stage1_comm_intervals(psi, nd, bucket)
+        flat = Alloc("buffers", stage1_flat_gradient_bytes(psi, nd, bucket, e), self._tags("flat_grads", "all"),
+                     stream="compute")
+        deps = (after,)
+        for j in range(intervals):
+            stage = Alloc("buffers", list_collective_staging_bytes(sub * nd, e), self._tags(f"rs_list{j}", "all"),
+                          stream="compute")
+            allocs = (flat, stage) if j == 0 else (stage,)
+            frees = (stage.tag, flat.tag) if j == intervals - 1 else (stage.tag,)
+            deps = (self.b.add(name=f"reduce_scatter/grads.bucket.{j}", stream=self._reduction_stream(), deps=deps,
+                               collective="reduce_scatter", group="dp", nbytes=e * sub * nd, allocs=allocs,
+                               frees=frees, step=self.step, micro_batch=self.mb),)
+
+
+def _full_grad_tag(module: str, step: int) -> str:
+    """Stages 0/1: a module's full fp16 gradient, from its first backward of the step to the step."""
+    return f"grad.{module}.s{step}"
+
+
+def _partition_grad_tag(step: int) -> str:
+    """Stages 2/3: the rank's fp16 gradient partition (DeepSpeed grads_in_partition)."""
+    return f"grads.partition.s{step}"
 
 
 def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
-    """The Adam step on this rank's partition, after every reduction, holding the fp32 copy of the
-    gradients it reads (zsim.zero.residual.optimizer_gradient_bytes); stages 1/2 then all-gather the
+    """The Adam step on this rank's partition, after every reduction, holding the copy of the
+    gradients it reads (zsim.zero.residual.step_gradient_bytes); stages 1/2 then all-gather the
     updated parameters in buckets, or all at once without CB (ZeRO §7.2.1)."""
     z, nd, dtype = s.zero, s.layout.dp, s.precision.dtype
     psi = w.params_per_mp_rank
     elements = stage_partition(psi, nd, z.stage, w.tensors)
     deps = (b.last_comm,) if b.last_comm is not None else ()
-    upcast = optimizer_gradient_bytes(z.stage, elements, dtype, z.constant_buffers, z.reduce_bucket_elements)
-    tag = f"optimizer.fp32_grads.s{step}"
-    opt = b.add(name="optimizer/step", stream="compute", deps=deps, hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
-                allocs=(Alloc("buffers", upcast, tag),), frees=(tag,), step=step)
+    # The step's checks before Adam (DeepSpeed ZeRO optimizer of 2020, step()): the fp16 overflow check
+    # and the gradient norm, each a kernel pass over the partition, then a 4-byte all-reduce (MAX,
+    # SUM) over the DP group and, with MP, over the MP group; in line on the compute stream, as the
+    # optimizer waits for the result (zsim.compute.kernels.optimizer_kernels has the kernels).
+    tensors = math.ceil(len(w.tensors) / nd) if z.stage >= 1 else len(w.tensors)
+    kernels = optimizer_kernels(elements, tensors, dtype)
+    for check in ("overflow", "norm"):
+        if not kernels[check].kernels:
+            continue
+        b.add(name=f"optimizer/{check}", stream="compute", deps=deps, kernels=kernels[check], step=step)
+        deps = ()
+        for group in ("dp", "mp") if s.layout.mp > 1 else ("dp",):
+            b.add(name=f"all_reduce/{check}.{group}", stream="compute", collective="all_reduce", group=group,
+                  nbytes=4, step=step)
+    # The gradients' copy the update reads (zsim.zero.residual.step_gradient_bytes): made by one cast
+    # pass, which then frees the fp16 gradients; held until the update has run.
+    sub_group = z.sub_group_elements if z.constant_buffers else elements
+    grads = step_gradient_bytes(z.stage, elements, dtype, sub_group)
+    e = PARAM_BYTES[dtype]
+    held, transient = f"optimizer.grads_copy.s{step}", f"optimizer.grads_pieces.s{step}"
+    grad_tags = tuple(_full_grad_tag(m.name, step) for m in w.modules) if z.stage <= 1 else (_partition_grad_tag(step),)
+    converted = min(elements, sub_group) if z.stage == 3 else elements
+    b.add(name="optimizer/grads_copy", stream="compute", deps=deps, hbm_bytes=(e + grads.held / max(1, converted)) * converted,
+          allocs=(Alloc("buffers", grads.held, held), Alloc("buffers", grads.transient, transient)),
+          frees=(transient,) + grad_tags, step=step)
+    opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
+                frees=(held,), step=step, kernels=kernels["adam"])
     if z.stage in (1, 2):
-        e = PARAM_BYTES[dtype]
-        bucket = z.reduce_bucket_elements if z.constant_buffers else psi
-        for j, start in enumerate(range(0, psi, bucket)):
-            n = min(bucket, psi - start)
+        # Stage 1 (v0.2) all-gathers each comm interval of reduce_bucket_size, stage 2 (v0.2) shards of
+        # allgather_bucket_size; both pass a list, which PyTorch stages through one flat buffer.
+        bucket = (z.reduce_bucket_elements if z.stage == 1 else z.allgather_bucket_elements) \
+            if z.constant_buffers else psi
+        total = psi
+        if z.stage == 1 and z.constant_buffers:  # whole padded intervals (zsim.zero.residual.stage1_comm_intervals)
+            intervals, sub = stage1_comm_intervals(psi, nd, bucket)
+            bucket, total = sub * nd, intervals * sub * nd
+        for j, start in enumerate(range(0, total, bucket)):
+            n = min(bucket, total - start)
+            stage_buf = Alloc("buffers", list_collective_staging_bytes(n, e), f"ag_list.step.{j}.s{step}",
+                              stream="compute")
             b.add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=(opt,), collective="all_gather",
-                  group="dp", nbytes=e * n, step=step)
+                  group="dp", nbytes=e * n, allocs=(stage_buf,), frees=(stage_buf.tag,), step=step)

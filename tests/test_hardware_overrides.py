@@ -1,0 +1,149 @@
+"""`hardware.*` overrides: each replaces exactly its profile value, bad values are ConfigErrors that
+name the key, and the topology follows a different node size (or is refused with a reason)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, small_dict
+from zsim.config.hardware import GiB, load_cluster
+from zsim.config.scenario import build_scenario, load_scenario
+from zsim.errors import ConfigError
+from zsim.fabric.topology import aggregate_capacities, build_topology
+
+BASE = dataclasses.asdict(load_cluster("dgx2", 2))
+
+
+def changed_fields(**overrides) -> dict:
+    """The Cluster fields (flattened one level) whose value differs from the plain dgx2 profile."""
+    new = dataclasses.asdict(load_cluster("dgx2", 2, **overrides))
+    diff = {}
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(BASE[key], dict):
+            diff.update({f"{key}.{k}": v for k, v in value.items() if BASE[key].get(k) != v})
+        elif value != BASE[key]:
+            diff[key] = value
+    return diff
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"nic_Gbps": 200.0}, {"nic_bytes_per_s": 200 / 8 * 1e9 * 0.9, "nic_pool.bytes_per_s": 8 * 200 / 8 * 1e9 * 0.9}),
+    ({"nic_latency_us": 2.0}, {"nic_pool.latency_s": 2e-6}),
+    ({"nics_per_node": 4}, {"nics_per_node": 4, "nic_pool.bytes_per_s": 4 * 100 / 8 * 1e9 * 0.9}),
+    ({"oversubscription": 2.0}, {"oversubscription": 2.0}),
+    ({"gpu_memory_GiB": 16.0}, {"gpu.memory_bytes": 16 * GiB}),
+    ({"gpus_per_node": 8}, {"gpus_per_node": 8}),
+])
+def test_each_override_changes_its_value_and_nothing_else(overrides, expected):
+    diff = changed_fields(**overrides)
+    assert set(diff) == set(expected)
+    for key, value in expected.items():
+        assert diff[key] == pytest.approx(value)
+
+
+def test_gpu_override_swaps_the_gpus_own_figures_only():
+    diff = changed_fields(gpu="a100-sxm4-80gb")
+    assert diff["gpu.name"].startswith("A100")
+    assert diff["gpu.memory_bytes"] == 80 * GiB
+    assert all(k.startswith("gpu.") for k in diff), diff  # the node (NVLinks, NICs) is the DGX-2's
+
+
+def test_set_on_the_command_line_reaches_the_cluster():
+    path = ROOT / "scenarios/paper/7.5B-64gpu-stage2.yaml"
+    plain = load_scenario(path)
+    fast = load_scenario(path, ["hardware.nic_Gbps=200", "hardware.gpu_memory_GiB=40"])
+    assert fast.cluster.nic_bytes_per_s == pytest.approx(2 * plain.cluster.nic_bytes_per_s)
+    assert fast.cluster.gpu.memory_bytes == 40 * GiB
+    assert fast.cluster.nvlink == plain.cluster.nvlink
+
+
+def error_of(hardware: dict, parallel: dict | None = None) -> str:
+    data = small_dict(hardware={"profile": "dgx2", "nodes": 2, **hardware}, parallel=parallel or {"dp": 8, "mp": 4})
+    with pytest.raises(ConfigError) as info:
+        build_scenario(data, source="s.yaml")
+    return str(info.value)
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("nic_Gbps", 0, "greater than 0"),
+    ("nic_Gbps", "fast", "(got 'fast')"),
+    ("nic_latency_us", -1.0, "greater than or equal to 0"),
+    ("gpus_per_node", 0, "greater than 0"),
+    ("gpus_per_node", 7.5, "valid integer"),
+    ("nics_per_node", -2, "greater than 0"),
+    ("gpu_memory_GiB", 0, "greater than 0"),
+    ("oversubscription", 0.5, "greater than or equal to 1"),
+    ("gpu", "v100-sxm3-32", "did you mean 'v100-sxm3-32gb'"),
+    ("gpus_per_node", 15, "multiple of 2"),
+])
+def test_bad_override_is_a_config_error_naming_the_key(key, value, words):
+    msg = error_of({key: value})
+    assert msg.startswith(f"s.yaml: hardware.{key}: "), msg
+    assert words in msg, msg
+
+
+def test_unknown_hardware_key_suggests_the_close_one():
+    assert "hardware.nic_gbps: unknown key; did you mean 'nic_Gbps'?" in error_of({"nic_gbps": 200})
+
+
+def test_gpus_per_node_changes_the_world_the_layout_must_cover():
+    msg = error_of({"gpus_per_node": 8})
+    assert "parallel.dp: 8 × mp 4 = 32 GPUs, but the cluster has 16 (2 nodes × 8 GPUs)" in msg
+    s = build_scenario(small_dict(hardware={"profile": "dgx2", "nodes": 2, "gpus_per_node": 8},
+                                  parallel={"dp": 4, "mp": 4}))
+    assert s.layout.gpus_per_node == 8 and s.cluster.world == 16
+
+
+def test_cube_mesh_keeps_the_sub_mesh_of_a_smaller_node():
+    """A DGX-1 job on GPUs 0..3 keeps the links among them: 0-1 x1, 0-2 x1, 0-3 x2, 1-2 x2, 1-3 x1,
+    2-3 x2 (whitepaper Fig. 5): GPUs 0 and 1 keep 4 of their 6 NVLinks, GPUs 2 and 3 keep 5."""
+    c = load_cluster("dgx1", 1, gpus_per_node=4)
+    g = build_topology(c)
+    assert sorted(n for n in g if "gpu" in n) == [f"n0.gpu{i}" for i in range(4)]
+    caps = aggregate_capacities(g, c)
+    assert [caps[("nvlink", r)] / c.nvlink_link_bytes_per_s for r in range(4)] == [4, 4, 5, 5]
+    assert c.nvlink_links == 4 and c.nvlink.bytes_per_s == 4 * c.nvlink_link_bytes_per_s
+    # every GPU still reaches a PCIe switch and the NICs hang off existing switches
+    assert all(any(d["kind"] == "pcie" for _, _, d in g.out_edges(f"n0.gpu{i}", data=True)) for i in range(4))
+
+
+def test_cube_mesh_of_odd_size_has_every_gpu_on_a_pcie_switch():
+    c = load_cluster("dgx1", 2, gpus_per_node=3)
+    g = build_topology(c)
+    assert all(any(d["kind"] == "pcie" for _, _, d in g.out_edges(f"n1.gpu{i}", data=True)) for i in range(3))
+    assert c.nvlink_links == 2  # GPU 0 keeps 0-1 and 0-2
+
+
+def test_cube_mesh_refuses_more_than_eight_gpus():
+    with pytest.raises(ConfigError) as info:
+        load_cluster("dgx1", 1, gpus_per_node=16)
+    assert info.value.path == "hardware.gpus_per_node" and "at most 8" in str(info.value)
+
+
+def test_cli_set_of_a_bad_hardware_value_exits_2_naming_it():
+    out = subprocess.run([sys.executable, "-m", "zsim.cli", "run", "scenarios/paper/7.5B-64gpu-stage2.yaml",
+                          "--set", "hardware.nic_Gbps=-5", "--no-plot", "-o", "/tmp/zsim-never"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "hardware.nic_Gbps" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_profile_files_are_parsed_once_and_reread_when_edited(tmp_path, monkeypatch):
+    import shutil
+
+    from zsim.config import hardware
+
+    root = tmp_path / "hw"
+    shutil.copytree(ROOT / "hwprofiles", root)
+    monkeypatch.setenv("ZSIM_PROFILE_PATH", str(root))
+    first = load_cluster("dgx2", 1)
+    hits = hardware._parsed.cache_info().hits
+    load_cluster("dgx2", 1)
+    assert hardware._parsed.cache_info().hits >= hits + 4  # system, GPU, network, link: from the cache
+    net = root / "networks" / "ib-edr.yaml"
+    net.write_text(net.read_text().replace("port_Gbps: 100", "port_Gbps: 200.0"))  # new size, new mtime
+    assert load_cluster("dgx2", 1).nic_bytes_per_s == pytest.approx(2 * first.nic_bytes_per_s)

@@ -1,0 +1,67 @@
+"""`zsim validate`: the report's pass/fail logic, the FLOP convention, and the paper suite end to end."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, small_scenario
+from zsim.engine.simulation import simulate
+from zsim.validate.paper import _precision, paper_tflops
+from zsim.validate.report import Check, Point, Report
+
+
+def test_points_pass_within_their_tolerance_only():
+    assert Point("g", "p", 43.6, 38.0, "TFLOPS", 0.15).passed
+    assert not Point("g", "p", 43.8, 38.0, "TFLOPS", 0.15).passed
+    assert not Point("g", "p", 38.0, 38.0, "TFLOPS", 0.15, fits=False).passed  # OOM never passes
+    assert not Point("g", "p", None, 38.0, "TFLOPS", 0.15).passed
+    assert Point("t", "p", 4187.5, 4187, "GB", 1, absolute=True).passed
+    assert not Point("t", "p", 122.3, 121.6, "B", 0.1, absolute=True).passed
+    r = Report("x", points=[Point("g", "p", 1.0, 1.0, "u", 0.1)], checks=[Check("g", "c", False, "d")])
+    assert not r.passed and "FAIL" in r.table() and r.as_dict()["passed"] is False
+
+
+def test_printed_precision():
+    assert _precision(1.88) == pytest.approx(0.01) and _precision(4187) == 1 and _precision(62.5) == pytest.approx(0.1)
+
+
+def test_paper_convention_counts_recompute():
+    """8Ψ per token with checkpointing, 6Ψ without; the model-FLOP value is always 6Ψ."""
+    for ckpt, per_token in ((True, 8), (False, 6)):
+        r = simulate(small_scenario(zero={"stage": 2, "activation_checkpointing": ckpt}))
+        s = r.scenario
+        tokens = s.model.micro_batch * s.layout.dp * s.grad_accum * s.model.seq_len
+        expect = r.workload.total_params * tokens / (r.total_seconds * s.layout.world) / 1e12
+        paper, model = paper_tflops(r)
+        assert paper == pytest.approx(per_token * expect) and model == pytest.approx(6 * expect)
+
+
+@pytest.fixture(scope="module")
+def paper_run():
+    proc = subprocess.run([sys.executable, "-m", "zsim.cli", "validate", "paper", "--json", "-"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    return proc, json.loads(proc.stdout)
+
+
+def test_validate_paper_exit_code_follows_the_report(paper_run):
+    proc, report = paper_run
+    assert proc.returncode == (0 if report["passed"] else 1), proc.stderr[-2000:]
+    assert "zsim validate paper" in proc.stderr  # the table goes to stderr when JSON goes to stdout
+    failed = [p for p in report["points"] if not p["passed"]] + [c for c in report["checks"] if not c["passed"]]
+    assert report["passed"] == (not failed)
+    groups = {p["group"].split(" — ")[0] for p in report["points"]} | {c["group"].split(" — ")[0] for c in report["checks"]}
+    assert {"Figure 2", "Figure 3", "Figure 6 / Table 3", "Table 1", "Table 2"} <= groups
+
+
+def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
+    """Tables 1 and 2 to the paper's printed digit; every Figure 2 configuration fits (170B too);
+    C1-C5 in the paper's order; the Megatron baseline falls off once MP leaves a node."""
+    _, report = paper_run
+    tables = [p for p in report["points"] if p["group"].startswith("Table")]
+    assert len(tables) == 3 * 6 * 3 + 5 * 4 and all(p["passed"] for p in tables)
+    checks = {c["claim"]: c for c in report["checks"]}
+    assert checks["every configuration fits in 32 GB (170B included)"]["passed"]
+    assert next(c for k, c in checks.items() if k.startswith("largest models in the paper's order"))["passed"]
+    assert next(c for k, c in checks.items() if k.startswith("throughput falls off steeply"))["passed"]

@@ -1,0 +1,152 @@
+"""Fit the GEMM model's terms (zsim.compute.terms.GemmTerms) to measured GEMM times, and say how well
+the fit predicts shapes it never saw.
+
+Input: a DeepBench-style CSV (columns M, N, K, time_ms; optional `batch`; other columns ignored), e.g.
+../shared/data/deepbench-v100/gemm_fp16_tensorcore.csv. The structure (tiles, waves, split-K, the HBM
+roofline; zsim.compute.gemm) is fixed; five terms are free. They are fitted by robust least squares on
+log(time) (scipy.optimize.least_squares, trust-region reflective with bounds, soft-L1 loss with a 10%
+scale: one odd shape, such as a transposed memory-bound GEMM twice as slow as its twin, does not drag
+the rest), so small and large GEMMs weigh alike.
+
+Held-out error: the rows are split by position, even rows and odd rows (2-fold, fixed and documented
+in docs/compute.md); each half is fitted and predicts the other; the report gives the median, 90th
+percentile and maximum |predicted/measured − 1| over the predictions of rows a fit never saw.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from zsim.compute.gemm import gemm_seconds
+from zsim.compute.terms import GemmTerms
+from zsim.errors import ZsimError
+
+# name, initial value, lower, upper bound, in profile units (docs/compute.md).
+PARAMS = (
+    ("efficiency", 0.9, 0.3, 1.0),
+    ("tile_TBps", 2.0, 0.1, 50.0),
+    ("k_overhead", 64.0, 0.0, 2048.0),
+    ("fixed_us", 5.0, 0.0, 50.0),
+    ("hbm_efficiency", 0.85, 0.3, 1.0),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmRow:
+    """One measured GEMM: batch × (M×N×K), seconds."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class GemmHardware:
+    """What the fit needs about the GPU: SMs, tile shapes, the dtype's peak, HBM bandwidth, element bytes."""
+
+    sms: int
+    tiles: tuple[tuple[int, int], ...]
+    peak_flops: float
+    hbm_bytes_per_s: float
+    elem_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GemmFit:
+    """Fitted values (profile units), the terms, and the held-out errors (fractions)."""
+
+    values: dict[str, float]
+    terms: GemmTerms
+    heldout_errors: tuple[float, ...]
+    insample_errors: tuple[float, ...]
+
+    @property
+    def heldout_median(self) -> float:
+        return float(np.median(self.heldout_errors))
+
+    def summary(self) -> dict[str, float]:
+        e = np.array(self.heldout_errors)
+        return {"rows": len(e), "heldout_median": float(np.median(e)), "heldout_p90": float(np.percentile(e, 90)),
+                "heldout_max": float(e.max()), "insample_median": float(np.median(self.insample_errors))}
+
+
+def read_gemm_csv(path: Path) -> list[GemmRow]:
+    """Rows of a DeepBench-style CSV. Raises ZsimError naming the file, row and column when a value is
+    missing or not a positive number."""
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = {"M", "N", "K", "time_ms"} - set(reader.fieldnames or ())
+            if missing:
+                raise ZsimError(f"{path}: missing column(s) {', '.join(sorted(missing))} (need M, N, K, time_ms)")
+            rows = []
+            for i, r in enumerate(reader, start=2):
+                try:
+                    row = GemmRow(int(r["M"]), int(r["N"]), int(r["K"]), int(r.get("batch") or 1),
+                                  float(r["time_ms"]) * 1e-3)
+                except (TypeError, ValueError) as exc:
+                    raise ZsimError(f"{path}: line {i}: {exc}") from None
+                if min(row.m, row.n, row.k, row.batch) <= 0 or row.seconds <= 0:
+                    raise ZsimError(f"{path}: line {i}: M, N, K, batch and time_ms must be > 0")
+                rows.append(row)
+    except OSError as exc:
+        raise ZsimError(f"{path}: {exc.strerror or exc}") from None
+    if len(rows) < 2 * len(PARAMS):
+        raise ZsimError(f"{path}: {len(rows)} rows; a fit of {len(PARAMS)} terms needs at least {2 * len(PARAMS)}")
+    return rows
+
+
+def terms_from(values: dict[str, float]) -> GemmTerms:
+    """GemmTerms (SI) from profile-unit values keyed as in PARAMS."""
+    return GemmTerms(efficiency=values["efficiency"], tile_bytes_per_s=values["tile_TBps"] * 1e12,
+                     k_overhead=values["k_overhead"], fixed_s=values["fixed_us"] * 1e-6,
+                     hbm_efficiency=values["hbm_efficiency"])
+
+
+def predict(row: GemmRow, terms: GemmTerms, hw: GemmHardware) -> float:
+    return gemm_seconds(row.m, row.n, row.k, row.batch, hw.elem_bytes, terms, hw.sms, hw.tiles, hw.peak_flops,
+                        hw.hbm_bytes_per_s)
+
+
+def errors(rows: list[GemmRow], terms: GemmTerms, hw: GemmHardware) -> tuple[float, ...]:
+    """|predicted / measured − 1| per row."""
+    return tuple(abs(predict(r, terms, hw) / r.seconds - 1) for r in rows)
+
+
+def _fit_values(rows: list[GemmRow], hw: GemmHardware) -> dict[str, float]:
+    names = [p[0] for p in PARAMS]
+
+    def residuals(x: np.ndarray) -> list[float]:
+        terms = terms_from(dict(zip(names, x)))
+        return [math.log(predict(r, terms, hw) / r.seconds) for r in rows]
+
+    result = least_squares(residuals, [p[1] for p in PARAMS], bounds=([p[2] for p in PARAMS], [p[3] for p in PARAMS]),
+                           loss="soft_l1", f_scale=0.1)
+    return dict(zip(names, (float(v) for v in result.x)))
+
+
+def fit(rows: list[GemmRow], hw: GemmHardware) -> GemmFit:
+    """Fit on all rows; held-out errors from the even/odd 2-fold split (module docstring)."""
+    heldout: list[float] = []
+    for fold in (0, 1):
+        train = [r for i, r in enumerate(rows) if i % 2 != fold]
+        test = [r for i, r in enumerate(rows) if i % 2 == fold]
+        heldout += errors(test, terms_from(_fit_values(train, hw)), hw)
+    values = _fit_values(rows, hw)
+    terms = terms_from(values)
+    return GemmFit(values=values, terms=terms, heldout_errors=tuple(heldout), insample_errors=errors(rows, terms, hw))
+
+
+def profile_yaml(dtype: str, values: dict[str, float]) -> str:
+    """The `gemm.<dtype>:` entry of a profile's `compute:` section, in profile units."""
+    return (f"    {dtype}: {{efficiency: {values['efficiency']:.4f}, tile_TBps: {values['tile_TBps']:.4f}, "
+            f"k_overhead: {values['k_overhead']:.1f}, fixed_us: {values['fixed_us']:.3f}, "
+            f"hbm_efficiency: {values['hbm_efficiency']:.4f}}}")

@@ -1,0 +1,57 @@
+"""`zsim gemm-fit`: fit a GPU profile's GEMM terms to measured GEMM times and report the held-out error."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from zsim.commands.options import add_json_option, add_profile_options, emit_json, text_stream
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "gemm-fit", help="fit a GPU profile's GEMM terms to a DeepBench-style table",
+        description="Read a DeepBench-style GEMM table (CSV with M, N, K, time_ms; optional batch), fit the "
+                    "five GEMM terms of the compute model (docs/compute.md) by robust least squares on "
+                    "log(time), and print the `gemm.<dtype>` entry for a profile's `compute:` section with "
+                    "the error on rows each fit never saw (even/odd 2-fold).")
+    p.add_argument("csv", type=Path, help="GEMM table, e.g. ../shared/data/deepbench-v100/gemm_fp16_tensorcore.csv")
+    p.add_argument("--gpu", required=True, help="GPU profile (hwprofiles/gpus/) the table was measured on")
+    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
+                   help="operand type of the table (default fp16)")
+    add_json_option(p, "the values and held-out errors")
+    add_profile_options(p, profile=False)
+    p.set_defaults(func=run_command)
+
+
+def fit_table(csv: Path, gpu: str, dtype: str, folders: list[str] | None = None):
+    """Fit `csv` on GPU profile `gpu` in `dtype` (found in the user `folders`, $ZSIM_PROFILE_PATH, then
+    the built-in profiles); returns a GemmFit. Raises ZsimError/ConfigError."""
+    from zsim.calibrate.gemm_fit import GemmHardware, fit, read_gemm_csv
+    from zsim.config.hardware import GpuFile, compute_terms, load_profile
+    from zsim.config.profiles import Profiles
+    from zsim.errors import ZsimError
+
+    spec: GpuFile = load_profile(Profiles.from_environment(folders or []), "gpu", gpu, GpuFile)  # type: ignore[assignment]
+    peak = {"fp16": spec.peak_fp16_tflops, "bf16": spec.peak_bf16_tflops, "fp32": spec.peak_fp32_tflops}[dtype]
+    if peak is None:
+        raise ZsimError(f"GPU profile '{gpu}' has no {dtype} peak")
+    terms = compute_terms(spec.compute)
+    hw = GemmHardware(sms=terms.sms, tiles=terms.tiles, peak_flops=peak * 1e12, hbm_bytes_per_s=spec.hbm_GBps * 1e9,
+                      elem_bytes=4 if dtype == "fp32" else 2)
+    return fit(read_gemm_csv(csv), hw)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from zsim.calibrate.gemm_fit import profile_yaml
+
+    result = fit_table(args.csv, args.gpu, args.dtype, args.profiles)
+    summary = result.summary()
+    out = text_stream(args)
+    print("compute:\n  gemm:", file=out)
+    print(profile_yaml(args.dtype, result.values), file=out)
+    print(f"# {summary['rows']} rows; error on rows each fit did not see (even/odd 2-fold): median "
+          f"{summary['heldout_median']:.1%}, p90 {summary['heldout_p90']:.1%}, max {summary['heldout_max']:.1%}; "
+          f"in sample median {summary['insample_median']:.1%}", file=out)
+    emit_json(args, {"dtype": args.dtype, "values": result.values, "summary": summary}, indent=1)
+    return 0

@@ -1,0 +1,299 @@
+"""The kernels one MP rank launches per module and pass, as Megatron-LM of 2019/2020 (the code the ZeRO
+paper ran: DeepSpeedExamples/Megatron-LM, megatron-lm mpu/transformer.py GPT2ParallelTransformerLayer,
+mpu/layers.py, mpu/cross_entropy.py, model/gpt2_modeling.py) and DeepSpeed's fp16 optimizer launched
+them. Shapes are per MP rank t; tokens T = s·b. Element bytes e: 2 for fp16/bf16, 4 for fp32.
+
+GEMMs carry (M, N, K, batch); memory-bound kernels carry the bytes they read and write. What Megatron
+did then, and these lists follow:
+  - F.linear on a 3-D input is a matmul plus a separate bias add (PyTorch 1.x functional.linear);
+    row-parallel layers add their bias after the MP all-reduce (mpu/layers.py RowParallelLinear).
+  - attention: Q, K, V are permuted views; torch.matmul copies them contiguous; scores
+    (b·a/t batches of s×s×hn), scale, mask as `scores·mask − 10000·(1 − mask)`, softmax, dropout,
+    context (b·a/t batches of s×hn×s), a contiguous copy of the permuted context, output projection.
+  - GeLU is one TorchScript-fused kernel (gelu_impl, @torch.jit.script); dropouts write a 1-byte mask;
+    residual adds and layer norms (apex FusedLayerNorm: one kernel forward, two backward).
+  - the head: logits against the tied word embedding, `.float()`, vocab-parallel cross-entropy
+    (max, subtract, exp, sum, divide; mpu/cross_entropy.py).
+  - backward: two GEMMs per GEMM (input and weight gradient), a reduction per bias, the backward of
+    every elementwise kernel, and an add where autograd sums the two gradients of a residual branch.
+Shape fields beyond the 2020 GPT (ffn_hidden, gated_mlp, kv_heads, linear_bias, qkv_bias, position)
+follow the model-shape contract (COORDINATION.md) with today's defaults; tied_head and norm change no
+kernel (an untied head has the same GEMMs; an RMSNorm is priced as one fused norm kernel).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One kernel (or `count` identical ones). GEMMs: m, n, k, batch; others: `bytes` moved each."""
+
+    name: str
+    kind: str  # 'gemm', 'mem' (elementwise) or 'reduce' (a reduction: sum, max, norm)
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    bytes: float = 0.0
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch * self.count if self.kind == "gemm" else 0.0
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class KernelList:
+    """The kernels of one module and pass, in launch order. Compared and hashed by identity (lists
+    are built once per shape and pass and shared by every op that runs them)."""
+
+    key: str
+    kernels: tuple[Kernel, ...] = field(default=())
+
+    @property
+    def launches(self) -> int:
+        return sum(k.count for k in self.kernels)
+
+    @property
+    def flops(self) -> float:
+        return sum(k.flops for k in self.kernels)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The transformer shape on one MP rank, as the kernel lists need it."""
+
+    s: int  # sequence length
+    b: int  # micro-batch
+    h: int  # hidden
+    a: int  # attention heads
+    t: int  # MP degree
+    v: int  # padded vocabulary
+    ffn: int  # MLP hidden
+    kv_heads: int
+    gated: bool
+    linear_bias: bool
+    qkv_bias: bool
+    e: int  # activation element bytes
+    rotary: bool = False  # rotary position embedding on Q and K instead of a learned table
+
+    @staticmethod
+    def of(model, mp: int, padded_vocab: int, dtype: str) -> "Shape":
+        """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT)."""
+        h = model.hidden
+        linear_bias = getattr(model, "linear_bias", True)
+        qkv_bias = getattr(model, "qkv_bias", None)
+        return Shape(s=model.seq_len, b=model.micro_batch, h=h, a=model.heads, t=mp, v=padded_vocab,
+                     ffn=getattr(model, "ffn_hidden", None) or 4 * h,
+                     kv_heads=getattr(model, "kv_heads", None) or model.heads,
+                     gated=bool(getattr(model, "gated_mlp", False)), linear_bias=bool(linear_bias),
+                     qkv_bias=bool(linear_bias if qkv_bias is None else qkv_bias),
+                     e=4 if dtype == "fp32" else 2, rotary=getattr(model, "position", "learned") == "rotary")
+
+
+def _gemm(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
+    return Kernel(name, "gemm", m=m, n=n, k=k, batch=batch)
+
+
+def _mem(name: str, nbytes: float, count: int = 1) -> Kernel:
+    return Kernel(name, "mem", bytes=nbytes, count=count)
+
+
+def _red(name: str, nbytes: float, count: int = 1) -> Kernel:
+    """A reduction kernel (PyTorch reduce_kernel: sum, max, norm): memory-bound, its own fixed time."""
+    return Kernel(name, "reduce", bytes=nbytes, count=count)
+
+
+def _linear_fwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: int) -> list[Kernel]:
+    """F.linear on (T, k_in) → (T, n_out): matmul, then the bias add (reads and writes T·n_out)."""
+    out = [_gemm(name, tokens, n_out, k_in)]
+    if bias:
+        out.append(_mem(f"{name}.bias", 2 * e * tokens * n_out))
+    return out
+
+
+def _linear_bwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: int) -> list[Kernel]:
+    """Input gradient (T×k_in×n_out), weight gradient (n_out×k_in×T), bias gradient (a sum over T)."""
+    out = [_gemm(f"{name}.dgrad", tokens, k_in, n_out), _gemm(f"{name}.wgrad", n_out, k_in, tokens)]
+    if bias:
+        out.append(_red(f"{name}.bias_grad", e * tokens * n_out))
+    return out
+
+
+def _block_dims(x: Shape) -> tuple[int, int, int, int, int, int]:
+    """T, hn (head dim), heads per rank, QKV width per rank, MLP width per rank, score elements."""
+    tokens = x.s * x.b
+    hn = x.h // x.a
+    heads = max(1, x.a // x.t)
+    kv = max(1, x.kv_heads // x.t)  # GQA/MQA: K/V heads are replicated when fewer than t
+    qkv = heads * hn + 2 * kv * hn
+    ffn = x.ffn // x.t
+    scores = x.b * heads * x.s * x.s
+    return tokens, hn, heads, qkv, ffn, scores
+
+
+def block_forward(x: Shape) -> tuple[Kernel, ...]:
+    """One transformer block's forward on one MP rank (also its recompute under checkpointing)."""
+    T, hn, heads, qkv, ffn, S = _block_dims(x)
+    e, h = x.e, x.h
+    th = T * h
+    ks: list[Kernel] = [_mem("input_layernorm", 2 * e * th)]
+    ks += _linear_fwd("qkv", T, qkv, h, x.qkv_bias, e)
+    ks.append(_mem("qkv.contiguous", 2 * e * T * qkv, count=3))  # Q, K, V permuted copies for matmul
+    if x.rotary:  # rotate Q and K (cos/sin tables read once): read and write both
+        ks.append(_mem("attention.rotary", 2 * e * T * (qkv - (qkv - heads * hn) // 2), count=2))
+    ks.append(_gemm("attention.scores", x.s, x.s, hn, x.b * heads))
+    ks.append(_mem("attention.scale", 2 * e * S))
+    ks.append(_mem("attention.mask_const", 2 * e * x.s * x.s, count=2))  # 1 − mask, 10000·(…)
+    ks.append(_mem("attention.mask", 4 * e * S, count=2))  # scores·mask, − 10000(1 − mask)
+    ks.append(_mem("attention.softmax", 2 * e * S))
+    ks.append(_mem("attention.dropout", (2 * e + 1) * S))
+    ks.append(_gemm("attention.context", x.s, hn, x.s, x.b * heads))
+    ks.append(_mem("attention.context.contiguous", 2 * e * T * heads * hn))
+    ks.append(_gemm("attention.dense", T, h, heads * hn))
+    ks += _residual_tail("attention", th, x.linear_bias, e)
+    ks.append(_mem("post_attention_layernorm", 2 * e * th))
+    width = 2 * ffn if x.gated else ffn
+    ks += _linear_fwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
+    ks.append(_mem("mlp.swiglu" if x.gated else "mlp.gelu", (3 if x.gated else 2) * e * T * ffn))
+    ks.append(_gemm("mlp.4h_to_h", T, h, ffn))
+    ks += _residual_tail("mlp", th, x.linear_bias, e)
+    return tuple(ks)
+
+
+def _residual_tail(name: str, th: int, bias: bool, e: int) -> list[Kernel]:
+    """After a row-parallel GEMM and its all-reduce: bias add, dropout (1-byte mask), residual add."""
+    ks = [_mem(f"{name}.bias", 2 * e * th)] if bias else []
+    return ks + [_mem(f"{name}.dropout", (2 * e + 1) * th), _mem(f"{name}.residual", 3 * e * th)]
+
+
+def block_backward(x: Shape) -> tuple[Kernel, ...]:
+    """One block's backward on one MP rank, in the order autograd runs it."""
+    T, hn, heads, qkv, ffn, S = _block_dims(x)
+    e, h = x.e, x.h
+    th = T * h
+    ks: list[Kernel] = [_mem("mlp.residual_grad_sum", 3 * e * th), _mem("mlp.dropout.bwd", (2 * e + 1) * th)]
+    if x.linear_bias:
+        ks.append(_red("mlp.bias_grad", e * th))
+    ks += [_gemm("mlp.4h_to_h.dgrad", T, ffn, h), _gemm("mlp.4h_to_h.wgrad", h, ffn, T)]
+    ks.append(_mem("mlp.swiglu.bwd" if x.gated else "mlp.gelu.bwd", (5 if x.gated else 3) * e * T * ffn))
+    width = 2 * ffn if x.gated else ffn
+    ks += _linear_bwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
+    ks.append(_mem("post_attention_layernorm.bwd", 5 * e * th, count=2))
+    ks += [_mem("attention.residual_grad_sum", 3 * e * th), _mem("attention.dropout.bwd", (2 * e + 1) * th)]
+    if x.linear_bias:
+        ks.append(_red("attention.bias_grad", e * th))
+    ks += [_gemm("attention.dense.dgrad", T, heads * hn, h), _gemm("attention.dense.wgrad", h, heads * hn, T)]
+    ks.append(_mem("attention.context.contiguous.bwd", 2 * e * T * heads * hn))
+    ks += [_gemm("attention.context.dgrad_probs", x.s, x.s, hn, x.b * heads),
+           _gemm("attention.context.dgrad_value", x.s, hn, x.s, x.b * heads)]
+    ks.append(_mem("attention.dropout.bwd", (2 * e + 1) * S))
+    ks.append(_mem("attention.softmax.bwd", 3 * e * S))
+    ks.append(_mem("attention.mask.bwd", 2 * e * S))
+    ks.append(_mem("attention.scale.bwd", 2 * e * S))
+    ks += [_gemm("attention.scores.dgrad_q", x.s, hn, x.s, x.b * heads),
+           _gemm("attention.scores.dgrad_k", x.s, hn, x.s, x.b * heads)]
+    if x.rotary:
+        ks.append(_mem("attention.rotary.bwd", 2 * e * T * (qkv - (qkv - heads * hn) // 2), count=2))
+    ks.append(_mem("qkv.contiguous.bwd", 2 * e * T * qkv, count=3))
+    ks.append(_mem("qkv.split.bwd", 2 * e * T * qkv))  # the three gradients gathered into one
+    ks += _linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
+    ks.append(_mem("input_layernorm.bwd", 5 * e * th, count=2))
+    return tuple(ks)
+
+
+def embed_forward(x: Shape) -> tuple[Kernel, ...]:
+    """Vocab-parallel word embedding (mask ids outside this rank's range, gather, zero the masked
+    rows), position embedding, their sum, dropout (mpu/layers.py VocabParallelEmbedding)."""
+    T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
+    ks = [_mem("embed.mask_ids", 8 * 4 * T, count=4), _mem("embed.word", 2 * e * th), _mem("embed.zero_masked", 2 * e * th)]
+    if not x.rotary:  # a learned position table: gather and add
+        ks += [_mem("embed.position", 2 * e * th), _mem("embed.add", 3 * e * th)]
+    return tuple(ks + [_mem("embed.dropout", (2 * e + 1) * th)])
+
+
+def embed_backward(x: Shape) -> tuple[Kernel, ...]:
+    """Dropout backward, and the dense embedding gradients: zero the (V/t)×h and s×h tables, then
+    scatter-add the T·h token gradients into them (embedding_dense_backward)."""
+    th, e = x.s * x.b * x.h, x.e
+    ks = [_mem("embed.dropout.bwd", (2 * e + 1) * th), _mem("embed.mask.bwd", 2 * e * th),
+          _mem("embed.word.zero_grad", e * x.v // x.t * x.h), _mem("embed.word.scatter_add", 3 * e * th)]
+    if not x.rotary:
+        ks += [_mem("embed.position.zero_grad", e * x.s * x.h), _mem("embed.position.scatter_add", 3 * e * th)]
+    return tuple(ks)
+
+
+def head_forward(x: Shape) -> tuple[Kernel, ...]:
+    """Final layer norm, logits against the tied word embedding (T×V/t×h), then in fp32 the
+    vocab-parallel cross-entropy: cast, max, subtract, exp, sum, divide (mpu/cross_entropy.py)."""
+    T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
+    tv = T * x.v // x.t
+    ks = [_mem("final_layernorm", 2 * e * th), _gemm("logits", T, x.v // x.t, x.h)]
+    if e != 4:
+        ks.append(_mem("logits.float", 6 * tv))
+    return tuple(ks + [_red("cross_entropy.max", 4 * tv), _mem("cross_entropy.sub", 8 * tv),
+                       _mem("cross_entropy.exp", 8 * tv), _red("cross_entropy.sum", 4 * tv),
+                       _mem("cross_entropy.div", 8 * tv), _mem("cross_entropy.targets", 4 * 4 * T, count=6)])
+
+
+def head_backward(x: Shape) -> tuple[Kernel, ...]:
+    """Cross-entropy backward (softmax − one-hot, times the loss gradient), the cast back, the logits
+    GEMM's input and weight gradients, the final layer norm's backward."""
+    T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
+    tv = T * x.v // x.t
+    ks = [_mem("cross_entropy.bwd.targets", 4 * 4 * T, count=2), _mem("cross_entropy.bwd.scale", 8 * tv)]
+    if e != 4:
+        ks.append(_mem("logits.float.bwd", 6 * tv))
+    return tuple(ks + [_gemm("logits.dgrad", T, x.h, x.v // x.t), _gemm("logits.wgrad", x.v // x.t, x.h, T),
+                       _mem("final_layernorm.bwd", 5 * e * th, count=2)])
+
+
+_BUILDERS = {("block", "fwd"): block_forward, ("block", "bwd"): block_backward,
+             ("embed", "fwd"): embed_forward, ("embed", "bwd"): embed_backward,
+             ("head", "fwd"): head_forward, ("head", "bwd"): head_backward}
+
+
+@functools.lru_cache(maxsize=256)
+def module_kernels(kind: str, phase: str, shape: Shape) -> KernelList:
+    """The kernels of module `kind` ('embed', 'block', 'head') in `phase` ('fwd', 'recompute', 'bwd');
+    a recompute launches its forward's kernels again (Megatron-LM CheckpointFunction). Built once per
+    (kind, phase, shape) and shared."""
+    if phase == "recompute":
+        return module_kernels(kind, "fwd", shape)
+    return KernelList(f"{kind}.{phase}", _BUILDERS[(kind, phase)](shape))
+
+
+# Multi-tensor apply processes 65,536-element chunks, up to 320 per launch (apex csrc/multi_tensor_apply.cuh:
+# depth_to_max_blocks, chunk_size 2048·32): one launch per 20,971,520 elements.
+_MTA_ELEMENTS = 65536 * 320
+
+
+@functools.lru_cache(maxsize=64)
+def optimizer_kernels(elements: int, tensors: int, dtype: str) -> dict[str, KernelList]:
+    """The optimizer step's kernels over this rank's partition of `elements` in `tensors` pieces, as
+    DeepSpeed's ZeRO optimizer of 2020 ran them (deepspeed/pt/deepspeed_zero_optimizer.py, step()):
+      overflow: per gradient tensor `float(x.float().sum())` (_has_inf_or_nan): a cast (2 B read,
+          4 B written) and a sum (4 B read) per element, a host sync per tensor (mixed precision only);
+      norm: per tensor `g.data.double().norm(2)` and `.item()` (get_grad_norm_direct): 2 B read, 8 B
+          written, 8 B read per element (fp32 training: 4 + 8 + 8);
+      adam: the fp16 partition flattened and cast to fp32 (2 + 2, 2 + 4 B), unscale and clip
+          (`mul_`, 4 + 4 B), fused Adam (apex FusedAdam: reads fp32 master, m, v, gradient, writes
+          master, m, v: 28 B per element, Kingma & Ba 2015 Alg. 1), the fp32 → fp16 copy (4 + 2 B).
+    Returns {'overflow', 'norm', 'adam'}; 'overflow' is empty for fp32 training."""
+    n, pieces = elements, max(1, tensors)
+    mixed = dtype != "fp32"
+    launches = max(1, math.ceil(n / _MTA_ELEMENTS))
+    overflow = (_mem("overflow.cast", 6 * n, count=pieces), _red("overflow.sum", 4 * n, count=pieces)) if mixed else ()
+    norm = (_mem("grad_norm.to_double", (10 if mixed else 12) * n, count=pieces), _red("grad_norm.norm", 8 * n, count=pieces))
+    adam: tuple[Kernel, ...] = ()
+    if mixed:
+        adam += (_mem("grads.flatten", 4 * n), _mem("grads.to_fp32", 6 * n))
+    adam += (_mem("grads.unscale_clip", 8 * n), _mem("fused_adam", 28 * n, count=launches))
+    if mixed:
+        adam += (_mem("params.to_fp16", 6 * n),)
+    return {"overflow": KernelList("optimizer.overflow", overflow), "norm": KernelList("optimizer.norm", norm),
+            "adam": KernelList("optimizer.adam", adam)}

@@ -1,0 +1,38 @@
+"""The price of a kernel list on one GPU: each GEMM by the tile model (zsim.compute.gemm), each
+memory-bound kernel at its bytes over the achieved HBM bandwidth plus a fixed per-kernel time, and a
+host bound: the framework issues one op every `host_op_s`, so a list of small kernels waits for the
+host. The list takes max(GPU time, host time): the two work as a pipeline (the host runs ahead while
+the GPU is busy), so the slower one sets the pace (docs/compute.md, "Overheads")."""
+
+from __future__ import annotations
+
+from zsim.compute.gemm import gemm_seconds
+from zsim.compute.kernels import Kernel, KernelList
+from zsim.compute.terms import ComputeTerms
+
+
+def kernel_seconds(k: Kernel, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float, dtype: str,
+                   elem_bytes: int) -> float:
+    """GPU seconds of kernel `k` (all `k.count` launches)."""
+    if k.kind == "gemm":
+        g = terms.gemm_terms(dtype)
+        return k.count * gemm_seconds(k.m, k.n, k.k, k.batch, elem_bytes, g, terms.sms, terms.tiles, peak_flops,
+                                      hbm_bytes_per_s)
+    fixed = terms.reduce_kernel_s if k.kind == "reduce" and terms.reduce_kernel_s is not None else terms.kernel_s
+    return k.count * fixed + k.bytes / (hbm_bytes_per_s * terms.hbm_efficiency)
+
+
+def list_seconds(kl: KernelList, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float,
+                 dtype: str) -> float:
+    """Seconds the compute stream spends on kernel list `kl`: max(Σ GPU time, launches × host_op_s)."""
+    elem_bytes = 4 if dtype == "fp32" else 2
+    gpu = sum(kernel_seconds(k, terms, peak_flops, hbm_bytes_per_s, dtype, elem_bytes) for k in kl.kernels)
+    return max(gpu, kl.launches * terms.host_op_s)
+
+
+def breakdown(kl: KernelList, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float,
+              dtype: str) -> list[tuple[str, float, float]]:
+    """(kernel name, GPU seconds, FLOPs) per kernel of `kl`, for reports and docs."""
+    elem_bytes = 4 if dtype == "fp32" else 2
+    return [(k.name, kernel_seconds(k, terms, peak_flops, hbm_bytes_per_s, dtype, elem_bytes), k.flops)
+            for k in kl.kernels]

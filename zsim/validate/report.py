@@ -1,0 +1,104 @@
+"""What a validation suite reports: points (simulated against published, error, pass/fail against a
+tolerance) and checks (a claim that holds or not), printed as a table or written as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One simulated number against its published value.
+
+    Attributes:
+        group: the figure or table ('Figure 2', 'Table 1', ...).
+        name: the point within it.
+        simulated, published: values in `unit`; `simulated` is None when the run could not give one.
+        tolerance: the largest |simulated/published − 1| that passes (relative), or, when `absolute`,
+            the largest |simulated − published| (for numbers printed to a fixed precision).
+        fits: whether the simulated run fits in GPU memory (None: not a simulated run).
+        note: what the comparison means (conventions, sources).
+    """
+
+    group: str
+    name: str
+    simulated: float | None
+    published: float
+    unit: str
+    tolerance: float
+    absolute: bool = False
+    fits: bool | None = None
+    note: str = ""
+
+    @property
+    def error(self) -> float | None:
+        """Relative error (simulated/published − 1), None without a simulated value."""
+        if self.simulated is None:
+            return None
+        return self.simulated / self.published - 1 if self.published else None
+
+    @property
+    def passed(self) -> bool:
+        if self.simulated is None or self.fits is False:
+            return False
+        if self.absolute:
+            return abs(self.simulated - self.published) <= self.tolerance
+        return abs(self.error) <= self.tolerance
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """A claim about several points (an order, a trend, a ratio) and whether the simulation bears it out."""
+
+    group: str
+    claim: str
+    passed: bool
+    detail: str
+
+
+@dataclass
+class Report:
+    """A suite's points and checks."""
+
+    suite: str
+    points: list[Point] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(p.passed for p in self.points) and all(c.passed for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        points = [{**asdict(p), "error": p.error, "passed": p.passed} for p in self.points]
+        return {"suite": self.suite, "passed": self.passed, "points": points,
+                "checks": [asdict(c) for c in self.checks], "notes": self.notes}
+
+    def table(self) -> str:
+        """The report as fixed-width text (what `zsim validate` prints)."""
+        lines = [f"zsim validate {self.suite}"]
+        group = None
+        for p in self.points:
+            if p.group != group:
+                group = p.group
+                lines.append(f"\n{group}")
+                lines.append(f"  {'point':<34} {'simulated':>10} {'published':>10} {'unit':<9} {'error':>8} "
+                             f"{'fits':>5} {'tolerance':>10}  result")
+            sim = "—" if p.simulated is None else f"{p.simulated:,.4g}"
+            err = "—" if p.error is None else f"{p.error:+.1%}"
+            fits = "" if p.fits is None else ("yes" if p.fits else "OOM")
+            tol = f"±{p.tolerance:g}" if p.absolute else f"±{p.tolerance:.0%}"
+            lines.append(f"  {p.name:<34} {sim:>10} {p.published:>10,.4g} {p.unit:<9} {err:>8} {fits:>5} {tol:>10}  "
+                         f"{'pass' if p.passed else 'FAIL'}")
+        if self.checks:
+            lines.append("\nChecks")
+            for c in self.checks:
+                lines.append(f"  [{'pass' if c.passed else 'FAIL'}] {c.group}: {c.claim}")
+                lines += [f"         {part}" for part in c.detail.split("; ")]
+        for n in self.notes:
+            lines.append(f"\nnote: {n}")
+        failed = sum(not p.passed for p in self.points) + sum(not c.passed for c in self.checks)
+        total = len(self.points) + len(self.checks)
+        lines.append(f"\n{total - failed} of {total} pass" + ("" if not failed else f"; {failed} FAIL"))
+        return "\n".join(lines)
