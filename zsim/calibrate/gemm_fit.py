@@ -81,24 +81,31 @@ class GemmFit:
 def read_gemm_csv(path: Path) -> list[GemmRow]:
     """Rows of a DeepBench-style CSV. Raises ZsimError naming the file, row and column when a value is
     missing or not a positive number."""
+    import io
+
+    from zsim.config.yamlfile import read_text
+
+    text = read_text(Path(path), what="GEMM table (CSV)", max_bytes=64 << 20)  # decodes or fails with a message
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            missing = {"M", "N", "K", "time_ms"} - set(reader.fieldnames or ())
-            if missing:
-                raise ZsimError(f"{path}: missing column(s) {', '.join(sorted(missing))} (need M, N, K, time_ms)")
-            rows = []
-            for i, r in enumerate(reader, start=2):
-                try:
-                    row = GemmRow(int(r["M"]), int(r["N"]), int(r["K"]), int(r.get("batch") or 1),
-                                  float(r["time_ms"]) * 1e-3)
-                except (TypeError, ValueError) as exc:
-                    raise ZsimError(f"{path}: line {i}: {exc}") from None
-                if min(row.m, row.n, row.k, row.batch) <= 0 or row.seconds <= 0:
-                    raise ZsimError(f"{path}: line {i}: M, N, K, batch and time_ms must be > 0")
-                rows.append(row)
-    except OSError as exc:
-        raise ZsimError(f"{path}: {exc.strerror or exc}") from None
+        missing = {"M", "N", "K", "time_ms"} - set(reader.fieldnames or ())
+    except csv.Error as exc:
+        raise ZsimError(f"{path}: not a CSV table: {exc}") from None
+    if missing:
+        raise ZsimError(f"{path}: missing column(s) {', '.join(sorted(missing))} (need M, N, K, time_ms)")
+    rows = []
+    try:
+        for i, r in enumerate(reader, start=2):
+            try:
+                row = GemmRow(int(r["M"]), int(r["N"]), int(r["K"]), int(r.get("batch") or 1),
+                              float(r["time_ms"]) * 1e-3)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise ZsimError(f"{path}: line {i}: {str(exc)[:120]}") from None
+            if min(row.m, row.n, row.k, row.batch) <= 0 or not (0 < row.seconds < math.inf):
+                raise ZsimError(f"{path}: line {i}: M, N, K, batch and time_ms must be finite and > 0")
+            rows.append(row)
+    except csv.Error as exc:
+        raise ZsimError(f"{path}: not a CSV table: {exc}") from None
     if len(rows) < 2 * len(PARAMS):
         raise ZsimError(f"{path}: {len(rows)} rows; a fit of {len(PARAMS)} terms needs at least {2 * len(PARAMS)}")
     return rows
