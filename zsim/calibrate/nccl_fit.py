@@ -28,8 +28,7 @@ _PARAMS = (
     *((f"latency_us.{p}", 10.0, 0.0, 500.0) for p in PROTOCOLS),
     *((f"step_latency_us.{p}", 1.0, 0.0, 50.0) for p in PROTOCOLS),
     ("unaligned_copy_GBps", 60.0, 1.0, 1000.0),
-    ("unaligned_reduce_GBps.8", 50.0, 1.0, 1000.0),
-    ("unaligned_reduce_GBps.4", 40.0, 1.0, 1000.0),
+    ("unaligned_reduce_GBps", 40.0, 1.0, 1000.0),
 )
 
 
@@ -49,7 +48,7 @@ def kernel_from(values: dict[str, float]) -> NcclKernel:
         step_latency_s={p: values[f"step_latency_us.{p}"] * 1e-6 for p in PROTOCOLS},
         launch_s=values["launch_us"] * 1e-6,
         unaligned_copy_Bps=values["unaligned_copy_GBps"] * 1e9,
-        unaligned_reduce_Bps={8: values["unaligned_reduce_GBps.8"] * 1e9, 4: values["unaligned_reduce_GBps.4"] * 1e9},
+        unaligned_reduce_Bps=values["unaligned_reduce_GBps"] * 1e9,
     )
 
 

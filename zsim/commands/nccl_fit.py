@@ -36,7 +36,7 @@ def profile_yaml(values: dict[str, float]) -> str:
         f"  latency_us: {group('latency_us')}",
         f"  step_latency_us: {group('step_latency_us')}",
         f"  unaligned_copy_GBps: {values['unaligned_copy_GBps']:.3f}",
-        f"  unaligned_reduce_GBps: {group('unaligned_reduce_GBps')}",
+        f"  unaligned_reduce_GBps: {values['unaligned_reduce_GBps']:.3f}",
     ])
 
 

@@ -81,7 +81,7 @@ class NcclSection(_Profile):
     latency_us: dict[Literal["LL", "LL128", "Simple"], float]
     step_latency_us: dict[Literal["LL", "LL128", "Simple"], float]
     unaligned_copy_GBps: float = Field(gt=0)
-    unaligned_reduce_GBps: dict[int, float]
+    unaligned_reduce_GBps: float = Field(gt=0)
 
 
 class SystemFile(_Profile):
@@ -203,6 +203,6 @@ def load_cluster(profile: str, nodes: int) -> Cluster:
             step_latency_s={k: v * 1e-6 for k, v in system.nccl.step_latency_us.items()},
             launch_s=system.nccl.launch_us * 1e-6,
             unaligned_copy_Bps=system.nccl.unaligned_copy_GBps * GB,
-            unaligned_reduce_Bps={k: v * GB for k, v in system.nccl.unaligned_reduce_GBps.items()},
+            unaligned_reduce_Bps=system.nccl.unaligned_reduce_GBps * GB,
         ),
     )
