@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,6 +92,7 @@ class SystemFile(_Profile):
     inter_node: InterNodeSection
     offload_link: str
     nccl: NcclSection
+    provenance: dict[str, Any] | None = None  # written by `zsim calibrate`: inputs, date, residuals
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,11 @@ def load_cluster(profile: str, nodes: int) -> Cluster:
     Raises:
         ConfigError: a profile file is missing or invalid.
     """
-    system: SystemFile = _load("", profile, SystemFile)  # type: ignore[assignment]
+    explicit = Path(profile)
+    if profile.endswith((".yaml", ".yml")) and explicit.is_file():  # a file the user named (zsim calibrate -o)
+        system: SystemFile = validate(SystemFile, read_yaml_mapping(explicit), str(explicit))  # type: ignore[assignment]
+    else:
+        system = _load("", profile, SystemFile)  # type: ignore[assignment]
     gpu: GpuFile = _load("gpus", system.gpu, GpuFile)  # type: ignore[assignment]
     net: NetworkFile = _load("networks", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
     link: LinkFile = _load("links", system.offload_link, LinkFile)  # type: ignore[assignment]

@@ -1,0 +1,79 @@
+"""Writing a calibrated profile: the base profile with its fitted sections replaced, and a
+`provenance` block (inputs, date, fitted and kept terms, residuals) that says where every number
+came from. The result is a normal profile: `zsim run --profile OUT.yaml` loads it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from zsim import __version__
+from zsim.config.hardware import profiles_root
+from zsim.config.yamlfile import read_yaml_mapping
+from zsim.errors import ConfigError
+from zsim.fabric.nccl import PROTOCOLS
+
+
+def base_file(profile: str) -> Path:
+    """The YAML file of a system profile given by name or by path.
+
+    Raises:
+        ConfigError: no such profile.
+    """
+    explicit = Path(profile)
+    if profile.endswith((".yaml", ".yml")) and explicit.is_file():
+        return explicit
+    path = profiles_root() / f"{profile}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"no system profile '{profile}' in {profiles_root()}")
+    return path
+
+
+def nccl_section(values: dict[str, float]) -> dict[str, Any]:
+    """The `nccl:` mapping of a system profile from fitted values (profile units, 4 significant digits)."""
+    r = lambda v: float(f"{v:.4g}")  # noqa: E731
+    return {
+        "launch_us": r(values["launch_us"]),
+        "efficiency": {p: r(values[f"efficiency.{p}"]) for p in PROTOCOLS},
+        "latency_us": {p: r(values[f"latency_us.{p}"]) for p in PROTOCOLS},
+        "step_latency_us": {p: r(values[f"step_latency_us.{p}"]) for p in PROTOCOLS},
+        "unaligned_copy_GBps": r(values["unaligned_copy_GBps"]),
+        "unaligned_reduce_GBps": r(values["unaligned_reduce_GBps"]),
+    }
+
+
+def provenance(base: str, sources: list[dict[str, Any]], sections: dict[str, Any]) -> dict[str, Any]:
+    """The provenance block: tool, version, UTC date, base profile, inputs, and per fitted section
+    what was fitted, kept and how well it fits."""
+    return {"tool": "zsim calibrate", "zsim": __version__,
+            "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+            "base": base, "inputs": sources, **sections}
+
+
+def write_profile(base: str, replace: dict[str, Any], prov: dict[str, Any], out: Path) -> Path:
+    """Write the base profile with `replace`d top-level sections and `provenance` to `out`
+    atomically (temporary name, then rename).
+
+    Raises:
+        ConfigError: the base cannot be read or the output cannot be written.
+    """
+    data = read_yaml_mapping(base_file(base))
+    data.pop("provenance", None)
+    data.update(replace)
+    data["provenance"] = prov
+    header = (f"# Calibrated by `zsim calibrate` from profile '{base}' on {prov['date']}.\n"
+              "# Fitted sections replace the base's; `provenance` lists the inputs, the fitted and kept terms\n"
+              "# and the residuals. Load it with --profile " + str(out) + "\n")
+    text = header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=110)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the profile: {exc.strerror}", source=str(out)) from None
+    return out

@@ -1,0 +1,99 @@
+"""`zsim calibrate INPUT... --profile BASE -o PROFILE.yaml`: fit a hardware profile's terms to
+measurements (runtime traces, Kineto traces, nccl-tests tables, GEMM tables) and write it, with
+provenance, or refuse (exit 2) when the data cannot determine what would be written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from zsim.calibrate.collectives import CalibrationError
+from zsim.errors import EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="fit a hardware profile to traces and benchmark tables",
+        description="Read measurements, fit the collective model (per collective and group size) and the compute "
+                    "model of a base profile, and write a calibrated profile with provenance (inputs, date, "
+                    "fitted and kept terms, residuals). Inputs: runtime trace folders (rank<R>.trace.json), "
+                    "PyTorch profiler (Kineto) traces, nccl-tests tables (<collective>.txt), GEMM tables (.csv). "
+                    "Exit 2, writing nothing, when the data cannot determine a term (docs/calibrate.md).")
+    p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="files or folders of measurements")
+    p.add_argument("--profile", "--hw", dest="profile", required=True,
+                   help="base profile: a name (dgx2, dgx1, ...) or a .yaml file; unfitted terms come from it")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="PROFILE.yaml", help="the profile to write")
+    p.add_argument("--json", metavar="PATH", help="also write the fit report as JSON to PATH ('-' for stdout)")
+    p.add_argument("--residuals", action="store_true", help="print every sample's residual")
+    p.add_argument("--allow-missing-ranks", action="store_true",
+                   help="accept Kineto traces of some ranks only (their collective times then include waiting)")
+    p.set_defaults(func=run_command)
+
+
+def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_ranks: bool = False) -> dict[str, Any]:
+    """Fit, write `output`, and return the report (what `--json` prints).
+
+    Raises:
+        ConfigError: an input or the base profile is invalid.
+        CalibrationError: the data cannot determine the model (nothing is written).
+    """
+    from zsim.calibrate.collectives import CalibrationError, calibrate_nccl
+    from zsim.calibrate.profile_writer import nccl_section, provenance, write_profile
+    from zsim.config.hardware import load_cluster
+    from zsim.trace.inputs import read_inputs
+
+    data = read_inputs(inputs, allow_missing_ranks)
+    cluster = load_cluster(profile, 1)
+    replace: dict[str, Any] = {}
+    sections: dict[str, Any] = {}
+    report: dict[str, Any] = {"profile": str(output), "base": profile, "inputs": data.sources}
+    if data.collectives:
+        fit = calibrate_nccl(cluster, data.collectives, profile)
+        replace["nccl"] = nccl_section(fit.values)
+        sections["collectives"] = {"model": "nccl", "fitted": list(fit.fitted), "kept_from_base": list(fit.kept),
+                                   "at_zero": list(fit.at_zero), "residuals": fit.summary()}
+        report["collectives"] = {**sections["collectives"], "values": fit.values,
+                                 "samples": [{"op": r.fn, "bytes": r.size, "group": r.group, "source": r.source,
+                                              "measured_busbw": r.measured_busbw, "simulated_busbw": r.simulated_busbw,
+                                              "error": r.error, "algorithm": r.algorithm} for r in fit.residuals]}
+    if data.compute:
+        raise CalibrationError(f"{len(data.compute)} compute samples ({', '.join(sorted({c.kind for c in data.compute}))}) "
+                               "but this build has no compute fit yet (the kernel-level compute model of issue 9); "
+                               "calibrate collectives only")
+    if not replace:
+        raise CalibrationError("the inputs hold nothing to fit")
+    write_profile(profile, replace, provenance(profile, data.sources, sections), output)
+    return report
+
+
+def run_command(args: argparse.Namespace) -> int:
+    report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks)
+    out = sys.stderr if args.json == "-" else sys.stdout
+    print(f"zsim calibrate · {args.profile} → {args.output}", file=out)
+    for source in report["inputs"]:
+        print(f"  input     {source['path']} ({source['kind']}: {source['collectives']} collectives, "
+              f"{source['compute']} compute samples)", file=out)
+    coll = report.get("collectives")
+    if coll:
+        print(f"  fitted    {', '.join(coll['fitted'])}", file=out)
+        if coll["kept_from_base"]:
+            print(f"  kept      {', '.join(coll['kept_from_base'])} (the data do not determine them: from the base)",
+                  file=out)
+        if coll["at_zero"]:
+            print(f"  at zero   {', '.join(coll['at_zero'])} (too small to measure in these data)", file=out)
+        print("  residuals busbw, simulated vs measured (sizes >= 1 MiB where any): median, worst", file=out)
+        for fn, s in coll["residuals"].items():
+            print(f"    {fn:<15} {s['samples']:>4} samples  {s['median_error']:6.1%}  {s['max_error']:6.1%}", file=out)
+        if args.residuals:
+            for r in coll["samples"]:
+                print(f"    {r['op']:<15} {r['bytes']:>12} B  n={r['group']:<3} {r['measured_busbw']:8.2f} "
+                      f"{r['simulated_busbw']:8.2f} GB/s {r['error']:+7.1%}  {r['algorithm']}", file=out)
+    if args.json == "-":
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    return EXIT_OK
