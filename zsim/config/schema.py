@@ -28,6 +28,8 @@ class ModelSection(Section):
     micro_batch: int = Field(gt=0, description="sequences per GPU per forward/backward pass")
     global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step")
     grad_accum: int | None = Field(default=None, gt=0, description="micro-batches per optimizer step")
+    tied_head: bool = Field(default=True, description="the LM head computes its logits with the word embedding's "
+                            "weight (Megatron-LM, GPT-2); false: the head has its own V x h weight")
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSection:

@@ -249,6 +249,8 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             run.compute_seconds += seconds
             run.flops += op.flops
             args["flops"] = op.flops
+            if op.name == "optimizer/step":
+                args.update(elements=op.elements, skipped=False)
         for tag in op.frees:
             run.ledger_of(tag).free(env.now, tag)
         if op.frees:

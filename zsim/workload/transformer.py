@@ -56,6 +56,9 @@ class Module:
     layer: int | None = None
     tensors: tuple[int, ...] = ()
     saved_tensors: tuple[int, ...] = ()
+    # Bytes of further MP all-reduces in forward, after the module's own: the vocab-parallel
+    # cross-entropy's max, target logit and sum of exponentials (fp32, one per token) [S19 §3].
+    mp_loss_allreduce_bytes: tuple[int, ...] = ()
 
     @property
     def bwd_flops(self) -> float:
@@ -136,10 +139,12 @@ def block_saved_bytes(s: int, b: int, h: int, a: int, t: int, e: int = 2) -> int
 
 
 def total_params(model: ModelSection, vocab: int | None = None) -> int:
-    """Ψ = L(12h² + 13h) + (V + s)h + 2h: blocks, word and position embeddings (the LM head is tied
-    to the word embedding), final layer norm [N21 §5.1]."""
+    """Ψ = L(12h² + 13h) + (V + s)h + 2h: blocks, word and position embeddings, final layer norm, with
+    the LM head tied to the word embedding [N21 §5.1]; an untied head (`model.tied_head` false) adds
+    its own V·h."""
     h, v = model.hidden, model.vocab if vocab is None else vocab
-    return model.layers * block_params(h) + (v + model.seq_len) * h + 2 * h
+    head = 0 if getattr(model, "tied_head", True) else v * h
+    return model.layers * block_params(h) + (v + model.seq_len) * h + 2 * h + head
 
 
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workload:
@@ -178,16 +183,22 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=1 if t > 1 else 0, mp_allreduces_bwd=0,
         tensors=(v * h // t, s * h), saved_tensors=(sbh,),
     )
-    # The head: final layer norm, logits against the tied word embedding (2bshV/t FLOPs [N21 §5.1]),
-    # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input.
+    # The head: final layer norm, logits against the word embedding (tied) or its own vocab-parallel
+    # V/t x h weight (untied) (2bshV/t FLOPs [N21 §5.1]), cross-entropy in fp32 on the vocab-parallel
+    # logits: 4sbV/t bytes [K22 §4.3] plus its input.
     head_saved = 4 * s * b * v // t + e * sbh
+    tied = getattr(model, "tied_head", True)
+    lm_weight = () if tied else (v * h // t,)
     head = Module(
-        name="head", params=2 * h, fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
+        name="head", params=2 * h + sum(lm_weight), fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
         saved_bytes=head_saved, checkpoint_bytes=head_saved,  # the head is not checkpointed
         # Its input gradient is all-reduced across MP in backward (the 'f' operator) [S19 §3].
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=0, mp_allreduces_bwd=1 if t > 1 else 0,
-        tensors=(h, h),  # the final layer norm's weight and bias
+        tensors=(h, h) + lm_weight,  # the final layer norm's weight and bias (+ the untied LM weight)
         saved_tensors=(e * sbh, 4 * s * b * v // t),
+        # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
+        # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
+        mp_loss_allreduce_bytes=(4 * s * b,) * 3 if t > 1 else (),
     )
     return Workload(
         modules=(embed, *block, head),

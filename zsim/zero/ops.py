@@ -39,6 +39,7 @@ class Op:
     step: int = 0
     micro_batch: int = 0
     transfer: str = ""
+    elements: int = 0  # the optimizer step: elements this rank updates (its partition, padding included)
 
     @property
     def is_collective(self) -> bool:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from zsim.config.scenario import Scenario
 from zsim.workload.transformer import Module, Workload
+from zsim.zero.buckets import padded_bucket, padded_tensors, plan_buckets
 from zsim.zero.model_states import PARAM_BYTES, model_states, stage_partition
 from zsim.zero.ops import Alloc, Op, Plan
 from zsim.zero.residual import (
@@ -58,11 +59,14 @@ class _Builder:
     def __init__(self) -> None:
         self.ops: list[Op] = []
         self.last_comm: int | None = None
+        self.last_compute: int | None = None
 
     def add(self, **fields) -> int:
         self.ops.append(Op(**fields))
         if fields["stream"] == "comm":
             self.last_comm = len(self.ops) - 1
+        elif fields["stream"] == "compute":
+            self.last_compute = len(self.ops) - 1
         return len(self.ops) - 1
 
     def last(self) -> int | None:
@@ -128,8 +132,10 @@ class _StepPass:
         self.md = scenario.zero.defragment
         mods = workload.modules
         self.by_name = {m.name: m for m in mods}
-        # The LM head computes with the tied word embedding: it uses the embedding's parameters too.
-        self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" else (m.name,) for m in mods}
+        # A tied LM head computes with the word embedding: it uses the embedding's parameters too.
+        tied = getattr(scenario.model, "tied_head", True)
+        self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" and tied else (m.name,) for m in mods}
+        self.nd = scenario.layout.dp
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
 
     # ---- naming and small helpers -------------------------------------------------------------
@@ -156,10 +162,10 @@ class _StepPass:
     def _activation_tags(self, m: Module, kind: str) -> tuple[str, ...]:
         return tuple(self._tags(f"{kind}{i}", m.name) for i in range(len(m.saved_tensors)))
 
-    def _mp_allreduces(self, m: Module, count: int) -> None:
-        for _ in range(count):
+    def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = ()) -> None:
+        for nbytes in (m.mp_allreduce_bytes,) * count + extra:
             self._add(name=f"all_reduce/mp.{m.name}", stream="compute", collective="all_reduce", group="mp",
-                      nbytes=m.mp_allreduce_bytes)
+                      nbytes=nbytes)
 
     # ---- the schedule ---------------------------------------------------------------------------
     def run(self, reduce: bool) -> None:
@@ -203,7 +209,9 @@ class _StepPass:
         for name, pos in last_use.items():
             self.frees_after.setdefault(pos, []).append(self._tags(f"gathered.{phase}", name))
         self.gather_queue = sorted(first_use, key=first_use.get)
+        self.gathered: list[str] = []  # modules whose gather this phase has issued, in order
         self.first_use = first_use
+        self.phase_dep = (self.b.last_compute,) if self.b.last_compute is not None else self.first_dep
         self.compute_ops: list[int] = []  # last compute op index per item position
         self.bucket_index = 0
         self.bucket: list[Module] = []
@@ -226,14 +234,21 @@ class _StepPass:
             self._reduce(self.bucket, self.compute_ops[-1])
 
     def _issue_gathers_up_to(self, pos: int, phase: str) -> None:
-        """Gather every module first used at or before pos + prefetch; a gather may start once the
-        compute `prefetch + 1` items earlier has finished (bounded prefetch, ZeRO §5.3)."""
+        """Gather modules in the order of their first use, `prefetch_layers` modules ahead (ZeRO §5.3):
+        the gather of the j-th module is issued when the item that first uses module j - prefetch
+        starts, i.e. once the compute before that item has finished (at the phase's start: once the
+        previous phase's compute has). The runtime does the same: before a unit computes it waits
+        for the unit's own gather, then issues the next one's (runtime/zero/stage3.py)."""
         ahead = self.z.prefetch_layers
-        while self.gather_queue and self.first_use[self.gather_queue[0]] <= pos + ahead:
+        while self.gather_queue:
+            j = len(self.gathered)
+            trigger = self.first_use[self.gathered[j - ahead]] if j >= ahead else 0
+            if trigger > pos:
+                break
             name = self.gather_queue.pop(0)
-            wait = self.first_use[name] - ahead - 1
-            deps = (self.compute_ops[wait],) if 0 <= wait < len(self.compute_ops) else self.first_dep
-            nbytes = self.e * self.by_name[name].params
+            self.gathered.append(name)
+            deps = (self.compute_ops[trigger - 1],) if trigger > 0 else self.phase_dep
+            nbytes = self.e * padded_tensors(self.by_name[name].tensors, self.nd)  # each tensor padded to Nd
             self.gather_op[name] = self._add(
                 name=f"all_gather/params.{name}", stream="comm", deps=deps, collective="all_gather", group="dp",
                 nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)),))
@@ -253,7 +268,7 @@ class _StepPass:
                                     arena="checkpoints" if self.md else ""))
         op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
                        allocs=tuple(allocs), frees=frees)
-        self._mp_allreduces(m, m.mp_allreduces_fwd)
+        self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
             self._offload_out(m, op)
         return op
@@ -328,7 +343,8 @@ class _StepPass:
             self.bucket.append(m)
             self.bucket_elems += m.params
             fused = self.stage < 3 and not self.z.constant_buffers  # one fused reduction after backward
-            if self.stage == 3 or (not fused and self.bucket_elems >= self.z.reduce_bucket_elements):
+            # zsim.zero.buckets.plan_buckets's rule, which the runtime uses too (stage 3 included).
+            if not fused and self.bucket_elems >= self.z.reduce_bucket_elements:
                 self._reduce(self.bucket, op)
                 self.bucket, self.bucket_elems = [], 0
         return op
@@ -337,17 +353,19 @@ class _StepPass:
         """Reduce a bucket of gradients once the backward that completes it (`after`) is done."""
         e = self.e
         elements = sum(m.params for m in bucket)
-        nbytes = e * elements
-        what = f"grads.{bucket[0].name}" if self.stage == 3 else f"grads.bucket.{self.bucket_index}"
+        # Bytes as the runtime moves them (zsim.zero.buckets): stage 0 the bucket itself, stages 1-2
+        # the bucket padded to a multiple of 2·Nd, stage 3 each tensor padded to a multiple of Nd.
+        if self.stage == 3:
+            nbytes = e * sum(padded_tensors(m.tensors, self.nd) for m in bucket)
+        else:
+            nbytes = e * (padded_bucket(elements, self.nd) if self.stage else elements)
+        what = f"grads.bucket.{self.bucket_index}"
         self.bucket_index += 1
         tag = self._tags("bucket", bucket[0].name)
-        if self.stage == 3:
-            op, staging = "reduce_scatter", ()  # stage 3 reduce-scatters the module's gradient in place
-        else:
-            op = "all_reduce" if self.stage == 0 else "reduce_scatter"
-            size = bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, e) if self.z.constant_buffers \
-                else fused_gradient_buffer_bytes(elements)
-            staging = (Alloc("buffers", size, tag),)
+        op = "all_reduce" if self.stage == 0 else "reduce_scatter"
+        size = bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, e) if self.z.constant_buffers \
+            or self.stage == 3 else fused_gradient_buffer_bytes(elements)
+        staging = (Alloc("buffers", size, tag),)
         frees = [a.tag for a in staging]
         if self.stage >= 2:
             frees += [self._tags("grad", m.name) for m in bucket]
@@ -363,14 +381,36 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     psi = w.params_per_mp_rank
     elements = stage_partition(psi, nd, z.stage, w.tensors)
     deps = (b.last_comm,) if b.last_comm is not None else ()
+    last_mb = s.grad_accum - 1  # the runtime stamps what follows the last micro-batch with its index
+    if dtype == "fp16":
+        deps = _overflow_check(b, s, step, last_mb, deps)
     upcast = optimizer_gradient_bytes(z.stage, elements, dtype, z.constant_buffers, z.reduce_bucket_elements)
     tag = f"optimizer.fp32_grads.s{step}"
     opt = b.add(name="optimizer/step", stream="compute", deps=deps, hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
-                allocs=(Alloc("buffers", upcast, tag),), frees=(tag,), step=step)
+                allocs=(Alloc("buffers", upcast, tag),), frees=(tag,), step=step, micro_batch=last_mb,
+                elements=elements)
     if z.stage in (1, 2):
+        # The updated parameters are all-gathered bucket by bucket: the reduction buckets, each padded
+        # to a multiple of 2·Nd (zsim.zero.buckets; the runtime does the same). DeepSpeed all-gathers
+        # its flat partition in allgather_bucket_size shards instead (docs/runtime.md).
         e = PARAM_BYTES[dtype]
-        bucket = z.reduce_bucket_elements if z.constant_buffers else psi
-        for j, start in enumerate(range(0, psi, bucket)):
-            n = min(bucket, psi - start)
+        sizes = [m.params for m in w.modules]
+        buckets = plan_buckets(sizes, z.reduce_bucket_elements) if z.constant_buffers else [list(range(len(sizes)))]
+        for j, members in enumerate(buckets):
+            n = padded_bucket(sum(sizes[i] for i in members), nd)
             b.add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=(opt,), collective="all_gather",
-                  group="dp", nbytes=e * n, step=step)
+                  group="dp", nbytes=e * n, step=step, micro_batch=last_mb)
+
+
+def _overflow_check(b: _Builder, s: Scenario, step: int, mb: int, deps: tuple[int, ...]) -> tuple[int, ...]:
+    """fp16 loss scaling: the ranks agree on a gradient overflow before the step with a 4-byte
+    all-reduce over the DP group (when gradients or optimizer states are partitioned) and then over
+    the MP group (when MP splits the parameters), as DeepSpeed's has_overflow does
+    (deepspeed/runtime/zero/stage_1_and_2.py). Returns the optimizer's dependencies."""
+    if s.zero.stage >= 1:
+        deps = (b.add(name="all_reduce/grads.overflow", stream="comm", deps=deps, collective="all_reduce",
+                      group="dp", nbytes=4, step=step, micro_batch=mb),)
+    if s.layout.mp > 1:
+        deps = (b.add(name="all_reduce/mp.overflow", stream="compute", deps=deps, collective="all_reduce",
+                      group="mp", nbytes=4, step=step, micro_batch=mb),)
+    return deps
