@@ -1,0 +1,170 @@
+"""`zsim replay TRACE_DIR --profile P`: simulate a measured run and compare it with what was measured,
+op by op: step time, per op kind, exposed communication, peak memory; one Perfetto file with both."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zsim.errors import EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "replay", help="simulate a measured run and print the error table",
+        description="Rebuild a measured run (runtime traces) from its metadata, simulate it on a profile, line up "
+                    "every op, and print predicted against measured: step time, per op kind (median and spread), "
+                    "exposed communication, peak memory per category, each with its error. Writes one Perfetto "
+                    "trace with the measured ranks and the simulated run side by side.")
+    p.add_argument("trace_dir", type=Path, help="folder of rank<R>.trace.json files (zsim trace -o)")
+    p.add_argument("--profile", "--hw", dest="profile", required=True,
+                   help="hardware profile: a name or a .yaml file (e.g. the output of zsim calibrate)")
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH ('-' for stdout)")
+    p.add_argument("-o", "--output", type=Path, metavar="DIR",
+                   help="where replay.trace.json goes (default out/replay-<trace folder name>)")
+    p.add_argument("--trace-driven", action="store_true",
+                   help="keep the measured compute durations; simulate only communication and memory")
+    p.set_defaults(func=run_command)
+
+
+def replay(trace_dir: Path, profile: str, trace_driven: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(report, side-by-side trace document) of the run in `trace_dir` simulated on `profile`.
+
+    Raises:
+        ConfigError: the traces are damaged or mixed, or the run cannot be rebuilt on the profile.
+    """
+    from zsim.calibrate import replay as rp
+    from zsim.calibrate.rebuild import rebuild
+    from zsim.engine.simulation import simulate
+    from zsim.trace.run_reader import read_run
+
+    run = read_run(trace_dir)
+    scenario = rebuild(run, profile)
+    if trace_driven:
+        from zsim.calibrate.trace_driven import measured_durations
+
+        result = simulate(scenario, compute_override=measured_durations(run))
+    else:
+        result = simulate(scenario)
+    simulated = result.events
+    measured = {r: rp.on_common_clock(ev + run.counters[r], run.offsets_us[r]) for r, ev in run.events.items()}
+    alignment = rp.align(run.events[0], simulated)
+    kinds = rp.kind_table(run.events, simulated, alignment)
+    m_steps = rp.slowest_step_seconds(measured)
+    s_steps = list(result.step_seconds)
+    m_exposed = [rp.exposed_comm_seconds(run.events[0]).get(k, 0.0) for k in range(len(m_steps))]
+    s_exposed = [rp.exposed_comm_seconds(simulated).get(k, 0.0) for k in range(len(s_steps))]
+    m_peak = rp.peak_memory(run.counters[0])
+    s_peak = rp.peak_memory(simulated)
+    states_measured = {k: v["bytes"] for k, v in (run.metadata.get("model_states") or {}).items()}
+    states_simulated = {"params": result.model_states.params, "grads": result.model_states.grads,
+                        "optimizer": result.model_states.optimizer}
+
+    def pair(measured_value: float, simulated_value: float) -> dict[str, float]:
+        error = simulated_value / measured_value - 1.0 if measured_value else (0.0 if not simulated_value else None)
+        return {"measured": measured_value, "simulated": simulated_value, "error": error}
+
+    judged_m, judged_s = rp.judged(m_steps), rp.judged(s_steps)
+    report = {
+        "trace_dir": str(trace_dir), "profile": profile, "trace_driven": trace_driven,
+        "run": {"world_size": run.world_size, "stage": run.metadata["zero"].get("stage"), "dp": run.metadata["dp"],
+                "mp": run.metadata["mp"], "precision": run.metadata["precision"],
+                "grad_accum": scenario.grad_accum, "steps": len(m_steps), "backend": run.metadata.get("backend")},
+        "step_seconds": {**pair(float(np.median(judged_m)), float(np.median(judged_s))),
+                         "measured_per_step": m_steps, "simulated_per_step": s_steps,
+                         "judged_steps": list(range(len(m_steps)))[-len(judged_m):]},
+        "exposed_comm_seconds": pair(float(np.median(rp.judged(m_exposed))), float(np.median(rp.judged(s_exposed)))),
+        "kinds": [{"kind": k.kind, "count": k.count, **pair(k.measured_s, k.simulated_s),
+                   "spread": list(k.spread)} for k in kinds],
+        "peak_memory_bytes": {c: pair(m_peak.get(c, 0), s_peak.get(c, 0)) for c in sorted(set(m_peak) | set(s_peak),
+                                                                                          key=_category_order)},
+        "model_states_bytes": {c: {**pair(states_measured.get(c, 0), v), "exact": states_measured.get(c) == v}
+                               for c, v in states_simulated.items()},
+        "alignment": {"lined_up": len(alignment.pairs),
+                      "measured_only": [list(k) for k in alignment.measured_only],
+                      "simulated_only": [list(k) for k in alignment.simulated_only],
+                      "bytes_differ": [[list(k), m, s] for k, m, s in alignment.bytes_differ]},
+    }
+    return report, side_by_side(measured, simulated, f"simulated on {profile}")
+
+
+def _category_order(name: str) -> int:
+    from zsim.trace.schema import CATEGORIES
+
+    return CATEGORIES.index(name) if name in CATEGORIES else len(CATEGORIES)
+
+
+def side_by_side(measured: dict[int, list[dict[str, Any]]], simulated: list[dict[str, Any]], label: str) -> dict:
+    """One Perfetto document: measured rank r as process r, the simulated run as process 1000, both
+    starting at 0 (the first op of each)."""
+    from zsim.trace import schema
+
+    events: list[dict[str, Any]] = []
+    starts = [e["ts"] for evs in measured.values() for e in evs if e.get("ph") == "X"]
+    t0 = min(starts) if starts else 0.0
+    for rank, evs in sorted(measured.items()):
+        events += schema.process_meta(rank, f"measured rank {rank}")
+        events += [{**e, "pid": rank, "ts": e["ts"] - t0} for e in evs if e.get("ph") in ("X", "C")]
+    s0 = min((e["ts"] for e in simulated if e.get("ph") == "X"), default=0.0)
+    events += schema.process_meta(1000, label)
+    events += [{**e, "pid": 1000, "ts": e["ts"] - s0} for e in simulated if e.get("ph") in ("X", "C")]
+    return schema.document(events, {"source": "replay", "processes": {"0..": "measured ranks", "1000": label}})
+
+
+def print_report(report: dict[str, Any], out) -> None:
+    r = report["run"]
+    print(f"zsim replay · {report['trace_dir']} ({r['world_size']} ranks {r['backend']}, ZeRO stage {r['stage']}, "
+          f"dp {r['dp']} × mp {r['mp']}, {r['precision']}, grad-accum {r['grad_accum']}, {r['steps']} steps) on "
+          f"{report['profile']}{' (trace-driven compute)' if report['trace_driven'] else ''}", file=out)
+
+    def line(label: str, p: dict[str, Any], unit: str = "ms", scale: float = 1e3) -> None:
+        err = "" if p["error"] is None else f"{p['error']:+7.1%}"
+        print(f"  {label:<28} {p['measured'] * scale:>11.3f} {p['simulated'] * scale:>11.3f} {unit:<3} {err}", file=out)
+
+    steps = report["step_seconds"]["judged_steps"]
+    print(f"  {'':<28} {'measured':>11} {'simulated':>11}     error", file=out)
+    line(f"step time (median, steps {steps[0]}-{steps[-1]})", report["step_seconds"])
+    line("exposed comm per step", report["exposed_comm_seconds"])
+    print("  per op kind: median per op; spread = 10th..90th percentile of per-op error", file=out)
+    for k in report["kinds"]:
+        lo, hi = k["spread"]
+        print(f"    {k['kind']:<16} {k['count']:>5} ops {k['measured'] * 1e3:>9.3f} {k['simulated'] * 1e3:>11.3f} ms  "
+              f"{k['error']:+7.1%}  [{lo:+.0%}, {hi:+.0%}]", file=out)
+    print("  peak memory per category, rank 0 (MB = 1e6 B)", file=out)
+    for c, p in report["peak_memory_bytes"].items():
+        line(c, p, "MB", 1e-6)
+    exact = all(v["exact"] for v in report["model_states_bytes"].values())
+    states = ", ".join(f"{c} {v['measured']:,} / {v['simulated']:,}" for c, v in report["model_states_bytes"].items())
+    print(f"  model states per rank, B   {'exact' if exact else 'DIFFER'}: {states}", file=out)
+    a = report["alignment"]
+    print(f"  ops lined up {a['lined_up']}; measured only {len(a['measured_only'])}, simulated only "
+          f"{len(a['simulated_only'])}, bytes differ {len(a['bytes_differ'])}", file=out)
+    for label, keys in (("measured only", a["measured_only"]), ("simulated only", a["simulated_only"])):
+        if keys:
+            shown = ", ".join(f"{k[0]}@{k[1]}.{k[2]}" for k in keys[:6])
+            print(f"    {label}: {shown}{' ...' if len(keys) > 6 else ''}", file=out)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    report, document = replay(args.trace_dir, args.profile, args.trace_driven)
+    out_dir = args.output or Path("out") / f"replay-{args.trace_dir.resolve().name}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "replay.trace.json"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, separators=(",", ":")))
+    tmp.replace(path)
+    report["outputs"] = {"trace": str(path)}
+    text = sys.stderr if args.json == "-" else sys.stdout
+    print_report(report, text)
+    print(f"  outputs     {path} (measured and simulated side by side: https://ui.perfetto.dev)", file=text)
+    if args.json == "-":
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    return EXIT_OK
