@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
@@ -92,6 +92,7 @@ class _Run:
         self._phases: dict[tuple[str, str, int], tuple[str, list[Phase]]] = {}
         self._groups: dict[str, list[int]] = {}
         self._compute_time: dict[tuple[float, float], float] = {}
+        self.override: dict[int, float] = {}  # plan index -> seconds (trace-driven replay)
 
     def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase]]:
         """The phases of `op`: for the representative rank (group -1, class weights) or for one
@@ -137,8 +138,11 @@ class _Run:
         started = yield entry[1]
         return algorithm, phases, started
 
-    def compute_time(self, op: Op) -> float:
-        """Seconds of compute op `op` on this cluster's GPU (memoized: layers repeat)."""
+    def compute_time(self, op: Op, index: int = -1) -> float:
+        """Seconds of compute op `op` (plan index `index`) on this cluster's GPU (memoized: layers
+        repeat), or its measured duration when a trace-driven replay gave one."""
+        if index in self.override:
+            return self.override[index]
         key = (op.flops, op.hbm_bytes)
         seconds = self._compute_time.get(key)
         if seconds is None:
@@ -202,7 +206,7 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
         elif op.transfer:
             yield env.timeout(transfer_seconds(op.nbytes, run.s.cluster.offload))
         else:
-            seconds = run.compute_time(op)
+            seconds = run.compute_time(op, i)
             yield env.timeout(seconds)
         progress.finish(i)
 
@@ -244,7 +248,7 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             run.offload_seconds += seconds
             args.update(op=op.transfer, bytes=op.nbytes)
         else:
-            seconds = run.compute_time(op)
+            seconds = run.compute_time(op, i)
             yield env.timeout(seconds)
             run.compute_seconds += seconds
             run.flops += op.flops
@@ -260,9 +264,11 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
         done[i].succeed()
 
 
-def simulate(scenario: Scenario, mode: str | None = None) -> Result:
+def simulate(scenario: Scenario, mode: str | None = None,
+             compute_override: Callable[[list[Op]], dict[int, float]] | None = None) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
-    'per_rank') overrides the scenario's fabric.mode."""
+    'per_rank') overrides the scenario's fabric.mode. `compute_override(plan.ops)` may give measured
+    seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven)."""
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
@@ -270,6 +276,8 @@ def simulate(scenario: Scenario, mode: str | None = None) -> Result:
     plan = build_plan(scenario, workload)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank)
+    if compute_override is not None:
+        run.override = compute_override(plan.ops)
     for a in plan.persistent:
         run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)
     for name, nbytes in plan.arenas:  # MD: contiguous buffers reserved before the first step
