@@ -50,6 +50,8 @@ _PRIOR = {**{f"latency_us.{p}": BASE_LAT_US["ring"][i] for i, p in enumerate(PRO
 _PRIOR_WEIGHT = 0.05  # per term, against one log-time residual per sample
 # A term is undetermined when changing it by a factor e moves no sample's log time by this much.
 _SENSITIVITY = 1e-3
+# Log-time residual RMS at which the prior gets its full weight: the DGX-2 nccl-tests fit's is ~0.1.
+_NOISE_RMS = 0.1
 
 
 def kernel_from(values: dict[str, float]) -> NcclKernel:
@@ -162,7 +164,7 @@ def fit(cluster: Cluster, tables: dict[str, list[NcclRow]], gpus: int, gpus_per_
     """Fit every NCCL kernel term to nccl-tests tables from a neutral start (`zsim nccl-fit`).
     `prior_weight` (0 = none) weighs the pull of the latency terms toward NCCL's own (_PRIOR)."""
     result = fit_samples(cluster, table_samples(tables, gpus, gpus_per_process), prior_weight,
-                         start={p[0]: p[1] for p in _PARAMS}, free=NAMES)
+                         start={p[0]: p[1] for p in _PARAMS}, free=NAMES, scaled_prior=False)
     fitted = dataclasses.replace(cluster, nccl=kernel_from(result.values))
     return dataclasses.replace(result, residuals=evaluate(fitted, tables, gpus, gpus_per_process))
 
@@ -189,21 +191,24 @@ def sensitive_terms(cluster: Cluster, samples: list[CollectiveSample], values: d
 
 
 def fit_samples(cluster: Cluster, samples: list[CollectiveSample], prior_weight: float = _PRIOR_WEIGHT,
-                start: dict[str, float] | None = None, free: tuple[str, ...] | None = None) -> FitResult:
+                start: dict[str, float] | None = None, free: tuple[str, ...] | None = None,
+                scaled_prior: bool = True) -> FitResult:
     """Least-squares fit of the NCCL kernel terms to `samples`; terms outside `free` (default: the
     ones the samples are sensitive to, at the cluster's current values) stay at `start` (default:
-    the cluster's current values). Returns the values, the fitted and kept terms, the fitted terms
+    the cluster's current values). With `scaled_prior`, the latency prior's weight scales with the
+    noise of the data (none for data the model reproduces exactly). Returns the values, the fitted and kept terms, the fitted terms
     that ended on an artificial bound, and every sample's residual."""
     start = dict(start or values_of(cluster.nccl))
     free = sensitive_terms(cluster, samples, start) if free is None else free
     capacity = _capacities(cluster, samples)
     index = {p[0]: p for p in _PARAMS}
+    weight = prior_weight
 
     def residuals(x: np.ndarray) -> np.ndarray:
         values = {**start, **dict(zip(free, x))}
         c = dataclasses.replace(cluster, nccl=kernel_from(values))
         data = [np.log(_predict(c, s, capacity).time_us * 1e-6 / s.seconds) for s in samples]
-        prior = [prior_weight * np.log((values[k] + 1.0) / (v + 1.0)) for k, v in _PRIOR.items() if k in free]
+        prior = [weight * np.log((values[k] + 1.0) / (v + 1.0)) for k, v in _PRIOR.items() if k in free]
         return np.array(data + prior)
 
     values = dict(start)
@@ -211,7 +216,17 @@ def fit_samples(cluster: Cluster, samples: list[CollectiveSample], prior_weight:
         lo = np.array([index[n][2] for n in free])
         hi = np.array([index[n][3] for n in free])
         x0 = np.clip([start[n] for n in free], lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
-        solution = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", ftol=1e-5, xtol=1e-5, max_nfev=200)
+        weight = prior_weight
+        if scaled_prior and prior_weight > 0:
+            # The prior arbitrates between terms that noisy data cannot separate; its pull scales with
+            # the noise: the RMS log-time residual of a fit without it, against _NOISE_RMS.
+            weight = 0.0
+            plain = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", ftol=1e-8, xtol=1e-8, max_nfev=300)
+            rms = float(np.sqrt(np.mean(plain.fun ** 2)))
+            weight = prior_weight * min(1.0, rms / _NOISE_RMS)
+            x0 = plain.x
+        tol = 1e-8 if weight == 0 else 1e-5
+        solution = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", ftol=tol, xtol=tol, max_nfev=300)
         values.update(zip(free, (float(v) for v in solution.x)))
     at_bounds = tuple(n for n in free if (not index[n][4] and abs(values[n] - index[n][2]) <= 1e-6 * index[n][3])
                       or abs(values[n] - index[n][3]) <= 1e-6 * index[n][3])

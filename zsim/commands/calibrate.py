@@ -28,12 +28,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, metavar="PROFILE.yaml", help="the profile to write")
     p.add_argument("--json", metavar="PATH", help="also write the fit report as JSON to PATH ('-' for stdout)")
     p.add_argument("--residuals", action="store_true", help="print every sample's residual")
+    p.add_argument("--fit", choices=("all", "collectives", "compute"), default="all",
+                   help="which models to fit (default all the inputs inform); samples of the other are reported unused")
     p.add_argument("--allow-missing-ranks", action="store_true",
                    help="accept Kineto traces of some ranks only (their collective times then include waiting)")
     p.set_defaults(func=run_command)
 
 
-def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_ranks: bool = False) -> dict[str, Any]:
+def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_ranks: bool = False,
+              fit: str = "all") -> dict[str, Any]:
     """Fit, write `output`, and return the report (what `--json` prints).
 
     Raises:
@@ -50,16 +53,20 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
     replace: dict[str, Any] = {}
     sections: dict[str, Any] = {}
     report: dict[str, Any] = {"profile": str(output), "base": profile, "inputs": data.sources}
-    if data.collectives:
-        fit = calibrate_nccl(cluster, data.collectives, profile)
-        replace["nccl"] = nccl_section(fit.values)
-        sections["collectives"] = {"model": "nccl", "fitted": list(fit.fitted), "kept_from_base": list(fit.kept),
-                                   "at_zero": list(fit.at_zero), "residuals": fit.summary()}
-        report["collectives"] = {**sections["collectives"], "values": fit.values,
+    if data.collectives and fit != "compute":
+        fitted = calibrate_nccl(cluster, data.collectives, profile)
+        replace["nccl"] = nccl_section(fitted.values)
+        sections["collectives"] = {"model": "nccl", "fitted": list(fitted.fitted), "kept_from_base": list(fitted.kept),
+                                   "at_zero": list(fitted.at_zero), "residuals": fitted.summary()}
+        report["collectives"] = {**sections["collectives"], "values": fitted.values,
                                  "samples": [{"op": r.fn, "bytes": r.size, "group": r.group, "source": r.source,
                                               "measured_busbw": r.measured_busbw, "simulated_busbw": r.simulated_busbw,
-                                              "error": r.error, "algorithm": r.algorithm} for r in fit.residuals]}
-    if data.compute:
+                                              "error": r.error, "algorithm": r.algorithm} for r in fitted.residuals]}
+    elif data.collectives:
+        report["unused"] = f"{len(data.collectives)} collective samples (--fit {fit})"
+    if data.compute and fit == "collectives":
+        report["unused"] = f"{len(data.compute)} compute samples (--fit collectives)"
+    elif data.compute:
         raise CalibrationError(f"{len(data.compute)} compute samples ({', '.join(sorted({c.kind for c in data.compute}))}) "
                                "but this build has no compute fit yet (the kernel-level compute model of issue 9); "
                                "calibrate collectives only")
@@ -70,12 +77,14 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
 
 
 def run_command(args: argparse.Namespace) -> int:
-    report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks)
+    report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit)
     out = sys.stderr if args.json == "-" else sys.stdout
     print(f"zsim calibrate · {args.profile} → {args.output}", file=out)
     for source in report["inputs"]:
         print(f"  input     {source['path']} ({source['kind']}: {source['collectives']} collectives, "
               f"{source['compute']} compute samples)", file=out)
+    if report.get("unused"):
+        print(f"  unused    {report['unused']}", file=out)
     coll = report.get("collectives")
     if coll:
         print(f"  fitted    {', '.join(coll['fitted'])}", file=out)

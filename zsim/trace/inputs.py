@@ -6,6 +6,7 @@
 | Kineto traces (torch.profiler) | `*.json[.gz]` files (or a folder of them) with `traceEvents` and `distributedInfo` | NCCL collectives (transfer, waiting excluded across ranks) |
 | nccl-tests output | a folder of `<collective>.txt`, or one such file | collectives (time per call; GPUs and `-g` from the header) |
 | GEMM tables (DeepBench) | a `.csv` with M, N, K, time_ms columns | GEMM timings by shape |
+| a simulated trace (`zsim run`) | one `trace.json` in the zsim schema with `source: simulated` | its collectives and compute ops (round trips: calibrating from a simulation must give back its profile) |
 
 Anything else is a ConfigError naming the input: nothing is skipped silently.
 """
@@ -19,8 +20,9 @@ from typing import Any
 from zsim.errors import ConfigError
 from zsim.fabric.nccl import FUNCTIONS
 from zsim.trace.samples import CollectiveSample, ComputeSample
+from zsim.trace.schema import SCHEMA
 
-KINDS = ("runtime", "kineto", "nccl-tests", "gemm-table")
+KINDS = ("runtime", "kineto", "nccl-tests", "gemm-table", "simulated")
 
 
 @dataclass(slots=True)
@@ -65,6 +67,8 @@ def kind_of(path: Path) -> str:
         doc = load_json(path)
         if is_kineto(doc):
             return "kineto"
+        if isinstance(doc, dict) and doc.get("schema") == SCHEMA and (doc.get("metadata") or {}).get("source") == "simulated":
+            return "simulated"
         if isinstance(doc, dict) and "schema" in doc:
             raise ConfigError(f"a single {doc['schema']} trace file: give the folder of every rank's trace instead",
                               source=str(path))
@@ -109,8 +113,41 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
                 gpus, per_process = recorded
                 out.collectives += [CollectiveSample(op, r.size, gpus, r.time_us * 1e-6, "nccl", str(f), per_process)
                                     for r in read_nccl_tests(f) if r.size > 0 and r.time_us > 0]
+        elif kind == "simulated":
+            from zsim.trace.kineto import load_json
+
+            collectives, compute = simulated_samples(path, load_json(path))
+            out.collectives += collectives
+            out.compute += compute
         else:
             out.compute += read_gemm_table(path)
         out.sources.append({"path": str(path), "kind": kind, "collectives": len(out.collectives) - before[0],
                             "compute": len(out.compute) - before[1]})
     return out
+
+
+def simulated_samples(path: Path, doc: dict[str, Any]) -> tuple[list[CollectiveSample], list[ComputeSample]]:
+    """The collectives (transfer time: duration less `wait_us`) and compute ops of a simulated trace.
+
+    Raises:
+        ConfigError: a collective without bytes or group.
+    """
+    meta = doc.get("metadata") or {}
+    dtype = str(meta.get("precision", "fp16"))
+    collectives, compute = [], []
+    for e in doc.get("traceEvents") or []:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        args = e.get("args") or {}
+        if "op" in args and "group" in args:
+            if not isinstance(args.get("bytes"), int) or not isinstance(args["group"], list):
+                raise ConfigError(f"{e.get('name')}: bytes or group missing", source=str(path))
+            seconds = (e["dur"] - args.get("wait_us", 0.0)) * 1e-6
+            if args["bytes"] > 0 and len(args["group"]) > 1 and seconds > 0:
+                collectives.append(CollectiveSample(args["op"], args["bytes"], len(args["group"]), seconds, "nccl",
+                                                    str(path), 1, args.get("dtype", dtype)))
+        elif e.get("cat") == "compute" and str(e.get("name", "")).split("/")[0] in ("fwd", "bwd", "recompute", "optimizer"):
+            phase, _, what = e["name"].partition("/")
+            compute.append(ComputeSample(f"{phase}/{what.split('.')[0]}", float(args.get("flops", 0.0)),
+                                         e["dur"] * 1e-6, dtype, str(path), name=e["name"]))
+    return collectives, compute
