@@ -14,7 +14,7 @@ import sys
 from zsim import __version__
 from zsim.errors import ZsimError
 
-COMMANDS = ("run", "memory", "maxsize", "collective", "nccl-fit", "calibrate", "replay", "trace")
+COMMANDS = ("run", "memory", "maxsize", "collective", "nccl-fit", "calibrate", "replay", "validate", "trace")
 
 
 def build_parser() -> argparse.ArgumentParser:

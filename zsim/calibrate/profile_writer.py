@@ -18,8 +18,15 @@ from zsim.errors import ConfigError
 from zsim.fabric.nccl import PROTOCOLS
 
 
+class _NoAliases(yaml.SafeDumper):
+    """Writes a value twice rather than as a YAML anchor and alias (people read these files)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def base_file(profile: str) -> Path:
-    """The YAML file of a system profile given by name or by path.
+    """The YAML file of a system or host profile given by name or by path.
 
     Raises:
         ConfigError: no such profile.
@@ -27,10 +34,10 @@ def base_file(profile: str) -> Path:
     explicit = Path(profile)
     if profile.endswith((".yaml", ".yml")) and explicit.is_file():
         return explicit
-    path = profiles_root() / f"{profile}.yaml"
-    if not path.is_file():
-        raise ConfigError(f"no system profile '{profile}' in {profiles_root()}")
-    return path
+    for path in (profiles_root() / f"{profile}.yaml", profiles_root() / "hosts" / f"{profile}.yaml"):
+        if path.is_file():
+            return path
+    raise ConfigError(f"no system or host profile '{profile}' in {profiles_root()}")
 
 
 def nccl_section(values: dict[str, float]) -> dict[str, Any]:
@@ -68,7 +75,7 @@ def write_profile(base: str, replace: dict[str, Any], prov: dict[str, Any], out:
     header = (f"# Calibrated by `zsim calibrate` from profile '{base}' on {prov['date']}.\n"
               "# Fitted sections replace the base's; `provenance` lists the inputs, the fitted and kept terms\n"
               "# and the residuals. Load it with --profile " + str(out) + "\n")
-    text = header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=110)
+    text = header + yaml.dump(data, Dumper=_NoAliases, sort_keys=False, default_flow_style=None, width=110)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")

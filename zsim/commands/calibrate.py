@@ -43,8 +43,7 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
         ConfigError: an input or the base profile is invalid.
         CalibrationError: the data cannot determine the model (nothing is written).
     """
-    from zsim.calibrate.collectives import CalibrationError, calibrate_nccl
-    from zsim.calibrate.profile_writer import nccl_section, provenance, write_profile
+    from zsim.calibrate.profile_writer import provenance, write_profile
     from zsim.config.hardware import load_cluster
     from zsim.trace.inputs import read_inputs
 
@@ -53,23 +52,12 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
     replace: dict[str, Any] = {}
     sections: dict[str, Any] = {}
     report: dict[str, Any] = {"profile": str(output), "base": profile, "inputs": data.sources}
-    if data.collectives and fit != "compute":
-        fitted = calibrate_nccl(cluster, data.collectives, profile)
-        replace["nccl"] = nccl_section(fitted.values)
-        sections["collectives"] = {"model": "nccl", "fitted": list(fitted.fitted), "kept_from_base": list(fitted.kept),
-                                   "at_zero": list(fitted.at_zero), "residuals": fitted.summary()}
-        report["collectives"] = {**sections["collectives"], "values": fitted.values,
-                                 "samples": [{"op": r.fn, "bytes": r.size, "group": r.group, "source": r.source,
-                                              "measured_busbw": r.measured_busbw, "simulated_busbw": r.simulated_busbw,
-                                              "error": r.error, "algorithm": r.algorithm} for r in fitted.residuals]}
-    elif data.collectives:
-        report["unused"] = f"{len(data.collectives)} collective samples (--fit {fit})"
-    if data.compute and fit == "collectives":
-        report["unused"] = f"{len(data.compute)} compute samples (--fit collectives)"
-    elif data.compute:
-        raise CalibrationError(f"{len(data.compute)} compute samples ({', '.join(sorted({c.kind for c in data.compute}))}) "
-                               "but this build has no compute fit yet (the kernel-level compute model of issue 9); "
-                               "calibrate collectives only")
+    if getattr(cluster, "host", None) is not None:  # a CPU host profile: gloo collectives and host compute terms
+        from zsim.calibrate.host_calibration import calibrate_host
+
+        calibrate_host(cluster, profile, data, fit, replace, sections, report)
+    else:
+        _calibrate_gpu(cluster, profile, data, fit, replace, sections, report)
     if not replace:
         raise CalibrationError("the inputs hold nothing to fit")
     write_profile(profile, replace, provenance(profile, data.sources, sections), output)
@@ -106,3 +94,28 @@ def run_command(args: argparse.Namespace) -> int:
     elif args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     return EXIT_OK
+
+
+def _calibrate_gpu(cluster, profile: str, data, fit: str, replace: dict, sections: dict, report: dict) -> None:
+    """A GPU system profile: the NCCL kernel terms from the collectives; compute is refused until the
+    kernel-level compute model (issue 9) can be fitted."""
+    from zsim.calibrate.collectives import calibrate_nccl
+    from zsim.calibrate.profile_writer import nccl_section
+
+    if data.collectives and fit != "compute":
+        fitted = calibrate_nccl(cluster, data.collectives, profile)
+        replace["nccl"] = nccl_section(fitted.values)
+        sections["collectives"] = {"model": "nccl", "fitted": list(fitted.fitted), "kept_from_base": list(fitted.kept),
+                                   "at_zero": list(fitted.at_zero), "residuals": fitted.summary()}
+        report["collectives"] = {**sections["collectives"], "values": fitted.values,
+                                 "samples": [{"op": r.fn, "bytes": r.size, "group": r.group, "source": r.source,
+                                              "measured_busbw": r.measured_busbw, "simulated_busbw": r.simulated_busbw,
+                                              "error": r.error, "algorithm": r.algorithm} for r in fitted.residuals]}
+    elif data.collectives:
+        report["unused"] = f"{len(data.collectives)} collective samples (--fit {fit})"
+    if data.compute and fit == "collectives":
+        report["unused"] = f"{len(data.compute)} compute samples (--fit collectives)"
+    elif data.compute:
+        raise CalibrationError(f"{len(data.compute)} compute samples ({', '.join(sorted({c.kind for c in data.compute}))}) "
+                               "but this build has no GPU compute fit yet (the kernel-level compute model of issue 9); "
+                               "use --fit collectives")

@@ -1,0 +1,1 @@
+"""Validation suites (`zsim validate <suite>`): each module runs one and judges it against criteria."""
