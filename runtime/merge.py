@@ -6,6 +6,9 @@
   then the collective's time without waiting for stragglers.
 - `summary.json`: the loss per step (mean over DP ranks = the loss of the global batch), model
   state bytes per rank, and per-step collective bytes.
+- `trace.json`: one trace of all ranks, clock-aligned: each rank's events shifted by its
+  `clock_offset_us` onto rank 0's clock, `pid` = rank, the metadata that all ranks share plus
+  `ranks` and, per rank, what differs (`per_rank`: rank, clock offset, model states, host facts).
 
 Run by the launcher; after a torchrun job, copy the rank files into one folder and run
 `python -m runtime.merge DIR`.
@@ -18,6 +21,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from zsim.trace.schema import document
 
 
 def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
@@ -34,7 +39,7 @@ def fill_last_arrival(traces: dict[int, dict[str, Any]]) -> int:
     members: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
     for rank, doc in traces.items():
         for event in doc["traceEvents"]:
-            if event.get("ph") == "X" and "seq" in event.get("args", {}):  # a collective, either track
+            if is_collective(event):  # either track
                 members[(tuple(event["args"]["group"]), event["args"]["seq"])].append((rank, event))
     filled = 0
     for (group, _), found in members.items():
@@ -56,24 +61,55 @@ def step_volumes(doc: dict[str, Any]) -> dict[int, dict[str, int]]:
     volumes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for event in doc["traceEvents"]:
         args = event.get("args", {})
-        if event.get("ph") != "X" or "seq" not in args:  # not a collective
+        if not is_collective(event):
             continue
         step = volumes[args["step"]]
         if "/mp." in event["name"]:
-            step["mp_all_reduce"] += args["bytes"]
+            if not event["name"].endswith(".overflow"):
+                step["mp_all_reduce"] += args["bytes"]
             continue
         step[args["op"]] += args["bytes"]
-        if not event["name"].endswith("grads.overflow"):  # the fp16 overflow flag is not a model state
+        if not event["name"].endswith(".overflow"):  # the fp16 overflow flag is not a model state
             step["paper_bytes"] += args["bytes"] * (2 if args["op"] == "all_reduce" else 1)
     return {s: dict(v) for s, v in volumes.items()}
 
 
+def is_collective(event: dict[str, Any]) -> bool:
+    """A collective's complete event (on either track): it names its group."""
+    return event.get("ph") == "X" and "group" in event.get("args", {})
+
+
+PER_RANK_KEYS = ("rank", "clock_offset_us", "model_states", "host", "host_facts", "device")
+
+
+def merged_trace(traces: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """One trace document of every rank on rank 0's clock (see the module docstring)."""
+    events: list[dict[str, Any]] = []
+    for rank, doc in sorted(traces.items()):
+        offset = doc["metadata"]["clock_offset_us"]
+        for event in doc["traceEvents"]:
+            event = dict(event, pid=rank)
+            if "ts" in event:
+                event["ts"] = event["ts"] + offset
+                if "last_arrival_ts" in event.get("args", {}):
+                    event["args"] = dict(event["args"], last_arrival_ts=event["args"]["last_arrival_ts"] + offset)
+            events.append(event)
+    first = traces[min(traces)]["metadata"]
+    metadata = {k: v for k, v in first.items() if k not in PER_RANK_KEYS}
+    metadata.update(ranks=sorted(traces), clock_aligned=True, clock_offset_us=0.0,
+                    per_rank={r: {k: d["metadata"].get(k) for k in PER_RANK_KEYS} for r, d in sorted(traces.items())})
+    return document(events, metadata)
+
+
 def merge(out_dir: Path) -> dict[str, Any]:
-    """Fill in last_arrival_ts in every trace file and write summary.json; returns the summary."""
+    """Fill in last_arrival_ts in every trace file, write the merged trace.json and summary.json;
+    returns the summary."""
     traces = load_traces(out_dir)
     fill_last_arrival(traces)
     for rank, doc in traces.items():
         (out_dir / f"rank{rank}.trace.json").write_text(json.dumps(doc))
+    if traces:
+        (out_dir / "trace.json").write_text(json.dumps(merged_trace(traces)))
     ranks = {}
     for path in sorted(out_dir.glob("rank*.summary.json")):
         data = json.loads(path.read_text())

@@ -8,8 +8,11 @@ are plain nn.Parameters here; the engine replaces them with views of its flat bu
 `torch.func.functional_call`, so this file stays a readable model and doubles as the reference
 for the single-process and torch ZeRO/FSDP cross-checks.
 
-The LM head is not tied to the token embedding (Megatron-LM ties them): tying would make one
-tensor belong to two units. The parameter count Ψ that traces record is this model's exact count.
+The LM head is tied to the word embedding by default (`tied_head`, as Megatron-LM and GPT-2 do):
+the head unit then owns only the final layer norm and computes its logits with the embedding unit's
+word weight, which the engine passes in. The vocabulary is padded as the simulator and Megatron-LM
+pad it (`gpt_config`: a multiple of 128 x MP), so the parameter count Ψ that traces record is the
+simulator's (zsim.workload.transformer.total_params).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zsim.workload.transformer import padded_vocab
+
 
 @dataclass(frozen=True, kw_only=True)
 class GPTConfig:
@@ -29,7 +34,16 @@ class GPTConfig:
     hidden: int  # hidden size h (C)
     heads: int  # attention heads a; divides hidden
     seq_len: int  # tokens per sequence T
-    vocab: int  # vocabulary size V
+    vocab: int  # vocabulary size V (padded: see gpt_config)
+    tied_head: bool = True  # the LM head uses the word embedding's weight
+
+
+def gpt_config(model, mp: int = 1) -> GPTConfig:
+    """The GPTConfig of a scenario's model section (zsim.config.schema.ModelSection) for MP degree
+    `mp`: the vocabulary padded to a multiple of 128·mp, as the simulator's workload and
+    Megatron-LM (_vocab_size_with_padding) do."""
+    return GPTConfig(layers=model.layers, hidden=model.hidden, heads=model.heads, seq_len=model.seq_len,
+                     vocab=padded_vocab(model.vocab, mp), tied_head=getattr(model, "tied_head", True))
 
 
 class CausalSelfAttention(nn.Module):
@@ -86,15 +100,17 @@ class Embedding(nn.Module):
 
 
 class Head(nn.Module):
-    """Final layer norm, LM head and the mean next-token cross-entropy (computed in fp32)."""
+    """Final layer norm, LM head and the mean next-token cross-entropy (computed in fp32). Tied: no
+    weight of its own; `forward` gets the word embedding's (V, C) weight."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.ln = nn.LayerNorm(cfg.hidden)
-        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)  # C -> V
+        self.lm_head = None if cfg.tied_head else nn.Linear(cfg.hidden, cfg.vocab, bias=False)  # C -> V
 
-    def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(self.ln(x))  # (B, T, V)
+    def forward(self, x: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        w = weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(self.ln(x), w)  # (B, T, V)
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
@@ -112,7 +128,8 @@ class GPT(nn.Module):
         x = idx
         for unit in self.units[:-1]:
             x = unit(x)
-        return self.units[-1](x, targets)
+        words = self.units[0].tokens.weight if self.cfg.tied_head else None
+        return self.units[-1](x, targets, words)
 
 
 def unit_name(index: int, count: int) -> int | str:
@@ -138,11 +155,11 @@ def forward_flops(cfg: GPTConfig, unit: int | str, micro_batch: int, mp: int = 1
     Per block 24·B·s·h² + 4·B·s²·h (Narayanan et al., "Efficient Large-Scale Language Model
     Training on GPU Clusters", SC'21, §5.1: the matmuls of QKV, projection and MLP, plus QKᵀ and
     attention·V), divided by the MP degree (each MP rank computes 1/mp of a block); the head
-    2·B·s·h·V (replicated on every MP rank); the embedding is a lookup (0).
+    2·B·s·h·V/mp (its rows of the vocabulary); the embedding is a lookup (0).
     """
     b, s, h = micro_batch, cfg.seq_len, cfg.hidden
     if unit == "embed":
         return 0
     if unit == "head":
-        return 2 * b * s * h * cfg.vocab
+        return 2 * b * s * h * cfg.vocab // mp
     return (24 * b * s * h * h + 4 * b * s * s * h) // mp

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from zsim.config.host import HostFile, HostModel, host_model
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
 from zsim.fabric.nccl import NcclKernel
@@ -140,6 +141,7 @@ class Cluster:
     oversubscription: float  # fat-tree: node injection bandwidth / bandwidth up to the spines
     offload: Tier  # host link of one GPU
     nccl: NcclKernel
+    host: HostModel | None = None  # a CPU host (hwprofiles/hosts/): gloo collectives, no NVLink fabric
 
     @property
     def world(self) -> int:
@@ -163,6 +165,9 @@ def load_cluster(profile: str, nodes: int) -> Cluster:
     Raises:
         ConfigError: a profile file is missing or invalid.
     """
+    root = profiles_root()
+    if not (root / f"{profile}.yaml").is_file() and (root / "hosts" / f"{profile}.yaml").is_file():
+        return load_host_cluster(profile, nodes)  # a CPU host (hwprofiles/hosts/)
     explicit = Path(profile)
     if profile.endswith((".yaml", ".yml")) and explicit.is_file():  # a file the user named (zsim calibrate -o)
         system: SystemFile = validate(SystemFile, read_yaml_mapping(explicit), str(explicit))  # type: ignore[assignment]
@@ -210,4 +215,32 @@ def load_cluster(profile: str, nodes: int) -> Cluster:
             unaligned_copy_Bps=system.nccl.unaligned_copy_GBps * GB,
             unaligned_reduce_Bps=system.nccl.unaligned_reduce_GBps * GB,
         ),
+    )
+
+
+def load_host_cluster(profile: str, nodes: int) -> Cluster:
+    """A CPU host (hwprofiles/hosts/<profile>.yaml, zsim.config.host) as a one-node cluster whose
+    "GPUs" are the host's ranks: each computes at the profile's per-rank rates and holds 1/ranks of
+    the host's memory; collectives follow the profile's gloo terms (no NVLink, NIC or NCCL).
+
+    Raises:
+        ConfigError: an invalid profile, or nodes != 1 (gloo between hosts is not measured).
+    """
+    spec: HostFile = _load("hosts", profile, HostFile)  # type: ignore[assignment]
+    if nodes != 1:
+        raise ConfigError(f"host profile '{profile}' describes one machine: hardware.nodes must be 1 (got {nodes})")
+    rates = {dtype: gflops * 1e9 for dtype, gflops in spec.compute.matmul_GFLOPS.items()}
+    none = Tier("none", 1.0, 0.0)  # a host has no NVLink, NIC or offload link: never used (cluster.host is set)
+    return Cluster(
+        name=spec.name,
+        gpu=Gpu(name=spec.cpu, peak_flops=rates, hbm_bytes_per_s=spec.compute.memory_GBps * GB,
+                memory_bytes=int(spec.memory_GiB * GiB / spec.ranks),
+                matmul_efficiency=1.0, hbm_efficiency=1.0,  # the profile's rates are achieved ones
+                compute_capability=0, nccl_nvlink_GBps=1.0),
+        gpus_per_node=spec.ranks, nodes=1, fabric="host", nvlink_links=0, nvlink_link_bytes_per_s=0.0,
+        nvswitches=0, baseboards=1, gpus_per_pcie_switch=1, nvlink=none, nic_pool=none, nics_per_node=0,
+        nic_bytes_per_s=0.0, oversubscription=1.0, offload=none,
+        nccl=NcclKernel(efficiency={}, latency_s={}, step_latency_s={}, launch_s=0.0, unaligned_copy_Bps=1.0,
+                        unaligned_reduce_Bps={}),
+        host=host_model(spec),
     )

@@ -61,6 +61,8 @@ def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
     """Aggregate link capacities from the cluster's topology graph, after any degradations. Class
     mode needs only node 0 and one other node (all nodes are alike)."""
     cluster = scenario.cluster
+    if cluster.host is not None:
+        return {}  # a CPU host: collectives follow its gloo terms, no links to share
     if not per_rank:
         cluster = dataclasses.replace(cluster, nodes=min(cluster.nodes, 2))
     graph = build_topology(cluster)
@@ -98,6 +100,10 @@ class _Run:
         """The phases of `op`: for the representative rank (group -1, class weights) or for one
         group instance (per-rank mode: its members' own links)."""
         key = (op.collective, op.group, op.nbytes, group)
+        if key not in self._phases and self.s.cluster.host is not None:
+            size = self.s.layout.dp if op.group == "dp" else self.s.layout.mp
+            seconds = self.s.cluster.host.collective_seconds(op.collective, op.nbytes, size)
+            self._phases[key] = ("gloo", [Phase(seconds, 0.0, ())])
         if key not in self._phases:
             layout = self.s.layout
             shape = layout.dp_shape if op.group == "dp" else layout.mp_shape
@@ -146,7 +152,10 @@ class _Run:
         key = (op.flops, op.hbm_bytes)
         seconds = self._compute_time.get(key)
         if seconds is None:
-            seconds = self._compute_time[key] = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
+            seconds = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
+            if self.s.cluster.host is not None:  # the framework's time per op, on a CPU host
+                seconds += self.s.cluster.host.op_overhead_s
+            self._compute_time[key] = seconds
         return seconds
 
     def group_list(self, kind: str) -> list[int]:

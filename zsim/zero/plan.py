@@ -242,7 +242,7 @@ class _StepPass:
         ahead = self.z.prefetch_layers
         while self.gather_queue:
             j = len(self.gathered)
-            trigger = self.first_use[self.gathered[j - ahead]] if j >= ahead else 0
+            trigger = self.first_use[(self.gathered + self.gather_queue)[j - ahead]] if j >= ahead else 0
             if trigger > pos:
                 break
             name = self.gather_queue.pop(0)
