@@ -92,3 +92,25 @@ def test_real_run_replays_op_for_op(tmp_path, capsys):
     assert report["step_seconds"]["measured"] > 0 and report["step_seconds"]["simulated"] > 0
     doc = json.loads((tmp_path / "out" / "replay.trace.json").read_text())
     assert {e["pid"] for e in doc["traceEvents"]} == {0, 1, 1000}
+
+
+def test_kineto_trace_driven_replay_reproduces_the_dlrm_step(shared_data, tmp_path, capsys):
+    """The dependencies inferred from the trace's timing, with the measured transfers put back, give
+    the measured span of the 8×V100 DLRM step; on the DGX-1 profile only the collectives change."""
+    from zsim.calibrate.kineto_replay import replay_kineto
+    from zsim.trace.kineto import read_kineto
+
+    run = read_kineto([shared_data / "kineto/dlrm-8xv100"])
+    identity = replay_kineto(run, None)
+    assert identity["simulated_span_s"] == pytest.approx(identity["measured_span_s"], rel=0.01)
+    assert main(["replay", str(shared_data / "kineto/dlrm-8xv100"), "--profile", "dgx1", "--trace-driven",
+                 "-o", str(tmp_path), "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["collectives"]) == 8 and report["span_seconds"]["simulated"] > 0
+    pids = {e["pid"] for e in json.loads((tmp_path / "replay.trace.json").read_text())["traceEvents"]}
+    assert pids == set(range(8)) | set(range(1000, 1008))
+
+
+def test_kineto_replay_needs_trace_driven(shared_data, tmp_path, capsys):
+    assert main(["replay", str(shared_data / "kineto/dlrm-8xv100"), "--profile", "dgx1", "-o", str(tmp_path)]) == 2
+    assert "--trace-driven" in capsys.readouterr().err

@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "every op, and print predicted against measured: step time, per op kind (median and spread), "
                     "exposed communication, peak memory per category, each with its error. Writes one Perfetto "
                     "trace with the measured ranks and the simulated run side by side.")
-    p.add_argument("trace_dir", type=Path, help="folder of rank<R>.trace.json files (zsim trace -o)")
+    p.add_argument("trace_dir", type=Path, help="folder of rank<R>.trace.json files (zsim trace -o), or of one "
+                   "Kineto trace per rank (with --trace-driven)")
     p.add_argument("--profile", "--hw", dest="profile", required=True,
                    help="hardware profile: a name or a .yaml file (e.g. the output of zsim calibrate)")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH ('-' for stdout)")
@@ -150,8 +151,73 @@ def print_report(report: dict[str, Any], out) -> None:
             print(f"    {label}: {shown}{' ...' if len(keys) > 6 else ''}", file=out)
 
 
+def replay_kineto_dir(trace_dir: Path, profile: str, allow_missing_ranks: bool = False) -> tuple[dict, dict]:
+    """(report, side-by-side document) of a Kineto trace re-timed on `profile` (trace-driven only).
+
+    Raises:
+        ConfigError: the traces are damaged, or the job does not fit the profile's nodes.
+    """
+    import math
+
+    from zsim.calibrate.kineto_replay import replay_kineto
+    from zsim.config.hardware import load_cluster
+    from zsim.trace import schema
+    from zsim.trace.kineto import read_kineto
+
+    run = read_kineto([trace_dir], allow_missing_ranks)
+    per_node = load_cluster(profile, 1).gpus_per_node
+    cluster = load_cluster(profile, max(1, math.ceil(run.world_size / per_node)))
+    result = replay_kineto(run, cluster)
+    identity = replay_kineto(run, None)
+    m, s = result["measured_span_s"], result["simulated_span_s"]
+    report = {"trace_dir": str(trace_dir), "profile": profile, "trace_driven": True, "format": "kineto",
+              "run": {"world_size": run.world_size, "backend": run.ranks[0].backend, "device": run.ranks[0].device},
+              "span_seconds": {"measured": m, "simulated": s, "error": s / m - 1.0},
+              "span_with_measured_transfers_seconds": identity["simulated_span_s"],
+              "collectives": result["collectives"]}
+    events: list[dict[str, Any]] = []
+    first = min(k.start for ks in result["kernels"] for k in ks)
+    for rank, ks in enumerate(result["kernels"]):
+        for pid, label, start_of in ((rank, f"measured rank {rank}", lambda k: k.start - first),
+                                     (1000 + rank, f"simulated rank {rank} on {profile}", lambda k: k.new_start)):
+            events += schema.process_meta(pid, label)
+            events += [{"ph": "X", "name": k.name, "pid": pid, "tid": 1 if k.collective >= 0 else 0,
+                        "ts": start_of(k), "dur": k.dur if pid < 1000 else k.new_end - k.new_start,
+                        "cat": "comm" if k.collective >= 0 else "compute", "args": {"stream": k.stream}}
+                       for k in ks]
+    return report, schema.document(events, {"source": "replay", "format": "kineto"})
+
+
+def print_kineto_report(report: dict[str, Any], out) -> None:
+    r, span = report["run"], report["span_seconds"]
+    print(f"zsim replay · {report['trace_dir']} (Kineto, {r['world_size']} ranks {r['backend']} on {r['device']}) "
+          f"re-timed on {report['profile']}: measured compute, simulated collectives", file=out)
+    print(f"  GPU span of the trace      measured {span['measured'] * 1e3:.3f} ms, simulated {span['simulated'] * 1e3:.3f} ms "
+          f"({span['error']:+.1%}); with the measured transfers {report['span_with_measured_transfers_seconds'] * 1e3:.3f} ms",
+          file=out)
+    print(f"  {'collective':<12} {'bytes':>10} {'n':>3} {'measured':>10} {'simulated':>10}  (transfer, µs)", file=out)
+    for c in report["collectives"]:
+        print(f"  {c['op']:<12} {c['bytes']:>10} {c['group']:>3} {c['measured_s'] * 1e6:>10.1f} {c['simulated_s'] * 1e6:>10.1f}",
+              file=out)
+
+
 def run_command(args: argparse.Namespace) -> int:
-    report, document = replay(args.trace_dir, args.profile, args.trace_driven)
+    from zsim.errors import ConfigError
+    from zsim.trace.inputs import kind_of
+
+    kind = kind_of(args.trace_dir)
+    if kind == "kineto":
+        if not args.trace_driven:
+            raise ConfigError("a Kineto trace has no model to rebuild: replay it with --trace-driven (measured "
+                              "compute, simulated collectives)", source=str(args.trace_dir))
+        report, document = replay_kineto_dir(args.trace_dir, args.profile)
+        printer = print_kineto_report
+    elif kind == "runtime":
+        report, document = replay(args.trace_dir, args.profile, args.trace_driven)
+        printer = print_report
+    else:
+        raise ConfigError(f"replay needs runtime traces (rank<R>.trace.json) or Kineto traces, not {kind} input",
+                          source=str(args.trace_dir))
     out_dir = args.output or Path("out") / f"replay-{args.trace_dir.resolve().name}"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "replay.trace.json"
@@ -160,7 +226,7 @@ def run_command(args: argparse.Namespace) -> int:
     tmp.replace(path)
     report["outputs"] = {"trace": str(path)}
     text = sys.stderr if args.json == "-" else sys.stdout
-    print_report(report, text)
+    printer(report, text)
     print(f"  outputs     {path} (measured and simulated side by side: https://ui.perfetto.dev)", file=text)
     if args.json == "-":
         json.dump(report, sys.stdout, indent=1)
