@@ -19,7 +19,8 @@ run: $(STAMP)
 	$(BIN)/zsim run $(SCENARIO)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2 -m "not serial" tests
+	$(BIN)/python -m pytest -p no:xdist -m serial tests
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_run.py

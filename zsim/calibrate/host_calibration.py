@@ -38,7 +38,8 @@ def plan_rows(run: Any, profile: str) -> list[tuple[float, float, float]]:
         base = (op.name, op.step, op.micro_batch)
         key = (*base, seen[base])
         seen[base] += 1
-        found = [r[key]["dur"] for r in per_rank if key in r and not is_collective(r[key])]
+        found = [r[key]["dur"] - r[key]["args"].get("nested_us", 0.0)  # own time, in-line ops excluded
+                 for r in per_rank if key in r and not is_collective(r[key])]
         if not found:
             missing.append(f"{op.name}@{op.step}.{op.micro_batch}")
             continue

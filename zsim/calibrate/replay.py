@@ -61,10 +61,11 @@ def keyed(events: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
 
 
 def op_seconds(event: dict[str, Any]) -> float:
-    """A measured or simulated op's duration in seconds; a collective's without waiting for the last
-    member (`last_arrival_ts` measured, `wait_us` simulated per rank)."""
+    """A measured or simulated op's duration in seconds: a collective's without waiting for the last
+    member (`last_arrival_ts` measured, `wait_us` simulated per rank), a compute span's without the
+    ops nested in it (`nested_us`: in-line MP all-reduces, a recompute inside a checkpointed backward)."""
     args = event.get("args", {})
-    dur = event["dur"]
+    dur = event["dur"] - args.get("nested_us", 0.0)  # a compute span's own time: in-line collectives are ops too
     if "last_arrival_ts" in args:
         dur = event["ts"] + event["dur"] - max(event["ts"], args["last_arrival_ts"])
     elif "wait_us" in args:

@@ -170,7 +170,10 @@ def load_cluster(profile: str, nodes: int) -> Cluster:
         return load_host_cluster(profile, nodes)  # a CPU host (hwprofiles/hosts/)
     explicit = Path(profile)
     if profile.endswith((".yaml", ".yml")) and explicit.is_file():  # a file the user named (zsim calibrate -o)
-        system: SystemFile = validate(SystemFile, read_yaml_mapping(explicit), str(explicit))  # type: ignore[assignment]
+        data = read_yaml_mapping(explicit)
+        if data.get("kind") == "host":
+            return host_cluster(validate(HostFile, data, str(explicit)), str(explicit), nodes)  # type: ignore[arg-type]
+        system: SystemFile = validate(SystemFile, data, str(explicit))  # type: ignore[assignment]
     else:
         system = _load("", profile, SystemFile)  # type: ignore[assignment]
     gpu: GpuFile = _load("gpus", system.gpu, GpuFile)  # type: ignore[assignment]
@@ -227,6 +230,11 @@ def load_host_cluster(profile: str, nodes: int) -> Cluster:
         ConfigError: an invalid profile, or nodes != 1 (gloo between hosts is not measured).
     """
     spec: HostFile = _load("hosts", profile, HostFile)  # type: ignore[assignment]
+    return host_cluster(spec, profile, nodes)
+
+
+def host_cluster(spec: HostFile, profile: str, nodes: int) -> Cluster:
+    """The Cluster of a validated host profile (see load_host_cluster)."""
     if nodes != 1:
         raise ConfigError(f"host profile '{profile}' describes one machine: hardware.nodes must be 1 (got {nodes})")
     rates = {dtype: gflops * 1e9 for dtype, gflops in spec.compute.matmul_GFLOPS.items()}

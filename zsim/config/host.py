@@ -14,6 +14,7 @@ measures them on the machine with real gloo processes and writes the file (with 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -67,6 +68,7 @@ class HostFile(_Strict):
     collectives: dict[str, dict[int, LatencyBandwidth]] = Field(
         description="collective -> group size -> latency-bandwidth terms")
     measured: dict[str, str | float | int] | None = Field(default=None, description="provenance: date, command")
+    provenance: dict[str, Any] | None = Field(default=None, description="written by zsim calibrate: inputs, date, fits")
 
     @model_validator(mode="after")
     def _known_collectives(self) -> HostFile:

@@ -102,6 +102,17 @@ class SuiteResult:
         return (bool(self.judged) and self.median_error <= self.criteria.median_step_error
                 and self.max_error <= self.criteria.max_step_error and all(o.states_exact for o in self.judged))
 
+    def table(self) -> str:
+        return table(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"suite": str(self.suite), "profile": str(self.profile), "passed": self.passed,
+                "median_error": self.median_error, "max_error": self.max_error, "cores": self.cores,
+                "load_average": list(self.load), "seconds": self.seconds, "calibration": self.calibration,
+                "runs": [{"label": o.label, "measured_s": o.measured_s, "simulated_s": o.simulated_s, "error": o.error,
+                          "model_states_exact": o.states_exact, "ops_lined_up": o.lined_up,
+                          "ops_unmatched": o.unmatched, "judged": o.judged} for o in self.outcomes]}
+
 
 def load_suite(path: Path) -> SuiteFile:
     """The validated suite file. Raises ConfigError naming the key."""
@@ -177,3 +188,9 @@ def table(result: SuiteResult) -> str:
                  f"{result.load[0]:.1f} / {result.load[1]:.1f} / {result.load[2]:.1f} at the end, "
                  f"{result.seconds:.0f} s in all")
     return "\n".join(lines)
+
+
+def run(progress: bool = False, suite_file: Path | None = None, output: Path | None = None) -> SuiteResult:
+    """The suite entry point of `zsim validate replay` (zsim.validate.SUITES)."""
+    say = (lambda message: print(f"  {message}", file=sys.stderr, flush=True)) if progress else None
+    return run_suite(suite_file or DEFAULT_SUITE, output or Path("out/validate-replay"), progress=say)
