@@ -116,6 +116,9 @@ def _calibrate_gpu(cluster, profile: str, data, fit: str, replace: dict, section
     if data.compute and fit == "collectives":
         report["unused"] = f"{len(data.compute)} compute samples (--fit collectives)"
     elif data.compute:
-        raise CalibrationError(f"{len(data.compute)} compute samples ({', '.join(sorted({c.kind for c in data.compute}))}) "
-                               "but this build has no GPU compute fit yet (the kernel-level compute model of issue 9); "
-                               "use --fit collectives")
+        from zsim.calibrate.gpu_compute import calibrate_gemms
+
+        gemm, summary = calibrate_gemms(cluster, data.compute)
+        replace["compute"] = {"gemm": gemm}
+        sections["compute"] = {"model": "GEMM tile-and-wave model (docs/compute.md)", "fitted": summary}
+        report["compute"] = {**sections["compute"], "values": gemm}
