@@ -57,21 +57,28 @@ def step_volumes(doc: dict[str, Any]) -> dict[int, dict[str, int]]:
     """step -> {op: bytes} over this rank's data-parallel collectives (nccl-tests bytes), plus
     `paper_bytes`: 2 x all_reduce + reduce_scatter + all_gather, the ZeRO paper's per-rank volume
     (§7: an all-reduce is a reduce-scatter and an all-gather, each moving the buffer once), and
-    `mp_all_reduce`: the bytes of Megatron's MP all-reduces (not part of the ZeRO volume)."""
+    `mp_all_reduce`: the bytes of Megatron's MP all-reduces (not part of the ZeRO volume), and
+    `checks`: the optimizer's overflow and gradient-norm all-reduces (4 bytes each, DP and MP)."""
     volumes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for event in doc["traceEvents"]:
         args = event.get("args", {})
         if not is_collective(event):
             continue
         step = volumes[args["step"]]
+        if is_check(event):  # the optimizer's overflow flag and gradient norm: 4 bytes, not model states
+            step["checks"] += args["bytes"]
+            continue
         if "/mp." in event["name"]:
-            if not event["name"].endswith(".overflow"):
-                step["mp_all_reduce"] += args["bytes"]
+            step["mp_all_reduce"] += args["bytes"]
             continue
         step[args["op"]] += args["bytes"]
-        if not event["name"].endswith(".overflow"):  # the fp16 overflow flag is not a model state
-            step["paper_bytes"] += args["bytes"] * (2 if args["op"] == "all_reduce" else 1)
+        step["paper_bytes"] += args["bytes"] * (2 if args["op"] == "all_reduce" else 1)
     return {s: dict(v) for s, v in volumes.items()}
+
+
+def is_check(event: dict[str, Any]) -> bool:
+    """The optimizer's 4-byte agreement all-reduces: `all_reduce/overflow.dp`, `all_reduce/norm.mp`..."""
+    return event["name"].startswith(("all_reduce/overflow.", "all_reduce/norm."))
 
 
 def is_collective(event: dict[str, Any]) -> bool:

@@ -38,6 +38,13 @@ class Tracer:
         self._sync = sync or (lambda: None)
         self._cuda_memory = cuda_memory
         self._closed_us = 0.0  # duration of the compute-track events closed at the current nesting level
+        self._seqs: dict[tuple[int, ...], int] = {}
+
+    def next_seq(self, group: tuple[int, ...]) -> int:
+        """The index of the next collective on process group `group` (its members' global ranks)."""
+        seq = self._seqs.get(group, 0)
+        self._seqs[group] = seq + 1
+        return seq
 
     def sync(self) -> None:
         """Wait for the device's compute stream (CUDA), so that a timestamp follows the work."""

@@ -152,6 +152,7 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
             summary["step_seconds"].append(time.perf_counter() - start)
             summary["losses"].append(loss)
             summary["skipped_steps"] = engine.skipped_steps
+            summary.setdefault("grad_norms", []).append(engine.grad_norm)
             summary["peak_bytes"] = dict(ledger.peak, total=ledger.peak_total)
             if profiler is not None:
                 profiler.step()

@@ -52,14 +52,14 @@ def test_simulation_invariants(p):
     # DP traffic per step, in the paper's convention (ZeRO §7): 2Ψ for stages 0-2, 3Ψ for stage 3,
     # per micro-batch where the stage reduces every micro-batch; Ψ padded as the runtime pads it
     # (zsim.zero.buckets: per bucket to 2·Nd in stages 1-2, per tensor to Nd in stage 3), plus the
-    # fp16 overflow flag (4 bytes, an all-reduce: 8 in this convention) once gradients are partitioned.
+    # optimizer's two 4-byte DP all-reduces (fp16 overflow flag, gradient norm; 8 bytes each here).
     w, nd = r.workload, s.layout.dp
     sizes = [m.params for m in w.modules]
     padded = {0: sum(sizes), 3: sum(padded_tensors(m.tensors, nd) for m in w.modules)}
     padded[1] = padded[2] = sum(padded_bucket(sum(sizes[i] for i in b), nd) for b in plan_buckets(sizes, p["bucket"]))
     per_step = {0: 2, 1: 2, 2: 1 + p["accum"], 3: 3 * p["accum"]}[s.zero.stage]
-    flag = 8 if s.zero.stage else 0
-    assert dp_volume_bytes(r) == per_step * 2 * padded[s.zero.stage] + flag
+    checks = 16  # the optimizer's overflow flag and gradient norm: 4-byte all-reduces, 8 bytes each here
+    assert dp_volume_bytes(r) == per_step * 2 * padded[s.zero.stage] + checks
     assert padded[s.zero.stage] - w.params_per_mp_rank <= 2 * nd * len(w.tensors)  # padding stays small
 
 

@@ -213,7 +213,12 @@ class ZeroEngine:
         self.after_backward(u)
 
     def _optimizer_step(self) -> None:
-        overflow = self._overflow()
+        """The checks before Adam, as DeepSpeed's ZeRO optimizer and the simulator's plan run them
+        (zsim/zero/plan.py _checks): mixed precision first agrees on a gradient overflow
+        (`optimizer/overflow`, a 4-byte MAX all-reduce over DP, then MP), then the gradient norm
+        (`optimizer/norm`, a SUM over DP, then MP; recorded in the summary, no clipping), then Adam."""
+        overflow = self._overflow() if self.mixed else False
+        self.grad_norm = self._grad_norm()
         with self.tracer.span("optimizer/step", elements=self.optimizer.elements, skipped=overflow):
             if not overflow:
                 self.optimizer.step(1.0 / self.scaler.scale if self.scaler else 1.0)
@@ -224,19 +229,30 @@ class ZeroEngine:
         else:
             self.after_step()
 
-    def _overflow(self) -> bool:
-        """fp16: did any gradient overflow on any rank? As DeepSpeed's has_overflow: a 1-element
-        all-reduce over the DP group when gradients or optimizer states are partitioned (stage 0
-        holds the whole reduced gradient on every rank), then over the MP group when MP ranks hold
-        different parameters (zsim/zero/plan.py _overflow_check does the same)."""
-        if self.scaler is None:
-            return False
-        flag = torch.tensor([float(self.optimizer.found_overflow())], device=self.device)
-        if self.stage >= 1:
-            self.comm.all_reduce(flag, "grads.overflow", op=dist.ReduceOp.MAX).wait()
+    def _agree(self, check: str, value: torch.Tensor, op: dist.ReduceOp) -> None:
+        """All-reduce `value` in line (compute track) over DP, then over MP."""
+        self.comm.inline().all_reduce(value, f"{check}.dp", op=op).wait()
         if self.mp_comm is not None:
-            self.mp_comm.all_reduce(flag, "mp.overflow", op=dist.ReduceOp.MAX).wait()
+            self.mp_comm.all_reduce(value, f"{check}.mp", op=op).wait()
+
+    def _overflow(self) -> bool:
+        """Did any gradient overflow (inf or NaN) on any rank? (DeepSpeed's has_overflow.)"""
+        with self.tracer.span("optimizer/overflow"):
+            flag = torch.tensor([float(self.optimizer.found_overflow())], device=self.device)
+        self._agree("overflow", flag, dist.ReduceOp.MAX)
         return bool(flag.item())
+
+    def _grad_norm(self) -> float:
+        """The L2 norm of the step's gradient (as the optimizer sees it: loss-scaled in fp16), from
+        the squares of this rank's partition summed over DP (stage 0: every rank holds all of it,
+        so the sum is divided by Nd) and MP (replicated layer norms and biases count once per MP rank)."""
+        with self.tracer.span("optimizer/norm"):
+            square = torch.zeros(1, dtype=torch.float64, device=self.device)
+            for seg in self.optimizer.segments:
+                square += seg.grad.double().pow(2).sum()
+        square = square.float()
+        self._agree("norm", square, dist.ReduceOp.SUM)
+        return float(square.item() / (1 if self.partitioned else self.dp)) ** 0.5
 
     # --- facts for the trace ---------------------------------------------------------------------
     @property

@@ -382,8 +382,7 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     elements = stage_partition(psi, nd, z.stage, w.tensors)
     deps = (b.last_comm,) if b.last_comm is not None else ()
     last_mb = s.grad_accum - 1  # the runtime stamps what follows the last micro-batch with its index
-    if dtype == "fp16":
-        deps = _overflow_check(b, s, step, last_mb, deps)
+    deps = _checks(b, s, elements, step, last_mb, deps)
     upcast = optimizer_gradient_bytes(z.stage, elements, dtype, z.constant_buffers, z.reduce_bucket_elements)
     tag = f"optimizer.fp32_grads.s{step}"
     opt = b.add(name="optimizer/step", stream="compute", deps=deps, hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
@@ -402,15 +401,26 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
                   group="dp", nbytes=e * n, step=step, micro_batch=last_mb)
 
 
-def _overflow_check(b: _Builder, s: Scenario, step: int, mb: int, deps: tuple[int, ...]) -> tuple[int, ...]:
-    """fp16 loss scaling: the ranks agree on a gradient overflow before the step with a 4-byte
-    all-reduce over the DP group (when gradients or optimizer states are partitioned) and then over
-    the MP group (when MP splits the parameters), as DeepSpeed's has_overflow does
-    (deepspeed/runtime/zero/stage_1_and_2.py). Returns the optimizer's dependencies."""
-    if s.zero.stage >= 1:
-        deps = (b.add(name="all_reduce/grads.overflow", stream="comm", deps=deps, collective="all_reduce",
-                      group="dp", nbytes=4, step=step, micro_batch=mb),)
-    if s.layout.mp > 1:
-        deps = (b.add(name="all_reduce/mp.overflow", stream="compute", deps=deps, collective="all_reduce",
-                      group="mp", nbytes=4, step=step, micro_batch=mb),)
+# Bytes per element of the checks before Adam (zsim/compute/kernels.py optimizer_kernels on branch
+# issue-9, from DeepSpeed's 2020 ZeRO optimizer): the overflow check casts to fp32 and sums (2 + 4 + 4),
+# the gradient norm converts to double and reduces (2 + 8 + 8; fp32 training 4 + 8 + 8).
+CHECK_BYTES_PER_ELEMENT = {"overflow": 10, "norm": 18}
+
+
+def _checks(b: _Builder, s: Scenario, elements: int, step: int, mb: int, deps: tuple[int, ...]) -> tuple[int, ...]:
+    """The optimizer's checks before Adam, as DeepSpeed's ZeRO optimizer runs them and the runtime
+    does: the overflow check (mixed precision) and the gradient norm, each a pass over this rank's
+    partition (`optimizer/overflow`, `optimizer/norm`) and a 4-byte all-reduce over the DP group and,
+    with MP, over the MP group, in line on the compute stream (the step waits for the answer).
+    Returns the optimizer's dependencies."""
+    checks = ("norm",) if s.precision.dtype == "fp32" else ("overflow", "norm")
+    groups = ("dp", "mp") if s.layout.mp > 1 else ("dp",)
+    for check in checks:
+        per = CHECK_BYTES_PER_ELEMENT[check] + (2 if check == "norm" and s.precision.dtype == "fp32" else 0)
+        b.add(name=f"optimizer/{check}", stream="compute", deps=deps, hbm_bytes=per * elements, step=step,
+              micro_batch=mb)
+        deps = ()
+        for group in groups:
+            b.add(name=f"all_reduce/{check}.{group}", stream="compute", collective="all_reduce", group=group,
+                  nbytes=4, step=step, micro_batch=mb)
     return deps
