@@ -69,8 +69,9 @@ def run_command(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json == "-" else sys.stdout
     print(f"zsim calibrate · {args.profile} → {args.output}", file=out)
     for source in report["inputs"]:
+        skipped = "; ".join(f"{n} skipped: {why}" for why, n in source.get("skipped", {}).items())
         print(f"  input     {source['path']} ({source['kind']}: {source['collectives']} collectives, "
-              f"{source['compute']} compute samples)", file=out)
+              f"{source['compute']} compute samples{'; ' + skipped if skipped else ''})", file=out)
     if report.get("unused"):
         print(f"  unused    {report['unused']}", file=out)
     coll = report.get("collectives")

@@ -91,14 +91,18 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
     for path in paths:
         kind = kind_of(path)
         before = (len(out.collectives), len(out.compute))
+        skipped: dict[str, int] = {}
         if kind == "runtime":
             run = read_run(path)
             out.runs.append(run)
-            out.collectives += collective_samples(run)
+            out.collectives += collective_samples(run, skipped)
             out.compute += compute_samples(run)
         elif kind == "kineto":
             run = read_kineto([path], allow_missing_ranks)
-            out.collectives += [s for s in run.samples() if s.nbytes > 0]
+            samples = run.samples()
+            out.collectives += [s for s in samples if s.nbytes > 0]
+            if any(s.nbytes <= 0 for s in samples):
+                skipped["zero bytes"] = sum(1 for s in samples if s.nbytes <= 0)
         elif kind == "nccl-tests":
             files = [path / f"{fn}.txt" for fn in FUNCTIONS if (path / f"{fn}.txt").is_file()] if path.is_dir() else [path]
             for f in files:
@@ -111,8 +115,12 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
                     raise ConfigError("the header does not list the ranks ('#  Rank  0 ... device ...' lines): "
                                       "how many GPUs ran it is unknown", source=str(f))
                 gpus, per_process = recorded
+                rows = read_nccl_tests(f)
                 out.collectives += [CollectiveSample(op, r.size, gpus, r.time_us * 1e-6, "nccl", str(f), per_process)
-                                    for r in read_nccl_tests(f) if r.size > 0 and r.time_us > 0]
+                                    for r in rows if r.size > 0 and r.time_us > 0]
+                empty = sum(1 for r in rows if r.size <= 0 or r.time_us <= 0)
+                if empty:  # nccl-tests rounds small all_gather/reduce_scatter sizes down to 0 bytes
+                    skipped["zero bytes"] = skipped.get("zero bytes", 0) + empty
         elif kind == "simulated":
             from zsim.trace.kineto import load_json
 
@@ -121,8 +129,11 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
             out.compute += compute
         else:
             out.compute += read_gemm_table(path)
-        out.sources.append({"path": str(path), "kind": kind, "collectives": len(out.collectives) - before[0],
-                            "compute": len(out.compute) - before[1]})
+        source = {"path": str(path), "kind": kind, "collectives": len(out.collectives) - before[0],
+                  "compute": len(out.compute) - before[1]}
+        if skipped:
+            source["skipped"] = skipped  # calls that say nothing about the link, counted rather than dropped
+        out.sources.append(source)
     return out
 
 

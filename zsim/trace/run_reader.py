@@ -120,11 +120,12 @@ def read_run(folder: Path) -> MeasuredRun:
 _DTYPES = {"fp16", "bf16", "fp32"}
 
 
-def collective_samples(run: MeasuredRun) -> list[CollectiveSample]:
+def collective_samples(run: MeasuredRun, skipped: dict[str, int] | None = None) -> list[CollectiveSample]:
     """Every collective of every rank as a transfer time: from the last member's arrival to the end
     (`ts + dur - last_arrival_ts`, written by runtime.merge), so that waiting for a straggler is not
     fitted as transfer. Each rank's own view is kept (ranks may see the end at slightly different
-    moments); MP all-reduces inside the compute track count alike.
+    moments); MP all-reduces inside the compute track count alike. Calls without information about the
+    link (zero bytes, a group of one, no time after the last arrival) are counted in `skipped` by reason.
 
     Raises:
         ConfigError: a collective without `last_arrival_ts` (an unmerged trace) or without bytes/group.
@@ -142,8 +143,12 @@ def collective_samples(run: MeasuredRun) -> list[CollectiveSample]:
             if not isinstance(args.get("bytes"), int) or not isinstance(args["group"], list):
                 raise ConfigError(f"{e['name']}: bytes or group missing", source=str(run.folder / f"rank{rank}.trace.json"))
             transfer_us = e["ts"] + e["dur"] - args["last_arrival_ts"]
-            if args["bytes"] <= 0 or transfer_us <= 0 or len(args["group"]) < 2:
-                continue  # a zero-byte or single-rank call carries no information about the link
+            reason = ("zero bytes" if args["bytes"] <= 0 else "a group of one rank" if len(args["group"]) < 2
+                      else "no time after the last arrival (clock skew)" if transfer_us <= 0 else None)
+            if reason:  # no information about the link: counted, reported by calibrate
+                if skipped is not None:
+                    skipped[reason] = skipped.get(reason, 0) + 1
+                continue
             out.append(CollectiveSample(args["op"], args["bytes"], len(args["group"]), transfer_us * 1e-6, backend,
                                         str(run.folder), 1, args.get("dtype", "fp32")))
     return out
