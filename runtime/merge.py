@@ -3,7 +3,8 @@
 - `last_arrival_ts` on each collective: the same collective is matched across ranks by its group
   and `seq`; the latest issue time among the members (on rank 0's clock, via each file's
   `clock_offset_us`) is written back on each rank's own clock. `ts + dur - last_arrival_ts` is
-  then the collective's time without waiting for stragglers.
+  then the collective's time without waiting for stragglers, and the wait itself becomes its own
+  event, `wait/arrival/<collective>`, on the collective's track.
 - `summary.json`: the loss per step (mean over DP ranks = the loss of the global batch), model
   state bytes per rank, and per-step collective bytes.
 - `trace.json`: one trace of all ranks, clock-aligned: each rank's events shifted by its
@@ -22,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from zsim.trace.schema import document
+from zsim.trace.schema import complete, document
 
 
 def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
@@ -34,10 +35,16 @@ def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
     return traces
 
 
+ARRIVAL = "wait/arrival/"
+
+
 def fill_last_arrival(traces: dict[int, dict[str, Any]]) -> int:
-    """Set `args.last_arrival_ts` where every member's event is present; returns how many were set."""
+    """Set `args.last_arrival_ts` where every member's event is present, and add the wait for the
+    last member as its own event, `wait/arrival/<collective>` on the collective's track from its issue
+    to the last arrival (when this rank was not the last); returns how many were set."""
     members: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
     for rank, doc in traces.items():
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not e.get("name", "").startswith(ARRIVAL)]
         for event in doc["traceEvents"]:
             if is_collective(event):  # either track
                 members[(tuple(event["args"]["group"]), event["args"]["seq"])].append((rank, event))
@@ -47,9 +54,15 @@ def fill_last_arrival(traces: dict[int, dict[str, Any]]) -> int:
             continue  # a rank stopped early: arrival unknown
         offsets = {rank: traces[rank]["metadata"]["clock_offset_us"] for rank, _ in found}
         for rank, event in found:  # on this rank's clock; its own issue time exactly, not via offsets
-            event["args"]["last_arrival_ts"] = max(
-                other["ts"] if m == rank else other["ts"] + offsets[m] - offsets[rank] for m, other in found)
+            last = max(other["ts"] if m == rank else other["ts"] + offsets[m] - offsets[rank] for m, other in found)
+            event["args"]["last_arrival_ts"] = last
             filled += 1
+            if last > event["ts"]:
+                args = event["args"]
+                traces[rank]["traceEvents"].append(complete(
+                    ARRIVAL + event["name"], event["pid"], event["cat"], event["ts"], min(last, event["ts"] + event["dur"])
+                    - event["ts"], step=args["step"], micro_batch=args["micro_batch"], seq=args["seq"],
+                    **{"for": event["name"]}))
     return filled
 
 

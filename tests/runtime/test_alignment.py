@@ -47,7 +47,8 @@ def measured_and_simulated(traced, name: str):
 
 def comm_order(events: list[dict]) -> list[tuple]:
     """The comm track's collectives in issue order: (name, step, micro_batch, bytes)."""
-    comm = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "comm"), key=lambda e: e["ts"])
+    comm = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "comm" and "group" in e["args"]),
+                  key=lambda e: e["ts"])
     return [(e["name"], e["args"]["step"], e["args"]["micro_batch"], e["args"]["bytes"]) for e in comm]
 
 
@@ -131,3 +132,19 @@ def test_tiny_model_is_padded_like_the_simulator():
     from runtime.model import gpt_config
     assert gpt_config(tiny_model()).vocab == 128 and gpt_config(tiny_model(), mp=2).vocab == 256
     assert TINY["vocab"] == 63
+
+
+def test_waiting_for_the_last_rank_is_its_own_event(traced):
+    """merge turns `last_arrival_ts` into `wait/arrival/<collective>`: from this rank's issue to the
+    last member's, inside the collective's own span, on its track; the ops still line up."""
+    run = traced("align_s3", stage=3, world_size=2, steps=2)
+    arrivals = 0
+    for rank in range(2):
+        events = [e for e in run.trace(rank)["traceEvents"] if e.get("ph") == "X"]
+        by_seq = {(tuple(e["args"]["group"]), e["args"]["seq"]): e for e in events if "group" in e["args"]}
+        for w in (e for e in events if e["name"].startswith("wait/arrival/")):
+            arrivals += 1
+            owner = next(c for (g, seq), c in by_seq.items() if seq == w["args"]["seq"] and c["name"] == w["args"]["for"])
+            assert w["cat"] == owner["cat"] and w["ts"] == owner["ts"]
+            assert w["ts"] + w["dur"] == pytest.approx(min(owner["args"]["last_arrival_ts"], owner["ts"] + owner["dur"]))
+    assert arrivals > 0  # two ranks never issue every collective at the same instant

@@ -140,12 +140,17 @@ def test_forward_flops_cite_megatron_formula():
 
 def test_merge_fills_last_arrival_on_each_ranks_clock():
     def doc(rank, offset, ts):
-        event = {"ph": "X", "cat": "comm", "name": "all_reduce/grads.bucket.0", "ts": ts, "dur": 50.0,
-                 "args": {"op": "all_reduce", "bytes": 8, "group": [0, 1], "seq": 0, "step": 0}}
+        event = {"ph": "X", "cat": "comm", "pid": rank, "name": "all_reduce/grads.bucket.0", "ts": ts, "dur": 50.0,
+                 "args": {"op": "all_reduce", "bytes": 8, "group": [0, 1], "seq": 0, "step": 0, "micro_batch": 0}}
         return {"metadata": {"rank": rank, "clock_offset_us": offset}, "traceEvents": [event]}
     traces = {0: doc(0, 0.0, 100.0), 1: doc(1, 1000.0, -880.0)}  # rank 1 arrives at 120 on rank 0's clock
     assert fill_last_arrival(traces) == 2
     assert traces[0]["traceEvents"][0]["args"]["last_arrival_ts"] == 120.0
     assert traces[1]["traceEvents"][0]["args"]["last_arrival_ts"] == -880.0
+    # rank 0 waited 20 µs for rank 1: its own event; rank 1 arrived last and did not wait
+    assert [(e["name"], e["ts"], e["dur"]) for e in traces[0]["traceEvents"][1:]] == [
+        ("wait/arrival/all_reduce/grads.bucket.0", 100.0, 20.0)]
+    assert len(traces[1]["traceEvents"]) == 1
+    assert fill_last_arrival(traces) == 2 and len(traces[0]["traceEvents"]) == 2  # merging twice adds nothing
     assert step_volumes(traces[0]) == {0: {"all_reduce": 8, "paper_bytes": 16}}
     json.dumps(traces)  # still plain JSON
