@@ -92,17 +92,29 @@ def _collectives(torch, dist, world: int) -> dict:
     return out
 
 
-def fit_latency_bandwidth(points: list[tuple[int, float]]) -> dict:
-    """Least squares of t = a + S·b weighted by 1/t; returns latency_us, GBps and the residuals."""
-    s = np.array([p[0] for p in points], dtype=float)
-    t = np.array([p[1] for p in points], dtype=float)
+def _lstsq(s: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(a, b) of t = a + S·b by least squares weighted by 1/t (relative error), a ≥ 0, b > 0."""
     w = 1.0 / t
     (a, b), *_ = np.linalg.lstsq(np.stack([w, s * w], axis=1), np.ones_like(t), rcond=None)
-    a, b = max(a, 0.0), max(b, 1e-15)
+    return max(float(a), 0.0), max(float(b), 1e-15)
+
+
+def fit_latency_bandwidth(points: list[tuple[int, float]]) -> dict:
+    """Least squares of t = a + S·b weighted by 1/t; returns latency_us, GBps and the residuals: in
+    sample, and held out (fit on every other size, predict the rest, both ways)."""
+    s = np.array([p[0] for p in points], dtype=float)
+    t = np.array([p[1] for p in points], dtype=float)
+    a, b = _lstsq(s, t)
     rel = np.abs((a + b * s) / t - 1.0)
-    return {"latency_us": round(float(a) * 1e6, 3), "GBps": round(float(1.0 / b) / 1e9, 4),
+    held = []
+    for part in (0, 1):
+        train = np.arange(len(s)) % 2 == part
+        ha, hb = _lstsq(s[train], t[train])
+        held += list(np.abs((ha + hb * s[~train]) / t[~train] - 1.0))
+    return {"latency_us": round(a * 1e6, 3), "GBps": round(1.0 / b / 1e9, 4),
             "fit": {"median_rel_error": round(float(np.median(rel)), 4), "worst_rel_error": round(float(rel.max()), 4),
-                    "points": len(points)}}
+                    "held_out_median_rel_error": round(float(np.median(held)), 4),
+                    "held_out_worst_rel_error": round(float(max(held)), 4), "points": len(points)}}
 
 
 def rank_main(args: argparse.Namespace) -> None:
