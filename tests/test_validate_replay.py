@@ -1,6 +1,6 @@
 """Held-out validation (issue 10), as a test that can fail: record the CPU suite's runs with the real
 runtime, calibrate the host profile on some, replay the others; step time median |error| <= 10%, none
-beyond 25%, model states exact (scenarios/calibrate/suite-cpu.yaml).
+beyond 25%, model states exact (zsim/validate/suites/replay-cpu.yaml).
 
 Its timings are only meaningful when the suite's ranks have the cores to themselves, so it is marked
 `serial`: `make test` runs it after the parallel tests, alone (DESIGN.md: time-slicing ranks vary

@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "docs/calibrate.md). Exit 0 if all pass, 1 if any fails, 2 on bad input.")
     p.add_argument("suite", choices=sorted(SUITES), help="which suite")
     p.add_argument("--suite-file", type=Path, default=None,
-                   help="replay: the suite YAML (default scenarios/calibrate/suite-cpu.yaml)")
+                   help="replay: the suite YAML (default zsim/validate/suites/replay-cpu.yaml)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
                    help="replay: where the recorded traces and the calibrated profile go (default out/validate-replay)")
     p.add_argument("--json", metavar="PATH|-", help="also write the report as JSON to PATH (- = stdout, table to stderr)")

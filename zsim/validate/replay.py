@@ -1,7 +1,7 @@
 """Held-out validation of the twin loop (`zsim validate replay`): record real runs with the runtime,
 calibrate a profile on some of them, replay the others, and judge the errors.
 
-A suite (scenarios/calibrate/suite-cpu.yaml) names the base profile, the ranks, the steps, the
+A suite (zsim/validate/suites/replay-cpu.yaml) names the base profile, the ranks, the steps, the
 configurations to calibrate on and the held-out ones to replay (scenario, ZeRO stage, gradient
 accumulation), and the criteria. Recording and judging happen in one run, so the timings the fit
 sees and the ones it is judged against come from the same machine state. Runs with more ranks than
@@ -22,9 +22,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsim.config.yamlfile import read_yaml_mapping, validate
-from zsim.errors import ZsimError
+from zsim.errors import ConfigError, ZsimError
 
-DEFAULT_SUITE = Path(__file__).resolve().parents[2] / "scenarios" / "calibrate" / "suite-cpu.yaml"
+DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "replay-cpu.yaml"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 class _Strict(BaseModel):
@@ -32,7 +33,7 @@ class _Strict(BaseModel):
 
 
 class Entry(_Strict):
-    scenario: str = Field(description="scenario file, relative to the suite file")
+    scenario: str = Field(description="scenario file: relative to the suite file, else to scenarios/")
     stage: int = Field(ge=0, le=3)
     grad_accum: int = Field(default=1, gt=0)
 
@@ -119,6 +120,18 @@ def load_suite(path: Path) -> SuiteFile:
     return validate(SuiteFile, read_yaml_mapping(path), str(path))  # type: ignore[return-value]
 
 
+def scenario_path(suite_path: Path, name: str) -> Path:
+    """A suite entry's scenario: beside the suite file if it is there, else under scenarios/.
+
+    Raises:
+        ConfigError: neither exists.
+    """
+    for candidate in (suite_path.parent / name, SCENARIOS / name):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"scenario '{name}' is neither beside the suite nor in {SCENARIOS}", source=str(suite_path))
+
+
 def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path) -> Path:
     """Run the real runtime for one entry (a subprocess launching `suite.ranks` processes).
 
@@ -128,7 +141,7 @@ def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path) -> Path:
     folder = out / entry.label
     command = [sys.executable, "-m", "runtime", "--ranks", str(suite.ranks), "--stage", str(entry.stage),
                "--grad-accum", str(entry.grad_accum), "--steps", str(suite.steps), "--precision", suite.precision,
-               "--model", str(suite_path.parent / entry.scenario), "-o", str(folder)]
+               "--model", str(scenario_path(suite_path, entry.scenario)), "-o", str(folder)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
