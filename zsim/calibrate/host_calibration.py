@@ -14,9 +14,25 @@ from zsim.calibrate.profile_writer import base_file
 from zsim.config.yamlfile import read_yaml_mapping
 
 
+def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
+    """id(event) → µs the rank's compute track was idle just before that compute op (after the previous
+    span of any kind, waiting included, ended): framework work between spans (Python bookkeeping,
+    bucketing, the next batch) that no span covers."""
+    track = sorted((e for e in events if e.get("tid") == 0), key=lambda e: e["ts"])
+    out, end = {}, None
+    for e in track:
+        if end is not None and not e["name"].startswith("wait"):
+            out[id(e)] = max(0.0, e["ts"] - end)
+        end = max(end or 0.0, e["ts"] + e["dur"])
+    return out
+
+
 def plan_rows(run: Any, profile: str) -> list[tuple[float, float, float]]:
     """(FLOPs, streamed bytes, measured seconds) of every compute op of a measured run: each plan op
     of the run rebuilt on `profile`, with the median over ranks of the measured op lined up with it.
+    An op's time is its own span (nested in-line ops excluded) plus the compute track's idle time
+    just before it: the simulator's ops run back to back, so the framework's time between spans must
+    be priced by the ops (it lands in the per-op overhead) or every step comes out short.
 
     Raises:
         ConfigError: the run cannot be rebuilt on the profile.
@@ -30,6 +46,7 @@ def plan_rows(run: Any, profile: str) -> list[tuple[float, float, float]]:
     scenario = rebuild(run, profile)
     plan = build_plan(scenario, build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype))
     per_rank = [keyed(events) for events in run.events.values()]
+    gaps = [idle_before(events) for events in run.events.values()]
     seen: dict[tuple[str, int, int], int] = defaultdict(int)
     rows, missing = [], []
     for op in plan.ops:
@@ -38,8 +55,8 @@ def plan_rows(run: Any, profile: str) -> list[tuple[float, float, float]]:
         base = (op.name, op.step, op.micro_batch)
         key = (*base, seen[base])
         seen[base] += 1
-        found = [r[key]["dur"] - r[key]["args"].get("nested_us", 0.0)  # own time, in-line ops excluded
-                 for r in per_rank if key in r and not is_collective(r[key])]
+        found = [r[key]["dur"] - r[key]["args"].get("nested_us", 0.0) + g.get(id(r[key]), 0.0)
+                 for r, g in zip(per_rank, gaps) if key in r and not is_collective(r[key])]
         if not found:
             missing.append(f"{op.name}@{op.step}.{op.micro_batch}")
             continue

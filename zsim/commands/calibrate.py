@@ -75,6 +75,14 @@ def run_command(args: argparse.Namespace) -> int:
     if report.get("unused"):
         print(f"  unused    {report['unused']}", file=out)
     coll = report.get("collectives")
+    if coll and coll.get("model", "").startswith("gloo"):
+        for key, entry in coll["fitted"].items():
+            print(f"  fitted    {key}: latency {entry['latency_us']:.1f} us ({entry['latency']}), {entry['GBps']:.4g} GB/s; "
+                  f"{entry['fit']['points']} sizes, median error {entry['fit']['median_rel_error']:.1%}", file=out)
+        coll = None
+    if report.get("compute"):
+        c = report["compute"]
+        print(f"  compute   {c['values'] if 'values' in c else ''} ({c.get('model', '')})", file=out)
     if coll:
         print(f"  fitted    {', '.join(coll['fitted'])}", file=out)
         if coll["kept_from_base"]:
