@@ -136,6 +136,9 @@ class _StepPass:
         tied = getattr(scenario.model, "tied_head", True)
         self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" and tied else (m.name,) for m in mods}
         self.nd = scenario.layout.dp
+        sizes = [m.params for m in mods]  # each module's bucket's elements (zsim.zero.buckets)
+        self.bucket_elements_of = {mods[i].name: sum(sizes[j] for j in b)
+                                   for b in plan_buckets(sizes, scenario.zero.reduce_bucket_elements) for i in b}
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
 
     # ---- naming and small helpers -------------------------------------------------------------
@@ -336,6 +339,15 @@ class _StepPass:
         if self.stage >= 2:
             allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
         frees = frees + self._activation_tags(m, "act") + ((work,) if m.layer is not None else ())
+        if self.stage == 3 and reduce:
+            # Stage 3 copies each module's gradient into its bucket's buffer as soon as it is complete
+            # and frees it (DeepSpeed contiguous_gradients: __add_grad_to_ipg_bucket; the runtime's
+            # ReduceScatterBuckets): the buffer is taken by the bucket's first module.
+            if not self.bucket:
+                elements = self.bucket_elements_of[m.name]
+                allocs.append(Alloc("buffers", bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, self.e),
+                                    self._tags("bucket", m.name)))
+            frees = frees + (self._tags("grad", m.name),)
         op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
                        hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees)
         self._mp_allreduces(m, m.mp_allreduces_bwd)
@@ -364,10 +376,10 @@ class _StepPass:
         tag = self._tags("bucket", bucket[0].name)
         op = "all_reduce" if self.stage == 0 else "reduce_scatter"
         size = bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, e) if self.z.constant_buffers \
-            or self.stage == 3 else fused_gradient_buffer_bytes(elements)
-        staging = (Alloc("buffers", size, tag),)
-        frees = [a.tag for a in staging]
-        if self.stage >= 2:
+            else fused_gradient_buffer_bytes(elements)
+        staging = (Alloc("buffers", size, tag),) if self.stage < 3 else ()  # stage 3: taken in backward
+        frees = [tag]
+        if self.stage == 2:
             frees += [self._tags("grad", m.name) for m in bucket]
         self.b.add(name=f"{op}/{what}", stream="comm", deps=(after,), collective=op, group="dp", nbytes=nbytes,
                    allocs=staging, frees=tuple(frees), step=self.step, micro_batch=self.mb)
