@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from runtime.config import RunConfig
-from runtime.launch import launch
+from zsim.runtime.config import RunConfig
+from zsim.runtime.launch import launch
 from zsim.config.schema import ModelSection
 
 # A small GPT: 4 layers, hidden 256, 4 heads, 128 tokens, vocab 1024: Ψ = 3,716,608 parameters.

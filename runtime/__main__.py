@@ -1,4 +1,4 @@
-"""`python -m runtime`: launch a traced run on this machine, or be one rank of it.
+"""`python -m zsim.runtime`: launch a traced run on this machine, or be one rank of it.
 
 - Without RANK in the environment: spawn --ranks processes here (like `zsim trace`).
 - Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set): be that rank.
@@ -14,27 +14,27 @@ import os
 import sys
 from pathlib import Path
 
-from runtime.cli import add_run_arguments, config_from_args
-from runtime.config import RunConfig
+from .cli import add_run_arguments, config_from_args
+from .config import RunConfig
 from zsim.errors import ZsimError
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--config"]:
-        from runtime import worker
+        from . import worker
 
         return worker.main(RunConfig.from_json(Path(argv[1]).read_text()), worker.RankEnv.from_environ())
-    parser = argparse.ArgumentParser(prog="python -m runtime", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m zsim.runtime", description=__doc__.splitlines()[0])
     add_run_arguments(parser)
     args = parser.parse_args(argv)
     try:
         if "RANK" in os.environ:
-            from runtime import worker
+            from . import worker
 
             env = worker.RankEnv.from_environ()
             return worker.main(config_from_args(args, world_size=env.world_size), env)
-        from runtime.launch import launch
+        from .launch import launch
 
         result = launch(config_from_args(args), progress=True)
     except ZsimError as exc:

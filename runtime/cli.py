@@ -1,12 +1,17 @@
-"""The options of a traced run, shared by `zsim trace` and `python -m runtime` (no torch import
-here: `zsim --help` must stay fast)."""
+"""The options of a traced run, shared by `zsim trace` and `python -m zsim.runtime` (no torch and no
+pydantic import here: `zsim --help` builds this parser and must stay fast)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from runtime.config import DEFAULT_BUCKET_ELEMENTS, PRECISIONS, RunConfig, read_model_file
 from zsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from .config import RunConfig
+
+PRECISIONS = ("fp32", "fp16", "bf16")  # runtime.config.PRECISIONS (a test checks they agree)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +29,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="activation checkpointing per block (default: the scenario's, else off)")
     parser.add_argument("--grad-accum", type=int, default=None, help="micro-batches per step (overrides the model's)")
     parser.add_argument("--bucket-elements", type=int, default=None,
-                        help=f"gradient elements per bucket (default: the scenario's, else {DEFAULT_BUCKET_ELEMENTS})")
+                        help="gradient elements per bucket (default: the scenario's zero.reduce_bucket_elements, "
+                             "else that key's default)")
     parser.add_argument("--prefetch", type=int, choices=(0, 1), default=None,
                         help="stage 3: layers gathered ahead (default: the scenario's, else 1)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
@@ -32,7 +38,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="model initialisation and synthetic data seed")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: one rank per GPU with NCCL when GPUs exist, else CPU with gloo")
-    parser.add_argument("--profile", action="store_true", help="also write a PyTorch profiler trace per rank")
+    parser.add_argument("--torch-profiler", action="store_true",
+                        help="also write a PyTorch profiler (Kineto) trace per rank")
     parser.add_argument("--fail-rank", type=int, default=None, help="testing aid: this rank raises ...")
     parser.add_argument("--fail-at-step", type=int, default=None, help="... at this step (0-based)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the trace files")
@@ -44,6 +51,8 @@ def config_from_args(args: argparse.Namespace, *, world_size: int | None = None)
     Raises:
         ConfigError: unreadable model file, invalid model keys, or an invalid option.
     """
+    from .config import DEFAULT_BUCKET_ELEMENTS, RunConfig, read_model_file
+
     found = read_model_file(args.model)
     stage = args.stage if args.stage is not None else found.stage
     if stage is None:
@@ -62,5 +71,5 @@ def config_from_args(args: argparse.Namespace, *, world_size: int | None = None)
         grad_accum=args.grad_accum,
         bucket_elements=pick(args.bucket_elements, found.bucket_elements, DEFAULT_BUCKET_ELEMENTS),
         prefetch_layers=pick(args.prefetch, found.prefetch_layers, 1),
-        lr=args.lr, seed=args.seed, device=args.device, profile=args.profile,
+        lr=args.lr, seed=args.seed, device=args.device, profile=args.torch_profiler,
         fail_rank=args.fail_rank, fail_at_step=args.fail_at_step)

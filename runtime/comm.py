@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from runtime.tracer import Tracer
+from .tracer import Tracer
 from zsim.trace.schema import collective_event, wait_event
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}

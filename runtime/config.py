@@ -14,9 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from zsim.config.hf import resolve_from_hf
 from zsim.config.schema import ModelSection, PrecisionSection, ZeroSection
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
+from zsim.workload.transformer import mp_problems
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 DEFAULT_BUCKET_ELEMENTS = ZeroSection.model_fields["reduce_bucket_elements"].default
@@ -44,15 +46,18 @@ class ModelDefaults:
 
 
 def read_model_file(path: str | Path) -> ModelDefaults:
-    """Read a scenario YAML or a model-only YAML.
+    """Read a scenario YAML or a model-only YAML (its `from_hf` read relative to the file).
 
     Raises:
-        ConfigError: missing file, bad YAML, unknown or invalid model keys (naming the dotted key).
+        ConfigError: missing file, bad YAML, unknown or invalid model keys (naming the dotted key), a
+            from_hf config that cannot be imported.
     """
     path = Path(path)
     data = read_yaml_mapping(path)
     if "model" not in data:  # a file of model keys only
+        data = resolve_from_hf({"model": data}, source=str(path), base_dir=path.parent)["model"]
         return ModelDefaults(model=validate(ModelSection, data, str(path)))  # type: ignore[arg-type]
+    data = resolve_from_hf(data, source=str(path), base_dir=path.parent)
     view: _ScenarioView = validate(_ScenarioView, data, str(path))  # type: ignore[assignment]
     zero = view.zero
     return ModelDefaults(
@@ -100,8 +105,8 @@ class RunConfig:
             fail("ranks", f"must be >= 1 (got {self.world_size})")
         if self.mp < 1 or self.world_size % self.mp:
             fail("mp", f"{self.mp} must be >= 1 and divide the {self.world_size} ranks")
-        if self.model.heads % self.mp:
-            fail("model.heads", f"{self.model.heads} heads cannot be split evenly across mp {self.mp}")
+        for key, message in mp_problems(self.model, self.mp):  # the simulator's rule (Megatron's)
+            fail(key, message)
         if self.steps < 1:
             fail("steps", f"must be >= 1 (got {self.steps})")
         if self.bucket_elements < 1:

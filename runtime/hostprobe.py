@@ -1,6 +1,6 @@
 """Measure this machine as a host profile (hwprofiles/hosts/<name>.yaml, zsim.config.host).
 
-    python -m runtime.hostprobe --name dev-2core --ranks 2 --threads 1 -o hwprofiles/hosts/dev-2core.yaml
+    python -m zsim.runtime.hostprobe --name dev-2core --ranks 2 --threads 1 -o hwprofiles/hosts/dev-2core.yaml
 
 Launches `--ranks` real gloo processes with `--threads` intra-op threads each, all measuring at the
 same time (so they share the cores as a traced run does):
@@ -139,7 +139,7 @@ def rank_main(args: argparse.Namespace) -> None:
 def write_profile(args: argparse.Namespace, raw: dict) -> str:
     import torch
 
-    from runtime.host import cpu_model, memory_bytes, usable_cores
+    from .host import cpu_model, memory_bytes, usable_cores
 
     ranks = raw["compute"]
     compute = {  # the median rank: ranks measured at the same time, sharing the cores
@@ -154,11 +154,11 @@ def write_profile(args: argparse.Namespace, raw: dict) -> str:
         "backend": "gloo", "transport": "tcp-loopback", "torch": str(torch.__version__), "compute": compute,
         "collectives": {op: {args.ranks: fit_latency_bandwidth(points)} for op, points in raw["collectives"].items()},
         "measured": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                     "command": " ".join(["python -m runtime.hostprobe", *sys.argv[1:]])},
+                     "command": " ".join(["python -m zsim.runtime.hostprobe", *sys.argv[1:]])},
     }
     import yaml
 
-    header = (f"# Host profile of this machine, measured by `python -m runtime.hostprobe` ({profile['measured']['date']}).\n"
+    header = (f"# Host profile of this machine, measured by `python -m zsim.runtime.hostprobe` ({profile['measured']['date']}).\n"
               "# Every number is a measurement on this host (docs/host-profiles.md): matmul and copy rates of one\n"
               "# rank while all ranks measure at once, and gloo collectives fitted as latency + bytes / bandwidth\n"
               "# (fit: relative residuals over 1 KiB - 16 MiB). Re-measure on another machine.\n")
@@ -166,7 +166,7 @@ def write_profile(args: argparse.Namespace, raw: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runtime.hostprobe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m zsim.runtime.hostprobe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", required=True, help="profile name (the file's stem)")
     parser.add_argument("--ranks", type=int, default=2, help="ranks sharing the host (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (default 1)")
@@ -179,14 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.ranks < 1 or args.threads < 1:
         print("error: --ranks and --threads must be >= 1", file=sys.stderr)
         return 2
-    from runtime.launch import free_port
+    from .launch import free_port
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
 
     env = dict(os.environ, WORLD_SIZE=str(args.ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                OMP_NUM_THREADS=str(args.threads))
-    procs = [subprocess.Popen([sys.executable, "-m", "runtime.hostprobe", *sys.argv[1:], "--rank-worker"]
-                              if argv is None else [sys.executable, "-m", "runtime.hostprobe", *argv, "--rank-worker"],
+    procs = [subprocess.Popen([sys.executable, "-m", "zsim.runtime.hostprobe", *sys.argv[1:], "--rank-worker"]
+                              if argv is None else [sys.executable, "-m", "zsim.runtime.hostprobe", *argv, "--rank-worker"],
                               env=dict(env, RANK=str(r))) for r in range(args.ranks)]
     try:
         codes = [p.wait(timeout=600) for p in procs]

@@ -5,7 +5,7 @@ Ranks are forked from a multiprocessing *forkserver* that has imported torch and
 The forkserver never runs a torch op, so forking it is safe, also before CUDA is initialised. Each
 rank gets the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free
 MASTER_PORT) and writes its output to `<out>/rank<R>.log`; it runs the same `worker.main` that
-`python -m runtime` runs under torchrun. On Linux each rank also gets PR_SET_PDEATHSIG, so it dies
+`python -m zsim.runtime` runs under torchrun. On Linux each rank also gets PR_SET_PDEATHSIG, so it dies
 with its parent even if the launcher is killed. When a rank exits with an error, the others are terminated
 (SIGTERM, then SIGKILL after a grace period), the rank that failed first is named (from the
 `rank<R>.error.json` files), and the trace files the healthy ranks wrote are kept.
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.config import RunConfig
+from .config import RunConfig
 from zsim.errors import ConfigError
 
 GRACE_S = 5.0
@@ -91,7 +91,7 @@ def launch(cfg: RunConfig, *, progress: bool = False, poll_s: float = 0.05) -> L
     Raises:
         ConfigError: more ranks than GPUs, or --device cuda without GPUs.
     """
-    from runtime.merge import merge
+    from .merge import merge
 
     _check_devices(cfg)
     out = Path(cfg.out_dir)
@@ -102,7 +102,7 @@ def launch(cfg: RunConfig, *, progress: bool = False, poll_s: float = 0.05) -> L
     (out / "config.json").write_text(config_json)
     port = free_port()
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["runtime.worker"])
+    ctx.set_forkserver_preload(["zsim.runtime.worker"])
     procs: list[multiprocessing.process.BaseProcess] = []
     try:
         for rank in range(cfg.world_size):
@@ -135,7 +135,7 @@ def _rank_main(config_json: str, env: dict[str, str], log_path: str, keep_stderr
     if not keep_stderr:
         sys.stderr.flush()
         os.dup2(log, 2)
-    from runtime import worker
+    from . import worker
 
     sys.exit(worker.main(RunConfig.from_json(config_json), worker.RankEnv.from_environ()))
 

@@ -12,7 +12,7 @@
   `ranks` and, per rank, what differs (`per_rank`: rank, clock offset, model states, host facts).
 
 Run by the launcher; after a torchrun job, copy the rank files into one folder and run
-`python -m runtime.merge DIR`.
+`python -m zsim.runtime.merge DIR`.
 """
 
 from __future__ import annotations

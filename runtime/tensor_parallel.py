@@ -12,7 +12,7 @@ The embedding and the head are split by vocabulary, as Megatron-LM does (VocabPa
 parallel_lm_logits, vocab_parallel_cross_entropy in megatron/core/tensor_parallel/): MP rank m holds
 rows [m·V/mp, (m+1)·V/mp) of the (padded) word embedding; its lookup zeroes the tokens outside its
 range and one all-reduce of the (B, T, C) output sums the parts (forward only); the position
-embedding is replicated. The head (final layer norm, replicated) computes this rank's V/mp logits
+table (learned positions only) is replicated. The head (final norm, replicated) computes this rank's V/mp logits
 against the same rows (tied) or its own V/mp x C weight (untied), behind an `f` (its input gradient
 is all-reduced in backward), and the cross-entropy needs three all-reduces of one fp32 per token in
 forward: the max logit, the target's logit and the sum of exponentials.
@@ -26,12 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-import torch.distributed as dist
-
-from runtime.model import Block, Embedding, Head
+from .model import Block, Embedding, GPTConfig, Head, activate, attend, norm
 
 AllReduce = Callable[..., None]  # all_reduce(tensor, op=SUM): in place over the MP group (traced)
 
@@ -66,88 +65,103 @@ class _ReduceFromMP(torch.autograd.Function):
 
 
 class ParallelAttention(nn.Module):
-    def __init__(self, hidden: int, heads: int, mp: int, all_reduce: AllReduce):
+    """This rank's heads: a/mp query heads and kv/mp key/value heads (Megatron-Core splits GQA's query
+    groups across MP, so a rank's query heads read only its own key/value heads)."""
+
+    def __init__(self, cfg: GPTConfig, mp: int, all_reduce: AllReduce):
         super().__init__()
-        self.local_heads = heads // mp
-        self.head_dim = hidden // heads
-        width = self.local_heads * self.head_dim  # C / mp
-        self.qkv = nn.Linear(hidden, 3 * width)  # C -> 3C/mp, column-parallel (this rank's heads)
-        self.proj = nn.Linear(width, hidden, bias=False)  # C/mp -> C, row-parallel
-        self.proj_bias = nn.Parameter(torch.zeros(hidden))  # added once, after the all-reduce
+        self.local_heads, self.local_kv, self.head_dim = cfg.heads // mp, cfg.kv // mp, cfg.head_dim
+        self.rope = cfg.position == "rotary"
+        width = (self.local_heads + 2 * self.local_kv) * self.head_dim
+        self.qkv = nn.Linear(cfg.hidden, width, bias=cfg.has_qkv_bias)  # C -> (C + 2·kv·d)/mp, column-parallel
+        self.proj = nn.Linear(self.local_heads * self.head_dim, cfg.hidden, bias=False)  # C/mp -> C, row-parallel
+        # The row-parallel bias is added once, after the all-reduce.
+        self.proj_bias = nn.Parameter(torch.zeros(cfg.hidden)) if cfg.linear_bias else None
         self.all_reduce = all_reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         x = _CopyToMP.apply(x, self.all_reduce)
-        q, k, v = self.qkv(x).split(self.local_heads * self.head_dim, dim=2)  # 3 x (B, T, C/mp)
-        q, k, v = (t.view(B, T, self.local_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, a/mp, T, C/a)
+        d = self.head_dim
+        q, k, v = self.qkv(x).split([self.local_heads * d, self.local_kv * d, self.local_kv * d], dim=2)
+        q = q.view(B, T, self.local_heads, d).transpose(1, 2)  # (B, a/mp, T, d)
+        k, v = (t.view(B, T, self.local_kv, d).transpose(1, 2) for t in (k, v))  # (B, kv/mp, T, d)
+        y = attend(q, k, v, self.rope)  # (B, a/mp, T, d)
         y = self.proj(y.transpose(1, 2).reshape(B, T, -1))  # partial sums (B, T, C)
-        return _ReduceFromMP.apply(y, self.all_reduce) + self.proj_bias
+        y = _ReduceFromMP.apply(y, self.all_reduce)
+        return y if self.proj_bias is None else y + self.proj_bias
 
 
 class ParallelMLP(nn.Module):
-    def __init__(self, hidden: int, mp: int, all_reduce: AllReduce):
+    def __init__(self, cfg: GPTConfig, mp: int, all_reduce: AllReduce):
         super().__init__()
-        self.fc = nn.Linear(hidden, 4 * hidden // mp)  # C -> 4C/mp, column-parallel
-        self.proj = nn.Linear(4 * hidden // mp, hidden, bias=False)  # 4C/mp -> C, row-parallel
-        self.proj_bias = nn.Parameter(torch.zeros(hidden))
+        self.gated, inner = cfg.gated_mlp, cfg.ffn // mp
+        # C -> f/mp (or gate and up, 2f/mp), column-parallel
+        self.fc = nn.Linear(cfg.hidden, (2 if cfg.gated_mlp else 1) * inner, bias=cfg.linear_bias)
+        self.proj = nn.Linear(inner, cfg.hidden, bias=False)  # f/mp -> C, row-parallel
+        self.proj_bias = nn.Parameter(torch.zeros(cfg.hidden)) if cfg.linear_bias else None
         self.all_reduce = all_reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = _CopyToMP.apply(x, self.all_reduce)
-        y = self.proj(F.gelu(self.fc(x)))  # partial sums (B, T, C)
-        return _ReduceFromMP.apply(y, self.all_reduce) + self.proj_bias
+        y = self.proj(activate(self.fc(x), self.gated))  # partial sums (B, T, C)
+        y = _ReduceFromMP.apply(y, self.all_reduce)
+        return y if self.proj_bias is None else y + self.proj_bias
 
 
 class ParallelBlock(nn.Module):
-    """This MP rank's part of a Block: 12h²/mp + 7h/mp + 6h parameters."""
+    """This MP rank's part of a Block: 12h²/mp + 7h/mp + 6h parameters for GPT."""
 
-    def __init__(self, hidden: int, heads: int, mp: int, all_reduce: AllReduce):
+    def __init__(self, cfg: GPTConfig, mp: int, all_reduce: AllReduce):
         super().__init__()
-        self.ln1 = nn.LayerNorm(hidden)
-        self.attn = ParallelAttention(hidden, heads, mp, all_reduce)
-        self.ln2 = nn.LayerNorm(hidden)
-        self.mlp = ParallelMLP(hidden, mp, all_reduce)
+        self.ln1 = norm(cfg)
+        self.attn = ParallelAttention(cfg, mp, all_reduce)
+        self.ln2 = norm(cfg)
+        self.mlp = ParallelMLP(cfg, mp, all_reduce)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
 
+def _columns(weight: torch.Tensor, parts: list[int], mp_rank: int, mp: int) -> torch.Tensor:
+    """This rank's 1/mp of each of the row blocks `parts` of a column-parallel weight (or bias), stacked."""
+    return torch.cat([w.chunk(mp)[mp_rank] for w in weight.split(parts)])
+
+
 @torch.no_grad()
-def shard_block(block: Block, *, heads: int, mp_rank: int, mp: int, all_reduce: AllReduce) -> ParallelBlock:
+def shard_block(block: Block, *, mp_rank: int, mp: int, all_reduce: AllReduce) -> ParallelBlock:
     """MP rank `mp_rank`'s ParallelBlock holding its slices of `block`'s weights."""
-    hidden = block.ln1.weight.numel()
-    part = ParallelBlock(hidden, heads, mp, all_reduce)
-    width = hidden // mp  # this rank's heads: columns [mp_rank·C/mp, (mp_rank+1)·C/mp) of each of q, k, v
-    cols = slice(mp_rank * width, (mp_rank + 1) * width)
-    qkv_w, qkv_b = block.attn.qkv.weight.split(hidden), block.attn.qkv.bias.split(hidden)
-    part.attn.qkv.weight.copy_(torch.cat([w[cols] for w in qkv_w]))
-    part.attn.qkv.bias.copy_(torch.cat([b[cols] for b in qkv_b]))
-    part.attn.proj.weight.copy_(block.attn.proj.weight[:, cols])
-    part.attn.proj_bias.copy_(block.attn.proj.bias)
-    inner = 4 * hidden // mp
-    rows = slice(mp_rank * inner, (mp_rank + 1) * inner)
-    part.mlp.fc.weight.copy_(block.mlp.fc.weight[rows])
-    part.mlp.fc.bias.copy_(block.mlp.fc.bias[rows])
-    part.mlp.proj.weight.copy_(block.mlp.proj.weight[:, rows])
-    part.mlp.proj_bias.copy_(block.mlp.proj.bias)
-    for mine, theirs in ((part.ln1, block.ln1), (part.ln2, block.ln2)):
-        mine.weight.copy_(theirs.weight)
-        mine.bias.copy_(theirs.bias)
+    cfg = block.cfg
+    part = ParallelBlock(cfg, mp, all_reduce)
+    qkv_parts = [cfg.hidden, cfg.kv * cfg.head_dim, cfg.kv * cfg.head_dim]  # Q, K, V: this rank's heads of each
+    part.attn.qkv.weight.copy_(_columns(block.attn.qkv.weight, qkv_parts, mp_rank, mp))
+    if cfg.has_qkv_bias:
+        part.attn.qkv.bias.copy_(_columns(block.attn.qkv.bias, qkv_parts, mp_rank, mp))
+    part.attn.proj.weight.copy_(block.attn.proj.weight.chunk(mp, dim=1)[mp_rank])
+    fc_parts = [cfg.ffn] * (2 if cfg.gated_mlp else 1)  # (gate, up) or the one f-wide matrix
+    part.mlp.fc.weight.copy_(_columns(block.mlp.fc.weight, fc_parts, mp_rank, mp))
+    part.mlp.proj.weight.copy_(block.mlp.proj.weight.chunk(mp, dim=1)[mp_rank])
+    if cfg.linear_bias:
+        part.mlp.fc.bias.copy_(_columns(block.mlp.fc.bias, fc_parts, mp_rank, mp))
+        part.attn.proj_bias.copy_(block.attn.proj.bias)
+        part.mlp.proj_bias.copy_(block.mlp.proj.bias)
+    part.ln1.load_state_dict(block.ln1.state_dict())
+    part.ln2.load_state_dict(block.ln2.state_dict())
     return part
 
 
 class VocabParallelEmbedding(nn.Module):
-    """This MP rank's rows of the word embedding plus the whole position embedding: (B, T) -> (B, T, C)."""
+    """This MP rank's rows of the word embedding plus the whole learned position table (none for a
+    rotary model, `positions` None): (B, T) -> (B, T, C)."""
 
-    def __init__(self, vocab: int, hidden: int, seq_len: int, mp: int, mp_rank: int, all_reduce: AllReduce):
+    def __init__(self, vocab: int, hidden: int, positions: int | None, mp: int, mp_rank: int,
+                 all_reduce: AllReduce):
         super().__init__()
         rows = vocab // mp
         self.lo, self.hi = mp_rank * rows, (mp_rank + 1) * rows
         self.tokens = nn.Embedding(rows, hidden)  # rows [lo, hi) of the V x C word embedding
-        self.positions = nn.Embedding(seq_len, hidden)
+        self.positions = None if positions is None else nn.Embedding(positions, hidden)
         self.all_reduce = all_reduce
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -155,6 +169,8 @@ class VocabParallelEmbedding(nn.Module):
         local = (idx - self.lo).masked_fill(outside, 0)
         x = self.tokens(local).masked_fill(outside.unsqueeze(-1), 0.0)  # (B, T, C), zero for other ranks' tokens
         x = _ReduceFromMP.apply(x, self.all_reduce)
+        if self.positions is None:
+            return x
         positions = torch.arange(idx.shape[1], device=idx.device)
         return x + self.positions(positions)
 
@@ -190,11 +206,12 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
 
 
 class ParallelHead(nn.Module):
-    """Final layer norm (replicated) and this rank's V/mp logits; returns the mean loss."""
+    """Final norm (replicated) and this rank's V/mp logits; returns the mean loss."""
 
-    def __init__(self, vocab: int, hidden: int, mp: int, mp_rank: int, tied: bool, all_reduce: AllReduce):
+    def __init__(self, cfg: GPTConfig, vocab: int, mp: int, mp_rank: int, tied: bool, all_reduce: AllReduce):
         super().__init__()
-        self.ln = nn.LayerNorm(hidden)
+        hidden = cfg.hidden
+        self.ln = norm(cfg)
         self.lo = mp_rank * (vocab // mp)
         self.lm_head = None if tied else nn.Linear(hidden, vocab // mp, bias=False)
         self.all_reduce = all_reduce
@@ -212,17 +229,20 @@ class ParallelHead(nn.Module):
 def shard_embedding(embedding: Embedding, *, mp_rank: int, mp: int, all_reduce: AllReduce) -> VocabParallelEmbedding:
     """MP rank `mp_rank`'s VocabParallelEmbedding holding its rows of `embedding`."""
     vocab, hidden = embedding.tokens.weight.shape
-    part = VocabParallelEmbedding(vocab, hidden, embedding.positions.weight.shape[0], mp, mp_rank, all_reduce)
+    table = embedding.positions
+    part = VocabParallelEmbedding(vocab, hidden, None if table is None else table.weight.shape[0], mp, mp_rank,
+                                  all_reduce)
     part.tokens.weight.copy_(embedding.tokens.weight[part.lo:part.hi])
-    part.positions.weight.copy_(embedding.positions.weight)
+    if table is not None:
+        part.positions.weight.copy_(table.weight)
     return part
 
 
 @torch.no_grad()
-def shard_head(head: Head, *, vocab: int, mp_rank: int, mp: int, all_reduce: AllReduce) -> ParallelHead:
-    """MP rank `mp_rank`'s ParallelHead: the layer norm, and its rows of an untied LM weight."""
-    hidden = head.ln.weight.numel()
-    part = ParallelHead(vocab, hidden, mp, mp_rank, head.lm_head is None, all_reduce)
+def shard_head(head: Head, *, cfg: GPTConfig, mp_rank: int, mp: int, all_reduce: AllReduce) -> ParallelHead:
+    """MP rank `mp_rank`'s ParallelHead: the final norm, and its rows of an untied LM weight."""
+    vocab = cfg.vocab
+    part = ParallelHead(cfg, vocab, mp, mp_rank, head.lm_head is None, all_reduce)
     part.ln.load_state_dict(head.ln.state_dict())
     if part.lm_head is not None:
         rows = vocab // mp

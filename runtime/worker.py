@@ -1,7 +1,7 @@
 """One rank of a traced run: set up torch.distributed, train for `steps` steps with the chosen ZeRO
 stage, and write `rank<R>.trace.json` (after every step) and `rank<R>.summary.json`.
 
-Run by the launcher (`zsim trace`, `python -m runtime`), or by torchrun (`python -m runtime` reads
+Run by the launcher (`zsim trace`, `python -m zsim.runtime`), or by torchrun (`python -m zsim.runtime` reads
 RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT). NCCL and `cuda:<LOCAL_RANK>` when GPUs
 exist (or --device cuda), gloo and CPU otherwise. The process group is destroyed in `finally`;
 on an error the rank writes `rank<R>.error.json` (its error in one line, with a timestamp) so the
@@ -26,16 +26,16 @@ import torch
 import torch.distributed as dist
 
 import zsim
-from runtime.comm import Collectives
-from runtime.config import RunConfig
-from runtime.data import global_batch, micro_batch
-from runtime.ledger import MemoryLedger
-from runtime.host import host_facts
-from runtime.model import GPT, gpt_config
-from runtime.tensor_parallel import shard_block, shard_embedding, shard_head
-from runtime.tracer import Tracer
-from runtime.zero import ENGINES
-from runtime.zero.engine import EngineOptions, ZeroEngine
+from .comm import Collectives
+from .config import RunConfig
+from .data import global_batch, micro_batch
+from .host import host_facts
+from .ledger import MemoryLedger
+from .model import GPT, gpt_config
+from .tensor_parallel import shard_block, shard_embedding, shard_head
+from .tracer import Tracer
+from .zero import ENGINES
+from .zero.engine import EngineOptions, ZeroEngine
 from zsim.errors import ConfigError
 
 
@@ -126,7 +126,7 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     total_params = sum(p.numel() for p in model.parameters())  # Ψ of the whole model (a tied weight once)
     comm, mp_comm = _groups(cfg, env, tracer, on_cuda)
     if mp_comm is not None:
-        _split_model(model, mp_comm, heads=m.heads)
+        _split_model(model, mp_comm)
     engine = ENGINES[cfg.stage](model, options=EngineOptions(
         precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
         prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
@@ -186,7 +186,7 @@ def _groups(cfg: RunConfig, env: RankEnv, tracer: Tracer, on_cuda: bool) -> tupl
             Collectives(tracer, mp_groups[env.rank // cfg.mp], on_cuda=on_cuda, stream="compute"))
 
 
-def _split_model(model: GPT, mp_comm: Collectives, *, heads: int) -> None:
+def _split_model(model: GPT, mp_comm: Collectives) -> None:
     """Replace every unit by this MP rank's part (same initial weights, sliced): the blocks
     Megatron-style, the embedding and the head by vocabulary (runtime/tensor_parallel.py)."""
     mp_rank, mp = mp_comm.ranks.index(dist.get_rank()), mp_comm.size
@@ -198,9 +198,9 @@ def _split_model(model: GPT, mp_comm: Collectives, *, heads: int) -> None:
         return all_reduce
     model.units[0] = shard_embedding(model.units[0], mp_rank=mp_rank, mp=mp, all_reduce=traced("mp.embed"))
     for i in range(1, count - 1):
-        model.units[i] = shard_block(model.units[i], heads=heads, mp_rank=mp_rank, mp=mp,
+        model.units[i] = shard_block(model.units[i], mp_rank=mp_rank, mp=mp,
                                      all_reduce=traced(f"mp.layer.{i - 1}"))
-    model.units[count - 1] = shard_head(model.units[count - 1], vocab=model.cfg.vocab, mp_rank=mp_rank, mp=mp,
+    model.units[count - 1] = shard_head(model.units[count - 1], cfg=model.cfg, mp_rank=mp_rank, mp=mp,
                                         all_reduce=traced("mp.head"))
 
 
@@ -237,7 +237,7 @@ def _cuda_memory() -> dict[str, int]:
 
 
 def _profiler(cfg: RunConfig, out: Path, rank: int):
-    """--profile: a PyTorch profiler (Kineto) trace per rank, written next to ours."""
+    """--torch-profiler: a PyTorch profiler (Kineto) trace per rank, written next to ours."""
     if not cfg.profile:
         return None
     from torch.profiler import ProfilerActivity, profile

@@ -13,6 +13,7 @@ import pytest
 from zsim.calibrate.nccl_fit import values_of
 from zsim.cli import main
 from zsim.config.hardware import load_cluster
+from zsim.config.profiles import Profiles
 from zsim.errors import ConfigError
 from zsim.trace.inputs import kind_of, read_inputs
 from zsim.trace.kineto import read_kineto
@@ -158,7 +159,8 @@ def test_calibrate_nccl_tests_writes_a_loadable_profile(shared_data, tmp_path, c
     out = tmp_path / "dgx2-calibrated.yaml"
     assert main(["calibrate", str(shared_data / DGX2), "--profile", "dgx2", "-o", str(out), "--json", "-"]) == 0
     report = json.loads(capsys.readouterr().out)
-    cluster = load_cluster(str(out), 2)  # the written file is a normal system profile
+    profiles, name = Profiles.from_environment().with_system_file(out)  # as `--profile FILE` does
+    cluster = load_cluster(name, 2, profiles)  # the written file is a normal system profile
     got = values_of(cluster.nccl)
     for key, value in report["collectives"]["values"].items():
         assert got[key] == pytest.approx(value, rel=1e-3), key

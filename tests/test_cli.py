@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from zsim.trace.schema import group_ranks
 
 
 def zsim(*args, cwd=ROOT):
@@ -16,7 +17,7 @@ def zsim(*args, cwd=ROOT):
 @pytest.fixture(scope="module")
 def flagship(tmp_path_factory):
     out = tmp_path_factory.mktemp("flagship")
-    proc = zsim("run", "scenarios/1T-1024gpu.yaml", "-o", str(out), "--json", "-", "--stats")
+    proc = zsim("run", "scenarios/1T-1024gpu.yaml", "-o", str(out), "--json", "-", "--stats", "--plot", "wait")
     assert proc.returncode == 0, proc.stderr
     return out, json.loads(proc.stdout), proc.stderr
 
@@ -92,9 +93,11 @@ def test_trace_collectives_carry_schema_args(flagship):
     trace = json.loads((out / "trace.json").read_text())
     ag = next(e for e in trace["traceEvents"] if e["name"] == "all_gather/params.layer.0")
     assert ag["cat"] == "comm" and ag["args"]["op"] == "all_gather" and ag["args"]["dtype"] == "fp16"
-    assert ag["args"]["group"] == list(range(0, 1024, 16))  # rank 0's DP group: same mp_rank, every node
+    meta = trace["metadata"]
+    assert group_ranks(ag["args"], meta) == list(range(0, 1024, 16))  # rank 0's DP group: same mp_rank, every node
     mp = next(e for e in trace["traceEvents"] if e["name"] == "all_reduce/mp.layer.0")
-    assert mp["cat"] == "compute" and mp["args"]["group"] == list(range(16))
+    assert mp["cat"] == "compute" and group_ranks(mp["args"], meta) == list(range(16))
+    assert ag["args"]["group"] == "dp"  # the ranks are listed once, in metadata.groups, not per event
 
 
 def test_collective_prints_the_nccl_tests_table():
@@ -108,8 +111,8 @@ def test_collective_prints_the_nccl_tests_table():
 
 
 def test_collective_json_and_other_ops():
-    proc = zsim("collective", "--hw", "dgx-h100", "--nodes", "2", "--gpus", "16", "--op", "all_to_all",
-                "-b", "1M", "-e", "1G", "-f", "1024", "--json")
+    proc = zsim("collective", "--profile", "dgx-h100", "--nodes", "2", "--gpus", "16", "--op", "all_to_all",
+                "-b", "1M", "-e", "1G", "-f", "1024", "--json", "-")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["size"] for r in rows] == [1 << 20, 1 << 30]
@@ -117,13 +120,13 @@ def test_collective_json_and_other_ops():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["-b", "8X"], "size '8X'"),
+    (["-b", "8X"], "-b/--minbytes: '8X'"),
     (["--gpus", "20"], "--gpus 20"),
     (["-b", "1G", "-e", "1M"], "smaller than -b"),
-    (["--hw", "dgx3"], "did you mean 'dgx2'"),
+    (["--profile", "dgx3"], "did you mean 'dgx2'"),
 ])
 def test_collective_bad_input_is_one_line_and_exit_2(args, message):
-    base = {"--hw": "dgx2", "--gpus": "12", "--op": "all_reduce"}
+    base = {"--profile": "dgx2", "--gpus": "12", "--op": "all_reduce"}
     for flag, value in zip(args[::2], args[1::2]):
         base[flag] = value
     extra = [a for kv in base.items() for a in kv]
@@ -132,8 +135,8 @@ def test_collective_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_nccl_fit_reports_profile_and_residuals(shared_data):
-    proc = zsim("nccl-fit", str(shared_data / "nccl-tests/dgx2-v100-12gpu"), "--hw", "dgx2", "--gpus", "12", "-g", "12",
-                "--json")
+    proc = zsim("nccl-fit", str(shared_data / "nccl-tests/dgx2-v100-12gpu"), "--profile", "dgx2", "--gpus", "12",
+                "-g", "12", "--json", "-")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert 0.75 < out["values"]["efficiency.Simple"] < 0.9

@@ -55,7 +55,7 @@ def test_bad_host_profile_names_the_file_and_key(tmp_path, monkeypatch):
     spec = yaml.safe_load((ROOT / "hwprofiles/hosts/dev-2core.yaml").read_text())
     spec["collectives"]["all_reduce"][2]["GBps"] = 0
     path.write_text(yaml.safe_dump(spec))
-    monkeypatch.setenv("ZSIM_HWPROFILES", str(tmp_path / "hwprofiles"))
+    monkeypatch.setenv("ZSIM_PROFILE_PATH", str(tmp_path / "hwprofiles"))
     with pytest.raises(ConfigError, match="bad.yaml") as err:
         load_cluster("bad", 1)
     assert "GBps" in str(err.value)

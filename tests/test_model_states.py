@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zsim.commands.memory import memory_table, parse_count
+from zsim.commands.memory import memory_table
+from zsim.commands.units import parse_count
 from zsim.errors import ZsimError
 from zsim.zero.model_states import flat_partition, model_states, partition
 

@@ -79,7 +79,7 @@ def test_real_run_replays_op_for_op(tmp_path, capsys):
     if not host.is_file():
         pytest.skip("no host profile of this machine (hwprofiles/hosts/dev-2core.yaml)")
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "runtime", "--ranks", "2", "--stage", "2", "--grad-accum", "2",
+    done = subprocess.run([sys.executable, "-m", "zsim.runtime", "--ranks", "2", "--stage", "2", "--grad-accum", "2",
                            "--steps", "2", "--precision", "fp32", "--model",
                            str(ROOT / "scenarios" / "calibrate" / "gpt-tiny-a.yaml"), "-o", str(run)],
                           capture_output=True, text=True, cwd=ROOT)

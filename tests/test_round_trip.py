@@ -16,7 +16,8 @@ import yaml
 
 from zsim.calibrate.nccl_fit import values_of
 from zsim.cli import main
-from zsim.config.hardware import load_cluster, profiles_root
+from zsim.config.hardware import load_cluster
+from zsim.config.profiles import Profiles, builtin_folder
 from zsim.config.scenario import build_scenario
 from zsim.engine.simulation import simulate
 from zsim.trace.writer import simulated_trace
@@ -44,7 +45,7 @@ def simulated_traces(folder: Path) -> list[Path]:
 
 def test_calibrating_a_simulation_gives_back_its_profile(tmp_path, capsys):
     files = simulated_traces(tmp_path)
-    text = (profiles_root() / "dgx2.yaml").read_text()
+    text = (builtin_folder() / "dgx2.yaml").read_text()
     for right, wrong in WRONG.items():
         assert right in text, "the DGX-2 profile changed: update WRONG"
         text = text.replace(right, wrong)
@@ -56,7 +57,8 @@ def test_calibrating_a_simulation_gives_back_its_profile(tmp_path, capsys):
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     truth = values_of(load_cluster("dgx2", 1).nccl)
-    recovered = values_of(load_cluster(str(out), 1).nccl)
+    profiles, name = Profiles.from_environment().with_system_file(out)  # the written file, as --profile FILE
+    recovered = values_of(load_cluster(name, 1, profiles).nccl)
     fitted = report["collectives"]["fitted"]
     assert {"efficiency.LL", "efficiency.LL128", "efficiency.Simple", "latency_us.LL", "latency_us.LL128",
             "latency_us.Simple", "step_latency_us.LL", "step_latency_us.Simple"} <= set(fitted)

@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 
 from zsim.config.hardware import load_cluster
-from zsim.fabric.topology import aggregate_capacities, build_topology
+from zsim.config.profiles import Profiles
+from zsim.fabric.topology import aggregate_capacities, build_topology, healthy_capacities
 from zsim.fabric.perf import run_collective
 
 
@@ -54,3 +55,13 @@ def test_oversubscribed_fat_tree_cuts_node_bandwidth():
 def test_newer_generations_are_faster():
     bus = {p: run_collective(load_cluster(p, 1), "all_reduce", 1 << 30, 8).busbw for p in ("dgx1", "dgx-a100", "dgx-h100")}
     assert bus["dgx1"] < bus["dgx-a100"] < bus["dgx-h100"]
+
+
+@pytest.mark.parametrize("profile", sorted(Profiles().names("system")))
+@pytest.mark.parametrize("nodes", [1, 2, 3])
+def test_healthy_capacities_equal_the_graphs_without_building_it(profile, nodes):
+    """Class mode and `zsim collective` skip the graph (and networkx): the aggregates must agree."""
+    c = load_cluster(profile, nodes)
+    assert healthy_capacities(c) == pytest.approx(aggregate_capacities(build_topology(c), c))
+    c = dataclasses.replace(c, oversubscription=2.0)
+    assert healthy_capacities(c) == pytest.approx(aggregate_capacities(build_topology(c), c))

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT, small_scenario
 from zsim.cli import main
-from zsim.commands.maxsize import max_layers, max_params_model_states, parse_bytes
+from zsim.commands.maxsize import max_layers, max_params_model_states
+from zsim.commands.units import parse_bytes
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.engine.simulation import simulate
 from zsim.memory.timeline import CSV_COLUMNS, keep_indices, timeline_facts
@@ -186,7 +187,8 @@ def test_timeline_downsampling_keeps_the_exact_peaks():
 
 def test_run_writes_csv_png_and_timeline_json(tmp_path):
     out = tmp_path / "o"
-    assert main(["run", "scenarios/paper/7.5B-64gpu-stage3.yaml", "-o", str(out), "--set", "run.steps=1"]) == 0
+    assert main(["run", "scenarios/paper/7.5B-64gpu-stage3.yaml", "-o", str(out), "--set", "run.steps=1",
+                 "--plot", "wait"]) == 0
     header = (out / "memory.csv").read_text().splitlines()[0].split(",")
     assert tuple(header) == CSV_COLUMNS
     f = json.loads((out / "result.json").read_text())

@@ -13,10 +13,10 @@ checkpointing.py  activation checkpointing of a transformer block
 activations.py    saved-tensor hooks: activation bytes, and stage 3's parameter handles
 """
 
-from runtime.zero.stage0 import Stage0
-from runtime.zero.stage1 import Stage1
-from runtime.zero.stage2 import Stage2
-from runtime.zero.stage3 import Stage3
+from .stage0 import Stage0
+from .stage1 import Stage1
+from .stage2 import Stage2
+from .stage3 import Stage3
 
 ENGINES = {0: Stage0, 1: Stage1, 2: Stage2, 3: Stage3}
 

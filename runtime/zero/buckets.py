@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import torch
 
-from runtime.comm import Collectives, Pending
-from runtime.flat import FlatLayout
-from runtime.ledger import MemoryLedger
-from runtime.zero.partition import BucketPartition
+from ..comm import Collectives, Pending
+from ..flat import FlatLayout
+from ..ledger import MemoryLedger
+from .partition import BucketPartition
 from zsim.zero.buckets import plan_buckets
 
 __all__ = ["AllReduceBuckets", "PartitionReducer", "ReduceScatterBuckets", "plan_buckets"]

@@ -25,15 +25,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.func import functional_call
 
-from runtime.comm import Collectives
-from runtime.flat import FlatLayout
-from runtime.ledger import MemoryLedger
-from runtime.model import GPT, GPTConfig, forward_flops, unit_name
-from runtime.tracer import Tracer
-from runtime.zero.activations import SavedTensors
-from runtime.zero.checkpointing import CheckpointedBlock
-from runtime.zero.loss_scaler import DynamicLossScaler
-from runtime.zero.optimizer import FlatAdam, Segment
+from ..comm import Collectives
+from ..flat import FlatLayout
+from ..ledger import MemoryLedger
+from ..model import GPT, GPTConfig, forward_flops, unit_name
+from ..tracer import Tracer
+from .activations import SavedTensors
+from .checkpointing import CheckpointedBlock
+from .loss_scaler import DynamicLossScaler
+from .optimizer import FlatAdam, Segment
 from zsim.trace.schema import layer_event
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.ledger import MemoryLedger
+from ..ledger import MemoryLedger
 
 
 @dataclass

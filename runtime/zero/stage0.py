@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from runtime.zero.buckets import AllReduceBuckets, plan_buckets
-from runtime.zero.engine import Unit, ZeroEngine
-from runtime.zero.optimizer import FlatAdam, Segment
+from .buckets import AllReduceBuckets, plan_buckets
+from .engine import Unit, ZeroEngine
+from .optimizer import FlatAdam, Segment
 
 
 class Stage0(ZeroEngine):

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from runtime.zero.buckets import PartitionReducer
-from runtime.zero.engine import Unit, ZeroEngine
-from runtime.zero.optimizer import FlatAdam, Segment
-from runtime.zero.partition import BucketPartition
+from .buckets import PartitionReducer
+from .engine import Unit, ZeroEngine
+from .optimizer import FlatAdam, Segment
+from .partition import BucketPartition
 
 
 class Stage1(ZeroEngine):

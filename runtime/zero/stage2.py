@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from runtime.zero.buckets import PartitionReducer
-from runtime.zero.engine import Unit, ZeroEngine
-from runtime.zero.optimizer import FlatAdam
-from runtime.zero.stage1 import all_gather_updated_params, flat_params, owned_segments
+from .buckets import PartitionReducer
+from .engine import Unit, ZeroEngine
+from .optimizer import FlatAdam
+from .stage1 import all_gather_updated_params, flat_params, owned_segments
 
 
 class Stage2(ZeroEngine):

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import torch
 
-from runtime.comm import Pending
-from runtime.zero.activations import SavedTensors
-from runtime.zero.buckets import ReduceScatterBuckets, plan_buckets
-from runtime.zero.engine import Unit, ZeroEngine, unit_what
-from runtime.zero.optimizer import FlatAdam, Segment
+from ..comm import Pending
+from .activations import SavedTensors
+from .buckets import ReduceScatterBuckets, plan_buckets
+from .engine import Unit, ZeroEngine, unit_what
+from .optimizer import FlatAdam, Segment
 
 
 class Stage3(ZeroEngine):

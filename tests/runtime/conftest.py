@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import RunConfig
-from runtime.launch import launch
+from zsim.runtime.config import RunConfig
+from zsim.runtime.launch import launch
 from zsim.config.schema import ModelSection
 
 # 2 layers, hidden 30, 2 heads, seq 16, vocab 63: units of 2370 (embedding), 11190 (block) and

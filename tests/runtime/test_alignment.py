@@ -129,7 +129,7 @@ def test_merged_trace_puts_every_rank_on_one_clock(traced):
 
 def test_tiny_model_is_padded_like_the_simulator():
     """The runtime pads the vocabulary as the simulator does (128 x MP): TINY's 63 becomes 128."""
-    from runtime.model import gpt_config
+    from zsim.runtime.model import gpt_config
     assert gpt_config(tiny_model()).vocab == 128 and gpt_config(tiny_model(), mp=2).vocab == 256
     assert TINY["vocab"] == 63
 

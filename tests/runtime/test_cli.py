@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from runtime.cli import add_run_arguments, config_from_args
+from zsim.runtime.cli import add_run_arguments, config_from_args
 from tests.runtime.conftest import TINY
 from zsim import cli
 from zsim.errors import ConfigError

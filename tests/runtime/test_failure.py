@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from runtime.launch import LaunchResult, RankFailure
+from zsim.runtime.launch import LaunchResult, RankFailure
 from tests.runtime.conftest import TINY, run_config
 from zsim import cli
 
@@ -21,7 +21,7 @@ def alive(pid: int) -> bool:
 
 
 def test_failing_rank_is_named_and_the_rest_torn_down(tmp_path):
-    from runtime.launch import launch
+    from zsim.runtime.launch import launch
 
     result = launch(run_config(tmp_path, stage=1, world_size=3, steps=5, fail_rank=1, fail_at_step=2))
     assert not result.ok
@@ -36,12 +36,12 @@ def test_failing_rank_is_named_and_the_rest_torn_down(tmp_path):
 
 
 def test_cli_reports_the_failed_rank_and_exits_non_zero(tmp_path, monkeypatch, capsys):
-    import runtime.launch
+    import zsim.runtime.launch
 
     model = tmp_path / "model.yaml"
     model.write_text("\n".join(f"{k}: {v}" for k, v in TINY.items()))
     failure = RankFailure(3, "RuntimeError: boom", tmp_path / "rank3.log")
-    monkeypatch.setattr(runtime.launch, "launch", lambda cfg, progress: LaunchResult(tmp_path, [1], failure))
+    monkeypatch.setattr(zsim.runtime.launch, "launch", lambda cfg, progress: LaunchResult(tmp_path, [1], failure))
     code = cli.main(["trace", "--model", str(model), "--ranks", "4", "--stage", "0", "-o", str(tmp_path)])
     assert code == 1
     assert "rank 3 failed: RuntimeError: boom" in capsys.readouterr().err

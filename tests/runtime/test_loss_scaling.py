@@ -8,13 +8,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from runtime.comm import Collectives
-from runtime.data import global_batch, micro_batch
-from runtime.ledger import MemoryLedger
-from runtime.model import GPT, GPTConfig
-from runtime.tracer import Tracer
-from runtime.zero import ENGINES
-from runtime.zero.engine import EngineOptions
+from zsim.runtime.comm import Collectives
+from zsim.runtime.data import global_batch, micro_batch
+from zsim.runtime.ledger import MemoryLedger
+from zsim.runtime.model import GPT, GPTConfig
+from zsim.runtime.tracer import Tracer
+from zsim.runtime.zero import ENGINES
+from zsim.runtime.zero.engine import EngineOptions
 from tests.runtime.conftest import TINY
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.flat import FlatLayout
-from runtime.model import GPT, gpt_config
-from runtime.zero.partition import BucketPartition
+from zsim.runtime.flat import FlatLayout
+from zsim.runtime.model import GPT, gpt_config
+from zsim.runtime.zero.partition import BucketPartition
 from tests.runtime.conftest import TINY, tiny_model
 
 BUCKET = 10_000  # tests/runtime/conftest.py run_config

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.launch import free_port
+from zsim.runtime.launch import free_port
 from tests.runtime.conftest import TINY
 from tests.runtime.reference_run import TINY as REFERENCE_TINY
 

@@ -7,17 +7,17 @@ import json
 import pytest
 import torch
 
-from runtime.data import global_batch, micro_batch
-from runtime.flat import FlatLayout
-from runtime.zero.partition import BucketPartition
+from zsim.runtime.data import global_batch, micro_batch
+from zsim.runtime.flat import FlatLayout
+from zsim.runtime.zero.partition import BucketPartition
 from zsim.zero.buckets import padded_bucket, padded_tensors
-from runtime.ledger import MemoryLedger
-from runtime.merge import fill_last_arrival, step_volumes
-from runtime.model import GPT, GPTConfig, forward_flops
-from runtime.zero.activations import SavedTensors
-from runtime.zero.buckets import plan_buckets
-from runtime.zero.loss_scaler import DynamicLossScaler
-from runtime.zero.optimizer import FlatAdam, Segment
+from zsim.runtime.ledger import MemoryLedger
+from zsim.runtime.merge import fill_last_arrival, step_volumes
+from zsim.runtime.model import GPT, GPTConfig, forward_flops
+from zsim.runtime.zero.activations import SavedTensors
+from zsim.runtime.zero.buckets import plan_buckets
+from zsim.runtime.zero.loss_scaler import DynamicLossScaler
+from zsim.runtime.zero.optimizer import FlatAdam, Segment
 
 CFG = GPTConfig(layers=2, hidden=32, heads=2, seq_len=16, vocab=63)
 

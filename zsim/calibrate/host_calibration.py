@@ -27,7 +27,7 @@ def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
     return out
 
 
-def plan_rows(run: Any, profile: str) -> list[tuple[float, float, float]]:
+def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[float, float, float]]:
     """(FLOPs, streamed bytes, measured seconds) of every compute op of a measured run: each plan op
     of the run rebuilt on `profile`, with the median over ranks of the measured op lined up with it.
     An op's time is its own span (nested in-line ops excluded) plus the compute track's idle time
@@ -43,7 +43,7 @@ def plan_rows(run: Any, profile: str) -> list[tuple[float, float, float]]:
     from zsim.workload.transformer import build_workload
     from zsim.zero.plan import build_plan
 
-    scenario = rebuild(run, profile)
+    scenario = rebuild(run, profile, profiles)
     plan = build_plan(scenario, build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype))
     per_rank = [keyed(events) for events in run.events.values()]
     gaps = [idle_before(events) for events in run.events.values()]
@@ -71,7 +71,7 @@ def plan_rows(run: Any, profile: str) -> list[tuple[float, float, float]]:
 
 
 def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dict, sections: dict,
-                   report: dict) -> None:
+                   report: dict, profiles: Any = None) -> None:
     """Fit the host's collective and compute terms from `data` into `replace` (profile sections),
     `sections` (provenance) and `report`.
 
@@ -80,7 +80,7 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         that do not determine the terms.
     """
     host = cluster.host
-    base = read_yaml_mapping(base_file(profile))
+    base = read_yaml_mapping(base_file(profile, profiles))
     if data.collectives and fit != "compute":
         check_backend(data.collectives, "gloo", profile)
         fits = fit_collectives(data.collectives, host.collectives, profile)
@@ -102,7 +102,7 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         raise CalibrationError("compute samples other than runtime traces (GEMM tables?) cannot calibrate a host "
                                "profile: its compute terms are fitted from the runtime's own ops")
     if data.runs:
-        rows = [row for run in data.runs for row in plan_rows(run, profile)]
+        rows = [row for run in data.runs for row in plan_rows(run, profile, profiles)]
         line = fit_compute(rows)
         dtypes = {str(run.metadata.get("precision", "fp32")) for run in data.runs}
         if len(dtypes) > 1:

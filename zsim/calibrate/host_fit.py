@@ -87,7 +87,7 @@ def fit_collectives(samples: list[CollectiveSample], base: dict[tuple[str, int],
             if (op, group) not in base:
                 raise CalibrationError(f"{op} on {group} ranks: {len(xs)} distinct size(s) cannot separate latency "
                                        f"from bandwidth, and profile '{profile}' has no {op} terms for {group} ranks "
-                                       "to keep the latency from: record more sizes (python -m runtime.hostprobe, or "
+                                       "to keep the latency from: record more sizes (python -m zsim.runtime.hostprobe, or "
                                        "runs of other model shapes)")
             fit = relative_line(xs, ts, intercept=base[(op, group)][0])
         else:

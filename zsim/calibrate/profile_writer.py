@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from zsim import __version__
-from zsim.config.hardware import profiles_root
+from zsim.config.profiles import Profiles
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError
 from zsim.fabric.nccl import PROTOCOLS
@@ -25,19 +25,20 @@ class _NoAliases(yaml.SafeDumper):
         return True
 
 
-def base_file(profile: str) -> Path:
-    """The YAML file of a system or host profile given by name or by path.
+def base_file(profile: str, profiles: Profiles | None = None) -> Path:
+    """The YAML file of a system or host profile: a name found by `profiles` (default: $ZSIM_PROFILE_PATH,
+    then the built-in profiles), or a .yaml path.
 
     Raises:
         ConfigError: no such profile.
     """
-    explicit = Path(profile)
-    if profile.endswith((".yaml", ".yml")) and explicit.is_file():
-        return explicit
-    for path in (profiles_root() / f"{profile}.yaml", profiles_root() / "hosts" / f"{profile}.yaml"):
-        if path.is_file():
-            return path
-    raise ConfigError(f"no system or host profile '{profile}' in {profiles_root()}")
+    profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
+    try:
+        return profiles.path("system", name)
+    except ConfigError:
+        if name in profiles.names("host"):
+            return profiles.path("host", name)
+        raise ConfigError(f"no system or host profile '{profile}' (zsim profiles lists them)") from None
 
 
 def nccl_section(values: dict[str, float]) -> dict[str, Any]:
@@ -61,14 +62,15 @@ def provenance(base: str, sources: list[dict[str, Any]], sections: dict[str, Any
             "base": base, "inputs": sources, **sections}
 
 
-def write_profile(base: str, replace: dict[str, Any], prov: dict[str, Any], out: Path) -> Path:
+def write_profile(base: str, replace: dict[str, Any], prov: dict[str, Any], out: Path,
+                  profiles: Profiles | None = None) -> Path:
     """Write the base profile with `replace`d top-level sections and `provenance` to `out`
     atomically (temporary name, then rename).
 
     Raises:
         ConfigError: the base cannot be read or the output cannot be written.
     """
-    data = read_yaml_mapping(base_file(base))
+    data = read_yaml_mapping(base_file(base, profiles))
     data.pop("provenance", None)
     data.update(replace)
     data["provenance"] = prov

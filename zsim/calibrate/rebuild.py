@@ -7,14 +7,15 @@ import math
 from typing import Any
 
 from zsim.config.hardware import load_cluster
+from zsim.config.profiles import Profiles
 from zsim.config.scenario import Scenario, build_scenario
 from zsim.config.schema import ModelSection, ZeroSection
 from zsim.errors import ConfigError
 from zsim.trace.run_reader import MeasuredRun
 
 
-def scenario_dict(run: MeasuredRun, profile: str) -> dict[str, Any]:
-    """The scenario mapping of `run` on `profile` (a name or a .yaml file).
+def scenario_dict(run: MeasuredRun, profile: str, profiles: Profiles | None = None) -> dict[str, Any]:
+    """The scenario mapping of `run` on `profile` (a name found by `profiles`).
 
     Raises:
         ConfigError: the metadata lacks a key the scenario needs, or the run's ranks do not fill whole
@@ -28,7 +29,7 @@ def scenario_dict(run: MeasuredRun, profile: str) -> dict[str, Any]:
     model.pop("global_batch", None)
     model["grad_accum"] = int(meta.get("grad_accum") or model.get("grad_accum") or 1)
     zero = {k: v for k, v in meta["zero"].items() if k in ZeroSection.model_fields}
-    cluster = load_cluster(profile, 1)
+    cluster = load_cluster(profile, 1, profiles)
     world = int(meta["world_size"])
     per_node = cluster.gpus_per_node
     if world % per_node and world > per_node:
@@ -48,11 +49,13 @@ def scenario_dict(run: MeasuredRun, profile: str) -> dict[str, Any]:
             "run": {"steps": len(run.steps)}}
 
 
-def rebuild(run: MeasuredRun, profile: str) -> Scenario:
-    """The validated scenario of `run` on `profile`.
+def rebuild(run: MeasuredRun, profile: str, profiles: Profiles | None = None) -> Scenario:
+    """The validated scenario of `run` on `profile`: a name, or a .yaml file (e.g. `zsim calibrate`'s output).
 
     Raises:
         ConfigError: as scenario_dict, or the scenario does not validate (naming the key).
     """
-    return build_scenario(scenario_dict(run, profile), source=f"{run.folder} (rebuilt from its metadata)",
+    profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
+    return build_scenario(scenario_dict(run, name, profiles), profiles=profiles,
+                          source=f"{run.folder} (rebuilt from its metadata)",
                           default_name=f"replay-{run.folder.name}")

@@ -5,13 +5,14 @@ provenance, or refuse (exit 2) when the data cannot determine what would be writ
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from zsim.calibrate.collectives import CalibrationError
+from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from zsim.config.profiles import Profiles
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,10 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "PyTorch profiler (Kineto) traces, nccl-tests tables (<collective>.txt), GEMM tables (.csv). "
                     "Exit 2, writing nothing, when the data cannot determine a term (docs/calibrate.md).")
     p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="files or folders of measurements")
-    p.add_argument("--profile", "--hw", dest="profile", required=True,
-                   help="base profile: a name (dgx2, dgx1, ...) or a .yaml file; unfitted terms come from it")
+    add_profile_options(p, required=True, what="the base profile (unfitted terms come from it)")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="PROFILE.yaml", help="the profile to write")
-    p.add_argument("--json", metavar="PATH", help="also write the fit report as JSON to PATH ('-' for stdout)")
+    add_json_option(p, "the fit report")
     p.add_argument("--residuals", action="store_true", help="print every sample's residual")
     p.add_argument("--fit", choices=("all", "collectives", "compute"), default="all",
                    help="which models to fit (default all the inputs inform); samples of the other are reported unused")
@@ -36,37 +36,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_ranks: bool = False,
-              fit: str = "all") -> dict[str, Any]:
-    """Fit, write `output`, and return the report (what `--json` prints).
+              fit: str = "all", profiles: Profiles | None = None) -> dict[str, Any]:
+    """Fit, write `output`, and return the report (what `--json` prints). `profile`: the base profile, a
+    name found by `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in ones) or a .yaml file.
 
     Raises:
         ConfigError: an input or the base profile is invalid.
         CalibrationError: the data cannot determine the model (nothing is written).
     """
+    from zsim.calibrate.collectives import CalibrationError
     from zsim.calibrate.profile_writer import provenance, write_profile
     from zsim.config.hardware import load_cluster
+    from zsim.config.profiles import Profiles
     from zsim.trace.inputs import read_inputs
 
+    profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
     data = read_inputs(inputs, allow_missing_ranks)
-    cluster = load_cluster(profile, 1)
+    cluster = load_cluster(name, 1, profiles)
     replace: dict[str, Any] = {}
     sections: dict[str, Any] = {}
     report: dict[str, Any] = {"profile": str(output), "base": profile, "inputs": data.sources}
     if getattr(cluster, "host", None) is not None:  # a CPU host profile: gloo collectives and host compute terms
         from zsim.calibrate.host_calibration import calibrate_host
 
-        calibrate_host(cluster, profile, data, fit, replace, sections, report)
+        calibrate_host(cluster, name, data, fit, replace, sections, report, profiles)
     else:
-        _calibrate_gpu(cluster, profile, data, fit, replace, sections, report)
+        _calibrate_gpu(cluster, name, data, fit, replace, sections, report)
     if not replace:
         raise CalibrationError("the inputs hold nothing to fit")
-    write_profile(profile, replace, provenance(profile, data.sources, sections), output)
+    write_profile(name, replace, provenance(profile, data.sources, sections), output, profiles)
     return report
 
 
 def run_command(args: argparse.Namespace) -> int:
-    report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit)
-    out = sys.stderr if args.json == "-" else sys.stdout
+    profiles, _ = profile_search(args)  # checks --profiles and that --profile was given
+    report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
+                       profiles=profiles)
+    out = text_stream(args)
     print(f"zsim calibrate · {args.profile} → {args.output}", file=out)
     for source in report["inputs"]:
         skipped = "; ".join(f"{n} skipped: {why}" for why, n in source.get("skipped", {}).items())
@@ -97,11 +103,7 @@ def run_command(args: argparse.Namespace) -> int:
             for r in coll["samples"]:
                 print(f"    {r['op']:<15} {r['bytes']:>12} B  n={r['group']:<3} {r['measured_busbw']:8.2f} "
                       f"{r['simulated_busbw']:8.2f} GB/s {r['error']:+7.1%}  {r['algorithm']}", file=out)
-    if args.json == "-":
-        json.dump(report, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    elif args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    emit_json(args, report, indent=1)
     return EXIT_OK
 
 

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
-from zsim.commands.units import parse_size, positive
+from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
+from zsim.commands.units import positive, size_arg
 from zsim.errors import ZsimError
-from zsim.fabric.collective import ALGORITHMS
 from zsim.fabric.nccl import FUNCTIONS
-from zsim.fabric.perf import DTYPE_BYTES, PerfRow, run_collective
+
+if TYPE_CHECKING:
+    from zsim.config.profiles import Profiles
+    from zsim.fabric.perf import PerfRow
+
+# zsim.fabric.collective.ALGORITHMS and zsim.fabric.perf.DTYPE_BYTES, spelled out here because those
+# modules import pydantic, simpy and networkx (tests/test_cli_conventions.py checks they agree).
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
+DTYPES = ("bfloat16", "double", "float", "half", "int32", "int8")
 
 def sizes(begin: int, end: int, factor: int) -> list[int]:
     """begin, begin·f, ... up to end (nccl-tests -b -e -f)."""
@@ -27,11 +34,13 @@ def sizes(begin: int, end: int, factor: int) -> list[int]:
 
 
 def collective_table(profile: str, nodes: int, gpus: int, op: str, sizes_: list[int], gpus_per_process: int = 1,
-                     algorithm: str = "auto", dtype: str = "float") -> list[PerfRow]:
+                     algorithm: str = "auto", dtype: str = "float", profiles: Profiles | None = None
+                     ) -> list[PerfRow]:
     """The rows of the table. Raises ConfigError (profile) or ZsimError (layout)."""
     from zsim.config.hardware import load_cluster
+    from zsim.fabric.perf import run_collective
 
-    cluster = load_cluster(profile, nodes)
+    cluster = load_cluster(profile, nodes, profiles)
     return [run_collective(cluster, op, s, gpus, gpus_per_process, algorithm, dtype) for s in sizes_]
 
 
@@ -53,28 +62,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Simulate one collective at a time on a hardware profile and print the table nccl-tests "
                     "prints (size, count, type, time, algbw, busbw; busbw as in nccl-tests PERFORMANCE.md), "
                     "with the algorithm/protocol NCCL's tuner would pick.")
-    p.add_argument("--hw", required=True, help="system profile in hwprofiles/, e.g. dgx2")
+    add_profile_options(p, required=True)
     p.add_argument("--nodes", type=positive("--nodes"), default=1, help="nodes (default 1)")
     p.add_argument("--gpus", type=positive("--gpus"), required=True, help="GPUs in the group, spread evenly over the nodes")
     p.add_argument("--op", required=True, choices=FUNCTIONS, help="the collective")
-    p.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
-    p.add_argument("-e", "--maxbytes", default="8G", help="largest size (default 8G)")
+    p.add_argument("-b", "--minbytes", type=size_arg, default="8", metavar="SIZE",
+                   help="smallest size in bytes (default 8); as nccl-tests, 8M = 8·2²⁰ (8MB = 8·10⁶)")
+    p.add_argument("-e", "--maxbytes", type=size_arg, default="8G", metavar="SIZE",
+                   help="largest size (default 8G = 8·2³⁰)")
     p.add_argument("-f", "--stepfactor", type=positive("-f"), default=2, help="size multiplier (default 2)")
     p.add_argument("-g", "--gpus-per-process", type=positive("-g"), default=1, dest="gpus_per_process",
                    help="GPUs one process drives, as nccl-tests -g: each call costs g kernel launches (default 1)")
-    p.add_argument("-d", "--datatype", default="float", choices=sorted(DTYPE_BYTES), help="element type")
+    p.add_argument("-d", "--datatype", default="float", choices=DTYPES, help="element type")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="auto: as NCCL's tuner picks")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    add_json_option(p, "the rows")
     p.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    rows = collective_table(args.hw, args.nodes, args.gpus, args.op,
-                            sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor),
-                            args.gpus_per_process, args.algorithm, args.datatype)
-    if args.json:
-        json.dump([asdict(r) for r in rows], sys.stdout, indent=1)
-        print()
-    else:
-        print(format_table(rows, args.op))
+    profiles, profile = profile_search(args)
+    rows = collective_table(profile, args.nodes, args.gpus, args.op, sizes(args.minbytes, args.maxbytes, args.stepfactor),
+                            args.gpus_per_process, args.algorithm, args.datatype, profiles)
+    print(format_table(rows, args.op), file=text_stream(args))
+    emit_json(args, [asdict(r) for r in rows], indent=1)
     return 0

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from zsim.commands.units import argtype, parse_bytes, positive
-from zsim.config.scenario import build_scenario
-from zsim.config.yamlfile import read_yaml_mapping
+from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
+from zsim.commands.units import positive, size_arg
 from zsim.errors import ConfigError, ZsimError
 from zsim.zero.model_states import PARAM_BYTES, STAGE_NAMES, adam_k
+
+if TYPE_CHECKING:
+    from zsim.config.profiles import Profiles
 
 def bytes_per_param(stage: int, dp: int, dtype: str = "fp16") -> float:
     """Model-state bytes per parameter of one MP rank on one GPU, ZeRO Table 1 without padding:
@@ -45,8 +45,10 @@ class MaxModel:
     reserved_peak_bytes: int
 
 
-def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None) -> tuple[bool, int, int]:
+def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Profiles | None = None
+         ) -> tuple[bool, int, int]:
     """(fits, Ψ, reserved peak) of scenario `data` with `layers` layers, one step, no accumulation."""
+    from zsim.config.scenario import build_scenario
     from zsim.engine.simulation import simulate
 
     trial = copy.deepcopy(data)
@@ -55,7 +57,8 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None) -> tuple[bool
     trial["model"]["grad_accum"] = 1
     trial.setdefault("run", {})["steps"] = 1
     try:
-        scenario = build_scenario(trial, source="<maxsize>", default_name="maxsize", gpu_memory_bytes=gpu_bytes)
+        scenario = build_scenario(trial, source="<maxsize>", default_name="maxsize", gpu_memory_bytes=gpu_bytes,
+                                  profiles=profiles)
     except ConfigError as exc:
         if exc.path == "zero.stage":  # model states alone exceed the GPU
             return False, 0, 0
@@ -64,9 +67,28 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None) -> tuple[bool
     return result.fits, result.workload.total_params, result.ledger.peak_reserved
 
 
-def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 4096) -> MaxModel:
+def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 4096,
+               profiles: Profiles | None = None, progress: bool = False) -> MaxModel:
     """The most layers (1..limit) of scenario `data`'s shape that fit, by binary search (memory grows
-    with the layer count). Raises ZsimError when not even one layer fits."""
+    with the layer count); `progress` shows a tqdm counter of the simulated trials on stderr.
+    Raises ZsimError when not even one layer fits."""
+    from tqdm import tqdm
+
+    bar = tqdm(desc="maxsize: simulated trials", unit=" trial", disable=not progress, leave=False)
+
+    def trial(data: dict[str, Any], layers: int, gpu_bytes: int | None) -> tuple[bool, int, int]:
+        bar.set_postfix_str(f"{layers} layers")
+        out = fits(data, layers, gpu_bytes, profiles)
+        bar.update()
+        return out
+
+    try:
+        return _search(trial, data, gpu_bytes, limit)
+    finally:
+        bar.close()
+
+
+def _search(fits, data: dict[str, Any], gpu_bytes: int | None, limit: int) -> MaxModel:
     ok, params, peak = fits(data, 1, gpu_bytes)
     if not ok:
         raise ZsimError("not even one layer of this shape fits: lower the micro-batch or raise mp / dp")
@@ -96,31 +118,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dp", type=positive("--dp"), help="data-parallel degree Nd")
     p.add_argument("--mp", type=positive("--mp"), default=1, help="model-parallel degree")
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), help="one ZeRO stage (default: all four)")
-    p.add_argument("--gpu-mem", type=argtype(parse_bytes), metavar="SIZE",
-                   help="GPU memory, e.g. 32GB (10^9 bytes, as the paper) or 32GiB; default: the profile's")
-    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
+    p.add_argument("--gpu-mem", type=size_arg, metavar="SIZE",
+                   help="GPU memory, e.g. 32GB (10^9 bytes, as the paper), 32GiB or 32G (2^30 bytes); "
+                        "default: the profile's")
+    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
+                   help="parameter and gradient dtype (fp32: plain fp32 training, K = 8; default fp16)")
     p.add_argument("--scenario", metavar="FILE", help="search the layers of this scenario's shape and options")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of --scenario (repeatable)")
     shape = p.add_argument_group("shape for the full-memory search (with --batch)")
     shape.add_argument("--batch", type=positive("--batch"), help="micro-batch per GPU (sequences)")
-    shape.add_argument("--hidden", type=positive("--hidden"), default=8192)
-    shape.add_argument("--heads", type=positive("--heads"), default=64)
-    shape.add_argument("--seq", type=positive("--seq"), default=1024)
-    shape.add_argument("--vocab", type=positive("--vocab"), default=51200)
-    shape.add_argument("--profile", default="dgx2", help="hardware profile (hwprofiles/)")
+    shape.add_argument("--hidden", type=positive("--hidden"), default=8192, help="hidden size h (default 8192)")
+    shape.add_argument("--heads", type=positive("--heads"), default=64, help="attention heads (default 64)")
+    shape.add_argument("--seq", type=positive("--seq"), default=1024, help="sequence length (default 1024)")
+    shape.add_argument("--vocab", type=positive("--vocab"), default=51200, help="vocabulary size (default 51200)")
     for flag, key in (("--pa", "partition_activations"), ("--pa-cpu", "cpu_offload_activations"),
                       ("--md", "defragment")):
         shape.add_argument(flag, dest=key, action="store_true", help=f"zero.{key}: true")
     shape.add_argument("--no-cb", dest="constant_buffers", action="store_false", help="zero.constant_buffers: false")
-    p.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH ('-' for stdout)")
+    add_profile_options(p, what="with --batch: the hardware (default dgx2); with --scenario: replaces its hardware.profile")
+    add_json_option(p)
     p.set_defaults(func=maxsize_command)
 
 
-def _shape_scenario(args: argparse.Namespace) -> dict[str, Any]:
+def _shape_scenario(args: argparse.Namespace, profiles: Profiles, profile: str) -> dict[str, Any]:
     from zsim.config.hardware import load_cluster
 
-    cluster = load_cluster(args.profile, 1)
+    cluster = load_cluster(profile, 1, profiles)
     gpus = args.dp * args.mp
     if gpus % cluster.gpus_per_node:
         raise ZsimError(f"--dp {args.dp} × --mp {args.mp} = {gpus} GPUs is not a whole number of "
@@ -133,23 +157,31 @@ def _shape_scenario(args: argparse.Namespace) -> dict[str, Any]:
                  or args.cpu_offload_activations, "cpu_offload_activations": args.cpu_offload_activations,
                  "constant_buffers": args.constant_buffers, "defragment": args.defragment},
         "precision": {"dtype": args.dtype},
-        "hardware": {"profile": args.profile, "nodes": gpus // cluster.gpus_per_node},
+        "hardware": {"profile": profile, "nodes": gpus // cluster.gpus_per_node},
     }
 
 
 def maxsize_command(args: argparse.Namespace) -> int:
     if args.scenario or args.batch:
+        import sys
+
+        profiles, profile = profile_search(args)
         if args.scenario:
-            from pathlib import Path
-
+            from zsim.config.hf import resolve_from_hf
             from zsim.config.overrides import apply_overrides
+            from zsim.config.scenario import find_scenario
+            from zsim.config.yamlfile import read_yaml_mapping
 
-            data = apply_overrides(read_yaml_mapping(Path(args.scenario)), args.overrides)
+            overrides = [*args.overrides, *([f"hardware.profile={profile}"] if profile else [])]
+            path = find_scenario(args.scenario)
+            # from_hf is relative to the scenario file; resolved here, the trials can grow its layers.
+            data = resolve_from_hf(apply_overrides(read_yaml_mapping(path), overrides), source=str(path),
+                                   base_dir=path.parent)
         else:
             if args.dp is None:
                 raise ZsimError("--batch needs --dp (and --mp)")
-            data = _shape_scenario(args)
-        best = max_layers(data, args.gpu_mem)
+            data = _shape_scenario(args, profiles, profile or "dgx2")
+        best = max_layers(data, args.gpu_mem, profiles=profiles, progress=sys.stderr.isatty())
         table: dict[str, Any] = {"mode": "full memory", "layers": best.layers, "params": best.params,
                                  "reserved_peak_bytes": best.reserved_peak_bytes}
         text = (f"largest fitting model: {best.layers} layers = {best.params / 1e9:.1f}B parameters "
@@ -163,12 +195,6 @@ def maxsize_command(args: argparse.Namespace) -> int:
                             for s in stages}}
         text = f"largest model by model states alone, Nd = {args.dp}, MP = {args.mp}, {args.gpu_mem / 1e9:g} GB/GPU:\n" + \
             "\n".join(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{table['params'][str(s)] / 1e9:>10.1f}B" for s in stages)
-    if args.json == "-":
-        json.dump(table, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(table, fh, indent=2)
-    print(text)
+    print(text, file=text_stream(args))
+    emit_json(args, table)
     return 0

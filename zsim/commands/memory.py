@@ -5,11 +5,10 @@ shape (--hidden, --seq, --batch) the residual states too: activation checkpoints
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
-from zsim.commands.units import argtype, parse_count, positive
+from zsim.commands.options import add_json_option, emit_json, text_stream
+from zsim.commands.units import count_arg, positive
 from zsim.errors import ZsimError
 from zsim.zero.model_states import STAGE_NAMES, adam_k, model_states, stage_partition
 from zsim.zero.residual import (
@@ -21,7 +20,6 @@ from zsim.zero.residual import (
 )
 
 GB = 1e9
-count_arg = argtype(parse_count)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--pa-cpu", action="store_true", help="Pa+cpu: partitioned checkpoints in host memory")
     r.add_argument("--no-cb", dest="cb", action="store_false", help="fused whole-model fp32 gradient buffer (no CB)")
     r.add_argument("--bucket", type=count_arg, default=500_000_000, help="CB bucket, elements (default 5e8)")
-    p.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH ('-' for stdout)")
+    add_json_option(p)
     p.set_defaults(func=memory_command)
 
 
@@ -108,28 +106,23 @@ def memory_command(args: argparse.Namespace) -> int:
             args.params, args.dp, args.mp, s, hidden=args.hidden, seq=args.seq, batch=args.batch, heads=args.heads,
             layers=args.layers, dtype=args.dtype, checkpointing=args.checkpointing, every=args.ckpt_every,
             pa=args.pa, pa_cpu=args.pa_cpu, cb=args.cb, bucket=args.bucket) for s in stages}
-    if args.json == "-":
-        json.dump(table, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(table, fh, indent=2)
+    emit_json(args, table)
+    out = text_stream(args)
     print(f"Model states per GPU: Ψ = {args.params:,} parameters, Nd = {args.dp}, MP = {args.mp}, "
-          f"{args.dtype} params/grads, Adam K = {adam_k(args.dtype)}; GB = 10^9 bytes")
-    print(f"  {'stage':<14}{'params':>10}{'grads':>10}{'optimizer':>12}{'total':>10}")
+          f"{args.dtype} params/grads, Adam K = {adam_k(args.dtype)}; GB = 10^9 bytes", file=out)
+    print(f"  {'stage':<14}{'params':>10}{'grads':>10}{'optimizer':>12}{'total':>10}", file=out)
     for s in stages:
         row = table["stages"][str(s)]
         print(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{row['params'] / GB:>10.2f}{row['grads'] / GB:>10.2f}"
-              f"{row['optimizer'] / GB:>12.2f}{row['total'] / GB:>10.2f}")
+              f"{row['optimizer'] / GB:>12.2f}{row['total'] / GB:>10.2f}", file=out)
     if "residual" in table:
-        print(f"Residual states per GPU at the start of backward ({table['residual'][str(stages[0])]['layers']} layers):")
-        print(f"  {'stage':<14}{'ckpts':>10}{'working':>10}{'grad buf':>10}{'fp32 grads':>12}{'bwd total':>10}{'host':>8}")
+        print(f"Residual states per GPU at the start of backward ({table['residual'][str(stages[0])]['layers']} layers):", file=out)
+        print(f"  {'stage':<14}{'ckpts':>10}{'working':>10}{'grad buf':>10}{'fp32 grads':>12}{'bwd total':>10}{'host':>8}", file=out)
         for s in stages:
             res, states = table["residual"][str(s)], table["stages"][str(s)]
             # At the start of backward; the fp32 gradients exist only during the optimizer step.
             total = states["total"] + res["checkpoints"] + res["working"] + res["gradient_buffer"]
             print(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{res['checkpoints'] / GB:>10.2f}{res['working'] / GB:>10.2f}"
                   f"{res['gradient_buffer'] / GB:>10.2f}{res['optimizer_fp32_grads'] / GB:>12.2f}{total / GB:>10.2f}"
-                  f"{res['host'] / GB:>8.2f}")
+                  f"{res['host'] / GB:>8.2f}", file=out)
     return 0

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
+from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.commands.units import positive
 from zsim.errors import ZsimError
 from zsim.fabric.nccl import FUNCTIONS
@@ -49,12 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "row's busbw residual. `zsim calibrate FOLDER --profile P -o OUT.yaml` fits the same terms from any mix of "
                     "inputs and writes a whole profile with provenance.")
     p.add_argument("folder", type=Path, help="folder of nccl-tests tables")
-    p.add_argument("--hw", required=True, help="system profile in hwprofiles/ whose topology ran the tests")
+    add_profile_options(p, required=True, what="the system whose topology ran the tests")
     p.add_argument("--nodes", type=positive("--nodes"), default=1, help="nodes the tests ran on (default 1)")
     p.add_argument("--gpus", type=positive("--gpus"), required=True, help="GPUs the tests ran on")
     p.add_argument("-g", "--gpus-per-process", type=positive("-g"), default=1, dest="gpus_per_process",
                    help="nccl-tests -g of the recording (GPUs per process)")
-    p.add_argument("--json", action="store_true", help="print values and residuals as JSON")
+    add_json_option(p, "the values and residuals")
     p.set_defaults(func=run_command)
 
 
@@ -62,22 +61,21 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import fit
     from zsim.config.hardware import load_cluster
 
+    profiles, profile = profile_search(args)
     tables = read_tables(args.folder)
-    result = fit(load_cluster(args.hw, args.nodes), tables, args.gpus, args.gpus_per_process)
-    if args.json:
-        json.dump({"values": result.values, "summary": result.summary(),
-                   "residuals": [{"op": r.fn, "size": r.size, "measured_busbw": r.measured_busbw,
-                                  "simulated_busbw": r.simulated_busbw, "algorithm": r.algorithm}
-                                 for r in result.residuals]}, sys.stdout, indent=1)
-        print()
-        return 0
-    print(profile_yaml(result.values))
+    result = fit(load_cluster(profile, args.nodes, profiles), tables, args.gpus, args.gpus_per_process)
+    out = text_stream(args)
+    print(profile_yaml(result.values), file=out)
     print(f"\n# residuals: simulated vs measured busbw (GB/s)\n#{'op':>15} {'size':>12} {'measured':>9} "
-          f"{'simulated':>9} {'error':>7}  algorithm")
+          f"{'simulated':>9} {'error':>7}  algorithm", file=out)
     for r in result.residuals:
         print(f" {r.fn:>15} {r.size:>12} {r.measured_busbw:>9.2f} {r.simulated_busbw:>9.2f} {r.error:>+7.1%}  "
-              f"{r.algorithm}")
-    print("\n# per collective, sizes >= 1 MiB: median |error|, max |error|")
+              f"{r.algorithm}", file=out)
+    print("\n# per collective, sizes >= 1 MiB: median |error|, max |error|", file=out)
     for fn, (med, worst) in result.summary().items():
-        print(f"#{fn:>15}  {med:6.1%}  {worst:6.1%}")
+        print(f"#{fn:>15}  {med:6.1%}  {worst:6.1%}", file=out)
+    emit_json(args, {"values": result.values, "summary": result.summary(),
+                     "residuals": [{"op": r.fn, "size": r.size, "measured_busbw": r.measured_busbw,
+                                    "simulated_busbw": r.simulated_busbw, "algorithm": r.algorithm}
+                                   for r in result.residuals]}, indent=1)
     return 0

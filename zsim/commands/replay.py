@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from zsim.config.profiles import Profiles
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,9 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "trace with the measured ranks and the simulated run side by side.")
     p.add_argument("trace_dir", type=Path, help="folder of rank<R>.trace.json files (zsim trace -o), or of one "
                    "Kineto trace per rank (with --trace-driven)")
-    p.add_argument("--profile", "--hw", dest="profile", required=True,
-                   help="hardware profile: a name or a .yaml file (e.g. the output of zsim calibrate)")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH ('-' for stdout)")
+    add_profile_options(p, required=True, what="the hardware profile to simulate on (e.g. the output of zsim calibrate)")
+    add_json_option(p, "the report")
     p.add_argument("-o", "--output", type=Path, metavar="DIR",
                    help="where replay.trace.json goes (default out/replay-<trace folder name>)")
     p.add_argument("--trace-driven", action="store_true",
@@ -33,19 +33,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_command)
 
 
-def replay(trace_dir: Path, profile: str, trace_driven: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(report, side-by-side trace document) of the run in `trace_dir` simulated on `profile`.
+def replay(trace_dir: Path, profile: str, trace_driven: bool = False,
+           profiles: Profiles | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(report, side-by-side trace document) of the run in `trace_dir` simulated on `profile` (a name found
+    by `profiles`, default $ZSIM_PROFILE_PATH then the built-in ones, or a .yaml file).
 
     Raises:
         ConfigError: the traces are damaged or mixed, or the run cannot be rebuilt on the profile.
     """
+    import numpy as np
+
     from zsim.calibrate import replay as rp
     from zsim.calibrate.rebuild import rebuild
     from zsim.engine.simulation import simulate
     from zsim.trace.run_reader import read_run
 
     run = read_run(trace_dir)
-    scenario = rebuild(run, profile)
+    scenario = rebuild(run, profile, profiles)
     if trace_driven:
         from zsim.calibrate.trace_driven import measured_durations
 
@@ -151,7 +155,8 @@ def print_report(report: dict[str, Any], out) -> None:
             print(f"    {label}: {shown}{' ...' if len(keys) > 6 else ''}", file=out)
 
 
-def replay_kineto_dir(trace_dir: Path, profile: str, allow_missing_ranks: bool = False) -> tuple[dict, dict]:
+def replay_kineto_dir(trace_dir: Path, profile: str, allow_missing_ranks: bool = False,
+                      profiles: Profiles | None = None) -> tuple[dict, dict]:
     """(report, side-by-side document) of a Kineto trace re-timed on `profile` (trace-driven only).
 
     Raises:
@@ -161,12 +166,14 @@ def replay_kineto_dir(trace_dir: Path, profile: str, allow_missing_ranks: bool =
 
     from zsim.calibrate.kineto_replay import replay_kineto
     from zsim.config.hardware import load_cluster
+    from zsim.config.profiles import Profiles
     from zsim.trace import schema
     from zsim.trace.kineto import read_kineto
 
+    profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
     run = read_kineto([trace_dir], allow_missing_ranks)
-    per_node = load_cluster(profile, 1).gpus_per_node
-    cluster = load_cluster(profile, max(1, math.ceil(run.world_size / per_node)))
+    per_node = load_cluster(name, 1, profiles).gpus_per_node
+    cluster = load_cluster(name, max(1, math.ceil(run.world_size / per_node)), profiles)
     result = replay_kineto(run, cluster)
     identity = replay_kineto(run, None)
     m, s = result["measured_span_s"], result["simulated_span_s"]
@@ -205,15 +212,16 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.errors import ConfigError
     from zsim.trace.inputs import kind_of
 
+    profiles, _ = profile_search(args)  # checks --profiles and that --profile was given
     kind = kind_of(args.trace_dir)
     if kind == "kineto":
         if not args.trace_driven:
             raise ConfigError("a Kineto trace has no model to rebuild: replay it with --trace-driven (measured "
                               "compute, simulated collectives)", source=str(args.trace_dir))
-        report, document = replay_kineto_dir(args.trace_dir, args.profile)
+        report, document = replay_kineto_dir(args.trace_dir, args.profile, profiles=profiles)
         printer = print_kineto_report
     elif kind == "runtime":
-        report, document = replay(args.trace_dir, args.profile, args.trace_driven)
+        report, document = replay(args.trace_dir, args.profile, args.trace_driven, profiles=profiles)
         printer = print_report
     else:
         raise ConfigError(f"replay needs runtime traces (rank<R>.trace.json) or Kineto traces, not {kind} input",
@@ -225,12 +233,8 @@ def run_command(args: argparse.Namespace) -> int:
     tmp.write_text(json.dumps(document, separators=(",", ":")))
     tmp.replace(path)
     report["outputs"] = {"trace": str(path)}
-    text = sys.stderr if args.json == "-" else sys.stdout
+    text = text_stream(args)
     printer(report, text)
     print(f"  outputs     {path} (measured and simulated side by side: https://ui.perfetto.dev)", file=text)
-    if args.json == "-":
-        json.dump(report, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    elif args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    emit_json(args, report, indent=1)
     return EXIT_OK

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from zsim.config.scenario import load_scenario
+from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK, EXIT_OOM
 
 
@@ -16,54 +16,63 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run", help="simulate a scenario",
         description="Simulate a scenario's training steps; print a summary and write result.json, trace.json "
-                    "(Perfetto), memory.csv and memory.png to the output folder. Exit 0 if it fits, 3 on OOM, 2 on bad input.")
-    p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/1T-1024gpu.yaml")
+                    "(Perfetto), memory.csv, memory.png and timeline.png to the output folder. Exit 0 if it fits, 3 on "
+                    "OOM, 2 on bad input.")
+    p.add_argument("scenario", help="scenario YAML file, or a shipped scenario's name (zsim profiles lists them), "
+                   "e.g. 1T-1024gpu")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. --set zero.stage=2 (repeatable)")
-    p.add_argument("--json", metavar="PATH", help="also write the result facts as JSON to PATH ('-' for stdout; "
-                   "the summary then goes to stderr)")
+    add_json_option(p, "the result facts")
     p.add_argument("-o", "--output", metavar="DIR", help="output folder (default: run.output or out/<name>)")
-    p.add_argument("--no-plot", action="store_true", help="skip memory.png (saves ~0.5 s)")
+    p.add_argument("--plot", choices=("background", "wait", "none"), default="background",
+                   help="memory.png and timeline.png: drawn by a background process after the summary (default; "
+                        "the command returns at once), drawn before returning (wait), or not at all (none)")
+    p.add_argument("--no-plot", dest="plot", action="store_const", const="none", help="the same as --plot none")
     p.add_argument("--stats", action="store_true", help="print simulation statistics: events, wall time, events/s")
+    add_profile_options(p, what="run on this hardware profile instead of the scenario's hardware.profile")
     p.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from zsim.config.scenario import load_scenario
     from zsim.engine.simulation import simulate
+    from zsim.memory.timeline import write_csv
     from zsim.report.facts import facts
+    from zsim.report.plots import memory_png_later, memory_timeline_png
     from zsim.report.summary import summary
     from zsim.trace.writer import write_trace
 
     started = time.perf_counter()
-    scenario = load_scenario(args.scenario, args.overrides)
-    result = simulate(scenario)
+    profiles, name = profile_search(args)
+    overrides = [*args.overrides, *([f"hardware.profile={name}"] if name else [])]
+    scenario = load_scenario(args.scenario, overrides, profiles=profiles)
+    result = simulate(scenario, progress=sys.stderr.isatty())  # a bar only in per-rank mode
     out = Path(args.output) if args.output else scenario.output_dir
-    from zsim.memory.timeline import write_csv
-
     outputs = {"result": str(out / "result.json"), "trace": str(out / "trace.json"),
                "memory_csv": str(write_csv(result.ledger, out / "memory.csv"))}
     write_trace(result, out / "trace.json")
-    if not args.no_plot:
-        from zsim.report.plots import memory_timeline_png
-
-        outputs["memory"] = str(memory_timeline_png(result, out / "memory.png"))
+    if args.plot != "none":
+        outputs["memory"] = str(out / "memory.png")
+        outputs["timeline"] = str(out / "timeline.png")
     f = facts(result)
     f["outputs"] = outputs
     (out / "result.json").write_text(json.dumps(f, indent=2) + "\n")
-    text_stream = sys.stderr if args.json == "-" else sys.stdout
-    print(summary(f, outputs), file=text_stream)
+    if args.plot == "wait":
+        from zsim.report.timeline_plot import timeline_png
+
+        memory_timeline_png(result, out / "memory.png")
+        timeline_png(result, out / "timeline.png")
+    elif args.plot == "background":
+        memory_png_later(out)
+    stream = text_stream(args)
+    print(summary(f, outputs), file=stream)
     if args.stats:
         wall = time.perf_counter() - started
         sim = result.wall_seconds
         print(f"  stats     {result.sim_events:,} simpy events in {sim:.3f} s of simulation "
               f"({result.sim_events / max(sim, 1e-9):,.0f} events/s); {len(result.events):,} trace events; "
-              f"{wall:.3f} s in all (load, simulate, write)", file=text_stream)
-    if args.json == "-":
-        json.dump(f, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    elif args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(f, indent=2) + "\n")
+              f"{wall:.3f} s in all (load, simulate, write)", file=stream)
+    emit_json(args, f)
     if not result.fits:
         oom = result.ledger.oom
         print(f"zsim: out of memory at t = {oom.time_s:.3f} s on rank class 0 (all {scenario.layout.world} ranks): "
@@ -71,3 +80,4 @@ def run_command(args: argparse.Namespace) -> int:
               f"> {oom.capacity_bytes / 1e9:.2f} GB ({oom.total_bytes / 1e9:.2f} GB allocated)", file=sys.stderr)
         return EXIT_OOM
     return EXIT_OK
+

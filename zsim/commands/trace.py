@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from zsim.errors import ZsimError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from runtime.cli import add_run_arguments  # no torch import
+    from zsim.runtime.cli import add_run_arguments  # no torch import
 
     parser = subparsers.add_parser("trace", help="record real traces with the PyTorch runtime",
                                    description=__doc__.splitlines()[0])
@@ -22,9 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The command: exit 0 when every rank finished, 1 when a rank failed (named on stderr);
-    ConfigError (exit 2) for a bad model file or options."""
-    from runtime.cli import config_from_args
-    from runtime.launch import launch
+    ConfigError (exit 2) for a bad model file or options, or when PyTorch is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise ZsimError("zsim trace runs the real PyTorch runtime, and PyTorch is not installed here: "
+                        "pip install 'zsim[runtime]' (or pip install torch first, e.g. the CPU wheel from "
+                        "https://download.pytorch.org/whl/cpu)")
+    from zsim.runtime.cli import config_from_args
+    from zsim.runtime.launch import launch
 
     result = launch(config_from_args(args), progress=sys.stderr.isatty())
     if result.failure is not None:

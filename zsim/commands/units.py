@@ -1,5 +1,12 @@
-"""Parsing the numbers people type on the command line: counts, memory sizes, nccl-tests sizes, and
-argparse types built on them (a bad value is argparse's one-line error, exit 2)."""
+"""Parsing the numbers people type on the command line, one grammar for every command (README,
+"Command-line conventions"), and argparse types built on them (a bad value is argparse's two-line
+error, exit 2).
+
+Sizes in bytes: `32GB` = 32·10⁹ (SI, as the ZeRO paper's GB), `32GiB` = 32·2³⁰ (IEC), and a bare
+letter `32G` = 32·2³⁰: binary, as nccl-tests' -b/-e and as the "32 GB" of a V100 mean. K, M, G, T
+work alike; a plain number is bytes. Counts (parameters, elements): `7.5e9`, `7.5B`, `1T`, `1_000`
+(B and G = 10⁹, powers of ten).
+"""
 
 from __future__ import annotations
 
@@ -11,12 +18,13 @@ from zsim.errors import ZsimError
 
 _NUMBER = r"\s*([0-9_.]+(?:e[+-]?\d+)?)\s*"
 _COUNT = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-_MEMORY = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20,
-           "gib": 2**30, "tib": 2**40}
-_NCCL_TESTS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}  # nccl-tests -b/-e: powers of 1024
+_BYTES = {"": 1, "b": 1,
+          "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,  # SI
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,  # IEC
+          "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}  # bare letter: binary (nccl-tests, "32 GB" V100)
 
 
-def _parse(text: str, units: dict[str, float], expected: str, what: str = "") -> float:
+def _parse(text: str, units: dict[str, float], expected: str) -> float:
     m = re.fullmatch(_NUMBER + r"([a-zA-Z]*)\s*", text)
     unit = m.group(2).lower() if m else ""
     try:
@@ -24,7 +32,7 @@ def _parse(text: str, units: dict[str, float], expected: str, what: str = "") ->
     except ValueError:
         value = None
     if value is None or value <= 0:
-        raise ZsimError(f"{what}{text!r}: expected {expected}")
+        raise ZsimError(f"{text!r}: expected {expected}")
     return value
 
 
@@ -34,15 +42,12 @@ def parse_count(text: str) -> int:
 
 
 def parse_bytes(text: str) -> int:
-    """'32GB' -> 32e9 (the paper's GB), '32GiB' -> 32·2³⁰, '1e9' -> bytes. Raises ZsimError."""
-    return int(_parse(text, _MEMORY, "a memory size like 32GB (10^9 bytes) or 32GiB (2^30 bytes)"))
+    """'32GB' -> 32·10⁹, '32GiB' and '32G' -> 32·2³⁰, '1e9' -> 10⁹ bytes. Raises ZsimError."""
+    return int(_parse(text, _BYTES, "a size like 32GB (10^9 bytes), 32GiB or 32G (2^30 bytes), or bytes"))
 
 
-def parse_size(text: str) -> int:
-    """nccl-tests sizes: '8', '128K', '8M', '8G' (powers of 1024; a trailing B is allowed). Raises ZsimError."""
-    t = text.strip()
-    t = t[:-1] if len(t) > 1 and t[-1] in "bB" else t  # '8MB' = '8M', '8B' = '8'
-    return int(_parse(t, _NCCL_TESTS, "a positive size like 8, 128K, 8M or 8G", what="size "))
+# nccl-tests -b/-e sizes follow the same grammar: their bare K/M/G are binary, as in nccl-tests.
+parse_size = parse_bytes
 
 
 def argtype(parse: Callable[[str], int]) -> Callable[[str], int]:
@@ -54,6 +59,10 @@ def argtype(parse: Callable[[str], int]) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(str(exc)) from None
     convert.__name__ = parse.__name__
     return convert
+
+
+size_arg = argtype(parse_bytes)
+count_arg = argtype(parse_count)
 
 
 def positive(flag: str) -> Callable[[str], int]:

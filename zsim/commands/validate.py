@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 from pathlib import Path
 
+from zsim.commands.options import add_json_option, emit_json, text_stream
 from zsim.validate import SUITES
 
 EXIT_FAILED = 1
@@ -26,19 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="replay: the suite YAML (default zsim/validate/suites/replay-cpu.yaml)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
                    help="replay: where the recorded traces and the calibrated profile go (default out/validate-replay)")
-    p.add_argument("--json", metavar="PATH|-", help="also write the report as JSON to PATH (- = stdout, table to stderr)")
+    add_json_option(p, "the report")
     p.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    to_stdout = args.json == "-"
     options = {"suite_file": args.suite_file, "output": args.output} if args.suite == "replay" else {}
     report = importlib.import_module(SUITES[args.suite]).run(progress=sys.stderr.isatty(), **options)
-    print(report.table(), file=sys.stderr if to_stdout else sys.stdout)
-    if args.json:
-        text = json.dumps(report.as_dict(), indent=1) + "\n"
-        if to_stdout:
-            sys.stdout.write(text)
-        else:
-            Path(args.json).write_text(text)
+    print(report.table(), file=text_stream(args))
+    emit_json(args, report.as_dict(), indent=1)
     return 0 if report.passed else EXIT_FAILED

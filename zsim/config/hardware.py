@@ -1,34 +1,26 @@
-"""Hardware profiles: YAML files in hwprofiles/ with units in key names, converted to SI once, here.
+"""Hardware profiles: YAML files with units in key names, converted to SI once, here.
 
-A system profile (hwprofiles/<name>.yaml) names its GPU (hwprofiles/gpus/), its inter-node network
-(hwprofiles/networks/) and its host-offload link (hwprofiles/links/), and gives the node's own figures.
+A system profile (<name>.yaml) names its GPU (gpus/), its inter-node network (networks/) and its
+host-offload link (links/), and gives the node's own figures. zsim.config.profiles finds the files
+(user folders first, then the built-in hwprofiles/); docs/profiles.md lists every key and its unit.
 Everything downstream sees only the `Cluster` dataclasses below, in bytes, seconds and FLOP/s.
 """
 
 from __future__ import annotations
 
-import difflib
-import os
 from dataclasses import dataclass
-from pathlib import Path
-
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsim.config.host import HostFile, HostModel, host_model
+from zsim.config.profiles import Profiles
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
 from zsim.fabric.nccl import NcclKernel
 
 GB = 1e9
 GiB = 2**30
-
-
-def profiles_root() -> Path:
-    """The hwprofiles/ folder: $ZSIM_HWPROFILES, else the one beside the zsim package."""
-    env = os.environ.get("ZSIM_HWPROFILES")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "hwprofiles"
 
 
 class _Profile(BaseModel):
@@ -148,37 +140,33 @@ class Cluster:
         return self.gpus_per_node * self.nodes
 
 
-def _load(kind: str, name: str, model: type[BaseModel]) -> BaseModel:
-    folder = profiles_root() / kind if kind else profiles_root()
-    path = folder / f"{name}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in folder.glob("*.yaml"))
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known) or 'none'}"
-        raise ConfigError(f"no {kind or 'system'} profile '{name}' in {folder} ({hint})")
+def load_profile(profiles: Profiles, kind: str, name: str, model: type[BaseModel]) -> BaseModel:
+    """Find profile `name` of `kind` and validate it against `model`. Raises ConfigError."""
+    path = profiles.path(kind, name)
     return validate(model, read_yaml_mapping(path), str(path))
 
 
-def load_cluster(profile: str, nodes: int) -> Cluster:
-    """Load system profile `profile` and the component profiles it names, for `nodes` nodes.
+def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None) -> Cluster:
+    """Load system profile `profile` and the component profiles it names, for `nodes` nodes, from
+    `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in profiles).
 
     Raises:
         ConfigError: a profile file is missing or invalid.
     """
-    root = profiles_root()
-    if not (root / f"{profile}.yaml").is_file() and (root / "hosts" / f"{profile}.yaml").is_file():
-        return load_host_cluster(profile, nodes)  # a CPU host (hwprofiles/hosts/)
-    explicit = Path(profile)
-    if profile.endswith((".yaml", ".yml")) and explicit.is_file():  # a file the user named (zsim calibrate -o)
-        data = read_yaml_mapping(explicit)
-        if data.get("kind") == "host":
-            return host_cluster(validate(HostFile, data, str(explicit)), str(explicit), nodes)  # type: ignore[arg-type]
-        system: SystemFile = validate(SystemFile, data, str(explicit))  # type: ignore[assignment]
-    else:
-        system = _load("", profile, SystemFile)  # type: ignore[assignment]
-    gpu: GpuFile = _load("gpus", system.gpu, GpuFile)  # type: ignore[assignment]
-    net: NetworkFile = _load("networks", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
-    link: LinkFile = _load("links", system.offload_link, LinkFile)  # type: ignore[assignment]
+    profiles = Profiles.from_environment() if profiles is None else profiles
+    try:
+        path = profiles.path("system", profile)
+    except ConfigError:
+        if ("system", profile) in profiles.pinned or not profiles.names("host").get(profile):
+            raise
+        return load_host_cluster(profile, nodes, profiles)  # a CPU host (hosts/<profile>.yaml)
+    data = read_yaml_mapping(path)
+    if data.get("kind") == "host":  # a host file the user named (`zsim calibrate -o my-host.yaml`)
+        return host_cluster(validate(HostFile, data, str(path)), profile, nodes)  # type: ignore[arg-type]
+    system: SystemFile = validate(SystemFile, data, str(path))  # type: ignore[assignment]
+    gpu: GpuFile = load_profile(profiles, "gpu", system.gpu, GpuFile)  # type: ignore[assignment]
+    net: NetworkFile = load_profile(profiles, "network", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
+    link: LinkFile = load_profile(profiles, "link", system.offload_link, LinkFile)  # type: ignore[assignment]
     peaks = {"fp16": gpu.peak_fp16_tflops * 1e12, "fp32": gpu.peak_fp32_tflops * 1e12}
     if gpu.peak_bf16_tflops is not None:
         peaks["bf16"] = gpu.peak_bf16_tflops * 1e12
@@ -221,15 +209,16 @@ def load_cluster(profile: str, nodes: int) -> Cluster:
     )
 
 
-def load_host_cluster(profile: str, nodes: int) -> Cluster:
-    """A CPU host (hwprofiles/hosts/<profile>.yaml, zsim.config.host) as a one-node cluster whose
+def load_host_cluster(profile: str, nodes: int, profiles: Profiles | None = None) -> Cluster:
+    """A CPU host (hosts/<profile>.yaml found by `profiles`, zsim.config.host) as a one-node cluster whose
     "GPUs" are the host's ranks: each computes at the profile's per-rank rates and holds 1/ranks of
     the host's memory; collectives follow the profile's gloo terms (no NVLink, NIC or NCCL).
 
     Raises:
         ConfigError: an invalid profile, or nodes != 1 (gloo between hosts is not measured).
     """
-    spec: HostFile = _load("hosts", profile, HostFile)  # type: ignore[assignment]
+    profiles = Profiles.from_environment() if profiles is None else profiles
+    spec: HostFile = load_profile(profiles, "host", profile, HostFile)  # type: ignore[assignment]
     return host_cluster(spec, profile, nodes)
 
 

@@ -7,7 +7,7 @@ half precision is a different code path), the per-op overhead of the framework, 
 latency-bandwidth model of each gloo collective per group size, t = latency + S / bandwidth, with S
 the payload as nccl-tests counts it. gloo's reduce_scatter is an all_reduce of the whole buffer
 (DESIGN.md, measured facts), so it has its own terms rather than NCCL's ring. Units are in the key
-names and converted to SI once, here. The numbers come from `python -m runtime.hostprobe`, which
+names and converted to SI once, here. The numbers come from `python -m zsim.runtime.hostprobe`, which
 measures them on the machine with real gloo processes and writes the file (with the fit's residuals).
 """
 
@@ -106,7 +106,7 @@ class HostModel:
         if terms is None:
             have = sorted(f"{o}×{n}" for o, n in self.collectives)
             raise ConfigError(f"host profile '{self.name}' has no {op} terms for a group of {group} ranks "
-                              f"(it has {', '.join(have)}); measure them with python -m runtime.hostprobe")
+                              f"(it has {', '.join(have)}); measure them with python -m zsim.runtime.hostprobe")
         latency, rate = terms
         return latency + nbytes / rate
 

@@ -6,7 +6,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zsim.config.hardware import Cluster, load_cluster
+from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
+from zsim.config.profiles import Profiles, builtin_folder
 from zsim.config.schema import (
     FabricSection,
     HardwareSection,
@@ -20,6 +22,7 @@ from zsim.config.schema import (
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
 from zsim.parallel.layout import Layout
+from zsim.workload.transformer import mp_problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,28 +48,62 @@ class Scenario:
         return Path(self.run.output) if self.run.output else Path("out") / self.name
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Read, override, validate and cross-check a scenario file.
+def shipped_scenarios() -> dict[str, Path]:
+    """The scenarios shipped with zsim (package data `zsim.scenarios`): {name: file}, the name being
+    the path below scenarios/ without '.yaml' ('1T-1024gpu', 'paper/7.5B-64gpu-stage3')."""
+    root = builtin_folder("zsim.scenarios")
+    return {p.relative_to(root).with_suffix("").as_posix(): p for p in sorted(root.rglob("*.yaml"))}
+
+
+def find_scenario(text: str | Path) -> Path:
+    """A scenario the user named: an existing file, else a shipped scenario's name (with or without
+    'scenarios/' and '.yaml', so `zsim run scenarios/1T-1024gpu.yaml` works from any folder).
+
+    Raises:
+        ConfigError: neither a file nor a shipped scenario.
+    """
+    path = Path(text)
+    if path.is_file():
+        return path
+    key = path.as_posix().removeprefix("scenarios/").removesuffix(".yaml")
+    shipped = shipped_scenarios()
+    short = {name.rsplit("/", 1)[-1]: p for name, p in shipped.items()}
+    if key in shipped or key in short:
+        return shipped.get(key) or short[key]
+    import difflib
+
+    close = difflib.get_close_matches(key, list(dict.fromkeys([*shipped, *short])), n=3)
+    hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else "`zsim profiles` lists them"
+    raise ConfigError(f"no such file, and not a shipped scenario ({hint})", source=str(text))
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None, *,
+                  profiles: Profiles | None = None) -> Scenario:
+    """Read, override, validate and cross-check a scenario file (or a shipped scenario's name), with
+    hardware profiles from `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in ones).
 
     Raises:
         ConfigError: naming the file, the dotted key and the bad value.
     """
-    path = Path(path)
+    path = find_scenario(path)
     data = apply_overrides(read_yaml_mapping(path), overrides or [])
-    return build_scenario(data, source=str(path), default_name=path.stem)
+    return build_scenario(data, source=str(path), default_name=path.stem, base_dir=path.parent, profiles=profiles)
 
 
 def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str = "scenario",
-                   gpu_memory_bytes: int | None = None) -> Scenario:
+                   gpu_memory_bytes: int | None = None, base_dir: str | Path | None = None,
+                   profiles: Profiles | None = None) -> Scenario:
     """Validate a scenario given as a mapping (the parsed YAML). `gpu_memory_bytes` replaces the
-    profile's GPU memory (what-if calculators such as `zsim maxsize --gpu-mem`). Raises ConfigError."""
+    profile's GPU memory (what-if calculators such as `zsim maxsize --gpu-mem`); a relative
+    `model.from_hf` is read from `base_dir` (default: the working directory). Raises ConfigError."""
+    data = resolve_from_hf(data, source=source, base_dir=base_dir)
     spec: ScenarioFile = validate(ScenarioFile, data, source)  # type: ignore[assignment]
 
     def fail(key: str, message: str) -> ConfigError:
         return ConfigError(message, source=source, path=key)
 
     try:
-        cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes)
+        cluster = load_cluster(spec.hardware.profile, spec.hardware.nodes, profiles)
     except ConfigError as exc:
         raise fail("hardware.profile", str(exc)) from None
     if gpu_memory_bytes is not None:
@@ -80,10 +117,8 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     if par.mp > cluster.gpus_per_node or cluster.gpus_per_node % par.mp:
         raise fail("parallel.mp", f"{par.mp} must divide the {cluster.gpus_per_node} GPUs of a node "
                    "(Megatron-style MP stays inside a node)")
-    if model.heads % par.mp:
-        raise fail("model.heads", f"{model.heads} heads cannot be split evenly across mp {par.mp}")
-    if (4 * model.hidden) % par.mp:
-        raise fail("model.hidden", f"the 4 × {model.hidden} MLP width cannot be split evenly across mp {par.mp}")
+    for key, message in mp_problems(model, par.mp):  # the same rule as the runtime's
+        raise fail(key, message)
     if spec.precision.dtype not in cluster.gpu.peak_flops:
         raise fail("precision.dtype", f"{spec.precision.dtype} is not supported by {cluster.gpu.name}")
     grad_accum = _grad_accum(model, par.dp, fail)

@@ -17,24 +17,76 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class ModelSection(Section):
-    """A GPT-style decoder-only transformer (the shape Megatron-LM and the ZeRO paper use)."""
+# The keys a Hugging Face config.json can supply (zsim/config/hf.py); without from_hf they are required.
+HF_SHAPE_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 
-    layers: int = Field(gt=0, description="number of transformer blocks")
+
+def _model_json_schema(schema: dict, _cls: type) -> None:
+    """JSON Schema of the model section: the shape keys are required unless from_hf supplies them."""
+    schema["required"] = [k for k in schema.get("required", []) if k not in HF_SHAPE_KEYS]
+    schema["anyOf"] = [{"required": ["from_hf"]}, {"required": list(HF_SHAPE_KEYS)}]
+
+
+class ModelSection(Section):
+    """A decoder-only transformer. The defaults are GPT's (Megatron-LM, the ZeRO paper); the shape
+    options describe LLaMA, Mistral, Qwen2 and GPT-NeoX too, and `from_hf` reads them from a Hugging
+    Face config.json (docs/models.md has the formulas and the mapping)."""
+
+    model_config = ConfigDict(json_schema_extra=_model_json_schema)
+
+    layers: int = Field(gt=0, description="number of transformer blocks L")
     hidden: int = Field(gt=0, description="hidden size h")
-    heads: int = Field(gt=0, description="attention heads a; must divide hidden")
+    heads: int = Field(gt=0, description="attention (query) heads a; must divide hidden")
     seq_len: int = Field(gt=0, description="sequence length s, tokens")
-    vocab: int = Field(gt=0, description="vocabulary size V (padded for MP, as Megatron-LM does)")
+    vocab: int = Field(gt=0, description="vocabulary size V (padded to a multiple of vocab_padding × mp)")
     micro_batch: int = Field(gt=0, description="sequences per GPU per forward/backward pass")
     global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step")
     grad_accum: int | None = Field(default=None, gt=0, description="micro-batches per optimizer step")
-    tied_head: bool = Field(default=True, description="the LM head computes its logits with the word embedding's "
-                            "weight (Megatron-LM, GPT-2); false: the head has its own V x h weight")
+    # Shape options (docs/models.md); each default is the GPT shape.
+    ffn_hidden: int | None = Field(default=None, gt=0, description="MLP inner width f (HF intermediate_size); "
+                                   "default 4 × hidden")
+    gated_mlp: bool = Field(default=False, description="gated MLP (SwiGLU, LLaMA): gate and up projections "
+                            "h×f, down f×h; false: two matmuls h×f and f×h with GeLU between (GPT)")
+    kv_heads: int | None = Field(default=None, gt=0, description="key/value heads (grouped-query attention; "
+                                 "1 = multi-query); must divide heads; default heads")
+    tied_head: bool = Field(default=True, description="the LM head reuses the word embedding (GPT-2, Megatron-LM); "
+                            "false: its own vocab × hidden matrix (LLaMA, Mistral, GPT-NeoX)")
+    linear_bias: bool = Field(default=True, description="biases on the attention output projection and the "
+                              "MLP's linears (false for LLaMA, Mistral, Qwen2)")
+    qkv_bias: bool | None = Field(default=None, description="biases on the Q, K and V projections; default "
+                                  "linear_bias (Qwen2: true while linear_bias is false)")
+    norm: Literal["layernorm", "rmsnorm"] = Field(default="layernorm", description="layernorm: weight and bias "
+                                                  "(2h per norm); rmsnorm: weight only (h)")
+    position: Literal["learned", "rotary"] = Field(default="learned", description="learned: a table of "
+                                                   "max_positions × hidden parameters; rotary: RoPE, no parameters")
+    max_positions: int | None = Field(default=None, gt=0, description="rows of the learned position table "
+                                      "(HF n_positions); default seq_len")
+    vocab_padding: int | None = Field(default=None, gt=0, description="pad vocab to a multiple of vocab_padding × mp "
+                                      "(Megatron-LM make_vocab_size_divisible_by); default 128, or 1 with from_hf "
+                                      "(the checkpoint's vocabulary, padded only as far as MP needs)")
+    dropout: bool = Field(default=True, description="dropout on the attention probabilities and the residual "
+                          "branches, whose masks backward keeps (Korthikanti et al. 2022); false for models "
+                          "trained without (LLaMA, Mistral, Qwen2, GPT-NeoX-20B)")
+    from_hf: str | None = Field(default=None, description="a Hugging Face config.json (or the folder holding "
+                                "one) giving the shape; keys written here override it; a relative path is "
+                                "relative to the scenario file")
 
     @model_validator(mode="after")
-    def _heads_divide_hidden(self) -> ModelSection:
+    def _shape_is_consistent(self) -> ModelSection:
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.kv_heads is not None and (self.kv_heads > self.heads or self.heads % self.kv_heads):
+            raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads} (each KV head serves "
+                             "heads / kv_heads query heads)")
+        if self.position == "rotary" and (self.hidden // self.heads) % 2:
+            raise ValueError(f"rotary positions rotate pairs of a head's dimensions, but hidden {self.hidden} / "
+                             f"heads {self.heads} = {self.hidden // self.heads} is odd")
+        if self.position == "rotary" and self.max_positions is not None:
+            raise ValueError(f"max_positions {self.max_positions} sizes a learned position table, but position "
+                             "is rotary (no table)")
+        if self.max_positions is not None and self.max_positions < self.seq_len:
+            raise ValueError(f"seq_len {self.seq_len} is longer than the {self.max_positions} rows of the learned "
+                             "position table (max_positions)")
         return self
 
 
@@ -134,3 +186,17 @@ class ScenarioFile(Section):
     hardware: HardwareSection
     fabric: FabricSection = FabricSection()
     run: RunSection = RunSection()
+
+
+# Declared draft: what pydantic writes for these models (type, enum, anyOf, required, numeric
+# exclusiveMinimum, additionalProperties, and $ref to "#/$defs/..." JSON pointers) is valid draft-07,
+# which the VS Code YAML extension (yaml-language-server) supports fully; it warns that 2020-12 is
+# "not yet fully supported" (redhat-developer/vscode-yaml#726). tests/test_schema_command.py validates
+# the shipped scenarios with both draft-07 and 2020-12 validators.
+JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
+
+
+def scenario_json_schema() -> dict:
+    """The JSON Schema of a scenario file, generated from ScenarioFile (for editors: docs/models.md)."""
+    schema = ScenarioFile.model_json_schema()
+    return {"$schema": JSON_SCHEMA_DRAFT, "title": "zsim scenario", **{k: v for k, v in schema.items() if k != "title"}}

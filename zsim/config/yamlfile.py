@@ -25,7 +25,8 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", source=str(path)) from None
     try:
-        data = yaml.safe_load(text)
+        # libyaml's C loader when PyYAML has it: ~40x faster than the pure-Python SafeLoader
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

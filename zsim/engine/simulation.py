@@ -25,7 +25,7 @@ from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, Placement, plan_collective
 from zsim.fabric.sharing import Fabric
-from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade
+from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade, healthy_capacities
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
 from zsim.workload.transformer import build_workload
@@ -65,6 +65,8 @@ def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
         return {}  # a CPU host: collectives follow its gloo terms, no links to share
     if not per_rank:
         cluster = dataclasses.replace(cluster, nodes=min(cluster.nodes, 2))
+    if not (per_rank and scenario.fabric.degrade):
+        return healthy_capacities(cluster)  # the same numbers, without building the graph
     graph = build_topology(cluster)
     if per_rank:
         degrade(graph, cluster, [Degradation(d.link, d.factor, d.index, d.gpu, d.node)
@@ -92,9 +94,9 @@ class _Run:
         self.flops = 0.0
         self.algorithms: dict[str, tuple[float, str]] = {}
         self._phases: dict[tuple[str, str, int], tuple[str, list[Phase]]] = {}
-        self._groups: dict[str, list[int]] = {}
         self._compute_time: dict[tuple[float, float], float] = {}
         self.override: dict[int, float] = {}  # plan index -> seconds (trace-driven replay)
+        self.finished = 0  # rank 0's ops done (the progress bar)
 
     def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase]]:
         """The phases of `op`: for the representative rank (group -1, class weights) or for one
@@ -157,13 +159,6 @@ class _Run:
                 seconds += self.s.cluster.host.op_overhead_s
             self._compute_time[key] = seconds
         return seconds
-
-    def group_list(self, kind: str) -> list[int]:
-        """Global ranks of the representative rank's `kind` ('dp' or 'mp') group, in group order."""
-        if kind not in self._groups:
-            layout = self.s.layout
-            self._groups[kind] = list(layout.dp_group(0) if kind == "dp" else layout.mp_group(0))
-        return self._groups[kind]
 
     def record_memory(self) -> None:
         self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
@@ -247,7 +242,8 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             best = run.algorithms.get(op.group)
             if best is None or op.nbytes > best[0]:
                 run.algorithms[op.group] = (op.nbytes, algorithm)
-            args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=run.group_list(op.group),
+            # `group` names the process group; its ranks are listed once, in the trace's metadata.groups
+            args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=op.group,
                         algorithm=algorithm)
             if run.per_rank:
                 args["wait_us"] = (started - start) * 1e6  # waiting for the group's last member
@@ -270,14 +266,34 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             run.record_memory()
         run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (env.now - start) * 1e6, **args))
         run.end_time[i] = env.now
+        run.finished += 1
         done[i].succeed()
 
 
-def simulate(scenario: Scenario, mode: str | None = None,
+def run_to_end(env: simpy.Environment, run: _Run, progress: bool) -> None:
+    """env.run(), with a tqdm bar of rank 0's finished ops on stderr when `progress` is true."""
+    if not progress:
+        env.run()
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=len(run.plan.ops), desc=f"simulating {run.s.layout.world} ranks", unit=" ops",
+              leave=False) as bar:
+        try:
+            while True:
+                for _ in range(5_000):
+                    env.step()
+                bar.update(run.finished - bar.n)
+        except simpy.core.EmptySchedule:
+            pass
+
+
+def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False,
              compute_override: Callable[[list[Op]], dict[int, float]] | None = None) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
-    'per_rank') overrides the scenario's fabric.mode. `compute_override(plan.ops)` may give measured
-    seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven)."""
+    'per_rank') overrides the scenario's fabric.mode. `progress`: show a progress bar on stderr in
+    per-rank mode (seconds to minutes; class mode takes well under a second). `compute_override(plan.ops)`
+    may give measured seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven)."""
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
@@ -297,10 +313,10 @@ def simulate(scenario: Scenario, mode: str | None = None,
         env.process(stream_worker(env, run, by_stream[stream]))
     if per_rank:
         for rank in range(1, scenario.layout.world):
-            progress = _RankProgress(len(plan.ops))
+            finished = _RankProgress(len(plan.ops))
             for stream in STREAMS:
-                env.process(quiet_worker(env, run, rank, by_stream[stream], progress))
-    env.run()
+                env.process(quiet_worker(env, run, rank, by_stream[stream], finished))
+    run_to_end(env, run, progress and per_rank)
     assert all(e.processed for e in run.done), "a plan op never ran: dependency cycle"
     step_ends = [0.0] * plan.steps
     for i, op in enumerate(plan.ops):

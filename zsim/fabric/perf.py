@@ -11,7 +11,7 @@ from zsim.config.hardware import Cluster
 from zsim.fabric.collective import Placement, plan_collective, uncontended_time
 from zsim.fabric.nccl import bus_factor
 from zsim.fabric.sharing import Fabric
-from zsim.fabric.topology import aggregate_capacities, build_topology
+from zsim.fabric.topology import healthy_capacities
 from zsim.errors import ZsimError
 from zsim.parallel.layout import GroupShape
 from zsim.trace.nccl_tests import NcclRow
@@ -59,7 +59,7 @@ def run_collective(cluster: Cluster, fn: str, size: int, gpus: int, gpus_per_pro
     shape, members = group_of(cluster, gpus)
     nbytes, count = nccl_tests_size(fn, size, gpus, DTYPE_BYTES[dtype])
     if capacity is None:
-        capacity = aggregate_capacities(build_topology(cluster), cluster)
+        capacity = healthy_capacities(cluster)  # = aggregate_capacities(build_topology(cluster), cluster)
     label, phases = plan_collective(fn, nbytes, shape, cluster, algorithm, Placement(members, class_mode=False),
                                     in_place=False)
     if simulate:

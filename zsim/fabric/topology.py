@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from zsim.config.hardware import Cluster
 from zsim.errors import ConfigError
+
+if TYPE_CHECKING:  # networkx is imported only when a graph is built (~0.1 s): class mode needs none
+    import networkx as nx
 
 # DGX-1 (V100) hybrid cube-mesh: (gpu, gpu, NVLinks) — NVIDIA DGX-1 with Tesla V100 System
 # Architecture whitepaper, Fig. 5 (as `nvidia-smi topo -m` prints it: NV1/NV2); 6 links per GPU.
@@ -42,6 +44,8 @@ def _both(g: nx.MultiDiGraph, a: str, b: str, bps: float, kind: str, index: int 
 
 def build_topology(cluster: Cluster) -> nx.MultiDiGraph:
     """The whole cluster's graph (a MultiDiGraph: parallel NVLinks are separate edges)."""
+    import networkx as nx
+
     g = nx.MultiDiGraph(name=cluster.name)
     for node in range(cluster.nodes):
         _node(g, cluster, node)
@@ -156,4 +160,22 @@ def aggregate_capacities(g: nx.MultiDiGraph, cluster: Cluster) -> dict[Hashable,
             caps[("nic", node)] = _striped(nics) / cluster.oversubscription
         else:
             caps[("nic", node)] = cluster.nic_pool.bytes_per_s
+    return caps
+
+
+def healthy_capacities(cluster: Cluster) -> dict[Hashable, float]:
+    """What `aggregate_capacities(build_topology(cluster), cluster)` returns when no link is degraded,
+    without building the graph (class mode and `zsim collective` need only these aggregates; the
+    graph of a 64-node cluster and networkx's import cost more than the rest of the start-up).
+    tests/test_topology.py checks both agree on every shipped profile."""
+    if cluster.fabric == "nvswitch":
+        links = [cluster.nvlink_links] * cluster.gpus_per_node
+    else:  # cube-mesh: a GPU's NVLinks are its entries in the mesh table
+        links = [sum(n for a, b, n in _CUBE_MESH if gpu in (a, b)) for gpu in range(cluster.gpus_per_node)]
+    caps: dict[Hashable, float] = {}
+    for node in range(cluster.nodes):
+        for i in range(cluster.gpus_per_node):
+            caps[("nvlink", node * cluster.gpus_per_node + i)] = links[i] * cluster.nvlink_link_bytes_per_s
+        caps[("nic", node)] = (cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.oversubscription
+                               if cluster.nodes > 1 else cluster.nic_pool.bytes_per_s)
     return caps

@@ -11,10 +11,12 @@ size), so its reserved size is exactly what the run needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from zsim.memory.allocator import CachingAllocator
+
+if TYPE_CHECKING:  # numpy only for the array views below: `zsim run` writes its outputs without it
+    import numpy as np
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers")
 COUNTERS = CATEGORIES + ("fragmentation",)
@@ -141,8 +143,12 @@ class MemoryLedger:
 
     def timeline(self) -> tuple[np.ndarray, np.ndarray]:
         """(times in s, shape (T,)), (bytes per category, shape (T, len(CATEGORIES)))."""
+        import numpy as np
+
         return np.asarray(self.times, dtype=float), np.asarray(self.rows, dtype=np.int64).reshape(-1, len(CATEGORIES))
 
     def reserved_timeline(self) -> np.ndarray:
         """Reserved bytes at each time of `timeline()`, shape (T,)."""
+        import numpy as np
+
         return np.asarray(self.reserved_rows, dtype=np.int64)

@@ -23,6 +23,16 @@ def _zero_r(z: dict[str, Any], mem: dict[str, Any]) -> str:
     return f"; ZeRO-R {text}{host}" if text else host
 
 
+def _shape(m: dict[str, Any]) -> str:
+    """The model's departures from the GPT shape (docs/models.md), e.g. ', SwiGLU 28672, 8 KV heads'."""
+    parts = [f"{'SwiGLU' if m.get('gated_mlp') else 'MLP'} {m['ffn_hidden']}" if m.get("ffn_hidden") else
+             ("SwiGLU" if m.get("gated_mlp") else ""),
+             f"{m['kv_heads']} KV heads" if m.get("kv_heads") not in (None, m["heads"]) else "",
+             "RMSNorm" if m.get("norm") == "rmsnorm" else "", "rotary" if m.get("position") == "rotary" else "",
+             "untied head" if m.get("tied_head") is False else ""]
+    return "".join(f", {p}" for p in parts if p)
+
+
 def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     """Format `facts(result)` as a few aligned lines."""
     m, lay, z, mem, t, th, c = f["model"], f["layout"], f["zero"], f["memory"], f["time"], f["throughput"], f["comm"]
@@ -46,7 +56,8 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     mp_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "mp")
     lines = [
         f"zsim · {title}",
-        f"  model     {_params(m['params'])} params (Ψ), {m['layers']} layers × hidden {m['hidden']}, seq {m['seq_len']}, "
+        f"  model     {_params(m['params'])} params (Ψ), {m['layers']} layers × hidden {m['hidden']}{_shape(m)}, "
+        f"seq {m['seq_len']}, "
         f"micro-batch {m['micro_batch']}, global batch {m['global_batch']}",
         f"  layout    {lay['gpus']} × {lay['gpu']} = {lay['nodes']} {lay['hardware']} nodes; "
         f"DP {lay['dp']} × MP {lay['mp']}; ZeRO stage {z['stage']}, {ckpt}",

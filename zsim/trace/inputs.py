@@ -20,7 +20,7 @@ from typing import Any
 from zsim.errors import ConfigError
 from zsim.fabric.nccl import FUNCTIONS
 from zsim.trace.samples import CollectiveSample, ComputeSample
-from zsim.trace.schema import SCHEMA
+from zsim.trace.schema import SCHEMA, group_ranks
 
 KINDS = ("runtime", "kineto", "nccl-tests", "gemm-table", "simulated")
 
@@ -137,6 +137,15 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
     return out
 
 
+def _group_ranks(args: dict[str, Any], metadata: dict[str, Any]) -> list[int] | None:
+    """A collective's ranks, whether the trace lists them per event or names a group of
+    `metadata.groups` (zsim.trace.schema.group_ranks); None when neither is there."""
+    try:
+        return group_ranks(args, metadata)
+    except (KeyError, TypeError):
+        return None
+
+
 def simulated_samples(path: Path, doc: dict[str, Any]) -> tuple[list[CollectiveSample], list[ComputeSample]]:
     """The collectives (transfer time: duration less `wait_us`) and compute ops of a simulated trace.
 
@@ -151,11 +160,12 @@ def simulated_samples(path: Path, doc: dict[str, Any]) -> tuple[list[CollectiveS
             continue
         args = e.get("args") or {}
         if "op" in args and "group" in args:
-            if not isinstance(args.get("bytes"), int) or not isinstance(args["group"], list):
+            ranks = _group_ranks(args, meta)
+            if not isinstance(args.get("bytes"), int) or ranks is None:
                 raise ConfigError(f"{e.get('name')}: bytes or group missing", source=str(path))
             seconds = (e["dur"] - args.get("wait_us", 0.0)) * 1e-6
-            if args["bytes"] > 0 and len(args["group"]) > 1 and seconds > 0:
-                collectives.append(CollectiveSample(args["op"], args["bytes"], len(args["group"]), seconds, "nccl",
+            if args["bytes"] > 0 and len(ranks) > 1 and seconds > 0:
+                collectives.append(CollectiveSample(args["op"], args["bytes"], len(ranks), seconds, "nccl",
                                                     str(path), 1, args.get("dtype", dtype)))
         elif e.get("cat") == "compute" and str(e.get("name", "")).split("/")[0] in ("fwd", "bwd", "recompute", "optimizer"):
             phase, _, what = e["name"].partition("/")

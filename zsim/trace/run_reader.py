@@ -122,7 +122,7 @@ _DTYPES = {"fp16", "bf16", "fp32"}
 
 def collective_samples(run: MeasuredRun, skipped: dict[str, int] | None = None) -> list[CollectiveSample]:
     """Every collective of every rank as a transfer time: from the last member's arrival to the end
-    (`ts + dur - last_arrival_ts`, written by runtime.merge), so that waiting for a straggler is not
+    (`ts + dur - last_arrival_ts`, written by zsim.runtime.merge), so that waiting for a straggler is not
     fitted as transfer. Each rank's own view is kept (ranks may see the end at slightly different
     moments); MP all-reduces inside the compute track count alike. Calls without information about the
     link (zero bytes, a group of one, no time after the last arrival) are counted in `skipped` by reason.
@@ -139,7 +139,7 @@ def collective_samples(run: MeasuredRun, skipped: dict[str, int] | None = None) 
                 continue
             if "last_arrival_ts" not in args:
                 raise ConfigError(f"{e['name']} (step {args.get('step')}) has no last_arrival_ts: the traces were not "
-                                  "merged (python -m runtime.merge DIR)", source=str(run.folder / f"rank{rank}.trace.json"))
+                                  "merged (python -m zsim.runtime.merge DIR)", source=str(run.folder / f"rank{rank}.trace.json"))
             if not isinstance(args.get("bytes"), int) or not isinstance(args["group"], list):
                 raise ConfigError(f"{e['name']}: bytes or group missing", source=str(run.folder / f"rank{rank}.trace.json"))
             transfer_us = e["ts"] + e["dur"] - args["last_arrival_ts"]

@@ -59,3 +59,11 @@ def process_meta(pid: int, label: str) -> list[dict[str, Any]]:
 def document(events: list[dict[str, Any]], metadata: dict[str, Any]) -> dict[str, Any]:
     """The whole trace file's JSON object."""
     return {"schema": SCHEMA, "displayTimeUnit": "ms", "metadata": metadata, "traceEvents": events}
+
+
+def group_ranks(args: dict[str, Any], metadata: dict[str, Any]) -> list[int]:
+    """The global ranks of a collective event's process group: `args["group"]` is either the list
+    itself (measured traces) or the name of a group listed once in `metadata["groups"]` (simulated
+    traces: one list per group instead of one per event)."""
+    group = args["group"]
+    return list(metadata["groups"][group]) if isinstance(group, str) else list(group)

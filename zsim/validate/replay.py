@@ -139,7 +139,7 @@ def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path) -> Path:
         ZsimError: the run failed (its log is named).
     """
     folder = out / entry.label
-    command = [sys.executable, "-m", "runtime", "--ranks", str(suite.ranks), "--stage", str(entry.stage),
+    command = [sys.executable, "-m", "zsim.runtime", "--ranks", str(suite.ranks), "--stage", str(entry.stage),
                "--grad-accum", str(entry.grad_accum), "--steps", str(suite.steps), "--precision", suite.precision,
                "--model", str(scenario_path(suite_path, entry.scenario)), "-o", str(folder)]
     done = subprocess.run(command, capture_output=True, text=True)

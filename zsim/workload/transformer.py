@@ -8,18 +8,88 @@ some activations, by the MP degree t). Sources:
         (activation bytes per layer, fp16, with tensor parallelism and no sequence parallelism; for
         fp32 training the 2-byte tensors become 4-byte ones and the 1-byte dropout masks stay).
   [S19] Shoeybi et al. 2019, "Megatron-LM", §3 (which tensors MP splits; the MP all-reduces).
+  [T23] Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language Models", §2.2 (RMSNorm,
+        SwiGLU, rotary embeddings); Hugging Face transformers models/llama/modeling_llama.py
+        (LlamaMLP: down(act(gate(x)) · up(x)); q/k/v/o projections without bias; untied lm_head).
+  [A23] Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models from Multi-Head
+        Checkpoints" (kv_heads key/value heads shared by groups of query heads: K and V are h × kv_heads·d).
+  [MC]  Megatron-Core transformer/attention.py and mlp.py: GQA's query groups split across MP
+        (num_query_groups % tensor_model_parallel_size == 0); the gated MLP's gate and up fused in one
+        column-parallel linear_fc1 of width 2f; fusions/fused_bias_swiglu.py saves that 2f-wide input.
+The GPT shape is the default; docs/models.md derives the general formulas from these sources.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from zsim.config.schema import ModelSection
 
 # Megatron-LM pads the vocabulary to a multiple of 128 × t (arguments.make_vocab_size_divisible_by,
 # megatron/training/tokenizer: _vocab_size_with_padding) so the embedding splits evenly over MP.
 VOCAB_MULTIPLE = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A decoder's shape with every default of ModelSection resolved (sizes in elements).
+
+    Build it with `Shape.of(model)`; `Shape.gpt(h)` is the GPT block of hidden size h.
+    """
+
+    layers: int  # L
+    hidden: int  # h
+    heads: int  # a (query heads)
+    kv_heads: int  # key/value heads; = heads without grouped-query attention [A23]
+    ffn: int  # MLP inner width f
+    gated: bool  # gated (SwiGLU) MLP: gate and up h×f, down f×h [T23]
+    linear_bias: bool  # biases on the attention output and MLP linears
+    qkv_bias: bool  # biases on Q, K, V
+    norm: str  # "layernorm" (weight + bias) or "rmsnorm" (weight)
+    position: str  # "learned" or "rotary"
+    positions: int  # rows of the learned position table (0 when rotary)
+    tied_head: bool  # the LM head reuses the word embedding
+    dropout: bool = True  # dropout on attention probabilities and residual branches (K22 saves its masks)
+
+    @classmethod
+    def of(cls, model: ModelSection) -> Shape:
+        h = model.hidden
+        return cls(
+            layers=model.layers, hidden=h, heads=model.heads, kv_heads=model.kv_heads or model.heads,
+            ffn=model.ffn_hidden or 4 * h, gated=model.gated_mlp, linear_bias=model.linear_bias,
+            qkv_bias=model.linear_bias if model.qkv_bias is None else model.qkv_bias, norm=model.norm,
+            position=model.position,
+            positions=0 if model.position == "rotary" else (model.max_positions or model.seq_len),
+            tied_head=model.tied_head, dropout=model.dropout,
+        )
+
+    @classmethod
+    def gpt(cls, hidden: int, heads: int = 1, layers: int = 1, positions: int = 0) -> Shape:
+        """The GPT shape [N21]: MLP 4h with GeLU, biases everywhere, layer norms, tied head."""
+        return cls(layers=layers, hidden=hidden, heads=heads, kv_heads=heads, ffn=4 * hidden, gated=False,
+                   linear_bias=True, qkv_bias=True, norm="layernorm", position="learned", positions=positions,
+                   tied_head=True)
+
+    @property
+    def head_dim(self) -> int:
+        """d = h / a."""
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of K (and of V): kv_heads · d [A23]; h without GQA."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def norm_tensors(self) -> tuple[int, ...]:
+        """One norm's parameter tensors: LayerNorm's weight and bias, RMSNorm's weight [T23]."""
+        return (self.hidden, self.hidden) if self.norm == "layernorm" else (self.hidden,)
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one whole block (no MP)."""
+        return sum(layer_tensors(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +144,7 @@ class Workload:
     total_params: int  # Ψ of the whole model (unique parameters, all MP ranks together)
     padded_vocab: int
     tokens_per_micro_batch: int  # per model replica: micro_batch × seq_len
+    shape: Shape | None = field(default=None, compare=False)  # the resolved shape (None: built elsewhere)
 
     @property
     def params_per_mp_rank(self) -> int:
@@ -94,107 +165,180 @@ class Workload:
         return tuple(n for m in self.modules for n in m.tensors)
 
 
-def padded_vocab(vocab: int, mp: int) -> int:
-    """Vocabulary rounded up to a multiple of 128 × mp (Megatron-LM _vocab_size_with_padding)."""
-    multiple = VOCAB_MULTIPLE * mp
-    return math.ceil(vocab / multiple) * multiple
+def padded_vocab(vocab: int, mp: int, multiple: int = VOCAB_MULTIPLE) -> int:
+    """Vocabulary rounded up to a multiple of `multiple` × mp (Megatron-LM _vocab_size_with_padding;
+    multiple = 1 pads only as far as the vocab-parallel embedding needs)."""
+    step = multiple * mp
+    return math.ceil(vocab / step) * step
+
+
+def model_vocab(model: ModelSection, mp: int) -> int:
+    """The vocabulary rows the model holds under MP degree `mp`: model.vocab padded to a multiple of
+    vocab_padding × mp (default 128, Megatron-LM's make_vocab_size_divisible_by)."""
+    return padded_vocab(model.vocab, mp, model.vocab_padding or VOCAB_MULTIPLE)
+
+
+def mp_problems(model: ModelSection, mp: int) -> list[tuple[str, str]]:
+    """(dotted key, message) for each way `model` cannot be split across `mp` Megatron-style ranks:
+    attention by heads [S19 §3], K and V by query groups [MC], the MLP by its inner width [S19 §3].
+    The simulator and the runtime both check this one rule."""
+    shape, problems = Shape.of(model), []
+    if shape.heads % mp:
+        problems.append(("model.heads", f"{shape.heads} heads cannot be split evenly across mp {mp}"))
+    if shape.kv_heads % mp:
+        problems.append(("model.kv_heads", f"{shape.kv_heads} KV heads cannot be split evenly across mp {mp} "
+                         "(Megatron splits the query groups: kv_heads % mp must be 0)"))
+    if shape.ffn % mp:
+        key, what = ("model.ffn_hidden", f"the MLP width {shape.ffn}") if model.ffn_hidden else \
+                    ("model.hidden", f"the 4 × {model.hidden} MLP width")
+        problems.append((key, f"{what} cannot be split evenly across mp {mp}"))
+    return problems
+
+
+def layer_tensors(shape: Shape, t: int = 1) -> tuple[int, ...]:
+    """The parameter tensors of one block on one of t MP ranks, in elements, in Megatron's order:
+    fused QKV weight h × (h + 2·kv_dim) [A23] and its bias, attention output weight h × h and bias,
+    MLP linear_fc1 h × f (h × 2f when gated: gate and up fused [MC]) and bias, linear_fc2 f × h and
+    bias, two norms. Under MP [S19 §3] QKV and fc1 are column-parallel (weights and biases split), the
+    output projection and fc2 row-parallel (weights split, biases whole), norms replicated."""
+    h, f, kv = shape.hidden, shape.ffn, shape.kv_dim
+    qkv, fc1 = h + 2 * kv, (2 if shape.gated else 1) * f
+    assert (h * qkv) % t == 0 and qkv % t == 0 and f % t == 0 and (h * h) % t == 0, "checked by mp_problems"
+    qkv_b, row_b, fc1_b = (qkv // t,) if shape.qkv_bias else (), (h,) if shape.linear_bias else (), \
+        (fc1 // t,) if shape.linear_bias else ()
+    return (h * qkv // t, *qkv_b, h * h // t, *row_b, h * fc1 // t, *fc1_b, f * h // t, *row_b,
+            *shape.norm_tensors, *shape.norm_tensors)
 
 
 def block_params(h: int, t: int = 1) -> int:
-    """Parameters of one transformer block held by one of t MP ranks.
+    """Parameters of one GPT block held by one of t MP ranks.
 
     Whole block (t = 1): 12h² + 13h [N21 §5.1]: QKV 3h² + 3h, attention output h² + h,
     MLP 4h² + 4h and 4h² + h, two layer norms 4h. Under MP [S19 §3] the column-parallel QKV and
     first MLP matmul split weights and biases; the row-parallel output matmuls split weights but
     keep their biases whole; layer norms are replicated: 12h²/t + 7h/t + 6h.
     """
-    assert (4 * h) % t == 0 and (3 * h) % t == 0
-    return 12 * h * h // t + 7 * h // t + 6 * h
+    return sum(block_tensors(h, t))
 
 
 def block_tensors(h: int, t: int = 1) -> tuple[int, ...]:
-    """The parameter tensors of one block on one of t MP ranks, in elements (they sum to
+    """The parameter tensors of one GPT block on one of t MP ranks, in elements (they sum to
     block_params(h, t)): QKV weight and bias, attention output weight and bias, MLP weights and
     biases, two layer norms' weight and bias [S19 §3 for which are split]."""
-    return (3 * h * h // t, 3 * h // t, h * h // t, h, 4 * h * h // t, 4 * h // t, 4 * h * h // t, h, h, h, h, h)
+    return layer_tensors(Shape.gpt(h), t)
+
+
+def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2) -> tuple[int, ...]:
+    """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
+    activations: K22 §4.1-4.2 with the MLP f wide.
+
+    Attention: norm input, QKV input (replicated, e·sbh each), Q and K (2e·sbh/t), softmax output
+    (e·as²b/t), its dropout mask (as²b/t bytes), dropout output (e·as²b/t), V (e·sbh/t),
+    output-projection input (e·sbh/t), dropout mask (sbh). With grouped-query attention K and V are
+    still h wide here: the unfused attention this model prices (K22's s² scores) repeats each KV head
+    for its query heads before QKᵀ and attention·V, and those matmuls save the repeated tensors
+    [MC dot_product_attention.py: key/value.repeat_interleave]. MLP: norm input, fc1 input (e·sbh
+    each), then GeLU input and output (e·sbf/t each), or for a gated MLP the fused SwiGLU's 2f-wide
+    input and the down projection's input (2e·sbf/t and e·sbf/t) [MC fused_bias_swiglu], dropout
+    mask (sbh). For the GPT shape their sum is K22 eq. 2 for e = 2: sbh(10 + 24/t + 5as/(ht)). An
+    RMSNorm saves its input as a LayerNorm does. Without dropout (shape.dropout false: LLaMA,
+    Mistral, Qwen2 train without) the three masks and the dropout output are not there: for the GPT
+    widths at e = 2, sbh(8 + 24/t + 2as/(ht)).
+    """
+    h, a, f = shape.hidden, shape.heads, shape.ffn
+    sbh, sbf, as2b = s * b * h, s * b * f, a * s * s * b
+    inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
+    if not shape.dropout:  # no masks, and attention·V reads the softmax output itself
+        return (e * sbh, e * sbh, 2 * e * sbh // t, e * as2b // t, e * sbh // t, e * sbh // t,
+                e * sbh, e * sbh, *inner)
+    attention = (e * sbh, e * sbh, 2 * e * sbh // t, e * as2b // t, as2b // t, e * as2b // t, e * sbh // t,
+                 e * sbh // t, sbh)
+    return (*attention, e * sbh, e * sbh, *inner, sbh)
 
 
 def block_saved_tensors(s: int, b: int, h: int, a: int, t: int, e: int = 2) -> tuple[int, ...]:
-    """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
-    activations [K22 §4.1-4.2]. Attention: layer-norm input, QKV input (replicated, e·sbh each), Q and
-    K (2e·sbh/t), softmax output (e·as²b/t), its dropout mask (as²b/t bytes), dropout output and V
-    (e·as²b/t, e·sbh/t), output-projection input (e·sbh/t), dropout mask (sbh). MLP: layer-norm
-    input, first-matmul input (e·sbh each), GeLU input and output (4e·sbh/t each), dropout mask (sbh).
-    Their sum is K22 eq. 2 for e = 2: sbh(10 + 24/t + 5as/(ht)); in general
-    sbh(4e + 2 + 12e/t) + as²b(2e + 1)/t."""
-    sbh, as2b = s * b * h, a * s * s * b
-    return (e * sbh, e * sbh, 2 * e * sbh // t, e * as2b // t, as2b // t, e * as2b // t, e * sbh // t,
-            e * sbh // t, sbh, e * sbh, e * sbh, 4 * e * sbh // t, 4 * e * sbh // t, sbh)
+    """The tensors one GPT block saves for backward on one of t MP ranks, in bytes, with e-byte
+    activations [K22 §4.1-4.2]; see layer_saved_tensors. Their sum is K22 eq. 2 for e = 2:
+    sbh(10 + 24/t + 5as/(ht)); in general sbh(4e + 2 + 12e/t) + as²b(2e + 1)/t."""
+    return layer_saved_tensors(Shape.gpt(h, heads=a), s, b, t, e)
 
 
 def block_saved_bytes(s: int, b: int, h: int, a: int, t: int, e: int = 2) -> int:
-    """Activation bytes one block saves for backward on one of t MP ranks [K22 §4.2, eq. 2]: the sum
-    of block_saved_tensors."""
+    """Activation bytes one GPT block saves for backward on one of t MP ranks [K22 §4.2, eq. 2]: the
+    sum of block_saved_tensors."""
     return sum(block_saved_tensors(s, b, h, a, t, e))
 
 
+def layer_fwd_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
+    """Forward FLOPs of one block on one of t MP ranks: 2 FLOPs per multiply-add of each GEMM [N21 §5.1].
+    QKV 2bsh(h + 2·kv_dim) [A23], QKᵀ and attention·V 4bs²h, output projection 2bsh², MLP 4bshf, or
+    6bshf gated (three h×f matmuls [T23]). The GPT shape gives N21's 24bsh² + 4bs²h."""
+    h, f, kv = shape.hidden, shape.ffn, shape.kv_dim
+    mlp = (3 if shape.gated else 2) * 2 * b * s * h * f
+    return (2 * b * s * h * (h + 2 * kv) + 4 * b * s * s * h + 2 * b * s * h * h + mlp) / t
+
+
 def total_params(model: ModelSection, vocab: int | None = None) -> int:
-    """Ψ = L(12h² + 13h) + (V + s)h + 2h: blocks, word and position embeddings, final layer norm, with
-    the LM head tied to the word embedding [N21 §5.1]; an untied head (`model.tied_head` false) adds
-    its own V·h."""
-    h, v = model.hidden, model.vocab if vocab is None else vocab
-    head = 0 if getattr(model, "tied_head", True) else v * h
-    return model.layers * block_params(h) + (v + model.seq_len) * h + 2 * h + head
+    """Ψ of the whole model: L blocks, the word embedding V × h, the LM head V × h unless tied, the
+    learned position table, the final norm. For GPT: L(12h² + 13h) + (V + s)h + 2h [N21 §5.1].
+    `vocab` replaces model.vocab (e.g. the padded vocabulary)."""
+    shape = Shape.of(model)
+    v, h = model.vocab if vocab is None else vocab, model.hidden
+    head = 0 if shape.tied_head else v * h
+    return model.layers * shape.layer_params + v * h + head + shape.positions * h + sum(shape.norm_tensors)
 
 
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
     bf16: 2 bytes, fp32: 4); see the module docstring for sources."""
-    h, s, a, b, L = model.hidden, model.seq_len, model.heads, model.micro_batch, model.layers
+    shape = Shape.of(model)
+    h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
     t = mp
     e = 4 if dtype == "fp32" else 2  # activation element bytes
-    v = padded_vocab(model.vocab, t)
+    v = model_vocab(model, t)
     sbh = s * b * h
     mp_bytes = e * sbh if t > 1 else 0  # activations of shape (s, b, h) [S19 §3]
 
-    # Forward FLOPs of one block: 24bsh² + 4bs²h [N21 §5.1: 24Bsh²(1 + s/6h)], split t ways.
-    block_flops = (24 * b * s * h * h + 4 * b * s * s * h) / t
-    saved_tensors = block_saved_tensors(s, b, h, a, t, e)  # [K22 §4.2, eq. 2]
+    block_flops = layer_fwd_flops(shape, s, b, t)  # 24bsh² + 4bs²h for GPT [N21 §5.1], split t ways
+    saved_tensors = layer_saved_tensors(shape, s, b, t, e)  # [K22 §4.2, eq. 2], generalised
     block_saved = sum(saved_tensors)
+    tensors = layer_tensors(shape, t)
     block = [
         Module(
-            name=f"layer.{i}", params=block_params(h, t), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved,
+            name=f"layer.{i}", params=sum(tensors), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved,
             saved_bytes=block_saved,
             checkpoint_bytes=e * sbh,  # the block's input, replicated across MP [K22 §5]
             mp_allreduce_bytes=mp_bytes,
             # Two all-reduces in forward (after attention and after the MLP) and two in backward
             # (the 'f' operators of the column-parallel inputs) [S19 §3, Fig. 4].
             mp_allreduces_fwd=2 if t > 1 else 0, mp_allreduces_bwd=2 if t > 1 else 0, layer=i,
-            tensors=block_tensors(h, t), saved_tensors=saved_tensors,
+            tensors=tensors, saved_tensors=saved_tensors,
         )
         for i in range(L)
     ]
+    # Vocab-parallel word embedding (V/t rows) + replicated learned position table [S19 §3]; a rotary
+    # model has no position parameters [T23].
+    embed_tensors = (v * h // t, shape.positions * h) if shape.positions else (v * h // t,)
+    embed_saved = (sbh,) if shape.dropout else ()  # dropout mask, 1 byte per element [K22 §4.3]
     embed = Module(
-        # Vocab-parallel word embedding (V/t rows) + replicated position embedding [S19 §3].
-        name="embed", params=v * h // t + s * h, fwd_flops=0.0, fwd_hbm_bytes=2.0 * 2 * sbh,
-        saved_bytes=sbh,  # dropout mask, 1 byte per element [K22 §4.3]
+        name="embed", params=sum(embed_tensors), fwd_flops=0.0, fwd_hbm_bytes=2.0 * 2 * sbh,
+        saved_bytes=sum(embed_saved),
         checkpoint_bytes=0,
         # Vocab-parallel embedding all-reduces its output in forward only [S19 §3].
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=1 if t > 1 else 0, mp_allreduces_bwd=0,
-        tensors=(v * h // t, s * h), saved_tensors=(sbh,),
+        tensors=embed_tensors, saved_tensors=embed_saved,
     )
-    # The head: final layer norm, logits against the word embedding (tied) or its own vocab-parallel
-    # V/t x h weight (untied) (2bshV/t FLOPs [N21 §5.1]), cross-entropy in fp32 on the vocab-parallel
-    # logits: 4sbV/t bytes [K22 §4.3] plus its input.
+    # The head: final norm, logits against the word embedding or, untied, its own vocab-parallel
+    # V/t × h output layer (Megatron untie_embeddings_and_output_weights) (2bshV/t FLOPs [N21 §5.1]),
+    # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input.
     head_saved = 4 * s * b * v // t + e * sbh
-    tied = getattr(model, "tied_head", True)
-    lm_weight = () if tied else (v * h // t,)
+    head_tensors = shape.norm_tensors + (() if shape.tied_head else (v * h // t,))
     head = Module(
-        name="head", params=2 * h + sum(lm_weight), fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
+        name="head", params=sum(head_tensors), fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
         saved_bytes=head_saved, checkpoint_bytes=head_saved,  # the head is not checkpointed
         # Its input gradient is all-reduced across MP in backward (the 'f' operator) [S19 §3].
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=0, mp_allreduces_bwd=1 if t > 1 else 0,
-        tensors=(h, h) + lm_weight,  # the final layer norm's weight and bias (+ the untied LM weight)
+        tensors=head_tensors,  # the final norm's weight (and bias); the untied output layer
         saved_tensors=(e * sbh, 4 * s * b * v // t),
         # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
         # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
@@ -205,4 +349,5 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
         total_params=total_params(model, v),
         padded_vocab=v,
         tokens_per_micro_batch=b * s,
+        shape=shape,
     )

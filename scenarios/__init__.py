@@ -1,0 +1,1 @@
+"""The scenarios shipped with zsim (package data `zsim.scenarios`; `zsim profiles` lists them)."""

@@ -1,0 +1,61 @@
+"""timeline.png and the time breakdown of a step (zsim/report/timeline_plot.py)."""
+
+import pytest
+
+from tests.conftest import small_scenario
+from zsim.engine.simulation import simulate
+from zsim.report.timeline_plot import _subtract, _union, time_breakdown, timeline_png
+
+
+def test_interval_arithmetic():
+    assert _union([(3, 4), (0, 1), (0.5, 2)]) == [(0, 2), (3, 4)]
+    assert _subtract([(0, 10)], [(1, 2), (5, 12)]) == [(0, 1), (2, 5)]
+    assert _subtract([(0, 1), (2, 3)], []) == [(0, 1), (2, 3)]
+
+
+@pytest.mark.parametrize("sections", [
+    {"zero": {"stage": 3}},
+    {"zero": {"stage": 2}, "run": {"steps": 2}},
+    {"zero": {"stage": 3, "partition_activations": True, "cpu_offload_activations": True}},
+])
+def test_breakdown_adds_up_to_the_step(sections):
+    result = simulate(small_scenario(**sections))
+    parts = time_breakdown(result)
+    assert set(parts) == {"compute", "MP comm", "exposed DP comm", "exposed offload", "other waits"}
+    assert all(v >= 0 for v in parts.values())
+    assert sum(parts.values()) == pytest.approx(result.step_seconds[-1], rel=1e-9)
+    steps = len(result.step_seconds)
+    if steps == 1:  # the compute and MP parts are the Result's own totals
+        assert parts["compute"] == pytest.approx(result.compute_seconds)
+        assert parts["MP comm"] == pytest.approx(result.mp_comm_seconds)
+    if sections["zero"].get("cpu_offload_activations"):
+        assert result.offload_seconds > 0
+
+
+def test_network_bound_step_is_mostly_exposed_dp_comm(tmp_path):
+    # 2 DGX-2 nodes at 1/100 of EDR: the DP all-gathers of stage 3 dominate the step.
+    result = simulate(small_scenario(zero={"stage": 3}, fabric={"degrade": [
+        {"link": "nic", "node": n, "index": i, "factor": 0.01} for n in (0, 1) for i in range(8)]}))
+    parts = time_breakdown(result)
+    assert parts["exposed DP comm"] > parts["compute"]
+    path = timeline_png(result, tmp_path / "timeline.png")
+    assert path.stat().st_size > 20_000
+
+
+def test_zsim_run_writes_timeline_png_unless_no_plot(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT, SMALL
+
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(yaml.safe_dump(SMALL))
+    for flags, expected in ((("--plot", "wait"), True), (("--no-plot",), False)):
+        out = tmp_path / f"out{len(flags)}"
+        proc = subprocess.run([sys.executable, "-m", "zsim.cli", "run", str(scenario), "-o", str(out), *flags],
+                              capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        assert (out / "timeline.png").is_file() is expected
+        assert ("timeline.png" in proc.stdout) is expected

@@ -1,0 +1,7 @@
+"""`python -m zsim`: the same as the `zsim` command."""
+
+import sys
+
+from zsim.cli import main
+
+sys.exit(main())

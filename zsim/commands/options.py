@@ -1,0 +1,83 @@
+"""Options that mean the same thing in every command (README, "Command-line conventions").
+
+- `--profile NAME|FILE`: the hardware (system) profile, by name or as a .yaml file path; `--hw` is a
+  hidden alias kept for old scripts.
+- `--profiles DIR` (repeatable): user profile folders searched before $ZSIM_PROFILE_PATH and the
+  built-in profiles (zsim.config.profiles).
+- `--json PATH|-`: also write the command's figures as JSON to PATH; with '-' the JSON goes to stdout
+  and the human-readable text to stderr.
+
+Nothing here imports more than the standard library at import time: `zsim --help` builds every
+command's parser (tests/test_cli_conventions.py checks both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zsim.errors import ZsimError
+
+if TYPE_CHECKING:
+    from zsim.config.profiles import Profiles
+
+
+def add_profile_options(parser: argparse.ArgumentParser, *, profile: bool = True, required: bool = False,
+                        default: str | None = None, what: str = "the hardware profile") -> None:
+    """`--profile` (unless `profile` is False), its hidden alias `--hw`, and `--profiles DIR`."""
+    if profile:
+        need = " (required)" if required else (f" (default {default})" if default else "")
+        parser.add_argument("--profile", metavar="NAME|FILE", default=default,
+                            help=f"{what}: a system profile name (zsim profiles lists them) or a .yaml file{need}")
+        parser.add_argument("--hw", dest="profile", help=argparse.SUPPRESS)
+        parser.set_defaults(profile_required=required)
+    parser.add_argument("--profiles", metavar="DIR", action="append", default=[],
+                        help="a folder of your own profiles, searched before $ZSIM_PROFILE_PATH and the built-in "
+                             "ones (repeatable; docs/profiles.md)")
+
+
+def profile_search(args: argparse.Namespace) -> tuple[Profiles, str | None]:
+    """The profile search path of this command line and the system profile name it gives (None when
+    the command takes no --profile or it was not given).
+
+    Raises:
+        ZsimError: a required --profile is missing.
+        ConfigError: a --profiles folder or a --profile file does not exist, or a bad name.
+    """
+    from zsim.config.profiles import Profiles
+
+    profiles = Profiles.from_environment(args.profiles)
+    text = getattr(args, "profile", None)
+    if text is None:
+        if getattr(args, "profile_required", False):
+            raise ZsimError("--profile NAME|FILE is required (zsim profiles lists the names)")
+        return profiles, None
+    return profiles.resolve_system(text)
+
+
+def add_json_option(parser: argparse.ArgumentParser, what: str = "the figures") -> None:
+    """`--json PATH|-`."""
+    parser.add_argument("--json", metavar="PATH|-",
+                        help=f"also write {what} as JSON to PATH; '-' writes JSON to stdout and the text to stderr")
+
+
+def text_stream(args: argparse.Namespace):
+    """Where the human-readable text goes: stderr when the JSON goes to stdout."""
+    return sys.stderr if getattr(args, "json", None) == "-" else sys.stdout
+
+
+def emit_json(args: argparse.Namespace, data: Any, indent: int | None = 2) -> None:
+    """Write `data` where --json says (nothing without --json)."""
+    if not args.json:
+        return
+    text = json.dumps(data, indent=indent) + "\n"
+    if args.json == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

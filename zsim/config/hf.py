@@ -1,0 +1,200 @@
+"""`model.from_hf`: a Hugging Face `config.json` as the shape of a scenario's model section.
+
+The keys imported from the config sit *under* the keys written in the scenario: anything written
+there (or given with `--set model.key=value`) wins. The mapping follows the modeling code of each
+family in Hugging Face transformers (models/<type>/configuration_<type>.py for the defaults,
+modeling_<type>.py for which tensors exist); docs/models.md has the table.
+
+  gpt2      n_embd, n_layer, n_head, n_inner (None: 4h), vocab_size, n_positions; learned positions,
+            LayerNorm, biases everywhere, tie_word_embeddings (default true).
+  gpt_neox  hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
+            max_position_embeddings; rotary, LayerNorm, biases, untied embed_out (default false).
+  llama, mistral, qwen2
+            hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads (default the
+            heads), intermediate_size, vocab_size, max_position_embeddings; gated MLP (gate_proj,
+            up_proj, down_proj whatever hidden_act is), RMSNorm, rotary, tie_word_embeddings
+            (default false). Biases: llama's attention_bias / mlp_bias (default false), none in
+            mistral, q/k/v only in qwen2 (Qwen2Attention: bias=True on q, k, v; o_proj without).
+            Dropout only when attention_dropout > 0 (default 0.0).
+
+Every import sets `vocab_padding: 1` (the checkpoint's vocabulary as it is, padded only as far as
+MP needs) and `seq_len` to the longest context the model was built for (override it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zsim.errors import ConfigError
+
+_MISSING = object()
+
+
+class _Config:
+    """A parsed config.json with typed, file-and-key-naming accessors."""
+
+    def __init__(self, data: dict[str, Any], path: Path):
+        self.data, self.path = data, path
+        self.model_type = data.get("model_type")
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(message, source=str(self.path), path=key)
+
+    def positive(self, *names: str, default: Any = _MISSING) -> int | None:
+        """The first of `names` present (an integer > 0), else `default`; missing and no default: error."""
+        for name in names:
+            value = self.data.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise self.fail(name, f"expected a positive integer, got {value!r}")
+            return value
+        if default is _MISSING:
+            raise self.fail(names[0], f"required for model_type {self.model_type!r}, but missing")
+        return default
+
+    def rate(self, name: str, default: float) -> float:
+        """A dropout probability in [0, 1] (absent or null: `default`)."""
+        value = default if self.data.get(name) is None else self.data[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise self.fail(name, f"expected a probability between 0 and 1, got {value!r}")
+        return float(value)
+
+    def flag(self, name: str, default: bool) -> bool:
+        """A boolean (absent or null: `default`)."""
+        value = default if self.data.get(name) is None else self.data[name]
+        if not isinstance(value, bool):
+            raise self.fail(name, f"expected true or false, got {value!r}")
+        return value
+
+
+def _gpt2(c: _Config) -> dict[str, Any]:
+    # transformers GPT2Config: n_inner None means 4 × n_embd; n_ctx is the older name of n_positions.
+    positions = c.positive("n_positions", "n_ctx", default=1024)
+    dropout = any(c.rate(key, 0.1) > 0 for key in ("attn_pdrop", "resid_pdrop", "embd_pdrop"))
+    keys = dict(layers=c.positive("n_layer"), hidden=c.positive("n_embd"), heads=c.positive("n_head"),
+                vocab=c.positive("vocab_size"), seq_len=positions, max_positions=positions,
+                tied_head=c.flag("tie_word_embeddings", True), norm="layernorm", position="learned",
+                gated_mlp=False, linear_bias=True, dropout=dropout)
+    inner = c.positive("n_inner", default=None)
+    return keys | ({"ffn_hidden": inner} if inner else {})
+
+
+def _gpt_neox(c: _Config) -> dict[str, Any]:
+    # GPTNeoXConfig: attention_bias (default true) covers query_key_value and dense; the MLP always has
+    # biases. zsim's linear_bias covers dense and the MLP together, so they must agree.
+    if not c.flag("attention_bias", True):
+        raise c.fail("attention_bias", "false with the MLP's biases (GPT-NeoX always has them) is a "
+                     "combination zsim's linear_bias cannot express")
+    return dict(layers=c.positive("num_hidden_layers"), hidden=c.positive("hidden_size"),
+                heads=c.positive("num_attention_heads"), vocab=c.positive("vocab_size"),
+                seq_len=c.positive("max_position_embeddings"),
+                ffn_hidden=c.positive("intermediate_size"), tied_head=c.flag("tie_word_embeddings", False),
+                norm="layernorm", position="rotary", gated_mlp=False, linear_bias=True,
+                # GPTNeoXConfig: attention_dropout and hidden_dropout (default 0.0); the 20B config
+                # spells them attention_probs_dropout_prob and hidden_dropout_prob.
+                dropout=any(c.rate(key, 0.0) > 0 for key in ("attention_dropout", "hidden_dropout",
+                                                            "attention_probs_dropout_prob", "hidden_dropout_prob")))
+
+
+def _llama_family(c: _Config) -> dict[str, Any]:
+    hidden, heads = c.positive("hidden_size"), c.positive("num_attention_heads")
+    head_dim = c.positive("head_dim", default=None)
+    if head_dim is not None and head_dim * heads != hidden:
+        raise c.fail("head_dim", f"{head_dim} × {heads} heads ≠ hidden_size {hidden}: zsim's attention has "
+                     "head_dim = hidden / heads")
+    if c.model_type == "llama":  # LlamaConfig: attention_bias on q, k, v and o; mlp_bias on the MLP
+        qkv_bias, mlp_bias = c.flag("attention_bias", False), c.flag("mlp_bias", False)
+        if qkv_bias and not mlp_bias:
+            raise c.fail("attention_bias", "true with mlp_bias false: zsim's linear_bias covers o_proj and the "
+                         "MLP together")
+        bias = dict(qkv_bias=qkv_bias, linear_bias=mlp_bias)
+    elif c.model_type == "qwen2":  # Qwen2Attention: bias=True on q, k, v; o_proj and the MLP without
+        bias = dict(qkv_bias=True, linear_bias=False)
+    else:  # MistralAttention and MistralMLP: no biases
+        bias = dict(qkv_bias=False, linear_bias=False)
+    return dict(layers=c.positive("num_hidden_layers"), hidden=hidden, heads=heads,
+                kv_heads=c.positive("num_key_value_heads", default=heads), vocab=c.positive("vocab_size"),
+                seq_len=c.positive("max_position_embeddings"), ffn_hidden=c.positive("intermediate_size"),
+                tied_head=c.flag("tie_word_embeddings", False), norm="rmsnorm", position="rotary",
+                gated_mlp=True, dropout=c.rate("attention_dropout", 0.0) > 0, **bias)
+
+
+FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
+    "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
+}
+
+
+# Every model key an import can set: a model section that already writes all of them (a model
+# dumped from a resolved scenario, e.g. in a trace's metadata) takes nothing from the file.
+IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
+                           "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
+                           "vocab_padding"})
+
+
+def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:
+    """The config.json that `ref` names: a file, or a folder holding config.json; a relative path is
+    taken from `base_dir` (default: the working directory)."""
+    path = Path(ref).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    return path / "config.json" if path.is_dir() else path
+
+
+def read_hf_config(path: str | Path) -> dict[str, Any]:
+    """The model-section keys a Hugging Face config.json gives (see the module docstring).
+
+    Raises:
+        ConfigError: the file is missing, unreadable or not JSON; its model_type is not one zsim can
+            import; a key the family needs is missing or has the wrong type (naming file and key).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError("no such file", source=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", source=str(path)) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}",
+                          source=str(path)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a JSON object, got {type(data).__name__}", source=str(path))
+    config = _Config(data, path)
+    family = FAMILIES.get(config.model_type)  # type: ignore[arg-type]
+    if family is None:
+        got = "missing" if config.model_type is None else repr(config.model_type)
+        raise config.fail("model_type", f"{got} is not a model type zsim can import "
+                          f"(known: {', '.join(FAMILIES)})")
+    return family(config) | {"vocab_padding": 1}
+
+
+def resolve_from_hf(data: dict[str, Any], *, source: str, base_dir: str | Path | None = None) -> dict[str, Any]:
+    """`data` (a parsed scenario) with `model.from_hf`'s keys filled in under the keys written in the
+    model section, and from_hf made the config's absolute path (so the result can be validated again
+    from any folder: resolving twice gives the same mapping). Returns `data` itself when there is no
+    from_hf, or when the model section writes every key an import could set (nothing would be taken
+    from the file: a dumped, already resolved model replays on a machine without the file).
+
+    Raises:
+        ConfigError: from_hf is not a string, or its file cannot be imported; the message names the
+            scenario, `model.from_hf`, the config file and its key.
+    """
+    model = data.get("model")
+    if not isinstance(model, dict) or model.get("from_hf") is None or IMPORTED_KEYS <= model.keys():
+        return data
+    ref = model["from_hf"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise ConfigError(f"expected the path of a Hugging Face config.json, got {ref!r}", source=source,
+                          path="model.from_hf")
+    path = hf_config_path(ref, base_dir)
+    try:
+        imported = read_hf_config(path)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), source=source, path="model.from_hf") from None
+    return {**data, "model": imported | model | {"from_hf": str(path.absolute())}}

@@ -1,0 +1,217 @@
+"""timeline.png: one rank's step at a glance. From top to bottom: where the step's time went (a bar:
+compute, MP comm, exposed DP comm, exposed offload, other waits), the compute, comm and offload streams
+over the step (one box per op, coloured by kind), and memory (allocated and reserved) beneath.
+
+"Exposed" is measured on the timeline, not assumed: the moments the compute stream is idle inside the
+step, attributed to the DP collectives running then, else to host copies running then, else "other"
+(latency, dependencies). matplotlib is imported inside `timeline_png` only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zsim.engine.result import Result
+from zsim.trace.schema import COLLECTIVES
+
+GB = 1e9
+KIND_COLORS = {"fwd": "#4c72b0", "bwd": "#dd8452", "recompute": "#8c8c8c", "optimizer": "#55a868",
+               "all_gather": "#c44e52", "reduce_scatter": "#8172b3", "all_reduce": "#937860",
+               "mp": "#da8bc3", "offload": "#ccb974", "other": "#64b5cd"}
+BAR_COLORS = {"compute": "#4c72b0", "MP comm": "#da8bc3", "exposed DP comm": "#c44e52",
+              "exposed offload": "#ccb974", "other waits": "#cccccc"}
+STREAM_ROWS = ("compute", "comm", "offload")
+
+
+def _kind(event: dict[str, Any]) -> str:
+    name = event["name"]
+    head = name.split("/", 1)[0]
+    if event["cat"] == "offload":
+        return "offload"
+    if head in COLLECTIVES and event["cat"] == "compute":
+        return "mp"  # MP collectives (Megatron's all-reduces, Pa's all-gathers) run in line on the compute stream
+    return head if head in KIND_COLORS else "other"
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _subtract(base: list[tuple[float, float]], cut: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Parts of `base` (a union) not covered by `cut` (a union)."""
+    out, j = [], 0
+    for a, b in base:
+        start = a
+        while j < len(cut) and cut[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(cut) and cut[k][0] < b:
+            if cut[k][0] > start:
+                out.append((start, cut[k][0]))
+            start = max(start, cut[k][1])
+            k += 1
+        if start < b:
+            out.append((start, b))
+    return out
+
+
+def step_window(result: Result, step: int) -> tuple[float, float]:
+    """(start, end) of simulated step `step`, in seconds."""
+    start = sum(result.step_seconds[:step])
+    return start, start + result.step_seconds[step]
+
+
+def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
+    """Seconds of step `step` (default the last): compute kernels, MP comm (in line), and the idle
+    time of the compute stream split into exposed DP comm, exposed offload and other waits."""
+    step = step % len(result.step_seconds)
+    t0, t1 = step_window(result, step)
+    events = [e for e in result.events if e["ph"] == "X" and e["args"].get("step") == step]
+    spans: dict[str, list[tuple[float, float]]] = {s: [] for s in STREAM_ROWS}
+    compute = mp = 0.0
+    for e in events:
+        a, b = e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6
+        spans[e["cat"]].append((a, b))
+        if e["cat"] == "compute":
+            if _kind(e) == "mp":
+                mp += b - a
+            else:
+                compute += b - a
+    idle = _subtract([(t0, t1)], _union(spans["compute"]))
+    comm = _union(spans["comm"])
+    dp_exposed = _length(idle) - _length(_subtract(idle, comm))
+    rest = _subtract(idle, comm)
+    offload_exposed = _length(rest) - _length(_subtract(rest, _union(spans["offload"])))
+    other = max(0.0, _length(idle) - dp_exposed - offload_exposed)
+    return {"compute": compute, "MP comm": mp, "exposed DP comm": dp_exposed,
+            "exposed offload": offload_exposed, "other waits": other}
+
+
+class _FileLedger:
+    """The part of a MemoryLedger the plot reads, from a run's memory.csv (every sample)."""
+
+    def __init__(self, folder: Path, capacity: float):
+        import csv
+
+        with (folder / "memory.csv").open(newline="") as fh:
+            reader = csv.reader(fh)
+            header = next(reader)
+            table = np.array([[float(x) for x in row] for row in reader]).reshape(-1, len(header))
+        col = {name: i for i, name in enumerate(header)}
+        from zsim.memory.ledger import CATEGORIES
+
+        self._times = table[:, col["time_s"]]
+        self._rows = table[:, [col[c] for c in CATEGORIES]]
+        self._reserved = self._rows.sum(axis=1) + table[:, col["fragmentation"]]
+        self.capacity = capacity
+
+    def timeline(self):
+        return self._times, self._rows
+
+    def reserved_timeline(self):
+        return self._reserved
+
+
+class RunFiles:
+    """What `timeline_png` reads of a Result, rebuilt from a run's output folder (result.json,
+    trace.json, memory.csv), so that the plot can be drawn by a background process after the summary
+    (zsim.report.plots.main)."""
+
+    def __init__(self, folder: Path):
+        import json
+        from types import SimpleNamespace
+
+        facts = json.loads((folder / "result.json").read_text())
+        trace = json.loads((folder / "trace.json").read_text())
+        self.events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("pid", 0) == 0]
+        self.step_seconds = facts["time"]["step_seconds"]
+        lay = facts["layout"]
+        self.scenario = SimpleNamespace(name=facts["scenario"]["name"], zero=SimpleNamespace(stage=facts["zero"]["stage"]),
+                                        layout=SimpleNamespace(world=lay["gpus"], dp=lay["dp"], mp=lay["mp"]))
+        self.ledger = _FileLedger(folder, facts["memory"]["capacity_bytes"])
+
+
+def timeline_png(result: Result | RunFiles, path: Path, step: int = -1) -> Path:
+    """Draw timeline.png for step `step` (default the last) of `result`'s rank 0 (its rank class)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    step = step % len(result.step_seconds)
+    t0, t1 = step_window(result, step)
+    parts = time_breakdown(result, step)
+    fig, (bar, gantt, mem) = plt.subplots(3, 1, figsize=(11, 6.6), dpi=110, sharex=False,
+                                          gridspec_kw={"height_ratios": [0.55, 1.6, 1.6]})
+    # The time-breakdown bar.
+    left = 0.0
+    total = t1 - t0
+    for name, seconds in parts.items():
+        if seconds <= 0:
+            continue
+        bar.barh(0, seconds, left=left, color=BAR_COLORS[name], edgecolor="white", height=0.6)
+        if seconds / total > 0.06:
+            bar.text(left + seconds / 2, 0, f"{name}\n{seconds:.3g} s ({seconds / total:.0%})", ha="center",
+                     va="center", fontsize=7)
+        left += seconds
+    bar.set_xlim(0, total)
+    bar.set_yticks([])
+    bar.set_xlabel("seconds of the step", fontsize=8)
+    bar.legend(handles=[Patch(color=c, label=n) for n, c in BAR_COLORS.items()], loc="upper center",
+               bbox_to_anchor=(0.5, -0.9), ncol=5, fontsize=7, frameon=False)
+    s = result.scenario
+    bar.set_title(f"{s.name}: step {step} of rank 0 ({s.layout.world} GPUs alike), {total:.3f} s; ZeRO stage "
+                  f"{s.zero.stage}, DP {s.layout.dp} × MP {s.layout.mp}", fontsize=10)
+    # The streams.
+    boxes: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for e in result.events:
+        if e["ph"] != "X" or e["args"].get("step") != step:
+            continue
+        row = STREAM_ROWS.index(e["cat"])
+        boxes.setdefault((row, _kind(e)), []).append((e["ts"] * 1e-6 - t0, max(e["dur"] * 1e-6, total * 2e-4)))
+    for (row, kind), spans in boxes.items():
+        gantt.broken_barh(spans, (len(STREAM_ROWS) - 1 - row - 0.4, 0.8), facecolors=KIND_COLORS[kind], linewidth=0)
+    gantt.set_yticks(range(len(STREAM_ROWS)), list(reversed(STREAM_ROWS)))
+    gantt.set_xlim(0, total)
+    kinds = sorted({k for _, k in boxes}, key=list(KIND_COLORS).index)
+    gantt.legend(handles=[Patch(color=KIND_COLORS[k], label="MP collectives" if k == "mp" else k) for k in kinds],
+                 loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    gantt.set_xlabel("simulated time in the step (s)", fontsize=8)
+    # Memory beneath.
+    ledger = result.ledger
+    times, rows = ledger.timeline()
+    if len(times):
+        allocated, reserved = rows.sum(axis=1), ledger.reserved_timeline()
+        t = np.append(times, max(t1, times[-1])) - t0
+        for values, label, color in ((allocated, "allocated", "#4c72b0"), (reserved, "reserved", "#c44e52")):
+            mem.step(t, np.append(values, values[-1]) / GB, where="post", label=label, color=color, linewidth=1)
+        cap = ledger.capacity / GB
+        if cap < 1e6:  # not the roomy GPU of a sweep's OOM point
+            mem.axhline(cap, color="black", linestyle="--", linewidth=1, label=f"capacity {cap:.1f} GB")
+        mem.set_ylim(0, max(cap if cap < 1e6 else 0, reserved.max() / GB) * 1.1)
+    mem.set_xlim(0, total)
+    mem.set_ylabel("GB per GPU", fontsize=8)
+    mem.set_xlabel("simulated time in the step (s)", fontsize=8)
+    mem.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    fig.savefig(partial, format="png")
+    plt.close(fig)
+    os.replace(partial, path)  # readers see no plot or the whole plot, never half of it
+    return path

@@ -1,0 +1,1 @@
+"""`zsim sweep`: what-if studies over any scenario key (docs/sweep.md)."""

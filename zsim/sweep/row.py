@@ -1,0 +1,108 @@
+"""One sweep point's facts as a flat table row, and its bottleneck in words.
+
+Units follow result.json (docs/result-json.md): seconds, bytes, TFLOPS. Every value is a plain
+int, float, str, bool or None, and nothing depends on the machine that ran it (no wall times), so the
+same point gives the same row on any engine, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zsim.engine.result import Result
+
+GB = 1e9
+
+# The result columns, in table order (after `point` and the swept keys). docs/sweep.md explains each.
+COLUMNS = (
+    "status", "step_s", "compute_s", "mp_comm_s", "dp_comm_s", "exposed_comm_s", "offload_s", "comm_share", "exposed_share",
+    "tflops_per_gpu", "percent_of_peak", "tokens_per_s", "peak_bytes", "reserved_peak_bytes", "capacity_bytes",
+    "model_states_bytes", "oom", "bottleneck_kind", "bottleneck", "dp_algorithm", "gpus", "mode", "key",
+)
+
+
+def dp_tier(result: Result) -> str:
+    """The link tier DP collectives cross, in words: the NICs between nodes, or NVLink inside one."""
+    s = result.scenario
+    c = s.cluster
+    if not s.layout.dp_shape.spans_nodes:
+        return "NVLink (DP groups inside a node)"
+    usable_gbps = c.nic_bytes_per_s * 8 / GB
+    nics = [d for d in s.fabric.degrade if d.link == "nic"]
+    slow = "; " + ", ".join(f"NIC {d.index} of node {d.node} at ×{d.factor:g}" for d in nics) if nics else ""
+    return (f"network between nodes ({c.nics_per_node} × {c.nic_pool.name} NICs per node, "
+            f"{usable_gbps:.0f} Gb/s usable each{slow})")
+
+
+def bottleneck(result: Result, oom: str | None, capacity_bytes: int, states_oom: bool) -> tuple[str, str]:
+    """(kind, words): what bounds this point's step: `memory`, `compute`, `network` (DP comm over the
+    tier dp_tier names), `nvlink` (MP all-reduces) or `host link` (Pa+cpu copies)."""
+    if states_oom:
+        return "memory", (f"memory: model states alone need {result.model_states.total / GB:.1f} GB "
+                          f"> {capacity_bytes / GB:.1f} GB per GPU")
+    if oom:
+        return "memory", f"memory: {oom}"
+    steps = len(result.step_seconds)
+    step = result.total_seconds / steps
+    compute = result.compute_seconds / steps
+    mp = result.mp_comm_seconds / steps
+    waiting = max(0.0, step - compute - mp)  # DP comm and host copies not hidden behind compute
+    offload = result.offload_seconds / steps
+    dp = sum(st.seconds for (g, _), st in result.comm.items() if g == "dp") / steps
+    parts = {"compute": compute, "nvlink": mp, "waiting": waiting}
+    kind = max(parts, key=parts.get)  # type: ignore[arg-type]
+    share = parts[kind] / step if step else 0.0
+    if kind == "compute":
+        return "compute", f"compute: {share:.0%} of the step is compute kernels"
+    if kind == "nvlink":
+        return "nvlink", f"NVLink: MP all-reduces take {share:.0%} of the step"
+    if offload > dp:
+        link = result.scenario.cluster.offload.name
+        return "host link", f"host link ({link}): {share:.0%} of the step waits on Pa+cpu copies"
+    tier = dp_tier(result)
+    kind = "network" if result.scenario.layout.dp_shape.spans_nodes else "nvlink"
+    return kind, f"{tier}: {share:.0%} of the step waits on DP communication"
+
+
+def result_row(result: Result, oom_reason: str | None, capacity_bytes: int, key: str) -> dict[str, Any]:
+    """The result columns (COLUMNS) of one simulated point. `oom_reason` marks a point whose model
+    states alone exceed `capacity_bytes` (simulated on a roomy GPU); a simulated OOM is read from the
+    ledger."""
+    s, ledger = result.scenario, result.ledger
+    steps = len(result.step_seconds)
+    step = result.total_seconds / steps
+    compute = result.compute_seconds / steps
+    dp_comm = sum(st.seconds for (g, _), st in result.comm.items() if g == "dp") / steps
+    peak_flops = s.cluster.gpu.peak_flops[s.precision.dtype]
+    tflops = result.hardware_flops / result.total_seconds / 1e12
+    oom = oom_reason
+    if oom is None and ledger.oom is not None:
+        o = ledger.oom
+        oom = (f"{o.category} ({o.tag}, {o.nbytes / GB:.2f} GB) needed {o.reserved_bytes / GB:.1f} GB reserved "
+               f"> {o.capacity_bytes / GB:.1f} GB at t = {o.time_s:.3f} s")
+    kind, words = bottleneck(result, oom, capacity_bytes, states_oom=oom_reason is not None)
+    return {
+        "status": "oom" if oom else "fits",
+        "step_s": step,
+        "compute_s": compute,
+        "mp_comm_s": result.mp_comm_seconds / steps,
+        "dp_comm_s": dp_comm,
+        "exposed_comm_s": step - compute,
+        "offload_s": result.offload_seconds / steps,
+        "comm_share": dp_comm / step if step else 0.0,
+        "exposed_share": (step - compute) / step if step else 0.0,
+        "tflops_per_gpu": tflops,
+        "percent_of_peak": 100 * tflops * 1e12 / peak_flops,
+        "tokens_per_s": s.model.seq_len * s.model.micro_batch * s.layout.dp * s.grad_accum / step,
+        "peak_bytes": ledger.peak,
+        "reserved_peak_bytes": ledger.peak_reserved,
+        "capacity_bytes": capacity_bytes,
+        "model_states_bytes": result.model_states.total,
+        "oom": oom,
+        "bottleneck_kind": kind,
+        "bottleneck": words,
+        "dp_algorithm": result.algorithms.get("dp"),
+        "gpus": s.layout.world,
+        "mode": result.mode,
+        "key": key,
+    }

@@ -1,0 +1,189 @@
+"""Run a planned sweep: reuse cached points, run the missing ones on an engine, assemble the table
+and the answers, write the outputs.
+
+Output folder (default out/<sweep name>/):
+  sweep.csv, sweep.jsonl   the table (zsim.sweep.table)
+  sweep.json               what was swept, counts, skipped reasons, knees, fastest point, file paths
+  <metric>-vs-<x>.png/.svg the plot (zsim.sweep.plot)
+  cache/<key>.json         one row per finished point, keyed by a hash of its resolved scenario and
+                           the zsim version: a rerun (after an interrupt, or with more points) runs
+                           only the points whose key is not there
+  points/<NNNN>/result.json  each point's full result facts, only with per_point=True
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zsim.errors import ConfigError
+from zsim.sweep import answers
+from zsim.sweep.engines import ENGINES, default_workers, run_dask, run_local
+from zsim.sweep.files import write_text
+from zsim.sweep.points import Plan, Point
+from zsim.sweep.row import COLUMNS
+from zsim.sweep.table import SweepTable
+from zsim.sweep.worker import Finished
+
+SCHEMA = "zsim-sweep/1"
+
+
+@dataclass(slots=True)
+class SweepRun:
+    """A finished sweep: its table, answers and bookkeeping."""
+
+    plan: Plan
+    table: SweepTable
+    out: Path | None
+    engine: str
+    workers: int
+    ran: int  # points simulated now
+    cached: int  # points read from the cache
+    wall_s: float  # the whole sweep, planning excluded
+    run_s: float  # the engine's part: from the first submission to the last row back
+    sim_s: float  # Σ of the simulations' own wall time for the points run now (from the workers)
+    point_cpu_s: float = 0.0  # Σ CPU seconds the workers spent on those points (simulate + row)
+    knees: list[answers.Knee] = field(default_factory=list)
+    knee_axis: str | None = None
+    best: dict[str, Any] | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def overhead_per_point_s(self) -> float | None:
+        """Engine overhead per point run: (workers × engine time − Σ simulation time) / points run."""
+        if not self.ran:
+            return None
+        return (self.workers * self.run_s - self.sim_s) / self.ran
+
+
+def _read_cache(path: Path) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # absent or unreadable (never half-written: files.write_text): run it again
+    row = entry.get("row") if isinstance(entry, dict) else None
+    return row if isinstance(row, dict) and all(c in row for c in COLUMNS) else None
+
+
+def run_sweep(plan: Plan, out: Path | None, *, engine: str = "local", workers: int | None = None,
+              address: str | None = None, per_point: bool = False, write: bool = True,
+              progress: Callable[[int, int], None] | None = None) -> SweepRun:
+    """Run every point of `plan` not already cached in `out`/cache, then assemble the table.
+
+    `out` None keeps everything in memory (no cache, no files). `progress(done, total)` is called as
+    points finish. Raises ZsimError for an unknown engine or an unreachable cluster.
+    """
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    started = time.perf_counter()
+    workers = workers or default_workers()
+    cache = out / "cache" if out is not None else None
+    rows: dict[int, dict[str, Any]] = {}
+    missing: list[Point] = []
+    for p in plan.points:
+        row = _read_cache(cache / f"{p.key}.json") if cache is not None else None
+        if row is not None and per_point and not (out / "points" / f"{p.index:04d}" / "result.json").is_file():
+            row = None
+        if row is None:
+            missing.append(p)
+        else:
+            rows[p.index] = row
+    cached = len(rows)
+    sim_seconds = [0.0, 0.0]  # wall, CPU
+
+    def on_done(results: list[Finished]) -> None:
+        for index, row, full, wall, cpu in results:
+            rows[index] = row
+            sim_seconds[0] += wall
+            sim_seconds[1] += cpu
+            if full is not None:
+                if out is not None:
+                    write_text(out / "points" / f"{index:04d}" / "result.json", json.dumps(full, indent=2) + "\n")
+            if cache is not None:
+                write_text(cache / f"{row['key']}.json", json.dumps({"key": row["key"], "row": row}) + "\n")
+        if progress:
+            progress(len(rows) - cached, len(missing))
+
+    run_started = time.perf_counter()
+    if missing:
+        if engine == "dask":
+            run_dask(missing, workers, address, per_point, on_done)
+        else:
+            run_local(missing, workers, per_point, on_done)
+    run_s = time.perf_counter() - run_started
+    keys = plan.keys
+    table_rows = [{"point": p.index, **p.values, **{c: rows[p.index][c] for c in COLUMNS}} for p in plan.points]
+    table = SweepTable(["point", *keys, *COLUMNS], table_rows, keys)
+    sweep = SweepRun(plan=plan, table=table, out=out, engine=engine, workers=workers, ran=len(missing),
+                     cached=cached, wall_s=0.0, run_s=run_s, sim_s=sim_seconds[0], point_cpu_s=sim_seconds[1])
+    _answer(sweep)
+    sweep.wall_s = time.perf_counter() - started
+    if out is not None and write:
+        write_outputs(sweep)
+    return sweep
+
+
+def knee_axis(plan: Plan) -> str | None:
+    """The axis the knees are about: the plot's x, else the first swept key with ≥ 3 positive numbers."""
+    if plan.spec.plot:
+        return plan.spec.plot.x
+    for axis in plan.axes:
+        for i, key in enumerate(axis.keys):
+            column = [v[i] for v in axis.values]
+            if len(column) >= 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                        for v in column):
+                return key
+    return None
+
+
+def _answer(sweep: SweepRun) -> None:
+    plan, metric = sweep.plan, sweep.plan.spec.metric
+    sweep.best = answers.fastest(sweep.table.rows, metric)
+    x = knee_axis(plan)
+    if x is not None and x in plan.keys:
+        sweep.knee_axis = x
+        sweep.knees = answers.knees(sweep.table.rows, x, metric, [k for k in plan.keys if k not in plan.companions(x)])
+
+
+def write_outputs(sweep: SweepRun, plot: bool = True) -> None:
+    """Write the table, sweep.json and (unless `plot` is false) the plot into `sweep.out`."""
+    out = sweep.out
+    assert out is not None
+    files = {"csv": str(write_text(out / "sweep.csv", sweep.table.csv_text())),
+             "jsonl": str(write_text(out / "sweep.jsonl", sweep.table.jsonl_text()))}
+    if plot:
+        from zsim.sweep.plot import plot_sweep
+
+        files.update(plot_sweep(sweep))
+    sweep.files = files
+    write_text(out / "sweep.json", json.dumps(summary_facts(sweep), indent=2) + "\n")
+
+
+def summary_facts(sweep: SweepRun) -> dict[str, Any]:
+    """sweep.json: what was swept and what it answered (keys in docs/sweep.md)."""
+    plan = sweep.plan
+    statuses = sweep.table["status"]
+    return {
+        "schema": SCHEMA,
+        "name": plan.spec.name or Path(plan.source).stem,
+        "source": plan.source,
+        "base": str(plan.base),
+        "axes": {" + ".join(a.keys): [list(v) if len(v) > 1 else v[0] for v in a.values] for a in plan.axes},
+        "set": plan.spec.set,
+        "metric": plan.spec.metric,
+        "better": answers.better(plan.spec.metric),
+        "points": {"combinations": plan.total, "valid": len(plan.points), "fits": statuses.count("fits"),
+                   "oom": statuses.count("oom"), "ran": sweep.ran, "cached": sweep.cached,
+                   "skipped": sum(plan.skipped.values())},
+        "skipped": plan.skipped,
+        "fastest_that_fits": sweep.best,
+        "knee_axis": sweep.knee_axis,
+        "knee_gain": answers.KNEE_GAIN,
+        "knees": [k.as_dict() for k in sweep.knees],
+        "engine": {"name": sweep.engine, "workers": sweep.workers},
+        "files": sweep.files,
+    }

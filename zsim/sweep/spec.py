@@ -1,0 +1,205 @@
+"""The sweep file: a base scenario, the axes to vary, and what to answer. Validated once, at load.
+
+```yaml
+name: ib-bandwidth-1T
+base: ../1T-1024gpu.yaml            # a scenario file, relative to this file
+set: {model.global_batch: 64}       # fixed overrides for every point (dotted scenario keys)
+axes:                               # the cartesian product of these
+  hardware.nic_Gbps: {from: 25, to: 1600, factor: 2}
+  zero.stage: [1, 2, 3]
+zip:                                # keys that move together: one axis each
+  - {parallel.dp: [16, 32, 64], hardware.nodes: [1, 2, 4]}
+skip_invalid: true                  # skip layouts the scenario rejects, counting the reasons
+metric: step_s
+plot: {x: hardware.nic_Gbps, lines: zero.stage}
+```
+
+An axis is a list of values, or a range: `{from, to, step}` (inclusive), `{from, to, num}` (evenly
+spaced), `{from, to, num, log: true}` (log-spaced) or `{from, to, factor}` (×factor until `to`).
+Values are integers when `from`, `to` (and `step`) are; log-spaced integers are rounded.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.errors import ConfigError
+
+Scalar = bool | int | float | str | None
+MAX_POINTS = 1_000_000  # a sweep larger than this is a typo (a step of 0.001 instead of 1)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class Range(_Strict):
+    """A numeric range: exactly one of `step`, `num`, `factor`; `log` only with `num`."""
+
+    start: int | float = Field(alias="from", description="first value")
+    stop: int | float = Field(alias="to", description="last value (included when the spacing lands on it)")
+    step: int | float | None = Field(default=None, description="linear spacing, > 0")
+    num: int | None = Field(default=None, ge=2, description="number of values, evenly (or log-) spaced")
+    factor: float | int | None = Field(default=None, gt=1, description="geometric: each value × factor")
+    log: bool = Field(default=False, description="with num: log-spaced")
+
+    @model_validator(mode="after")
+    def _one_spacing(self) -> Range:
+        given = [k for k in ("step", "num", "factor") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of step, num, factor (got {', '.join(given) or 'none'})")
+        if self.step is not None and self.step <= 0:
+            raise ValueError(f"step must be > 0 (got {self.step!r})")
+        if self.log and self.num is None:
+            raise ValueError("log: true needs num")
+        if (self.log or self.factor is not None) and (self.start <= 0 or self.stop <= 0):
+            raise ValueError(f"log-spaced ranges need from and to > 0 (got {self.start!r}, {self.stop!r})")
+        if self.stop < self.start:
+            raise ValueError(f"to ({self.stop!r}) is below from ({self.start!r})")
+        return self
+
+    def values(self) -> list[int | float]:
+        """The range's values, in order, without duplicates."""
+        ints = isinstance(self.start, int) and isinstance(self.stop, int) and not isinstance(self.step, float)
+        if self.step is not None:
+            count = math.floor((self.stop - self.start) / self.step + 1e-9) + 1
+            raw = [self.start + i * self.step for i in range(min(count, MAX_POINTS + 1))]
+        elif self.factor is not None:
+            count = math.floor(math.log(self.stop / self.start) / math.log(self.factor) + 1e-9) + 1
+            raw = [self.start * self.factor ** i for i in range(min(count, MAX_POINTS + 1))]
+        elif self.log:
+            ratio = math.log(self.stop / self.start)
+            raw = [self.start * math.exp(ratio * i / (self.num - 1)) for i in range(self.num)]
+        else:
+            raw = [self.start + (self.stop - self.start) * i / (self.num - 1) for i in range(self.num)]
+        out: list[int | float] = []
+        for v in raw:
+            v = int(round(v)) if ints else float(f"{v:.12g}")  # 0.1 + 2 × 0.1 is 0.3, not 0.30000000000000004
+            if not out or v != out[-1]:
+                out.append(v)
+        return out
+
+
+AxisValues = Any  # a list of values or a Range mapping: checked by `_values`, which names the key
+
+
+class PlotSpec(_Strict):
+    """Which plot to draw: `metric` against axis `x`, one line per value of axis `lines`."""
+
+    x: str = Field(description="the axis on the horizontal")
+    lines: str | None = Field(default=None, description="one line per value of this axis")
+    metric: str | None = Field(default=None, description="a table column; default: the sweep's metric")
+    log_x: bool | None = Field(default=None, description="log-scaled x (default: when x spans ≥ 8×)")
+
+
+class SweepFile(_Strict):
+    """A whole sweep file."""
+
+    name: str | None = Field(default=None, description="default: the file's stem")
+    description: str | None = None
+    base: str = Field(description="the scenario file to vary, relative to the sweep file")
+    set: dict[str, Scalar | list[Any] | dict[str, Any]] = Field(
+        default_factory=dict, description="overrides applied to every point (dotted keys)")
+    axes: dict[str, AxisValues] = Field(default_factory=dict, description="dotted key -> values; all combinations")
+    zip: list[dict[str, AxisValues]] = Field(
+        default_factory=list, description="groups of keys whose values move together (equal lengths)")
+    skip_invalid: bool = Field(default=False, description="skip points whose layout the scenario rejects "
+                               "(dp × mp ≠ GPUs, MP across nodes, ...), counting each reason")
+    metric: str = Field(default="step_s", description="the table column the answers are about")
+    plot: PlotSpec | None = None
+
+
+class Axis:
+    """One dimension of the sweep: one key, or several zipped keys, and their values per position."""
+
+    __slots__ = ("keys", "values")
+
+    def __init__(self, keys: tuple[str, ...], values: list[tuple[Any, ...]]):
+        self.keys, self.values = keys, values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _values(spec: AxisValues, where: str, source: str) -> list[Any]:
+    """The values of one axis: a list of scalars, or a Range mapping. Raises ConfigError at `where`."""
+    if isinstance(spec, dict):
+        try:
+            values = validate(Range, spec, source).values()  # type: ignore[attr-defined]
+        except ConfigError as exc:
+            prefix = ": ".join(p for p in (exc.source, exc.path) if p)
+            message = str(exc).removeprefix(f"{prefix}: ")
+            raise ConfigError(message, source=source, path=f"{where}.{exc.path}" if exc.path else where) from None
+    elif isinstance(spec, list):
+        values = spec
+        bad = [v for v in values if isinstance(v, (list, dict))]
+        if bad:
+            raise ConfigError(f"values must be scalars (a number, a string, true/false, null), got {bad[0]!r}",
+                              source=source, path=where)
+    else:
+        raise ConfigError(f"expected a list of values or a range {{from, to, step|num|factor}}, got {spec!r}",
+                          source=source, path=where)
+    if not values:
+        raise ConfigError("an axis needs at least one value", source=source, path=where)
+    if len(values) > MAX_POINTS:
+        raise ConfigError(f"{len(values):,} values: more than {MAX_POINTS:,}", source=source, path=where)
+    return values
+
+
+def _check_key(key: str, where: str, source: str) -> None:
+    parts = key.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise ConfigError(f"{key!r} is not a dotted scenario key (e.g. zero.stage, hardware.nodes)",
+                          source=source, path=where)
+
+
+def axes_of(spec: SweepFile, source: str) -> list[Axis]:
+    """The sweep's axes, zipped groups after the plain ones. Raises ConfigError naming the key."""
+    axes: list[Axis] = []
+    seen: set[str] = set(spec.set)
+    for key, values in spec.axes.items():
+        _check_key(key, f"axes.{key}", source)
+        if key in seen:
+            raise ConfigError("is both set and swept", source=source, path=f"axes.{key}")
+        seen.add(key)
+        axes.append(Axis((key,), [(v,) for v in _values(values, f"axes.{key}", source)]))
+    for i, group in enumerate(spec.zip):
+        if not group:
+            raise ConfigError("an empty group", source=source, path=f"zip[{i}]")
+        columns = []
+        for key, values in group.items():
+            _check_key(key, f"zip[{i}].{key}", source)
+            if key in seen:
+                raise ConfigError("is set or swept twice", source=source, path=f"zip[{i}].{key}")
+            seen.add(key)
+            columns.append(_values(values, f"zip[{i}].{key}", source))
+        lengths = {len(c) for c in columns}
+        if len(lengths) > 1:
+            sizes = ", ".join(f"{k}: {len(c)}" for k, c in zip(group, columns))
+            raise ConfigError(f"zipped keys need as many values each ({sizes})", source=source, path=f"zip[{i}]")
+        axes.append(Axis(tuple(group), list(zip(*columns))))
+    for key in spec.set:
+        _check_key(key, f"set.{key}", source)
+    total = math.prod(len(axis) for axis in axes)
+    if total > MAX_POINTS:
+        sizes = " × ".join(str(len(axis)) for axis in axes)
+        raise ConfigError(f"{sizes} = {total:,} points: more than {MAX_POINTS:,}", source=source, path="axes")
+    return axes
+
+
+def load_sweep_file(path: str | Path) -> SweepFile:
+    """Read and validate a sweep file. Raises ConfigError naming the file and key."""
+    path = Path(path)
+    spec: SweepFile = validate(SweepFile, read_yaml_mapping(path), str(path))  # type: ignore[assignment]
+    return spec
+
+
+def sweep_from_mapping(data: dict[str, Any], source: str = "<sweep>") -> SweepFile:
+    """Validate a sweep given as a mapping (the Python API). Raises ConfigError."""
+    return validate(SweepFile, data, source)  # type: ignore[return-value]
+
