@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -20,31 +19,56 @@ from zsim.errors import ZsimError
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--config"]:
-        from . import worker
+    """Exit codes: 0 done, 1 a rank failed (named), 2 bad input (one or two lines, no traceback),
+    128+N stopped by signal N."""
+    from zsim.cli import Parser, error_text
 
-        return worker.main(RunConfig.from_json(Path(argv[1]).read_text()), worker.RankEnv.from_environ())
-    parser = argparse.ArgumentParser(prog="python -m zsim.runtime", description=__doc__.splitlines()[0])
-    add_run_arguments(parser)
-    args = parser.parse_args(argv)
+    from .launch import Stopped
+
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        if argv[:1] == ["--config"]:
+            if len(argv) != 2:
+                raise ZsimError("--config takes one file: python -m zsim.runtime --config DIR/config.json")
+            from . import worker
+            from zsim.config.yamlfile import read_text
+
+            cfg = RunConfig.from_json(read_text(Path(argv[1]), what="run configuration"), source=argv[1])
+            return worker.main(cfg, _rank_env(worker))
+        parser = Parser(prog="python -m zsim.runtime", description=__doc__.splitlines()[0])
+        add_run_arguments(parser)
+        args = parser.parse_args(argv)
         if "RANK" in os.environ:
             from . import worker
 
-            env = worker.RankEnv.from_environ()
+            env = _rank_env(worker)
             return worker.main(config_from_args(args, world_size=env.world_size), env)
         from .launch import launch
 
-        result = launch(config_from_args(args), progress=True)
+        result = launch(config_from_args(args), progress=sys.stderr.isatty(), force=args.force)
     except ZsimError as exc:
-        print(f"runtime: {exc}", file=sys.stderr)
+        print(error_text(f"runtime: {exc}"), file=sys.stderr)
         return exc.exit_code
+    except Stopped as exc:
+        print(f"runtime: stopped by {exc}; every rank was stopped", file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print("runtime: interrupted; every rank was stopped", file=sys.stderr)
+        return 130
     if result.failure is not None:
-        print(f"runtime: {result.failure}", file=sys.stderr)
+        print(error_text(f"runtime: {result.failure}"), file=sys.stderr)
         return 1
     print(f"traces written to {result.out_dir}")
     return 0
+
+
+def _rank_env(worker):
+    """This rank's place from the torchrun environment. Raises ZsimError when it is missing or bad."""
+    try:
+        return worker.RankEnv.from_environ()
+    except (KeyError, ValueError) as exc:
+        raise ZsimError(f"RANK, WORLD_SIZE (and LOCAL_RANK) must be set to integers, as torchrun does ({exc})") \
+            from None
 
 
 if __name__ == "__main__":

@@ -6,43 +6,62 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from zsim.commands.units import positive, positive_float
 from zsim.errors import ConfigError
 
 if TYPE_CHECKING:
     from .config import RunConfig
 
 PRECISIONS = ("fp32", "fp16", "bf16")  # runtime.config.PRECISIONS (a test checks they agree)
+MAX_RANKS = 1024  # runtime.config.MAX_RANKS
+MAX_STEPS = 1_000_000  # runtime.config.MAX_STEPS
+
+
+def _natural(flag: str):
+    """argparse type: a whole number from 0 to 2**62 (seeds, rank and step indices)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text[:30]) if len(text) <= 30 else -1
+        except ValueError:
+            value = -1
+        if not 0 <= value <= 2**62:
+            raise argparse.ArgumentTypeError(f"{flag} {text[:30]!r}: expected a whole number >= 0")
+        return value
+    return parse
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="YAML",
                         help="a scenario YAML (its model: section; its zero: and precision: give defaults) "
                              "or a YAML holding only model keys")
-    parser.add_argument("--ranks", type=int, default=None, help="processes to spawn (default 2); "
+    parser.add_argument("--ranks", type=positive("--ranks", MAX_RANKS), default=None, help="processes to spawn (default 2); "
                         "under torchrun, WORLD_SIZE")
     parser.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=None,
                         help="ZeRO-DP stage (default: the scenario's zero.stage; required for a model-only YAML)")
-    parser.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
+    parser.add_argument("--steps", type=positive("--steps", MAX_STEPS), default=5, help="optimizer steps (default 5)")
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="default: the scenario's precision.dtype, fp32 for a model-only YAML")
     parser.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=None,
                         help="activation checkpointing per block (default: the scenario's, else off)")
-    parser.add_argument("--grad-accum", type=int, default=None, help="micro-batches per step (overrides the model's)")
-    parser.add_argument("--bucket-elements", type=int, default=None,
+    parser.add_argument("--grad-accum", type=positive("--grad-accum", 1_000_000), default=None,
+                        help="micro-batches per step (overrides the model's)")
+    parser.add_argument("--bucket-elements", type=positive("--bucket-elements", 1 << 50), default=None,
                         help="gradient elements per bucket (default: the scenario's zero.reduce_bucket_elements, "
                              "else that key's default)")
     parser.add_argument("--prefetch", type=int, choices=(0, 1), default=None,
                         help="stage 3: layers gathered ahead (default: the scenario's, else 1)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
-    parser.add_argument("--mp", type=int, default=1, help="Megatron-style tensor-parallel degree: consecutive ranks form an MP group (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="model initialisation and synthetic data seed")
+    parser.add_argument("--lr", type=positive_float("--lr", 1e3), default=1e-3, help="Adam learning rate (default 1e-3)")
+    parser.add_argument("--mp", type=positive("--mp", MAX_RANKS), default=1, help="Megatron-style tensor-parallel degree: consecutive ranks form an MP group (default 1)")
+    parser.add_argument("--seed", type=_natural("--seed"), default=0, help="model initialisation and synthetic data seed")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: one rank per GPU with NCCL when GPUs exist, else CPU with gloo")
     parser.add_argument("--torch-profiler", action="store_true",
                         help="also write a PyTorch profiler (Kineto) trace per rank")
-    parser.add_argument("--fail-rank", type=int, default=None, help="testing aid: this rank raises ...")
-    parser.add_argument("--fail-at-step", type=int, default=None, help="... at this step (0-based)")
+    parser.add_argument("--fail-rank", type=_natural("--fail-rank"), default=None, help="testing aid: this rank raises ...")
+    parser.add_argument("--fail-at-step", type=_natural("--fail-at-step"), default=None, help="... at this step (0-based)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the trace files")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the traced run already in -o DIR (without it, such a folder is an error)")
 
 
 def config_from_args(args: argparse.Namespace, *, world_size: int | None = None) -> RunConfig:

@@ -8,17 +8,20 @@ the simulator's own `ModelSection`, validated by the same code, so both halves r
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from zsim.config.hf import resolve_from_hf
 from zsim.config.schema import ModelSection, PrecisionSection, ZeroSection
 from zsim.config.yamlfile import read_yaml_mapping, validate
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, short
 from zsim.workload.transformer import mp_problems
+
+MAX_RANKS = 1024  # processes on one machine (one per GPU, or CPU processes)
+MAX_STEPS = 1_000_000
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 DEFAULT_BUCKET_ELEMENTS = ZeroSection.model_fields["reduce_bucket_elements"].default
@@ -97,24 +100,43 @@ class RunConfig:
         def fail(key: str, message: str) -> None:
             raise ConfigError(message, path=key)
 
+        for name, kind in (("stage", int), ("world_size", int), ("mp", int), ("steps", int), ("seed", int),
+                           ("bucket_elements", int), ("prefetch_layers", int), ("checkpointing", bool),
+                           ("profile", bool), ("lr", float), ("precision", str), ("device", str), ("out_dir", str)):
+            value = getattr(self, name)
+            # bool is an int in Python: `stage: true` must not become stage 1; an int lr is fine.
+            if isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float) if kind is float else kind):
+                fail(name, f"expected {kind.__name__} (got {short(value)})")
+        for name in ("grad_accum", "fail_rank", "fail_at_step"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                fail(name, f"expected an integer (got {short(value)})")
+        if not self.out_dir.strip():
+            fail("output", "expected a folder name (got '')")
         if self.stage not in (0, 1, 2, 3):
             fail("stage", f"must be 0, 1, 2 or 3 (got {self.stage!r})")
         if self.precision not in PRECISIONS:
             fail("precision", f"must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
-        if self.world_size < 1:
-            fail("ranks", f"must be >= 1 (got {self.world_size})")
+        if not 1 <= self.world_size <= MAX_RANKS:
+            fail("ranks", f"must be 1 to {MAX_RANKS} (got {self.world_size})")
         if self.mp < 1 or self.world_size % self.mp:
             fail("mp", f"{self.mp} must be >= 1 and divide the {self.world_size} ranks")
         for key, message in mp_problems(self.model, self.mp):  # the simulator's rule (Megatron's)
             fail(key, message)
-        if self.steps < 1:
-            fail("steps", f"must be >= 1 (got {self.steps})")
+        if not 1 <= self.steps <= MAX_STEPS:
+            fail("steps", f"must be 1 to {MAX_STEPS:,} (got {self.steps})")
+        if self.grad_accum is not None and not 1 <= self.grad_accum <= 1_000_000:
+            fail("grad_accum", f"must be 1 to 1,000,000 (got {self.grad_accum})")
+        if self.seed < 0:
+            fail("seed", f"must be >= 0 (got {self.seed})")
+        if self.fail_at_step is not None and self.fail_at_step < 0:
+            fail("fail_at_step", f"must be >= 0 (got {self.fail_at_step})")
         if self.bucket_elements < 1:
             fail("bucket_elements", f"must be >= 1 (got {self.bucket_elements})")
         if self.prefetch_layers not in (0, 1):
             fail("prefetch_layers", f"the runtime prefetches 0 or 1 layer ahead (got {self.prefetch_layers})")
-        if self.lr <= 0:
-            fail("lr", f"must be > 0 (got {self.lr})")
+        if not (math.isfinite(self.lr) and 0 < self.lr <= 1e3):
+            fail("lr", f"must be a finite number > 0 (got {short(self.lr)})")
         if self.device not in ("auto", "cpu", "cuda"):
             fail("device", f"must be auto, cpu or cuda (got {self.device!r})")
         if (self.fail_rank is None) != (self.fail_at_step is None):
@@ -161,7 +183,27 @@ class RunConfig:
         return json.dumps(data, indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> RunConfig:
-        data: dict[str, Any] = json.loads(text)
-        data["model"] = ModelSection.model_validate(data["model"])
-        return cls(**data)
+    def from_json(cls, text: str, source: str = "config.json") -> RunConfig:
+        """The RunConfig written by `to_json` (a run folder's config.json).
+
+        Raises:
+            ConfigError: not JSON, not an object, unknown or missing keys, or invalid values.
+        """
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ConfigError(f"not valid JSON: {str(exc)[:100]}", source=source) from None
+        if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+            raise ConfigError("expected a run configuration object with a `model` object", source=source)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(str(k)[:40] for k in data if k not in known)
+        missing = sorted(f.name for f in fields(cls) if f.name not in data and f.name in ("stage", "precision",
+                                                                                           "world_size", "out_dir"))
+        if unknown or missing:
+            raise ConfigError(f"unknown keys {', '.join(unknown)}" if unknown else f"missing keys {', '.join(missing)}",
+                              source=source)
+        data["model"] = validate(ModelSection, data["model"], f"{source}: model")
+        try:
+            return cls(**data)
+        except ConfigError as exc:
+            raise ConfigError(str(exc), source=source) from None

@@ -5,19 +5,29 @@ Ranks are forked from a multiprocessing *forkserver* that has imported torch and
 The forkserver never runs a torch op, so forking it is safe, also before CUDA is initialised. Each
 rank gets the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free
 MASTER_PORT) and writes its output to `<out>/rank<R>.log`; it runs the same `worker.main` that
-`python -m zsim.runtime` runs under torchrun. On Linux each rank also gets PR_SET_PDEATHSIG, so it dies
-with its parent even if the launcher is killed. When a rank exits with an error, the others are terminated
-(SIGTERM, then SIGKILL after a grace period), the rank that failed first is named (from the
-`rank<R>.error.json` files), and the trace files the healthy ranks wrote are kept.
+`python -m zsim.runtime` runs under torchrun.
+
+The launcher owns its ranks (issue 13), whatever ends it:
+- SIGTERM, SIGHUP or Ctrl-C: a handler turns the signal into an exception, so the `finally` stops every
+  rank (SIGTERM, then SIGKILL after GRACE_S) before the launcher exits.
+- SIGKILL: nothing runs in the launcher; its forkserver exits when the launcher's end of their pipe
+  closes (CPython's forkserver watches it), and every rank has PR_SET_PDEATHSIG = SIGKILL on its parent
+  (the forkserver), so the ranks die with it; the resource tracker exits when its last user is gone.
+When a rank fails the others are stopped, and the rank that failed *first* is named: a rank's own error
+(from `rank<R>.error.json`) before one killed by a signal or exiting without a word, before the errors
+its peers raise about a lost connection ("connection reset by peer"). The traces the healthy ranks
+wrote are kept. An existing trace folder is replaced only with `force` (`--force`).
 """
 
 from __future__ import annotations
 
-import ctypes
+import atexit
+import contextlib
 import glob
-import json
 import multiprocessing
+import multiprocessing.connection
 import os
+import re
 import signal
 import socket
 import sys
@@ -25,10 +35,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zsim.config.yamlfile import read_json
+from zsim.errors import ConfigError, ZsimError, printable
+
 from .config import RunConfig
-from zsim.errors import ConfigError
 
 GRACE_S = 5.0
+# Errors a rank raises because a *peer* went away (gloo/NCCL transport), not its own failure.
+PEER_LOST = re.compile(r"connection (reset|closed|refused)|by peer|broken pipe|DistBackendError|DistNetworkError|"
+                       r"timed out|timeout|socket|NCCL communicator was aborted", re.IGNORECASE)
+RUN_FILES = ("rank*.trace.json", "rank*.summary.json", "rank*.error.json", "rank*.kineto.json", "rank*.log",
+             "summary.json", "config.json")
 
 
 @dataclass(frozen=True)
@@ -60,11 +77,91 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child: SIGKILL me when my parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    """In the child: SIGKILL me when my parent (the forkserver) dies (Linux PR_SET_PDEATHSIG)."""
+    from .forkserver_guard import die_with_parent
+
+    die_with_parent()
+
+
+def _stop_forkserver() -> None:
+    """At the launcher's exit: SIGKILL the forkserver instead of letting it shut down a torch-laden
+    interpreter for seconds after its launcher is gone (it has no work left; its ranks are stopped)."""
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+class Stopped(BaseException):
+    """The launcher received SIGTERM or SIGHUP (raised in the main thread by `_stop_on_signals`)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """While the ranks run: SIGTERM and SIGHUP raise `Stopped`, so that teardown runs (only in the main
+    thread, where Python delivers signals; elsewhere the parent-death signal still applies)."""
+    def handler(signum, frame):
+        raise Stopped(signum)
+
+    previous = {}
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: the launcher's own teardown still applies
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def prepare_out_dir(out: Path, force: bool) -> None:
+    """Make `out` ready for a run: a folder (created), holding no earlier run unless `force` (then the
+    earlier run's files, and only those, are removed).
+
+    Raises:
+        ConfigError: `out` is a file or under one, not writable, or holds a run and `force` is false.
+    """
+    from zsim.report.outputs import check_dir
+
+    try:
+        check_dir(out)
+    except ZsimError as exc:
+        raise ConfigError(str(exc).removeprefix("-o "), path="output") from None
+    old = sorted({p for pattern in RUN_FILES for p in out.glob(pattern)}) if out.is_dir() else []
+    if old and not force:
+        raise ConfigError(f"{printable(str(out))} already holds a traced run ({old[0].name}, {len(old)} files): "
+                          "give --force to replace it, or another -o", path="output")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in old:
+            stale.unlink(missing_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{printable(str(out))}: {exc.strerror or exc}", path="output") from None
+
+
+def _check_memory(cfg: RunConfig) -> None:
+    """Refuse a run whose ranks would not fit this machine's memory (CPU ranks): each rank builds the
+    full fp32 model once and keeps fp32 Adam states, ~20 bytes per parameter (4 params + 4 grads + 8
+    Adam + 4 master or temporaries) before activations."""
+    from zsim.workload.transformer import total_params
+    from zsim.zero.cost import available_bytes
+
+    if cfg.device == "cuda":
+        return
+    need = 20.0 * total_params(cfg.model) * cfg.world_size
+    have = available_bytes()
+    if need > 0.8 * have:
+        raise ConfigError(f"{cfg.world_size} ranks of a {total_params(cfg.model) / 1e6:,.0f}M-parameter model need "
+                          f"~{need / 1e9:,.1f} GB of memory, this machine has {have / 1e9:.1f} GB available: "
+                          "trace a smaller model or fewer ranks", path="model")
 
 
 def _gpu_device_nodes() -> bool:
@@ -85,44 +182,57 @@ def _check_devices(cfg: RunConfig) -> None:
                           "(one rank per GPU; use torchrun for several nodes, or --device cpu)", path="ranks")
 
 
-def launch(cfg: RunConfig, *, progress: bool = False, poll_s: float = 0.05) -> LaunchResult:
-    """Run all ranks to completion or to the first failure; merge the traces on success.
+def launch(cfg: RunConfig, *, progress: bool = False, force: bool = False) -> LaunchResult:
+    """Run all ranks to completion or to the first failure; merge the traces on success. An output
+    folder that holds an earlier run is replaced only with `force`.
 
     Raises:
-        ConfigError: more ranks than GPUs, or --device cuda without GPUs.
+        ConfigError: more ranks than GPUs, --device cuda without GPUs, a model too large for this
+            machine, or an output folder that is not usable (or holds a run, without `force`).
+        Stopped: the launcher got SIGTERM/SIGHUP (the ranks are stopped first).
     """
+    from zsim.report.outputs import write_atomic
+
     from .merge import merge
 
     _check_devices(cfg)
+    _check_memory(cfg)
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("rank*.json"), *out.glob("rank*.log"), out / "summary.json"]:
-        stale.unlink(missing_ok=True)  # a previous run's files would mix with this one's
+    prepare_out_dir(out, force)
     config_json = cfg.to_json()
-    (out / "config.json").write_text(config_json)
+    write_atomic(out / "config.json", config_json)
     port = free_port()
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["zsim.runtime.worker"])
+    # The guard first: the forkserver dies with this process whatever kills it (forkserver_guard.py).
+    ctx.set_forkserver_preload(["zsim.runtime.forkserver_guard", "zsim.runtime.worker"])
+    atexit.unregister(_stop_forkserver)  # once per process, however many launches
+    atexit.register(_stop_forkserver)
     procs: list[multiprocessing.process.BaseProcess] = []
-    try:
-        for rank in range(cfg.world_size):
-            env = {"RANK": str(rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": str(rank),
-                   "LOCAL_WORLD_SIZE": str(cfg.world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                   "ZSIM_PROGRESS": "1" if progress and rank == 0 else "0"}
-            proc = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=False,
-                               args=(config_json, env, str(out / f"rank{rank}.log"), progress and rank == 0))
-            proc.start()
-            procs.append(proc)
-        result = LaunchResult(out, [p.pid for p in procs])
-        failed = _wait(procs, poll_s)
-        if failed is not None:
+    with _stop_on_signals():
+        try:
+            return _run_ranks(cfg, ctx, procs, config_json, port, out, progress, merge)
+        finally:
             _terminate(procs)
-            result.failure = _first_failure(out, procs, failed)
-        else:
-            result.summary = merge(out)
-        return result
-    finally:
+
+
+def _run_ranks(cfg, ctx, procs, config_json, port, out, progress, merge) -> LaunchResult:
+    """Start the ranks, wait for them, name the first failure or merge the traces."""
+    for rank in range(cfg.world_size):
+        env = {"RANK": str(rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(cfg.world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "ZSIM_PROGRESS": "1" if progress and rank == 0 else "0"}
+        proc = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=False,
+                           args=(config_json, env, str(out / f"rank{rank}.log"), progress and rank == 0))
+        proc.start()
+        procs.append(proc)
+    result = LaunchResult(out, [p.pid for p in procs])
+    exits = _wait(procs)
+    if any(code != 0 for _, _, code in exits):
         _terminate(procs)
+        result.failure = _first_failure(out, exits)
+    else:
+        result.summary = merge(out)
+    return result
 
 
 def _rank_main(config_json: str, env: dict[str, str], log_path: str, keep_stderr: bool) -> None:
@@ -140,16 +250,21 @@ def _rank_main(config_json: str, env: dict[str, str], log_path: str, keep_stderr
     sys.exit(worker.main(RunConfig.from_json(config_json), worker.RankEnv.from_environ()))
 
 
-def _wait(procs: list, poll_s: float) -> int | None:
-    """Block until all ranks exit 0 (None) or one exits non-zero (its rank)."""
-    while True:
-        codes = [p.exitcode for p in procs]
-        for rank, code in enumerate(codes):
-            if code not in (None, 0):
-                return rank
-        if all(code == 0 for code in codes):
-            return None
-        time.sleep(poll_s)
+def _wait(procs: list) -> list[tuple[int, int, int]]:
+    """Block until every rank has exited or one exits non-zero; returns (time_ns, rank, exit code) of
+    the ranks that exited, in the order they were seen (woken by each process's sentinel, not polled)."""
+    exits: list[tuple[int, int, int]] = []
+    running = {p.sentinel: rank for rank, p in enumerate(procs)}
+    while running:
+        ready = multiprocessing.connection.wait(list(running))
+        now = time.time_ns()
+        for sentinel in ready:
+            rank = running.pop(sentinel)
+            procs[rank].join()
+            exits.append((now, rank, procs[rank].exitcode))
+        if any(code != 0 for _, _, code in exits):
+            break
+    return exits
 
 
 def _terminate(procs: list) -> None:
@@ -165,20 +280,40 @@ def _terminate(procs: list) -> None:
             p.join()
 
 
-def _first_failure(out: Path, procs: list, detected: int) -> RankFailure:
-    """The rank whose error came first (peers of a dead rank fail later, with connection errors)."""
-    errors = []
-    for rank in range(len(procs)):
-        path = out / f"rank{rank}.error.json"
-        if path.exists():
-            try:
-                data = json.loads(path.read_text())
-                errors.append((data["time_ns"], rank, data["error"]))
-            except (json.JSONDecodeError, KeyError):
-                continue
-    if errors:
-        _, rank, error = min(errors)
-        return RankFailure(rank, error, out / f"rank{rank}.log")
-    code = procs[detected].exitcode
-    how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    return RankFailure(detected, how, out / f"rank{detected}.log")
+def _how(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name} ({-code})"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code} without recording an error"
+
+
+def _first_failure(out: Path, exits: list[tuple[int, int, int]]) -> RankFailure:
+    """The rank that failed first. In order of preference: the earliest error a rank recorded about
+    itself (`rank<R>.error.json`); else the first rank seen dying by a signal or a non-zero exit
+    without a record (a killed rank records nothing; its peers then record lost connections); else
+    the earliest lost-connection error."""
+    own, lost = [], []
+    for path in out.glob("rank*.error.json"):
+        try:
+            data = read_json(path)
+            entry = (int(data["time_ns"]), int(data["rank"]), str(data["error"]))
+        except (ZsimError, KeyError, TypeError, ValueError):
+            continue  # a file cut short by the teardown
+        (lost if PEER_LOST.search(entry[2]) else own).append(entry)
+    if own:
+        _, rank, error = min(own)
+        return RankFailure(rank, printable(error, 300), out / f"rank{rank}.log")
+    recorded = {rank for _, rank, _ in lost}
+    silent = [(t, rank, code) for t, rank, code in exits if code != 0 and rank not in recorded]
+    if silent:
+        _, rank, code = min(silent)
+        return RankFailure(rank, _how(code), out / f"rank{rank}.log")
+    if lost:
+        _, rank, error = min(lost)
+        return RankFailure(rank, printable(error, 300), out / f"rank{rank}.log")
+    _, rank, code = min((t, r, c) for t, r, c in exits if c != 0)
+    return RankFailure(rank, _how(code), out / f"rank{rank}.log")

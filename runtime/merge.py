@@ -27,11 +27,24 @@ from zsim.trace.schema import complete, document
 
 
 def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
-    """rank -> trace document, for every rank<R>.trace.json in `out_dir`."""
+    """rank -> trace document, for every rank<R>.trace.json in `out_dir`.
+
+    Raises:
+        ConfigError: a file that is not a trace (not UTF-8, not JSON, no metadata.rank).
+    """
+    from zsim.config.yamlfile import read_json
+    from zsim.errors import ConfigError
+
     traces = {}
     for path in sorted(out_dir.glob("rank*.trace.json")):
-        doc = json.loads(path.read_text())
-        traces[doc["metadata"]["rank"]] = doc
+        doc = read_json(path, what="trace")
+        try:
+            rank = doc["metadata"]["rank"]
+            if not isinstance(doc["traceEvents"], list) or isinstance(rank, bool) or not isinstance(rank, int):
+                raise TypeError
+        except (KeyError, TypeError):
+            raise ConfigError("not a zsim trace (needs traceEvents and metadata.rank)", source=str(path)) from None
+        traces[rank] = doc
     return traces
 
 
@@ -126,13 +139,17 @@ def merge(out_dir: Path) -> dict[str, Any]:
     returns the summary."""
     traces = load_traces(out_dir)
     fill_last_arrival(traces)
+    from zsim.report.outputs import write_atomic
+
     for rank, doc in traces.items():
-        (out_dir / f"rank{rank}.trace.json").write_text(json.dumps(doc))
+        write_atomic(out_dir / f"rank{rank}.trace.json", json.dumps(doc))
     if traces:
-        (out_dir / "trace.json").write_text(json.dumps(merged_trace(traces)))
+        write_atomic(out_dir / "trace.json", json.dumps(merged_trace(traces)))
+    from zsim.config.yamlfile import read_json
+
     ranks = {}
     for path in sorted(out_dir.glob("rank*.summary.json")):
-        data = json.loads(path.read_text())
+        data = read_json(path, what="rank summary")
         ranks[data["rank"]] = data
     steps = min((len(r["losses"]) for r in ranks.values()), default=0)
     losses = [sum(r["losses"][s] for r in ranks.values()) / len(ranks) for s in range(steps)]
@@ -145,9 +162,40 @@ def merge(out_dir: Path) -> dict[str, Any]:
         "step_seconds": [max(r["step_seconds"][s] for r in ranks.values()) for s in range(steps)],
         "collective_bytes": {rank: step_volumes(doc) for rank, doc in traces.items()},
     }
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_atomic(out_dir / "summary.json", json.dumps(summary, indent=1))
     return summary
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zsim.runtime.merge DIR`: exit 0, or 2 with a one-line error (no traceback)."""
+    import argparse
+
+    from zsim.cli import Parser, error_text
+    from zsim.errors import ZsimError
+
+    parser: argparse.ArgumentParser = Parser(prog="python -m zsim.runtime.merge",
+                                             description="Merge the rank traces of a run folder (summary.json).")
+    parser.add_argument("folder", type=Path, help="folder with rank<R>.trace.json and rank<R>.summary.json")
+    args = parser.parse_args(argv)
+    try:
+        if not args.folder.is_dir():
+            raise ZsimError(f"{args.folder}: not a folder")
+        if not any(args.folder.glob("rank*.trace.json")):
+            raise ZsimError(f"{args.folder}: no rank<R>.trace.json files to merge")
+        merge(args.folder)
+    except ZsimError as exc:
+        print(error_text(f"runtime.merge: {exc}"), file=sys.stderr)
+        return exc.exit_code
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
+        print(error_text(f"runtime.merge: {args.folder}: the rank files do not fit together "
+                         f"({type(exc).__name__}: {exc})"), file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(error_text(f"runtime.merge: {exc.filename or args.folder}: {exc.strerror or exc}"), file=sys.stderr)
+        return 2
+    print(f"merged {args.folder}/summary.json")
+    return 0
+
+
 if __name__ == "__main__":
-    merge(Path(sys.argv[1]))
+    sys.exit(main())

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import ROOT
 from zsim.cli import COMMANDS, build_parser
-from zsim.commands.units import size_arg
+from zsim.commands.units import nccl_size_arg, size_arg
 
 HEAVY = ("numpy", "simpy", "networkx", "pydantic", "yaml", "matplotlib", "torch", "scipy", "tqdm", "shtab")
 
@@ -52,7 +52,8 @@ def test_flags_mean_one_thing_everywhere(name):
     for flag, action in opts.items():
         # sizes in bytes share one grammar: 32GB = 10^9, 32GiB = 32G = 2^30
         if action.metavar == "SIZE" or action.dest in ("minbytes", "maxbytes", "gpu_mem"):
-            assert action.type is size_arg, f"zsim {name} {flag}: sizes must parse with units.size_arg"
+            # one grammar; nccl_size_arg is size_arg capped at one collective's largest payload
+            assert action.type in (size_arg, nccl_size_arg), f"zsim {name} {flag}: sizes must parse with units.size_arg"
         assert "profiler" not in flag or flag == "--torch-profiler", f"zsim {name} {flag}"
 
 

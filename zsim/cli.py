@@ -11,21 +11,37 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from typing import NoReturn
 
 from zsim import __version__
-from zsim.errors import ZsimError
+from zsim.errors import EXIT_BAD_INPUT, EXIT_OK, ZsimError, printable
 
 COMMANDS = ("run", "sweep", "memory", "maxsize", "collective", "nccl-fit", "calibrate", "replay", "validate",
             "trace", "profiles", "schema", "completion")
 
 
+MAX_LINE = 300  # characters of one error line: longer messages are cut
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with errors in two lines (the problem, then where to read the options), not the whole
-    usage block. Subcommand parsers are of the same class (argparse's default parser_class)."""
+    usage block that can wrap over many lines (issue 13: at most two lines on stderr). Subcommand
+    parsers are of the same class (argparse's default parser_class)."""
 
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: {message}\n  (`{self.prog} --help` lists the options)\n")
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {error_text(message, lines=1)}\n  (`{self.prog} --help` lists the options)\n")
+
+
+Parser = ArgumentParser  # the name the runtime's entry points use
+
+
+def error_text(message: str, lines: int = 2) -> str:
+    """`message` as at most `lines` lines of at most MAX_LINE printable characters each (control
+    characters such as ANSI escapes replaced, so nothing a user wrote can drive the terminal)."""
+    kept = [printable(line, MAX_LINE) for line in str(message).splitlines()[:lines]] or [""]
+    return "\n".join(kept)
 
 
 class VersionAction(argparse.Action):
@@ -77,19 +93,61 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command if command in COMMANDS else None)
-    args = parser.parse_args(argv)
+def _say(text: str) -> None:
     try:
+        print(text, file=sys.stderr)
+    except (OSError, ValueError):
+        pass  # stderr itself is gone: nothing to tell
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe (`zsim ... | head`): point stdout at /dev/null so that the interpreter's
+    final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit code. User errors (ZsimError) are printed in at most two
+    lines, never with a traceback: 2 bad input, 3 out of memory, 130 interrupted. A closed stdout
+    pipe ends quietly (0). Anything else is a bug: two lines and exit 1 (ZSIM_TRACEBACK=1 shows it)."""
+    try:
+        argv = sys.argv[1:] if argv is None else argv
+        command = next((a for a in argv if not a.startswith("-")), None)
+        parser = build_parser(command if command in COMMANDS else None)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help, --version, or a usage error already printed (exit 2)
+            return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
         return args.func(args)
     except ZsimError as exc:
-        print(f"zsim: {exc}", file=sys.stderr)
+        _say(error_text(f"zsim: {exc}"))
         return exc.exit_code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_OK
     except KeyboardInterrupt:
-        print("zsim: interrupted", file=sys.stderr)
+        _say("zsim: interrupted")
         return 130
+    except RecursionError:
+        _say("zsim: the input is nested too deeply")
+        return EXIT_BAD_INPUT
+    except MemoryError:
+        _say("zsim: this machine ran out of memory: the input is too large for it")
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # the file system: a full disk, a read-only folder, a vanished file
+        where = f"{exc.filename}: " if exc.filename else ""
+        _say(error_text(f"zsim: {where}{exc.strerror or exc}"))
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # a bug in zsim, not a user mistake
+        if os.environ.get("ZSIM_TRACEBACK"):
+            raise
+        _say(error_text(f"zsim: internal error: {type(exc).__name__}: {exc}", lines=1))
+        _say("zsim: this is a bug; ZSIM_TRACEBACK=1 shows where")
+        return 1
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ Exit codes (documented in the README):
   3  the simulation ran and the scenario runs out of GPU memory (OOM)
 """
 
+import reprlib
+from typing import Any
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_OOM = 3
@@ -25,3 +28,26 @@ class ConfigError(ZsimError):
         self.path = path
         where = ": ".join(p for p in (source, path) if p)
         super().__init__(f"{where}: {message}" if where else message)
+
+
+MAX_VALUE_CHARS = 40  # characters of a bad value quoted in a message
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = _repr.maxlong = MAX_VALUE_CHARS
+_repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 4
+_repr.maxlevel = 2
+
+
+def short(value: Any) -> str:
+    """A short, printable repr of `value` for an error message: at most ~MAX_VALUE_CHARS characters of
+    a string (control characters escaped by repr), four items of a container, two levels deep; cheap
+    on a huge or shared (aliased) structure."""
+    text = _repr.repr(value)
+    return text if len(text) <= 2 * MAX_VALUE_CHARS else text[: 2 * MAX_VALUE_CHARS] + "..."
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """`text` with control characters (ANSI escapes, NUL, newlines...) replaced by '?' and cut to
+    `limit` characters: for echoing names and descriptions a user wrote to the terminal."""
+    clean = "".join(c if c.isprintable() else "?" for c in text[: limit + 1])
+    return clean if len(clean) <= limit else clean[:limit] + "..."

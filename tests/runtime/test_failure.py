@@ -41,7 +41,7 @@ def test_cli_reports_the_failed_rank_and_exits_non_zero(tmp_path, monkeypatch, c
     model = tmp_path / "model.yaml"
     model.write_text("\n".join(f"{k}: {v}" for k, v in TINY.items()))
     failure = RankFailure(3, "RuntimeError: boom", tmp_path / "rank3.log")
-    monkeypatch.setattr(zsim.runtime.launch, "launch", lambda cfg, progress: LaunchResult(tmp_path, [1], failure))
+    monkeypatch.setattr(zsim.runtime.launch, "launch", lambda cfg, **kw: LaunchResult(tmp_path, [1], failure))
     code = cli.main(["trace", "--model", str(model), "--ranks", "4", "--stage", "0", "-o", str(tmp_path)])
     assert code == 1
     assert "rank 3 failed: RuntimeError: boom" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
-from zsim.commands.units import positive, size_arg
+from zsim.commands.units import nccl_size_arg, positive
 from zsim.errors import ZsimError
 from zsim.fabric.nccl import FUNCTIONS
 
@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 # modules import pydantic, simpy and networkx (tests/test_cli_conventions.py checks they agree).
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
 DTYPES = ("bfloat16", "double", "float", "half", "int32", "int8")
+
+MAX_NODES = 2048  # the topology graph holds every node's NICs and switches: 1024 nodes take ~4 s of CPU
+MAX_GPUS = 1 << 15  # 32,768 GPUs in one collective group
+
 
 def sizes(begin: int, end: int, factor: int) -> list[int]:
     """begin, begin·f, ... up to end (nccl-tests -b -e -f)."""
@@ -63,15 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "prints (size, count, type, time, algbw, busbw; busbw as in nccl-tests PERFORMANCE.md), "
                     "with the algorithm/protocol NCCL's tuner would pick.")
     add_profile_options(p, required=True)
-    p.add_argument("--nodes", type=positive("--nodes"), default=1, help="nodes (default 1)")
-    p.add_argument("--gpus", type=positive("--gpus"), required=True, help="GPUs in the group, spread evenly over the nodes")
+    p.add_argument("--nodes", type=positive("--nodes", MAX_NODES), default=1, help="nodes (default 1)")
+    p.add_argument("--gpus", type=positive("--gpus", MAX_GPUS), required=True, help="GPUs in the group, spread evenly over the nodes")
     p.add_argument("--op", required=True, choices=FUNCTIONS, help="the collective")
-    p.add_argument("-b", "--minbytes", type=size_arg, default="8", metavar="SIZE",
+    p.add_argument("-b", "--minbytes", type=nccl_size_arg, default="8", metavar="SIZE",
                    help="smallest size in bytes (default 8); as nccl-tests, 8M = 8·2²⁰ (8MB = 8·10⁶)")
-    p.add_argument("-e", "--maxbytes", type=size_arg, default="8G", metavar="SIZE",
+    p.add_argument("-e", "--maxbytes", type=nccl_size_arg, default="8G", metavar="SIZE",
                    help="largest size (default 8G = 8·2³⁰)")
-    p.add_argument("-f", "--stepfactor", type=positive("-f"), default=2, help="size multiplier (default 2)")
-    p.add_argument("-g", "--gpus-per-process", type=positive("-g"), default=1, dest="gpus_per_process",
+    p.add_argument("-f", "--stepfactor", type=positive("-f", 1 << 20), default=2, help="size multiplier (default 2)")
+    p.add_argument("-g", "--gpus-per-process", type=positive("-g", 64), default=1, dest="gpus_per_process",
                    help="GPUs one process drives, as nccl-tests -g: each call costs g kernel launches (default 1)")
     p.add_argument("-d", "--datatype", default="float", choices=DTYPES, help="element type")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="auto: as NCCL's tuner picks")

@@ -162,6 +162,10 @@ def _shape_scenario(args: argparse.Namespace, profiles: Profiles, profile: str) 
 
 
 def maxsize_command(args: argparse.Namespace) -> int:
+    if args.json is not None and args.json != "-":
+        from zsim.report.outputs import check_file
+
+        check_file(args.json)  # before any work: a bad --json costs nothing
     if args.scenario or args.batch:
         import sys
 

@@ -96,6 +96,10 @@ def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, se
 
 
 def memory_command(args: argparse.Namespace) -> int:
+    if args.json is not None and args.json != "-":
+        from zsim.report.outputs import check_file
+
+        check_file(args.json)  # before any work: a bad --json costs nothing
     stages = (args.stage,) if args.stage is not None else (0, 1, 2, 3)
     table = memory_table(args.params, args.dp, args.mp, stages, args.dtype)
     shape = (args.hidden, args.seq, args.batch)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.commands.units import positive
+from zsim.commands.collective import MAX_GPUS, MAX_NODES
 from zsim.errors import ZsimError
 from zsim.fabric.nccl import FUNCTIONS
 
@@ -49,9 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "inputs and writes a whole profile with provenance.")
     p.add_argument("folder", type=Path, help="folder of nccl-tests tables")
     add_profile_options(p, required=True, what="the system whose topology ran the tests")
-    p.add_argument("--nodes", type=positive("--nodes"), default=1, help="nodes the tests ran on (default 1)")
-    p.add_argument("--gpus", type=positive("--gpus"), required=True, help="GPUs the tests ran on")
-    p.add_argument("-g", "--gpus-per-process", type=positive("-g"), default=1, dest="gpus_per_process",
+    p.add_argument("--nodes", type=positive("--nodes", MAX_NODES), default=1, help="nodes the tests ran on (default 1)")
+    p.add_argument("--gpus", type=positive("--gpus", MAX_GPUS), required=True, help="GPUs the tests ran on")
+    p.add_argument("-g", "--gpus-per-process", type=positive("-g", 64), default=1, dest="gpus_per_process",
                    help="nccl-tests -g of the recording (GPUs per process)")
     add_json_option(p, "the values and residuals")
     p.set_defaults(func=run_command)
@@ -61,8 +62,14 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import fit
     from zsim.config.hardware import load_cluster
 
+    from zsim.calibrate.nccl_fit import _PARAMS
+
     profiles, profile = profile_search(args)
     tables = read_tables(args.folder)
+    rows = len({(fn, r.size) for fn, t in tables.items() for r in t})
+    if rows < 2 * len(_PARAMS):  # fewer sizes than twice the terms: the fit would be underdetermined noise
+        raise ZsimError(f"{args.folder}: {rows} distinct sizes in the nccl-tests tables; fitting {len(_PARAMS)} terms "
+                        f"needs at least {2 * len(_PARAMS)} (a sweep such as -b 8 -e 8G -f 2 gives 31 per table)")
     result = fit(load_cluster(profile, args.nodes, profiles), tables, args.gpus, args.gpus_per_process)
     out = text_stream(args)
     print(profile_yaml(result.values), file=out)

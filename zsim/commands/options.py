@@ -73,11 +73,11 @@ def emit_json(args: argparse.Namespace, data: Any, indent: int | None = 2) -> No
     """Write `data` where --json says (nothing without --json)."""
     if not args.json:
         return
-    text = json.dumps(data, indent=indent) + "\n"
+    text = json.dumps(data, indent=indent, allow_nan=False) + "\n"  # never Infinity/NaN (not JSON)
     if args.json == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    from zsim.report.outputs import write_atomic
+
+    write_atomic(Path(args.json), text)  # whole or absent, never half written

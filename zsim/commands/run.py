@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK, EXIT_OOM
@@ -38,32 +37,42 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.engine.simulation import simulate
     from zsim.memory.timeline import write_csv
     from zsim.report.facts import facts
+    from zsim.report.outputs import OutputSet, check_dir, check_file, write_atomic
     from zsim.report.plots import memory_png_later, memory_timeline_png
     from zsim.report.summary import summary
     from zsim.trace.writer import write_trace
+    from zsim.zero.cost import check_cost
 
     started = time.perf_counter()
     profiles, name = profile_search(args)
     overrides = [*args.overrides, *([f"hardware.profile={name}"] if name else [])]
     scenario = load_scenario(args.scenario, overrides, profiles=profiles)
-    result = simulate(scenario, progress=sys.stderr.isatty())  # a bar only in per-rank mode
-    out = Path(args.output) if args.output else scenario.output_dir
-    outputs = {"result": str(out / "result.json"), "trace": str(out / "trace.json"),
-               "memory_csv": str(write_csv(result.ledger, out / "memory.csv"))}
-    write_trace(result, out / "trace.json")
-    if args.plot != "none":
-        outputs["memory"] = str(out / "memory.png")
-        outputs["timeline"] = str(out / "timeline.png")
-    f = facts(result)
-    f["outputs"] = outputs
-    (out / "result.json").write_text(json.dumps(f, indent=2) + "\n")
-    if args.plot == "wait":
-        from zsim.report.timeline_plot import timeline_png
+    out = check_dir(args.output if args.output is not None else scenario.output_dir,
+                    flag="-o" if args.output is not None else "run.output")  # before simulating: a bad -o costs nothing
+    if args.json is not None and args.json != "-":
+        check_file(args.json)
+    cost = check_cost(scenario)  # refuses what would not fit this machine or take too long
+    from zsim.report.progress import ticker
 
-        memory_timeline_png(result, out / "memory.png")
-        timeline_png(result, out / "timeline.png")
-    elif args.plot == "background":
-        memory_png_later(out)
+    with ticker("simulating", cost.seconds):
+        result = simulate(scenario, progress=sys.stderr.isatty())  # a bar only in per-rank mode
+    f = facts(result)
+    names = {"result": "result.json", "trace": "trace.json", "memory_csv": "memory.csv"}
+    if args.plot != "none":
+        names.update(memory="memory.png", timeline="timeline.png")
+    f["outputs"] = outputs = {key: str(out / name) for key, name in names.items()}
+    with OutputSet(out) as files:  # every file to a temporary name; all renamed into place together
+        files.write("trace.json", lambda p: write_trace(result, p))
+        files.write("memory.csv", lambda p: write_csv(result.ledger, p))
+        if args.plot == "wait":
+            from zsim.report.timeline_plot import timeline_png
+
+            files.write("memory.png", lambda p: memory_timeline_png(result, p))
+            files.write("timeline.png", lambda p: timeline_png(result, p))
+        files.text("result.json", json.dumps(f, indent=2, allow_nan=False) + "\n")
+        files.commit()
+    if args.plot == "background":
+        memory_png_later(out)  # drawn from the committed files, after the summary
     stream = text_stream(args)
     print(summary(f, outputs), file=stream)
     if args.stats:

@@ -32,9 +32,13 @@ def run(args: argparse.Namespace) -> int:
                         "pip install 'zsim[runtime]' (or pip install torch first, e.g. the CPU wheel from "
                         "https://download.pytorch.org/whl/cpu)")
     from zsim.runtime.cli import config_from_args
-    from zsim.runtime.launch import launch
+    from zsim.runtime.launch import Stopped, launch
 
-    result = launch(config_from_args(args), progress=sys.stderr.isatty())
+    try:
+        result = launch(config_from_args(args), progress=sys.stderr.isatty(), force=args.force)
+    except Stopped as exc:
+        print(f"zsim trace: stopped by {exc}; every rank was stopped", file=sys.stderr)
+        return 128 + exc.signum
     if result.failure is not None:
         print(f"zsim trace: {result.failure}; the other ranks were stopped, their traces are in {result.out_dir}",
               file=sys.stderr)

@@ -9,13 +9,14 @@ Everything downstream sees only the `Cluster` dataclasses below, in bytes, secon
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from zsim.config.host import HostFile, HostModel, host_model
 from zsim.config.profiles import Profiles
-from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.config.schema import Name, ProfileName, profile_name
+from zsim.config.yamlfile import printable, read_yaml_mapping, validate
 from zsim.errors import ConfigError
 from zsim.fabric.nccl import NcclKernel
 
@@ -24,66 +25,91 @@ GiB = 2**30
 
 
 class _Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    """A profile file or section: unknown keys are errors, no coercion, finite numbers, and every
+    number bounded (issue 13): a rate or size > 0, an efficiency in (0, 1], a latency >= 0, and upper
+    bounds far above any real hardware (so no product overflows and no division is by zero)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+# Bounds shared by the profile files (far above real hardware of 2026: an H100 is ~1e3 TFLOPS,
+# ~3e3 GB/s of HBM, 80 GiB; NDR is 400 Gb/s).
+_TFLOPS = Field(gt=0, le=1e6)
+_GBPS = Field(gt=0, le=1e6)
+_EFFICIENCY = Field(gt=0, le=1)
+_LATENCY_US = Field(ge=0, le=1e6)
+Efficiency = Annotated[float, _EFFICIENCY]
+LatencyUs = Annotated[float, _LATENCY_US]
+Bandwidth = Annotated[float, _GBPS]
+PROTOCOLS = ("LL", "LL128", "Simple")
 
 
 class GpuFile(_Profile):
-    name: str
-    peak_fp16_tflops: float = Field(gt=0)
-    peak_bf16_tflops: float | None = Field(default=None, gt=0)
-    peak_fp32_tflops: float = Field(gt=0)
-    hbm_GBps: float = Field(gt=0)
-    memory_GiB: float = Field(gt=0)
-    matmul_efficiency: float = Field(gt=0, le=1)
-    hbm_efficiency: float = Field(gt=0, le=1)
-    compute_capability: int = Field(gt=0)
-    nccl_nvlink_GBps: float = Field(gt=0)
+    name: Name
+    peak_fp16_tflops: float = _TFLOPS
+    peak_bf16_tflops: float | None = Field(default=None, gt=0, le=1e6)
+    peak_fp32_tflops: float = _TFLOPS
+    hbm_GBps: float = _GBPS
+    memory_GiB: float = Field(gt=0, le=1e6)
+    matmul_efficiency: float = _EFFICIENCY
+    hbm_efficiency: float = _EFFICIENCY
+    compute_capability: int = Field(gt=0, le=1000)
+    nccl_nvlink_GBps: float = _GBPS
 
 
 class NetworkFile(_Profile):
-    name: str
-    port_Gbps: float = Field(gt=0)
-    efficiency: float = Field(gt=0, le=1)
-    latency_us: float = Field(ge=0)
+    name: Name
+    port_Gbps: float = Field(gt=0, le=1e7)
+    efficiency: float = _EFFICIENCY
+    latency_us: float = _LATENCY_US
 
 
 class LinkFile(_Profile):
-    name: str
-    GBps_per_direction: float = Field(gt=0)
-    efficiency: float = Field(gt=0, le=1)
+    name: Name
+    GBps_per_direction: float = _GBPS
+    efficiency: float = _EFFICIENCY
 
 
 class IntraNodeSection(_Profile):
     fabric: Literal["nvswitch", "cube-mesh"]
-    nvlink_links_per_gpu: int = Field(gt=0)
-    nvlink_GBps_per_link: float = Field(gt=0)
-    nvswitches: int = Field(default=0, ge=0)
-    baseboards: int = Field(default=1, gt=0)
-    gpus_per_pcie_switch: int = Field(default=2, gt=0)
+    nvlink_links_per_gpu: int = Field(gt=0, le=1024)
+    nvlink_GBps_per_link: float = _GBPS
+    nvswitches: int = Field(default=0, ge=0, le=1024)
+    baseboards: int = Field(default=1, gt=0, le=1024)
+    gpus_per_pcie_switch: int = Field(default=2, gt=0, le=1024)
 
 
 class InterNodeSection(_Profile):
-    network: str
-    nics_per_node: int = Field(gt=0)
-    oversubscription: float = Field(default=1.0, ge=1.0)
+    network: ProfileName
+    nics_per_node: int = Field(gt=0, le=1024)
+    oversubscription: float = Field(default=1.0, ge=1.0, le=1e6)
 
 
 class NcclSection(_Profile):
-    launch_us: float = Field(ge=0)
-    efficiency: dict[Literal["LL", "LL128", "Simple"], float]
-    latency_us: dict[Literal["LL", "LL128", "Simple"], float]
-    step_latency_us: dict[Literal["LL", "LL128", "Simple"], float]
-    unaligned_copy_GBps: float = Field(gt=0)
-    unaligned_reduce_GBps: float = Field(gt=0)
+    launch_us: float = _LATENCY_US
+    efficiency: dict[Literal["LL", "LL128", "Simple"], Efficiency]
+    latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
+    step_latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
+    unaligned_copy_GBps: float = _GBPS
+    unaligned_reduce_GBps: float = _GBPS  # one element-wise reduce rate (zsim.fabric.nccl)
+
+    @model_validator(mode="after")
+    def _every_protocol(self) -> NcclSection:
+        for key in ("efficiency", "latency_us", "step_latency_us"):
+            missing = [p for p in PROTOCOLS if p not in getattr(self, key)]
+            if missing:
+                raise ValueError(f"{key} needs a value for each protocol {', '.join(PROTOCOLS)} "
+                                 f"(missing {', '.join(missing)})")
+        return self
 
 
 class SystemFile(_Profile):
-    name: str
-    gpu: str
-    gpus_per_node: int = Field(gt=0)
+    name: Name
+    gpu: ProfileName
+    gpus_per_node: int = Field(gt=0, le=1024)
     intra_node: IntraNodeSection
     inter_node: InterNodeSection
-    offload_link: str
+    offload_link: ProfileName
     nccl: NcclSection
     provenance: dict[str, Any] | None = None  # written by `zsim calibrate`: inputs, date, residuals
 
@@ -140,8 +166,19 @@ class Cluster:
         return self.gpus_per_node * self.nodes
 
 
+def _contained(kind: str, name: str) -> None:
+    """Raises ConfigError unless `name` is a profile name (containment, issue 13: a name, never a path
+    to any YAML on disk); an explicit file the user named on the command line ends in .yaml."""
+    if not name.endswith(".yaml"):
+        try:
+            profile_name(name)
+        except ValueError as exc:
+            raise ConfigError(f"{kind} profile {printable(name, 60)!r}: {exc}") from None
+
+
 def load_profile(profiles: Profiles, kind: str, name: str, model: type[BaseModel]) -> BaseModel:
     """Find profile `name` of `kind` and validate it against `model`. Raises ConfigError."""
+    _contained(kind, name)
     path = profiles.path(kind, name)
     return validate(model, read_yaml_mapping(path), str(path))
 
@@ -154,6 +191,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None) -> 
         ConfigError: a profile file is missing or invalid.
     """
     profiles = Profiles.from_environment() if profiles is None else profiles
+    _contained("system", profile)
     try:
         path = profiles.path("system", profile)
     except ConfigError:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import yaml
-
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, printable, short
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -18,11 +16,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set {text!r}: expected dotted.key=value, e.g. --set zero.stage=2")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        value = raw
+        raise ConfigError(f"--set {short(text)}: expected dotted.key=value, e.g. --set zero.stage=2")
+    from zsim.config.yamlfile import parse_yaml
+
+    try:  # strict and bounded, as a file is (issue 13): depth, alias expansion, duplicate keys
+        value = parse_yaml(raw, f"--set {key.strip()[:60]}") if raw.strip() else None
+    except ConfigError:
+        value = raw  # not YAML: the text itself (validation then says what the key expects)
     return [p for p in key.strip().split(".")], value
 
 
@@ -41,7 +41,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         for i, key in enumerate(keys[:-1]):
             child = node.setdefault(key, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"--set {text!r}: '{'.'.join(keys[: i + 1])}' is a value, not a section")
+                raise ConfigError(f"--set {short(text)}: '{printable('.'.join(keys[: i + 1]), 60)}' is a value, "
+                                  "not a section")
             node = child
         node[keys[-1]] = value
     return result

@@ -45,7 +45,16 @@ class Scenario:
 
     @property
     def output_dir(self) -> Path:
-        return Path(self.run.output) if self.run.output else Path("out") / self.name
+        """run.output, else out/<name> with the name made a safe file name (no '/', no leading '.'):
+        a scenario name cannot write outside out/ (issue 13)."""
+        return Path(self.run.output) if self.run.output else Path("out") / safe_name(self.name)
+
+
+def safe_name(name: str) -> str:
+    """`name` as one file-name component: characters other than letters, digits, '.', '_', '+', '-'
+    become '_', leading dots are dropped; never empty, '.' or '..'."""
+    clean = "".join(c if c.isalnum() or c in "._+-" else "_" for c in name).lstrip(".")[:100]
+    return clean or "scenario"
 
 
 def shipped_scenarios() -> dict[str, Path]:
@@ -187,14 +196,12 @@ def _check_zero_r(zero: ZeroSection, fail) -> None:
 def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     """A model whose model states alone exceed the GPU (ZeRO Table 1) cannot fit at any batch size:
     that is a scenario error, reported before simulating, with the stage that would fit."""
-    from zsim.workload.transformer import build_workload
-    from zsim.zero.model_states import model_states
+    from zsim.zero.cost import model_states_closed_form
 
-    workload = build_workload(spec.model, spec.parallel.mp, spec.precision.dtype)
-    psi, cap, dtype = workload.params_per_mp_rank, cluster.gpu.memory_bytes, spec.precision.dtype
+    cap = cluster.gpu.memory_bytes
 
-    def states_at(stage: int):
-        return model_states(psi, spec.parallel.dp, stage, dtype, tensors=workload.tensors)
+    def states_at(stage: int):  # closed form: a huge `layers` is not expanded layer by layer (issue 13)
+        return model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype)
 
     states = states_at(spec.zero.stage)
     if states.total <= cap:

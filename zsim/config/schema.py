@@ -6,15 +6,53 @@ layout match the cluster?) live in `zsim.config.scenario`, which builds the vali
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+# Upper bounds (issue 13): far above any real training run, low enough that the closed-form checks
+# and the per-layer workload stay cheap and no product overflows a float. Ψ of the largest bound
+# model is ~12·L·h² = 12 · 1e5 · (1e6)² ≈ 1e18 parameters: still finite and still "does not fit".
+MAX_LAYERS = 100_000
+MAX_HIDDEN = 1_000_000
+MAX_SEQ = 100_000_000  # 1e8 tokens: beyond any published context length
+MAX_VOCAB = 100_000_000
+MAX_BATCH = 100_000_000  # sequences (micro_batch, global_batch)
+MAX_ACCUM = 1_000_000
+MAX_GPUS = 1 << 24  # dp, nodes (16.7M GPUs)
+MAX_MP = 1024
+MAX_ELEMENTS = 1 << 50  # reduce_bucket_elements
+MAX_STEPS = 1000  # simulated optimizer steps: each step is simulated in full
+MAX_DEGRADE = 10_000  # degraded links listed
+
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+
+
+def profile_name(value: str) -> str:
+    """A profile *name* (issue 13 containment): letters, digits, '.', '_', '+', '-'; no '/', '\\', '..',
+    no absolute path. Profiles are looked up by name in the profile folders, never read from a path
+    written in a scenario file."""
+    if not _PROFILE_NAME.fullmatch(value) or ".." in value:
+        raise ValueError("a profile name (letters, digits, '.', '_', '+', '-'), not a path")
+    return value
+
+
+def strip_control(value: str) -> str:
+    """Control characters removed (ANSI escapes, NUL), line breaks and tabs made spaces: the text is echoed."""
+    return "".join(c if c.isprintable() else " " for c in value if c.isprintable() or c in "\t\n\r")
+
+
+ProfileName = Annotated[str, Field(max_length=100), AfterValidator(profile_name)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(strip_control)]
+Text = Annotated[str, Field(max_length=4000), AfterValidator(strip_control)]
 
 
 class Section(BaseModel):
-    """A YAML section: unknown keys are errors, values are not coerced (a "12" is not 12)."""
+    """A YAML section: unknown keys are errors, values are not coerced (a "12" is not 12, `true` is not 1,
+    2.0 is not 2), floats are finite (no .inf, .nan)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 # The keys a Hugging Face config.json can supply (zsim/config/hf.py); without from_hf they are required.
@@ -34,20 +72,20 @@ class ModelSection(Section):
 
     model_config = ConfigDict(json_schema_extra=_model_json_schema)
 
-    layers: int = Field(gt=0, description="number of transformer blocks L")
-    hidden: int = Field(gt=0, description="hidden size h")
-    heads: int = Field(gt=0, description="attention (query) heads a; must divide hidden")
-    seq_len: int = Field(gt=0, description="sequence length s, tokens")
-    vocab: int = Field(gt=0, description="vocabulary size V (padded to a multiple of vocab_padding × mp)")
-    micro_batch: int = Field(gt=0, description="sequences per GPU per forward/backward pass")
-    global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step")
-    grad_accum: int | None = Field(default=None, gt=0, description="micro-batches per optimizer step")
+    layers: int = Field(gt=0, le=MAX_LAYERS, description="number of transformer blocks L")
+    hidden: int = Field(gt=0, le=MAX_HIDDEN, description="hidden size h")
+    heads: int = Field(gt=0, le=MAX_HIDDEN, description="attention (query) heads a; must divide hidden")
+    seq_len: int = Field(gt=0, le=MAX_SEQ, description="sequence length s, tokens")
+    vocab: int = Field(gt=0, le=MAX_VOCAB, description="vocabulary size V (padded to a multiple of vocab_padding × mp)")
+    micro_batch: int = Field(gt=0, le=MAX_BATCH, description="sequences per GPU per forward/backward pass")
+    global_batch: int | None = Field(default=None, gt=0, le=MAX_BATCH, description="sequences per optimizer step")
+    grad_accum: int | None = Field(default=None, gt=0, le=MAX_ACCUM, description="micro-batches per optimizer step")
     # Shape options (docs/models.md); each default is the GPT shape.
-    ffn_hidden: int | None = Field(default=None, gt=0, description="MLP inner width f (HF intermediate_size); "
+    ffn_hidden: int | None = Field(default=None, gt=0, le=MAX_HIDDEN, description="MLP inner width f (HF intermediate_size); "
                                    "default 4 × hidden")
     gated_mlp: bool = Field(default=False, description="gated MLP (SwiGLU, LLaMA): gate and up projections "
                             "h×f, down f×h; false: two matmuls h×f and f×h with GeLU between (GPT)")
-    kv_heads: int | None = Field(default=None, gt=0, description="key/value heads (grouped-query attention; "
+    kv_heads: int | None = Field(default=None, gt=0, le=MAX_HIDDEN, description="key/value heads (grouped-query attention; "
                                  "1 = multi-query); must divide heads; default heads")
     tied_head: bool = Field(default=True, description="the LM head reuses the word embedding (GPT-2, Megatron-LM); "
                             "false: its own vocab × hidden matrix (LLaMA, Mistral, GPT-NeoX)")
@@ -59,15 +97,15 @@ class ModelSection(Section):
                                                   "(2h per norm); rmsnorm: weight only (h)")
     position: Literal["learned", "rotary"] = Field(default="learned", description="learned: a table of "
                                                    "max_positions × hidden parameters; rotary: RoPE, no parameters")
-    max_positions: int | None = Field(default=None, gt=0, description="rows of the learned position table "
+    max_positions: int | None = Field(default=None, gt=0, le=MAX_SEQ, description="rows of the learned position table "
                                       "(HF n_positions); default seq_len")
-    vocab_padding: int | None = Field(default=None, gt=0, description="pad vocab to a multiple of vocab_padding × mp "
+    vocab_padding: int | None = Field(default=None, gt=0, le=MAX_VOCAB, description="pad vocab to a multiple of vocab_padding × mp "
                                       "(Megatron-LM make_vocab_size_divisible_by); default 128, or 1 with from_hf "
                                       "(the checkpoint's vocabulary, padded only as far as MP needs)")
     dropout: bool = Field(default=True, description="dropout on the attention probabilities and the residual "
                           "branches, whose masks backward keeps (Korthikanti et al. 2022); false for models "
                           "trained without (LLaMA, Mistral, Qwen2, GPT-NeoX-20B)")
-    from_hf: str | None = Field(default=None, description="a Hugging Face config.json (or the folder holding "
+    from_hf: Text | None = Field(default=None, description="a Hugging Face config.json (or the folder holding "
                                 "one) giving the shape; keys written here override it; a relative path is "
                                 "relative to the scenario file")
 
@@ -93,23 +131,23 @@ class ModelSection(Section):
 class ParallelSection(Section):
     """The parallel layout: world size = dp × mp. MP is Megatron-style tensor parallelism in a node."""
 
-    dp: int = Field(gt=0, description="data-parallel degree Nd (ZeRO partitions across it)")
-    mp: int = Field(default=1, gt=0, description="model (tensor) parallel degree, inside one node")
+    dp: int = Field(gt=0, le=MAX_GPUS, description="data-parallel degree Nd (ZeRO partitions across it)")
+    mp: int = Field(default=1, gt=0, le=MAX_MP, description="model (tensor) parallel degree, inside one node")
 
 
 class ZeroSection(Section):
     """ZeRO-DP stage and ZeRO-R options (paper §5 and §6)."""
 
-    stage: Literal[0, 1, 2, 3] = Field(description="0: plain DP, 1: Pos, 2: Pos+g, 3: Pos+g+p")
+    stage: int = Field(ge=0, le=3, description="0: plain DP, 1: Pos, 2: Pos+g, 3: Pos+g+p")
     activation_checkpointing: bool = Field(default=True, description="keep one input per layer, recompute in backward")
     checkpoint_every: int = Field(
-        default=1, gt=0, description="with checkpointing: keep one checkpoint every k layers and recompute k "
+        default=1, gt=0, le=MAX_LAYERS, description="with checkpointing: keep one checkpoint every k layers and recompute k "
         "layers at a time in backward (Megatron-LM checkpoint_num_layers; Chen et al. 2016)")
     reduce_bucket_elements: int = Field(
-        default=500_000_000, gt=0, description="gradient elements per reduction bucket (DeepSpeed reduce_bucket_size); "
+        default=500_000_000, gt=0, le=MAX_ELEMENTS, description="gradient elements per reduction bucket (DeepSpeed reduce_bucket_size); "
         "the constant buffer size when constant_buffers is true"
     )
-    prefetch_layers: int = Field(default=1, ge=0, description="stage 3: layers gathered ahead of the one computing")
+    prefetch_layers: int = Field(default=1, ge=0, le=MAX_LAYERS, description="stage 3: layers gathered ahead of the one computing")
     # ZeRO-R options (paper §6; docs/memory.md).
     partition_activations: bool = Field(default=False, description="Pa: checkpoints partitioned across the MP group, "
                                         "all-gathered before recompute (§6.1)")
@@ -134,17 +172,17 @@ class PrecisionSection(Section):
 class HardwareSection(Section):
     """The cluster: a system profile from hwprofiles/ and how many of its nodes."""
 
-    profile: str = Field(description="name of a file hwprofiles/<profile>.yaml, e.g. dgx2")
-    nodes: int = Field(gt=0, description="number of nodes")
+    profile: ProfileName = Field(description="name of a system profile (hwprofiles/<profile>.yaml), e.g. dgx2; a name, not a path")
+    nodes: int = Field(gt=0, le=MAX_GPUS, description="number of nodes")
 
 
 class DegradeItem(Section):
     """One slow or failed link, for a what-if (per-rank mode)."""
 
     link: Literal["nvlink", "nic"] = Field(description="'nvlink' (of a GPU) or 'nic' (of a node)")
-    gpu: int | None = Field(default=None, ge=0, description="nvlink: the GPU's global rank")
-    node: int | None = Field(default=None, ge=0, description="nic: the node")
-    index: int = Field(default=0, ge=0, description="which of the GPU's NVLinks / the node's NICs")
+    gpu: int | None = Field(default=None, ge=0, lt=MAX_GPUS, description="nvlink: the GPU's global rank")
+    node: int | None = Field(default=None, ge=0, lt=MAX_GPUS, description="nic: the node")
+    index: int = Field(default=0, ge=0, le=1024, description="which of the GPU's NVLinks / the node's NICs")
     factor: float = Field(ge=0, le=1, description="bandwidth multiplier: 0.5 = half speed, 0 = failed")
 
     @model_validator(mode="after")
@@ -164,21 +202,21 @@ class FabricSection(Section):
         "auto: per_rank when links are degraded, else class")
     algorithm: Literal["auto", "ring", "tree", "hierarchical"] = Field(
         default="auto", description="collective algorithm; auto picks as NCCL's tuner does")
-    degrade: list[DegradeItem] = Field(default_factory=list, description="slow or failed links (per_rank)")
+    degrade: list[DegradeItem] = Field(default_factory=list, max_length=MAX_DEGRADE, description="slow or failed links (per_rank)")
 
 
 class RunSection(Section):
     """How to run the simulation."""
 
-    steps: int = Field(default=1, gt=0, description="optimizer steps to simulate")
-    output: str | None = Field(default=None, description="output folder; default out/<scenario name>")
+    steps: int = Field(default=1, gt=0, le=MAX_STEPS, description="optimizer steps to simulate")
+    output: Text | None = Field(default=None, description="output folder; default out/<scenario name>")
 
 
 class ScenarioFile(Section):
     """A whole scenario file."""
 
-    name: str | None = Field(default=None, description="scenario name; default the file's stem")
-    description: str | None = Field(default=None, description="free text shown in the summary")
+    name: Name | None = Field(default=None, description="scenario name; default the file's stem (control characters removed)")
+    description: Text | None = Field(default=None, description="free text shown in the summary")
     model: ModelSection
     parallel: ParallelSection
     zero: ZeroSection

@@ -1,39 +1,158 @@
-"""Reading YAML files and turning pydantic validation errors into one-line, path-naming messages."""
+"""Reading the files users give zsim (YAML, JSON, text tables) so that every read either decodes or
+fails with a one-line ConfigError, and turning pydantic validation errors into path-naming messages.
+
+YAML is read strictly (issue 13): a file larger than MAX_FILE_BYTES, nesting deeper than MAX_DEPTH,
+more than MAX_NODES nodes once aliases are expanded (a "billion laughs" alias bomb is a few hundred
+bytes), or a key given twice in one mapping is an error, not last-wins. Error messages quote at most a
+short prefix of a bad value, with control characters escaped (`short`).
+"""
 
 from __future__ import annotations
 
 import difflib
+import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, printable, short
 
-
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Load a YAML file whose top level is a mapping.
+MAX_FILE_BYTES = 1 << 20  # scenarios and profiles are a few KB; 1 MiB leaves room and bounds the work
+MAX_DEPTH = 32  # nesting of mappings and sequences (a scenario needs 4)
+MAX_NODES = 100_000  # YAML nodes after alias expansion
+def read_text(path: Path, *, what: str = "file", max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of `path`, at most `max_bytes` long.
 
     Raises:
-        ConfigError: the file is missing, is not valid YAML, or is not a mapping.
+        ConfigError: missing, a folder, unreadable, too large, or not UTF-8 (naming the file).
     """
+    source = str(path)
     try:
-        text = path.read_text()
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(mode):  # a FIFO would block, a device never ends
+            raise ConfigError(f"not a regular file, expected a {what}", source=source)
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
     except FileNotFoundError:
-        raise ConfigError("no such file", source=str(path)) from None
+        raise ConfigError("no such file", source=source) from None
+    except IsADirectoryError:
+        raise ConfigError(f"is a folder, expected a {what}", source=source) from None
     except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", source=str(path)) from None
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", source=source) from None
+    if len(data) > max_bytes:
+        raise ConfigError(f"larger than {max_bytes:,} bytes: not a {what}", source=source)
     try:
-        # libyaml's C loader when PyYAML has it: ~40x faster than the pure-Python SafeLoader
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r}): not a {what}",
+                          source=source) from None
+
+
+def read_json(path: Path, *, what: str = "JSON file", max_bytes: int = 1 << 31) -> Any:
+    """A parsed JSON document. Raises ConfigError (unreadable, not UTF-8, not JSON, too deep)."""
+    text = read_text(path, what=what, max_bytes=max_bytes)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", source=str(path)) \
+            from None
+    except RecursionError:
+        raise ConfigError("not valid JSON: nested too deeply", source=str(path)) from None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader with limits: nesting depth, node count after alias expansion, no duplicate keys."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._weights: dict[int, int] = {}  # id(node) -> nodes it expands to (aliases share nodes)
+        self._nodes = 0
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            self._count(self._weights.get(id(node), 1), node)
+            return node
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                              self.peek_event().start_mark)
+        before = self._nodes
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        self._weights[id(node)] = self._nodes - before + 1
+        self._count(1, node)
+        return node
+
+    def _count(self, n: int, node) -> None:
+        self._nodes += n
+        if self._nodes > MAX_NODES:
+            raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once aliases are expanded",
+                                              node.start_mark)
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        seen: dict[Any, int] = {}
+        if isinstance(node, yaml.MappingNode):
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    hash(key)
+                except TypeError:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a key must be a plain value, not a list or mapping", key_node.start_mark) from None
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {short(key)} (first on line {seen[key] + 1})", key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse one YAML document strictly (limits above).
+
+    Raises:
+        ConfigError: not valid YAML, a duplicate key, too deep or too large; with the line.
+    """
+    loader = None
+    try:
+        loader = _StrictLoader(text)  # the reader rejects control characters here already
+        return loader.get_single_data()
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(f"not valid YAML: control character {_codepoint(exc.character)} at character {exc.position} "
+                          "(YAML allows only printable text)", source=source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"not valid YAML{where}: {problem}", source=str(path)) from None
+        raise ConfigError(f"not valid YAML{where}: {printable(problem, 120)}", source=source) from None
+    except RecursionError:  # a guard of last resort: MAX_DEPTH stops nesting long before this
+        raise ConfigError("not valid YAML: nested too deeply", source=source) from None
+    except (ValueError, OverflowError, TypeError) as exc:  # a constructor on an odd scalar (dates, ...)
+        raise ConfigError(f"not valid YAML: {printable(str(exc), 120)}", source=source) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def read_yaml_mapping(path: Path, *, what: str = "YAML file") -> dict[str, Any]:
+    """Load a YAML file whose top level is a mapping.
+
+    Raises:
+        ConfigError: the file is missing, unreadable, not UTF-8, too large, not valid (strict) YAML, or not
+            a mapping.
+    """
+    data = parse_yaml(read_text(Path(path), what=what), str(path))
     if not isinstance(data, dict):
-        raise ConfigError(f"expected a mapping of sections at the top level, got {type(data).__name__}", source=str(path))
+        raise ConfigError(f"expected a mapping of keys at the top level, got {type(data).__name__}", source=str(path))
     return data
 
 
@@ -48,25 +167,29 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
     return current
 
 
+_QUOTE_VALUE = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number", "literal_error",
+                "string_too_long", "too_long", "string_pattern_mismatch", "multiple_of")
+
+
 def _describe(error: dict[str, Any], model: type[BaseModel]) -> tuple[str, str]:
-    """(dotted path, message) for one pydantic error, with the bad value quoted."""
+    """(dotted path, message) for one pydantic error, with a short prefix of the bad value quoted."""
     loc = tuple(p for p in error["loc"] if p not in ("function-after",))
-    path = ".".join(str(p) for p in loc)
+    path = ".".join(printable(str(p), 40) for p in loc)
     kind = error["type"]
     value = error.get("input")
     if kind == "extra_forbidden":
         owner = _model_at(model, loc)
         known = sorted(owner.model_fields) if owner else []
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(str(loc[-1])[:100], known, n=1, cutoff=0.6)
         hint = f"; did you mean '{close[0]}'?" if close else (f"; known keys: {', '.join(known)}" if known else "")
         return path, f"unknown key{hint}"
     if kind == "missing":
         return path, "required key is missing"
-    message = error["msg"]
+    message = printable(error["msg"], 160)
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
-    if kind.endswith("_type") or kind in ("literal_error", "greater_than", "greater_than_equal", "less_than_equal"):
-        message = f"{message} (got {value!r})"
+    if kind.endswith("_type") or kind in _QUOTE_VALUE:
+        message = f"{message} (got {short(value)})"
     return path, message
 
 
@@ -80,7 +203,11 @@ def validate(model: type[BaseModel], data: dict[str, Any], source: str) -> BaseM
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
+        errors = exc.errors(include_url=False, include_context=False)
         path, message = _describe(errors[0], model)
         more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise ConfigError(message + more, source=source, path=path) from None
+
+
+def _codepoint(character: object) -> str:
+    return f"U+{character:04X}" if isinstance(character, int) else repr(character)

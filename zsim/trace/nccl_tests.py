@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from zsim.config.yamlfile import read_text
 from zsim.errors import ZsimError
+
+MAX_TABLE_BYTES = 16 << 20  # an nccl-tests log is tens of KB
+MAX_SIZE = 1 << 44  # 16 TiB: beyond any buffer nccl-tests can allocate
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,24 +29,30 @@ def read_nccl_tests(path: Path) -> list[NcclRow]:
     """Parse the out-of-place columns of an nccl-tests table. Column positions come from the header
     line (`size count type [redop] [root] time algbw busbw ...`), which differs between collectives.
 
+    Rows whose numbers are not finite, or whose size or time is not positive, are skipped (a
+    truncated or edited line).
+
     Raises:
-        ZsimError: no header or no rows.
+        ZsimError: unreadable, not UTF-8, too large, no header or no rows.
     """
     columns: list[str] | None = None
     rows: list[NcclRow] = []
-    for line in Path(path).read_text().splitlines():
+    for line in read_text(Path(path), what="nccl-tests table", max_bytes=MAX_TABLE_BYTES).splitlines():
         words = line.lstrip("#").split()
         if words[:3] == ["size", "count", "type"]:
             columns = words
             continue
         if columns is None or line.startswith("#") or not words or not words[0].isdigit():
             continue
-        at = {name: columns.index(name) for name in ("size", "count", "type", "time", "algbw", "busbw")}
         try:
-            rows.append(NcclRow(int(words[at["size"]]), int(words[at["count"]]), words[at["type"]],
-                                float(words[at["time"]]), float(words[at["algbw"]]), float(words[at["busbw"]])))
+            at = {name: columns.index(name) for name in ("size", "count", "type", "time", "algbw", "busbw")}
+            row = NcclRow(int(words[at["size"]]), int(words[at["count"]]), words[at["type"]][:16],
+                          float(words[at["time"]]), float(words[at["algbw"]]), float(words[at["busbw"]]))
         except (ValueError, IndexError):
-            continue  # a warning or a truncated line inside the table
+            continue  # a warning or a truncated line inside the table, or a header without those columns
+        if 0 < row.size <= MAX_SIZE and 0 <= row.count <= MAX_SIZE and 0 < row.time_us < math.inf and all(
+                0 <= x < math.inf for x in (row.algbw, row.busbw)):  # tiny sizes print 0.00 GB/s
+            rows.append(row)
     if not rows:
         raise ZsimError(f"{path}: no nccl-tests table found (expected a '# size count type ...' header)")
     return rows
