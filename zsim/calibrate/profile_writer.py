@@ -5,7 +5,6 @@ came from. The result is a normal profile: `zsim run --profile OUT.yaml` loads i
 from __future__ import annotations
 
 import datetime as dt
-import os
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +77,10 @@ def write_profile(base: str, replace: dict[str, Any], prov: dict[str, Any], out:
               "# Fitted sections replace the base's; `provenance` lists the inputs, the fitted and kept terms\n"
               "# and the residuals. Load it with --profile " + str(out) + "\n")
     text = header + yaml.dump(data, Dumper=_NoAliases, sort_keys=False, default_flow_style=None, width=110)
+    from zsim.report.outputs import write_atomic
+
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, out)
     except OSError as exc:
         raise ConfigError(f"cannot write the profile: {exc.strerror}", source=str(out)) from None
-    return out
+    return write_atomic(out, text)  # whole or absent (zsim.report.outputs)

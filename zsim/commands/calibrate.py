@@ -69,7 +69,15 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from zsim.errors import ZsimError
+    from zsim.report.outputs import check_dir, check_file
+
     profiles, _ = profile_search(args)  # checks --profiles and that --profile was given
+    if args.output.is_dir():  # before any work: a bad output costs nothing
+        raise ZsimError(f"-o {args.output}: is a folder, expected a profile file name (.yaml)")
+    check_dir(args.output.parent, flag="-o")
+    if args.json and args.json != "-":
+        check_file(args.json)
     report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
                        profiles=profiles)
     out = text_stream(args)

@@ -212,7 +212,12 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.errors import ConfigError
     from zsim.trace.inputs import kind_of
 
+    from zsim.report.outputs import check_dir, check_file, write_atomic
+
     profiles, _ = profile_search(args)  # checks --profiles and that --profile was given
+    out_dir = check_dir(args.output or Path("out") / f"replay-{args.trace_dir.resolve().name}")
+    if args.json and args.json != "-":
+        check_file(args.json)  # before any work: a bad output costs nothing
     kind = kind_of(args.trace_dir)
     if kind == "kineto":
         if not args.trace_driven:
@@ -226,12 +231,8 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         raise ConfigError(f"replay needs runtime traces (rank<R>.trace.json) or Kineto traces, not {kind} input",
                           source=str(args.trace_dir))
-    out_dir = args.output or Path("out") / f"replay-{args.trace_dir.resolve().name}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "replay.trace.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, separators=(",", ":")))
-    tmp.replace(path)
+    path = write_atomic(out_dir / "replay.trace.json", json.dumps(document, separators=(",", ":")))
     report["outputs"] = {"trace": str(path)}
     text = text_stream(args)
     printer(report, text)

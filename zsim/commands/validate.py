@@ -31,6 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from zsim.report.outputs import check_dir, check_file
+
+    if args.json and args.json != "-":
+        check_file(args.json)  # before the suite runs (minutes): a bad output costs nothing
+    if args.output is not None:
+        check_dir(args.output)
     options = {"suite_file": args.suite_file, "output": args.output} if args.suite == "replay" else {}
     report = importlib.import_module(SUITES[args.suite]).run(progress=sys.stderr.isatty(), **options)
     print(report.table(), file=text_stream(args))

@@ -141,7 +141,8 @@ def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path) -> Path:
     folder = out / entry.label
     command = [sys.executable, "-m", "zsim.runtime", "--ranks", str(suite.ranks), "--stage", str(entry.stage),
                "--grad-accum", str(entry.grad_accum), "--steps", str(suite.steps), "--precision", suite.precision,
-               "--model", str(scenario_path(suite_path, entry.scenario)), "-o", str(folder)]
+               "--model", str(scenario_path(suite_path, entry.scenario)), "-o", str(folder),
+               "--force"]  # the suite owns its output folder: a rerun replaces the earlier recording
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
