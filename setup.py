@@ -16,4 +16,6 @@ for name, folder in CODE.items():
 for name, folder in DATA.items():  # data subfolders (gpus/, paper/) have no __init__.py
     packages += [name] + [f"{name}.{sub}" for sub in find_namespace_packages(folder, exclude=["__pycache__*"])]
 
-setup(packages=packages, package_dir={**CODE, **DATA}, package_data={"": ["*.yaml", "*.json"]})
+# zsim/validate/suites/ holds the validation suites' YAML (zsim validate replay), not code.
+setup(packages=packages, package_dir={**CODE, **DATA},
+      package_data={"": ["*.yaml", "*.json"], "zsim.validate": ["suites/*.yaml"]})

@@ -7,7 +7,9 @@ gathered buffer of an all_gather and the whole input of a reduce_scatter. Ops ar
 the op completed (its future's callback on gloo, or the return of `wait()` for gloo's
 reduce_scatter, which has no future; on CUDA the host time after waiting and synchronising the
 stream, since an NCCL future completes at enqueue), and `blocked_us` is how long the caller itself sat in `wait()`.
-Each event carries `seq`, its index among this group's collectives, which lets `merge` line up
+For a collective on the `comm` track, the caller's wait is also its own event on the `compute`
+track, `wait/<collective>` (args `for` and `seq`), so that waiting is never counted as compute.
+Each event carries `seq`, its index among this group's collectives (on either track), which lets `merge` line up
 the same collective on every rank and fill in `last_arrival_ts`.
 
 Uses the torch >= 2.13 names `reduce_scatter_single` / `all_gather_single` (which replace the
@@ -22,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from .tracer import Tracer
-from zsim.trace.schema import collective_event
+from zsim.trace.schema import collective_event, wait_event
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -51,6 +53,8 @@ class Pending:
         left = tracer.now_us()
         end = min(self.done_us[0], left) if self.done_us and not self.comm.on_cuda else left
         tracer.complete(self.name, self.comm.stream, self.issued_us, end, blocked_us=left - enter, **self.args)
+        if self.comm.stream != "compute":
+            tracer.complete(wait_event(self.name), "compute", enter, left, seq=self.args["seq"], **{"for": self.name})
 
 
 class Collectives:
@@ -67,7 +71,11 @@ class Collectives:
         self.ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
         self.size = len(self.ranks)
         self.on_cuda = on_cuda
-        self._seq = 0
+
+    def inline(self) -> Collectives:
+        """The same group's collectives traced on the `compute` track (the caller waits in line)."""
+        return self if self.stream == "compute" else Collectives(self.tracer, self.group, on_cuda=self.on_cuda,
+                                                                 stream="compute")
 
     def all_reduce(self, tensor: torch.Tensor, what: str, op: dist.ReduceOp = dist.ReduceOp.SUM) -> Pending:
         """In-place sum (or `op`) of `tensor` over the group."""
@@ -89,8 +97,8 @@ class Collectives:
     def _issue(self, op: str, what: str, payload: torch.Tensor, launch) -> Pending:
         args = {"op": op, "bytes": payload.numel() * payload.element_size(),
                 "dtype": DTYPE_NAMES.get(payload.dtype, str(payload.dtype).removeprefix("torch.")),
-                "group": self.ranks, "seq": self._seq}
-        self._seq += 1
+                "group": self.ranks, "seq": self.tracer.next_seq(tuple(self.ranks)),
+                "step": self.tracer.step, "micro_batch": self.tracer.micro_batch}  # when issued, not waited
         issued = self.tracer.now_us()
         work = launch()
         pending = Pending(self, work, collective_event(op, what), args, issued)

@@ -3,9 +3,13 @@
 - `last_arrival_ts` on each collective: the same collective is matched across ranks by its group
   and `seq`; the latest issue time among the members (on rank 0's clock, via each file's
   `clock_offset_us`) is written back on each rank's own clock. `ts + dur - last_arrival_ts` is
-  then the collective's time without waiting for stragglers.
+  then the collective's time without waiting for stragglers, and the wait itself becomes its own
+  event, `wait/arrival/<collective>`, on the collective's track.
 - `summary.json`: the loss per step (mean over DP ranks = the loss of the global batch), model
   state bytes per rank, and per-step collective bytes.
+- `trace.json`: one trace of all ranks, clock-aligned: each rank's events shifted by its
+  `clock_offset_us` onto rank 0's clock, `pid` = rank, the metadata that all ranks share plus
+  `ranks` and, per rank, what differs (`per_rank`: rank, clock offset, model states, host facts).
 
 Run by the launcher; after a torchrun job, copy the rank files into one folder and run
 `python -m zsim.runtime.merge DIR`.
@@ -18,6 +22,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from zsim.trace.schema import complete, document
 
 
 def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
@@ -42,12 +48,18 @@ def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
     return traces
 
 
+ARRIVAL = "wait/arrival/"
+
+
 def fill_last_arrival(traces: dict[int, dict[str, Any]]) -> int:
-    """Set `args.last_arrival_ts` where every member's event is present; returns how many were set."""
+    """Set `args.last_arrival_ts` where every member's event is present, and add the wait for the
+    last member as its own event, `wait/arrival/<collective>` on the collective's track from its issue
+    to the last arrival (when this rank was not the last); returns how many were set."""
     members: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
     for rank, doc in traces.items():
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not e.get("name", "").startswith(ARRIVAL)]
         for event in doc["traceEvents"]:
-            if event.get("ph") == "X" and "seq" in event.get("args", {}):  # a collective, either track
+            if is_collective(event):  # either track
                 members[(tuple(event["args"]["group"]), event["args"]["seq"])].append((rank, event))
     filled = 0
     for (group, _), found in members.items():
@@ -55,9 +67,15 @@ def fill_last_arrival(traces: dict[int, dict[str, Any]]) -> int:
             continue  # a rank stopped early: arrival unknown
         offsets = {rank: traces[rank]["metadata"]["clock_offset_us"] for rank, _ in found}
         for rank, event in found:  # on this rank's clock; its own issue time exactly, not via offsets
-            event["args"]["last_arrival_ts"] = max(
-                other["ts"] if m == rank else other["ts"] + offsets[m] - offsets[rank] for m, other in found)
+            last = max(other["ts"] if m == rank else other["ts"] + offsets[m] - offsets[rank] for m, other in found)
+            event["args"]["last_arrival_ts"] = last
             filled += 1
+            if last > event["ts"]:
+                args = event["args"]
+                traces[rank]["traceEvents"].append(complete(
+                    ARRIVAL + event["name"], event["pid"], event["cat"], event["ts"], min(last, event["ts"] + event["dur"])
+                    - event["ts"], step=args["step"], micro_batch=args["micro_batch"], seq=args["seq"],
+                    **{"for": event["name"]}))
     return filled
 
 
@@ -65,30 +83,68 @@ def step_volumes(doc: dict[str, Any]) -> dict[int, dict[str, int]]:
     """step -> {op: bytes} over this rank's data-parallel collectives (nccl-tests bytes), plus
     `paper_bytes`: 2 x all_reduce + reduce_scatter + all_gather, the ZeRO paper's per-rank volume
     (§7: an all-reduce is a reduce-scatter and an all-gather, each moving the buffer once), and
-    `mp_all_reduce`: the bytes of Megatron's MP all-reduces (not part of the ZeRO volume)."""
+    `mp_all_reduce`: the bytes of Megatron's MP all-reduces (not part of the ZeRO volume), and
+    `checks`: the optimizer's overflow and gradient-norm all-reduces (4 bytes each, DP and MP)."""
     volumes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for event in doc["traceEvents"]:
         args = event.get("args", {})
-        if event.get("ph") != "X" or "seq" not in args:  # not a collective
+        if not is_collective(event):
             continue
         step = volumes[args["step"]]
+        if is_check(event):  # the optimizer's overflow flag and gradient norm: 4 bytes, not model states
+            step["checks"] += args["bytes"]
+            continue
         if "/mp." in event["name"]:
             step["mp_all_reduce"] += args["bytes"]
             continue
         step[args["op"]] += args["bytes"]
-        if not event["name"].endswith("grads.overflow"):  # the fp16 overflow flag is not a model state
-            step["paper_bytes"] += args["bytes"] * (2 if args["op"] == "all_reduce" else 1)
+        step["paper_bytes"] += args["bytes"] * (2 if args["op"] == "all_reduce" else 1)
     return {s: dict(v) for s, v in volumes.items()}
 
 
+def is_check(event: dict[str, Any]) -> bool:
+    """The optimizer's 4-byte agreement all-reduces: `all_reduce/overflow.dp`, `all_reduce/norm.mp`..."""
+    return event["name"].startswith(("all_reduce/overflow.", "all_reduce/norm."))
+
+
+def is_collective(event: dict[str, Any]) -> bool:
+    """A collective's complete event (on either track): it names its group."""
+    return event.get("ph") == "X" and "group" in event.get("args", {})
+
+
+PER_RANK_KEYS = ("rank", "clock_offset_us", "model_states", "host", "host_facts", "device")
+
+
+def merged_trace(traces: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """One trace document of every rank on rank 0's clock (see the module docstring)."""
+    events: list[dict[str, Any]] = []
+    for rank, doc in sorted(traces.items()):
+        offset = doc["metadata"]["clock_offset_us"]
+        for event in doc["traceEvents"]:
+            event = dict(event, pid=rank)
+            if "ts" in event:
+                event["ts"] = event["ts"] + offset
+                if "last_arrival_ts" in event.get("args", {}):
+                    event["args"] = dict(event["args"], last_arrival_ts=event["args"]["last_arrival_ts"] + offset)
+            events.append(event)
+    first = traces[min(traces)]["metadata"]
+    metadata = {k: v for k, v in first.items() if k not in PER_RANK_KEYS}
+    metadata.update(ranks=sorted(traces), clock_aligned=True, clock_offset_us=0.0,
+                    per_rank={r: {k: d["metadata"].get(k) for k in PER_RANK_KEYS} for r, d in sorted(traces.items())})
+    return document(events, metadata)
+
+
 def merge(out_dir: Path) -> dict[str, Any]:
-    """Fill in last_arrival_ts in every trace file and write summary.json; returns the summary."""
+    """Fill in last_arrival_ts in every trace file, write the merged trace.json and summary.json;
+    returns the summary."""
     traces = load_traces(out_dir)
     fill_last_arrival(traces)
     from zsim.report.outputs import write_atomic
 
     for rank, doc in traces.items():
         write_atomic(out_dir / f"rank{rank}.trace.json", json.dumps(doc))
+    if traces:
+        write_atomic(out_dir / "trace.json", json.dumps(merged_trace(traces)))
     from zsim.config.yamlfile import read_json
 
     ranks = {}

@@ -11,18 +11,23 @@ are plain nn.Parameters here; the engine replaces them with views of its flat bu
 `torch.func.functional_call`, so this file stays a readable model and doubles as the reference
 for the single-process and torch ZeRO/FSDP cross-checks.
 
-The LM head is not tied to the token embedding (Megatron-LM ties them): tying would make one
-tensor belong to two units. The parameter count Ψ that traces record is this model's exact count.
+The LM head is tied to the word embedding by default (`tied_head`, as Megatron-LM and GPT-2 do):
+the head unit then owns only the final layer norm and computes its logits with the embedding unit's
+word weight, which the engine passes in. The vocabulary is padded as the simulator and Megatron-LM
+pad it (`gpt_config`: a multiple of vocab_padding x MP, 128 unless the model says), so the parameter count Ψ that traces record is the
+simulator's (zsim.workload.transformer.total_params).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from zsim.workload.transformer import model_vocab
 
 if TYPE_CHECKING:
     from zsim.config.schema import ModelSection
@@ -37,7 +42,7 @@ class GPTConfig:
     hidden: int  # hidden size h (C)
     heads: int  # attention (query) heads a; divides hidden
     seq_len: int  # tokens per sequence T
-    vocab: int  # vocabulary size V
+    vocab: int  # vocabulary size V (padded: see gpt_config)
     ffn_hidden: int | None = None  # MLP inner width f; None: 4h
     gated_mlp: bool = False  # SwiGLU: down(silu(gate(x)) * up(x)), gate and up fused in one linear
     kv_heads: int | None = None  # key/value heads (grouped-query attention); None: heads
@@ -46,6 +51,7 @@ class GPTConfig:
     norm: str = "layernorm"  # "layernorm" or "rmsnorm"
     position: str = "learned"  # "learned" (a table) or "rotary" (RoPE, no parameters)
     max_positions: int | None = None  # rows of the learned position table; None: seq_len
+    tied_head: bool = True  # the LM head uses the word embedding's weight
 
     @classmethod
     def of(cls, model: ModelSection) -> GPTConfig:
@@ -68,6 +74,13 @@ class GPTConfig:
     @property
     def has_qkv_bias(self) -> bool:
         return self.linear_bias if self.qkv_bias is None else self.qkv_bias
+
+
+def gpt_config(model: ModelSection, mp: int = 1) -> GPTConfig:
+    """The GPTConfig of a scenario's model section for MP degree `mp`: every shape field copied, the
+    vocabulary padded as the simulator's workload and Megatron-LM (_vocab_size_with_padding) pad it
+    (zsim.workload.transformer.model_vocab: a multiple of vocab_padding·mp, 128 unless the model says)."""
+    return replace(GPTConfig.of(model), vocab=model_vocab(model, mp))
 
 
 def norm(cfg: GPTConfig) -> nn.Module:
@@ -166,15 +179,17 @@ class Embedding(nn.Module):
 
 
 class Head(nn.Module):
-    """Final layer norm, LM head and the mean next-token cross-entropy (computed in fp32)."""
+    """Final layer norm, LM head and the mean next-token cross-entropy (computed in fp32). Tied: no
+    weight of its own; `forward` gets the word embedding's (V, C) weight."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.ln = norm(cfg)
-        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)  # C -> V
+        self.lm_head = None if cfg.tied_head else nn.Linear(cfg.hidden, cfg.vocab, bias=False)  # C -> V
 
-    def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(self.ln(x))  # (B, T, V)
+    def forward(self, x: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        w = weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(self.ln(x), w)  # (B, T, V)
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
@@ -192,7 +207,8 @@ class GPT(nn.Module):
         x = idx
         for unit in self.units[:-1]:
             x = unit(x)
-        return self.units[-1](x, targets)
+        words = self.units[0].tokens.weight if self.cfg.tied_head else None
+        return self.units[-1](x, targets, words)
 
 
 def unit_name(index: int, count: int) -> int | str:
@@ -219,13 +235,13 @@ def forward_flops(cfg: GPTConfig, unit: int | str, micro_batch: int, mp: int = 1
     Language Model Training on GPU Clusters", SC'21, §5.1): QKV 2·B·s·h·(h + 2·kv·d), QKᵀ and
     attention·V 4·B·s²·h, output projection 2·B·s·h², MLP 2·B·s·h·f per matrix (2 matrices, 3 when
     gated); for GPT 24·B·s·h² + 4·B·s²·h. Divided by the MP degree (each MP rank computes 1/mp of a
-    block); the head 2·B·s·h·V (replicated on every MP rank); the embedding is a lookup (0).
+    block); the head 2·B·s·h·V/mp (its rows of the vocabulary); the embedding is a lookup (0).
     """
     b, s, h = micro_batch, cfg.seq_len, cfg.hidden
     if unit == "embed":
         return 0
     if unit == "head":
-        return 2 * b * s * h * cfg.vocab
+        return 2 * b * s * h * cfg.vocab // mp
     qkv = 2 * b * s * h * (h + 2 * cfg.kv * cfg.head_dim)
     mlp = (3 if cfg.gated_mlp else 2) * 2 * b * s * h * cfg.ffn
     return (qkv + 4 * b * s * s * h + 2 * b * s * h * h + mlp) // mp

@@ -6,12 +6,19 @@ for attention), their second linears by input rows; `f` (identity forward, all-r
 sits before each column-parallel layer and `g` (all-reduce forward, identity backward) after each
 row-parallel one: 2 all-reduces of the (B, T, C) activations in forward and 2 in backward per
 block. Layer norms and the row-parallel biases are replicated (their gradients are identical on
-every MP rank, because the activations and gradients at block boundaries are). The embedding and
-the head are replicated too (Megatron splits them by vocabulary; here they stay whole, so an MP
-rank holds them entirely).
+every MP rank, because the activations and gradients at block boundaries are).
 
-`shard_block` cuts a full `Block` into this rank's `ParallelBlock`, so an MP run starts from the
-same weights as the unsplit model and can be compared with it loss by loss.
+The embedding and the head are split by vocabulary, as Megatron-LM does (VocabParallelEmbedding,
+parallel_lm_logits, vocab_parallel_cross_entropy in megatron/core/tensor_parallel/): MP rank m holds
+rows [m·V/mp, (m+1)·V/mp) of the (padded) word embedding; its lookup zeroes the tokens outside its
+range and one all-reduce of the (B, T, C) output sums the parts (forward only); the position
+table (learned positions only) is replicated. The head (final norm, replicated) computes this rank's V/mp logits
+against the same rows (tied) or its own V/mp x C weight (untied), behind an `f` (its input gradient
+is all-reduced in backward), and the cross-entropy needs three all-reduces of one fp32 per token in
+forward: the max logit, the target's logit and the sum of exponentials.
+
+`shard_block`, `shard_embedding` and `shard_head` cut the full modules into this rank's parts, so an
+MP run starts from the same weights as the unsplit model and can be compared with it loss by loss.
 """
 
 from __future__ import annotations
@@ -19,11 +26,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
-from .model import Block, GPTConfig, activate, attend, norm
+from .model import Block, Embedding, GPTConfig, Head, activate, attend, norm
 
-AllReduce = Callable[[torch.Tensor], None]  # in-place sum over the MP group (traced)
+AllReduce = Callable[..., None]  # all_reduce(tensor, op=SUM): in place over the MP group (traced)
 
 
 class _CopyToMP(torch.autograd.Function):
@@ -139,4 +148,103 @@ def shard_block(block: Block, *, mp_rank: int, mp: int, all_reduce: AllReduce) -
         part.mlp.proj_bias.copy_(block.mlp.proj.bias)
     part.ln1.load_state_dict(block.ln1.state_dict())
     part.ln2.load_state_dict(block.ln2.state_dict())
+    return part
+
+
+class VocabParallelEmbedding(nn.Module):
+    """This MP rank's rows of the word embedding plus the whole learned position table (none for a
+    rotary model, `positions` None): (B, T) -> (B, T, C)."""
+
+    def __init__(self, vocab: int, hidden: int, positions: int | None, mp: int, mp_rank: int,
+                 all_reduce: AllReduce):
+        super().__init__()
+        rows = vocab // mp
+        self.lo, self.hi = mp_rank * rows, (mp_rank + 1) * rows
+        self.tokens = nn.Embedding(rows, hidden)  # rows [lo, hi) of the V x C word embedding
+        self.positions = None if positions is None else nn.Embedding(positions, hidden)
+        self.all_reduce = all_reduce
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        outside = (idx < self.lo) | (idx >= self.hi)
+        local = (idx - self.lo).masked_fill(outside, 0)
+        x = self.tokens(local).masked_fill(outside.unsqueeze(-1), 0.0)  # (B, T, C), zero for other ranks' tokens
+        x = _ReduceFromMP.apply(x, self.all_reduce)
+        if self.positions is None:
+            return x
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        return x + self.positions(positions)
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """Per-token cross-entropy of logits split by vocabulary (Megatron-LM vocab_parallel_cross_entropy):
+    all-reduce the max logit (MAX), the target's logit and the sum of exponentials (SUM)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, lo: int, all_reduce: AllReduce) -> torch.Tensor:
+        # logits (N, V/mp) fp32, targets (N,)
+        logits_max = logits.max(dim=-1).values
+        all_reduce(logits_max, op=dist.ReduceOp.MAX)
+        shifted = logits - logits_max.unsqueeze(-1)
+        outside = (targets < lo) | (targets >= lo + logits.shape[-1])
+        local = (targets - lo).masked_fill(outside, 0)
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        predicted = shifted[rows, local].masked_fill(outside, 0.0)
+        all_reduce(predicted)
+        exp = shifted.exp()
+        sum_exp = exp.sum(dim=-1)
+        all_reduce(sum_exp)
+        ctx.save_for_backward(exp.div_(sum_exp.unsqueeze(-1)), outside, local)
+        return sum_exp.log() - predicted  # (N,)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        softmax, outside, local = ctx.saved_tensors
+        rows = torch.arange(softmax.shape[0], device=softmax.device)
+        g = softmax.clone()
+        g[rows, local] -= (~outside).to(g.dtype)
+        return g * grad.unsqueeze(-1), None, None, None
+
+
+class ParallelHead(nn.Module):
+    """Final norm (replicated) and this rank's V/mp logits; returns the mean loss."""
+
+    def __init__(self, cfg: GPTConfig, vocab: int, mp: int, mp_rank: int, tied: bool, all_reduce: AllReduce):
+        super().__init__()
+        hidden = cfg.hidden
+        self.ln = norm(cfg)
+        self.lo = mp_rank * (vocab // mp)
+        self.lm_head = None if tied else nn.Linear(hidden, vocab // mp, bias=False)
+        self.all_reduce = all_reduce
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        w = weight if self.lm_head is None else self.lm_head.weight
+        x = _CopyToMP.apply(self.ln(x), self.all_reduce)
+        logits = F.linear(x, w)  # (B, T, V/mp)
+        loss = _VocabParallelCrossEntropy.apply(logits.float().flatten(0, 1), targets.flatten(), self.lo,
+                                                self.all_reduce)
+        return loss.mean()
+
+
+@torch.no_grad()
+def shard_embedding(embedding: Embedding, *, mp_rank: int, mp: int, all_reduce: AllReduce) -> VocabParallelEmbedding:
+    """MP rank `mp_rank`'s VocabParallelEmbedding holding its rows of `embedding`."""
+    vocab, hidden = embedding.tokens.weight.shape
+    table = embedding.positions
+    part = VocabParallelEmbedding(vocab, hidden, None if table is None else table.weight.shape[0], mp, mp_rank,
+                                  all_reduce)
+    part.tokens.weight.copy_(embedding.tokens.weight[part.lo:part.hi])
+    if table is not None:
+        part.positions.weight.copy_(table.weight)
+    return part
+
+
+@torch.no_grad()
+def shard_head(head: Head, *, cfg: GPTConfig, mp_rank: int, mp: int, all_reduce: AllReduce) -> ParallelHead:
+    """MP rank `mp_rank`'s ParallelHead: the final norm, and its rows of an untied LM weight."""
+    vocab = cfg.vocab
+    part = ParallelHead(cfg, vocab, mp, mp_rank, head.lm_head is None, all_reduce)
+    part.ln.load_state_dict(head.ln.state_dict())
+    if part.lm_head is not None:
+        rows = vocab // mp
+        part.lm_head.weight.copy_(head.lm_head.weight[mp_rank * rows:(mp_rank + 1) * rows])
     return part

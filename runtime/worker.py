@@ -29,9 +29,10 @@ import zsim
 from .comm import Collectives
 from .config import RunConfig
 from .data import global_batch, micro_batch
+from .host import host_facts
 from .ledger import MemoryLedger
-from .model import GPT, GPTConfig
-from .tensor_parallel import shard_block
+from .model import GPT, gpt_config
+from .tensor_parallel import shard_block, shard_embedding, shard_head
 from .tracer import Tracer
 from .zero import ENGINES
 from .zero.engine import EngineOptions, ZeroEngine
@@ -121,18 +122,19 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     ledger = MemoryLedger(on_change=tracer.memory)
     m = cfg.model
     torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig.of(m))
+    model = GPT(gpt_config(m, cfg.mp))
+    total_params = sum(p.numel() for p in model.parameters())  # Ψ of the whole model (a tied weight once)
     comm, mp_comm = _groups(cfg, env, tracer, on_cuda)
-    world = Collectives(tracer, None, on_cuda=on_cuda) if mp_comm is not None else comm
     if mp_comm is not None:
-        _split_blocks(model, mp_comm)
+        _split_model(model, mp_comm)
     engine = ENGINES[cfg.stage](model, options=EngineOptions(
         precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
         prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
-        comm=comm, tracer=tracer, ledger=ledger, device=device, world=world)
-    metadata = _metadata(cfg, env, engine, backend, device, offset)
+        comm=comm, tracer=tracer, ledger=ledger, device=device, mp_comm=mp_comm)
+    metadata = _metadata(cfg, env, engine, backend, device, offset, total_params)
     summary: dict[str, Any] = {"rank": env.rank, "dp_rank": engine.rank, "losses": [],
-                               "model_states": engine.model_state_bytes(), "params": engine.params,
+                               "model_states": engine.model_state_bytes(), "params": total_params,
+                               "params_per_mp_rank": engine.params,
                                "params_padded": engine.params_padded, "step_seconds": []}
     profiler = _profiler(cfg, out, env.rank)
     progress = _progress(cfg, env)
@@ -150,6 +152,7 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
             summary["step_seconds"].append(time.perf_counter() - start)
             summary["losses"].append(loss)
             summary["skipped_steps"] = engine.skipped_steps
+            summary.setdefault("grad_norms", []).append(engine.grad_norm)
             summary["peak_bytes"] = dict(ledger.peak, total=ledger.peak_total)
             if profiler is not None:
                 profiler.step()
@@ -183,21 +186,31 @@ def _groups(cfg: RunConfig, env: RankEnv, tracer: Tracer, on_cuda: bool) -> tupl
             Collectives(tracer, mp_groups[env.rank // cfg.mp], on_cuda=on_cuda, stream="compute"))
 
 
-def _split_blocks(model: GPT, mp_comm: Collectives) -> None:
-    """Replace every block by this MP rank's ParallelBlock (same initial weights, sliced)."""
-    mp_rank = mp_comm.ranks.index(dist.get_rank())
-    for i in range(1, len(model.units) - 1):
-        def all_reduce(t: torch.Tensor, what: str = f"mp.layer.{i - 1}") -> None:
-            mp_comm.all_reduce(t, what).wait()
-        model.units[i] = shard_block(model.units[i], mp_rank=mp_rank, mp=mp_comm.size, all_reduce=all_reduce)
+def _split_model(model: GPT, mp_comm: Collectives) -> None:
+    """Replace every unit by this MP rank's part (same initial weights, sliced): the blocks
+    Megatron-style, the embedding and the head by vocabulary (runtime/tensor_parallel.py)."""
+    mp_rank, mp = mp_comm.ranks.index(dist.get_rank()), mp_comm.size
+    count = len(model.units)
+
+    def traced(what: str):
+        def all_reduce(t: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM) -> None:
+            mp_comm.all_reduce(t, what, op=op).wait()
+        return all_reduce
+    model.units[0] = shard_embedding(model.units[0], mp_rank=mp_rank, mp=mp, all_reduce=traced("mp.embed"))
+    for i in range(1, count - 1):
+        model.units[i] = shard_block(model.units[i], mp_rank=mp_rank, mp=mp,
+                                     all_reduce=traced(f"mp.layer.{i - 1}"))
+    model.units[count - 1] = shard_head(model.units[count - 1], cfg=model.cfg, mp_rank=mp_rank, mp=mp,
+                                        all_reduce=traced("mp.head"))
 
 
-def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, device: torch.device, offset: float
-              ) -> dict[str, Any]:
+def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, device: torch.device, offset: float,
+              total_params: int) -> dict[str, Any]:
     return {
         "source": "measured",
         "model": cfg.model.model_dump(),
-        "params": engine.params,
+        "params": total_params,
+        "params_per_mp_rank": engine.params,
         "params_padded": engine.params_padded,
         "zero": {"stage": cfg.stage, "activation_checkpointing": cfg.checkpointing,
                  "reduce_bucket_elements": cfg.bucket_elements, "prefetch_layers": cfg.prefetch_layers},
@@ -211,6 +224,7 @@ def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, de
         "backend": backend,
         "device": str(device),
         "host": socket.gethostname(),
+        "host_facts": host_facts(env.local_world_size),
         "versions": {"zsim": zsim.__version__, "torch": torch.__version__, "python": platform.python_version()},
         "clock_offset_us": offset,
         "model_states": engine.model_state_bytes(),

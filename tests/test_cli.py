@@ -29,7 +29,7 @@ def test_flagship_writes_outputs_and_facts(flagship):
     assert trace["schema"] == "zsim-trace/1" and trace["metadata"]["source"] == "simulated"
     names = {e["name"] for e in trace["traceEvents"]}
     assert {"fwd/layer.0", "bwd/layer.127", "recompute/layer.5", "optimizer/step",
-            "all_gather/params.layer.3", "reduce_scatter/grads.layer.3", "memory"} <= names
+            "all_gather/params.layer.3", "reduce_scatter/grads.bucket.3", "memory"} <= names
     tids = {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert tids == {0, 1}  # compute and comm tracks
     assert json.loads((out / "result.json").read_text())["fits"] is True

@@ -27,7 +27,7 @@ nccl:
   latency_us: {LL: 3.6, LL128: 8.0, Simple: 4.0}
   step_latency_us: {LL: 0.5, LL128: 0.0, Simple: 5.8}
   unaligned_copy_GBps: 70
-  unaligned_reduce_GBps: {8: 60, 4: 50}
+  unaligned_reduce_GBps: 40
 """
 
 

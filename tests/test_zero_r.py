@@ -17,6 +17,7 @@ from zsim.config.yamlfile import read_yaml_mapping
 from zsim.engine.simulation import simulate
 from zsim.memory.timeline import CSV_COLUMNS, keep_indices, timeline_facts
 from zsim.report.facts import facts
+from zsim.zero.buckets import padded_bucket
 from zsim.zero.model_states import model_states, stage_partition
 from zsim.zero.residual import stage1_flat_gradient_bytes, step_gradient_bytes
 
@@ -75,8 +76,10 @@ def test_without_cb_stages_0_to_2_reduce_from_a_fused_4psi_fp32_buffer():
     for stage in (0, 1, 2):
         r = simulate(small_scenario(zero={"stage": stage, "constant_buffers": False}))
         psi = r.workload.params_per_mp_rank
-        reductions = [e for e in r.events if e["name"].startswith(("all_reduce/grads", "reduce_scatter/grads"))]
-        assert len(reductions) == 1 and reductions[0]["args"]["bytes"] == 2 * psi  # traffic in fp16
+        reductions = [e for e in r.events if e["name"].startswith(("all_reduce/grads.bucket", "reduce_scatter/grads"))]
+        # traffic in fp16, the bucket padded to a multiple of 2·Nd in stages 1-2 (zsim.zero.buckets)
+        nd = r.scenario.layout.dp
+        assert len(reductions) == 1 and reductions[0]["args"]["bytes"] == 2 * (padded_bucket(psi, nd) if stage else psi)
         assert r.ledger.peak_reserved >= r.ledger.peak >= r.model_states.total + 4 * psi  # the 4Ψ fp32 buffer
         # With CB the staging buffer is one bucket of fp16 gradients, whatever the model size; stage 1
         # (DeepSpeed v0.2) flattens a second copy of all gradients, then stages each interval's list.

@@ -18,8 +18,8 @@ from typing import NoReturn
 from zsim import __version__
 from zsim.errors import EXIT_BAD_INPUT, EXIT_OK, ZsimError, printable
 
-COMMANDS = ("run", "sweep", "memory", "maxsize", "collective", "nccl-fit", "gemm-fit", "validate", "trace", "profiles",
-            "schema", "completion")
+COMMANDS = ("run", "sweep", "memory", "maxsize", "collective", "nccl-fit", "gemm-fit", "calibrate", "replay",
+            "validate", "trace", "profiles", "schema", "completion")
 
 
 MAX_LINE = 300  # characters of one error line: longer messages are cut

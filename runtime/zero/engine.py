@@ -2,9 +2,12 @@
 model states live and how gradients and parameters move.
 
 A step: zero the gradients; for each micro-batch, forward unit by unit (`fwd/<unit>` events),
-then backward, where hooks time each unit (`bwd/<unit>`: from the gradient of the unit's output
-to its parameter gradient being accumulated) and hand the unit's gradient to the stage
-(`grad_ready`); then wait for the reductions and step the optimizer (`optimizer/step`).
+then backward, where hooks time each unit (`bwd/<unit>`: from the gradient of the unit's output,
+once the stage has what the unit needs (stage 3: its gathered parameters), to its parameter
+gradient being accumulated) and hand the unit's gradient to the stage (`grad_ready`); then wait
+for the reductions and step the optimizer (`optimizer/step`). Waiting for a collective is its own
+`wait/...` event (runtime/comm.py); a span's `nested_us` is the time of the events nested in it
+(Megatron's in-line MP all-reduces, a checkpointed block's recomputation).
 
 The loss is multiplied by S / (grad_accum x Nd) before backward (S: the fp16 loss scale, else 1),
 so that summing gradients over ranks gives the gradient of the mean loss over the global batch.
@@ -61,7 +64,7 @@ class EngineOptions:
     prefetch_layers: int  # stage 3: 0 or 1
     lr: float
     micro_batch: int
-    mp: int = 1  # tensor-parallel degree (for the FLOPs of a block)
+    mp: int = 1  # tensor-parallel degree (for the FLOPs of a block and the head)
 
 
 class ZeroEngine:
@@ -71,15 +74,16 @@ class ZeroEngine:
 
     stage: int
     partitioned: frozenset[str]
+    pads_tensors = False  # stage 3: every parameter tensor padded to a multiple of Nd (runtime/flat.py)
 
     def __init__(self, model: GPT, *, options: EngineOptions, comm: Collectives, tracer: Tracer,
-                 ledger: MemoryLedger, device: torch.device, world: Collectives | None = None):
-        """`comm`: the DP group ZeRO partitions across; `world`: all ranks (with MP, where the fp16
-        overflow decision must be agreed), by default `comm`."""
+                 ledger: MemoryLedger, device: torch.device, mp_comm: Collectives | None = None):
+        """`comm`: the DP group ZeRO partitions across; `mp_comm`: the MP group, if any (the fp16
+        overflow decision is agreed over DP, then over MP, as DeepSpeed does)."""
         self.cfg: GPTConfig = model.cfg
         self.options = options
         self.comm, self.tracer, self.ledger, self.device = comm, tracer, ledger, device
-        self.world = world or comm
+        self.mp_comm = mp_comm
         self.dtype = DTYPES[options.precision]
         self.mixed = options.precision != "fp32"
         self.dp = comm.size
@@ -87,7 +91,7 @@ class ZeroEngine:
         self.scaler = DynamicLossScaler() if options.precision == "fp16" else None
         self.skipped_steps = 0
         self.reduce_now = True  # does this micro-batch's backward reduce gradients?
-        parts = self.dp if self.partitioned else 1
+        parts = self.dp if self.pads_tensors else 1
         self.units: list[Unit] = []
         init32: list[torch.Tensor] = []
         count = len(model.units)
@@ -98,11 +102,15 @@ class ZeroEngine:
             name = unit_name(i, count)
             self.units.append(Unit(i, name, module, layout, torch.empty(0), forward_flops(
                 self.cfg, name, options.micro_batch, options.mp)))
+        # The units whose parameters each unit computes with: a tied head uses the embedding's too.
+        self.uses = {u.index: (u.index,) for u in self.units}
+        if self.cfg.tied_head:
+            self.uses[count - 1] = (count - 1, 0)
         self.activations = self._saved_tensors()
         self.optimizer = self.setup(init32)
         for u in self.units:
             u.param.register_post_accumulate_grad_hook(partial(self._backward_ends, u))
-        self._backward_start: dict[int, float] = {}
+        self._backward_start: dict[int, tuple[float, float]] = {}
 
     # --- what a stage provides -------------------------------------------------------------------
     def setup(self, init32: list[torch.Tensor]) -> FlatAdam:
@@ -173,7 +181,9 @@ class ZeroEngine:
 
     def _run(self, u: Unit, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if u.name == "head":
-            return functional_call(u.module, u.layout.views(u.param), (h, targets))
+            embed = self.units[0]
+            words = embed.layout.views(embed.param)["tokens.weight"] if self.cfg.tied_head else None
+            return functional_call(u.module, u.layout.views(u.param), (h, targets, words))
         if self.options.checkpointing and isinstance(u.name, int):
             def run(x: torch.Tensor, param: torch.Tensor, module=u.module, layout=u.layout) -> torch.Tensor:
                 return functional_call(module, layout.views(param), (x,))
@@ -189,24 +199,32 @@ class ZeroEngine:
         self.ledger.set("activations", self.activations.total)
 
     def _backward_begins(self, u: Unit, grad: torch.Tensor) -> None:
+        self.before_backward(u)  # stage 3 waits for the gather here, before the span starts
         self.tracer.sync()
-        self._backward_start[u.index] = self.tracer.now_us()
-        self.before_backward(u)
+        self._backward_start[u.index] = self.tracer.mark()
 
     def _backward_ends(self, u: Unit, param: torch.Tensor) -> None:
-        start = self._backward_start.pop(u.index)
+        mark = self._backward_start.pop(u.index)
         self.tracer.sync()
-        self.tracer.complete(layer_event("bwd", u.name), "compute", start, self.tracer.now_us(), flops=2 * u.flops)
+        self.tracer.complete_span(layer_event("bwd", u.name), mark, flops=2 * u.flops)
         self.activations.release(u.index)
         self.ledger.set("activations", self.activations.total)
         self.grad_ready(u)
         self.after_backward(u)
 
     def _optimizer_step(self) -> None:
-        overflow = self._overflow()
+        """The checks before Adam, as DeepSpeed's ZeRO optimizer and the simulator's plan run them
+        (zsim/zero/plan.py _optimizer): mixed precision first agrees on a gradient overflow
+        (`optimizer/overflow`, a 4-byte MAX all-reduce over DP, then MP), then the gradient norm
+        (`optimizer/norm`, a SUM over DP, then MP; recorded in the summary, no clipping), then the fp32
+        gradient copy (`optimizer/grads_copy`) and Adam."""
+        overflow = self._overflow() if self.mixed else False
+        self.grad_norm = self._grad_norm()
+        with self.tracer.span("optimizer/grads_copy"):  # the fp32 gradient copy Adam reads (DeepSpeed's)
+            grads = None if overflow else self.optimizer.grads_copy(1.0 / self.scaler.scale if self.scaler else 1.0)
         with self.tracer.span("optimizer/step", elements=self.optimizer.elements, skipped=overflow):
             if not overflow:
-                self.optimizer.step(1.0 / self.scaler.scale if self.scaler else 1.0)
+                self.optimizer.step(grads=grads)
         if self.scaler:
             self.scaler.update(overflow)
         if overflow:
@@ -214,56 +232,63 @@ class ZeroEngine:
         else:
             self.after_step()
 
+    def _agree(self, check: str, value: torch.Tensor, op: dist.ReduceOp) -> None:
+        """All-reduce `value` in line (compute track) over DP, then over MP."""
+        self.comm.inline().all_reduce(value, f"{check}.dp", op=op).wait()
+        if self.mp_comm is not None:
+            self.mp_comm.all_reduce(value, f"{check}.mp", op=op).wait()
+
     def _overflow(self) -> bool:
-        """fp16: did any gradient overflow on any rank? Stage 0 without MP holds the whole reduced
-        gradient on every rank, so its local answer is global; partitioned gradients, or MP ranks
-        holding different parameters, need a 1-element all-reduce over all ranks."""
-        if self.scaler is None:
-            return False
-        local = self.optimizer.found_overflow()
-        if "optimizer" not in self.partitioned and self.world is self.comm:
-            return local
-        flag = torch.tensor([float(local)], device=self.device)
-        self.world.all_reduce(flag, "grads.overflow", op=dist.ReduceOp.MAX).wait()
+        """Did any gradient overflow (inf or NaN) on any rank? (DeepSpeed's has_overflow.)"""
+        with self.tracer.span("optimizer/overflow"):
+            flag = torch.tensor([float(self.optimizer.found_overflow())], device=self.device)
+        self._agree("overflow", flag, dist.ReduceOp.MAX)
         return bool(flag.item())
+
+    def _grad_norm(self) -> float:
+        """The L2 norm of the step's gradient (as the optimizer sees it: loss-scaled in fp16), from
+        the squares of this rank's partition summed over DP (stage 0: every rank holds all of it,
+        so the sum is divided by Nd) and MP (replicated layer norms and biases count once per MP rank)."""
+        with self.tracer.span("optimizer/norm"):
+            square = torch.zeros(1, dtype=torch.float64, device=self.device)
+            for seg in self.optimizer.segments:
+                square += seg.grad.double().pow(2).sum()
+        square = square.float()
+        self._agree("norm", square, dist.ReduceOp.SUM)
+        return float(square.item() / (1 if self.partitioned else self.dp)) ** 0.5
 
     # --- facts for the trace ---------------------------------------------------------------------
     @property
     def params(self) -> int:
-        """Ψ: the model's parameters."""
+        """Ψ of this MP rank (what ZeRO partitions): its units' parameters."""
         return sum(u.layout.numel for u in self.units)
 
     @property
     def params_padded(self) -> int:
-        """Ψ rounded up per unit to a multiple of Nd when partitioned (the elements communicated)."""
-        return sum(u.layout.padded for u in self.units)
+        """Ψ as allocated when whole: per bucket padded to 2·Nd (stages 1-2), per tensor to Nd (3)."""
+        part = getattr(self, "part", None)
+        return part.total if part is not None else sum(u.layout.padded for u in self.units)
+
+    def _owned(self) -> tuple[int, int]:
+        """(elements, real elements) of this rank's partition."""
+        part = getattr(self, "part", None)
+        if part is not None:
+            return part.shard, part.shard_real(self.rank)
+        return sum(u.layout.shard for u in self.units), sum(u.layout.shard_real(self.rank) for u in self.units)
 
     def model_state_bytes(self) -> dict[str, dict[str, int]]:
         """Per category, bytes this rank allocates (`bytes`, padding included) and of real
-        parameters (`real`): es·Ψ for unpartitioned states, es·(its shards) for partitioned ones
+        parameters (`real`): es·Ψ for unpartitioned states, es·(its chunks) for partitioned ones
         (ZeRO paper Table 1 / §5: es = 2 mixed, 4 fp32; optimizer K = 12 mixed, 8 fp32)."""
         per_element = {"params": self.dtype.itemsize, "grads": self.dtype.itemsize,
                        "optimizer": 12 if self.mixed else 8}
+        owned = self._owned() if self.partitioned else (0, 0)
         result = {}
         for category, es in per_element.items():
-            if category in self.partitioned:
-                alloc = sum(u.layout.shard for u in self.units)
-                real = sum(u.layout.shard_real(self.rank) for u in self.units)
-            else:
-                alloc, real = self.params_padded, self.params
+            alloc, real = owned if category in self.partitioned else (self.params_padded, self.params)
             result[category] = {"bytes": alloc * es, "real": real * es}
         return result
 
     # --- helpers for the stages ------------------------------------------------------------------
-    def shard_of(self, flat: torch.Tensor, u: Unit) -> torch.Tensor:
-        """This rank's shard of a unit-sized flat tensor: [r·P/Nd, (r+1)·P/Nd)."""
-        s = u.layout.shard
-        return flat[self.rank * s:(self.rank + 1) * s]
-
-    def _owned_segments(self, init32: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]
-                        ) -> list[Segment]:
-        return [Segment(p, g, self.shard_of(i, u) if "optimizer" in self.partitioned else i)
-                for u, i, p, g in zip(self.units, init32, params, grads)]
-
     def _optimizer(self, segments: list[Segment]) -> FlatAdam:
         return FlatAdam(segments, ledger=self.ledger, mixed=self.mixed, lr=self.options.lr)

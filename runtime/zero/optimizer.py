@@ -51,17 +51,26 @@ class FlatAdam:
             offset += n
 
     @torch.no_grad()
-    def step(self, inv_scale: float = 1.0) -> None:
-        """One Adam step on every segment; gradients are multiplied by `inv_scale` (1/loss scale)."""
+    def grads_copy(self, inv_scale: float = 1.0) -> list[torch.Tensor]:
+        """The fp32 gradients Adam reads, one per segment: a cast (and unscale by `inv_scale`, 1/loss
+        scale) pass over the partition, made before the update as DeepSpeed's ZeRO optimizer makes its
+        fp32 gradient copy (the simulator's `optimizer/grads_copy`)."""
+        out = []
+        for seg in self.segments:
+            grad = seg.grad.float() if seg.grad.dtype != torch.float32 else seg.grad
+            out.append(grad * inv_scale if inv_scale != 1.0 else grad)
+        return out
+
+    def step(self, inv_scale: float = 1.0, grads: list[torch.Tensor] | None = None) -> None:
+        """One Adam step on every segment, reading `grads` (from grads_copy; made here with
+        `inv_scale` when not given)."""
+        grads = self.grads_copy(inv_scale) if grads is None else grads
         self.steps += 1
         beta1, beta2 = self.betas
         bias1 = 1 - beta1 ** self.steps
         bias2_sqrt = math.sqrt(1 - beta2 ** self.steps)
-        for seg, m, v, master in zip(self.segments, self._views(self.exp_avg), self._views(self.exp_avg_sq),
-                                     self._views(self.master)):
-            grad = seg.grad.float() if seg.grad.dtype != torch.float32 else seg.grad
-            if inv_scale != 1.0:
-                grad = grad * inv_scale
+        for seg, grad, m, v, master in zip(self.segments, grads, self._views(self.exp_avg),
+                                           self._views(self.exp_avg_sq), self._views(self.master)):
             m.lerp_(grad, 1 - beta1)
             v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             denom = (v.sqrt() / bias2_sqrt).add_(self.eps)

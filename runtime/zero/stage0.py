@@ -12,7 +12,7 @@ import torch
 
 from .buckets import AllReduceBuckets, plan_buckets
 from .engine import Unit, ZeroEngine
-from .optimizer import FlatAdam
+from .optimizer import FlatAdam, Segment
 
 
 class Stage0(ZeroEngine):
@@ -28,8 +28,7 @@ class Stage0(ZeroEngine):
         elements = [u.layout.padded for u in self.units]
         self.reducer = AllReduceBuckets(plan_buckets(elements, self.options.bucket_elements), self.offsets,
                                         elements, self.grad_buffer, self.comm)
-        return self._optimizer(self._owned_segments(init32, [u.param.detach() for u in self.units],
-                                                    [u.param.grad for u in self.units]))
+        return self._optimizer([Segment(u.param.detach(), u.param.grad, i) for u, i in zip(self.units, init32)])
 
     def zero_grads(self) -> None:
         self.grad_buffer.zero_()

@@ -1,9 +1,11 @@
 """Stage 1, Pos (ZeRO paper §5.1): optimizer states partitioned across the Nd DP ranks.
 
 Each rank still holds all fp16/bf16 parameters (es·Ψ) and gradients (es·Ψ), but only 1/Nd of
-the optimizer state (KΨ/Nd): memory (2 + 2 + K/Nd)Ψ mixed (Table 1). After backward, gradient
-buckets are reduce-scattered (each rank needs only the summed gradient of the shards it updates),
-each rank updates its shards, and the updated parameters are all-gathered, unit by unit.
+the optimizer state (KΨ/Nd): memory (2 + 2 + K/Nd)Ψ mixed (Table 1). Parameters and gradients live
+in one flat buffer each, laid out bucket by bucket (runtime/zero/partition.py: each bucket padded
+to a multiple of 2·Nd, rank r owning its r-th chunk). After backward, each gradient bucket is
+reduce-scattered (each rank needs only the summed gradient of the chunks it updates), each rank
+updates its chunks, and the updated parameters are all-gathered, bucket by bucket.
 Communication per step: reduce-scatter Ψ + all-gather Ψ = 2Ψ, the same as plain DP (§7.2.1).
 """
 
@@ -11,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from .buckets import ReduceScatterBuckets, plan_buckets
-from .engine import Unit, ZeroEngine, unit_what
-from .optimizer import FlatAdam
-from .stage0 import _contiguous_grads
+from .buckets import PartitionReducer
+from .engine import Unit, ZeroEngine
+from .optimizer import FlatAdam, Segment
+from .partition import BucketPartition
 
 
 class Stage1(ZeroEngine):
@@ -22,31 +24,26 @@ class Stage1(ZeroEngine):
     partitioned = frozenset({"optimizer"})
 
     def setup(self, init32: list[torch.Tensor]) -> FlatAdam:
-        for u, values in zip(self.units, init32):
-            u.param = values.to(self.dtype).requires_grad_(True)
-            self.ledger.add("params", u.param.nbytes)
-        _, self.grad_buffer = _contiguous_grads(self.units, self.dtype, self.device)
-        self.ledger.add("grads", self.grad_buffer.nbytes)
-        self.reducer = ReduceScatterBuckets(
-            plan_buckets([u.layout.padded for u in self.units], self.options.bucket_elements),
-            [u.layout.shard for u in self.units], self.comm, self.ledger, self._deliver, self.dtype, self.device)
-        return self._optimizer(self._owned_segments(init32, [self.shard_of(u.param.detach(), u) for u in self.units],
-                                                    [self.shard_of(u.param.grad, u) for u in self.units]))
+        self.flat32 = flat_params(self, init32)
+        self.grad_flat = torch.zeros(self.part.total, dtype=self.dtype, device=self.device)
+        self.ledger.add("grads", self.grad_flat.nbytes)
+        for u in self.units:
+            at = self.part.unit_offset[u.index]
+            u.param.grad = self.grad_flat[at:at + u.layout.numel]  # autograd accumulates in place
+        self.reducer = PartitionReducer(self.part, self.comm, self.ledger, self._deliver, self.dtype, self.device,
+                                        source=self.grad_flat)
+        return self._optimizer(owned_segments(self, lambda b: self.part.own(self.grad_flat, b, self.rank)))
 
     def _deliver(self, bucket: int, out: torch.Tensor) -> None:
-        """The summed shards of a bucket's units overwrite this rank's shards of the full gradients."""
-        col = 0
-        for i in self.reducer.buckets[bucket]:
-            u = self.units[i]
-            self.shard_of(u.param.grad, u).copy_(out[col:col + u.layout.shard])
-            col += u.layout.shard
+        """The summed chunk overwrites this rank's chunk of the full gradient."""
+        self.part.own(self.grad_flat, bucket, self.rank).copy_(out)
 
     def zero_grads(self) -> None:
-        self.grad_buffer.zero_()
+        self.grad_flat.zero_()
 
     def grad_ready(self, unit: Unit) -> None:
         if self.reduce_now:
-            self.reducer.grad_ready(unit.index, unit.param.grad)
+            self.reducer.grad_ready(unit.index)
 
     def finish_reduction(self) -> None:
         self.reducer.finish()
@@ -55,12 +52,36 @@ class Stage1(ZeroEngine):
         all_gather_updated_params(self)
 
 
-def all_gather_updated_params(engine: ZeroEngine) -> None:
-    """Stages 1-2: every rank updated its shard of each unit; gather the whole units, in place
-    (this rank's input is its own shard of the output), all issued before any is waited on."""
-    pending = []
+def flat_params(engine: ZeroEngine, init32: list[torch.Tensor]) -> torch.Tensor:
+    """Stages 1-2: lay the units out bucket by bucket in one flat working buffer (`engine.flat`),
+    each unit's parameter a leaf aliasing its slice; returns the fp32 initial values, same layout."""
+    part = engine.part = BucketPartition.of([u.layout.numel for u in engine.units], engine.options.bucket_elements,
+                                            engine.dp)
+    flat32 = torch.zeros(part.total, dtype=torch.float32, device=engine.device)
+    for u, values in zip(engine.units, init32):
+        at = part.unit_offset[u.index]
+        flat32[at:at + u.layout.numel] = values
+    engine.flat = flat32.to(engine.dtype)
+    engine.ledger.add("params", engine.flat.nbytes)
     for u in engine.units:
-        full = u.param.detach()
-        pending.append(engine.comm.all_gather(full, engine.shard_of(full, u), f"params.{unit_what(u)}"))
+        at = part.unit_offset[u.index]
+        u.param = engine.flat[at:at + u.layout.numel].requires_grad_(True)
+    return flat32
+
+
+def owned_segments(engine: ZeroEngine, grad_chunk) -> list[Segment]:
+    """Stages 1-2: the optimizer's segments, one per bucket: this rank's chunk of the parameters,
+    `grad_chunk(bucket)` and the fp32 initial values."""
+    part = engine.part
+    return [Segment(part.own(engine.flat, b, engine.rank), grad_chunk(b), part.own(engine.flat32, b, engine.rank))
+            for b in range(len(part.buckets))]
+
+
+def all_gather_updated_params(engine: ZeroEngine) -> None:
+    """Stages 1-2: every rank updated its chunk of each bucket; gather the whole buckets, in place
+    (this rank's input is its own chunk of the output), all issued before any is waited on."""
+    part = engine.part
+    pending = [engine.comm.all_gather(part.bucket_slice(engine.flat, b), part.own(engine.flat, b, engine.rank),
+                                      f"params.bucket.{b}") for b in range(len(part.buckets))]
     for p in pending:
         p.wait()

@@ -51,7 +51,8 @@ class Traced:
 @pytest.fixture(scope="session")
 def traced(tmp_path_factory):
     """traced(name, **config) -> Traced, launching each distinct run once for all xdist workers."""
-    root = tmp_path_factory.getbasetemp().parent / "runtime-runs"
+    base = tmp_path_factory.getbasetemp()  # pytest-N/popen-gwK under xdist, pytest-N without
+    root = (base.parent if base.name.startswith("popen-gw") else base) / "runtime-runs"  # this session's only
     root.mkdir(exist_ok=True)
 
     def run(name: str, **changes) -> Traced:

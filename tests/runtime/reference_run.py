@@ -17,20 +17,21 @@ import torch
 import torch.distributed as dist
 
 from zsim.runtime.data import global_batch, micro_batch
-from zsim.runtime.model import GPT, GPTConfig
+from zsim.runtime.model import GPT, gpt_config
+from zsim.config.schema import ModelSection
 
 TINY = dict(layers=2, hidden=30, heads=2, seq_len=16, vocab=63, micro_batch=2)  # tests/runtime/conftest.py
 
 
 def train(impl: str, rank: int, world: int, steps: int, lr: float, seed: int) -> list[float]:
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(**{k: v for k, v in TINY.items() if k != "micro_batch"}))
+    model = GPT(gpt_config(ModelSection(**TINY)))
     if impl == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh("cpu", (world,))
-        for unit in model.units:
+        for unit in model.units[1:-1]:  # the embedding and the tied head share a weight: the root holds both
             fully_shard(unit, mesh=mesh)
         fully_shard(model, mesh=mesh)
         opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=False)

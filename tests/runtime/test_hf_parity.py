@@ -21,7 +21,8 @@ def llama_like(model_type: str):
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ, rms_norm_eps=1e-5,
                  rope_theta=10000.0, tie_word_embeddings=False, attn_implementation="eager")
     ours = GPTConfig(layers=2, hidden=32, heads=4, kv_heads=2, ffn_hidden=48, gated_mlp=True, linear_bias=False,
-                     qkv_bias=model_type == "qwen2", norm="rmsnorm", position="rotary", seq_len=SEQ, vocab=VOCAB)
+                     qkv_bias=model_type == "qwen2", norm="rmsnorm", position="rotary", seq_len=SEQ, vocab=VOCAB,
+                     tied_head=False)
     return hf_cfg, ours
 
 
@@ -57,8 +58,7 @@ def copy_gpt2(hf, gpt: GPT) -> None:
             ours.weight.copy_(theirs.weight.T)
             ours.bias.copy_(theirs.bias)
     gpt.units[-1].ln.weight.copy_(t.ln_f.weight)
-    gpt.units[-1].ln.bias.copy_(t.ln_f.bias)
-    gpt.units[-1].lm_head.weight.copy_(hf.lm_head.weight)
+    gpt.units[-1].ln.bias.copy_(t.ln_f.bias)  # the head is tied to wte, as GPT-2's
 
 
 def logits(gpt: GPT, idx: torch.Tensor) -> torch.Tensor:
@@ -66,7 +66,8 @@ def logits(gpt: GPT, idx: torch.Tensor) -> torch.Tensor:
     for unit in gpt.units[:-1]:
         x = unit(x)
     head = gpt.units[-1]
-    return head.lm_head(head.ln(x))
+    weight = gpt.units[0].tokens.weight if head.lm_head is None else head.lm_head.weight  # tied or not
+    return torch.nn.functional.linear(head.ln(x), weight)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2"])
@@ -88,7 +89,6 @@ def test_logits_match_transformers(model_type):
             torch.nn.init.normal_(p, std=0.3)
         gpt = GPT(ours).eval()
         copy_llama(hf, gpt)
-    assert sum(p.numel() for p in gpt.parameters()) == sum(p.numel() for p in hf.parameters()) + (
-        VOCAB * 32 if model_type == "gpt2" else 0)  # GPT-2 ties its head; the runtime's head is its own copy
+    assert sum(p.numel() for p in gpt.parameters()) == sum(p.numel() for p in hf.parameters())  # tied: GPT-2
     idx = torch.randint(0, VOCAB, (2, SEQ))
     torch.testing.assert_close(logits(gpt, idx), hf(idx).logits, rtol=1e-4, atol=1e-4)

@@ -8,9 +8,10 @@ import re
 from tests.runtime.conftest import tiny_model
 from zsim.trace.schema import SCHEMA
 
-NAME = re.compile(r"^((fwd|bwd)/(embed|head|layer\.\d+)|recompute/layer\.\d+|optimizer/step|"
-                  r"(all_reduce|reduce_scatter|all_gather)/(params\.(layer\.\d+|embed|head)|grads\.bucket\.\d+|"
-                  r"grads\.overflow)|all_reduce/mp\.layer\.\d+)$")
+COLLECTIVE = (r"(all_reduce|reduce_scatter|all_gather)/(params\.(layer\.\d+|embed|head|bucket\.\d+)|"
+              r"grads\.bucket\.\d+|(overflow|norm)\.(dp|mp))|all_reduce/mp\.(layer\.\d+|embed|head)")
+NAME = re.compile(rf"^((fwd|bwd)/(embed|head|layer\.\d+)|recompute/layer\.\d+|optimizer/(step|overflow|norm|grads_copy)|"
+                  rf"({COLLECTIVE})|wait/(arrival/)?({COLLECTIVE}))$")
 
 
 def test_every_phase_of_every_micro_batch_is_recorded(traced):
@@ -35,7 +36,8 @@ def test_every_phase_of_every_micro_batch_is_recorded(traced):
 def test_collectives_carry_their_facts(traced):
     run = traced("accum_s3_ckpt", stage=3, world_size=2, model=tiny_model(grad_accum=2), checkpointing=True)
     for rank in range(2):
-        comms = [e for e in run.trace(rank)["traceEvents"] if e["ph"] == "X" and e["cat"] == "comm"]
+        comms = [e for e in run.trace(rank)["traceEvents"] if e["ph"] == "X" and e["cat"] == "comm"
+                 and not e["name"].startswith("wait/")]
         assert comms
         for e in comms:
             args = e["args"]
@@ -72,11 +74,18 @@ def test_mp_all_reduces_run_in_line_on_the_compute_track(traced):
     for rank in range(4):
         events = [e for e in run.trace(rank)["traceEvents"] if e["ph"] == "X"]
         assert all(NAME.match(e["name"]) for e in events)
-        mp = [e for e in events if "/mp." in e["name"]]
+        mp = [e for e in events if "/mp." in e["name"] and not e["name"].startswith("wait/")]
         assert {e["tid"] for e in mp} == {0}
         assert {tuple(e["args"]["group"]) for e in mp} == {(0, 1) if rank < 2 else (2, 3)}
-        assert {e["args"]["bytes"] for e in mp} == {2 * 16 * 30 * 4}  # B·s·h fp32
-        assert len(mp) == 10 * 2 * 4  # steps x layers x (2 forward + 2 backward)
+        blocks = [e for e in mp if "mp.layer." in e["name"]]
+        assert {e["args"]["bytes"] for e in blocks} == {2 * 16 * 30 * 4}  # B·s·h fp32
+        assert len(blocks) == 10 * 2 * 4  # steps x layers x (2 forward + 2 backward)
+        # vocab-parallel embedding (1 in forward) and head (1 in backward of B·s·h; the cross-entropy's
+        # max, target logit and sum of exponentials in forward: one fp32 per token each)
+        embed = [e["args"]["bytes"] for e in mp if e["name"] == "all_reduce/mp.embed"]
+        head = sorted(e["args"]["bytes"] for e in mp if e["name"] == "all_reduce/mp.head")
+        assert embed == [2 * 16 * 30 * 4] * 10
+        assert head == sorted([2 * 16 * 4] * 30 + [2 * 16 * 30 * 4] * 10)
         assert all("last_arrival_ts" in e["args"] for e in mp)
-        dp_groups = {tuple(e["args"]["group"]) for e in events if e["cat"] == "comm"}
+        dp_groups = {tuple(e["args"]["group"]) for e in events if e["cat"] == "comm" and "group" in e["args"]}
         assert dp_groups == {(0, 2) if rank % 2 == 0 else (1, 3)}

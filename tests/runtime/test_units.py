@@ -9,6 +9,8 @@ import torch
 
 from zsim.runtime.data import global_batch, micro_batch
 from zsim.runtime.flat import FlatLayout
+from zsim.runtime.zero.partition import BucketPartition
+from zsim.zero.buckets import padded_bucket, padded_tensors
 from zsim.runtime.ledger import MemoryLedger
 from zsim.runtime.merge import fill_last_arrival, step_volumes
 from zsim.runtime.model import GPT, GPTConfig, forward_flops
@@ -29,16 +31,33 @@ def test_buckets_cover_units_once_in_backward_order():
 
 
 def test_flat_layout_pads_and_shards_exactly():
+    """Stage 3's layout pads every tensor to a multiple of Nd on its own (DeepSpeed ZeRO-3,
+    zsim.zero.buckets.padded_tensors); rank-major rows hold each rank's chunk of every tensor."""
     block = GPT(CFG).units[1]
     layout = FlatLayout.of(block, parts=5)
     assert layout.numel == 12 * 32 * 32 + 13 * 32 == sum(p.numel() for p in block.parameters())
-    assert layout.padded % 5 == 0 and 0 <= layout.padded - layout.numel < 5
+    assert layout.padded == padded_tensors([p.numel() for p in block.parameters()], 5)
+    assert all(n % 5 == 0 for n in layout.padded_numels) and layout.padded % 5 == 0
     assert sum(layout.shard_real(r) for r in range(5)) == layout.numel
     flat = layout.flatten(block)
     views = layout.views(flat)
     for name, p in block.named_parameters():
         assert torch.equal(views[name], p.detach())
-    assert not flat[layout.numel:].any()
+    assert flat.count_nonzero() == sum(p.count_nonzero() for p in block.parameters())
+    rows = layout.rank_major(flat)
+    assert rows.shape == (5, layout.shard)
+    back = torch.empty_like(flat)
+    layout.from_rank_major(rows, back)
+    assert torch.equal(back, flat)
+
+
+def test_bucket_partition_pads_each_bucket_to_2nd():
+    part = BucketPartition.of([4320, 11190, 11190, 60], capacity=10_000, nd=4)
+    assert part.buckets == [[2, 3], [1], [0]]
+    assert part.bucket_padded == [padded_bucket(n, 4) for n in (11250, 11190, 4320)]
+    assert all(n % 8 == 0 for n in part.bucket_padded) and part.total == sum(part.bucket_padded)
+    assert part.unit_offset[0] == 0 and part.unit_offset[1] == part.bucket_padded[2]
+    assert sum(part.shard_real(r) for r in range(4)) == 4320 + 2 * 11190 + 60
 
 
 def test_rank_slices_partition_the_global_batch():
@@ -121,12 +140,17 @@ def test_forward_flops_cite_megatron_formula():
 
 def test_merge_fills_last_arrival_on_each_ranks_clock():
     def doc(rank, offset, ts):
-        event = {"ph": "X", "cat": "comm", "name": "all_reduce/grads.bucket.0", "ts": ts, "dur": 50.0,
-                 "args": {"op": "all_reduce", "bytes": 8, "group": [0, 1], "seq": 0, "step": 0}}
+        event = {"ph": "X", "cat": "comm", "pid": rank, "name": "all_reduce/grads.bucket.0", "ts": ts, "dur": 50.0,
+                 "args": {"op": "all_reduce", "bytes": 8, "group": [0, 1], "seq": 0, "step": 0, "micro_batch": 0}}
         return {"metadata": {"rank": rank, "clock_offset_us": offset}, "traceEvents": [event]}
     traces = {0: doc(0, 0.0, 100.0), 1: doc(1, 1000.0, -880.0)}  # rank 1 arrives at 120 on rank 0's clock
     assert fill_last_arrival(traces) == 2
     assert traces[0]["traceEvents"][0]["args"]["last_arrival_ts"] == 120.0
     assert traces[1]["traceEvents"][0]["args"]["last_arrival_ts"] == -880.0
+    # rank 0 waited 20 µs for rank 1: its own event; rank 1 arrived last and did not wait
+    assert [(e["name"], e["ts"], e["dur"]) for e in traces[0]["traceEvents"][1:]] == [
+        ("wait/arrival/all_reduce/grads.bucket.0", 100.0, 20.0)]
+    assert len(traces[1]["traceEvents"]) == 1
+    assert fill_last_arrival(traces) == 2 and len(traces[0]["traceEvents"]) == 2  # merging twice adds nothing
     assert step_volumes(traces[0]) == {0: {"all_reduce": 8, "paper_bytes": 16}}
     json.dumps(traces)  # still plain JSON

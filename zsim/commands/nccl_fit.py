@@ -36,7 +36,7 @@ def profile_yaml(values: dict[str, float]) -> str:
         f"  latency_us: {group('latency_us')}",
         f"  step_latency_us: {group('step_latency_us')}",
         f"  unaligned_copy_GBps: {values['unaligned_copy_GBps']:.3f}",
-        f"  unaligned_reduce_GBps: {group('unaligned_reduce_GBps')}",
+        f"  unaligned_reduce_GBps: {values['unaligned_reduce_GBps']:.3f}",
     ])
 
 
@@ -46,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read nccl-tests output tables (<collective>.txt in FOLDER), fit the NCCL kernel terms of "
                     "a system profile (launch floor, protocol efficiencies and latencies, unaligned-path "
                     "bandwidths) by least squares on log(time), and print the fitted `nccl:` section and every "
-                    "row's busbw residual.")
+                    "row's busbw residual. `zsim calibrate FOLDER --profile P -o OUT.yaml` fits the same terms from any mix of "
+                    "inputs and writes a whole profile with provenance.")
     p.add_argument("folder", type=Path, help="folder of nccl-tests tables")
     add_profile_options(p, required=True, what="the system whose topology ran the tests")
     p.add_argument("--nodes", type=positive("--nodes", MAX_NODES), default=1, help="nodes the tests ran on (default 1)")

@@ -11,11 +11,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from zsim.compute.terms import ComputeTerms, GemmTerms
+from zsim.config.host import HostFile, HostModel, host_model
 from zsim.config.profiles import Profiles
 from zsim.config.schema import Name, ProfileName, profile_name
 from zsim.config.yamlfile import printable, read_yaml_mapping, validate
@@ -137,7 +138,7 @@ class NcclSection(_Profile):
     latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
     step_latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
     unaligned_copy_GBps: float = _GBPS
-    unaligned_reduce_GBps: dict[Annotated[int, Field(gt=0, le=1024)], Bandwidth] = Field(min_length=1, max_length=64)
+    unaligned_reduce_GBps: float = _GBPS  # one element-wise reduce rate (zsim.fabric.nccl)
 
     @model_validator(mode="after")
     def _every_protocol(self) -> NcclSection:
@@ -158,6 +159,7 @@ class SystemFile(_Profile):
     offload_link: ProfileName
     nccl: NcclSection
     compute: ComputeOverride | None = None
+    provenance: dict[str, Any] | None = None  # written by `zsim calibrate`: inputs, date, residuals
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +172,8 @@ class Gpu:
     memory_bytes: int
     compute_capability: int  # 70 Volta, 80 Ampere, 90 Hopper
     nccl_nvlink_GBps: float  # NCCL's per-NVLink speed for its tuner (topo.h SMxx_NVLINK_BW)
-    compute: ComputeTerms  # the kernel-level compute model's terms (docs/compute.md)
+    compute: ComputeTerms | None  # the kernel-level compute model's terms (docs/compute.md); None on a CPU
+    # host, whose profile gives achieved rates (zsim.config.host): its ops are priced by flops and bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,22 +207,36 @@ class Cluster:
     oversubscription: float  # fat-tree: node injection bandwidth / bandwidth up to the spines
     offload: Tier  # host link of one GPU
     nccl: NcclKernel
+    host: HostModel | None = None  # a CPU host (hwprofiles/hosts/): gloo collectives, no NVLink fabric
 
     @property
     def world(self) -> int:
         return self.gpus_per_node * self.nodes
 
 
-def load_profile(profiles: Profiles, kind: str, name: str, model: type[BaseModel]) -> BaseModel:
-    """Find profile `name` of `kind` and validate it against `model`. Raises ConfigError."""
-    if not name.endswith(".yaml"):  # an explicit file the user named on the command line is a path
+def _contained(kind: str, name: str) -> None:
+    """Raises ConfigError unless `name` is a profile name (containment, issue 13: a name, never a path
+    to any YAML on disk); an explicit file the user named on the command line ends in .yaml."""
+    if not name.endswith(".yaml"):
         try:
             profile_name(name)
-        except ValueError as exc:  # containment (issue 13): a name, never a path to any YAML on disk
+        except ValueError as exc:
             raise ConfigError(f"{kind} profile {printable(name, 60)!r}: {exc}") from None
+
+
+def load_profile(profiles: Profiles, kind: str, name: str, model: type[BaseModel]) -> BaseModel:
+    """Find profile `name` of `kind` and validate it against `model`. Raises ConfigError."""
+    _contained(kind, name)
     path = profiles.path(kind, name)
     stat = path.stat()
     return _parsed(str(path), stat.st_mtime_ns, stat.st_size, model)
+
+
+@functools.lru_cache(maxsize=64)
+def _raw(path: str, mtime_ns: int, size: int) -> dict:
+    """A profile file's YAML mapping, read once per (path, modification time, size); not modified by
+    its callers (validation builds new objects)."""
+    return read_yaml_mapping(Path(path))
 
 
 @functools.lru_cache(maxsize=256)
@@ -228,7 +245,7 @@ def _parsed(path: str, mtime_ns: int, size: int, model: type[BaseModel]) -> Base
     same 4 files per point, and YAML parsing was ~90% of planning a point (measured by H5 on issue 11:
     19.4 ms → 3.0 ms CPU per flagship point). The models are frozen, so sharing them is safe; an edited
     file has a new mtime or size and is read again."""
-    return validate(model, read_yaml_mapping(Path(path)), path)
+    return validate(model, _raw(path, mtime_ns, size), path)
 
 
 def compute_terms(section: ComputeSection, override: ComputeOverride | None = None, source: str = "") -> ComputeTerms:
@@ -276,8 +293,19 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             `path` is the scenario key at fault ('hardware.profile', 'hardware.gpu', ...).
     """
     profiles = Profiles.from_environment() if profiles is None else profiles
+    _contained("system", profile)
     try:
-        system: SystemFile = load_profile(profiles, "system", profile, SystemFile)  # type: ignore[assignment]
+        path = profiles.path("system", profile)
+    except ConfigError as exc:
+        if ("system", profile) in profiles.pinned or not profiles.names("host").get(profile):
+            raise ConfigError(str(exc), path="hardware.profile") from None
+        return load_host_cluster(profile, nodes, profiles)  # a CPU host (hosts/<profile>.yaml)
+    try:
+        stat = path.stat()
+        if _raw(str(path), stat.st_mtime_ns, stat.st_size).get("kind") == "host":  # a host file the user named
+            data = _raw(str(path), stat.st_mtime_ns, stat.st_size)  # (`zsim calibrate -o my-host.yaml`)
+            return host_cluster(validate(HostFile, data, str(path)), profile, nodes)  # type: ignore[arg-type]
+        system: SystemFile = _parsed(str(path), stat.st_mtime_ns, stat.st_size, SystemFile)  # type: ignore[assignment]
         net: NetworkFile = load_profile(profiles, "network", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
         link: LinkFile = load_profile(profiles, "link", system.offload_link, LinkFile)  # type: ignore[assignment]
     except ConfigError as exc:
@@ -339,6 +367,40 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             step_latency_s={k: v * 1e-6 for k, v in system.nccl.step_latency_us.items()},
             launch_s=system.nccl.launch_us * 1e-6,
             unaligned_copy_Bps=system.nccl.unaligned_copy_GBps * GB,
-            unaligned_reduce_Bps={k: v * GB for k, v in system.nccl.unaligned_reduce_GBps.items()},
+            unaligned_reduce_Bps=system.nccl.unaligned_reduce_GBps * GB,
         ),
+    )
+
+
+def load_host_cluster(profile: str, nodes: int, profiles: Profiles | None = None) -> Cluster:
+    """A CPU host (hosts/<profile>.yaml found by `profiles`, zsim.config.host) as a one-node cluster whose
+    "GPUs" are the host's ranks: each computes at the profile's per-rank rates and holds 1/ranks of
+    the host's memory; collectives follow the profile's gloo terms (no NVLink, NIC or NCCL).
+
+    Raises:
+        ConfigError: an invalid profile, or nodes != 1 (gloo between hosts is not measured).
+    """
+    profiles = Profiles.from_environment() if profiles is None else profiles
+    spec: HostFile = load_profile(profiles, "host", profile, HostFile)  # type: ignore[assignment]
+    return host_cluster(spec, profile, nodes)
+
+
+def host_cluster(spec: HostFile, profile: str, nodes: int) -> Cluster:
+    """The Cluster of a validated host profile (see load_host_cluster)."""
+    if nodes != 1:
+        raise ConfigError(f"host profile '{profile}' describes one machine: hardware.nodes must be 1 (got {nodes})")
+    rates = {dtype: gflops * 1e9 for dtype, gflops in spec.compute.matmul_GFLOPS.items()}
+    none = Tier("none", 1.0, 0.0)  # a host has no NVLink, NIC or offload link: never used (cluster.host is set)
+    return Cluster(
+        name=spec.name,
+        gpu=Gpu(name=spec.cpu, peak_flops=rates, hbm_bytes_per_s=spec.compute.memory_GBps * GB,
+                memory_bytes=int(spec.memory_GiB * GiB / spec.ranks),
+                compute_capability=0, nccl_nvlink_GBps=1.0,
+                compute=None),  # the profile's rates are achieved ones: no GPU kernel model
+        gpus_per_node=spec.ranks, nodes=1, fabric="host", nvlink_links=0, nvlink_link_bytes_per_s=0.0,
+        nvswitches=0, baseboards=1, gpus_per_pcie_switch=1, nvlink=none, nic_pool=none, nics_per_node=0,
+        nic_bytes_per_s=0.0, oversubscription=1.0, offload=none,
+        nccl=NcclKernel(efficiency={}, latency_s={}, step_latency_s={}, launch_s=0.0, unaligned_copy_Bps=1.0,
+                        unaligned_reduce_Bps={}),
+        host=host_model(spec),
     )

@@ -13,6 +13,9 @@ from zsim.zero.ops import Op
 def compute_seconds(op: Op, gpu: Gpu, dtype: str) -> float:
     """Seconds of `op` on `gpu` computing in `dtype`."""
     terms = gpu.compute
+    if terms is None:  # a CPU host: its profile's matmul and memory rates are achieved rates
+        matmul = op.flops / gpu.peak_flops[dtype] if op.flops else 0.0
+        return matmul + (op.hbm_bytes / gpu.hbm_bytes_per_s if op.hbm_bytes else 0.0)
     if op.kernels is not None:
         return list_seconds(op.kernels, terms, gpu.peak_flops[dtype], gpu.hbm_bytes_per_s, dtype)
     matmul = op.flops / (gpu.peak_flops[dtype] * terms.gemm_terms(dtype).efficiency) if op.flops else 0.0

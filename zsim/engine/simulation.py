@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
@@ -61,6 +61,8 @@ def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
     """Aggregate link capacities from the cluster's topology graph, after any degradations. Class
     mode needs only node 0 and one other node (all nodes are alike)."""
     cluster = scenario.cluster
+    if cluster.host is not None:
+        return {}  # a CPU host: collectives follow its gloo terms, no links to share
     if not per_rank:
         cluster = dataclasses.replace(cluster, nodes=min(cluster.nodes, 2))
     if not (per_rank and scenario.fabric.degrade):
@@ -93,12 +95,17 @@ class _Run:
         self.algorithms: dict[str, tuple[float, str]] = {}
         self._phases: dict[tuple[str, str, int], tuple[str, list[Phase]]] = {}
         self._compute_time: dict[object, float] = {}
+        self.override: dict[int, float] = {}  # plan index -> seconds (trace-driven replay)
         self.finished = 0  # rank 0's ops done (the progress bar)
 
     def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase]]:
         """The phases of `op`: for the representative rank (group -1, class weights) or for one
         group instance (per-rank mode: its members' own links)."""
         key = (op.collective, op.group, op.nbytes, group)
+        if key not in self._phases and self.s.cluster.host is not None:
+            size = self.s.layout.dp if op.group == "dp" else self.s.layout.mp
+            seconds = self.s.cluster.host.collective_seconds(op.collective, op.nbytes, size)
+            self._phases[key] = ("gloo", [Phase(seconds, 0.0, ())])
         if key not in self._phases:
             layout = self.s.layout
             shape = layout.dp_shape if op.group == "dp" else layout.mp_shape
@@ -139,12 +146,18 @@ class _Run:
         started = yield entry[1]
         return algorithm, phases, started
 
-    def compute_time(self, op: Op) -> float:
-        """Seconds of compute op `op` on this cluster's GPU (memoized: layers repeat)."""
+    def compute_time(self, op: Op, index: int = -1) -> float:
+        """Seconds of compute op `op` (plan index `index`) on this cluster's GPU (memoized: layers
+        repeat), or its measured duration when a trace-driven replay gave one."""
+        if index in self.override:
+            return self.override[index]
         key = op.kernels if op.kernels is not None else (op.flops, op.hbm_bytes)  # kernel lists: by identity
         seconds = self._compute_time.get(key)
         if seconds is None:
-            seconds = self._compute_time[key] = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
+            seconds = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
+            if self.s.cluster.host is not None:  # the framework's time per op, on a CPU host
+                seconds += self.s.cluster.host.op_overhead_s
+            self._compute_time[key] = seconds
         return seconds
 
     def record_memory(self) -> None:
@@ -197,7 +210,7 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
         elif op.transfer:
             yield env.timeout(transfer_seconds(op.nbytes, run.s.cluster.offload))
         else:
-            seconds = run.compute_time(op)
+            seconds = run.compute_time(op, i)
             yield env.timeout(seconds)
         progress.finish(i)
 
@@ -241,11 +254,13 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             run.offload_seconds += seconds
             args.update(op=op.transfer, bytes=op.nbytes)
         else:
-            seconds = run.compute_time(op)
+            seconds = run.compute_time(op, i)
             yield env.timeout(seconds)
             run.compute_seconds += seconds
             run.flops += op.flops
             args["flops"] = op.flops
+            if op.name == "optimizer/step":
+                args.update(elements=op.elements, skipped=False)
         for tag in op.frees:
             run.ledger_of(tag).free(env.now, tag)
         if op.frees:
@@ -274,10 +289,12 @@ def run_to_end(env: simpy.Environment, run: _Run, progress: bool) -> None:
             pass
 
 
-def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False) -> Result:
+def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False,
+             compute_override: Callable[[list[Op]], dict[int, float]] | None = None) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
     'per_rank') overrides the scenario's fabric.mode. `progress`: show a progress bar on stderr in
-    per-rank mode (seconds to minutes; class mode takes well under a second)."""
+    per-rank mode (seconds to minutes; class mode takes well under a second). `compute_override(plan.ops)`
+    may give measured seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven)."""
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
@@ -285,6 +302,8 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     plan = build_plan(scenario, workload)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank)
+    if compute_override is not None:
+        run.override = compute_override(plan.ops)
     for name, nbytes in plan.context:  # CUDA context, cuBLAS, NCCL: before the first tensor
         run.ledger.reserve_context(0.0, name, nbytes)
     for a in plan.persistent:

@@ -125,6 +125,10 @@ def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster,
         nic_weight = 1.0 if big_n > 1 else 0.0  # a ring leaves and enters each node once per stream
     links = _links(shape, cluster, where, eff, eff_net, nvlink=k > 1, nic_weight=nic_weight)
     cap = kern.alignment_cap(fn, nbytes, n, in_place=in_place)
+    slow = kern.unaligned_fraction(fn, nbytes, n)
+    if slow > 0:  # reduce_scatter: the aligned chunks at the link's rate, then the rest element-wise
+        return f"ring/{proto}", [Phase(latency, (1 - slow) * bus, links),
+                                 Phase(0.0, slow * bus, links, kern.unaligned_reduce_Bps)]
     return f"ring/{proto}", [Phase(latency, bus, links, cap)]
 
 

@@ -159,8 +159,10 @@ class NcclKernel:
     node's own links (steps across the network add the network tier's latency instead).
     launch_s: host time to launch one GPU's kernel; a process driving g GPUs (nccl-tests -g g) cannot
     issue collectives faster than one per g × launch_s.
-    unaligned_copy_Bps / unaligned_reduce_Bps[width]: bus bandwidth of NCCL's element-wise path when
-    a rank's chunk is only `width`-byte aligned (all_gather out of place, reduce_scatter).
+    unaligned_copy_Bps: bus bandwidth of all_gather (out of place) when a rank's chunk is not 16-byte
+    aligned (NCCL's element-wise copy loop).
+    unaligned_reduce_Bps: bus bandwidth of NCCL's element-wise reduce loop, which reduce_scatter runs
+    on every chunk whose offset c·S/n is not 16-byte aligned (see `unaligned_fraction`).
     """
 
     efficiency: dict[str, float]
@@ -168,21 +170,30 @@ class NcclKernel:
     step_latency_s: dict[str, float]
     launch_s: float
     unaligned_copy_Bps: float
-    unaligned_reduce_Bps: dict[int, float]
+    unaligned_reduce_Bps: float
 
     def alignment_cap(self, fn: str, nbytes: float, n: int, in_place: bool = False) -> float | None:
-        """The element-wise-path bus bandwidth (B/s) if `fn`'s per-rank chunks are not 16-byte
+        """all_gather's element-wise-path bus bandwidth (B/s) if its per-rank chunks are not 16-byte
         aligned, else None. Chunk c starts at c × S/n bytes; NCCL's fast path needs 16 (common_kernel.h)."""
-        if fn not in ("all_gather", "reduce_scatter") or n <= 1:
-            return None
-        if fn == "all_gather" and in_place:
+        if fn != "all_gather" or n <= 1 or in_place:
             return None  # in place: a chunk's source and destination share their alignment
-        width = _alignment(int(nbytes) // n)
-        if width >= 16:
-            return None
-        if fn == "all_gather":
-            return self.unaligned_copy_Bps
-        return self.unaligned_reduce_Bps.get(width, min(self.unaligned_reduce_Bps.values()))
+        return self.unaligned_copy_Bps if _alignment(int(nbytes) // n) < 16 else None
+
+    def unaligned_fraction(self, fn: str, nbytes: float, n: int) -> float:
+        """The share of reduce_scatter's bus bytes that NCCL's element-wise reduce loop handles.
+
+        Rank r's chunk c starts at byte c·S/n of its input; ReduceOrCopyMulti takes the 128-bit path
+        only when that offset is 16-byte aligned (NCCL common_kernel.h), so the chunks with
+        c·S/n ≢ 0 (mod 16) run element-wise. Each of the n chunks carries 1/n of the bytes; the time
+        is the sum of both paths' shares (fast at the link's protocol rate, slow at
+        `unaligned_reduce_Bps`). With S/n aligned to 8 bytes half the chunks are slow, to 4 bytes
+        three quarters: one term explains both levels of the measured DGX-2 reduce_scatter busbw
+        (~62 and ~48 GB/s, alternating as S doubles) and predicts one level from the other.
+        """
+        if fn != "reduce_scatter" or n <= 1:
+            return 0.0
+        chunk = int(nbytes) // n
+        return sum(1 for c in range(n) if (c * chunk) % 16) / n
 
 
 def _alignment(chunk_bytes: int) -> int:

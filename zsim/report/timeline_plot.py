@@ -34,7 +34,7 @@ def _kind(event: dict[str, Any]) -> str:
         return "offload"
     if head in COLLECTIVES and event["cat"] == "compute" and event["args"].get("group") != "dp":
         return "mp"  # MP collectives (Megatron's all-reduces, Pa's all-gathers) run in line on the compute stream
-    return head if head in KIND_COLORS else "other"
+    return head if head in KIND_COLORS else "other"  # in line DP ones too: the optimizer's 4-byte checks
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -77,7 +77,8 @@ def step_window(result: Result, step: int) -> tuple[float, float]:
 
 def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
     """Seconds of step `step` (default the last): compute kernels, MP comm (in line), and the idle
-    time of the compute stream split into exposed DP comm, exposed offload and other waits."""
+    time of the compute stream split into exposed DP comm, exposed offload and other waits. DP collectives
+    run in line on the compute stream (the optimizer's 4-byte checks) count as exposed DP comm."""
     step = step % len(result.step_seconds)
     t0, t1 = step_window(result, step)
     events = [e for e in result.events if e["ph"] == "X" and e["args"].get("step") == step]
@@ -99,7 +100,7 @@ def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
     dp_exposed = dp_inline + _length(idle) - _length(_subtract(idle, comm))
     rest = _subtract(idle, comm)
     offload_exposed = _length(rest) - _length(_subtract(rest, _union(spans["offload"])))
-    other = max(0.0, _length(idle) - dp_exposed - offload_exposed)
+    other = max(0.0, _length(idle) - (dp_exposed - dp_inline) - offload_exposed)
     return {"compute": compute, "MP comm": mp, "exposed DP comm": dp_exposed,
             "exposed offload": offload_exposed, "other waits": other}
 

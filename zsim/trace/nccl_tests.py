@@ -56,3 +56,23 @@ def read_nccl_tests(path: Path) -> list[NcclRow]:
     if not rows:
         raise ZsimError(f"{path}: no nccl-tests table found (expected a '# size count type ...' header)")
     return rows
+
+
+def recording_of(path: Path) -> tuple[int, int] | None:
+    """(GPUs, GPUs per process) from a table's header: one `#  Rank  N ... device` line per GPU, and
+    `nGpus G` (nccl-tests -g); None when the header does not list them."""
+    ranks, per_process = 0, 1
+    for line in Path(path).read_text().splitlines():
+        words = line.lstrip("#").split()
+        if words[:1] == ["Rank"] and len(words) > 1 and words[1].isdigit():
+            ranks += 1
+        if "nGpus" in words and words.index("nGpus") + 1 < len(words) and words[words.index("nGpus") + 1].isdigit():
+            per_process = int(words[words.index("nGpus") + 1])
+    return (ranks, per_process) if ranks else None
+
+
+def is_table(path: Path) -> bool:
+    """Whether `path` is a text file holding an nccl-tests header line."""
+    if not path.is_file() or path.suffix not in (".txt", ".log", ".out"):
+        return False
+    return any(line.lstrip("#").split()[:3] == ["size", "count", "type"] for line in path.read_text(errors="replace").splitlines())

@@ -33,6 +33,11 @@ def collective_event(op: str, what: str) -> str:
     return f"{op}/{what}"
 
 
+def wait_event(collective: str) -> str:
+    """`wait/all_gather/params.layer.12`: a measured rank waiting for that collective to finish."""
+    return f"wait/{collective}"
+
+
 def complete(name: str, pid: int, stream: str, ts_us: float, dur_us: float, **args: Any) -> dict[str, Any]:
     """A complete ("X") event on `stream` of process `pid`."""
     return {"ph": "X", "name": name, "cat": stream, "pid": pid, "tid": STREAM_TID[stream],

@@ -19,7 +19,8 @@ def simulated_trace(result: Result) -> dict:
         "source": "simulated",
         "scenario": s.name,
         "model": s.model.model_dump(),
-        "params": result.workload.total_params,
+        "params": result.workload.total_params,  # Ψ of the whole model (all MP ranks)
+        "params_per_mp_rank": result.workload.params_per_mp_rank,  # what ZeRO partitions
         "zero": s.zero.model_dump(),
         "precision": s.precision.dtype,
         "world_size": gpus, "dp": s.layout.dp, "mp": s.layout.mp,

@@ -1,11 +1,12 @@
-"""Validation suites: simulated against published numbers, each point with a tolerance that can fail.
+"""Validation suites: simulated against measured or published numbers, with criteria that can fail.
 
 SUITES maps a suite's name (`zsim validate NAME`) to the module that runs it; each module has
-`run(progress) -> Report` (zsim.validate.report). Issue 10 adds `replay` here.
+`run(progress) -> report` with `.table()`, `.as_dict()` and `.passed`.
 """
 
 from __future__ import annotations
 
 SUITES: dict[str, str] = {
     "paper": "zsim.validate.paper",  # the ZeRO paper's evaluation (docs/validation.md)
+    "replay": "zsim.validate.replay",  # held-out replay of real runtime runs on this machine (docs/calibrate.md)
 }

@@ -126,6 +126,9 @@ class Module:
     layer: int | None = None
     tensors: tuple[int, ...] = ()
     saved_tensors: tuple[int, ...] = ()
+    # Bytes of further MP all-reduces in forward, after the module's own: the vocab-parallel
+    # cross-entropy's max, target logit and sum of exponentials (fp32, one per token) [S19 §3].
+    mp_loss_allreduce_bytes: tuple[int, ...] = ()
 
     @property
     def bwd_flops(self) -> float:
@@ -337,6 +340,9 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=0, mp_allreduces_bwd=1 if t > 1 else 0,
         tensors=head_tensors,  # the final norm's weight (and bias); the untied output layer
         saved_tensors=(e * sbh, 4 * s * b * v // t),
+        # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
+        # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
+        mp_loss_allreduce_bytes=(4 * s * b,) * 3 if t > 1 else (),
     )
     return Workload(
         modules=(embed, *block, head),

@@ -44,6 +44,7 @@ class Op:
     micro_batch: int = 0
     transfer: str = ""
     kernels: KernelList | None = None  # compute ops: the kernels the GPU runs (zsim.compute), shared per shape
+    elements: int = 0  # the optimizer step: elements this rank updates (its partition, padding included)
 
     @property
     def is_collective(self) -> bool:

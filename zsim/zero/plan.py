@@ -38,6 +38,7 @@ from zsim.compute.kernels import KernelList, Shape, module_kernels, optimizer_ke
 from zsim.config.scenario import Scenario
 from zsim.memory.context import context_memory
 from zsim.workload.transformer import Module, Workload
+from zsim.zero.buckets import padded_bucket, padded_tensors, plan_buckets
 from zsim.zero.model_states import PARAM_BYTES, model_states, stage_partition
 from zsim.zero.ops import Alloc, Op, Plan
 from zsim.zero.residual import (
@@ -64,11 +65,14 @@ class _Builder:
     def __init__(self) -> None:
         self.ops: list[Op] = []
         self.last_comm: int | None = None
+        self.last_compute: int | None = None
 
     def add(self, **fields) -> int:
         self.ops.append(Op(**fields))
         if fields["stream"] == "comm":
             self.last_comm = len(self.ops) - 1
+        elif fields["stream"] == "compute":
+            self.last_compute = len(self.ops) - 1
         return len(self.ops) - 1
 
     def last(self) -> int | None:
@@ -138,8 +142,13 @@ class _StepPass:
         self.md = scenario.zero.defragment
         mods = workload.modules
         self.by_name = {m.name: m for m in mods}
-        # The LM head computes with the tied word embedding: it uses the embedding's parameters too.
-        self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" else (m.name,) for m in mods}
+        # A tied LM head computes with the word embedding: it uses the embedding's parameters too.
+        tied = getattr(scenario.model, "tied_head", True)
+        self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" and tied else (m.name,) for m in mods}
+        self.nd = scenario.layout.dp
+        sizes = [m.params for m in mods]  # each module's bucket's elements (zsim.zero.buckets)
+        self.bucket_elements_of = {mods[i].name: sum(sizes[j] for j in b)
+                                   for b in plan_buckets(sizes, scenario.zero.reduce_bucket_elements) for i in b}
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
         self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype)
 
@@ -172,10 +181,10 @@ class _StepPass:
         kind = "block" if m.layer is not None else m.name
         return module_kernels(kind, phase, self.shape)
 
-    def _mp_allreduces(self, m: Module, count: int) -> None:
-        for _ in range(count):
+    def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = ()) -> None:
+        for nbytes in (m.mp_allreduce_bytes,) * count + extra:
             self._add(name=f"all_reduce/mp.{m.name}", stream="compute", collective="all_reduce", group="mp",
-                      nbytes=m.mp_allreduce_bytes)
+                      nbytes=nbytes)
 
     # ---- the schedule ---------------------------------------------------------------------------
     def run(self, reduce: bool) -> None:
@@ -219,7 +228,9 @@ class _StepPass:
         for name, pos in last_use.items():
             self.frees_after.setdefault(pos, []).append(self._tags(f"gathered.{phase}", name))
         self.gather_queue = sorted(first_use, key=first_use.get)
+        self.gathered: list[str] = []  # modules whose gather this phase has issued, in order
         self.first_use = first_use
+        self.phase_dep = (self.b.last_compute,) if self.b.last_compute is not None else self.first_dep
         self.compute_ops: list[int] = []  # last compute op index per item position
         self.bucket_index = 0
         self.bucket: list[Module] = []
@@ -242,14 +253,21 @@ class _StepPass:
             self._reduce(self.bucket, self.compute_ops[-1])
 
     def _issue_gathers_up_to(self, pos: int, phase: str) -> None:
-        """Gather every module first used at or before pos + prefetch; a gather may start once the
-        compute `prefetch + 1` items earlier has finished (bounded prefetch, ZeRO §5.3)."""
+        """Gather modules in the order of their first use, `prefetch_layers` modules ahead (ZeRO §5.3):
+        the gather of the j-th module is issued when the item that first uses module j - prefetch
+        starts, i.e. once the compute before that item has finished (at the phase's start: once the
+        previous phase's compute has). The runtime does the same: before a unit computes it waits
+        for the unit's own gather, then issues the next one's (runtime/zero/stage3.py)."""
         ahead = self.z.prefetch_layers
-        while self.gather_queue and self.first_use[self.gather_queue[0]] <= pos + ahead:
+        while self.gather_queue:
+            j = len(self.gathered)
+            trigger = self.first_use[(self.gathered + self.gather_queue)[j - ahead]] if j >= ahead else 0
+            if trigger > pos:
+                break
             name = self.gather_queue.pop(0)
-            wait = self.first_use[name] - ahead - 1
-            deps = (self.compute_ops[wait],) if 0 <= wait < len(self.compute_ops) else self.first_dep
-            nbytes = self.e * self.by_name[name].params
+            self.gathered.append(name)
+            deps = (self.compute_ops[trigger - 1],) if trigger > 0 else self.phase_dep
+            nbytes = self.e * padded_tensors(self.by_name[name].tensors, self.nd)  # each tensor padded to Nd
             # DeepSpeed v0.3.13 partition_parameters.py _allgather_param: the full parameter buffer, and
             # PyTorch's flat staging of the list all_gather until the copy-out; both made on the
             # coordinator's comm stream (stage3.py _all_gather: `with torch.cuda.stream(self.comm_stream)`,
@@ -276,7 +294,7 @@ class _StepPass:
                                     arena="checkpoints" if self.md else ""))
         op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
                        allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
-        self._mp_allreduces(m, m.mp_allreduces_fwd)
+        self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
             self._offload_out(m, op)
         return op
@@ -366,6 +384,15 @@ class _StepPass:
         elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
             allocs.append(Alloc("grads", self.e * m.params, _full_grad_tag(m.name, self.step)))
         frees = frees + self._activation_tags(m, "act") + (work,)
+        if self.stage == 3 and reduce:
+            # Stage 3 copies each module's gradient into its bucket's buffer as soon as it is complete
+            # and frees it (DeepSpeed contiguous_gradients: __add_grad_to_ipg_bucket; the runtime's
+            # ReduceScatterBuckets): the buffer is taken by the bucket's first module.
+            if not self.bucket:
+                elements = self.bucket_elements_of[m.name]
+                allocs.append(Alloc("buffers", bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, self.e),
+                                    self._tags("bucket", m.name)))
+            frees = frees + (self._tags("grad", m.name),)
         op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
                        hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees,
                        kernels=self._kernels(m, "bwd"))
@@ -375,7 +402,8 @@ class _StepPass:
             self.bucket_elems += m.params
             # one fused reduction after backward: without CB (§3.2), and stage 1 as DeepSpeed v0.2 ran it
             fused = self.stage < 3 and (not self.z.constant_buffers or self.stage == 1)
-            if self.stage == 3 or (not fused and self.bucket_elems >= self.z.reduce_bucket_elements):
+            # zsim.zero.buckets.plan_buckets's rule, which the runtime uses too (stage 3 included).
+            if not fused and self.bucket_elems >= self.z.reduce_bucket_elements:
                 self._reduce(self.bucket, op)
                 self.bucket, self.bucket_elems = [], 0
         return op
@@ -399,23 +427,29 @@ class _StepPass:
             return
         e = self.e
         elements = sum(m.params for m in bucket)
-        nbytes = e * elements
-        what = f"grads.{bucket[0].name}" if self.stage == 3 else f"grads.bucket.{self.bucket_index}"
+        # Bytes as the runtime moves them (zsim.zero.buckets): stage 0 the bucket itself, stages 1-2
+        # the bucket padded to a multiple of 2·Nd, stage 3 each tensor padded to a multiple of Nd.
+        if self.stage == 3:
+            nbytes = e * sum(padded_tensors(m.tensors, self.nd) for m in bucket)
+        else:
+            nbytes = e * (padded_bucket(elements, self.nd) if self.stage else elements)
+        what = f"grads.bucket.{self.bucket_index}"
         self.bucket_index += 1
         tag = self._tags("bucket", bucket[0].name)
         if self.stage == 3:
-            op, staging = "reduce_scatter", ()  # stage 3 reduce-scatters the module's gradient in place
+            op, staging = "reduce_scatter", ()  # stage 3: the bucket's buffer was taken in backward
+            frees = [tag]
         else:
             op = "all_reduce" if self.stage == 0 else "reduce_scatter"
             size = bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, e) if self.z.constant_buffers \
                 else fused_gradient_buffer_bytes(elements)
             in_place = self.stage == 2 and self.md and self.z.constant_buffers
             staging = () if in_place else (Alloc("buffers", size, tag, stream="compute" if self.stage == 0 else ""),)
-        frees = [a.tag for a in staging]
+            frees = [a.tag for a in staging]
         if self.stage >= 2 and self.mb == 0 and self.bucket_index == 1:
             part = stage_partition(self.w.params_per_mp_rank, self.s.layout.dp, self.stage, self.w.tensors)
             staging = staging + (Alloc("grads", e * part, _partition_grad_tag(self.step)),)
-        if self.stage >= 2:
+        if self.stage == 2:
             frees += [self._tags("grad", m.name) for m in bucket]
         self.b.add(name=f"{op}/{what}", stream=self._reduction_stream(), deps=(after,), collective=op, group="dp",
                    nbytes=nbytes,
@@ -462,6 +496,7 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     psi = w.params_per_mp_rank
     elements = stage_partition(psi, nd, z.stage, w.tensors)
     deps = (b.last_comm,) if b.last_comm is not None else ()
+    last_mb = s.grad_accum - 1  # the runtime stamps what follows the last micro-batch with its index
     # The step's checks before Adam (DeepSpeed ZeRO optimizer of 2020, step()): the fp16 overflow check
     # and the gradient norm, each a kernel pass over the partition, then a 4-byte all-reduce (MAX,
     # SUM) over the DP group and, with MP, over the MP group; in line on the compute stream, as the
@@ -471,11 +506,12 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     for check in ("overflow", "norm"):
         if not kernels[check].kernels:
             continue
-        b.add(name=f"optimizer/{check}", stream="compute", deps=deps, kernels=kernels[check], step=step)
+        b.add(name=f"optimizer/{check}", stream="compute", deps=deps, kernels=kernels[check], step=step,
+              micro_batch=last_mb)
         deps = ()
         for group in ("dp", "mp") if s.layout.mp > 1 else ("dp",):
             b.add(name=f"all_reduce/{check}.{group}", stream="compute", collective="all_reduce", group=group,
-                  nbytes=4, step=step)
+                  nbytes=4, step=step, micro_batch=last_mb)
     # The gradients' copy the update reads (zsim.zero.residual.step_gradient_bytes): made by one cast
     # pass, which then frees the fp16 gradients; held until the update has run.
     sub_group = z.sub_group_elements if z.constant_buffers else elements
@@ -486,15 +522,15 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     converted = min(elements, sub_group) if z.stage == 3 else elements
     b.add(name="optimizer/grads_copy", stream="compute", deps=deps, hbm_bytes=(e + grads.held / max(1, converted)) * converted,
           allocs=(Alloc("buffers", grads.held, held), Alloc("buffers", grads.transient, transient)),
-          frees=(transient,) + grad_tags, step=step)
+          frees=(transient,) + grad_tags, step=step, micro_batch=last_mb)
     opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
-                frees=(held,), step=step, kernels=kernels["adam"])
+                frees=(held,), step=step, kernels=kernels["adam"], micro_batch=last_mb, elements=elements)
     if z.stage in (1, 2):
         # Stage 1 (v0.2) all-gathers each comm interval of reduce_bucket_size, stage 2 (v0.2) shards of
         # allgather_bucket_size; both pass a list, which PyTorch stages through one flat buffer.
         bucket = (z.reduce_bucket_elements if z.stage == 1 else z.allgather_bucket_elements) \
             if z.constant_buffers else psi
-        total = psi
+        total = padded_bucket(psi, nd)  # the flat partition, padded to a multiple of 2·Nd (zsim.zero.buckets)
         if z.stage == 1 and z.constant_buffers:  # whole padded intervals (zsim.zero.residual.stage1_comm_intervals)
             intervals, sub = stage1_comm_intervals(psi, nd, bucket)
             bucket, total = sub * nd, intervals * sub * nd
@@ -503,4 +539,5 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
             stage_buf = Alloc("buffers", list_collective_staging_bytes(n, e), f"ag_list.step.{j}.s{step}",
                               stream="compute")
             b.add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=(opt,), collective="all_gather",
-                  group="dp", nbytes=e * n, allocs=(stage_buf,), frees=(stage_buf.tag,), step=step)
+                  group="dp", nbytes=e * n, allocs=(stage_buf,), frees=(stage_buf.tag,), step=step,
+                  micro_batch=last_mb)

@@ -1,0 +1,73 @@
+"""Host profiles (hwprofiles/hosts/, zsim/config/host.py): a CPU machine as a cluster the simulator
+runs, with gloo's latency-bandwidth terms per collective and the host's achieved compute rates."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from zsim.config.hardware import load_cluster
+from zsim.config.host import HostFile, host_model
+from zsim.config.scenario import build_scenario
+from zsim.engine.simulation import simulate
+from zsim.errors import ConfigError
+
+SCENARIO = {"model": {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256, "micro_batch": 2},
+            "parallel": {"dp": 2, "mp": 1}, "zero": {"stage": 3, "activation_checkpointing": False},
+            "precision": {"dtype": "fp32"}, "hardware": {"profile": "dev-2core", "nodes": 1}}
+
+
+def test_shipped_host_profile_loads_as_a_one_node_cluster():
+    cluster = load_cluster("dev-2core", 1)
+    assert cluster.host is not None and cluster.gpus_per_node == cluster.host.ranks == 2
+    spec = yaml.safe_load((ROOT / "hwprofiles/hosts/dev-2core.yaml").read_text())
+    assert cluster.gpu.peak_flops["fp32"] == pytest.approx(spec["compute"]["matmul_GFLOPS"]["fp32"] * 1e9)
+    assert cluster.host.op_overhead_s == pytest.approx(spec["compute"]["op_overhead_us"] * 1e-6)
+
+
+def test_collectives_follow_the_latency_bandwidth_terms():
+    """A collective on the host takes latency + S / bandwidth, the profile's fit, on the comm stream."""
+    r = simulate(build_scenario(SCENARIO))
+    spec = yaml.safe_load((ROOT / "hwprofiles/hosts/dev-2core.yaml").read_text())
+    comm = [e for e in r.events if e.get("cat") == "comm"]
+    assert comm and {e["args"]["algorithm"] for e in comm} == {"gloo"}
+    for e in comm:
+        terms = spec["collectives"][e["args"]["op"]][2]
+        want = terms["latency_us"] + e["args"]["bytes"] / (terms["GBps"] * 1e9) * 1e6
+        assert e["dur"] == pytest.approx(want, rel=1e-9)
+
+
+def test_more_than_one_host_and_missing_group_sizes_are_refused():
+    with pytest.raises(ConfigError, match="hardware.nodes must be 1"):
+        load_cluster("dev-2core", 2)
+    model = host_model(HostFile.model_validate(yaml.safe_load((ROOT / "hwprofiles/hosts/dev-2core.yaml").read_text())))
+    assert model.collective_seconds("all_reduce", 1e6, 1) == 0.0  # a group of one moves nothing
+    with pytest.raises(ConfigError, match="no all_reduce terms for a group of 4"):
+        model.collective_seconds("all_reduce", 1e6, 4)
+
+
+def test_bad_host_profile_names_the_file_and_key(tmp_path, monkeypatch):
+    shutil.copytree(ROOT / "hwprofiles", tmp_path / "hwprofiles")
+    path = tmp_path / "hwprofiles/hosts/bad.yaml"
+    spec = yaml.safe_load((ROOT / "hwprofiles/hosts/dev-2core.yaml").read_text())
+    spec["collectives"]["all_reduce"][2]["GBps"] = 0
+    path.write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv("ZSIM_PROFILE_PATH", str(tmp_path / "hwprofiles"))
+    with pytest.raises(ConfigError, match="bad.yaml") as err:
+        load_cluster("bad", 1)
+    assert "GBps" in str(err.value)
+    spec["collectives"]["all_reduce"][2]["GBps"] = 1.0
+    spec["collectives"]["allreduce"] = spec["collectives"].pop("all_reduce")
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError, match="unknown collective"):
+        load_cluster("bad", 1)
+
+
+def test_host_scenario_runs_from_the_command_line(tmp_path):
+    from zsim.cli import main
+
+    assert main(["run", str(ROOT / "scenarios/host/tiny-2rank-stage3.yaml"), "--no-plot", "-o", str(tmp_path)]) == 0
+    assert (tmp_path / "trace.json").is_file()

@@ -1,0 +1,91 @@
+"""Calibrating the collective model of a profile from measured collectives, or refusing to.
+
+Two model kinds, one per backend:
+* **nccl** on a GPU system profile: NCCL's tuner and the fitted kernel terms (zsim.calibrate.nccl_fit).
+* **gloo** on a host profile: a latency-bandwidth (α-β) line per collective and group size
+  (zsim.calibrate.alpha_beta; Hockney 1994), because gloo on a CPU runs none of NCCL's algorithms
+  (it implements reduce_scatter as a whole all_reduce, DESIGN.md).
+
+A profile is written only when the data determine what is fitted. Refusals (CalibrationError, exit 2):
+a backend that does not match the model kind, fewer distinct samples than twice the free terms, and
+fitted terms that end on an artificial bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from zsim.config.hardware import Cluster
+from zsim.errors import ZsimError
+from zsim.trace.samples import CollectiveSample
+
+SAMPLES_PER_TERM = 2  # distinct (op, bytes, group) samples per free term, at least
+
+
+class CalibrationError(ZsimError):
+    """The data cannot determine the model (exit 2): the message says which term and why."""
+
+
+@dataclass(slots=True)
+class CollectiveCalibration:
+    """The fitted `nccl:` values (profile units), what was fitted and kept, and per-sample errors."""
+
+    values: dict[str, float]
+    fitted: tuple[str, ...]
+    kept: tuple[str, ...]
+    at_zero: tuple[str, ...]
+    residuals: list = field(default_factory=list)  # nccl_fit.Residual
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per collective: samples, median and max |busbw error| (sizes ≥ 1 MiB where there are any)."""
+        out = {}
+        for fn in sorted({r.fn for r in self.residuals}):
+            rows = [r for r in self.residuals if r.fn == fn]
+            big = [abs(r.error) for r in rows if r.size >= 1 << 20] or [abs(r.error) for r in rows]
+            big.sort()
+            out[fn] = {"samples": len(rows), "median_error": round(float(np.median(big)), 4),
+                       "max_error": round(big[-1], 4)}
+        return out
+
+
+def check_backend(samples: list[CollectiveSample], model_kind: str, profile: str) -> None:
+    """Refuse to fit `model_kind` ('nccl' or 'gloo') to samples of another backend."""
+    backends = sorted({s.backend for s in samples})
+    wrong = [b for b in backends if b != model_kind]
+    if wrong:
+        hint = ("calibrate a host profile instead (--profile <host>, hwprofiles/hosts/)" if model_kind == "nccl"
+                else "calibrate a GPU system profile instead (--profile dgx2, ...)")
+        sources = sorted({s.source for s in samples if s.backend in wrong})
+        raise CalibrationError(f"the collectives in {', '.join(sources)} ran on {'/'.join(wrong)}, but profile "
+                               f"'{profile}' models {model_kind}: its terms would mean nothing for them; {hint}")
+
+
+def calibrate_nccl(cluster: Cluster, samples: list[CollectiveSample], profile: str) -> CollectiveCalibration:
+    """Fit the NCCL kernel terms the samples determine; keep the base profile's others.
+
+    Raises:
+        CalibrationError: a non-NCCL backend, too few distinct samples for the terms they touch, or
+        a fitted term on an artificial bound (the model does not fit these data).
+    """
+    from zsim.calibrate.nccl_fit import fit_samples, sensitive_terms, values_of
+
+    check_backend(samples, "nccl", profile)
+    free = sensitive_terms(cluster, samples, values_of(cluster.nccl))
+    distinct = len({(s.op, s.nbytes, s.group, s.gpus_per_process) for s in samples})
+    if not free:
+        raise CalibrationError(f"no NCCL term changes the predicted time of any of the {len(samples)} collectives "
+                               "(all under the launch floor?): nothing can be fitted")
+    if distinct < SAMPLES_PER_TERM * len(free):
+        raise CalibrationError(f"{distinct} distinct collectives (op, size, group) cannot determine the {len(free)} "
+                               f"NCCL terms they touch ({', '.join(free)}); need at least {SAMPLES_PER_TERM * len(free)}: "
+                               "add nccl-tests tables or traces with more sizes")
+    result = fit_samples(cluster, samples, free=free)
+    if result.at_bounds:
+        terms = ", ".join(f"{n} = {result.values[n]:.4g}" for n in result.at_bounds)
+        raise CalibrationError(f"fitted terms ended on their bounds ({terms}): the NCCL model of '{profile}' does "
+                               "not fit these measurements (another machine, another backend, or waiting left in "
+                               "the times?); no profile written")
+    at_zero = tuple(n for n in result.fitted if result.values[n] == 0.0)
+    return CollectiveCalibration(result.values, result.fitted, result.kept, at_zero, result.residuals)

@@ -1,0 +1,63 @@
+"""`zsim calibrate` of a GPU profile's compute terms from GEMM tables, through issue 9's GEMM model
+(docs/compute.md: `zsim/compute/gemm.py`, fitted by `zsim/calibrate/gemm_fit.py`). The five
+`gemm.<dtype>` terms are written into the system profile's `compute:` section, which replaces the
+GPU's own (issue 9's ComputeOverride). Until issue 9 is merged, this module refuses with that reason.
+
+Phase timings (`fwd/layer` spans of runtime or simulated traces) are sums of many kernels; fitting
+kernel-level terms to them needs the kernel lists of the compute model as the design matrix, which is
+not done yet: calibrate refuses them for GPU profiles (`--fit collectives` fits the rest).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from zsim.calibrate.collectives import CalibrationError
+from zsim.trace.samples import ComputeSample
+
+# A GEMM fit whose terms end here has not found them in the data (gemm_fit.PARAMS bounds that are
+# not physical limits: an efficiency of 1 is, an operand bandwidth of 50 TB/s is not).
+_ARTIFICIAL = {"efficiency": ("lo",), "tile_TBps": ("lo", "hi"), "k_overhead": ("hi",), "fixed_us": ("hi",),
+               "hbm_efficiency": ("lo",)}
+
+
+def calibrate_gemms(cluster: Any, samples: list[ComputeSample]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({dtype: gemm terms in profile units}, {dtype: fit summary}) from GEMM samples.
+
+    Raises:
+        CalibrationError: phase timings among the samples, issue 9's model absent, a dtype the GPU
+        has no peak for, or fitted terms on artificial bounds.
+    """
+    phases = sorted({s.kind for s in samples if s.kind != "gemm"})
+    if phases:
+        raise CalibrationError(f"phase timings ({', '.join(phases)}) cannot fit a GPU's kernel-level compute terms "
+                               "yet; give GEMM tables, or --fit collectives")
+    try:
+        from zsim.calibrate.gemm_fit import PARAMS, GemmHardware, GemmRow, fit
+    except ImportError:
+        raise CalibrationError("GEMM tables need the kernel-level compute model of issue 9 (zsim.compute, "
+                               "zsim.calibrate.gemm_fit), which this build does not have; --fit collectives "
+                               "fits the rest") from None
+    terms = getattr(cluster.gpu, "compute", None)
+    if terms is None:
+        raise CalibrationError(f"GPU {cluster.gpu.name} has no compute section to fit")
+    by_dtype: dict[str, list[ComputeSample]] = defaultdict(list)
+    for s in samples:
+        by_dtype[s.dtype].append(s)
+    values, summary = {}, {}
+    bounds = {p[0]: (p[2], p[3]) for p in PARAMS}
+    for dtype, rows in sorted(by_dtype.items()):
+        if dtype not in cluster.gpu.peak_flops:
+            raise CalibrationError(f"GEMMs in {dtype}, but {cluster.gpu.name} has no {dtype} peak")
+        hw = GemmHardware(sms=terms.sms, tiles=terms.tiles, peak_flops=cluster.gpu.peak_flops[dtype],
+                          hbm_bytes_per_s=cluster.gpu.hbm_bytes_per_s, elem_bytes=4 if dtype == "fp32" else 2)
+        result = fit([GemmRow(s.shape[0], s.shape[1], s.shape[2], 1, s.seconds) for s in rows], hw)
+        stuck = [f"{k} = {v:.4g}" for k, v in result.values.items() for side in _ARTIFICIAL.get(k, ())
+                 if abs(v - bounds[k][0 if side == "lo" else 1]) <= 1e-6 * max(1.0, abs(bounds[k][1]))]
+        if stuck:
+            raise CalibrationError(f"{dtype} GEMM terms ended on their bounds ({', '.join(stuck)}): the GEMM model "
+                                   f"does not fit these {len(rows)} shapes")
+        values[dtype] = {k: round(v, 4) for k, v in result.values.items()}
+        summary[dtype] = {k: round(float(v), 4) for k, v in result.summary().items()}
+    return values, summary

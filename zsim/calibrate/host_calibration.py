@@ -1,0 +1,122 @@
+"""`zsim calibrate` on a host (CPU) profile: runtime traces → the host's gloo collective terms and
+compute terms (zsim.config.host), fitted by zsim.calibrate.host_fit, merged over the base profile's."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from zsim.calibrate.collectives import CalibrationError, check_backend
+from zsim.calibrate.host_fit import fit_collectives, fit_compute
+from zsim.calibrate.profile_writer import base_file
+from zsim.config.yamlfile import read_yaml_mapping
+
+
+def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
+    """id(event) → µs the rank's compute track was idle just before that compute op (after the previous
+    span of any kind, waiting included, ended): framework work between spans (Python bookkeeping,
+    bucketing, the next batch) that no span covers."""
+    track = sorted((e for e in events if e.get("tid") == 0), key=lambda e: e["ts"])
+    out, end = {}, None
+    for e in track:
+        if end is not None and not e["name"].startswith("wait"):
+            out[id(e)] = max(0.0, e["ts"] - end)
+        end = max(end or 0.0, e["ts"] + e["dur"])
+    return out
+
+
+def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[float, float, float]]:
+    """(FLOPs, streamed bytes, measured seconds) of every compute op of a measured run: each plan op
+    of the run rebuilt on `profile`, with the median over ranks of the measured op lined up with it.
+    An op's time is its own span (nested in-line ops excluded) plus the compute track's idle time
+    just before it: the simulator's ops run back to back, so the framework's time between spans must
+    be priced by the ops (it lands in the per-op overhead) or every step comes out short.
+
+    Raises:
+        ConfigError: the run cannot be rebuilt on the profile.
+        CalibrationError: compute ops of the plan that the trace lacks (the two do not line up).
+    """
+    from zsim.calibrate.rebuild import rebuild
+    from zsim.calibrate.replay import is_collective, keyed
+    from zsim.workload.transformer import build_workload
+    from zsim.zero.plan import build_plan
+
+    scenario = rebuild(run, profile, profiles)
+    plan = build_plan(scenario, build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype))
+    per_rank = [keyed(events) for events in run.events.values()]
+    gaps = [idle_before(events) for events in run.events.values()]
+    seen: dict[tuple[str, int, int], int] = defaultdict(int)
+    rows, missing = [], []
+    for op in plan.ops:
+        if op.is_collective or op.transfer:
+            continue
+        base = (op.name, op.step, op.micro_batch)
+        key = (*base, seen[base])
+        seen[base] += 1
+        found = [r[key]["dur"] - r[key]["args"].get("nested_us", 0.0) + g.get(id(r[key]), 0.0)
+                 for r, g in zip(per_rank, gaps) if key in r and not is_collective(r[key])]
+        if not found:
+            missing.append(f"{op.name}@{op.step}.{op.micro_batch}")
+            continue
+        if op.step == 0:
+            continue  # the first step warms up (allocation, first touch): not what a step costs
+        rows.append((op.flops, op.hbm_bytes, float(np.median(found)) * 1e-6))
+    if missing:
+        raise CalibrationError(f"{run.folder}: {len(missing)} compute ops of the simulator's plan are not in the trace "
+                               f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): the runtime and the "
+                               "simulator do not line up for this configuration")
+    return rows
+
+
+def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dict, sections: dict,
+                   report: dict, profiles: Any = None) -> None:
+    """Fit the host's collective and compute terms from `data` into `replace` (profile sections),
+    `sections` (provenance) and `report`.
+
+    Raises:
+        CalibrationError: non-gloo collectives, compute samples that are not runtime traces, or data
+        that do not determine the terms.
+    """
+    host = cluster.host
+    base = read_yaml_mapping(base_file(profile, profiles))
+    if data.collectives and fit != "compute":
+        check_backend(data.collectives, "gloo", profile)
+        fits = fit_collectives(data.collectives, host.collectives, profile)
+        merged = {op: dict(by_size) for op, by_size in (base.get("collectives") or {}).items()}
+        summary = {}
+        for (op, group), (line, sizes) in fits.items():
+            entry = {"latency_us": round(line.intercept * 1e6, 3), "GBps": round(1.0 / line.slopes[0] / 1e9, 4),
+                     "fit": {"median_rel_error": round(line.median_error, 4), "worst_rel_error": round(line.max_error, 4),
+                             "points": sizes}}
+            merged.setdefault(op, {})[group] = entry
+            summary[f"{op}/{group}"] = {**entry, "latency": "kept from the base (too few sizes)"
+                                        if line.intercept_kept else "fitted"}
+        replace["collectives"] = merged
+        sections["collectives"] = {"model": "gloo latency-bandwidth", "fitted": summary}
+        report["collectives"] = sections["collectives"]
+    if fit == "collectives":
+        return
+    if data.compute and not data.runs:
+        raise CalibrationError("compute samples other than runtime traces (GEMM tables?) cannot calibrate a host "
+                               "profile: its compute terms are fitted from the runtime's own ops")
+    if data.runs:
+        rows = [row for run in data.runs for row in plan_rows(run, profile, profiles)]
+        line = fit_compute(rows)
+        dtypes = {str(run.metadata.get("precision", "fp32")) for run in data.runs}
+        if len(dtypes) > 1:
+            raise CalibrationError(f"runs of different precisions ({', '.join(sorted(dtypes))}) share one matmul rate "
+                                   "in this fit: calibrate each precision separately")
+        dtype = dtypes.pop()
+        compute = dict(base.get("compute") or {})
+        compute["matmul_GFLOPS"] = {**(compute.get("matmul_GFLOPS") or {}),
+                                    dtype: round(1.0 / line.slopes[0] / 1e9, 3)}
+        compute["memory_GBps"] = round(1.0 / line.slopes[1] / 1e9, 3)
+        compute["op_overhead_us"] = round(line.intercept * 1e6, 3)
+        replace["compute"] = compute
+        sections["compute"] = {"model": "host: overhead + FLOPs/matmul rate + bytes/memory bandwidth",
+                               "ops": len(rows), "dtype": dtype,
+                               "median_error": round(line.median_error, 4), "max_error": round(line.max_error, 4)}
+        report["compute"] = {**sections["compute"], "values": {k: compute[k] for k in
+                                                              ("matmul_GFLOPS", "memory_GBps", "op_overhead_us")}}

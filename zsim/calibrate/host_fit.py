@@ -1,0 +1,131 @@
+"""Calibrating a host (CPU) profile from the runtime's own traces: the gloo collectives' latency and
+bandwidth per collective and group size, and the compute terms (matmul rate, streaming bandwidth,
+per-op overhead) that zsim.config.host defines and the simulator uses for a CPU run.
+
+Both are linear in their unknowns once times are divided by nothing but the terms, so both are
+fitted by bounded linear least squares (scipy.optimize.lsq_linear):
+
+* collective: t = α + S·(1/β) per (op, group size), on the median time of each distinct size, on
+  relative residuals (each size divided by its time: sizes span orders of magnitude);
+  α ≥ 0 (physical), 1/β > 0. One distinct size cannot separate α from β: the base profile's α is
+  kept and β fitted, and if the base has no such entry, calibration refuses.
+* compute: t = o + F·(1/T) + B·(1/M) over every compute op (least squares in seconds, not
+  relative: see fit_compute), with F its FLOPs and B its streamed
+  bytes as the simulator's plan counts them (the measured op is lined up with the plan's op of the
+  same name, step, micro-batch and occurrence), so the fit prices exactly what the simulator will.
+
+Refusals (CalibrationError): fewer distinct samples than twice the terms, a rate whose inverse hits 0
+(time does not grow with the work: the term is not determined), no samples of a kind at all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import lsq_linear
+
+from zsim.calibrate.collectives import SAMPLES_PER_TERM, CalibrationError
+from zsim.trace.samples import CollectiveSample
+
+
+@dataclass(frozen=True, slots=True)
+class LineFit:
+    """Intercept (s), slopes (s per unit of each x), per-row relative errors, and what was kept."""
+
+    intercept: float
+    slopes: tuple[float, ...]
+    errors: tuple[float, ...]
+    intercept_kept: bool = False
+
+    @property
+    def median_error(self) -> float:
+        return float(np.median(np.abs(self.errors))) if self.errors else 0.0
+
+    @property
+    def max_error(self) -> float:
+        return float(np.max(np.abs(self.errors))) if self.errors else 0.0
+
+
+def relative_line(xs: np.ndarray, ts: np.ndarray, intercept: float | None = None, relative: bool = True) -> LineFit:
+    """t ≈ a + xs·b with a, b ≥ 0, minimising Σ((prediction − t)/t)² (or Σ(prediction − t)² when not
+    `relative`); `intercept` fixes a."""
+    xs = np.atleast_2d(xs.T).T if xs.ndim == 1 else xs
+    w = 1.0 / ts if relative else np.full(len(ts), 1.0 / float(np.mean(ts)))
+    if intercept is None:
+        design = np.column_stack([np.ones(len(ts)), xs]) * w[:, None]
+        target = ts * w
+    else:
+        design = xs * w[:, None]
+        target = (ts - intercept) * w
+    scale = np.maximum(np.abs(design).max(axis=0), 1e-300)
+    solution = lsq_linear(design / scale, target, bounds=(0.0, np.inf), lsmr_tol="auto", method="bvls")
+    coef = solution.x / scale
+    a, b = (coef[0], coef[1:]) if intercept is None else (intercept, coef)
+    predicted = a + xs @ b
+    return LineFit(float(a), tuple(float(v) for v in b), tuple(float(v) for v in predicted / ts - 1.0),
+                   intercept is not None)
+
+
+def fit_collectives(samples: list[CollectiveSample], base: dict[tuple[str, int], tuple[float, float]],
+                    profile: str) -> dict[tuple[str, int], tuple[LineFit, int]]:
+    """(op, group) → (fit of t = α + S/β, distinct sizes) for every (op, group) the samples hold.
+
+    Raises:
+        CalibrationError: one distinct size and no base latency; a bandwidth the data leave
+        undetermined (time not growing with size).
+    """
+    by_key: dict[tuple[str, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for s in samples:
+        by_key[(s.op, s.group)][s.nbytes].append(s.seconds)
+    out = {}
+    for (op, group), sizes in sorted(by_key.items()):
+        xs = np.array(sorted(sizes), dtype=float)
+        ts = np.array([np.median(sizes[int(x)]) for x in xs])
+        if len(xs) < SAMPLES_PER_TERM * 2:
+            if (op, group) not in base:
+                raise CalibrationError(f"{op} on {group} ranks: {len(xs)} distinct size(s) cannot separate latency "
+                                       f"from bandwidth, and profile '{profile}' has no {op} terms for {group} ranks "
+                                       "to keep the latency from: record more sizes (python -m zsim.runtime.hostprobe, or "
+                                       "runs of other model shapes)")
+            fit = relative_line(xs, ts, intercept=base[(op, group)][0])
+        else:
+            fit = relative_line(xs, ts)
+        if fit.slopes[0] <= 0:
+            raise CalibrationError(f"{op} on {group} ranks: the time does not grow with the size over "
+                                   f"{int(xs[0])}-{int(xs[-1])} B, so the bandwidth is not determined by these data")
+        out[(op, group)] = (fit, len(xs))
+    return out
+
+
+COMPUTE_TERMS = ("op_overhead_us", "matmul_GFLOPS", "memory_GBps")
+
+
+def fit_compute(rows: list[tuple[float, float, float]]) -> LineFit:
+    """t = overhead + flops/T + bytes/M over (flops, bytes, seconds) rows, every row (every op of
+    every step) weighing by its time: a step is a sum of op times, so the fit minimises the error in
+    seconds and the big ops that make a step are priced right. (Relative weighting let the 0.5-ms
+    embedding and optimizer ops pull the matmul rate to 4x what the layers achieve: the predicted
+    compute came out at 24% of the measured on this machine's traces.)
+
+    Raises:
+        CalibrationError: too few distinct ops, or a rate the data leave undetermined.
+    """
+    groups: dict[tuple[float, float], list[float]] = defaultdict(list)
+    for flops, nbytes, seconds in rows:
+        if seconds > 0:
+            groups[(flops, nbytes)].append(seconds)
+    if len(groups) < SAMPLES_PER_TERM * 3:
+        raise CalibrationError(f"{len(groups)} distinct compute ops (FLOPs, bytes) cannot determine the 3 compute "
+                               f"terms ({', '.join(COMPUTE_TERMS)}); need {SAMPLES_PER_TERM * 3}: trace more model shapes")
+    kept = [(f, b, t) for f, b, t in rows if t > 0]
+    xs = np.array([(f, b) for f, b, _ in kept], dtype=float)
+    ts = np.array([t for _, _, t in kept])
+    fit = relative_line(xs, ts, relative=False)
+    for name, slope in zip(("matmul_GFLOPS", "memory_GBps"), fit.slopes):
+        if slope <= 0:
+            raise CalibrationError(f"{name}: the compute times do not grow with the "
+                                   f"{'FLOPs' if name == 'matmul_GFLOPS' else 'bytes'} of the ops, so it is not "
+                                   "determined by these traces (trace model shapes that differ in it)")
+    return fit

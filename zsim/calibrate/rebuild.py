@@ -1,0 +1,61 @@
+"""Rebuilding a measured run as a scenario: the model, layout, ZeRO options, precision, steps and
+micro-batches the trace metadata records, on the hardware profile the user names."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from zsim.config.hardware import load_cluster
+from zsim.config.profiles import Profiles
+from zsim.config.scenario import Scenario, build_scenario
+from zsim.config.schema import ModelSection, ZeroSection
+from zsim.errors import ConfigError
+from zsim.trace.run_reader import MeasuredRun
+
+
+def scenario_dict(run: MeasuredRun, profile: str, profiles: Profiles | None = None) -> dict[str, Any]:
+    """The scenario mapping of `run` on `profile` (a name found by `profiles`).
+
+    Raises:
+        ConfigError: the metadata lacks a key the scenario needs, or the run's ranks do not fill whole
+        nodes of the profile.
+    """
+    meta = run.metadata
+    for key in ("model", "zero", "precision", "dp", "mp", "world_size"):
+        if key not in meta:
+            raise ConfigError(f"metadata has no '{key}': cannot rebuild the run", source=str(run.folder))
+    model = {k: v for k, v in meta["model"].items() if k in ModelSection.model_fields and v is not None}
+    model.pop("global_batch", None)
+    model["grad_accum"] = int(meta.get("grad_accum") or model.get("grad_accum") or 1)
+    zero = {k: v for k, v in meta["zero"].items() if k in ZeroSection.model_fields}
+    cluster = load_cluster(profile, 1, profiles)
+    world = int(meta["world_size"])
+    per_node = cluster.gpus_per_node
+    if world % per_node and world > per_node:
+        raise ConfigError(f"the run had {world} ranks; profile '{profile}' has {per_node} per node: they do not fill "
+                          "whole nodes", source=str(run.folder))
+    hardware: dict[str, Any] = {"profile": profile, "nodes": max(1, math.ceil(world / per_node))}
+    if world < per_node:
+        from zsim.config.schema import HardwareSection
+
+        if "gpus_per_node" not in HardwareSection.model_fields:
+            raise ConfigError(f"the run had {world} ranks, profile '{profile}' has {per_node} GPUs per node, and this "
+                              "build cannot use part of a node (hardware.gpus_per_node): give a profile with "
+                              f"{world} per node", source=str(run.folder))
+        hardware["gpus_per_node"] = world  # contract 2: the run used part of one node
+    return {"name": f"replay-{run.folder.name}", "model": model, "parallel": {"dp": meta["dp"], "mp": meta["mp"]},
+            "zero": zero, "precision": {"dtype": meta["precision"]}, "hardware": hardware,
+            "run": {"steps": len(run.steps)}}
+
+
+def rebuild(run: MeasuredRun, profile: str, profiles: Profiles | None = None) -> Scenario:
+    """The validated scenario of `run` on `profile`: a name, or a .yaml file (e.g. `zsim calibrate`'s output).
+
+    Raises:
+        ConfigError: as scenario_dict, or the scenario does not validate (naming the key).
+    """
+    profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
+    return build_scenario(scenario_dict(run, name, profiles), profiles=profiles,
+                          source=f"{run.folder} (rebuilt from its metadata)",
+                          default_name=f"replay-{run.folder.name}")

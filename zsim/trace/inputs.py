@@ -1,0 +1,174 @@
+"""What `zsim calibrate` reads: any mix of measurement inputs, each recognised by its content.
+
+| input | recognised by | gives |
+|---|---|---|
+| runtime traces (`zsim trace -o DIR`) | a folder of `rank<R>.trace.json` | collectives (transfer, waiting excluded) and compute phases |
+| Kineto traces (torch.profiler) | `*.json[.gz]` files (or a folder of them) with `traceEvents` and `distributedInfo` | NCCL collectives (transfer, waiting excluded across ranks) |
+| nccl-tests output | a folder of `<collective>.txt`, or one such file | collectives (time per call; GPUs and `-g` from the header) |
+| GEMM tables (DeepBench) | a `.csv` with M, N, K, time_ms columns | GEMM timings by shape |
+| a simulated trace (`zsim run`) | one `trace.json` in the zsim schema with `source: simulated` | its collectives and compute ops (round trips: calibrating from a simulation must give back its profile) |
+
+Anything else is a ConfigError naming the input: nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zsim.errors import ConfigError
+from zsim.fabric.nccl import FUNCTIONS
+from zsim.trace.samples import CollectiveSample, ComputeSample
+from zsim.trace.schema import SCHEMA, group_ranks
+
+KINDS = ("runtime", "kineto", "nccl-tests", "gemm-table", "simulated")
+
+
+@dataclass(slots=True)
+class Inputs:
+    """Samples from every input, and one provenance line per input."""
+
+    collectives: list[CollectiveSample] = field(default_factory=list)
+    compute: list[ComputeSample] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[Any] = field(default_factory=list)  # MeasuredRun of runtime inputs (for replay checks)
+
+
+def kind_of(path: Path) -> str:
+    """The input kind of `path` (one of KINDS).
+
+    Raises:
+        ConfigError: the path does not exist or is none of the known formats.
+    """
+    from zsim.trace.deepbench import is_gemm_table
+    from zsim.trace.kineto import is_kineto, load_json
+    from zsim.trace.nccl_tests import is_table
+    from zsim.trace.run_reader import is_run_folder
+
+    if not path.exists():
+        raise ConfigError("no such file or folder", source=str(path))
+    if path.is_dir():
+        if is_run_folder(path):
+            return "runtime"
+        if any((path / f"{fn}.txt").is_file() for fn in FUNCTIONS):
+            return "nccl-tests"
+        traces = [p for p in path.iterdir() if p.name.endswith((".json", ".json.gz"))]
+        if traces and is_kineto(load_json(traces[0])):
+            return "kineto"
+        raise ConfigError("unknown input format: a folder with neither rank<R>.trace.json files, nor nccl-tests "
+                          f"tables ({', '.join(f + '.txt' for f in FUNCTIONS[:3])}, ...), nor Kineto traces",
+                          source=str(path))
+    if is_gemm_table(path):
+        return "gemm-table"
+    if is_table(path):
+        return "nccl-tests"
+    if path.name.endswith((".json", ".json.gz")):
+        doc = load_json(path)
+        if is_kineto(doc):
+            return "kineto"
+        if isinstance(doc, dict) and doc.get("schema") == SCHEMA and (doc.get("metadata") or {}).get("source") == "simulated":
+            return "simulated"
+        if isinstance(doc, dict) and "schema" in doc:
+            raise ConfigError(f"a single {doc['schema']} trace file: give the folder of every rank's trace instead",
+                              source=str(path))
+    raise ConfigError("unknown input format (expected a runtime trace folder, Kineto traces, nccl-tests tables or "
+                      "a GEMM table .csv)", source=str(path))
+
+
+def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
+    """Read every input into samples.
+
+    Raises:
+        ConfigError: an input of unknown format, or one that fails its own checks (see the readers).
+    """
+    from zsim.trace.deepbench import read_gemm_table
+    from zsim.trace.kineto import read_kineto
+    from zsim.trace.nccl_tests import read_nccl_tests, recording_of
+    from zsim.trace.run_reader import collective_samples, compute_samples, read_run
+
+    out = Inputs()
+    for path in paths:
+        kind = kind_of(path)
+        before = (len(out.collectives), len(out.compute))
+        skipped: dict[str, int] = {}
+        if kind == "runtime":
+            run = read_run(path)
+            out.runs.append(run)
+            out.collectives += collective_samples(run, skipped)
+            out.compute += compute_samples(run)
+        elif kind == "kineto":
+            run = read_kineto([path], allow_missing_ranks)
+            samples = run.samples()
+            out.collectives += [s for s in samples if s.nbytes > 0]
+            if any(s.nbytes <= 0 for s in samples):
+                skipped["zero bytes"] = sum(1 for s in samples if s.nbytes <= 0)
+        elif kind == "nccl-tests":
+            files = [path / f"{fn}.txt" for fn in FUNCTIONS if (path / f"{fn}.txt").is_file()] if path.is_dir() else [path]
+            for f in files:
+                op = f.stem if f.stem in FUNCTIONS else None
+                if op is None:
+                    raise ConfigError(f"cannot tell the collective of an nccl-tests table from its name (use "
+                                      f"{', '.join(FUNCTIONS)}.txt)", source=str(f))
+                recorded = recording_of(f)
+                if recorded is None:
+                    raise ConfigError("the header does not list the ranks ('#  Rank  0 ... device ...' lines): "
+                                      "how many GPUs ran it is unknown", source=str(f))
+                gpus, per_process = recorded
+                rows = read_nccl_tests(f)
+                out.collectives += [CollectiveSample(op, r.size, gpus, r.time_us * 1e-6, "nccl", str(f), per_process)
+                                    for r in rows if r.size > 0 and r.time_us > 0]
+                empty = sum(1 for r in rows if r.size <= 0 or r.time_us <= 0)
+                if empty:  # nccl-tests rounds small all_gather/reduce_scatter sizes down to 0 bytes
+                    skipped["zero bytes"] = skipped.get("zero bytes", 0) + empty
+        elif kind == "simulated":
+            from zsim.trace.kineto import load_json
+
+            collectives, compute = simulated_samples(path, load_json(path))
+            out.collectives += collectives
+            out.compute += compute
+        else:
+            out.compute += read_gemm_table(path)
+        source = {"path": str(path), "kind": kind, "collectives": len(out.collectives) - before[0],
+                  "compute": len(out.compute) - before[1]}
+        if skipped:
+            source["skipped"] = skipped  # calls that say nothing about the link, counted rather than dropped
+        out.sources.append(source)
+    return out
+
+
+def _group_ranks(args: dict[str, Any], metadata: dict[str, Any]) -> list[int] | None:
+    """A collective's ranks, whether the trace lists them per event or names a group of
+    `metadata.groups` (zsim.trace.schema.group_ranks); None when neither is there."""
+    try:
+        return group_ranks(args, metadata)
+    except (KeyError, TypeError):
+        return None
+
+
+def simulated_samples(path: Path, doc: dict[str, Any]) -> tuple[list[CollectiveSample], list[ComputeSample]]:
+    """The collectives (transfer time: duration less `wait_us`) and compute ops of a simulated trace.
+
+    Raises:
+        ConfigError: a collective without bytes or group.
+    """
+    meta = doc.get("metadata") or {}
+    dtype = str(meta.get("precision", "fp16"))
+    collectives, compute = [], []
+    for e in doc.get("traceEvents") or []:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        args = e.get("args") or {}
+        if "op" in args and "group" in args:
+            ranks = _group_ranks(args, meta)
+            if not isinstance(args.get("bytes"), int) or ranks is None:
+                raise ConfigError(f"{e.get('name')}: bytes or group missing", source=str(path))
+            seconds = (e["dur"] - args.get("wait_us", 0.0)) * 1e-6
+            if args["bytes"] > 0 and len(ranks) > 1 and seconds > 0:
+                collectives.append(CollectiveSample(args["op"], args["bytes"], len(ranks), seconds, "nccl",
+                                                    str(path), 1, args.get("dtype", dtype)))
+        elif e.get("cat") == "compute" and str(e.get("name", "")).split("/")[0] in ("fwd", "bwd", "recompute", "optimizer"):
+            phase, _, what = e["name"].partition("/")
+            compute.append(ComputeSample(f"{phase}/{what.split('.')[0]}", float(args.get("flops", 0.0)),
+                                         e["dur"] * 1e-6, dtype, str(path), name=e["name"]))
+    return collectives, compute

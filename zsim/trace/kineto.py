@@ -1,0 +1,266 @@
+"""Importing PyTorch profiler (Kineto) traces of real NCCL jobs: one Chrome-trace JSON per rank.
+
+Two formats are read (both recorded by torch.profiler; see ../shared/data/README.md):
+
+* **older** (PyTorch ≤ 2.0): a CPU `user_annotation` named `nccl:<op>` per collective with
+  `args["Input Dims"]` (the input tensor's shape, elements) and `args["Input type"]`; the GPU
+  kernel (`ncclKernel_<Op>_<ALGO>_<PROTO>_...`) carries no size. The k-th annotation of a rank
+  launched its k-th NCCL kernel (NCCL enqueues one kernel per collective, in issue order).
+* **newer** (PyTorch ≥ 2.1, `record_param_comms`): the GPU kernel itself carries
+  `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size` and `dtype`.
+
+Across ranks, the k-th NCCL kernel of every rank is the same collective (NCCL requires every
+member to issue collectives in the same order). Its kernel starts on each GPU when that rank
+arrives and ends when the transfer ends; the **last rank to arrive waits for nobody**, so its
+kernel duration is the transfer time, and every other rank's extra time is waiting. That needs all
+ranks' files on one clock base (torch.profiler's timestamps are host wall-clock microseconds).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zsim.errors import ConfigError
+from zsim.trace.samples import CollectiveSample, ComputeSample
+
+# Bytes per element of the dtype names torch.profiler writes (Input type / dtype).
+DTYPE_BYTES = {
+    "float": 4, "Float": 4, "double": 8, "Double": 8, "c10::Half": 2, "Half": 2, "c10::BFloat16": 2,
+    "BFloat16": 2, "long int": 8, "Long": 8, "int": 4, "Int": 4, "short int": 2, "Short": 2,
+    "unsigned char": 1, "Byte": 1, "signed char": 1, "Char": 1, "bool": 1, "Bool": 1,
+}
+_SHORT_DTYPE = {4: "fp32", 2: "fp16", 8: "fp64", 1: "int8"}
+# Collective names: the annotation (`nccl:all_reduce`), record_param_comms (`allreduce`), kernel.
+_OPS = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
+        "allgather": "all_gather", "allgather_into_tensor": "all_gather", "_allgather_base": "all_gather",
+        "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
+        "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+        "broadcast": "broadcast", "reduce": "reduce", "all_to_all": "all_to_all", "alltoall": "all_to_all",
+        "alltoall_base": "all_to_all", "all_to_allv": "all_to_all"}
+_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_(\w+?)_(RING|TREE|COLLNET\w*|NVLS\w*)?_?(LL128|LL|SIMPLE)?")
+
+
+@dataclass(frozen=True, slots=True)
+class KinetoCollective:
+    """One NCCL kernel of one rank: op, payload S (bytes, nccl-tests convention), group size, and
+    its kernel's start and duration (µs, on the trace's clock)."""
+
+    op: str
+    nbytes: int
+    group: int
+    dtype: str
+    start_us: float
+    dur_us: float
+    algorithm: str
+
+
+@dataclass(slots=True)
+class KinetoRank:
+    """One rank's file: its NCCL collectives in issue order, its other GPU kernels, its steps."""
+
+    path: Path
+    rank: int
+    world_size: int
+    backend: str
+    device: str
+    collectives: list[KinetoCollective] = field(default_factory=list)
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # non-NCCL GPU kernels and copies
+    steps: list[tuple[float, float]] = field(default_factory=list)  # ProfilerStep spans (start, dur) µs
+
+
+def is_kineto(doc: Any) -> bool:
+    """Whether a parsed JSON document looks like a torch.profiler trace."""
+    return isinstance(doc, dict) and "traceEvents" in doc and ("distributedInfo" in doc or "deviceProperties" in doc)
+
+
+def load_json(path: Path) -> Any:
+    """Parse a JSON or gzipped JSON file.
+
+    Raises:
+        ConfigError: unreadable, truncated or not JSON (naming the file).
+    """
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("no such file", source=str(path)) from None
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise ConfigError(f"cannot read ({exc}); a truncated or damaged file?", source=str(path)) from None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"not valid JSON ({exc}); a truncated trace?", source=str(path)) from None
+
+
+def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
+    """One Kineto file: its rank's NCCL collectives (with sizes) and other GPU kernels.
+
+    Raises:
+        ConfigError: not a Kineto trace, no distributedInfo, or an NCCL kernel whose size cannot
+        be found (naming the file and the kernel).
+    """
+    doc = load_json(path) if doc is None else doc
+    if not is_kineto(doc):
+        raise ConfigError("not a PyTorch profiler (Kineto) trace: no traceEvents/distributedInfo", source=str(path))
+    info = doc.get("distributedInfo")
+    if not isinstance(info, dict) or "rank" not in info or "world_size" not in info:
+        raise ConfigError("no distributedInfo {rank, world_size}: not a trace of a distributed job",
+                          source=str(path))
+    props = doc.get("deviceProperties") or [{}]
+    out = KinetoRank(path, int(info["rank"]), int(info["world_size"]), str(info.get("backend", "nccl")),
+                     str(props[0].get("name", "unknown")))
+    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    annotations = sorted((e for e in events if e.get("cat") == "user_annotation"
+                          and str(e.get("name", "")).startswith("nccl:")), key=lambda e: e["ts"])
+    nccl_kernels = []
+    for e in sorted(events, key=lambda e: e["ts"]):
+        cat, name = e.get("cat"), str(e.get("name", ""))
+        if cat == "kernel" and _KERNEL.match(name):
+            nccl_kernels.append(e)
+        elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            out.kernels.append(e)
+        elif name.startswith("ProfilerStep#"):
+            out.steps.append((float(e["ts"]), float(e["dur"])))
+    new_format = all("Collective name" in k.get("args", {}) for k in nccl_kernels)
+    if not new_format and len(annotations) != len(nccl_kernels):
+        raise ConfigError(f"{len(nccl_kernels)} NCCL kernels but {len(annotations)} nccl:* annotations with sizes; "
+                          "cannot tell which kernel moved what", source=str(path))
+    for i, kernel in enumerate(nccl_kernels):
+        args = kernel.get("args", {})
+        algorithm = _algorithm(kernel["name"])
+        if new_format:
+            op = _op(args["Collective name"], path)
+            width = _dtype_bytes(args.get("dtype"), path)
+            elements = max(int(args.get("In msg nelems", 0)), int(args.get("Out msg nelems", 0)))
+            group = int(args.get("Group size", out.world_size))
+        else:
+            ann = annotations[i]
+            op = _op(ann["name"].split(":", 1)[1], path)
+            dims = ann.get("args", {}).get("Input Dims")
+            types = ann.get("args", {}).get("Input type") or [None]
+            if not dims or not isinstance(dims[0], list):
+                raise ConfigError(f"{ann['name']} at ts {ann['ts']}: no Input Dims", source=str(path))
+            width = _dtype_bytes(types[0], path)
+            elements = math.prod(int(d) for d in dims[0]) if dims[0] else 1
+            group = out.world_size  # the older format does not say; DLRM-style jobs use the world group
+            if op == "all_gather":
+                elements *= group  # the annotation's input is one rank's chunk; S is the gathered buffer
+        out.collectives.append(KinetoCollective(op, elements * width, group, _SHORT_DTYPE.get(width, "fp32"),
+                                                float(kernel["ts"]), float(kernel["dur"]), algorithm))
+    return out
+
+
+def _op(name: str, path: Path) -> str:
+    key = name.strip().lower()
+    if key not in _OPS:
+        raise ConfigError(f"unknown collective '{name}' (known: {', '.join(sorted(set(_OPS.values())))})",
+                          source=str(path))
+    return _OPS[key]
+
+
+def _dtype_bytes(name: Any, path: Path) -> int:
+    if name not in DTYPE_BYTES:
+        raise ConfigError(f"unknown element type {name!r} of an NCCL collective", source=str(path))
+    return DTYPE_BYTES[name]
+
+
+def _algorithm(kernel_name: str) -> str:
+    """`ring/LL` from `ncclKernel_AllReduce_RING_LL_Sum_float(...)`; `?` where the name does not say."""
+    m = _KERNEL.match(kernel_name)
+    algo = (m.group(2) or "?").lower() if m else "?"
+    proto = (m.group(3) or "?") if m else "?"
+    return f"{algo}/{'Simple' if proto == 'SIMPLE' else proto}"
+
+
+@dataclass(slots=True)
+class KinetoRun:
+    """All ranks of one job: `collectives[k]` is the k-th collective, one entry per rank."""
+
+    ranks: list[KinetoRank]
+
+    @property
+    def world_size(self) -> int:
+        return self.ranks[0].world_size
+
+    def matched(self) -> list[list[KinetoCollective]]:
+        """The k-th collective of every rank, checked to agree on op and size."""
+        return [list(c) for c in zip(*(r.collectives for r in self.ranks))]
+
+    def samples(self) -> list[CollectiveSample]:
+        """One transfer time per collective: the duration of the last-arriving rank's kernel."""
+        out = []
+        for k, members in enumerate(self.matched()):
+            last = max(members, key=lambda c: c.start_us)
+            out.append(CollectiveSample(last.op, last.nbytes, last.group, last.dur_us * 1e-6, "nccl",
+                                        str(self.ranks[0].path.parent), 1, last.dtype))
+        return out
+
+    def waiting_us(self) -> list[list[float]]:
+        """Per collective, per rank: µs spent waiting for the last rank (kernel time − transfer)."""
+        out = []
+        for members in self.matched():
+            last = max(members, key=lambda c: c.start_us)
+            out.append([max(0.0, c.dur_us - last.dur_us) for c in members])
+        return out
+
+    def compute_samples(self) -> list[ComputeSample]:
+        """Every non-NCCL GPU kernel of every rank as a measured duration (for trace-driven replay)."""
+        return [ComputeSample("kernel", 0.0, float(k["dur"]) * 1e-6, "?", str(r.path), name=str(k["name"]))
+                for r in self.ranks for k in r.kernels]
+
+
+def read_kineto(paths: list[Path], allow_missing_ranks: bool = False) -> KinetoRun:
+    """The ranks of one job from their Kineto files (or folders of `*.json`/`*.json.gz`).
+
+    Raises:
+        ConfigError: a file is not a Kineto trace; two files claim one rank; files of different jobs
+        (world sizes differ); ranks missing (unless `allow_missing_ranks`: then waiting cannot be
+        told apart from transfer, and the kernel durations include it); ranks that disagree on the
+        sequence of collectives.
+    """
+    files: list[Path] = []
+    for p in paths:
+        files += sorted(q for q in p.iterdir() if q.name.endswith((".json", ".json.gz"))) if p.is_dir() else [p]
+    if not files:
+        raise ConfigError("no Kineto trace files (*.json, *.json.gz)", source=", ".join(map(str, paths)))
+    ranks: dict[int, KinetoRank] = {}
+    for f in files:
+        r = read_rank(f)
+        if r.rank in ranks:
+            raise ConfigError(f"rank {r.rank} also in {ranks[r.rank].path}: files of two jobs mixed?", source=str(f))
+        first = next(iter(ranks.values()), None)
+        if first is not None and r.world_size != first.world_size:
+            raise ConfigError(f"world size {r.world_size}, but {first.path} has {first.world_size}: "
+                              "files of different jobs", source=str(f))
+        ranks[r.rank] = r
+    world = next(iter(ranks.values())).world_size
+    missing = sorted(set(range(world)) - set(ranks))
+    if missing and not allow_missing_ranks:
+        raise ConfigError(f"ranks {_ranges(missing)} of {world} missing: without every rank the waiting for the "
+                          "last one cannot be separated from the transfer (pass --allow-missing-ranks to use "
+                          "kernel durations as they are, waiting included)", source=str(files[0].parent))
+    run = KinetoRun([ranks[r] for r in sorted(ranks)])
+    counts = {r.rank: len(r.collectives) for r in run.ranks}
+    if len(set(counts.values())) > 1:
+        raise ConfigError(f"ranks recorded different numbers of NCCL collectives {counts}: truncated or mixed traces",
+                          source=str(files[0].parent))
+    for k, members in enumerate(run.matched()):
+        kinds = {(c.op, c.nbytes) for c in members}
+        if len(kinds) > 1:
+            raise ConfigError(f"collective #{k} differs between ranks ({sorted(kinds)}): mixed or misordered traces",
+                              source=str(files[0].parent))
+    return run
+
+
+def _ranges(values: list[int]) -> str:
+    out, start = [], values[0]
+    for a, b in zip(values, values[1:] + [None]):
+        if b != a + 1:
+            out.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(out)

@@ -1,0 +1,210 @@
+"""Held-out validation of the twin loop (`zsim validate replay`): record real runs with the runtime,
+calibrate a profile on some of them, replay the others, and judge the errors.
+
+A suite (zsim/validate/suites/replay-cpu.yaml) names the base profile, the ranks, the steps, the
+configurations to calibrate on and the held-out ones to replay (scenario, ZeRO stage, gradient
+accumulation), and the criteria. Recording and judging happen in one run, so the timings the fit
+sees and the ones it is judged against come from the same machine state. Runs with more ranks than
+the machine has cores time-slice (DESIGN.md: 10-30x variation) and are reported, not judged.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.errors import ConfigError, ZsimError
+
+DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "replay-cpu.yaml"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Entry(_Strict):
+    scenario: str = Field(description="scenario file: relative to the suite file, else to scenarios/")
+    stage: int = Field(ge=0, le=3)
+    grad_accum: int = Field(default=1, gt=0)
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.scenario).stem}-s{self.stage}-ga{self.grad_accum}"
+
+
+class Criteria(_Strict):
+    median_step_error: float = Field(gt=0, description="median |step time error| over the held-out runs")
+    max_step_error: float = Field(gt=0, description="largest |step time error| of any held-out run")
+
+
+class SuiteFile(_Strict):
+    base_profile: str
+    ranks: int = Field(gt=0)
+    steps: int = Field(ge=2, description="optimizer steps per run; the first (warm-up) is not judged")
+    precision: str = Field(default="fp32", pattern="^(fp32|fp16|bf16)$")
+    fit: str = Field(default="all", pattern="^(all|collectives|compute)$")
+    calibrate: list[Entry] = Field(min_length=1)
+    replay: list[Entry] = Field(min_length=1)
+    criteria: Criteria
+
+
+@dataclass(slots=True)
+class Outcome:
+    """One held-out run replayed: step times, error, model states, alignment."""
+
+    label: str
+    measured_s: float
+    simulated_s: float
+    states_exact: bool
+    lined_up: int
+    unmatched: int
+    judged: bool
+
+    @property
+    def error(self) -> float:
+        return self.simulated_s / self.measured_s - 1.0
+
+
+@dataclass(slots=True)
+class SuiteResult:
+    suite: Path
+    profile: Path
+    outcomes: list[Outcome]
+    criteria: Criteria
+    load: tuple[float, float, float]
+    cores: int
+    calibration: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def judged(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.judged]
+
+    @property
+    def median_error(self) -> float:
+        return float(np.median([abs(o.error) for o in self.judged])) if self.judged else float("nan")
+
+    @property
+    def max_error(self) -> float:
+        return float(max(abs(o.error) for o in self.judged)) if self.judged else float("nan")
+
+    @property
+    def passed(self) -> bool:
+        return (bool(self.judged) and self.median_error <= self.criteria.median_step_error
+                and self.max_error <= self.criteria.max_step_error and all(o.states_exact for o in self.judged))
+
+    def table(self) -> str:
+        return table(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"suite": str(self.suite), "profile": str(self.profile), "passed": self.passed,
+                "median_error": self.median_error, "max_error": self.max_error, "cores": self.cores,
+                "load_average": list(self.load), "seconds": self.seconds, "calibration": self.calibration,
+                "runs": [{"label": o.label, "measured_s": o.measured_s, "simulated_s": o.simulated_s, "error": o.error,
+                          "model_states_exact": o.states_exact, "ops_lined_up": o.lined_up,
+                          "ops_unmatched": o.unmatched, "judged": o.judged} for o in self.outcomes]}
+
+
+def load_suite(path: Path) -> SuiteFile:
+    """The validated suite file. Raises ConfigError naming the key."""
+    return validate(SuiteFile, read_yaml_mapping(path), str(path))  # type: ignore[return-value]
+
+
+def scenario_path(suite_path: Path, name: str) -> Path:
+    """A suite entry's scenario: beside the suite file if it is there, else under scenarios/.
+
+    Raises:
+        ConfigError: neither exists.
+    """
+    for candidate in (suite_path.parent / name, SCENARIOS / name):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"scenario '{name}' is neither beside the suite nor in {SCENARIOS}", source=str(suite_path))
+
+
+def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path) -> Path:
+    """Run the real runtime for one entry (a subprocess launching `suite.ranks` processes).
+
+    Raises:
+        ZsimError: the run failed (its log is named).
+    """
+    folder = out / entry.label
+    command = [sys.executable, "-m", "zsim.runtime", "--ranks", str(suite.ranks), "--stage", str(entry.stage),
+               "--grad-accum", str(entry.grad_accum), "--steps", str(suite.steps), "--precision", suite.precision,
+               "--model", str(scenario_path(suite_path, entry.scenario)), "-o", str(folder),
+               "--force"]  # the suite owns its output folder: a rerun replaces the earlier recording
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise ZsimError(f"recording {entry.label} failed (exit {done.returncode}): {' | '.join(tail)}")
+    return folder
+
+
+def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-replay"),
+              progress=None) -> SuiteResult:
+    """Record every entry, calibrate on the `calibrate` ones, replay the `replay` ones.
+
+    Raises:
+        ConfigError: a bad suite file. ZsimError: a run failed, or calibration refused.
+    """
+    from zsim.commands.calibrate import calibrate
+    from zsim.commands.replay import replay
+
+    started = time.perf_counter()
+    suite = load_suite(suite_path)
+    cores = os.cpu_count() or 1
+    say = progress or (lambda message: None)
+    out.mkdir(parents=True, exist_ok=True)
+    recorded = {}
+    for i, entry in enumerate(suite.calibrate + suite.replay):
+        say(f"[{i + 1}/{len(suite.calibrate) + len(suite.replay)}] recording {entry.label} "
+            f"({suite.ranks} ranks, {suite.steps} steps)")
+        recorded[entry.label] = record(suite, suite_path, entry, out)
+    profile = out / "calibrated.yaml"
+    say(f"calibrating {suite.base_profile} on {', '.join(e.label for e in suite.calibrate)}")
+    report = calibrate([recorded[e.label] for e in suite.calibrate], suite.base_profile, profile, fit=suite.fit)
+    outcomes = []
+    for entry in suite.replay:
+        say(f"replaying {entry.label}")
+        rep, _ = replay(recorded[entry.label], str(profile))
+        a = rep["alignment"]
+        outcomes.append(Outcome(entry.label, rep["step_seconds"]["measured"], rep["step_seconds"]["simulated"],
+                                all(v["exact"] for v in rep["model_states_bytes"].values()), a["lined_up"],
+                                len(a["measured_only"]) + len(a["simulated_only"]),
+                                judged=suite.ranks <= cores or rep["run"]["backend"] != "gloo"))
+    return SuiteResult(suite_path, profile, outcomes, suite.criteria, os.getloadavg(), cores,
+                       {k: report.get(k) for k in ("collectives", "compute")}, time.perf_counter() - started)
+
+
+def table(result: SuiteResult) -> str:
+    """The error table, the verdict, and the machine's load while it ran."""
+    lines = [f"zsim validate replay · {result.suite} (calibrated profile {result.profile})",
+             f"  {'held-out run':<26} {'measured':>10} {'simulated':>10} {'error':>8}  model states  ops lined up"]
+    for o in result.outcomes:
+        note = "" if o.judged else "  (reported, not judged: more ranks than cores)"
+        lines.append(f"  {o.label:<26} {o.measured_s * 1e3:>8.2f}ms {o.simulated_s * 1e3:>8.2f}ms {o.error:>+8.1%}  "
+                     f"{'exact' if o.states_exact else 'DIFFER':<12}  {o.lined_up} ({o.unmatched} unmatched){note}")
+    c = result.criteria
+    lines.append(f"  step time |error|: median {result.median_error:.1%} (<= {c.median_step_error:.0%}), worst "
+                 f"{result.max_error:.1%} (<= {c.max_step_error:.0%}); model states "
+                 f"{'exact' if all(o.states_exact for o in result.judged) else 'DIFFER'}")
+    lines.append(f"  {'PASS' if result.passed else 'FAIL'} · {result.cores} cores, load average "
+                 f"{result.load[0]:.1f} / {result.load[1]:.1f} / {result.load[2]:.1f} at the end, "
+                 f"{result.seconds:.0f} s in all")
+    return "\n".join(lines)
+
+
+def run(progress: bool = False, suite_file: Path | None = None, output: Path | None = None) -> SuiteResult:
+    """The suite entry point of `zsim validate replay` (zsim.validate.SUITES)."""
+    say = (lambda message: print(f"  {message}", file=sys.stderr, flush=True)) if progress else None
+    return run_suite(suite_file or DEFAULT_SUITE, output or Path("out/validate-replay"), progress=say)
