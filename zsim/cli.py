@@ -10,9 +10,12 @@ imported inside the functions that run the command, so `zsim --help` takes a few
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
 from typing import NoReturn
 
 from zsim import __version__
@@ -93,6 +96,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def sigint_held():
+    """Hold Ctrl-C (SIGINT) while a command imports its libraries, and deliver it right after: a
+    KeyboardInterrupt raised inside a C extension's initialisation (numpy's) surfaces as "ImportError:
+    initialization failed" or aborts the interpreter, instead of the clean exit 130."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held SIGINT is delivered here
+
+
 def _say(text: str) -> None:
     try:
         print(text, file=sys.stderr)
@@ -117,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         argv = sys.argv[1:] if argv is None else argv
         command = next((a for a in argv if not a.startswith("-")), None)
-        parser = build_parser(command if command in COMMANDS else None)
+        with sigint_held():  # building the parser imports C extensions (zlib, _bz2, _lzma via shutil)
+            parser = build_parser(command if command in COMMANDS else None)
         try:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help, --version, or a usage error already printed (exit 2)

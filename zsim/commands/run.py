@@ -33,26 +33,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from zsim.config.scenario import load_scenario
-    from zsim.engine.simulation import simulate
-    from zsim.memory.timeline import write_csv
-    from zsim.report.facts import facts
-    from zsim.report.outputs import OutputSet, check_dir, check_file
-    from zsim.report.plots import memory_png_later, memory_timeline_png
-    from zsim.report.summary import summary
-    from zsim.trace.writer import write_trace
-    from zsim.zero.cost import check_cost
+    from zsim.cli import sigint_held
 
-    started = time.perf_counter()
-    profiles, name = profile_search(args)
-    overrides = [*args.overrides, *([f"hardware.profile={name}"] if name else [])]
-    scenario = load_scenario(args.scenario, overrides, profiles=profiles)
-    out = check_dir(args.output if args.output is not None else scenario.output_dir,
-                    flag="-o" if args.output is not None else "run.output")  # before simulating: a bad -o costs nothing
-    if args.json is not None and args.json != "-":
-        check_file(args.json)
-    cost = check_cost(scenario)  # refuses what would not fit this machine or take too long
-    from zsim.report.progress import ticker
+    # Ctrl-C while C extensions initialise (pydantic-core, libyaml) aborts the interpreter or surfaces
+    # as "ImportError: initialization failed" instead of exiting 130: hold it until loading is done.
+    with sigint_held():
+        from zsim.config.scenario import load_scenario
+        from zsim.engine.simulation import simulate
+        from zsim.memory.timeline import write_csv
+        from zsim.report.facts import facts
+        from zsim.report.outputs import OutputSet, check_dir, check_file
+        from zsim.report.plots import memory_png_later, memory_timeline_png
+        from zsim.report.progress import ticker
+        from zsim.report.summary import summary
+        from zsim.trace.writer import write_trace
+        from zsim.zero.cost import check_cost
+
+        started = time.perf_counter()
+        profiles, name = profile_search(args)
+        overrides = [*args.overrides, *([f"hardware.profile={name}"] if name else [])]
+        scenario = load_scenario(args.scenario, overrides, profiles=profiles)
+        out = check_dir(args.output if args.output is not None else scenario.output_dir,
+                        flag="-o" if args.output is not None else "run.output")  # before simulating: a bad -o costs nothing
+        if args.json is not None and args.json != "-":
+            check_file(args.json)
+        cost = check_cost(scenario)  # refuses what would not fit this machine or take too long
+        if args.plot == "wait":  # the plots' libraries (numpy, matplotlib) initialise C extensions too
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot  # noqa: F401
 
     with ticker("simulating", cost.seconds):
         result = simulate(scenario, progress=sys.stderr.isatty())  # a bar only in per-rank mode

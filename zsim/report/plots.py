@@ -126,8 +126,11 @@ def draw_memory_timeline(m: MemorySeries, path: Path) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    fig.savefig(partial, format="png")
-    os.replace(partial, path)  # readers see the old file or the whole new one, never half of it
+    try:
+        fig.savefig(partial, format="png")
+        os.replace(partial, path)  # readers see the old file or the whole new one, never half of it
+    finally:
+        partial.unlink(missing_ok=True)  # interrupted (Ctrl-C) or failed: no half-written file is left
     return path
 
 

@@ -214,8 +214,11 @@ def timeline_png(result: Result | RunFiles, path: Path, step: int = -1) -> Path:
     mem.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    fig.savefig(partial, format="png")
-    plt.close(fig)
-    os.replace(partial, path)  # readers see no plot or the whole plot, never half of it
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        fig.savefig(partial, format="png")
+        plt.close(fig)
+        os.replace(partial, path)  # readers see no plot or the whole plot, never half of it
+    finally:
+        partial.unlink(missing_ok=True)  # interrupted (Ctrl-C) or failed: no half-written file is left
     return path
