@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from zsim.trace.intervals import length as _length, union as _union
 from zsim.trace.schema import CATEGORIES
 
 Key = tuple[str, int, int, int]  # name, step, micro_batch, occurrence
@@ -92,20 +93,6 @@ def step_seconds(events: list[dict[str, Any]]) -> list[float]:
         out.append((ends[step] - previous) * 1e-6)
         previous = ends[step]
     return out
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
-
-
-def _length(intervals: list[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in intervals)
 
 
 def _intersection(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> float:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from zsim.trace.intervals import length as _length, union as _union
 from zsim.engine.result import Result
 from zsim.trace.schema import COLLECTIVES
 
@@ -35,20 +36,6 @@ def _kind(event: dict[str, Any]) -> str:
     if head in COLLECTIVES and event["cat"] == "compute" and event["args"].get("group") != "dp":
         return "mp"  # MP collectives (Megatron's all-reduces, Pa's all-gathers) run in line on the compute stream
     return head if head in KIND_COLORS else "other"  # in line DP ones too: the optimizer's 4-byte checks
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
-
-
-def _length(intervals: list[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in intervals)
 
 
 def _subtract(base: list[tuple[float, float]], cut: list[tuple[float, float]]) -> list[tuple[float, float]]:
