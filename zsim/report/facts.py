@@ -15,7 +15,10 @@ RESULT_SCHEMA = "zsim-result/1"
 
 def dp_volume_bytes(result: Result) -> float:
     """DP traffic per GPU per step in the paper's convention (ZeRO §7.1): an all-reduce of S moves 2S
-    (a reduce-scatter and an all-gather), a reduce-scatter or all-gather of S moves S."""
+    (a reduce-scatter and an all-gather), a reduce-scatter or all-gather of S moves S. With DP 1 the
+    plan's collectives have a group of one and move nothing: 0."""
+    if result.scenario.layout.dp == 1:
+        return 0.0
     total = 0.0
     for (group, op), stats in result.comm.items():
         if group == "dp":

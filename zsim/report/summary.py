@@ -52,7 +52,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
                f"> {mem['capacity_bytes'] / GB:.1f} GB with {o['total_bytes'] / GB:.1f} GB allocated; "
                f"peaks: allocated {mem['peak_bytes'] / GB:.1f} GB, reserved {mem['reserved_peak_bytes'] / GB:.1f} GB")
     per_op = ", ".join(f"{x['op']} {x['payload_bytes_per_step'] * (2 if x['op'] == 'all_reduce' else 1) / c['psi_bytes']:.2f}Ψ"
-                       for x in c["collectives"] if x["group"] == "dp")
+                       for x in c["collectives"] if x["group"] == "dp") if lay["dp"] > 1 else "no DP group"
     mp_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "mp")
     lines = [
         f"zsim · {title}",
