@@ -71,3 +71,35 @@ def test_calibrating_a_simulation_gives_back_its_profile(tmp_path, capsys):
     assert kept == {"launch_us", "unaligned_copy_GBps", "unaligned_reduce_GBps"}
     assert set(yaml.safe_load(out.read_text())["provenance"]["collectives"]["kept_from_base"]) == kept
     assert recovered["unaligned_reduce_GBps"] == pytest.approx(60.0, rel=1e-3)  # kept, not invented
+
+
+def test_phase_timings_give_back_the_memory_bound_compute_terms(tmp_path, capsys):
+    """The compute half: the same simulated traces' compute ops, lined up with plans rebuilt on a
+    profile whose memory-bound terms are wrong, give back the DGX-2's V100 terms; host-bound ops
+    (small kernels waiting for the framework) are left out and counted, not fitted."""
+    files = simulated_traces(tmp_path)
+    wrong = (builtin_folder() / "dgx2.yaml").read_text() + (
+        "\ncompute: {hbm_efficiency: 0.87, kernel_us: 8.0, reduce_kernel_us: 12.0}\n")
+    (tmp_path / "wrong.yaml").write_text(wrong)
+    out = tmp_path / "recovered.yaml"
+    code = main(["calibrate", *map(str, files), "--profile", str(tmp_path / "wrong.yaml"), "-o", str(out),
+                 "--fit", "compute", "--json", "-"])
+    assert code == 0
+    phases = json.loads(capsys.readouterr().out)["phases"]
+    assert phases["kept_from_base"] == [] and phases["host_bound_ops_left_out"] > 0
+    assert phases["heldout"]["median_error"] < 0.02
+    profiles, name = Profiles.from_environment().with_system_file(out)
+    truth, recovered = load_cluster("dgx2", 1).gpu.compute, load_cluster(name, 1, profiles).gpu.compute
+    assert recovered.hbm_efficiency == pytest.approx(truth.hbm_efficiency, rel=0.02)
+    assert recovered.kernel_s == pytest.approx(truth.kernel_s, rel=0.02)
+    assert recovered.reduce_kernel_s == pytest.approx(truth.reduce_kernel_s, rel=0.02)
+    assert recovered.gemm == truth.gemm  # phases cannot separate GEMM efficiency: kept
+
+
+def test_one_shape_cannot_determine_the_compute_terms(tmp_path, capsys):
+    """One small run has too few distinct GPU-bound ops for three terms: refused, nothing written."""
+    files = simulated_traces(tmp_path)[:1]
+    out = tmp_path / "recovered.yaml"
+    code = main(["calibrate", str(files[0]), "--profile", "dgx2", "-o", str(out), "--fit", "compute"])
+    assert code == 2 and not out.exists()
+    assert "cannot determine" in capsys.readouterr().err

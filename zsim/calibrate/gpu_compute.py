@@ -3,9 +3,8 @@
 `gemm.<dtype>` terms are written into the system profile's `compute:` section, which replaces the
 GPU's own (issue 9's ComputeOverride). Until issue 9 is merged, this module refuses with that reason.
 
-Phase timings (`fwd/layer` spans of runtime or simulated traces) are sums of many kernels; fitting
-kernel-level terms to them needs the kernel lists of the compute model as the design matrix, which is
-not done yet: calibrate refuses them for GPU profiles (`--fit collectives` fits the rest).
+Phase timings (`fwd/layer` spans of runtime or simulated traces) are sums of many kernels: they fit the
+memory-bound terms with the kernel lists as the design matrix (zsim.calibrate.gpu_phase_fit), not these.
 """
 
 from __future__ import annotations
@@ -26,13 +25,11 @@ def calibrate_gemms(cluster: Any, samples: list[ComputeSample]) -> tuple[dict[st
     """({dtype: gemm terms in profile units}, {dtype: fit summary}) from GEMM samples.
 
     Raises:
-        CalibrationError: phase timings among the samples, issue 9's model absent, a dtype the GPU
-        has no peak for, or fitted terms on artificial bounds.
+        CalibrationError: issue 9's model absent, a dtype the GPU has no peak for, or fitted terms on
+        artificial bounds.
     """
     phases = sorted({s.kind for s in samples if s.kind != "gemm"})
-    if phases:
-        raise CalibrationError(f"phase timings ({', '.join(phases)}) cannot fit a GPU's kernel-level compute terms "
-                               "yet; give GEMM tables, or --fit collectives")
+    assert not phases, "calibrate_gemms takes GEMM samples only"  # phases go to gpu_phase_fit
     try:
         from zsim.calibrate.gemm_fit import PARAMS, GemmHardware, GemmRow, fit
     except ImportError:
@@ -61,3 +58,20 @@ def calibrate_gemms(cluster: Any, samples: list[ComputeSample]) -> tuple[dict[st
         values[dtype] = {k: round(v, 4) for k, v in result.values.items()}
         summary[dtype] = {k: round(float(v), 4) for k, v in result.summary().items()}
     return values, summary
+
+
+def with_gemm_terms(cluster: Any, gemm: dict[str, dict[str, float]]) -> Any:
+    """`cluster` with its GPU's GEMM terms replaced by `gemm` ({dtype: terms in profile units}, as
+    calibrate_gemms returns them), so that a phase fit prices GEMMs as the written profile will."""
+    import dataclasses
+
+    from zsim.compute.terms import GemmTerms
+
+    terms = cluster.gpu.compute
+    new = dict(terms.gemm)
+    for dtype, g in gemm.items():
+        new[dtype] = GemmTerms(efficiency=g["efficiency"], tile_bytes_per_s=g["tile_TBps"] * 1e12,
+                               k_overhead=g["k_overhead"], fixed_s=g["fixed_us"] * 1e-6,
+                               hbm_efficiency=g["hbm_efficiency"])
+    gpu = dataclasses.replace(cluster.gpu, compute=dataclasses.replace(terms, gemm=new))
+    return dataclasses.replace(cluster, gpu=gpu)

@@ -27,12 +27,14 @@ def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
     return out
 
 
-def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[float, float, float]]:
-    """(FLOPs, streamed bytes, measured seconds) of every compute op of a measured run: each plan op
+def aligned_ops(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any, float]]:
+    """(plan op, measured seconds) for every compute op of a measured (or simulated) run: each plan op
     of the run rebuilt on `profile`, with the median over ranks of the measured op lined up with it.
-    An op's time is its own span (nested in-line ops excluded) plus the compute track's idle time
-    just before it: the simulator's ops run back to back, so the framework's time between spans must
-    be priced by the ops (it lands in the per-op overhead) or every step comes out short.
+    An op's time is its own span (nested in-line ops excluded) plus, in a runtime trace, the compute
+    track's idle time just before it: the simulator's ops run back to back, so the framework's time
+    between spans must be priced by the ops (it lands in the per-op overhead) or every step comes out
+    short. A runtime trace's first step warms up (allocation, first touch) and is left out; a simulated
+    trace has no warm-up.
 
     Raises:
         ConfigError: the run cannot be rebuilt on the profile.
@@ -43,10 +45,11 @@ def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[float,
     from zsim.workload.transformer import build_workload
     from zsim.zero.plan import build_plan
 
+    simulated = run.metadata.get("source") == "simulated"
     scenario = rebuild(run, profile, profiles)
     plan = build_plan(scenario, build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype))
     per_rank = [keyed(events) for events in run.events.values()]
-    gaps = [idle_before(events) for events in run.events.values()]
+    gaps = [{} if simulated else idle_before(events) for events in run.events.values()]
     seen: dict[tuple[str, int, int], int] = defaultdict(int)
     rows, missing = [], []
     for op in plan.ops:
@@ -60,14 +63,19 @@ def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[float,
         if not found:
             missing.append(f"{op.name}@{op.step}.{op.micro_batch}")
             continue
-        if op.step == 0:
+        if op.step == 0 and not simulated:
             continue  # the first step warms up (allocation, first touch): not what a step costs
-        rows.append((op.flops, op.hbm_bytes, float(np.median(found)) * 1e-6))
+        rows.append((op, float(np.median(found)) * 1e-6))
     if missing:
         raise CalibrationError(f"{run.folder}: {len(missing)} compute ops of the simulator's plan are not in the trace "
                                f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): the runtime and the "
                                "simulator do not line up for this configuration")
     return rows
+
+
+def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[float, float, float]]:
+    """(FLOPs, streamed bytes, measured seconds) of every compute op of `run` (aligned_ops)."""
+    return [(op.flops, op.hbm_bytes, seconds) for op, seconds in aligned_ops(run, profile, profiles)]
 
 
 def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dict, sections: dict,

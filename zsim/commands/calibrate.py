@@ -61,7 +61,7 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
 
         calibrate_host(cluster, name, data, fit, replace, sections, report, profiles)
     else:
-        _calibrate_gpu(cluster, name, data, fit, replace, sections, report)
+        _calibrate_gpu(cluster, name, data, fit, replace, sections, report, profiles)
     if not replace:
         raise CalibrationError("the inputs hold nothing to fit")
     write_profile(name, replace, provenance(profile, data.sources, sections), output, profiles)
@@ -115,9 +115,10 @@ def run_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _calibrate_gpu(cluster, profile: str, data, fit: str, replace: dict, sections: dict, report: dict) -> None:
-    """A GPU system profile: the NCCL kernel terms from the collectives; compute is refused until the
-    kernel-level compute model (issue 9) can be fitted."""
+def _calibrate_gpu(cluster, profile: str, data, fit: str, replace: dict, sections: dict, report: dict,
+                   profiles=None) -> None:
+    """A GPU system profile: the NCCL kernel terms from the collectives; the GEMM terms from GEMM tables;
+    the memory-bound compute terms from the phase timings of runtime or simulated traces."""
     from zsim.calibrate.collectives import calibrate_nccl
     from zsim.calibrate.profile_writer import nccl_section
 
@@ -135,9 +136,24 @@ def _calibrate_gpu(cluster, profile: str, data, fit: str, replace: dict, section
     if data.compute and fit == "collectives":
         report["unused"] = f"{len(data.compute)} compute samples (--fit collectives)"
     elif data.compute:
-        from zsim.calibrate.gpu_compute import calibrate_gemms
+        from zsim.calibrate.gpu_compute import calibrate_gemms, with_gemm_terms
 
-        gemm, summary = calibrate_gemms(cluster, data.compute)
-        replace["compute"] = {"gemm": gemm}
-        sections["compute"] = {"model": "GEMM tile-and-wave model (docs/compute.md)", "fitted": summary}
-        report["compute"] = {**sections["compute"], "values": gemm}
+        gemms = [s for s in data.compute if s.kind == "gemm"]
+        phases = [s for s in data.compute if s.kind != "gemm"]
+        compute: dict = {}
+        if gemms:
+            gemm, summary = calibrate_gemms(cluster, gemms)
+            compute["gemm"] = gemm
+            sections["compute"] = {"model": "GEMM tile-and-wave model (docs/compute.md)", "fitted": summary}
+            report["compute"] = {**sections["compute"], "values": gemm}
+            cluster = with_gemm_terms(cluster, gemm)  # the phase fit below prices GEMMs with the new terms
+        if phases:
+            from zsim.calibrate.gpu_phase_fit import calibrate_phases
+
+            pf = calibrate_phases(cluster, data.runs, profile, profiles)
+            fitted = {k: round(v, 4) for k, v in pf.values.items() if k not in pf.kept}
+            compute.update(fitted)
+            sections["phases"] = {"model": "memory-bound kernel terms from phase timings (docs/calibrate.md)",
+                                  "fitted": fitted, **pf.summary()}
+            report["phases"] = sections["phases"]
+        replace["compute"] = compute

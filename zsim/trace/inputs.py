@@ -32,7 +32,7 @@ class Inputs:
     collectives: list[CollectiveSample] = field(default_factory=list)
     compute: list[ComputeSample] = field(default_factory=list)
     sources: list[dict[str, Any]] = field(default_factory=list)
-    runs: list[Any] = field(default_factory=list)  # MeasuredRun of runtime inputs (for replay checks)
+    runs: list[Any] = field(default_factory=list)  # MeasuredRun of runtime and simulated traces (phase fits)
 
 
 def kind_of(path: Path) -> str:
@@ -124,9 +124,11 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
         elif kind == "simulated":
             from zsim.trace.kineto import load_json
 
-            collectives, compute = simulated_samples(path, load_json(path))
+            doc = load_json(path)
+            collectives, compute = simulated_samples(path, doc)
             out.collectives += collectives
             out.compute += compute
+            out.runs.append(simulated_run(path, doc))
         else:
             out.compute += read_gemm_table(path)
         source = {"path": str(path), "kind": kind, "collectives": len(out.collectives) - before[0],
@@ -144,6 +146,18 @@ def _group_ranks(args: dict[str, Any], metadata: dict[str, Any]) -> list[int] | 
         return group_ranks(args, metadata)
     except (KeyError, TypeError):
         return None
+
+
+def simulated_run(path: Path, doc: dict[str, Any]) -> Any:
+    """A simulated trace as a MeasuredRun (one "rank" per rank class or rank, its `pid`), so that its
+    compute ops can be lined up with a rebuilt plan like a runtime trace's (zsim.calibrate)."""
+    from zsim.trace.run_reader import MeasuredRun
+
+    events: dict[int, list[dict[str, Any]]] = {}
+    for e in doc.get("traceEvents") or []:
+        if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("pid"), int):
+            events.setdefault(e["pid"], []).append(e)
+    return MeasuredRun(path, dict(doc.get("metadata") or {}), events or {0: []}, {}, {})
 
 
 def simulated_samples(path: Path, doc: dict[str, Any]) -> tuple[list[CollectiveSample], list[ComputeSample]]:
