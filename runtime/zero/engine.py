@@ -27,6 +27,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..comm import Collectives
+from ..config import DEFAULT_ALLGATHER_ELEMENTS
 from ..flat import FlatLayout
 from ..ledger import MemoryLedger
 from ..model import GPT, GPTConfig, forward_flops, unit_name
@@ -62,11 +63,11 @@ class EngineOptions:
     precision: str  # fp32, fp16, bf16
     checkpointing: bool  # activation checkpointing per block
     bucket_elements: int  # gradient elements per bucket (stage 1: per comm interval)
-    allgather_bucket_elements: int  # stage 2: elements per all-gather of the updated parameters
     prefetch_layers: int  # stage 3: 0 or 1
     lr: float
     micro_batch: int
     mp: int = 1  # tensor-parallel degree (for the FLOPs of a block and the head)
+    allgather_bucket_elements: int = DEFAULT_ALLGATHER_ELEMENTS  # stage 2: elements per all-gather after the step
 
 
 class ZeroEngine:
