@@ -451,8 +451,9 @@ class _StepPass:
             return
         e = self.e
         elements = sum(m.params for m in bucket)
-        # Bytes as the runtime moves them (zsim.zero.buckets): stage 0 the bucket itself, stages 1-2
-        # the bucket padded to a multiple of 2·Nd, stage 3 each tensor padded to a multiple of Nd.
+        # Bytes as the runtime moves them (zsim.zero.buckets): stage 0 the bucket itself, stage 2 (and
+        # stage 1 without CB, one bucket of all) the bucket padded to a multiple of 2·Nd, i.e. its piece
+        # of the flat buffer (flat_pieces), stage 3 each tensor padded to a multiple of Nd.
         if self.stage == 3:
             nbytes = e * sum(padded_tensors(m.tensors, self.nd) for m in bucket)
         else:
