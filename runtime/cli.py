@@ -48,6 +48,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket-elements", type=positive("--bucket-elements", 1 << 50), default=None,
                         help="gradient elements per bucket (default: the scenario's zero.reduce_bucket_elements, "
                              "else that key's default)")
+    parser.add_argument("--allgather-bucket-elements", type=positive("--allgather-bucket-elements", 1 << 50),
+                        default=None, help="stage 2: parameter elements per all-gather after the step (default: the "
+                        "scenario's zero.allgather_bucket_elements, else that key's default)")
     parser.add_argument("--prefetch", type=int, choices=(0, 1), default=None,
                         help="stage 3: layers gathered ahead (default: the scenario's, else 1)")
     parser.add_argument("--lr", type=positive_float("--lr", 1e3), default=1e-3, help="Adam learning rate (default 1e-3)")
@@ -70,7 +73,7 @@ def config_from_args(args: argparse.Namespace, *, world_size: int | None = None)
     Raises:
         ConfigError: unreadable model file, invalid model keys, or an invalid option.
     """
-    from .config import DEFAULT_BUCKET_ELEMENTS, RunConfig, read_model_file
+    from .config import DEFAULT_ALLGATHER_ELEMENTS, DEFAULT_BUCKET_ELEMENTS, RunConfig, read_model_file
 
     found = read_model_file(args.model)
     stage = args.stage if args.stage is not None else found.stage
@@ -89,6 +92,8 @@ def config_from_args(args: argparse.Namespace, *, world_size: int | None = None)
         checkpointing=pick(args.checkpointing, found.checkpointing, False),
         grad_accum=args.grad_accum,
         bucket_elements=pick(args.bucket_elements, found.bucket_elements, DEFAULT_BUCKET_ELEMENTS),
+        allgather_bucket_elements=pick(args.allgather_bucket_elements, found.allgather_bucket_elements,
+                                       DEFAULT_ALLGATHER_ELEMENTS),
         prefetch_layers=pick(args.prefetch, found.prefetch_layers, 1),
         lr=args.lr, seed=args.seed, device=args.device, profile=args.torch_profiler,
         fail_rank=args.fail_rank, fail_at_step=args.fail_at_step)

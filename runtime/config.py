@@ -25,6 +25,7 @@ MAX_STEPS = 1_000_000
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 DEFAULT_BUCKET_ELEMENTS = ZeroSection.model_fields["reduce_bucket_elements"].default
+DEFAULT_ALLGATHER_ELEMENTS = ZeroSection.model_fields["allgather_bucket_elements"].default
 
 
 class _ScenarioView(BaseModel):
@@ -45,6 +46,7 @@ class ModelDefaults:
     precision: str | None = None  # scenario precision.dtype
     checkpointing: bool | None = None  # scenario zero.activation_checkpointing
     bucket_elements: int | None = None  # scenario zero.reduce_bucket_elements
+    allgather_bucket_elements: int | None = None  # scenario zero.allgather_bucket_elements
     prefetch_layers: int | None = None  # scenario zero.prefetch_layers
 
 
@@ -70,6 +72,7 @@ def read_model_file(path: str | Path) -> ModelDefaults:
         precision=(view.precision or PrecisionSection()).dtype,
         checkpointing=zero.activation_checkpointing if zero else None,
         bucket_elements=zero.reduce_bucket_elements if zero else None,
+        allgather_bucket_elements=zero.allgather_bucket_elements if zero else None,
         prefetch_layers=zero.prefetch_layers if zero else None,
     )
 
@@ -88,7 +91,8 @@ class RunConfig:
     grad_accum: int | None = None  # micro-batches per step; None: from the model section, else 1
     seed: int = 0  # model initialisation and data
     checkpointing: bool = False  # activation checkpointing per transformer block
-    bucket_elements: int = DEFAULT_BUCKET_ELEMENTS  # gradient elements per reduction bucket (stages 0-2)
+    bucket_elements: int = DEFAULT_BUCKET_ELEMENTS  # gradient elements per reduction bucket (stages 0-3; stage 1: interval)
+    allgather_bucket_elements: int = DEFAULT_ALLGATHER_ELEMENTS  # stage 2: elements per all-gather after the step
     prefetch_layers: int = 1  # stage 3: layers gathered ahead of the one computing (0 or 1)
     lr: float = 1e-3  # Adam learning rate
     device: str = "auto"  # "auto" (cuda + nccl if GPUs exist, else cpu + gloo), "cpu" or "cuda"
@@ -101,7 +105,7 @@ class RunConfig:
             raise ConfigError(message, path=key)
 
         for name, kind in (("stage", int), ("world_size", int), ("mp", int), ("steps", int), ("seed", int),
-                           ("bucket_elements", int), ("prefetch_layers", int), ("checkpointing", bool),
+                           ("bucket_elements", int), ("allgather_bucket_elements", int), ("prefetch_layers", int), ("checkpointing", bool),
                            ("profile", bool), ("lr", float), ("precision", str), ("device", str), ("out_dir", str)):
             value = getattr(self, name)
             # bool is an int in Python: `stage: true` must not become stage 1; an int lr is fine.
@@ -133,6 +137,8 @@ class RunConfig:
             fail("fail_at_step", f"must be >= 0 (got {self.fail_at_step})")
         if self.bucket_elements < 1:
             fail("bucket_elements", f"must be >= 1 (got {self.bucket_elements})")
+        if self.allgather_bucket_elements < 1:
+            fail("allgather_bucket_elements", f"must be >= 1 (got {self.allgather_bucket_elements})")
         if self.prefetch_layers not in (0, 1):
             fail("prefetch_layers", f"the runtime prefetches 0 or 1 layer ahead (got {self.prefetch_layers})")
         if not (math.isfinite(self.lr) and 0 < self.lr <= 1e3):

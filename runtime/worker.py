@@ -129,6 +129,7 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
         _split_model(model, mp_comm)
     engine = ENGINES[cfg.stage](model, options=EngineOptions(
         precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
+        allgather_bucket_elements=cfg.allgather_bucket_elements,
         prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
         comm=comm, tracer=tracer, ledger=ledger, device=device, mp_comm=mp_comm)
     metadata = _metadata(cfg, env, engine, backend, device, offset, total_params)
@@ -213,7 +214,8 @@ def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, de
         "params_per_mp_rank": engine.params,
         "params_padded": engine.params_padded,
         "zero": {"stage": cfg.stage, "activation_checkpointing": cfg.checkpointing,
-                 "reduce_bucket_elements": cfg.bucket_elements, "prefetch_layers": cfg.prefetch_layers},
+                 "reduce_bucket_elements": cfg.bucket_elements,
+                 "allgather_bucket_elements": cfg.allgather_bucket_elements, "prefetch_layers": cfg.prefetch_layers},
         "precision": cfg.precision,
         "grad_accum": cfg.accum,
         "global_batch": cfg.global_batch,

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from tests.conftest import small_scenario
 from zsim.engine.simulation import simulate
 from zsim.report.facts import dp_volume_bytes
-from zsim.zero.residual import stage1_comm_intervals
 from zsim.zero.model_states import model_states
+from zsim.zero.plan import rank_pieces
 
 scenarios = st.fixed_dictionaries({
     "stage": st.integers(0, 3),
@@ -45,7 +45,10 @@ def test_simulation_invariants(p):
     # context is freed by the end (DeepSpeed frees the fp16 gradients in the step).
     times, rows = r.ledger.timeline()
     assert (rows >= 0).all() and (np.diff(times) > 0).all()
-    states = model_states(r.workload.params_per_mp_rank, s.layout.dp, s.zero.stage, "fp16")
+    states = r.model_states  # the plan's layout (stage 1-2 pieces, zsim.zero.buckets.flat_pieces)
+    if s.zero.stage in (0, 3):
+        assert states == model_states(r.workload.params_per_mp_rank, s.layout.dp, s.zero.stage, "fp16",
+                                      tensors=r.workload.tensors)
     assert dict(zip(("params", "grads", "optimizer", "activations", "buffers", "context"), rows[-1].tolist())) == {
         "params": states.params, "grads": 0, "optimizer": states.optimizer,
         "activations": 0, "buffers": 0, "context": r.ledger.totals["context"]}
@@ -54,9 +57,8 @@ def test_simulation_invariants(p):
     # per micro-batch where the stage reduces every micro-batch.
     # Plus the optimizer's two 4-byte all-reduces (overflow flag, gradient norm), 2 × 4 bytes each.
     psi_bytes = 2 * r.workload.params_per_mp_rank
-    if s.zero.stage == 1:  # DeepSpeed v0.2 stage 1 moves whole padded comm intervals
-        intervals, sub = stage1_comm_intervals(r.workload.params_per_mp_rank, s.layout.dp, s.zero.reduce_bucket_elements)
-        psi_bytes = 2 * intervals * sub * s.layout.dp
+    if s.zero.stage in (1, 2):  # whole padded pieces: stage 1 comm intervals, stage 2 buckets
+        psi_bytes = 2 * sum(rank_pieces(s, r.workload))
     per_step = {0: 2, 1: 2, 2: 1 + p["accum"], 3: 3 * p["accum"]}[s.zero.stage]
     assert dp_volume_bytes(r) == per_step * psi_bytes + 2 * 2 * 4
 
@@ -100,7 +102,7 @@ def test_steps_repeat_identically():
 
 
 def test_oom_names_time_category_and_allocation():
-    r = simulate(small_scenario(model={"layers": 36, "hidden": 4096, "heads": 32, "micro_batch": 64},
+    r = simulate(small_scenario(model={"layers": 36, "hidden": 4096, "heads": 32, "micro_batch": 72},
                                 parallel={"dp": 32, "mp": 1}, zero={"stage": 1}))
     oom = r.ledger.oom
     assert oom is not None and not r.fits

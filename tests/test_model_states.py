@@ -1,7 +1,7 @@
 """Model states per GPU against the ZeRO paper's Table 1 and Figure 1, and their invariants."""
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from zsim.commands.memory import memory_table
@@ -72,7 +72,10 @@ def test_parse_count():
 
 @given(psi=st.integers(4, 10**13), nd=st.integers(1, 4096))
 def test_stages_never_need_more_than_the_previous(psi, nd):
-    # From Ψ = 4 up: the padding of stages 1/2 adds at most 2 elements per rank (see the next test).
+    # Once every rank owns a real parameter (Ψ >= Nd): the padding of stages 1/2 adds at most 2 elements
+    # per rank to a partition and 2·Nd - 1 to the flat fp16 buffer (see the next test). Below that a
+    # padded flat buffer of 2·Nd elements can outweigh the whole model (Ψ = 4 on 9 ranks: 68 > 64 bytes).
+    assume(psi >= nd)
     totals = [model_states(psi, nd, s).total for s in range(4)]
     assert totals[0] >= totals[1] >= totals[2] >= totals[3] > 0
     assert totals[0] == 16 * psi
@@ -83,6 +86,11 @@ def test_padding_as_deepspeed_does():
     # model on 2 GPUs holds 2 elements of optimizer state per rank: more than without ZeRO (12 bytes).
     assert flat_partition(1, 2) == 2 and model_states(1, 2, 1).optimizer == 24 > model_states(1, 2, 0).optimizer
     assert flat_partition(10, 4) == 2 * 2 and flat_partition(7_500_000_000, 64) == 7_500_000_000 // 64
+    # ... and its 16-bit parameters are that whole padded buffer: 2·Nd·2 elements of 2 bytes.
+    assert model_states(10, 4, 1).params == model_states(10, 4, 2).params == 2 * 16
+    # The plan lays stages 1/2 out in pieces (zsim.zero.buckets.flat_pieces): a rank owns 1/Nd of each.
+    assert model_states(10, 4, 2, pieces=(8, 8)).as_dict() == {"params": 32, "grads": 8, "optimizer": 48, "total": 88}
+    assert model_states(10, 4, 1, pieces=(12,)).grads == 2 * 10  # stage 1: autograd's gradients, unpadded
     # Stage 3: each tensor padded to a multiple of Nd (partition_parameters.py _padding_size).
     assert model_states(10, 4, 3, tensors=(3, 7)).params == 2 * (1 + 2)
     with pytest.raises(ValueError, match="tensors sum to 9"):

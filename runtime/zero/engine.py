@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..comm import Collectives
+from ..config import DEFAULT_ALLGATHER_ELEMENTS
 from ..flat import FlatLayout
 from ..ledger import MemoryLedger
 from ..model import GPT, GPTConfig, forward_flops, unit_name
@@ -60,11 +62,12 @@ def unit_what(u: Unit) -> str:
 class EngineOptions:
     precision: str  # fp32, fp16, bf16
     checkpointing: bool  # activation checkpointing per block
-    bucket_elements: int  # gradient elements per bucket
+    bucket_elements: int  # gradient elements per bucket (stage 1: per comm interval)
     prefetch_layers: int  # stage 3: 0 or 1
     lr: float
     micro_batch: int
     mp: int = 1  # tensor-parallel degree (for the FLOPs of a block and the head)
+    allgather_bucket_elements: int = DEFAULT_ALLGATHER_ELEMENTS  # stage 2: elements per all-gather after the step
 
 
 class ZeroEngine:
@@ -269,6 +272,11 @@ class ZeroEngine:
         part = getattr(self, "part", None)
         return part.total if part is not None else sum(u.layout.padded for u in self.units)
 
+    @property
+    def grads_whole(self) -> int:
+        """Elements of the gradient buffer when gradients are not partitioned (stages 0-1)."""
+        return self.params_padded
+
     def _owned(self) -> tuple[int, int]:
         """(elements, real elements) of this rank's partition."""
         part = getattr(self, "part", None)
@@ -284,11 +292,34 @@ class ZeroEngine:
                        "optimizer": 12 if self.mixed else 8}
         owned = self._owned() if self.partitioned else (0, 0)
         result = {}
+        whole = {"params": self.params_padded, "grads": self.grads_whole, "optimizer": self.params_padded}
         for category, es in per_element.items():
-            alloc, real = owned if category in self.partitioned else (self.params_padded, self.params)
+            alloc, real = owned if category in self.partitioned else (whole[category], self.params)
             result[category] = {"bytes": alloc * es, "real": real * es}
         return result
 
     # --- helpers for the stages ------------------------------------------------------------------
     def _optimizer(self, segments: list[Segment]) -> FlatAdam:
         return FlatAdam(segments, ledger=self.ledger, mixed=self.mixed, lr=self.options.lr)
+
+
+class PartitionedGradients(ZeroEngine):
+    """Stages 2-3: each unit's gradient goes to `self.reducer` (bucketed reduce-scatter) as soon as it
+    is complete and is freed; the rank keeps only its summed chunks, in `self.grad_partition`. Every
+    micro-batch reduces (DeepSpeed's stages 2 and 3 do not skip the reduction under accumulation)."""
+
+    grad_partition: torch.Tensor
+    reducer: Any  # PartitionReducer (stage 2) or ReduceScatterBuckets (stage 3)
+
+    def zero_grads(self) -> None:
+        self.grad_partition.zero_()
+
+    def grad_ready(self, unit: Unit) -> None:
+        grad = unit.param.grad
+        self.ledger.add("grads", grad.nbytes)  # the unit's whole gradient, until it is in its bucket
+        self.reducer.grad_ready(unit.index, grad)
+        unit.param.grad = None
+        self.ledger.add("grads", -grad.nbytes)
+
+    def finish_reduction(self) -> None:
+        self.reducer.finish()

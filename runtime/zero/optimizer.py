@@ -23,7 +23,7 @@ class Segment:
     fp32 values they start from."""
 
     param: torch.Tensor  # working dtype, 1-D view
-    grad: torch.Tensor  # working dtype, 1-D view, same length
+    grad: torch.Tensor  # working dtype, 1-D view, as long or shorter (stage 1: the rest is padding, read as 0)
     init32: torch.Tensor  # fp32 initial values, same length
 
 
@@ -58,6 +58,8 @@ class FlatAdam:
         out = []
         for seg in self.segments:
             grad = seg.grad.float() if seg.grad.dtype != torch.float32 else seg.grad
+            if grad.numel() < seg.param.numel():  # a stage-1 sub-partition in the padding
+                grad = torch.nn.functional.pad(grad, (0, seg.param.numel() - grad.numel()))
             out.append(grad * inv_scale if inv_scale != 1.0 else grad)
         return out
 

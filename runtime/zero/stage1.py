@@ -1,11 +1,13 @@
 """Stage 1, Pos (ZeRO paper §5.1): optimizer states partitioned across the Nd DP ranks.
 
 Each rank still holds all fp16/bf16 parameters (es·Ψ) and gradients (es·Ψ), but only 1/Nd of
-the optimizer state (KΨ/Nd): memory (2 + 2 + K/Nd)Ψ mixed (Table 1). Parameters and gradients live
-in one flat buffer each, laid out bucket by bucket (runtime/zero/partition.py: each bucket padded
-to a multiple of 2·Nd, rank r owning its r-th chunk). After backward, each gradient bucket is
-reduce-scattered (each rank needs only the summed gradient of the chunks it updates), each rank
-updates its chunks, and the updated parameters are all-gathered, bucket by bucket.
+the optimizer state (KΨ/Nd): memory (2 + 2 + K/Nd)Ψ mixed (Table 1). The plan is DeepSpeed v0.2's
+(deepspeed/pt/zero_optimizer_stage1.py @ v0.2.0) and the simulator's (zsim/zero/plan.py): the
+parameters live in one flat buffer padded to whole comm intervals (runtime/zero/partition.py), rank r
+owning sub-partition r of every interval. Autograd accumulates the gradients into one unpadded flat
+buffer. After the last micro-batch's backward (not overlapped with it) the gradients are copied into
+a padded flat buffer and reduce-scattered interval by interval; each rank copies its summed
+sub-partitions back, updates them, and all-gathers every interval after the step.
 Communication per step: reduce-scatter Ψ + all-gather Ψ = 2Ψ, the same as plain DP (§7.2.1).
 """
 
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import torch
 
-from .buckets import PartitionReducer
 from .engine import Unit, ZeroEngine
 from .optimizer import FlatAdam, Segment
 from .partition import BucketPartition
@@ -24,39 +25,63 @@ class Stage1(ZeroEngine):
     partitioned = frozenset({"optimizer"})
 
     def setup(self, init32: list[torch.Tensor]) -> FlatAdam:
-        self.flat32 = flat_params(self, init32)
-        self.grad_flat = torch.zeros(self.part.total, dtype=self.dtype, device=self.device)
+        numels = [u.layout.numel for u in self.units]
+        self.flat32 = flat_params(self, init32, BucketPartition.intervals(numels, self.options.bucket_elements, self.dp))
+        part, psi = self.part, self.params
+        self.grad_flat = torch.zeros(psi, dtype=self.dtype, device=self.device)
         self.ledger.add("grads", self.grad_flat.nbytes)
         for u in self.units:
-            at = self.part.unit_offset[u.index]
+            at = part.unit_offset[u.index]
             u.param.grad = self.grad_flat[at:at + u.layout.numel]  # autograd accumulates in place
-        self.reducer = PartitionReducer(self.part, self.comm, self.ledger, self._deliver, self.dtype, self.device,
-                                        source=self.grad_flat)
-        return self._optimizer(owned_segments(self, lambda b: self.part.own(self.grad_flat, b, self.rank)))
+        # Sub-partitions that lie (partly) in the padding have a shorter gradient; Adam reads zeros there.
+        return self._optimizer([Segment(part.own(self.flat, j, self.rank), self.grad_flat[slice(*self._real(j))],
+                                        part.own(self.flat32, j, self.rank)) for j in range(part.pieces)])
 
-    def _deliver(self, bucket: int, out: torch.Tensor) -> None:
-        """The summed chunk overwrites this rank's chunk of the full gradient."""
-        self.part.own(self.grad_flat, bucket, self.rank).copy_(out)
+    def _real(self, interval: int) -> tuple[int, int]:
+        """[lo, hi) of this rank's sub-partition of `interval` that holds real gradients."""
+        lo, hi = self.part.own_range(interval, self.rank)
+        return min(lo, self.params), min(hi, self.params)
 
     def zero_grads(self) -> None:
         self.grad_flat.zero_()
 
     def grad_ready(self, unit: Unit) -> None:
-        if self.reduce_now:
-            self.reducer.grad_ready(unit.index)
+        """Nothing yet: stage 1 reduces once backward is over (finish_reduction)."""
 
     def finish_reduction(self) -> None:
-        self.reducer.finish()
+        """DeepSpeed v0.2 reduce_scatter_gradients: a padded flat copy of the gradients, then one
+        reduce-scatter per comm interval, in order, each waited for before the next."""
+        part = self.part
+        padded = torch.zeros(part.total, dtype=self.dtype, device=self.device)
+        padded[:self.params].copy_(self.grad_flat)
+        self.ledger.add("buffers", padded.nbytes)
+        for j in range(part.pieces):
+            out = torch.empty(part.chunk(j), dtype=self.dtype, device=self.device)
+            self.ledger.add("buffers", out.nbytes)
+            self.comm.reduce_scatter(out, part.bucket_slice(padded, j), f"grads.bucket.{j}").wait()
+            lo, hi = self._real(j)
+            self.grad_flat[lo:hi].copy_(out[:hi - lo])
+            self.ledger.add("buffers", -out.nbytes)
+        self.ledger.add("buffers", -padded.nbytes)
 
     def after_step(self) -> None:
-        all_gather_updated_params(self)
+        """Every rank updated its sub-partitions; gather every interval in place (this rank's input is
+        its own sub-partition of the output), all issued before any is waited on."""
+        part = self.part
+        pending = [self.comm.all_gather(part.bucket_slice(self.flat, j), part.own(self.flat, j, self.rank),
+                                        f"params.bucket.{j}") for j in range(part.pieces)]
+        for p in pending:
+            p.wait()
+
+    @property
+    def grads_whole(self) -> int:
+        return self.params  # autograd's gradients, unpadded (DeepSpeed v0.2: each parameter's .grad)
 
 
-def flat_params(engine: ZeroEngine, init32: list[torch.Tensor]) -> torch.Tensor:
-    """Stages 1-2: lay the units out bucket by bucket in one flat working buffer (`engine.flat`),
-    each unit's parameter a leaf aliasing its slice; returns the fp32 initial values, same layout."""
-    part = engine.part = BucketPartition.of([u.layout.numel for u in engine.units], engine.options.bucket_elements,
-                                            engine.dp)
+def flat_params(engine: ZeroEngine, init32: list[torch.Tensor], part: BucketPartition) -> torch.Tensor:
+    """Stages 1-2: lay the units out in one flat working buffer (`engine.flat`) as `part` says, each
+    unit's parameter a leaf aliasing its slice; returns the fp32 initial values, same layout."""
+    engine.part = part
     flat32 = torch.zeros(part.total, dtype=torch.float32, device=engine.device)
     for u, values in zip(engine.units, init32):
         at = part.unit_offset[u.index]
@@ -67,21 +92,3 @@ def flat_params(engine: ZeroEngine, init32: list[torch.Tensor]) -> torch.Tensor:
         at = part.unit_offset[u.index]
         u.param = engine.flat[at:at + u.layout.numel].requires_grad_(True)
     return flat32
-
-
-def owned_segments(engine: ZeroEngine, grad_chunk) -> list[Segment]:
-    """Stages 1-2: the optimizer's segments, one per bucket: this rank's chunk of the parameters,
-    `grad_chunk(bucket)` and the fp32 initial values."""
-    part = engine.part
-    return [Segment(part.own(engine.flat, b, engine.rank), grad_chunk(b), part.own(engine.flat32, b, engine.rank))
-            for b in range(len(part.buckets))]
-
-
-def all_gather_updated_params(engine: ZeroEngine) -> None:
-    """Stages 1-2: every rank updated its chunk of each bucket; gather the whole buckets, in place
-    (this rank's input is its own chunk of the output), all issued before any is waited on."""
-    part = engine.part
-    pending = [engine.comm.all_gather(part.bucket_slice(engine.flat, b), part.own(engine.flat, b, engine.rank),
-                                      f"params.bucket.{b}") for b in range(len(part.buckets))]
-    for p in pending:
-        p.wait()

@@ -22,11 +22,11 @@ import torch
 from ..comm import Pending
 from .activations import SavedTensors
 from .buckets import ReduceScatterBuckets, plan_buckets
-from .engine import Unit, ZeroEngine, unit_what
+from .engine import PartitionedGradients, Unit, unit_what
 from .optimizer import FlatAdam, Segment
 
 
-class Stage3(ZeroEngine):
+class Stage3(PartitionedGradients):
     stage = 3
     partitioned = frozenset({"optimizer", "grads", "params"})
     pads_tensors = True
@@ -63,19 +63,6 @@ class Stage3(ZeroEngine):
         """A bucket's units are consecutive, so their chunks are one slice of the partition."""
         start = self.partition_offsets[self.reducer.buckets[bucket][0]]
         self.grad_partition[start:start + out.numel()].add_(out)
-
-    def zero_grads(self) -> None:
-        self.grad_partition.zero_()
-
-    def grad_ready(self, unit: Unit) -> None:
-        grad = unit.param.grad
-        self.ledger.add("grads", grad.nbytes)  # the unit's whole gradient, until it is in its bucket
-        self.reducer.grad_ready(unit.index, grad)
-        unit.param.grad = None
-        self.ledger.add("grads", -grad.nbytes)
-
-    def finish_reduction(self) -> None:
-        self.reducer.finish()
 
     # --- gather and release ----------------------------------------------------------------------
     def _issue_gather(self, u: Unit) -> None:

@@ -19,7 +19,7 @@ from zsim.calibrate.replay import align
 from zsim.config.scenario import build_scenario
 from zsim.engine.simulation import simulate
 from zsim.trace.writer import simulated_trace
-from zsim.zero.buckets import plan_buckets
+from zsim.zero.plan import rank_pieces
 
 CASES = {  # name: (stage, mp, changes to the run)
     "s0": (0, 1, {}), "s1": (1, 1, {}), "s2": (2, 1, {}), "s3": (3, 1, {}),
@@ -28,6 +28,8 @@ CASES = {  # name: (stage, mp, changes to the run)
     "s2_accum_ckpt_untied": (2, 1, dict(model=tiny_model(grad_accum=2, tied_head=False), checkpointing=True)),
     "s3_accum_ckpt_untied": (3, 1, dict(model=tiny_model(grad_accum=2, tied_head=False), checkpointing=True)),
     "mp_s1_accum": (1, 2, dict(model=tiny_model(grad_accum=2))),
+    # stage 2's all-gather after the step in several shards (zsim.zero.buckets.allgather_shards)
+    "s2_allgather_shards": (2, 1, dict(allgather_bucket_elements=8_000)),
     "s3_no_prefetch": (3, 1, dict(prefetch_layers=0)),
 }
 
@@ -39,6 +41,8 @@ def measured_and_simulated(traced, name: str):
     zero = {"stage": stage, "activation_checkpointing": changes.get("checkpointing", False),
             "reduce_bucket_elements": 10_000,  # tests/runtime/conftest.py run_config
             "prefetch_layers": changes.get("prefetch_layers", 1)}
+    if "allgather_bucket_elements" in changes:
+        zero["allgather_bucket_elements"] = changes["allgather_bucket_elements"]
     scenario = build_scenario({
         "model": model.model_dump(exclude_none=True), "parallel": {"dp": 2 // mp, "mp": mp}, "zero": zero,
         "precision": {"dtype": "fp32"}, "hardware": {"profile": "dev-2core", "nodes": 1}, "run": {"steps": 2}})
@@ -52,17 +56,7 @@ def comm_order(events: list[dict]) -> list[tuple]:
     return [(e["name"], e["args"]["step"], e["args"]["micro_batch"], e["args"]["bytes"]) for e in comm]
 
 
-# Stages 1 and 2 do not line up yet: the simulator reduces and all-gathers stage 1-2 gradients and
-# parameters as DeepSpeed v0.2 did (stage 1: exact comm intervals of reduce_bucket_size after backward;
-# stage 2: allgather_bucket_size shards of the flat partition; issue 9, docs/memory.md), while the
-# runtime reduces per module-bounded bucket padded to 2·Nd (issue 10). The bucket boundaries, hence the
-# bytes (and with several buckets the counts), differ. Known and reported; one plan is still to be chosen.
-_NOT_ONE_PLAN_YET = {name for name, (stage, _, _) in CASES.items() if stage in (1, 2)}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="stages 1-2: DeepSpeed v0.2 intervals in the simulator, padded module buckets in the runtime"))
-    if n in _NOT_ONE_PLAN_YET else n for n in CASES])
+@pytest.mark.parametrize("name", list(CASES))
 def test_measured_and_simulated_ops_line_up_one_to_one(traced, name):
     run, result = measured_and_simulated(traced, name)
     for rank in range(2):
@@ -74,11 +68,11 @@ def test_measured_and_simulated_ops_line_up_one_to_one(traced, name):
         assert comm_order(measured) == comm_order(result.events)
 
 
-@pytest.mark.parametrize("name", ["s3", "mp_s3", "s1", "mp_s0"])
+@pytest.mark.parametrize("name", ["s3", "mp_s3", "s1", "s2", "mp_s0"])
 def test_metadata_means_the_same_on_both_sides(traced, name):
     """`params` is the whole model's Ψ and `params_per_mp_rank` what ZeRO partitions, on both sides;
-    optimizer/step carries the elements this rank updates; model states agree to the byte where the
-    partition rules coincide (stages 0 and 3; stages 1-2 with one bucket, see docs/runtime.md)."""
+    optimizer/step carries the elements this rank updates; model states agree to the byte (one
+    layout: stage 1's comm intervals, stage 2's padded buckets, stage 3's padded tensors)."""
     run, result = measured_and_simulated(traced, name)
     sim_meta = simulated_trace(result)["metadata"]
     meta = run.trace(0)["metadata"]
@@ -89,15 +83,10 @@ def test_metadata_means_the_same_on_both_sides(traced, name):
     measured_elements = [e["args"]["elements"] for e in steps]
     simulated_elements = [e["args"]["elements"] for e in sim_steps]
     states = {c: meta["model_states"][c]["bytes"] for c in ("params", "grads", "optimizer")}
-    if result.scenario.zero.stage in (0, 3):
-        assert measured_elements == simulated_elements
-        assert states == {c: getattr(result.model_states, c) for c in states}
-    else:  # the runtime pads each of its buckets to 2·Nd, the simulator (DeepSpeed) the flat buffer once
-        buckets = len(plan_buckets([m.params for m in result.workload.modules], 10_000))
-        nd = result.scenario.layout.dp
-        assert buckets > 1
-        assert all(0 <= m - s < 2 * buckets for m, s in zip(measured_elements, simulated_elements))
-        assert 0 <= states["optimizer"] - result.model_states.optimizer < 4 * 2 * buckets * 2 * nd
+    assert measured_elements == simulated_elements
+    assert states == {c: getattr(result.model_states, c) for c in states}
+    if result.scenario.zero.stage in (1, 2):  # several pieces, so the per-piece padding is exercised
+        assert len(rank_pieces(result.scenario, result.workload)) > 1
     assert meta["host_facts"]["ranks_on_host"] == 2 and meta["host_facts"]["threads_per_rank"] >= 1
 
 

@@ -1,7 +1,7 @@
 """Exact bytes (issue 5): per-rank model-state bytes in the trace equal the ZeRO paper's partition
 formulas (Table 1, §5) for the model's Ψ, and each step's collectives move the paper's volume (§7),
-with Ψ padded as DeepSpeed and the simulator pad it (zsim.zero.buckets): per bucket to 2·Nd in
-stages 1-2, per tensor to Nd in stage 3."""
+with Ψ padded as DeepSpeed and the simulator pad it (zsim.zero.buckets): to whole comm intervals in
+stage 1, per bucket to 2·Nd in stage 2, per tensor to Nd in stage 3."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def sizes(stage: int, nd: int) -> tuple[int, int, int]:
     psi = sum(numels)
     if stage == 0:
         return psi, psi, psi
-    if stage in (1, 2):
-        part = BucketPartition.of(numels, BUCKET, nd)
+    if stage in (1, 2):  # stage 1: DeepSpeed v0.2's comm intervals; stage 2: padded buckets
+        part = (BucketPartition.intervals if stage == 1 else BucketPartition.of)(numels, BUCKET, nd)
         return psi, part.total, part.shard
     layouts = [FlatLayout.of(u, nd) for u in units]
     return psi, sum(lay.padded for lay in layouts), sum(lay.shard for lay in layouts)
@@ -33,12 +33,14 @@ def sizes(stage: int, nd: int) -> tuple[int, int, int]:
 def paper_bytes(stage: int, precision: str, nd: int) -> dict[str, float]:
     """Per-rank model states, ZeRO paper Table 1: params es·Ψ, grads es·Ψ, optimizer K·Ψ (es = 2 and
     K = 12 mixed precision, es = 4 and K = 8 in fp32), each a partition of the padded Ψ once
-    partitioned (Pos: optimizer; Pos+g: + grads; Pos+g+p: + params)."""
+    partitioned (Pos: optimizer; Pos+g: + grads; Pos+g+p: + params). Stage 1's gradients are
+    autograd's, unpadded (DeepSpeed v0.2 pads only a transient flat copy for the reduction)."""
     es, k = (4, 8) if precision == "fp32" else (2, 12)
-    _, whole, part = sizes(stage, nd)
+    psi, whole, part = sizes(stage, nd)
     split = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}
     per_elem = {"params": es, "grads": es, "optimizer": k}
-    return {c: per_elem[c] * (part if split[c] else whole) for c in per_elem}
+    unsplit = {"params": whole, "grads": psi if stage == 1 else whole, "optimizer": whole}
+    return {c: per_elem[c] * (part if split[c] else unsplit[c]) for c in per_elem}
 
 
 def setup_counter(trace: dict) -> dict:

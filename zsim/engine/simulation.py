@@ -29,9 +29,8 @@ from zsim.fabric.topology import Degradation, aggregate_capacities, build_topolo
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
 from zsim.workload.transformer import build_workload
-from zsim.zero.model_states import model_states
 from zsim.zero.ops import Op, Plan
-from zsim.zero.plan import build_plan
+from zsim.zero.plan import build_plan, rank_model_states
 
 STREAMS = ("compute", "comm", "offload")
 
@@ -330,8 +329,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     return Result(
         scenario=scenario,
         workload=workload,
-        model_states=model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
-                                  scenario.precision.dtype, tensors=workload.tensors),
+        model_states=rank_model_states(scenario, workload),
         step_seconds=step_seconds,
         compute_seconds=run.compute_seconds,
         mp_comm_seconds=run.mp_seconds,

@@ -13,7 +13,11 @@ included):
   stages 1/2: the flat buffer of all parameters is padded to a multiple of 2·Nd elements
       (deepspeed/runtime/zero/stage_1_and_2.py: align_dense_tensors(..., nccl_start_alignment_factor
       × dp_size) with nccl_start_alignment_factor = 2, for 4-byte aligned partitions), so each rank
-      holds ceil(Ψ / 2Nd) · 2 elements;
+      holds ceil(Ψ / 2Nd) · 2 elements. The plan (zsim.zero.buckets.flat_pieces) pads piece by piece
+      instead (stage 1: DeepSpeed v0.2's comm intervals; stage 2: each gradient bucket): pass
+      `pieces` for that layout; the flat buffer is then T = Σ pieces elements and a rank owns T/Nd.
+      The 16-bit parameters are that whole padded buffer (e·T), stage 1's gradients the unpadded Ψ
+      (autograd's, DeepSpeed v0.2 copies the reduced chunks back into them);
   stage 3: each parameter tensor is padded to a multiple of Nd and partitioned on its own
       (deepspeed/runtime/zero/partition_parameters.py: _padding_size, _partition_param), so a rank
       holds Σ ceil(n_i / Nd) elements over the tensors n_i.
@@ -78,23 +82,29 @@ def adam_k(dtype: str) -> int:
     return ADAM_K_BY_DTYPE[dtype]
 
 
-def stage_partition(psi: int, nd: int, stage: int, tensors: Sequence[int] | None = None) -> int:
-    """Elements of the model-state partition a rank holds at `stage` (Ψ at stage 0): the padded flat
-    partition for stages 1/2, the per-tensor partition for stage 3 (`tensors`; without them the
-    flat ceil(Ψ/Nd))."""
+def stage_partition(psi: int, nd: int, stage: int, tensors: Sequence[int] | None = None,
+                    pieces: Sequence[int] | None = None) -> int:
+    """Elements of the model-state partition a rank holds at `stage` (Ψ at stage 0): for stages 1/2
+    1/Nd of every piece of the flat buffer (`pieces`, zsim.zero.buckets.flat_pieces; without them
+    the whole buffer padded once to 2·Nd), the per-tensor partition for stage 3 (`tensors`; without
+    them the flat ceil(Ψ/Nd))."""
     if stage == 0:
         return psi
     if stage == 3:
         return tensor_partition(tensors, nd) if tensors is not None else partition(psi, nd)
+    if pieces is not None:
+        assert all(p % nd == 0 for p in pieces) and sum(pieces) >= psi, "pieces do not lay out Ψ over Nd"
+        return sum(pieces) // nd
     return flat_partition(psi, nd)
 
 
 def model_states(psi: int, nd: int, stage: int, dtype: str = "fp16", k: int | None = None,
-                 tensors: Sequence[int] | None = None) -> ModelStates:
+                 tensors: Sequence[int] | None = None, pieces: Sequence[int] | None = None) -> ModelStates:
     """Model-state bytes per GPU for Ψ = `psi` parameters (per MP rank) on Nd = `nd` DP ranks.
 
     `k` defaults to K of `dtype` (12 for fp16/bf16 mixed precision, 8 for fp32); `tensors` are the
-    element counts of the parameter tensors, for stage 3's per-tensor padding (their sum is Ψ).
+    element counts of the parameter tensors, for stage 3's per-tensor padding (their sum is Ψ);
+    `pieces` the stage 1-2 layout of the flat buffer (stage_partition).
 
     Raises:
         ValueError: stage not in 0..3, dtype unknown, or tensors that do not sum to Ψ.
@@ -105,9 +115,10 @@ def model_states(psi: int, nd: int, stage: int, dtype: str = "fp16", k: int | No
     e = PARAM_BYTES[dtype]
     if tensors is not None and sum(tensors) != psi:
         raise ValueError(f"tensors sum to {sum(tensors)}, not Ψ(={psi})")
-    part = stage_partition(psi, nd, stage, tensors)
+    part = stage_partition(psi, nd, stage, tensors, pieces)
+    whole = psi if stage == 0 else nd * part  # the 16-bit parameters: stages 1/2 keep the padded flat buffer
     return ModelStates(
-        params=e * (part if stage >= 3 else psi),
+        params=e * (part if stage >= 3 else whole),
         grads=e * (part if stage >= 2 else psi),
         optimizer=k * (part if stage >= 1 else psi),
     )

@@ -3,10 +3,14 @@
 What each stage does, as DeepSpeed implements it:
   stage 0 (DP):     backward produces full gradients; buckets of them are all-reduced on the comm
                     stream while backward goes on; the optimizer updates all Ψ parameters.
-  stage 1 (Pos):    the same buckets are reduce-scattered; the optimizer updates this rank's 1/Nd;
-                    the updated parameters are all-gathered after the step (§5.1, §7.2.1).
-  stage 2 (Pos+g):  as stage 1, but a bucket's gradients are freed once reduced: each rank keeps only
-                    its gradient partition (§5.2).
+  stage 1 (Pos):    after the last backward the gradients are reduce-scattered in DeepSpeed v0.2's
+                    comm intervals; the optimizer updates this rank's 1/Nd of each; the updated
+                    parameters are all-gathered after the step, interval by interval (§5.1, §7.2.1).
+  stage 2 (Pos+g):  the buckets are reduce-scattered while backward goes on and a bucket's gradients
+                    are freed once reduced: each rank keeps only its gradient partition (§5.2); after
+                    the step the partition is all-gathered in DeepSpeed v0.2's shards.
+The stage 1-2 layout (which rank owns what, what each collective moves) is zsim.zero.buckets', which
+the runtime (runtime/zero/) follows too: one plan, op for op (docs/runtime.md, "One ZeRO plan").
   stage 3 (Pos+g+p): parameters are partitioned; each module's parameters are all-gathered before
                     its forward (prefetching `prefetch_layers` ahead) and again before its backward,
                     freed after use; its gradients are reduce-scattered right after its backward (§5.3,
@@ -38,8 +42,8 @@ from zsim.compute.kernels import KernelList, Shape, module_kernels, optimizer_ke
 from zsim.config.scenario import Scenario
 from zsim.memory.context import context_memory
 from zsim.workload.transformer import Module, Workload
-from zsim.zero.buckets import padded_bucket, padded_tensors, plan_buckets
-from zsim.zero.model_states import PARAM_BYTES, model_states, stage_partition
+from zsim.zero.buckets import allgather_shards, flat_pieces, padded_bucket, padded_tensors, plan_buckets
+from zsim.zero.model_states import PARAM_BYTES, ModelStates, model_states, stage_partition
 from zsim.zero.ops import Alloc, Op, Plan
 from zsim.zero.residual import (
     bucket_buffer_bytes,
@@ -81,10 +85,8 @@ class _Builder:
 
 def build_plan(scenario: Scenario, workload: Workload) -> Plan:
     """The ops of `scenario.run.steps` optimizer steps for one rank (all ranks of a class are alike)."""
-    zero, dtype = scenario.zero, scenario.precision.dtype
-    nd = scenario.layout.dp
-    psi = workload.params_per_mp_rank
-    states = model_states(psi, nd, zero.stage, dtype, tensors=workload.tensors)
+    zero = scenario.zero
+    states = rank_model_states(scenario, workload)
     # Gradients are not persistent: DeepSpeed's fp16 gradients (all of them at stages 0/1, the
     # partition at 2/3) appear during backward and are freed in the optimizer step (_grads_tags).
     persistent = (
@@ -104,6 +106,28 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
     arenas = _arenas(scenario, workload) if zero.defragment else {}
     return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()),
                 context=tuple(context))
+
+
+def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
+    """Stages 1-2: the pieces of the flat buffer (zsim.zero.buckets.flat_pieces); None otherwise."""
+    z = scenario.zero
+    if z.stage not in (1, 2):
+        return None
+    return flat_pieces(z.stage, [m.params for m in workload.modules], scenario.layout.dp, z.reduce_bucket_elements,
+                       z.constant_buffers)
+
+
+def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
+    """Model-state bytes of one rank as the plan lays them out (padding included, as the runtime
+    allocates them): zsim.zero.model_states with the plan's stage 1-2 pieces and stage 3 tensors."""
+    return model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
+                        scenario.precision.dtype, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
+
+
+def rank_partition(scenario: Scenario, workload: Workload) -> int:
+    """Elements of this rank's model-state partition (Ψ at stage 0), as rank_model_states lays it out."""
+    return stage_partition(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage, workload.tensors,
+                           rank_pieces(scenario, workload))
 
 
 def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
@@ -427,8 +451,9 @@ class _StepPass:
             return
         e = self.e
         elements = sum(m.params for m in bucket)
-        # Bytes as the runtime moves them (zsim.zero.buckets): stage 0 the bucket itself, stages 1-2
-        # the bucket padded to a multiple of 2·Nd, stage 3 each tensor padded to a multiple of Nd.
+        # Bytes as the runtime moves them (zsim.zero.buckets): stage 0 the bucket itself, stage 2 (and
+        # stage 1 without CB, one bucket of all) the bucket padded to a multiple of 2·Nd, i.e. its piece
+        # of the flat buffer (flat_pieces), stage 3 each tensor padded to a multiple of Nd.
         if self.stage == 3:
             nbytes = e * sum(padded_tensors(m.tensors, self.nd) for m in bucket)
         else:
@@ -447,7 +472,7 @@ class _StepPass:
             staging = () if in_place else (Alloc("buffers", size, tag, stream="compute" if self.stage == 0 else ""),)
             frees = [a.tag for a in staging]
         if self.stage >= 2 and self.mb == 0 and self.bucket_index == 1:
-            part = stage_partition(self.w.params_per_mp_rank, self.s.layout.dp, self.stage, self.w.tensors)
+            part = rank_partition(self.s, self.w)
             staging = staging + (Alloc("grads", e * part, _partition_grad_tag(self.step)),)
         if self.stage == 2:
             frees += [self._tags("grad", m.name) for m in bucket]
@@ -464,7 +489,7 @@ class _StepPass:
         interval. All on the compute stream (no overlap with backward)."""
         e, nd, psi = self.e, self.s.layout.dp, self.w.params_per_mp_rank
         bucket = self.z.reduce_bucket_elements
-        intervals, sub = stage1_comm_intervals(psi, nd, bucket)
+        intervals, sub = stage1_comm_intervals(psi, nd, bucket)  # zsim.zero.buckets.flat_pieces, stage 1
         flat = Alloc("buffers", stage1_flat_gradient_bytes(psi, nd, bucket, e), self._tags("flat_grads", "all"),
                      stream="compute")
         deps = (after,)
@@ -491,10 +516,9 @@ def _partition_grad_tag(step: int) -> str:
 def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     """The Adam step on this rank's partition, after every reduction, holding the copy of the
     gradients it reads (zsim.zero.residual.step_gradient_bytes); stages 1/2 then all-gather the
-    updated parameters in buckets, or all at once without CB (ZeRO §7.2.1)."""
+    updated parameters: stage 1 per comm interval, stage 2 in shards, all at once without CB (§7.2.1)."""
     z, nd, dtype = s.zero, s.layout.dp, s.precision.dtype
-    psi = w.params_per_mp_rank
-    elements = stage_partition(psi, nd, z.stage, w.tensors)
+    elements = rank_partition(s, w)
     deps = (b.last_comm,) if b.last_comm is not None else ()
     last_mb = s.grad_accum - 1  # the runtime stamps what follows the last micro-batch with its index
     # The step's checks before Adam (DeepSpeed ZeRO optimizer of 2020, step()): the fp16 overflow check
@@ -526,16 +550,15 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
                 frees=(held,), step=step, kernels=kernels["adam"], micro_batch=last_mb, elements=elements)
     if z.stage in (1, 2):
-        # Stage 1 (v0.2) all-gathers each comm interval of reduce_bucket_size, stage 2 (v0.2) shards of
-        # allgather_bucket_size; both pass a list, which PyTorch stages through one flat buffer.
-        bucket = (z.reduce_bucket_elements if z.stage == 1 else z.allgather_bucket_elements) \
-            if z.constant_buffers else psi
-        total = padded_bucket(psi, nd)  # the flat partition, padded to a multiple of 2·Nd (zsim.zero.buckets)
-        if z.stage == 1 and z.constant_buffers:  # whole padded intervals (zsim.zero.residual.stage1_comm_intervals)
-            intervals, sub = stage1_comm_intervals(psi, nd, bucket)
-            bucket, total = sub * nd, intervals * sub * nd
-        for j, start in enumerate(range(0, total, bucket)):
-            n = min(bucket, total - start)
+        # Stage 1 (v0.2) all-gathers each comm interval, stage 2 (v0.2) its partition in shards
+        # (zsim.zero.buckets: flat_pieces, allgather_shards); both pass a list, which PyTorch stages
+        # through one flat buffer of the whole gather.
+        if z.stage == 1:
+            gathers = rank_pieces(s, w)
+        else:
+            shard_bucket = z.allgather_bucket_elements if z.constant_buffers else nd * elements
+            gathers = [nd * n for n in allgather_shards(elements, nd, shard_bucket)]
+        for j, n in enumerate(gathers):
             stage_buf = Alloc("buffers", list_collective_staging_bytes(n, e), f"ag_list.step.{j}.s{step}",
                               stream="compute")
             b.add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=(opt,), collective="all_gather",
