@@ -7,13 +7,14 @@ import json
 import sys
 import time
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK, EXIT_OOM
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "run", help="simulate a scenario",
+        "run", help=HELP["run"],
         description="Simulate a scenario's training steps; print a summary and write result.json, trace.json "
                     "(Perfetto), memory.csv, memory.png and timeline.png to the output folder. Exit 0 if it fits, 3 on "
                     "OOM, 2 on bad input.")
