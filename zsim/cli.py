@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import os
 import signal
@@ -144,9 +145,22 @@ def _quiet_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code. User errors (ZsimError) are printed in at most two
     lines, never with a traceback: 2 bad input, 3 out of memory, 130 interrupted. A closed stdout
-    pipe ends quietly (0). Anything else is a bug: two lines and exit 1 (ZSIM_TRACEBACK=1 shows it)."""
+    pipe ends quietly (0). Anything else is a bug: two lines and exit 1 (ZSIM_TRACEBACK=1 shows it).
+    `argv` None: the program itself (the `zsim` script, `python -m zsim`), which exits next."""
+    if argv is not None:  # a caller in Python (tests, notebooks): the process goes on
+        return _run(argv)
+    code = _run(sys.argv[1:])
+    # The process exits next. Freezing the garbage collector's view of every object spares the
+    # interpreter's shutdown a cycle collection over every module's objects (pydantic's, the
+    # simulation's): 0.05-0.12 s of a flagship run's CPU time, 0.01 s frozen. Objects are still
+    # freed by reference counting, files flushed and atexit handlers run; only unreachable cycles
+    # are left to the operating system.
+    gc.freeze()
+    return code
+
+
+def _run(argv: list[str]) -> int:
     try:
-        argv = sys.argv[1:] if argv is None else argv
         at = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))
         command = argv[at] if at < len(argv) else None
         # The top-level help or version comes first (`zsim`, `zsim --help`, `zsim -h run`): list the commands.

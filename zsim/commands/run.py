@@ -82,17 +82,21 @@ def run_command(args: argparse.Namespace) -> int:
             files.write("timeline.png", lambda p: timeline_png(result, p))
         files.text("result.json", json.dumps(f, indent=2, allow_nan=False) + "\n")
         files.commit()
-    if args.plot == "background":
-        memory_png_later(out)  # drawn from the committed files, after the summary
-    stream = text_stream(args)
-    print(summary(f, outputs), file=stream)
-    if args.stats:
-        wall = time.perf_counter() - started
-        sim = result.wall_seconds
-        print(f"  stats     {result.sim_events:,} simpy events in {sim:.3f} s of simulation "
-              f"({result.sim_events / max(sim, 1e-9):,.0f} events/s); {len(result.events):,} trace events; "
-              f"{wall:.3f} s in all (load, simulate, write)", file=stream)
-    emit_json(args, f)
+    try:
+        stream = text_stream(args)
+        print(summary(f, outputs), file=stream)
+        if args.stats:
+            wall = time.perf_counter() - started
+            sim = result.wall_seconds
+            print(f"  stats     {result.sim_events:,} simpy events in {sim:.3f} s of simulation "
+                  f"({result.sim_events / max(sim, 1e-9):,.0f} events/s); {len(result.events):,} trace events; "
+                  f"{wall:.3f} s in all (load, simulate, write)", file=stream)
+        emit_json(args, f)
+    finally:
+        # Drawn from the committed files by a detached process, started last: on a machine of few
+        # cores it would otherwise compete with this command's own last steps for a core.
+        if args.plot == "background":
+            memory_png_later(out)
     if not result.fits:
         oom = result.ledger.oom
         print(f"zsim: out of memory at t = {oom.time_s:.3f} s on rank class 0 (all {scenario.layout.world} ranks): "
