@@ -10,7 +10,8 @@ next repetition starts only after the plot is drawn, so runs do not compete for 
 row, an empty Python start, is the floor of any command on this machine: compare ratios, since a
 loaded machine (other jobs on the cores) slows every row alike. The CPU columns count only the
 command's own process (not the background plot): they are what the command costs with the
-machine to itself, and move much less than wall time when other jobs share the cores. The row
+machine to itself, and move much less than wall time when other jobs share the cores (make's row
+counts make and the zsim it waits for). The row
 "... less the simulation" is the --no-plot run less the seconds its simulation took (the `--stats`
 line): what start-up, loading and writing cost (zsim.config, the CLI, the outputs), the simulation
 excluded.
@@ -79,6 +80,8 @@ def main() -> None:
         ("zsim --help", [ZSIM, "--help"], None),
         ("zsim run 1T-1024gpu --no-plot", [ZSIM, "run", "1T-1024gpu", "-o", str(out), "--no-plot", "--stats"], None),
         ("zsim run 1T-1024gpu (make run): returns", [ZSIM, "run", "1T-1024gpu", "-o", str(out)], png),
+        ("make run (the target itself: make, then zsim run)",
+         ["make", "-s", "run", f"SCENARIO=scenarios/1T-1024gpu.yaml -o {out}"], png),
         ("zsim run 1T-1024gpu --plot wait", [ZSIM, "run", "1T-1024gpu", "-o", str(out), "--plot", "wait"], None),
     ]
     print(f"whole-process wall time and the process's own CPU time (user + system), {args.repeat} runs each (s)")
