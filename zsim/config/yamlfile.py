@@ -129,7 +129,6 @@ class _StrictLoader(_NoDuplicateKeys, yaml.SafeLoader):
                                               node.start_mark)
 
 
-
 if yaml.__with_libyaml__:
     class _PackageDataLoader(_NoDuplicateKeys, yaml.CSafeLoader):  # type: ignore[misc]
         """libyaml's parser with SafeLoader's constructor and the duplicate-key check: for files
