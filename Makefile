@@ -1,4 +1,10 @@
 # Two entry points (README): `make run` and `make test`. Each creates .venv if it is missing.
+
+# No built-in implicit rules: nothing here needs them, and make tried them on each of the ~140 source
+# files that .venv/.compiled depends on, which took 0.035 s of every `make run` (0.005 s without).
+MAKEFLAGS += --no-builtin-rules
+.SUFFIXES:
+
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin

@@ -10,13 +10,18 @@ next repetition starts only after the plot is drawn, so runs do not compete for 
 row, an empty Python start, is the floor of any command on this machine: compare ratios, since a
 loaded machine (other jobs on the cores) slows every row alike. The CPU columns count only the
 command's own process (not the background plot): they are what the command costs with the
-machine to itself, and move much less than wall time when other jobs share the cores.
+machine to itself, and move much less than wall time when other jobs share the cores (make's row
+counts make and the zsim it waits for). The row
+"... less the simulation" is the --no-plot run less the seconds its simulation took (the `--stats`
+line): what start-up, loading and writing cost (zsim.config, the CLI, the outputs), the simulation
+excluded.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -31,17 +36,25 @@ ZSIM = str(Path(sys.executable).with_name("zsim"))
 
 def timed(cmd: list[str], wait_for: Path | None = None) -> tuple[float, float, float | None]:
     """(seconds until the process exits, its CPU seconds (user + system), seconds until `wait_for`
-    exists, or None)."""
+    exists, or, for a command with --stats, the seconds its simulation took, or None)."""
     if wait_for is not None:
         wait_for.unlink(missing_ok=True)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stats = "--stats" in cmd
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE if stats else subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    text = proc.stdout.read().decode() if stats else ""  # type: ignore[union-attr]
     _, status, usage = os.wait4(proc.pid, 0)
     exited = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}")
     cpu = usage.ru_utime + usage.ru_stime
+    if stats:
+        found = re.search(r"in ([0-9.]+) s of simulation", text)
+        if not found:
+            raise RuntimeError(f"{' '.join(cmd)}: no --stats line in its output")
+        return exited, cpu, float(found.group(1))
     if wait_for is None:
         return exited, cpu, None
     while not wait_for.exists():
@@ -65,8 +78,10 @@ def main() -> None:
     cases = [
         ("python -c pass (interpreter start, the floor)", [sys.executable, "-c", "pass"], None),
         ("zsim --help", [ZSIM, "--help"], None),
-        ("zsim run 1T-1024gpu --no-plot", [ZSIM, "run", "1T-1024gpu", "-o", str(out), "--no-plot"], None),
+        ("zsim run 1T-1024gpu --no-plot", [ZSIM, "run", "1T-1024gpu", "-o", str(out), "--no-plot", "--stats"], None),
         ("zsim run 1T-1024gpu (make run): returns", [ZSIM, "run", "1T-1024gpu", "-o", str(out)], png),
+        ("make run (the target itself: make, then zsim run)",
+         ["make", "-s", "run", f"SCENARIO=scenarios/1T-1024gpu.yaml -o {out}"], png),
         ("zsim run 1T-1024gpu --plot wait", [ZSIM, "run", "1T-1024gpu", "-o", str(out), "--plot", "wait"], None),
     ]
     print(f"whole-process wall time and the process's own CPU time (user + system), {args.repeat} runs each (s)")
@@ -76,6 +91,9 @@ def main() -> None:
             timed(cmd, wait_for)  # warm the file cache and byte-code
             results = [timed(cmd, wait_for) for _ in range(args.repeat)]
             print(row(label, [r[0] for r in results], [r[1] for r in results]), flush=True)
+            if "--stats" in cmd:
+                print(row("  ... less the simulation (its --stats seconds)", [r[0] - r[2] for r in results],
+                          [r[1] - r[2] for r in results]), flush=True)
             if wait_for is not None:
                 print(row("  ... until memory.png is drawn (background)", [r[2] for r in results]), flush=True)
     finally:

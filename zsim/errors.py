@@ -7,7 +7,7 @@ Exit codes (documented in the README):
 """
 
 import reprlib
-from typing import Any
+
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -38,7 +38,7 @@ _repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 4
 _repr.maxlevel = 2
 
 
-def short(value: Any) -> str:
+def short(value: object) -> str:
     """A short, printable repr of `value` for an error message: at most ~MAX_VALUE_CHARS characters of
     a string (control characters escaped by repr), four items of a container, two levels deep; cheap
     on a huge or shared (aliased) structure."""

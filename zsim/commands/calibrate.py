@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "calibrate", help="fit a hardware profile to traces and benchmark tables",
+        "calibrate", help=HELP["calibrate"],
         description="Read measurements, fit the collective model (per collective and group size) and the compute "
                     "model of a base profile, and write a calibrated profile with provenance (inputs, date, "
                     "fitted and kept terms, residuals). Inputs: runtime trace folders (rank<R>.trace.json), "

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.commands.units import nccl_size_arg, positive
 from zsim.errors import ZsimError
@@ -62,7 +63,7 @@ def format_table(rows: list[PerfRow], op: str) -> str:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "collective", help="nccl-tests-style table of a simulated collective",
+        "collective", help=HELP["collective"],
         description="Simulate one collective at a time on a hardware profile and print the table nccl-tests "
                     "prints (size, count, type, time, algbw, busbw; busbw as in nccl-tests PERFORMANCE.md), "
                     "with the algorithm/protocol NCCL's tuner would pick.")

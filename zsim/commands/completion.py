@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 
+from zsim.commands import HELP
+
 SHELLS = ("bash", "zsh", "tcsh")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "completion", help="print a shell completion script",
+        "completion", help=HELP["completion"],
         description="Print a completion script for SHELL. bash: `zsim completion bash > "
                     "~/.local/share/bash-completion/completions/zsim`; zsh: `zsim completion zsh > "
                     "\"${fpath[1]}/_zsim\"`; tcsh: `eval \"$(zsim completion tcsh)\"`.")

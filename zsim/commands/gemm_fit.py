@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, text_stream
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "gemm-fit", help="fit a GPU profile's GEMM terms to a DeepBench-style table",
+        "gemm-fit", help=HELP["gemm-fit"],
         description="Read a DeepBench-style GEMM table (CSV with M, N, K, time_ms; optional batch), fit the "
                     "five GEMM terms of the compute model (docs/compute.md) by robust least squares on "
                     "log(time), and print the `gemm.<dtype>` entry for a profile's `compute:` section with "

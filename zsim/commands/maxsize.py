@@ -15,6 +15,7 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.commands.units import positive, size_arg
 from zsim.errors import ConfigError, ZsimError
@@ -113,7 +114,7 @@ def _search(fits, data: dict[str, Any], gpu_bytes: int | None, limit: int) -> Ma
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "maxsize", help="largest model that fits (paper Table 2, Figure 6)",
+        "maxsize", help=HELP["maxsize"],
         description="Without --batch or --scenario: the largest model whose model states fit per GPU, per ZeRO "
                     "stage (Table 2). With --scenario FILE (or --batch and a shape): the most layers of that "
                     "shape whose two simulated steps fit (step 2 starts with step 1's allocator cache), "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, emit_json, text_stream
 from zsim.commands.units import count_arg, positive
 from zsim.errors import ZsimError
@@ -24,7 +25,7 @@ GB = 1e9
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "memory", help="model-state memory per GPU by ZeRO stage (paper Table 1)",
+        "memory", help=HELP["memory"],
         description="Per-GPU model-state bytes (fp16/bf16 params and grads, fp32 Adam states, K = 12) for Ψ "
                     "parameters on Nd data-parallel GPUs, per ZeRO stage (Rajbhandari et al., Table 1). "
                     "GB = 10^9 bytes, as in the paper.")

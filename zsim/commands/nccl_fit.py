@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.commands.units import positive
 from zsim.commands.collective import MAX_GPUS, MAX_NODES
@@ -42,7 +43,7 @@ def profile_yaml(values: dict[str, float]) -> str:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "nccl-fit", help="fit a profile's NCCL terms to nccl-tests tables",
+        "nccl-fit", help=HELP["nccl-fit"],
         description="Read nccl-tests output tables (<collective>.txt in FOLDER), fit the NCCL kernel terms of "
                     "a system profile (launch floor, protocol efficiencies and latencies, unaligned-path "
                     "bandwidths) by least squares on log(time), and print the fitted `nccl:` section and every "

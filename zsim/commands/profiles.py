@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 
 TITLES = {"system": "systems", "gpu": "GPUs", "network": "networks", "link": "host links", "host": "host CPUs"}
@@ -16,7 +17,7 @@ TITLES = {"system": "systems", "gpu": "GPUs", "network": "networks", "link": "ho
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "profiles", help="list hardware profiles and shipped scenarios",
+        "profiles", help=HELP["profiles"],
         description="List the hardware profiles zsim finds (your folders from --profiles and $ZSIM_PROFILE_PATH "
                     "first, then the built-in ones), one line each, and the scenarios shipped with zsim. "
                     "docs/profiles.md says how to write your own.")

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "replay", help="simulate a measured run and print the error table",
+        "replay", help=HELP["replay"],
         description="Rebuild a measured run (runtime traces) from its metadata, simulate it on a profile, line up "
                     "every op, and print predicted against measured: step time, per op kind (median and spread), "
                     "exposed communication, peak memory per category, each with its error. Writes one Perfetto "

@@ -7,13 +7,14 @@ import json
 import sys
 import time
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK, EXIT_OOM
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "run", help="simulate a scenario",
+        "run", help=HELP["run"],
         description="Simulate a scenario's training steps; print a summary and write result.json, trace.json "
                     "(Perfetto), memory.csv, memory.png and timeline.png to the output folder. Exit 0 if it fits, 3 on "
                     "OOM, 2 on bad input.")
@@ -81,17 +82,21 @@ def run_command(args: argparse.Namespace) -> int:
             files.write("timeline.png", lambda p: timeline_png(result, p))
         files.text("result.json", json.dumps(f, indent=2, allow_nan=False) + "\n")
         files.commit()
-    if args.plot == "background":
-        memory_png_later(out)  # drawn from the committed files, after the summary
-    stream = text_stream(args)
-    print(summary(f, outputs), file=stream)
-    if args.stats:
-        wall = time.perf_counter() - started
-        sim = result.wall_seconds
-        print(f"  stats     {result.sim_events:,} simpy events in {sim:.3f} s of simulation "
-              f"({result.sim_events / max(sim, 1e-9):,.0f} events/s); {len(result.events):,} trace events; "
-              f"{wall:.3f} s in all (load, simulate, write)", file=stream)
-    emit_json(args, f)
+    try:
+        stream = text_stream(args)
+        print(summary(f, outputs), file=stream)
+        if args.stats:
+            wall = time.perf_counter() - started
+            sim = result.wall_seconds
+            print(f"  stats     {result.sim_events:,} simpy events in {sim:.3f} s of simulation "
+                  f"({result.sim_events / max(sim, 1e-9):,.0f} events/s); {len(result.events):,} trace events; "
+                  f"{wall:.3f} s in all (load, simulate, write)", file=stream)
+        emit_json(args, f)
+    finally:
+        # Drawn from the committed files by a detached process, started last: on a machine of few
+        # cores it would otherwise compete with this command's own last steps for a core.
+        if args.plot == "background":
+            memory_png_later(out)
     if not result.fits:
         oom = result.ledger.oom
         print(f"zsim: out of memory at t = {oom.time_s:.3f} s on rank class 0 (all {scenario.layout.world} ranks): "

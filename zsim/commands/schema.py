@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option
 
 HINT = ("Use it in VS Code (Red Hat YAML extension) with the first line of a scenario\n"
@@ -17,7 +18,7 @@ HINT = ("Use it in VS Code (Red Hat YAML extension) with the first line of a sce
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "schema", help="print the JSON Schema of scenario files (for editors)",
+        "schema", help=HELP["schema"],
         description="Print the JSON Schema (draft-07) of scenario files, generated from the models that "
                     "validate them. With --json PATH it is written to PATH and the editor settings that use it "
                     "are printed instead.")

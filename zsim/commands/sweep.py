@@ -6,13 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, emit_json, text_stream
 from zsim.errors import EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "sweep", help="sweep scenario keys; table, plot, knees, fastest fit",
+        "sweep", help=HELP["sweep"],
         description="Run a sweep file: every combination of its axes, each point validated before any runs, "
                     "simulated on local processes or a Dask cluster, cached so that a rerun runs only missing "
                     "points. Writes sweep.csv, sweep.jsonl, sweep.json and a plot (PNG, SVG). Exit 0 when it "

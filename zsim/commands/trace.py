@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from zsim.commands import HELP
 from zsim.errors import ZsimError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from zsim.runtime.cli import add_run_arguments  # no torch import
 
-    parser = subparsers.add_parser("trace", help="record real traces with the PyTorch runtime",
+    parser = subparsers.add_parser("trace", help=HELP["trace"],
                                    description=__doc__.splitlines()[0])
     add_run_arguments(parser)
     parser.set_defaults(func=run)

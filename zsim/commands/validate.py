@@ -9,6 +9,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from zsim.commands import HELP
 from zsim.commands.options import add_json_option, emit_json, text_stream
 from zsim.validate import SUITES
 
@@ -17,7 +18,7 @@ EXIT_FAILED = 1
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "validate", help="compare simulations with published or measured results (exit 1 if any point fails)",
+        "validate", help=HELP["validate"],
         description="Run a validation suite and print, per point, the simulated and the published or measured "
                     "value, the error and pass/fail against the point's tolerance. Suites: "
                     + ", ".join(SUITES) + " (paper: the ZeRO paper's evaluation, docs/validation.md; replay: record "

@@ -11,18 +11,20 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from zsim.compute.terms import ComputeTerms, GemmTerms
-from zsim.config.host import HostFile, HostModel, host_model
 from zsim.config.profiles import Profiles
 from zsim.config.schema import Name, ProfileName, profile_name
 from zsim.config.yamlfile import printable, read_yaml_mapping, validate
 from zsim.errors import ConfigError
 from zsim.fabric.cube_mesh import MESH_GPUS, cube_mesh_links_per_gpu
 from zsim.fabric.nccl import NcclKernel
+
+if TYPE_CHECKING:  # host profiles (CPU machines) are imported where one is loaded: a GPU run never needs them
+    from zsim.config.host import HostFile, HostModel
 
 GB = 1e9
 GiB = 2**30
@@ -303,6 +305,8 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     try:
         stat = path.stat()
         if _raw(str(path), stat.st_mtime_ns, stat.st_size).get("kind") == "host":  # a host file the user named
+            from zsim.config.host import HostFile
+
             data = _raw(str(path), stat.st_mtime_ns, stat.st_size)  # (`zsim calibrate -o my-host.yaml`)
             return host_cluster(validate(HostFile, data, str(path)), profile, nodes)  # type: ignore[arg-type]
         system: SystemFile = _parsed(str(path), stat.st_mtime_ns, stat.st_size, SystemFile)  # type: ignore[assignment]
@@ -380,6 +384,8 @@ def load_host_cluster(profile: str, nodes: int, profiles: Profiles | None = None
     Raises:
         ConfigError: an invalid profile, or nodes != 1 (gloo between hosts is not measured).
     """
+    from zsim.config.host import HostFile
+
     profiles = Profiles.from_environment() if profiles is None else profiles
     spec: HostFile = load_profile(profiles, "host", profile, HostFile)  # type: ignore[assignment]
     return host_cluster(spec, profile, nodes)
@@ -387,6 +393,8 @@ def load_host_cluster(profile: str, nodes: int, profiles: Profiles | None = None
 
 def host_cluster(spec: HostFile, profile: str, nodes: int) -> Cluster:
     """The Cluster of a validated host profile (see load_host_cluster)."""
+    from zsim.config.host import host_model
+
     if nodes != 1:
         raise ConfigError(f"host profile '{profile}' describes one machine: hardware.nodes must be 1 (got {nodes})")
     rates = {dtype: gflops * 1e9 for dtype, gflops in spec.compute.matmul_GFLOPS.items()}

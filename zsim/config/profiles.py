@@ -20,6 +20,7 @@ an arbitrary file. Only the command line can (`--profile path/to/x.yaml`), throu
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -45,6 +46,21 @@ def builtin_folder(package: str = "zsim.hwprofiles") -> Path:
     root = resources.files(package)
     assert isinstance(root, Path), f"{package} is not installed as a folder: {root!r}"
     return root
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_roots() -> tuple[Path, ...]:
+    return tuple(builtin_folder(package).resolve() for package in ("zsim.hwprofiles", "zsim.scenarios"))
+
+
+def shipped_file(path: Path) -> bool:
+    """Whether `path` is a file shipped with zsim: inside the built-in profiles or scenarios (package
+    data), symbolic links resolved (a link from there to elsewhere is not shipped)."""
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):  # a loop of links, a vanished folder: not ours
+        return False
+    return any(resolved.is_relative_to(root) for root in _shipped_roots())
 
 
 def check_name(kind: str, name: str) -> None:
