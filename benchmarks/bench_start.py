@@ -39,6 +39,7 @@ def timed(cmd: list[str], wait_for: Path | None = None) -> tuple[float, float, f
     exists, or, for a command with --stats, the seconds its simulation took, or None)."""
     if wait_for is not None:
         wait_for.unlink(missing_ok=True)
+        wait_for.with_name("timeline.png").unlink(missing_ok=True)
     start = time.perf_counter()
     stats = "--stats" in cmd
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE if stats else subprocess.DEVNULL,
@@ -61,7 +62,13 @@ def timed(cmd: list[str], wait_for: Path | None = None) -> tuple[float, float, f
         if time.perf_counter() - start > 120:
             raise RuntimeError(f"{wait_for} did not appear in 120 s")
         time.sleep(0.005)
-    return exited, cpu, time.perf_counter() - start
+    drawn = time.perf_counter() - start
+    # The same background process draws timeline.png next: wait for it too, so that the next repetition
+    # does not share the cores with it (it did, and every later `returns` row measured that contention).
+    timeline = wait_for.with_name("timeline.png")
+    while not timeline.exists() and time.perf_counter() - start < 120:
+        time.sleep(0.005)
+    return exited, cpu, drawn
 
 
 def row(label: str, times: list[float], cpu: list[float] | None = None) -> str:
