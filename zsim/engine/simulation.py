@@ -160,11 +160,16 @@ class _Run:
             self._compute_time[key] = seconds
         return seconds
 
+    def requests(self, op: Op) -> dict[str, list[tuple[str, int, str, str, str]]]:
+        """`op`'s allocations as ledger requests (category, bytes, tag, arena, stream), by where
+        ('gpu', 'host'), in plan order."""
+        by_where: dict[str, list[tuple[str, int, str, str, str]]] = {}
+        for a in op.allocs:
+            by_where.setdefault(a.where, []).append((a.category, a.nbytes, a.tag, a.arena, a.stream or op.stream))
+        return by_where
+
     def record_memory(self) -> None:
         self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
-
-    def ledger_of(self, tag: str) -> MemoryLedger:
-        return self.ledger if tag in self.ledger.live else self.host_ledger
 
 
 def _instance(env: simpy.Environment, fabric: Fabric, phases: list[Phase],
@@ -225,10 +230,9 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             if not done[d].processed:
                 yield done[d]
         start = env.now
-        for a in op.allocs:
-            (run.host_ledger if a.where == "host" else ledger).alloc(start, a.category, a.nbytes, a.tag, a.arena,
-                                                                       a.stream or op.stream)
         if op.allocs:
+            for where, requests in run.requests(op).items():
+                (run.host_ledger if where == "host" else ledger).alloc_many(start, requests)
             run.record_memory()
         args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch}
         if op.is_collective:
@@ -261,9 +265,15 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             args["flops"] = op.flops
             if op.name == "optimizer/step":
                 args.update(elements=op.elements, skipped=False)
-        for tag in op.frees:
-            run.ledger_of(tag).free(env.now, tag)
         if op.frees:
+            live = ledger.live
+            if all(tag in live for tag in op.frees):
+                ledger.free_many(env.now, op.frees)
+            else:
+                for on_gpu in (True, False):
+                    tags = [tag for tag in op.frees if (tag in live) == on_gpu]
+                    if tags:
+                        (ledger if on_gpu else run.host_ledger).free_many(env.now, tags)
             run.record_memory()
         run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (env.now - start) * 1e6, **args))
         run.end_time[i] = env.now
