@@ -77,9 +77,11 @@ def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
 class _Run:
     """State shared by the stream workers of one simulation."""
 
-    def __init__(self, scenario: Scenario, plan: Plan, env: CountingEnvironment, per_rank: bool = False):
+    def __init__(self, scenario: Scenario, plan: Plan, env: CountingEnvironment, per_rank: bool = False,
+                 trace: bool = True):
         self.s, self.plan, self.env = scenario, plan, env
         self.per_rank = per_rank
+        self.trace = trace  # build the trace events (a sweep reads only the totals)
         self.fabric = Fabric(env, fabric_capacities(scenario, per_rank))
         self.pending: dict[tuple[int, int], list] = {}  # per-rank: (op, group) -> [arrived, started event]
         self.ledger = MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)  # with its caching allocator
@@ -93,26 +95,31 @@ class _Run:
         self.mp_seconds = 0.0
         self.flops = 0.0
         self.algorithms: dict[str, tuple[float, str]] = {}
-        self._phases: dict[tuple[str, str, int], tuple[str, list[Phase]]] = {}
+        self._phases: dict[tuple[str, str, int, int], tuple[str, list[Phase], float]] = {}
         self._compute_time: dict[object, float] = {}
         self.override: dict[int, float] = {}  # plan index -> seconds (trace-driven replay)
         self.finished = 0  # rank 0's ops done (the progress bar)
 
-    def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase]]:
-        """The phases of `op`: for the representative rank (group -1, class weights) or for one
-        group instance (per-rank mode: its members' own links)."""
+    def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase], float]:
+        """The algorithm, phases and bytes sent of `op`: for the representative rank (group -1, class
+        weights) or for one group instance (per-rank mode: its members' own links). Memoized: a
+        simulation repeats a few shapes of collectives."""
         key = (op.collective, op.group, op.nbytes, group)
-        if key not in self._phases and self.s.cluster.host is not None:
+        planned = self._phases.get(key)
+        if planned is not None:
+            return planned
+        if self.s.cluster.host is not None:
             size = self.s.layout.dp if op.group == "dp" else self.s.layout.mp
             seconds = self.s.cluster.host.collective_seconds(op.collective, op.nbytes, size)
-            self._phases[key] = ("gloo", [Phase(seconds, 0.0, ())])
-        if key not in self._phases:
+            algorithm, phases = "gloo", [Phase(seconds, 0.0, ())]
+        else:
             layout = self.s.layout
             shape = layout.dp_shape if op.group == "dp" else layout.mp_shape
             where = Placement() if group < 0 else Placement(self.members(op.group, group), class_mode=False)
-            self._phases[key] = plan_collective(op.collective, op.nbytes, shape, self.s.cluster,
+            algorithm, phases = plan_collective(op.collective, op.nbytes, shape, self.s.cluster,
                                                 self.s.fabric.algorithm, where)
-        return self._phases[key]
+        planned = self._phases[key] = (algorithm, phases, sum(p.nbytes for p in phases))
+        return planned
 
     def members(self, kind: str, group: int) -> list[int]:
         """Global ranks of DP group `group` (= the MP rank) or MP group `group` (= the DP rank)."""
@@ -123,18 +130,17 @@ class _Run:
         layout = self.s.layout
         return layout.mp_rank(rank) if kind == "dp" else layout.dp_rank(rank)
 
-    def run_collective(self, index: int, op: Op, rank: int
-                       ) -> Generator[simpy.Event, None, tuple[str, list[Phase], float]]:
-        """Run collective op `index` for `rank`; returns (algorithm, phases, the time it started).
-        Per-rank mode: it starts when the group's last member arrives and moves one flow over all
-        members' links."""
+    def run_collective(self, index: int, op: Op, rank: int) -> Generator[simpy.Event, None, tuple[str, float, float]]:
+        """Run collective op `index` for `rank`; returns (algorithm, the time it started, bytes this
+        rank sent). Per-rank mode: it starts when the group's last member arrives and moves one flow
+        over all members' links."""
         if not self.per_rank:
-            algorithm, phases = self.phases(op)
+            algorithm, phases, sent = self.phases(op)
             start = self.env.now
             yield from collective(self.env, self.fabric, phases)
-            return algorithm, phases, start
+            return algorithm, start, sent
         group = self.group_of(op.group, rank)
-        algorithm, phases = self.phases(op, group)
+        algorithm, phases, sent = self.phases(op, group)
         key = (index, group)
         entry = self.pending.get(key)
         if entry is None:
@@ -144,7 +150,7 @@ class _Run:
             del self.pending[key]
             self.env.process(_instance(self.env, self.fabric, phases, entry[1]))
         started = yield entry[1]
-        return algorithm, phases, started
+        return algorithm, started, sent
 
     def compute_time(self, op: Op, index: int = -1) -> float:
         """Seconds of compute op `op` (plan index `index`) on this cluster's GPU (memoized: layers
@@ -159,14 +165,6 @@ class _Run:
                 seconds += self.s.cluster.host.op_overhead_s
             self._compute_time[key] = seconds
         return seconds
-
-    def requests(self, op: Op) -> dict[str, list[tuple[str, int, str, str, str]]]:
-        """`op`'s allocations as ledger requests (category, bytes, tag, arena, stream), by where
-        ('gpu', 'host'), in plan order."""
-        by_where: dict[str, list[tuple[str, int, str, str, str]]] = {}
-        for a in op.allocs:
-            by_where.setdefault(a.where, []).append((a.category, a.nbytes, a.tag, a.arena, a.stream or op.stream))
-        return by_where
 
     def record_memory(self) -> None:
         self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
@@ -222,8 +220,8 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
 
 def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Generator[simpy.Event, None, None]:
     """Execute the ops `indices` of one stream of rank 0 in order, each after its dependencies, and
-    record what they do."""
-    ops, done, ledger = run.plan.ops, run.done, run.ledger
+    record what they do (trace events only when `run.trace`)."""
+    ops, done, ledger, trace = run.plan.ops, run.done, run.ledger, run.trace
     for i in indices:
         op = ops[i]
         for d in op.deps:
@@ -231,52 +229,67 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 yield done[d]
         start = env.now
         if op.allocs:
-            for where, requests in run.requests(op).items():
-                (run.host_ledger if where == "host" else ledger).alloc_many(start, requests)
-            run.record_memory()
-        args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch}
+            if any(a.where == "host" for a in op.allocs):
+                run.host_ledger.alloc_many(start, [a for a in op.allocs if a.where == "host"], op.stream)
+                ledger.alloc_many(start, [a for a in op.allocs if a.where != "host"], op.stream)
+            else:
+                ledger.alloc_many(start, op.allocs, op.stream)
+            if trace:
+                run.record_memory()
         if op.is_collective:
-            algorithm, phases, started = yield from run.run_collective(i, op, 0)
-            stats = run.comm.setdefault((op.group, op.collective), CommStats())
+            algorithm, started, sent = yield from run.run_collective(i, op, 0)
+            end = env.now
+            key = (op.group, op.collective)
+            stats = run.comm.get(key)
+            if stats is None:
+                stats = run.comm[key] = CommStats()
             stats.count += 1
             stats.payload_bytes += op.nbytes
-            stats.sent_bytes += sum(p.nbytes for p in phases)
-            stats.seconds += env.now - start
+            stats.sent_bytes += sent
+            stats.seconds += end - start
             if op.group == "mp":
-                run.mp_seconds += env.now - start
+                run.mp_seconds += end - start
             best = run.algorithms.get(op.group)
             if best is None or op.nbytes > best[0]:
                 run.algorithms[op.group] = (op.nbytes, algorithm)
-            # `group` names the process group; its ranks are listed once, in the trace's metadata.groups
-            args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=op.group,
-                        algorithm=algorithm)
-            if run.per_rank:
-                args["wait_us"] = (started - start) * 1e6  # waiting for the group's last member
+            if trace:
+                # `group` names the process group; its ranks are listed once, in the trace's metadata.groups
+                args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch, "op": op.collective,
+                                        "bytes": op.nbytes, "dtype": run.s.precision.dtype, "group": op.group,
+                                        "algorithm": algorithm}
+                if run.per_rank:
+                    args["wait_us"] = (started - start) * 1e6  # waiting for the group's last member
         elif op.transfer:
             seconds = transfer_seconds(op.nbytes, run.s.cluster.offload)
             yield env.timeout(seconds)
+            end = env.now
             run.offload_seconds += seconds
-            args.update(op=op.transfer, bytes=op.nbytes)
+            if trace:
+                args = {"step": op.step, "micro_batch": op.micro_batch, "op": op.transfer, "bytes": op.nbytes}
         else:
             seconds = run.compute_time(op, i)
             yield env.timeout(seconds)
+            end = env.now
             run.compute_seconds += seconds
             run.flops += op.flops
-            args["flops"] = op.flops
-            if op.name == "optimizer/step":
-                args.update(elements=op.elements, skipped=False)
+            if trace:
+                args = {"step": op.step, "micro_batch": op.micro_batch, "flops": op.flops}
+                if op.name == "optimizer/step":
+                    args.update(elements=op.elements, skipped=False)
         if op.frees:
             live = ledger.live
             if all(tag in live for tag in op.frees):
-                ledger.free_many(env.now, op.frees)
+                ledger.free_many(end, op.frees)
             else:
                 for on_gpu in (True, False):
                     tags = [tag for tag in op.frees if (tag in live) == on_gpu]
                     if tags:
-                        (ledger if on_gpu else run.host_ledger).free_many(env.now, tags)
-            run.record_memory()
-        run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (env.now - start) * 1e6, **args))
-        run.end_time[i] = env.now
+                        (ledger if on_gpu else run.host_ledger).free_many(end, tags)
+            if trace:
+                run.record_memory()
+        if trace:
+            run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (end - start) * 1e6, **args))
+        run.end_time[i] = end
         run.finished += 1
         done[i].succeed()
 
@@ -300,18 +313,20 @@ def run_to_end(env: simpy.Environment, run: _Run, progress: bool) -> None:
 
 
 def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False,
-             compute_override: Callable[[list[Op]], dict[int, float]] | None = None) -> Result:
+             compute_override: Callable[[list[Op]], dict[int, float]] | None = None, trace: bool = True) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
     'per_rank') overrides the scenario's fabric.mode. `progress`: show a progress bar on stderr in
     per-rank mode (seconds to minutes; class mode takes well under a second). `compute_override(plan.ops)`
-    may give measured seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven)."""
+    may give measured seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven).
+    `trace=False` leaves `Result.events` empty (what a sweep does: its rows need only the totals, the
+    ledger and its peaks; every number is the same)."""
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
     workload = build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
     plan = build_plan(scenario, workload)
     env = CountingEnvironment()
-    run = _Run(scenario, plan, env, per_rank)
+    run = _Run(scenario, plan, env, per_rank, trace)
     if compute_override is not None:
         run.override = compute_override(plan.ops)
     for name, nbytes in plan.context:  # CUDA context, cuBLAS, NCCL: before the first tensor
@@ -320,7 +335,8 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)
     for name, nbytes in plan.arenas:  # MD: contiguous buffers reserved before the first step
         run.ledger.reserve_arena(0.0, name, nbytes)
-    run.record_memory()
+    if trace:
+        run.record_memory()
     by_stream = {stream: [i for i, op in enumerate(plan.ops) if op.stream == stream] for stream in STREAMS}
     for stream in STREAMS:
         env.process(stream_worker(env, run, by_stream[stream]))

@@ -118,6 +118,14 @@ class Fabric:
 def max_min_rates(transfers: list[Transfer], capacity: dict[Hashable, float]) -> None:
     """Set each transfer's per-stream `rate` to its weighted max-min fair share (progressive filling).
     A transfer's `cap` is a private link of that capacity that only it uses."""
+    if len(transfers) == 1:  # alone: its tightest link (class mode's usual case), the same share as below
+        t = transfers[0]
+        load: dict[Hashable, float] = {}
+        for link, weight in t.links:
+            load[link] = load.get(link, 0.0) + weight
+        rate = min(capacity[link] / n for link, n in load.items())
+        t.rate = rate if t.cap is None else min(rate, float(t.cap))
+        return
     unfixed = set(range(len(transfers)))
     left = {link: capacity[link] for t in transfers for link, _ in t.links}
     links_of = []
@@ -128,7 +136,7 @@ def max_min_rates(transfers: list[Transfer], capacity: dict[Hashable, float]) ->
             links = links + ((("cap", i), 1.0),)
         links_of.append(links)
     while unfixed:
-        load: dict[Hashable, float] = {}
+        load = {}
         for i in unfixed:
             for link, weight in links_of[i]:
                 load[link] = load.get(link, 0.0) + weight

@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from zsim.memory.allocator import CachingAllocator
 
@@ -26,6 +26,18 @@ CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "context
 COUNTERS = CATEGORIES + ("fragmentation",)
 _ROW = operator.itemgetter(*CATEGORIES)  # a timeline row: the totals in CATEGORIES order
 ARENA_CATEGORY = {"checkpoints": "activations", "grads": "grads"}  # what an MD arena holds  # the trace's memory counter track (docs/trace-schema.md)
+
+
+class Request(NamedTuple):
+    """One allocation for `MemoryLedger.alloc_many` (zsim.zero.ops.Alloc has the same fields): `nbytes`
+    of `category` for `tag`, in MD arena `arena` if not "", else from the caching allocator's pool of
+    `stream` ("" = the call's stream)."""
+
+    category: str
+    nbytes: int
+    tag: str
+    arena: str = ""
+    stream: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +122,16 @@ class MemoryLedger:
     def alloc(self, time: float, category: str, nbytes: int, tag: str, arena: str = "", stream: str = "compute") -> None:
         """Allocate `nbytes` of `category` for `tag`: in MD arena `arena` if given, else from the caching
         allocator's pool of `stream`."""
-        self.alloc_many(time, ((category, nbytes, tag, arena, stream),))
+        self.alloc_many(time, (Request(category, nbytes, tag, arena),), stream)
 
-    def alloc_many(self, time: float, requests: Iterable[tuple[str, int, str, str, str]]) -> None:
-        """Allocate each (category, nbytes, tag, arena, stream) of `requests` in order at `time`, as
-        `alloc` does one by one, and record the timeline once: the state after the last one (the
-        timeline keeps one state per instant) and the peaks of the states in between."""
+    def alloc_many(self, time: float, requests: Iterable[Request], stream: str = "compute") -> None:
+        """Allocate each of `requests` in order at `time` (its own stream, or `stream` where it names
+        none), as `alloc` does one by one, and record the timeline once: the state after the last one
+        (the timeline keeps one state per instant) and the peaks of the states in between."""
         totals, live, allocator = self.totals, self.live, self.allocator
         high = self.peak_reserved
-        for category, nbytes, tag, arena, stream in requests:
+        for r in requests:
+            category, nbytes, tag, arena = r.category, r.nbytes, r.tag, r.arena
             assert category in totals, category
             assert nbytes >= 0 and tag not in live, (tag, nbytes)
             place = ""
@@ -128,7 +141,7 @@ class MemoryLedger:
                 pool.used += nbytes
                 place = arena
             elif allocator is not None and nbytes:
-                if not allocator.malloc(tag, nbytes, stream) and self.oom is None:
+                if not allocator.malloc(tag, nbytes, r.stream or stream) and self.oom is None:
                     self.oom = OutOfMemory(time, category, tag, nbytes, self.allocated + nbytes,
                                            allocator.reserved, allocator.capacity)
             if allocator is not None and allocator.reserved > high:  # a release of the cache may follow

@@ -23,7 +23,7 @@ def run_point(point: Point, with_facts: bool = False) -> Finished:
     from zsim.sweep.row import result_row
 
     cpu = time.process_time()
-    result = simulate(point.scenario)
+    result = simulate(point.scenario, trace=False)  # a row needs the totals, not the trace events
     row = result_row(result, point.oom_reason, point.capacity_bytes, point.key)
     full = None
     if with_facts:
