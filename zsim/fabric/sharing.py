@@ -74,6 +74,16 @@ class Fabric:
 
     def _component(self, seeds: list[Transfer]) -> list[Transfer]:
         """The active transfers that share links, transitively, with `seeds`'s links."""
+        if len(seeds) == 1:  # the usual case: a transfer alone on its links (or no one left on them)
+            seed = seeds[0]
+            alone = True
+            for link, _ in seed.links:
+                on = self.on_link.get(link)
+                if on and (len(on) > 1 or on[0] is not seed):
+                    alone = False
+                    break
+            if alone:
+                return [seed] if seed.links and self.on_link.get(seed.links[0][0]) else []
         seen: dict[int, Transfer] = {}
         links = [link for t in seeds for link, _ in t.links]
         done_links: set[Hashable] = set()

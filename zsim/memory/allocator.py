@@ -83,7 +83,7 @@ class CachingAllocator:
         be reserved within capacity even after releasing the cache (CUDA OOM); the block is then
         reserved anyway, beyond capacity, so that the run can go on and show by how much it does not fit."""
         assert tag not in self._live, tag
-        size = round_size(nbytes)
+        size = MIN_BLOCK if nbytes < MIN_BLOCK else MIN_BLOCK * -(-nbytes // MIN_BLOCK)  # round_size, inlined
         small = size <= SMALL_SIZE
         block = self._best_fit(size, small, stream)
         ok = True
@@ -96,7 +96,8 @@ class CachingAllocator:
             self._next_addr += seg
             self.reserved += seg
             self.segments += 1
-            self.peak_reserved = max(self.peak_reserved, self.reserved)
+            if self.reserved > self.peak_reserved:
+                self.peak_reserved = self.reserved
         rest = block.size - size
         if rest >= MIN_BLOCK if small else rest > SMALL_SIZE:  # should_split
             remaining = _Block(block.addr + size, rest, small, block.stream, prev=block, next=block.next)
@@ -151,15 +152,20 @@ class CachingAllocator:
         return max((b.size for b in self._free.values()), default=0)
 
     def _best_fit(self, size: int, small: bool, stream: str) -> _Block | None:
-        pool = self._pools.setdefault((stream, small), [])
+        """Take the smallest cached block of the pool that holds `size` bytes (lowest address first)."""
+        pool = self._pools.get((stream, small))
+        if not pool:
+            return None
         i = bisect.bisect_left(pool, (size, -1))
         if i == len(pool):
             return None
-        block = self._free.pop(pool.pop(i)[1])
-        return block
+        return self._free.pop(pool.pop(i)[1])
 
     def _insert(self, block: _Block) -> None:
-        bisect.insort(self._pools.setdefault((block.stream, block.small), []), (block.size, block.addr))
+        pool = self._pools.get((block.stream, block.small))
+        if pool is None:
+            pool = self._pools[(block.stream, block.small)] = []
+        bisect.insort(pool, (block.size, block.addr))
         self._free[block.addr] = block
 
     def _remove(self, block: _Block) -> None:
