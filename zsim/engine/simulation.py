@@ -19,6 +19,7 @@ from typing import Any
 
 import simpy
 
+from zsim.config.hardware import Cluster
 from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
 from zsim.engine.offload import transfer_seconds
@@ -28,7 +29,7 @@ from zsim.fabric.sharing import Fabric
 from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade, healthy_capacities
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
-from zsim.workload.transformer import build_workload
+from zsim.workload.transformer import Workload, build_workload
 from zsim.zero.model_states import model_states
 from zsim.zero.ops import Op, Plan
 from zsim.zero.plan import build_plan
@@ -313,19 +314,51 @@ def run_to_end(env: simpy.Environment, run: _Run, progress: bool) -> None:
             pass
 
 
+def plan_key(scenario: Scenario) -> str:
+    """What the workload and the ZeRO plan of `scenario` are made from: every section but the name,
+    the description and the hardware section, whose effect is in the cluster, and the cluster without
+    its speeds (link bandwidths and latencies, NCCL's terms, the GPU's FLOP/s, HBM bandwidth and
+    compute terms), which only time the plan's ops. Scenarios with equal keys have equal plans
+    (tests/test_plan_reuse.py checks that every speed is left out of the plan)."""
+    return repr((scenario.model, scenario.parallel, scenario.zero, scenario.precision, scenario.fabric, scenario.run,
+                 scenario.grad_accum, scenario.layout, without_speeds(scenario.cluster)))
+
+
+def without_speeds(cluster: Cluster) -> Cluster:
+    """`cluster` with every speed zeroed or None, a CPU host's model included (what plan_key leaves out)."""
+    return dataclasses.replace(
+        cluster, nvlink_link_bytes_per_s=0.0, nvlink=None, nic_pool=None, nic_bytes_per_s=0.0, oversubscription=0.0,
+        offload=None, nccl=None, host=None,
+        gpu=dataclasses.replace(cluster.gpu, peak_flops={}, hbm_bytes_per_s=0.0, nccl_nvlink_GBps=0.0, compute=None))
+
+
+def workload_and_plan(scenario: Scenario, plans: dict[str, tuple[Workload, Plan]] | None = None) -> tuple[Workload, Plan]:
+    """The workload and ZeRO plan of `scenario`; reused from `plans` (a dict the caller keeps, keyed by
+    plan_key) when a scenario with the same key was planned before. Both are immutable."""
+    key = plan_key(scenario) if plans is not None else ""
+    if plans is not None and key in plans:
+        return plans[key]
+    workload = build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
+    planned = workload, build_plan(scenario, workload)
+    if plans is not None:
+        plans[key] = planned
+    return planned
+
+
 def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False,
-             compute_override: Callable[[list[Op]], dict[int, float]] | None = None, trace: bool = True) -> Result:
+             compute_override: Callable[[list[Op]], dict[int, float]] | None = None, trace: bool = True,
+             plans: dict[str, tuple[Workload, Plan]] | None = None) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
     'per_rank') overrides the scenario's fabric.mode. `progress`: show a progress bar on stderr in
     per-rank mode (seconds to minutes; class mode takes well under a second). `compute_override(plan.ops)`
     may give measured seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven).
     `trace=False` leaves `Result.events` empty (what a sweep does: its rows need only the totals, the
-    ledger and its peaks; every number is the same)."""
+    ledger and its peaks; every number is the same). `plans`: a dict kept across calls that reuses
+    the workload and plan of scenarios differing only in speeds (a sweep's points; workload_and_plan)."""
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
-    workload = build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
-    plan = build_plan(scenario, workload)
+    workload, plan = workload_and_plan(scenario, plans)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank, trace)
     if compute_override is not None:
