@@ -85,7 +85,13 @@ class CachingAllocator:
         assert tag not in self._live, tag
         size = MIN_BLOCK if nbytes < MIN_BLOCK else MIN_BLOCK * -(-nbytes // MIN_BLOCK)  # round_size, inlined
         small = size <= SMALL_SIZE
-        block = self._best_fit(size, small, stream)
+        # get_free_block: the smallest cached block of the pool that is large enough, lowest address first
+        block = None
+        pool = self._pools.get((stream, small))
+        if pool:
+            i = bisect.bisect_left(pool, (size, -1))
+            if i < len(pool):
+                block = self._free.pop(pool.pop(i)[1])
         ok = True
         if block is None:
             seg = segment_size(size)
@@ -100,9 +106,10 @@ class CachingAllocator:
                 self.peak_reserved = self.reserved
         rest = block.size - size
         if rest >= MIN_BLOCK if small else rest > SMALL_SIZE:  # should_split
-            remaining = _Block(block.addr + size, rest, small, block.stream, prev=block, next=block.next)
-            if block.next is not None:
-                block.next.prev = remaining
+            after = block.next
+            remaining = _Block(block.addr + size, rest, small, block.stream, prev=block, next=after)
+            if after is not None:
+                after.prev = remaining
             block.next, block.size = remaining, size
             self._insert(remaining)
         block.allocated = True
@@ -150,16 +157,6 @@ class CachingAllocator:
 
     def largest_free_block(self) -> int:
         return max((b.size for b in self._free.values()), default=0)
-
-    def _best_fit(self, size: int, small: bool, stream: str) -> _Block | None:
-        """Take the smallest cached block of the pool that holds `size` bytes (lowest address first)."""
-        pool = self._pools.get((stream, small))
-        if not pool:
-            return None
-        i = bisect.bisect_left(pool, (size, -1))
-        if i == len(pool):
-            return None
-        return self._free.pop(pool.pop(i)[1])
 
     def _insert(self, block: _Block) -> None:
         pool = self._pools.get((block.stream, block.small))
