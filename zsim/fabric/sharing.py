@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 
 import simpy
 
@@ -56,7 +57,7 @@ class Fabric:
         for link, weight in links:
             assert link in self.capacity and weight > 0, (link, weight)
         self._advance()
-        t = Transfer(links=links, total=float(nbytes), remaining=float(nbytes), done=self.env.event(), cap=cap)
+        t = Transfer(links, float(nbytes), float(nbytes), self.env.event(), 0.0, cap)
         self.active.append(t)
         for link, _ in links:
             self.on_link.setdefault(link, []).append(t)
@@ -105,12 +106,12 @@ class Fabric:
         component = self._component(changed)
         if component:
             max_min_rates(component, self.capacity)
-        wait = min(t.remaining / t.rate for t in self.active)
-        version = self._version
+        active = self.active
+        wait = active[0].remaining / active[0].rate if len(active) == 1 else min(t.remaining / t.rate for t in active)
         timer = self.env.timeout(max(wait, 0.0))
-        timer.callbacks.append(lambda _event: self._on_timer(version))
+        timer.callbacks.append(partial(self._on_timer, self._version))
 
-    def _on_timer(self, version: int) -> None:
+    def _on_timer(self, version: int, _timer: simpy.Event | None = None) -> None:
         if version != self._version:
             return  # superseded by a later start or end
         self._advance()

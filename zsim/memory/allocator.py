@@ -107,7 +107,7 @@ class CachingAllocator:
         rest = block.size - size
         if rest >= MIN_BLOCK if small else rest > SMALL_SIZE:  # should_split
             after = block.next
-            remaining = _Block(block.addr + size, rest, small, block.stream, prev=block, next=after)
+            remaining = _Block(block.addr + size, rest, small, block.stream, False, block, after)
             if after is not None:
                 after.prev = remaining
             block.next, block.size = remaining, size
@@ -133,18 +133,19 @@ class CachingAllocator:
         block = self._live.pop(tag)
         block.allocated = False
         self.allocated -= block.size
-        for neighbour in (block.prev, block.next):
-            if neighbour is not None and not neighbour.allocated:
-                self._remove(neighbour)
-                if neighbour is block.prev:
-                    block.addr, block.prev = neighbour.addr, neighbour.prev
-                    if block.prev is not None:
-                        block.prev.next = block
-                else:
-                    block.next = neighbour.next
-                    if block.next is not None:
-                        block.next.prev = block
-                block.size += neighbour.size
+        before, after = block.prev, block.next
+        if before is not None and not before.allocated:  # try_merge_blocks, the block before
+            self._remove(before)
+            block.addr, block.prev = before.addr, before.prev
+            if block.prev is not None:
+                block.prev.next = block
+            block.size += before.size
+        if after is not None and not after.allocated:  # and the block after
+            self._remove(after)
+            block.next = after.next
+            if block.next is not None:
+                block.next.prev = block
+            block.size += after.size
         self._insert(block)
 
     def release_cached(self) -> None:
