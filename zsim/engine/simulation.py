@@ -231,9 +231,11 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 yield done[d]
         start = env.now
         if op.allocs:
-            if any(a.where == "host" for a in op.allocs):
-                run.host_ledger.alloc_many(start, [a for a in op.allocs if a.where == "host"], op.stream)
-                ledger.alloc_many(start, [a for a in op.allocs if a.where != "host"], op.stream)
+            if any(a.where == "host" for a in op.allocs):  # Pa+cpu: a ledger records only what it holds
+                for on_host in (False, True):
+                    requests = [a for a in op.allocs if (a.where == "host") == on_host]
+                    if requests:
+                        (run.host_ledger if on_host else ledger).alloc_many(start, requests, op.stream)
             else:
                 ledger.alloc_many(start, op.allocs, op.stream)
             if trace:
