@@ -56,7 +56,7 @@ def collective(env: simpy.Environment, fabric: Fabric, phases: list[Phase]) -> G
         if phase.latency_s > 0:
             yield env.timeout(phase.latency_s)
         if phase.nbytes > 0:
-            yield from fabric.transfer(phase.links, phase.nbytes, phase.cap_Bps)
+            yield fabric.start(phase.links, phase.nbytes, phase.cap_Bps)
 
 
 def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
@@ -241,7 +241,16 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             if trace:
                 run.record_memory()
         if op.is_collective:
-            algorithm, started, sent = yield from run.run_collective(i, op, 0)
+            if run.per_rank:
+                algorithm, started, sent = yield from run.run_collective(i, op, 0)
+            else:  # run_collective's class-mode path, in line (one generator less per collective)
+                algorithm, phases, sent = run.phases(op)
+                started = start
+                for phase in phases:
+                    if phase.latency_s > 0:
+                        yield env.timeout(phase.latency_s)
+                    if phase.nbytes > 0:
+                        yield run.fabric.start(phase.links, phase.nbytes, phase.cap_Bps)
             end = env.now
             key = (op.group, op.collective)
             stats = run.comm.get(key)

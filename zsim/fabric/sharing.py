@@ -52,8 +52,17 @@ class Fabric:
                  cap: float | None = None) -> Generator[simpy.Event, None, None]:
         """Move `nbytes` per stream over `links`, at most `cap` bytes/s; returns when done. A simpy
         process body."""
+        done = self.start(links, nbytes, cap)
+        if done is not None:
+            yield done
+
+    def start(self, links: tuple[tuple[Hashable, float], ...], nbytes: float,
+              cap: float | None = None) -> simpy.Event | None:
+        """Start moving `nbytes` per stream over `links`, at most `cap` bytes/s: the event that
+        succeeds when they have arrived (None for no bytes). What `transfer` does, for a process that
+        yields the event itself rather than through one more generator."""
         if nbytes <= 0:
-            return
+            return None
         for link, weight in links:
             assert link in self.capacity and weight > 0, (link, weight)
         self._advance()
@@ -63,7 +72,7 @@ class Fabric:
             self.on_link.setdefault(link, []).append(t)
         self.transfers_started += 1
         self._reschedule([t])
-        yield t.done
+        return t.done
 
     def _advance(self) -> None:
         """Bring every active transfer's remaining bytes up to now."""
