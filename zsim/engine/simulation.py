@@ -89,7 +89,7 @@ class _Run:
         self.ledger = MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)  # with its caching allocator
         self.host_ledger = MemoryLedger(capacity=None)  # Pa+cpu's checkpoints in host memory
         self.offload_seconds = 0.0
-        self.done = [env.event() for _ in plan.ops]
+        self.done = [simpy.Event(env) for _ in plan.ops]
         self.end_time = [0.0] * len(plan.ops)
         self.events: list[dict[str, Any]] = []
         self.comm: dict[tuple[str, str], CommStats] = {}
@@ -222,7 +222,8 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
 
 def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Generator[simpy.Event, None, None]:
     """Execute the ops `indices` of one stream of rank 0 in order, each after its dependencies, and
-    record what they do (trace events only when `run.trace`)."""
+    record what they do (trace events only when `run.trace`). Timeouts are made as simpy.Timeout(env, s),
+    what env.timeout(s) does without a bound method made per call."""
     ops, done, ledger, trace = run.plan.ops, run.done, run.ledger, run.trace
     for i in indices:
         op = ops[i]
@@ -248,7 +249,7 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 started = start
                 for phase in phases:
                     if phase.latency_s > 0:
-                        yield env.timeout(phase.latency_s)
+                        yield simpy.Timeout(env, phase.latency_s)
                     if phase.nbytes > 0:
                         yield run.fabric.start(phase.links, phase.nbytes, phase.cap_Bps)
             end = env.now
@@ -274,14 +275,14 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                     args["wait_us"] = (started - start) * 1e6  # waiting for the group's last member
         elif op.transfer:
             seconds = transfer_seconds(op.nbytes, run.s.cluster.offload)
-            yield env.timeout(seconds)
+            yield simpy.Timeout(env, seconds)
             end = env.now
             run.offload_seconds += seconds
             if trace:
                 args = {"step": op.step, "micro_batch": op.micro_batch, "op": op.transfer, "bytes": op.nbytes}
         else:
             seconds = run.compute_time(op, i)
-            yield env.timeout(seconds)
+            yield simpy.Timeout(env, seconds)
             end = env.now
             run.compute_seconds += seconds
             run.flops += op.flops

@@ -66,7 +66,7 @@ class Fabric:
         for link, weight in links:
             assert link in self.capacity and weight > 0, (link, weight)
         self._advance()
-        t = Transfer(links, float(nbytes), float(nbytes), self.env.event(), 0.0, cap)
+        t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap)
         self.active.append(t)
         for link, _ in links:
             self.on_link.setdefault(link, []).append(t)
@@ -117,7 +117,7 @@ class Fabric:
             max_min_rates(component, self.capacity)
         active = self.active
         wait = active[0].remaining / active[0].rate if len(active) == 1 else min(t.remaining / t.rate for t in active)
-        timer = self.env.timeout(max(wait, 0.0))
+        timer = simpy.Timeout(self.env, max(wait, 0.0))  # = env.timeout(), without its bound-method lookup
         timer.callbacks.append(partial(self._on_timer, self._version))
 
     def _on_timer(self, version: int, _timer: simpy.Event | None = None) -> None:
