@@ -35,7 +35,7 @@ class Result:
     model_flops: float  # FLOPs of the model's forward and backward, without recompute
     comm: dict[tuple[str, str], CommStats]
     ledger: MemoryLedger
-    events: list[dict[str, Any]]
+    events: list[dict[str, Any]]  # trace events (empty when simulated with trace=False)
     sim_events: int  # simpy events scheduled
     wall_seconds: float
     algorithms: dict[str, str] = field(default_factory=dict)  # group -> algorithm of its largest collective

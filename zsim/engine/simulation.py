@@ -19,6 +19,7 @@ from typing import Any
 
 import simpy
 
+from zsim.config.hardware import Cluster
 from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
 from zsim.engine.offload import transfer_seconds
@@ -28,7 +29,7 @@ from zsim.fabric.sharing import Fabric
 from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade, healthy_capacities
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
-from zsim.workload.transformer import build_workload
+from zsim.workload.transformer import Workload, build_workload
 from zsim.zero.ops import Op, Plan
 from zsim.zero.plan import build_plan, rank_model_states
 
@@ -38,13 +39,14 @@ STREAMS = ("compute", "comm", "offload")
 class CountingEnvironment(simpy.Environment):
     """A simpy Environment that counts the events it schedules (for `zsim run --stats`)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.scheduled = 0
-
-    def schedule(self, event: simpy.Event, priority: int = 1, delay: float = 0) -> None:  # type: ignore[override]
-        self.scheduled += 1
-        super().schedule(event, priority, delay)
+    @property
+    def scheduled(self) -> int:
+        """Events scheduled so far: simpy numbers each one it schedules from its itertools.count
+        `_eid` (simpy.core.Environment.schedule), whose repr, `count(N)`, holds the next number, their
+        count. Read that rather than override schedule(), which cost a Python call per event."""
+        text = repr(self._eid)
+        assert text.startswith("count(") and text.endswith(")"), text
+        return int(text[6:-1])
 
 
 def collective(env: simpy.Environment, fabric: Fabric, phases: list[Phase]) -> Generator[simpy.Event, None, None]:
@@ -53,7 +55,7 @@ def collective(env: simpy.Environment, fabric: Fabric, phases: list[Phase]) -> G
         if phase.latency_s > 0:
             yield env.timeout(phase.latency_s)
         if phase.nbytes > 0:
-            yield from fabric.transfer(phase.links, phase.nbytes, phase.cap_Bps)
+            yield fabric.start(phase.links, phase.nbytes, phase.cap_Bps)
 
 
 def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
@@ -76,15 +78,17 @@ def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
 class _Run:
     """State shared by the stream workers of one simulation."""
 
-    def __init__(self, scenario: Scenario, plan: Plan, env: CountingEnvironment, per_rank: bool = False):
+    def __init__(self, scenario: Scenario, plan: Plan, env: CountingEnvironment, per_rank: bool = False,
+                 trace: bool = True):
         self.s, self.plan, self.env = scenario, plan, env
         self.per_rank = per_rank
+        self.trace = trace  # build the trace events (a sweep reads only the totals)
         self.fabric = Fabric(env, fabric_capacities(scenario, per_rank))
         self.pending: dict[tuple[int, int], list] = {}  # per-rank: (op, group) -> [arrived, started event]
         self.ledger = MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)  # with its caching allocator
         self.host_ledger = MemoryLedger(capacity=None)  # Pa+cpu's checkpoints in host memory
         self.offload_seconds = 0.0
-        self.done = [env.event() for _ in plan.ops]
+        self.done = [simpy.Event(env) for _ in plan.ops]
         self.end_time = [0.0] * len(plan.ops)
         self.events: list[dict[str, Any]] = []
         self.comm: dict[tuple[str, str], CommStats] = {}
@@ -92,26 +96,31 @@ class _Run:
         self.mp_seconds = 0.0
         self.flops = 0.0
         self.algorithms: dict[str, tuple[float, str]] = {}
-        self._phases: dict[tuple[str, str, int], tuple[str, list[Phase]]] = {}
+        self._phases: dict[tuple[str, str, int, int], tuple[str, list[Phase], float]] = {}
         self._compute_time: dict[object, float] = {}
         self.override: dict[int, float] = {}  # plan index -> seconds (trace-driven replay)
         self.finished = 0  # rank 0's ops done (the progress bar)
 
-    def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase]]:
-        """The phases of `op`: for the representative rank (group -1, class weights) or for one
-        group instance (per-rank mode: its members' own links)."""
+    def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase], float]:
+        """The algorithm, phases and bytes sent of `op`: for the representative rank (group -1, class
+        weights) or for one group instance (per-rank mode: its members' own links). Memoized: a
+        simulation repeats a few shapes of collectives."""
         key = (op.collective, op.group, op.nbytes, group)
-        if key not in self._phases and self.s.cluster.host is not None:
+        planned = self._phases.get(key)
+        if planned is not None:
+            return planned
+        if self.s.cluster.host is not None:
             size = self.s.layout.dp if op.group == "dp" else self.s.layout.mp
             seconds = self.s.cluster.host.collective_seconds(op.collective, op.nbytes, size)
-            self._phases[key] = ("gloo", [Phase(seconds, 0.0, ())])
-        if key not in self._phases:
+            algorithm, phases = "gloo", [Phase(seconds, 0.0, ())]
+        else:
             layout = self.s.layout
             shape = layout.dp_shape if op.group == "dp" else layout.mp_shape
             where = Placement() if group < 0 else Placement(self.members(op.group, group), class_mode=False)
-            self._phases[key] = plan_collective(op.collective, op.nbytes, shape, self.s.cluster,
+            algorithm, phases = plan_collective(op.collective, op.nbytes, shape, self.s.cluster,
                                                 self.s.fabric.algorithm, where)
-        return self._phases[key]
+        planned = self._phases[key] = (algorithm, phases, sum(p.nbytes for p in phases))
+        return planned
 
     def members(self, kind: str, group: int) -> list[int]:
         """Global ranks of DP group `group` (= the MP rank) or MP group `group` (= the DP rank)."""
@@ -122,18 +131,17 @@ class _Run:
         layout = self.s.layout
         return layout.mp_rank(rank) if kind == "dp" else layout.dp_rank(rank)
 
-    def run_collective(self, index: int, op: Op, rank: int
-                       ) -> Generator[simpy.Event, None, tuple[str, list[Phase], float]]:
-        """Run collective op `index` for `rank`; returns (algorithm, phases, the time it started).
-        Per-rank mode: it starts when the group's last member arrives and moves one flow over all
-        members' links."""
+    def run_collective(self, index: int, op: Op, rank: int) -> Generator[simpy.Event, None, tuple[str, float, float]]:
+        """Run collective op `index` for `rank`; returns (algorithm, the time it started, bytes this
+        rank sent). Per-rank mode: it starts when the group's last member arrives and moves one flow
+        over all members' links."""
         if not self.per_rank:
-            algorithm, phases = self.phases(op)
+            algorithm, phases, sent = self.phases(op)
             start = self.env.now
             yield from collective(self.env, self.fabric, phases)
-            return algorithm, phases, start
+            return algorithm, start, sent
         group = self.group_of(op.group, rank)
-        algorithm, phases = self.phases(op, group)
+        algorithm, phases, sent = self.phases(op, group)
         key = (index, group)
         entry = self.pending.get(key)
         if entry is None:
@@ -143,7 +151,7 @@ class _Run:
             del self.pending[key]
             self.env.process(_instance(self.env, self.fabric, phases, entry[1]))
         started = yield entry[1]
-        return algorithm, phases, started
+        return algorithm, started, sent
 
     def compute_time(self, op: Op, index: int = -1) -> float:
         """Seconds of compute op `op` (plan index `index`) on this cluster's GPU (memoized: layers
@@ -161,9 +169,6 @@ class _Run:
 
     def record_memory(self) -> None:
         self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
-
-    def ledger_of(self, tag: str) -> MemoryLedger:
-        return self.ledger if tag in self.ledger.live else self.host_ledger
 
 
 def _instance(env: simpy.Environment, fabric: Fabric, phases: list[Phase],
@@ -216,56 +221,88 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
 
 def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Generator[simpy.Event, None, None]:
     """Execute the ops `indices` of one stream of rank 0 in order, each after its dependencies, and
-    record what they do."""
-    ops, done, ledger = run.plan.ops, run.done, run.ledger
+    record what they do (trace events only when `run.trace`). Timeouts are made as simpy.Timeout(env, s),
+    what env.timeout(s) does without a bound method made per call."""
+    ops, done, ledger, trace = run.plan.ops, run.done, run.ledger, run.trace
     for i in indices:
         op = ops[i]
         for d in op.deps:
             if not done[d].processed:
                 yield done[d]
         start = env.now
-        for a in op.allocs:
-            (run.host_ledger if a.where == "host" else ledger).alloc(start, a.category, a.nbytes, a.tag, a.arena,
-                                                                       a.stream or op.stream)
         if op.allocs:
-            run.record_memory()
-        args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch}
+            if any(a.where == "host" for a in op.allocs):  # Pa+cpu: a ledger records only what it holds
+                for on_host in (False, True):
+                    requests = [a for a in op.allocs if (a.where == "host") == on_host]
+                    if requests:
+                        (run.host_ledger if on_host else ledger).alloc_many(start, requests, op.stream)
+            else:
+                ledger.alloc_many(start, op.allocs, op.stream)
+            if trace:
+                run.record_memory()
         if op.is_collective:
-            algorithm, phases, started = yield from run.run_collective(i, op, 0)
-            stats = run.comm.setdefault((op.group, op.collective), CommStats())
+            if run.per_rank:
+                algorithm, started, sent = yield from run.run_collective(i, op, 0)
+            else:  # run_collective's class-mode path, in line (one generator less per collective)
+                algorithm, phases, sent = run.phases(op)
+                started = start
+                for phase in phases:
+                    if phase.latency_s > 0:
+                        yield simpy.Timeout(env, phase.latency_s)
+                    if phase.nbytes > 0:
+                        yield run.fabric.start(phase.links, phase.nbytes, phase.cap_Bps)
+            end = env.now
+            key = (op.group, op.collective)
+            stats = run.comm.get(key)
+            if stats is None:
+                stats = run.comm[key] = CommStats()
             stats.count += 1
             stats.payload_bytes += op.nbytes
-            stats.sent_bytes += sum(p.nbytes for p in phases)
-            stats.seconds += env.now - start
+            stats.sent_bytes += sent
+            stats.seconds += end - start
             if op.group == "mp":
-                run.mp_seconds += env.now - start
+                run.mp_seconds += end - start
             best = run.algorithms.get(op.group)
             if best is None or op.nbytes > best[0]:
                 run.algorithms[op.group] = (op.nbytes, algorithm)
-            # `group` names the process group; its ranks are listed once, in the trace's metadata.groups
-            args.update(op=op.collective, bytes=op.nbytes, dtype=run.s.precision.dtype, group=op.group,
-                        algorithm=algorithm)
-            if run.per_rank:
-                args["wait_us"] = (started - start) * 1e6  # waiting for the group's last member
+            if trace:
+                # `group` names the process group; its ranks are listed once, in the trace's metadata.groups
+                args: dict[str, Any] = {"step": op.step, "micro_batch": op.micro_batch, "op": op.collective,
+                                        "bytes": op.nbytes, "dtype": run.s.precision.dtype, "group": op.group,
+                                        "algorithm": algorithm}
+                if run.per_rank:
+                    args["wait_us"] = (started - start) * 1e6  # waiting for the group's last member
         elif op.transfer:
             seconds = transfer_seconds(op.nbytes, run.s.cluster.offload)
-            yield env.timeout(seconds)
+            yield simpy.Timeout(env, seconds)
+            end = env.now
             run.offload_seconds += seconds
-            args.update(op=op.transfer, bytes=op.nbytes)
+            if trace:
+                args = {"step": op.step, "micro_batch": op.micro_batch, "op": op.transfer, "bytes": op.nbytes}
         else:
             seconds = run.compute_time(op, i)
-            yield env.timeout(seconds)
+            yield simpy.Timeout(env, seconds)
+            end = env.now
             run.compute_seconds += seconds
             run.flops += op.flops
-            args["flops"] = op.flops
-            if op.name == "optimizer/step":
-                args.update(elements=op.elements, skipped=False)
-        for tag in op.frees:
-            run.ledger_of(tag).free(env.now, tag)
+            if trace:
+                args = {"step": op.step, "micro_batch": op.micro_batch, "flops": op.flops}
+                if op.name == "optimizer/step":
+                    args.update(elements=op.elements, skipped=False)
         if op.frees:
-            run.record_memory()
-        run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (env.now - start) * 1e6, **args))
-        run.end_time[i] = env.now
+            live = ledger.live
+            if all(tag in live for tag in op.frees):
+                ledger.free_many(end, op.frees)
+            else:
+                for on_gpu in (True, False):
+                    tags = [tag for tag in op.frees if (tag in live) == on_gpu]
+                    if tags:
+                        (ledger if on_gpu else run.host_ledger).free_many(end, tags)
+            if trace:
+                run.record_memory()
+        if trace:
+            run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (end - start) * 1e6, **args))
+        run.end_time[i] = end
         run.finished += 1
         done[i].succeed()
 
@@ -288,19 +325,53 @@ def run_to_end(env: simpy.Environment, run: _Run, progress: bool) -> None:
             pass
 
 
+def plan_key(scenario: Scenario) -> str:
+    """What the workload and the ZeRO plan of `scenario` are made from: every section but the name,
+    the description and the hardware section, whose effect is in the cluster, and the cluster without
+    its speeds (link bandwidths and latencies, NCCL's terms, the GPU's FLOP/s, HBM bandwidth and
+    compute terms), which only time the plan's ops. Scenarios with equal keys have equal plans
+    (tests/test_plan_reuse.py checks that every speed is left out of the plan)."""
+    return repr((scenario.model, scenario.parallel, scenario.zero, scenario.precision, scenario.fabric, scenario.run,
+                 scenario.grad_accum, scenario.layout, without_speeds(scenario.cluster)))
+
+
+def without_speeds(cluster: Cluster) -> Cluster:
+    """`cluster` with every speed zeroed or None, a CPU host's model included (what plan_key leaves out)."""
+    return dataclasses.replace(
+        cluster, nvlink_link_bytes_per_s=0.0, nvlink=None, nic_pool=None, nic_bytes_per_s=0.0, oversubscription=0.0,
+        offload=None, nccl=None, host=None,
+        gpu=dataclasses.replace(cluster.gpu, peak_flops={}, hbm_bytes_per_s=0.0, nccl_nvlink_GBps=0.0, compute=None))
+
+
+def workload_and_plan(scenario: Scenario, plans: dict[str, tuple[Workload, Plan]] | None = None) -> tuple[Workload, Plan]:
+    """The workload and ZeRO plan of `scenario`; reused from `plans` (a dict the caller keeps, keyed by
+    plan_key) when a scenario with the same key was planned before. Both are immutable."""
+    key = plan_key(scenario) if plans is not None else ""
+    if plans is not None and key in plans:
+        return plans[key]
+    workload = build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
+    planned = workload, build_plan(scenario, workload)
+    if plans is not None:
+        plans[key] = planned
+    return planned
+
+
 def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False,
-             compute_override: Callable[[list[Op]], dict[int, float]] | None = None) -> Result:
+             compute_override: Callable[[list[Op]], dict[int, float]] | None = None, trace: bool = True,
+             plans: dict[str, tuple[Workload, Plan]] | None = None) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
     'per_rank') overrides the scenario's fabric.mode. `progress`: show a progress bar on stderr in
     per-rank mode (seconds to minutes; class mode takes well under a second). `compute_override(plan.ops)`
-    may give measured seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven)."""
+    may give measured seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven).
+    `trace=False` leaves `Result.events` empty (what a sweep does: its rows need only the totals, the
+    ledger and its peaks; every number is the same). `plans`: a dict kept across calls that reuses
+    the workload and plan of scenarios differing only in speeds (a sweep's points; workload_and_plan)."""
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
-    workload = build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
-    plan = build_plan(scenario, workload)
+    workload, plan = workload_and_plan(scenario, plans)
     env = CountingEnvironment()
-    run = _Run(scenario, plan, env, per_rank)
+    run = _Run(scenario, plan, env, per_rank, trace)
     if compute_override is not None:
         run.override = compute_override(plan.ops)
     for name, nbytes in plan.context:  # CUDA context, cuBLAS, NCCL: before the first tensor
@@ -309,7 +380,8 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)
     for name, nbytes in plan.arenas:  # MD: contiguous buffers reserved before the first step
         run.ledger.reserve_arena(0.0, name, nbytes)
-    run.record_memory()
+    if trace:
+        run.record_memory()
     by_stream = {stream: [i for i, op in enumerate(plan.ops) if op.stream == stream] for stream in STREAMS}
     for stream in STREAMS:
         env.process(stream_worker(env, run, by_stream[stream]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 
 import simpy
 
@@ -51,18 +52,27 @@ class Fabric:
                  cap: float | None = None) -> Generator[simpy.Event, None, None]:
         """Move `nbytes` per stream over `links`, at most `cap` bytes/s; returns when done. A simpy
         process body."""
+        done = self.start(links, nbytes, cap)
+        if done is not None:
+            yield done
+
+    def start(self, links: tuple[tuple[Hashable, float], ...], nbytes: float,
+              cap: float | None = None) -> simpy.Event | None:
+        """Start moving `nbytes` per stream over `links`, at most `cap` bytes/s: the event that
+        succeeds when they have arrived (None for no bytes). What `transfer` does, for a process that
+        yields the event itself rather than through one more generator."""
         if nbytes <= 0:
-            return
+            return None
         for link, weight in links:
             assert link in self.capacity and weight > 0, (link, weight)
         self._advance()
-        t = Transfer(links=links, total=float(nbytes), remaining=float(nbytes), done=self.env.event(), cap=cap)
+        t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap)
         self.active.append(t)
         for link, _ in links:
             self.on_link.setdefault(link, []).append(t)
         self.transfers_started += 1
         self._reschedule([t])
-        yield t.done
+        return t.done
 
     def _advance(self) -> None:
         """Bring every active transfer's remaining bytes up to now."""
@@ -74,6 +84,16 @@ class Fabric:
 
     def _component(self, seeds: list[Transfer]) -> list[Transfer]:
         """The active transfers that share links, transitively, with `seeds`'s links."""
+        if len(seeds) == 1:  # the usual case: a transfer alone on its links (or no one left on them)
+            seed = seeds[0]
+            alone = True
+            for link, _ in seed.links:
+                on = self.on_link.get(link)
+                if on and (len(on) > 1 or on[0] is not seed):
+                    alone = False
+                    break
+            if alone:
+                return [seed] if seed.links and self.on_link.get(seed.links[0][0]) else []
         seen: dict[int, Transfer] = {}
         links = [link for t in seeds for link, _ in t.links]
         done_links: set[Hashable] = set()
@@ -95,12 +115,12 @@ class Fabric:
         component = self._component(changed)
         if component:
             max_min_rates(component, self.capacity)
-        wait = min(t.remaining / t.rate for t in self.active)
-        version = self._version
-        timer = self.env.timeout(max(wait, 0.0))
-        timer.callbacks.append(lambda _event: self._on_timer(version))
+        active = self.active
+        wait = active[0].remaining / active[0].rate if len(active) == 1 else min(t.remaining / t.rate for t in active)
+        timer = simpy.Timeout(self.env, max(wait, 0.0))  # = env.timeout(), without its bound-method lookup
+        timer.callbacks.append(partial(self._on_timer, self._version))
 
-    def _on_timer(self, version: int) -> None:
+    def _on_timer(self, version: int, _timer: simpy.Event | None = None) -> None:
         if version != self._version:
             return  # superseded by a later start or end
         self._advance()
@@ -118,6 +138,14 @@ class Fabric:
 def max_min_rates(transfers: list[Transfer], capacity: dict[Hashable, float]) -> None:
     """Set each transfer's per-stream `rate` to its weighted max-min fair share (progressive filling).
     A transfer's `cap` is a private link of that capacity that only it uses."""
+    if len(transfers) == 1:  # alone: its tightest link (class mode's usual case), the same share as below
+        t = transfers[0]
+        load: dict[Hashable, float] = {}
+        for link, weight in t.links:
+            load[link] = load.get(link, 0.0) + weight
+        rate = min(capacity[link] / n for link, n in load.items())
+        t.rate = rate if t.cap is None else min(rate, float(t.cap))
+        return
     unfixed = set(range(len(transfers)))
     left = {link: capacity[link] for t in transfers for link, _ in t.links}
     links_of = []
@@ -128,7 +156,7 @@ def max_min_rates(transfers: list[Transfer], capacity: dict[Hashable, float]) ->
             links = links + ((("cap", i), 1.0),)
         links_of.append(links)
     while unfixed:
-        load: dict[Hashable, float] = {}
+        load = {}
         for i in unfixed:
             for link, weight in links_of[i]:
                 load[link] = load.get(link, 0.0) + weight

@@ -83,9 +83,15 @@ class CachingAllocator:
         be reserved within capacity even after releasing the cache (CUDA OOM); the block is then
         reserved anyway, beyond capacity, so that the run can go on and show by how much it does not fit."""
         assert tag not in self._live, tag
-        size = round_size(nbytes)
+        size = MIN_BLOCK if nbytes < MIN_BLOCK else MIN_BLOCK * -(-nbytes // MIN_BLOCK)  # round_size, inlined
         small = size <= SMALL_SIZE
-        block = self._best_fit(size, small, stream)
+        # get_free_block: the smallest cached block of the pool that is large enough, lowest address first
+        block = None
+        pool = self._pools.get((stream, small))
+        if pool:
+            i = bisect.bisect_left(pool, (size, -1))
+            if i < len(pool):
+                block = self._free.pop(pool.pop(i)[1])
         ok = True
         if block is None:
             seg = segment_size(size)
@@ -96,12 +102,14 @@ class CachingAllocator:
             self._next_addr += seg
             self.reserved += seg
             self.segments += 1
-            self.peak_reserved = max(self.peak_reserved, self.reserved)
+            if self.reserved > self.peak_reserved:
+                self.peak_reserved = self.reserved
         rest = block.size - size
         if rest >= MIN_BLOCK if small else rest > SMALL_SIZE:  # should_split
-            remaining = _Block(block.addr + size, rest, small, block.stream, prev=block, next=block.next)
-            if block.next is not None:
-                block.next.prev = remaining
+            after = block.next
+            remaining = _Block(block.addr + size, rest, small, block.stream, False, block, after)
+            if after is not None:
+                after.prev = remaining
             block.next, block.size = remaining, size
             self._insert(remaining)
         block.allocated = True
@@ -125,18 +133,19 @@ class CachingAllocator:
         block = self._live.pop(tag)
         block.allocated = False
         self.allocated -= block.size
-        for neighbour in (block.prev, block.next):
-            if neighbour is not None and not neighbour.allocated:
-                self._remove(neighbour)
-                if neighbour is block.prev:
-                    block.addr, block.prev = neighbour.addr, neighbour.prev
-                    if block.prev is not None:
-                        block.prev.next = block
-                else:
-                    block.next = neighbour.next
-                    if block.next is not None:
-                        block.next.prev = block
-                block.size += neighbour.size
+        before, after = block.prev, block.next
+        if before is not None and not before.allocated:  # try_merge_blocks, the block before
+            self._remove(before)
+            block.addr, block.prev = before.addr, before.prev
+            if block.prev is not None:
+                block.prev.next = block
+            block.size += before.size
+        if after is not None and not after.allocated:  # and the block after
+            self._remove(after)
+            block.next = after.next
+            if block.next is not None:
+                block.next.prev = block
+            block.size += after.size
         self._insert(block)
 
     def release_cached(self) -> None:
@@ -150,16 +159,11 @@ class CachingAllocator:
     def largest_free_block(self) -> int:
         return max((b.size for b in self._free.values()), default=0)
 
-    def _best_fit(self, size: int, small: bool, stream: str) -> _Block | None:
-        pool = self._pools.setdefault((stream, small), [])
-        i = bisect.bisect_left(pool, (size, -1))
-        if i == len(pool):
-            return None
-        block = self._free.pop(pool.pop(i)[1])
-        return block
-
     def _insert(self, block: _Block) -> None:
-        bisect.insort(self._pools.setdefault((block.stream, block.small), []), (block.size, block.addr))
+        pool = self._pools.get((block.stream, block.small))
+        if pool is None:
+            pool = self._pools[(block.stream, block.small)] = []
+        bisect.insort(pool, (block.size, block.addr))
         self._free[block.addr] = block
 
     def _remove(self, block: _Block) -> None:

@@ -10,8 +10,10 @@ size), so its reserved size is exactly what the run needs.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from zsim.memory.allocator import CachingAllocator
 
@@ -22,7 +24,20 @@ if TYPE_CHECKING:  # numpy only for the array views below: `zsim run` writes its
 # NCCL's buffers; zsim.memory.context): reserved once at start, never fragmented.
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "context")
 COUNTERS = CATEGORIES + ("fragmentation",)
+_ROW = operator.itemgetter(*CATEGORIES)  # a timeline row: the totals in CATEGORIES order
 ARENA_CATEGORY = {"checkpoints": "activations", "grads": "grads"}  # what an MD arena holds  # the trace's memory counter track (docs/trace-schema.md)
+
+
+class Request(NamedTuple):
+    """One allocation for `MemoryLedger.alloc_many` (zsim.zero.ops.Alloc has the same fields): `nbytes`
+    of `category` for `tag`, in MD arena `arena` if not "", else from the caching allocator's pool of
+    `stream` ("" = the call's stream)."""
+
+    category: str
+    nbytes: int
+    tag: str
+    arena: str = ""
+    stream: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,33 +122,53 @@ class MemoryLedger:
     def alloc(self, time: float, category: str, nbytes: int, tag: str, arena: str = "", stream: str = "compute") -> None:
         """Allocate `nbytes` of `category` for `tag`: in MD arena `arena` if given, else from the caching
         allocator's pool of `stream`."""
-        assert category in self.totals, category
-        assert nbytes >= 0 and tag not in self.live, (tag, nbytes)
-        place = ""
-        pool = self.arenas.get(arena) if arena else None
-        if pool is not None:
-            self._grow(time, arena, pool.used + nbytes, category, tag)
-            pool.used += nbytes
-            place = arena
-        elif self.allocator is not None and nbytes:
-            if not self.allocator.malloc(tag, nbytes, stream) and self.oom is None:
-                self.oom = OutOfMemory(time, category, tag, nbytes, self.allocated + nbytes,
-                                       self.allocator.reserved, self.allocator.capacity)
-        self.live[tag] = (category, nbytes, place)
-        self.totals[category] += nbytes
-        total = self._record(time)
+        self.alloc_many(time, (Request(category, nbytes, tag, arena),), stream)
+
+    def alloc_many(self, time: float, requests: Iterable[Request], stream: str = "compute") -> None:
+        """Allocate each of `requests` in order at `time` (its own stream, or `stream` where it names
+        none), as `alloc` does one by one, and record the timeline once: the state after the last one
+        (the timeline keeps one state per instant) and the peaks of the states in between."""
+        totals, live, allocator = self.totals, self.live, self.allocator
+        high = self.peak_reserved
+        for r in requests:
+            category, nbytes, tag, arena = r.category, r.nbytes, r.tag, r.arena
+            assert category in totals, category
+            assert nbytes >= 0 and tag not in live, (tag, nbytes)
+            place = ""
+            pool = self.arenas.get(arena) if arena else None
+            if pool is not None:
+                self._grow(time, arena, pool.used + nbytes, category, tag)
+                pool.used += nbytes
+                place = arena
+            elif allocator is not None and nbytes:
+                if not allocator.malloc(tag, nbytes, r.stream or stream) and self.oom is None:
+                    self.oom = OutOfMemory(time, category, tag, nbytes, self.allocated + nbytes,
+                                           allocator.reserved, allocator.capacity)
+            if allocator is not None and allocator.reserved > high:  # a release of the cache may follow
+                high = allocator.reserved
+            live[tag] = (category, nbytes, place)
+            totals[category] += nbytes
+        # Totals only grow here, so the last state holds the peak of allocated memory and of
+        # `reserved` without an allocator; `high` keeps the allocator's highest reservation.
+        total = self._record(time, high)
         if total > self.peak:
-            self.peak, self.peak_time, self.peak_by_category = total, time, dict(self.totals)
+            self.peak, self.peak_time, self.peak_by_category = total, time, dict(totals)
 
     def free(self, time: float, tag: str) -> None:
-        category, nbytes, place = self.live.pop(tag)
-        assert place != "outside", f"{tag} is held for the whole run"
-        if place:
-            self.arenas[place].used -= nbytes
-        elif self.allocator is not None and nbytes:
-            self.allocator.free(tag)
-        self.totals[category] -= nbytes
-        assert self.totals[category] >= 0, (category, self.totals[category])
+        self.free_many(time, (tag,))
+
+    def free_many(self, time: float, tags: Iterable[str]) -> None:
+        """Free `tags` in order at `time` and record the timeline once (frees change no peak)."""
+        totals, live, allocator = self.totals, self.live, self.allocator
+        for tag in tags:
+            category, nbytes, place = live.pop(tag)
+            assert place != "outside", f"{tag} is held for the whole run"
+            if place:
+                self.arenas[place].used -= nbytes
+            elif allocator is not None and nbytes:
+                allocator.free(tag)
+            totals[category] -= nbytes
+            assert totals[category] >= 0, (category, totals[category])
         self._record(time)
 
     def counters(self) -> dict[str, int]:
@@ -142,16 +177,20 @@ class MemoryLedger:
         values["fragmentation"] = self.reserved - self.allocated
         return values
 
-    def _record(self, time: float) -> int:
-        row = tuple(self.totals[c] for c in CATEGORIES)
-        reserved = self.reserved
-        if reserved > self.peak_reserved:
-            self.peak_reserved, self.peak_reserved_time = reserved, time
-        if self.times and self.times[-1] == time:
+    def _record(self, time: float, high: int = 0) -> int:
+        """Append the state now to the timeline (replacing the last one at the same instant) and keep
+        the peak of `reserved` (or `high`, a higher reservation since the last record). Returns the
+        allocated bytes."""
+        row = _ROW(self.totals)
+        reserved = self.allocator.reserved if self.allocator is not None else sum(row)
+        if max(reserved, high) > self.peak_reserved:
+            self.peak_reserved, self.peak_reserved_time = max(reserved, high), time
+        times = self.times
+        if times and times[-1] == time:
             self.rows[-1] = row  # keep the last state of an instant
             self.reserved_rows[-1] = reserved
         else:
-            self.times.append(time)
+            times.append(time)
             self.rows.append(row)
             self.reserved_rows.append(reserved)
         return sum(row)

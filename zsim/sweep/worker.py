@@ -15,15 +15,16 @@ from zsim.sweep.points import Point
 Finished = tuple[int, dict[str, Any], dict[str, Any] | None, float, float]
 
 
-def run_point(point: Point, with_facts: bool = False) -> Finished:
+def run_point(point: Point, with_facts: bool = False, plans: dict | None = None) -> Finished:
     """Simulate one point: (index, its row, its full result facts when `with_facts`, the
     simulation's wall seconds, the CPU seconds of the whole point in this process). The row holds no
-    wall time: it is the same on every machine."""
+    wall time: it is the same on every machine. `plans` reuses workloads and plans between points
+    (zsim.engine.simulation.workload_and_plan)."""
     from zsim.engine.simulation import simulate
     from zsim.sweep.row import result_row
 
     cpu = time.process_time()
-    result = simulate(point.scenario)
+    result = simulate(point.scenario, trace=False, plans=plans)  # a row needs the totals, not the trace events
     row = result_row(result, point.oom_reason, point.capacity_bytes, point.key)
     full = None
     if with_facts:
@@ -36,5 +37,8 @@ def run_point(point: Point, with_facts: bool = False) -> Finished:
 
 
 def run_chunk(points: list[Point], with_facts: bool = False) -> list[Finished]:
-    """Simulate `points` one after another (chunks keep the per-point engine overhead low)."""
-    return [run_point(p, with_facts) for p in points]
+    """Simulate `points` one after another (chunks keep the per-point engine overhead low). Points that
+    differ only in speeds (a bandwidth axis) share one workload and plan: building the plan was a
+    fifth of simulating a flagship point."""
+    plans: dict = {}
+    return [run_point(p, with_facts, plans) for p in points]

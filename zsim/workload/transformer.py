@@ -145,24 +145,21 @@ class Workload:
     padded_vocab: int
     tokens_per_micro_batch: int  # per model replica: micro_batch × seq_len
     shape: Shape | None = field(default=None, compare=False)  # the resolved shape (None: built elsewhere)
+    # Derived from `modules` once (the plan asks for them per module: hundreds of times a simulation).
+    params_per_mp_rank: int = field(init=False, compare=False, repr=False)
+    blocks: tuple[Module, ...] = field(init=False, compare=False, repr=False)
+    tensors: tuple[int, ...] = field(init=False, compare=False, repr=False)
 
-    @property
-    def params_per_mp_rank(self) -> int:
-        """Ψ as the DP group sees it: the parameters one MP rank holds (what ZeRO partitions)."""
-        return sum(m.params for m in self.modules)
-
-    @property
-    def blocks(self) -> tuple[Module, ...]:
-        return tuple(m for m in self.modules if m.layer is not None)
+    def __post_init__(self) -> None:
+        # Ψ as the DP group sees it: the parameters one MP rank holds (what ZeRO partitions).
+        object.__setattr__(self, "params_per_mp_rank", sum(m.params for m in self.modules))
+        object.__setattr__(self, "blocks", tuple(m for m in self.modules if m.layer is not None))
+        # Element counts of every parameter tensor of this MP rank (they sum to params_per_mp_rank).
+        object.__setattr__(self, "tensors", tuple(n for m in self.modules for n in m.tensors))
 
     @property
     def largest_module_params(self) -> int:
         return max(m.params for m in self.modules)
-
-    @property
-    def tensors(self) -> tuple[int, ...]:
-        """Element counts of every parameter tensor of this MP rank (they sum to params_per_mp_rank)."""
-        return tuple(n for m in self.modules for n in m.tensors)
 
 
 def padded_vocab(vocab: int, mp: int, multiple: int = VOCAB_MULTIPLE) -> int:

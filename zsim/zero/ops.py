@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from zsim.compute.kernels import KernelList
 
 
-@dataclass(frozen=True, slots=True)
-class Alloc:
+class Alloc(NamedTuple):
     """Memory taken when an op starts: `nbytes` of `category`, released later by `tag`.
     `where` is "gpu" or "host" (Pa+cpu's offloaded checkpoints); `arena` names the MD buffer the
-    tensor is placed in ("" for the caching allocator)."""
+    tensor is placed in ("" for the caching allocator). Immutable; a named tuple rather than a frozen
+    dataclass because a plan makes thousands (a third of the cost to make each)."""
 
     category: str
     nbytes: int
@@ -21,14 +22,13 @@ class Alloc:
     stream: str = ""  # the allocator pool (CUDA stream) it comes from; "" = the op's own stream
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
+class Op(NamedTuple):
     """One op on one stream. Ops on a stream run in order; `deps` are ops (by index) on any stream
     that must finish first. Compute ops have `flops` and `hbm_bytes` and, when built from the workload,
     `kernels` (the kernel list zsim.compute prices; ops without one are priced from flops and bytes);
     collectives have `collective`, `group` ('dp' or 'mp') and `nbytes` (payload S as nccl-tests counts it); host copies (on the
     'offload' stream) have `transfer` ('d2h' or 'h2d') and `nbytes`. Allocations happen when the op
-    starts, frees when it ends."""
+    starts, frees when it ends. Immutable (a named tuple, as Alloc: a plan makes one per op)."""
 
     name: str
     stream: str
