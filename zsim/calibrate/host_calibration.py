@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from zsim.calibrate.collectives import CalibrationError, check_backend
-from zsim.calibrate.host_fit import fit_collectives, fit_compute
+from zsim.calibrate.host_fit import fit_collectives, fit_compute, fit_optimizer
 from zsim.calibrate.profile_writer import base_file
 from zsim.config.yamlfile import read_yaml_mapping
 
@@ -73,9 +73,11 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any,
     return rows
 
 
-def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[float, float, float]]:
-    """(FLOPs, streamed bytes, measured seconds) of every compute op of `run` (aligned_ops)."""
-    return [(op.flops, op.hbm_bytes, seconds) for op, seconds in aligned_ops(run, profile, profiles)]
+def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[str, int, float, float, float]]:
+    """(op name, kernel launches, FLOPs, streamed bytes, measured seconds) of every compute op of `run`
+    (aligned_ops); an op without a kernel list counts as one launch."""
+    return [(op.name, op.kernels.launches if op.kernels is not None else 1, op.flops, op.hbm_bytes, seconds)
+            for op, seconds in aligned_ops(run, profile, profiles)]
 
 
 def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dict, sections: dict,
@@ -111,7 +113,8 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
                                "profile: its compute terms are fitted from the runtime's own ops")
     if data.runs:
         rows = [row for run in data.runs for row in plan_rows(run, profile, profiles)]
-        line = fit_compute(rows)
+        model = [r[1:] for r in rows if not r[0].startswith("optimizer/")]
+        line = fit_compute(model)
         dtypes = {str(run.metadata.get("precision", "fp32")) for run in data.runs}
         if len(dtypes) > 1:
             raise CalibrationError(f"runs of different precisions ({', '.join(sorted(dtypes))}) share one matmul rate "
@@ -119,12 +122,20 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         dtype = dtypes.pop()
         compute = dict(base.get("compute") or {})
         compute["matmul_GFLOPS"] = {**(compute.get("matmul_GFLOPS") or {}),
-                                    dtype: round(1.0 / line.slopes[0] / 1e9, 3)}
-        compute["memory_GBps"] = round(1.0 / line.slopes[1] / 1e9, 3)
-        compute["op_overhead_us"] = round(line.intercept * 1e6, 3)
+                                    dtype: round(1.0 / line.slopes[1] / 1e9, 3)}
+        compute["memory_GBps"] = round(1.0 / line.slopes[2] / 1e9, 3)
+        compute["op_overhead_us"] = round(line.slopes[0] * 1e6, 3)
+        optimizer = [(r[1], r[3], r[4]) for r in rows if r[0].startswith("optimizer/")]
+        opt = fit_optimizer(optimizer) if optimizer else None
+        if opt is not None:
+            compute["optimizer_op_overhead_us"] = round(opt.slopes[0] * 1e6, 3)
+            compute["optimizer_memory_GBps"] = round(1.0 / opt.slopes[1] / 1e9, 3)
         replace["compute"] = compute
-        sections["compute"] = {"model": "host: overhead + FLOPs/matmul rate + bytes/memory bandwidth",
-                               "ops": len(rows), "dtype": dtype,
-                               "median_error": round(line.median_error, 4), "max_error": round(line.max_error, 4)}
-        report["compute"] = {**sections["compute"], "values": {k: compute[k] for k in
-                                                              ("matmul_GFLOPS", "memory_GBps", "op_overhead_us")}}
+        sections["compute"] = {"model": "host: launches × overhead + FLOPs/matmul rate + bytes/memory bandwidth; "
+                                        "the optimizer's ops: launches × their overhead + bytes/their bandwidth",
+                               "ops": len(model), "optimizer_ops": len(optimizer), "dtype": dtype,
+                               "median_error": round(line.median_error, 4), "max_error": round(line.max_error, 4),
+                               "optimizer_median_error": None if opt is None else round(opt.median_error, 4)}
+        report["compute"] = {**sections["compute"], "values": {k: compute[k] for k in (
+            "matmul_GFLOPS", "memory_GBps", "op_overhead_us", "optimizer_op_overhead_us", "optimizer_memory_GBps")
+            if k in compute}}

@@ -9,8 +9,8 @@ fitted by bounded linear least squares (scipy.optimize.lsq_linear):
   relative residuals (each size divided by its time: sizes span orders of magnitude);
   α ≥ 0 (physical), 1/β > 0. One distinct size cannot separate α from β: the base profile's α is
   kept and β fitted, and if the base has no such entry, calibration refuses.
-* compute: t = o + F·(1/T) + B·(1/M) over every compute op (least squares in seconds, not
-  relative: see fit_compute), with F its FLOPs and B its streamed
+* compute: t = n·o + F·(1/T) + B·(1/M) over every compute op (relative least squares: see
+  fit_compute), with n the kernels of its kernel list, F its FLOPs and B its streamed
   bytes as the simulator's plan counts them (the measured op is lined up with the plan's op of the
   same name, step, micro-batch and occurrence), so the fit prices exactly what the simulator will.
 
@@ -102,30 +102,47 @@ def fit_collectives(samples: list[CollectiveSample], base: dict[tuple[str, int],
 COMPUTE_TERMS = ("op_overhead_us", "matmul_GFLOPS", "memory_GBps")
 
 
-def fit_compute(rows: list[tuple[float, float, float]]) -> LineFit:
-    """t = overhead + flops/T + bytes/M over (flops, bytes, seconds) rows, every row (every op of
-    every step) weighing by its time: a step is a sum of op times, so the fit minimises the error in
-    seconds and the big ops that make a step are priced right. (Relative weighting let the 0.5-ms
-    embedding and optimizer ops pull the matmul rate to 4x what the layers achieve: the predicted
-    compute came out at 24% of the measured on this machine's traces.)
+def fit_compute(rows: list[tuple[int, float, float, float]]) -> LineFit:
+    """t = launches·o + flops/T + bytes/M over (launches, flops, bytes, seconds) rows: o is the
+    framework's time per aten op (what `python -m zsim.runtime.hostprobe` measures as one tiny op's
+    dispatch), paid once per kernel of the op's kernel list, so a layer of 28 ops pays it 28 times and
+    an optimizer copy once. Relative weighting: every op's relative error counts alike.
+
+    (Two earlier forms failed on this machine's traces: one overhead per plan op, relatively weighted,
+    let the 0.5-ms embedding and optimizer ops pull the matmul rate to 4x what the layers achieve; the
+    same weighted by seconds made the overhead 3.4 ms a plan op and small ops 20x too slow.)
 
     Raises:
-        CalibrationError: too few distinct ops, or a rate the data leave undetermined.
+        CalibrationError: too few distinct ops, or a term the data leave undetermined.
     """
-    groups: dict[tuple[float, float], list[float]] = defaultdict(list)
-    for flops, nbytes, seconds in rows:
+    groups: dict[tuple[int, float, float], list[float]] = defaultdict(list)
+    for launches, flops, nbytes, seconds in rows:
         if seconds > 0:
-            groups[(flops, nbytes)].append(seconds)
+            groups[(launches, flops, nbytes)].append(seconds)
     if len(groups) < SAMPLES_PER_TERM * 3:
-        raise CalibrationError(f"{len(groups)} distinct compute ops (FLOPs, bytes) cannot determine the 3 compute "
-                               f"terms ({', '.join(COMPUTE_TERMS)}); need {SAMPLES_PER_TERM * 3}: trace more model shapes")
-    kept = [(f, b, t) for f, b, t in rows if t > 0]
-    xs = np.array([(f, b) for f, b, _ in kept], dtype=float)
-    ts = np.array([t for _, _, t in kept])
-    fit = relative_line(xs, ts, relative=False)
-    for name, slope in zip(("matmul_GFLOPS", "memory_GBps"), fit.slopes):
+        raise CalibrationError(f"{len(groups)} distinct compute ops (launches, FLOPs, bytes) cannot determine the 3 "
+                               f"compute terms ({', '.join(COMPUTE_TERMS)}); need {SAMPLES_PER_TERM * 3}: trace more "
+                               "model shapes")
+    kept = [r for r in rows if r[3] > 0]
+    xs = np.array([r[:3] for r in kept], dtype=float)
+    ts = np.array([r[3] for r in kept])
+    fit = relative_line(xs, ts, intercept=0.0)
+    for name, slope, what in zip(COMPUTE_TERMS, fit.slopes, ("kernel launches", "FLOPs", "bytes")):
         if slope <= 0:
-            raise CalibrationError(f"{name}: the compute times do not grow with the "
-                                   f"{'FLOPs' if name == 'matmul_GFLOPS' else 'bytes'} of the ops, so it is not "
-                                   "determined by these traces (trace model shapes that differ in it)")
+            raise CalibrationError(f"{name}: the compute times do not grow with the {what} of the ops, so it is "
+                                   "not determined by these traces (trace model shapes that differ in it)")
     return fit
+
+
+def fit_optimizer(rows: list[tuple[int, float, float]]) -> LineFit | None:
+    """t = launches·o + bytes/M over the optimizer's ops (launches, bytes, seconds): per-tensor norms
+    and casts, the flat copy, Adam over the partition. They stream the partition from host memory (it
+    does not fit in caches as a tiny layer's activations do) and dispatch ops outside autograd, so they
+    get their own two terms; None (the general terms apply) when fewer than 4 distinct ops or a term
+    the data leave undetermined."""
+    groups = {(n, b) for n, b, t in rows if t > 0}
+    if len(groups) < SAMPLES_PER_TERM * 2:
+        return None
+    kept = [r for r in rows if r[2] > 0]
+    fit = relative_line(np.array([r[:2] for r in kept], dtype=float), np.array([r[2] for r in kept]), intercept=0.0)
+    return fit if all(s > 0 for s in fit.slopes) else None

@@ -41,7 +41,15 @@ class HostCompute(_Strict):
 
     matmul_GFLOPS: dict[str, float] = Field(description="achieved GEMM rate per dtype (fp32, fp16, bf16), GFLOP/s")
     memory_GBps: float = Field(gt=0, description="achieved streaming (copy) bandwidth of one rank, GB/s")
-    op_overhead_us: float = Field(ge=0, description="framework time per op (dispatch of a tiny op), µs")
+    op_overhead_us: float = Field(ge=0, description="framework time per aten op (dispatch of a tiny op), µs; "
+                                                   "paid once per kernel of an op's kernel list")
+
+    optimizer_op_overhead_us: float | None = Field(
+        default=None, ge=0, le=1e6, description="the optimizer's ops (norms, flat copy, Adam): framework time per "
+                                                "aten op, µs; absent: op_overhead_us")
+    optimizer_memory_GBps: float | None = Field(
+        default=None, gt=0, le=1e6, description="the optimizer's ops: streaming bandwidth over the partition "
+                                                "(host memory, not caches), GB/s; absent: memory_GBps")
 
     @model_validator(mode="after")
     def _rates_positive(self) -> HostCompute:
@@ -88,6 +96,8 @@ class HostModel:
     threads_per_rank: int
     op_overhead_s: float
     collectives: dict[tuple[str, int], tuple[float, float]]  # (op, group size) -> (latency s, bytes/s)
+    optimizer_overhead_s: float | None = None  # the optimizer's ops' own terms (None: the general ones)
+    optimizer_bytes_per_s: float | None = None
 
     @property
     def ranks_share_cores(self) -> bool:
@@ -117,4 +127,8 @@ def host_model(spec: HostFile) -> HostModel:
         op_overhead_s=spec.compute.op_overhead_us * 1e-6,
         collectives={(op, n): (t.latency_us * 1e-6, t.GBps * 1e9)
                      for op, by_size in spec.collectives.items() for n, t in by_size.items()},
+        optimizer_overhead_s=(spec.compute.op_overhead_us if spec.compute.optimizer_op_overhead_us is None
+                              else spec.compute.optimizer_op_overhead_us) * 1e-6,
+        optimizer_bytes_per_s=(spec.compute.memory_GBps if spec.compute.optimizer_memory_GBps is None
+                               else spec.compute.optimizer_memory_GBps) * 1e9,
     )

@@ -21,3 +21,16 @@ def compute_seconds(op: Op, gpu: Gpu, dtype: str) -> float:
     matmul = op.flops / (gpu.peak_flops[dtype] * terms.gemm_terms(dtype).efficiency) if op.flops else 0.0
     memory = op.hbm_bytes / (gpu.hbm_bytes_per_s * terms.hbm_efficiency) if op.hbm_bytes else 0.0
     return matmul + memory
+
+
+def host_seconds(op: Op, gpu: Gpu, host, dtype: str) -> float:
+    """Seconds of `op` on a CPU host (zsim.config.host): its FLOPs at the host's matmul rate, its bytes
+    at the streaming rate, and the framework's time per aten op once per kernel of its kernel list
+    (one for an op without a list). The optimizer's ops (`optimizer/...`: norms, the flat copy, Adam
+    over the partition) stream host memory, not caches, and dispatch untracked ops: they use the
+    profile's optimizer terms where it has them."""
+    launches = op.kernels.launches if op.kernels is not None else 1
+    matmul = op.flops / gpu.peak_flops[dtype] if op.flops else 0.0
+    if op.name.startswith("optimizer/") and host.optimizer_bytes_per_s is not None:
+        return matmul + op.hbm_bytes / host.optimizer_bytes_per_s + launches * host.optimizer_overhead_s
+    return matmul + (op.hbm_bytes / gpu.hbm_bytes_per_s if op.hbm_bytes else 0.0) + launches * host.op_overhead_s

@@ -21,7 +21,7 @@ import simpy
 
 from zsim.config.hardware import Cluster
 from zsim.config.scenario import Scenario
-from zsim.engine.compute import compute_seconds
+from zsim.engine.compute import compute_seconds, host_seconds
 from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, Placement, plan_collective
@@ -159,11 +159,15 @@ class _Run:
         if index in self.override:
             return self.override[index]
         key = op.kernels if op.kernels is not None else (op.flops, op.hbm_bytes)  # kernel lists: by identity
+        host = self.s.cluster.host
+        if host is not None:  # a CPU host prices the optimizer's ops with their own terms
+            key = (op.name.startswith("optimizer/"), key)
         seconds = self._compute_time.get(key)
         if seconds is None:
-            seconds = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
-            if self.s.cluster.host is not None:  # the framework's time per op, on a CPU host
-                seconds += self.s.cluster.host.op_overhead_s
+            if host is None:
+                seconds = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
+            else:
+                seconds = host_seconds(op, self.s.cluster.gpu, host, self.s.precision.dtype)
             self._compute_time[key] = seconds
         return seconds
 

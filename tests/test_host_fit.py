@@ -1,0 +1,50 @@
+"""The host compute fit (zsim.calibrate.host_fit): per-launch framework overhead, matmul rate and
+bandwidth recovered from op times made with known terms; the optimizer's own two terms; refusals;
+and the simulator pricing a host op the same way (zsim.engine.compute.host_seconds)."""
+
+import pytest
+
+from zsim.calibrate.collectives import CalibrationError
+from zsim.calibrate.host_fit import fit_compute, fit_optimizer
+from zsim.config.scenario import load_scenario
+from zsim.engine.compute import host_seconds
+from zsim.zero.ops import Op
+
+OVERHEAD, RATE, BANDWIDTH = 90e-6, 30e9, 40e9  # s per launch, FLOP/s, B/s
+
+
+def _t(launches, flops, nbytes):
+    return launches * OVERHEAD + flops / RATE + nbytes / BANDWIDTH
+
+
+def test_fit_compute_recovers_per_launch_overhead():
+    ops = [(28, 1.1e8, 5.5e6), (34, 2.2e8, 1.1e7), (9, 0.0, 1e5), (13, 3.4e7, 1.3e6), (7, 6.7e7, 2.6e6),
+           (28, 2.1e8, 5.5e6), (34, 4.2e8, 1.1e7)]
+    fit = fit_compute([(n, f, b, _t(n, f, b)) for n, f, b in ops])
+    assert fit.slopes[0] == pytest.approx(OVERHEAD, rel=1e-6)
+    assert 1 / fit.slopes[1] == pytest.approx(RATE, rel=1e-6)
+    assert 1 / fit.slopes[2] == pytest.approx(BANDWIDTH, rel=1e-6)
+
+
+def test_fit_compute_refuses_too_few_ops_and_flat_times():
+    with pytest.raises(CalibrationError, match="distinct compute ops"):
+        fit_compute([(28, 1e8, 5e6, 0.01), (34, 2e8, 1e7, 0.02)])
+    flat = [(n, f, 1e6, 0.001 * n) for n, f in ((1, 1e8), (2, 2e8), (3, 4e8), (4, 1e8), (5, 3e8), (6, 5e8))]
+    with pytest.raises(CalibrationError, match="not determined"):
+        fit_compute(flat)
+
+
+def test_fit_optimizer_two_terms_or_none():
+    rows = [(n, b, n * 60e-6 + b / 19e9) for n, b in ((56, 0.0), (80, 0.0), (1, 1.9e6), (1, 1e7), (2, 1.3e7), (2, 7e7))]
+    fit = fit_optimizer(rows)
+    assert fit.slopes[0] == pytest.approx(60e-6, rel=1e-6) and 1 / fit.slopes[1] == pytest.approx(19e9, rel=1e-6)
+    assert fit_optimizer(rows[:2]) is None  # too few distinct ops: the general terms apply
+
+
+def test_simulator_prices_host_ops_per_launch():
+    scenario = load_scenario("scenarios/calibrate/gpt-tiny-a.yaml")
+    host, gpu = scenario.cluster.host, scenario.cluster.gpu
+    op = Op(name="optimizer/step", step=0, micro_batch=0, stream="compute", hbm_bytes=1e6)
+    assert host_seconds(op, gpu, host, "fp32") == pytest.approx(1e6 / host.optimizer_bytes_per_s + host.optimizer_overhead_s)
+    layer = Op(name="fwd/x", step=0, micro_batch=0, stream="compute", flops=1e9)
+    assert host_seconds(layer, gpu, host, "fp32") == pytest.approx(1e9 / gpu.peak_flops["fp32"] + host.op_overhead_s)
