@@ -98,6 +98,14 @@ def run_command(args: argparse.Namespace) -> int:
     if report.get("compute"):
         c = report["compute"]
         print(f"  compute   {c['values'] if 'values' in c else ''} ({c.get('model', '')})", file=out)
+    if report.get("phases"):
+        ph = report["phases"]
+        held = ph["heldout"]
+        held_text = (f"held out ({held['folds']}): median {held['median_error']:.1%}, worst {held['max_error']:.1%}"
+                     if held["median_error"] is not None else "no held-out check (one fold)")
+        print(f"  phases    {ph['fitted']} from {ph['ops']} GPU-bound ops ({ph['host_bound_ops_left_out']} host-bound "
+              f"left out); median error {ph['median_error']:.1%}, worst {ph['max_error']:.1%}; {held_text}"
+              + (f"; kept from the base: {', '.join(ph['kept_from_base'])}" if ph["kept_from_base"] else ""), file=out)
     if coll:
         print(f"  fitted    {', '.join(coll['fitted'])}", file=out)
         if coll["kept_from_base"]:
