@@ -20,7 +20,8 @@ def _t(launches, flops, nbytes):
 def test_fit_compute_recovers_per_launch_overhead():
     ops = [(28, 1.1e8, 5.5e6), (34, 2.2e8, 1.1e7), (9, 0.0, 1e5), (13, 3.4e7, 1.3e6), (7, 6.7e7, 2.6e6),
            (28, 2.1e8, 5.5e6), (34, 4.2e8, 1.1e7)]
-    fit = fit_compute([(n, f, b, _t(n, f, b)) for n, f, b in ops])
+    fit, kept = fit_compute([(n, f, b, _t(n, f, b)) for n, f, b in ops])
+    assert not kept
     assert fit.slopes[0] == pytest.approx(OVERHEAD, rel=1e-6)
     assert 1 / fit.slopes[1] == pytest.approx(RATE, rel=1e-6)
     assert 1 / fit.slopes[2] == pytest.approx(BANDWIDTH, rel=1e-6)
@@ -32,6 +33,21 @@ def test_fit_compute_refuses_too_few_ops_and_flat_times():
     flat = [(n, f, 1e6, 0.001 * n) for n, f in ((1, 1e8), (2, 2e8), (3, 4e8), (4, 1e8), (5, 3e8), (6, 5e8))]
     with pytest.raises(CalibrationError, match="not determined"):
         fit_compute(flat)
+
+
+def test_bandwidth_the_ops_do_not_determine_is_kept_from_the_base():
+    """Times that do not grow with the ops' bytes (noise makes them shrink a little): the bandwidth is
+    kept at the base's and said so, the residuals are those of the model with the kept term (not
+    hidden), and without a base it is refused."""
+    ops = [(28, 1.1e8, 5.5e6), (34, 2.2e8, 5.6e6), (9, 0.0, 5.7e6), (13, 3.4e7, 5.8e6), (7, 6.7e7, 5.9e6),
+           (28, 2.1e8, 6.0e6)]
+    rows = [(n, f, b, n * OVERHEAD + f / RATE + (6.1e6 - b) * 1e-11) for n, f, b in ops]
+    fit, kept = fit_compute(rows, base_bytes_per_s=8e9)
+    assert kept and 1 / fit.slopes[2] == pytest.approx(8e9)
+    predicted = [n * fit.slopes[0] + f * fit.slopes[1] + b * fit.slopes[2] for n, f, b in ops]
+    assert fit.errors == pytest.approx([p / r[3] - 1 for p, r in zip(predicted, rows)])
+    with pytest.raises(CalibrationError, match="memory_GBps"):
+        fit_compute(rows)
 
 
 def test_fit_optimizer_two_terms_or_none():

@@ -114,7 +114,7 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
     if data.runs:
         rows = [row for run in data.runs for row in plan_rows(run, profile, profiles)]
         model = [r[1:] for r in rows if not r[0].startswith("optimizer/")]
-        line = fit_compute(model)
+        line, bandwidth_kept = fit_compute(model, float((base.get("compute") or {}).get("memory_GBps") or 0) * 1e9)
         dtypes = {str(run.metadata.get("precision", "fp32")) for run in data.runs}
         if len(dtypes) > 1:
             raise CalibrationError(f"runs of different precisions ({', '.join(sorted(dtypes))}) share one matmul rate "
@@ -134,6 +134,7 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         sections["compute"] = {"model": "host: launches × overhead + FLOPs/matmul rate + bytes/memory bandwidth; "
                                         "the optimizer's ops: launches × their overhead + bytes/their bandwidth",
                                "ops": len(model), "optimizer_ops": len(optimizer), "dtype": dtype,
+                               "kept_from_base": ["memory_GBps"] if bandwidth_kept else [],
                                "median_error": round(line.median_error, 4), "max_error": round(line.max_error, 4),
                                "optimizer_median_error": None if opt is None else round(opt.median_error, 4)}
         report["compute"] = {**sections["compute"], "values": {k: compute[k] for k in (

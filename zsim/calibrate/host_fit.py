@@ -102,18 +102,24 @@ def fit_collectives(samples: list[CollectiveSample], base: dict[tuple[str, int],
 COMPUTE_TERMS = ("op_overhead_us", "matmul_GFLOPS", "memory_GBps")
 
 
-def fit_compute(rows: list[tuple[int, float, float, float]]) -> LineFit:
-    """t = launches·o + flops/T + bytes/M over (launches, flops, bytes, seconds) rows: o is the
-    framework's time per aten op (what `python -m zsim.runtime.hostprobe` measures as one tiny op's
-    dispatch), paid once per kernel of the op's kernel list, so a layer of 28 ops pays it 28 times and
-    an optimizer copy once. Relative weighting: every op's relative error counts alike.
+def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: float | None = None
+                ) -> tuple[LineFit, bool]:
+    """(fit, bandwidth kept) of t = launches·o + flops/T + bytes/M over (launches, flops, bytes, seconds)
+    rows: o is the framework's time per aten op (what `python -m zsim.runtime.hostprobe` measures as
+    one tiny op's dispatch), paid once per kernel of the op's kernel list, so a layer of 28 ops pays it
+    28 times and an optimizer copy once. Relative weighting: every op's relative error counts alike.
+    Where the bytes do not explain the times (the term at its bound, or moving no op's time by 1%: a
+    model's layers of two widths can stream the same bytes), the bandwidth is not determined: it is
+    kept at `base_bytes_per_s` (the base profile's) and said so;
+    the slopes are then (o, 1/T, 1/base).
 
     (Two earlier forms failed on this machine's traces: one overhead per plan op, relatively weighted,
     let the 0.5-ms embedding and optimizer ops pull the matmul rate to 4x what the layers achieve; the
     same weighted by seconds made the overhead 3.4 ms a plan op and small ops 20x too slow.)
 
     Raises:
-        CalibrationError: too few distinct ops, or a term the data leave undetermined.
+        CalibrationError: too few distinct ops, or a term the data leave undetermined (the bandwidth:
+        only without a base to keep).
     """
     groups: dict[tuple[int, float, float], list[float]] = defaultdict(list)
     for launches, flops, nbytes, seconds in rows:
@@ -126,12 +132,22 @@ def fit_compute(rows: list[tuple[int, float, float, float]]) -> LineFit:
     kept = [r for r in rows if r[3] > 0]
     xs = np.array([r[:3] for r in kept], dtype=float)
     ts = np.array([r[3] for r in kept])
-    fit = relative_line(xs, ts, intercept=0.0)
+    fit, bandwidth_kept = relative_line(xs, ts, intercept=0.0), False
+    # undetermined: the bytes term is at its bound or moves no op's time by 1%
+    undetermined = fit.slopes[2] <= 0 or float(np.max(xs[:, 2] * fit.slopes[2] / ts)) < 0.01
+    if undetermined and not base_bytes_per_s:
+        raise CalibrationError("memory_GBps: the compute times do not grow with the bytes of the ops, so it is not "
+                               "determined by these traces, and the base profile has none to keep")
+    if undetermined:
+        inner = relative_line(xs[:, :2], ts - xs[:, 2] / base_bytes_per_s, intercept=0.0)
+        predicted = xs[:, :2] @ np.array(inner.slopes) + xs[:, 2] / base_bytes_per_s
+        fit = LineFit(0.0, (*inner.slopes, 1.0 / base_bytes_per_s), tuple(float(v) for v in predicted / ts - 1.0), True)
+        bandwidth_kept = True
     for name, slope, what in zip(COMPUTE_TERMS, fit.slopes, ("kernel launches", "FLOPs", "bytes")):
         if slope <= 0:
             raise CalibrationError(f"{name}: the compute times do not grow with the {what} of the ops, so it is "
                                    "not determined by these traces (trace model shapes that differ in it)")
-    return fit
+    return fit, bandwidth_kept
 
 
 def fit_optimizer(rows: list[tuple[int, float, float]]) -> LineFit | None:
