@@ -378,7 +378,9 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     run = _Run(scenario, plan, env, per_rank, trace)
     if compute_override is not None:
         run.override = compute_override(plan.ops)
-    for name, nbytes in plan.context:  # CUDA context, cuBLAS, NCCL: before the first tensor
+    # CUDA context, cuBLAS, NCCL: before the first tensor. A CPU host's ranks have none of them (gloo's
+    # buffers are transient): the plan's context is a GPU's.
+    for name, nbytes in plan.context if scenario.cluster.host is None else ():
         run.ledger.reserve_context(0.0, name, nbytes)
     for a in plan.persistent:
         run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)

@@ -14,6 +14,17 @@ def _params(n: float) -> str:
     return f"{n:.0f}"
 
 
+def _speed(th: dict[str, Any]) -> str:
+    """The speed line: TFLOPS for a GPU; GFLOPS for a CPU host, whose peak is below one TFLOPS."""
+    if th["peak_tflops_per_gpu"] >= 1.0:
+        rate = (f"{th['tflops_per_gpu']:.1f} TFLOPS/GPU ({th['percent_of_peak']:.1f}% of "
+                f"{th['peak_tflops_per_gpu']:.0f}), {th['aggregate_pflops']:.2f} PFLOPS total")
+    else:
+        rate = (f"{th['tflops_per_gpu'] * 1e3:.1f} GFLOPS/rank ({th['percent_of_peak']:.1f}% of "
+                f"{th['peak_tflops_per_gpu'] * 1e3:.1f}), {th['aggregate_pflops'] * 1e6:.1f} GFLOPS total")
+    return f"  speed     {rate}, {th['tokens_per_second']:,.0f} tokens/s"
+
+
 def _zero_r(z: dict[str, Any], mem: dict[str, Any]) -> str:
     """The ZeRO-R options in effect (paper §6 names), and host memory when Pa+cpu uses it."""
     names = [name for key, name in (("partition_activations", "Pa"), ("cpu_offload_activations", "+cpu"),
@@ -68,8 +79,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"reserved peak {mem['fragmentation_at_reserved_peak_bytes'] / GB:.2f} GB" + _zero_r(z, mem),
         f"  time      step {t['mean_step_seconds']:.3f} s: compute {t['compute_seconds_per_step']:.3f} s, "
         f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP all-reduce in line {t['mp_comm_seconds_per_step']:.3f} s)",
-        f"  speed     {th['tflops_per_gpu']:.1f} TFLOPS/GPU ({th['percent_of_peak']:.1f}% of {th['peak_tflops_per_gpu']:.0f}), "
-        f"{th['aggregate_pflops']:.2f} PFLOPS total, {th['tokens_per_second']:,.0f} tokens/s",
+        _speed(th),
         f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
         f"MP {mp_bytes / GB:.1f} GB/step",
     ]

@@ -1,0 +1,19 @@
+"""A CPU host's run reads as one: no CUDA context or NCCL buffers in its memory, and its speed in
+GFLOPS per rank (its peak is far below one TFLOPS)."""
+
+from zsim import api
+from zsim.report.summary import summary
+
+
+def test_host_run_has_no_gpu_context_and_prints_gflops():
+    result = api.simulate(api.load("scenarios/calibrate/gpt-tiny-a.yaml"))
+    facts = api.facts(result)
+    assert facts["memory"]["peak_by_category"]["context"] == 0
+    text = summary(facts)
+    assert "GFLOPS/rank" in text and "TFLOPS/GPU" not in text and "% of 0)" not in text
+
+
+def test_gpu_run_keeps_its_context_and_tflops():
+    result = api.simulate(api.load("scenarios/paper/megatron-1.2B-1gpu.yaml", set={"model.layers": 2}))
+    assert api.facts(result)["memory"]["peak_by_category"]["context"] > 700 * 2**20  # the CUDA context: 721 MiB
+    assert "TFLOPS/GPU" in summary(api.facts(result))
