@@ -1,13 +1,13 @@
 """The host compute fit (zsim.calibrate.host_fit): per-launch framework overhead, matmul rate and
 bandwidth recovered from op times made with known terms; the optimizer's own two terms; refusals;
-and the simulator pricing a host op the same way (zsim.engine.compute.host_seconds)."""
+and the simulator pricing a host op the same way (zsim.engine.compute.compute_seconds)."""
 
 import pytest
 
 from zsim.calibrate.collectives import CalibrationError
 from zsim.calibrate.host_fit import fit_compute, fit_optimizer
 from zsim.config.scenario import load_scenario
-from zsim.engine.compute import host_seconds
+from zsim.engine.compute import compute_seconds
 from zsim.zero.ops import Op
 
 OVERHEAD, RATE, BANDWIDTH = 90e-6, 30e9, 40e9  # s per launch, FLOP/s, B/s
@@ -61,6 +61,24 @@ def test_simulator_prices_host_ops_per_launch():
     scenario = load_scenario("scenarios/calibrate/gpt-tiny-a.yaml")
     host, gpu = scenario.cluster.host, scenario.cluster.gpu
     op = Op(name="optimizer/step", step=0, micro_batch=0, stream="compute", hbm_bytes=1e6)
-    assert host_seconds(op, gpu, host, "fp32") == pytest.approx(1e6 / host.optimizer_bytes_per_s + host.optimizer_overhead_s)
+    assert compute_seconds(op, gpu, "fp32", host) == pytest.approx(1e6 / host.optimizer_bytes_per_s + host.optimizer_overhead_s)
     layer = Op(name="fwd/x", step=0, micro_batch=0, stream="compute", flops=1e9)
-    assert host_seconds(layer, gpu, host, "fp32") == pytest.approx(1e9 / gpu.peak_flops["fp32"] + host.op_overhead_s)
+    assert compute_seconds(layer, gpu, "fp32", host) == pytest.approx(1e9 / gpu.peak_flops["fp32"] + host.op_overhead_s)
+
+
+def test_gemm_tables_cannot_calibrate_a_host_even_beside_a_run(tmp_path, capsys):
+    """A GEMM table next to a (simulated) host run is refused, not silently left out of the fit."""
+    import json
+
+    from zsim import api
+    from zsim.cli import main
+    from zsim.trace.writer import simulated_trace
+
+    run = tmp_path / "host.trace.json"
+    run.write_text(json.dumps(simulated_trace(api.simulate(api.load("scenarios/calibrate/gpt-tiny-a.yaml")))))
+    table = tmp_path / "gemm.csv"
+    table.write_text("M,N,K,time_ms\n" + "".join(f"{m},{m},{m},{m / 1000}\n" for m in (256, 512, 1024, 2048)))
+    out = tmp_path / "host.yaml"
+    code = main(["calibrate", str(table), str(run), "--profile", "dev-2core", "-o", str(out), "--fit", "compute"])
+    assert code == 2 and not out.exists()
+    assert "GEMM tables" in capsys.readouterr().err

@@ -108,7 +108,7 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         report["collectives"] = sections["collectives"]
     if fit == "collectives":
         return
-    if data.compute and not data.runs:
+    if any(s.kind == "gemm" for s in data.compute) or (data.compute and not data.runs):
         raise CalibrationError("compute samples other than runtime traces (GEMM tables?) cannot calibrate a host "
                                "profile: its compute terms are fitted from the runtime's own ops")
     if data.runs:

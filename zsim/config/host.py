@@ -96,8 +96,8 @@ class HostModel:
     threads_per_rank: int
     op_overhead_s: float
     collectives: dict[tuple[str, int], tuple[float, float]]  # (op, group size) -> (latency s, bytes/s)
-    optimizer_overhead_s: float | None = None  # the optimizer's ops' own terms (None: the general ones)
-    optimizer_bytes_per_s: float | None = None
+    optimizer_overhead_s: float  # the optimizer's ops' own terms (the general ones where the file has none)
+    optimizer_bytes_per_s: float
 
     @property
     def ranks_share_cores(self) -> bool:

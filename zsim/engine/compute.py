@@ -5,17 +5,22 @@ bytes) runs its FLOPs at the GEMM model's large-tile rate and its bytes at the a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from zsim.compute.model import list_seconds
 from zsim.config.hardware import Gpu
 from zsim.zero.ops import Op
 
+if TYPE_CHECKING:  # a GPU run never imports the host-profile models (tests/test_fast_start.py)
+    from zsim.config.host import HostModel
 
-def compute_seconds(op: Op, gpu: Gpu, dtype: str) -> float:
-    """Seconds of `op` on `gpu` computing in `dtype`."""
+
+def compute_seconds(op: Op, gpu: Gpu, dtype: str, host: HostModel | None = None) -> float:
+    """Seconds of `op` on `gpu` computing in `dtype`; on a CPU host (`host`), host_seconds."""
     terms = gpu.compute
-    if terms is None:  # a CPU host: its profile's matmul and memory rates are achieved rates
-        matmul = op.flops / gpu.peak_flops[dtype] if op.flops else 0.0
-        return matmul + (op.hbm_bytes / gpu.hbm_bytes_per_s if op.hbm_bytes else 0.0)
+    if host is not None:
+        return host_seconds(op, gpu, host, dtype)
+    assert terms is not None, "a GPU without compute terms is a CPU host: pass its HostModel"
     if op.kernels is not None:
         return list_seconds(op.kernels, terms, gpu.peak_flops[dtype], gpu.hbm_bytes_per_s, dtype)
     matmul = op.flops / (gpu.peak_flops[dtype] * terms.gemm_terms(dtype).efficiency) if op.flops else 0.0
@@ -23,14 +28,15 @@ def compute_seconds(op: Op, gpu: Gpu, dtype: str) -> float:
     return matmul + memory
 
 
-def host_seconds(op: Op, gpu: Gpu, host, dtype: str) -> float:
-    """Seconds of `op` on a CPU host (zsim.config.host): its FLOPs at the host's matmul rate, its bytes
-    at the streaming rate, and the framework's time per aten op once per kernel of its kernel list
-    (one for an op without a list). The optimizer's ops (`optimizer/...`: norms, the flat copy, Adam
-    over the partition) stream host memory, not caches, and dispatch untracked ops: they use the
-    profile's optimizer terms where it has them."""
+def host_seconds(op: Op, gpu: Gpu, host: HostModel, dtype: str) -> float:
+    """Seconds of `op` on a CPU host (zsim.config.host), whose profile gives achieved rates: its FLOPs
+    at the host's matmul rate, its bytes at the streaming rate, and the framework's time per aten op
+    once per kernel of its kernel list (one for an op without a list). The optimizer's ops
+    (`optimizer/...`: norms, the flat copy, Adam over the partition) stream host memory, not caches,
+    and dispatch ops outside autograd: they have their own two terms (equal to the general ones in a
+    profile that does not give them)."""
     launches = op.kernels.launches if op.kernels is not None else 1
     matmul = op.flops / gpu.peak_flops[dtype] if op.flops else 0.0
-    if op.name.startswith("optimizer/") and host.optimizer_bytes_per_s is not None:
+    if op.name.startswith("optimizer/"):
         return matmul + op.hbm_bytes / host.optimizer_bytes_per_s + launches * host.optimizer_overhead_s
-    return matmul + (op.hbm_bytes / gpu.hbm_bytes_per_s if op.hbm_bytes else 0.0) + launches * host.op_overhead_s
+    return matmul + op.hbm_bytes / gpu.hbm_bytes_per_s + launches * host.op_overhead_s

@@ -21,7 +21,7 @@ import simpy
 
 from zsim.config.hardware import Cluster
 from zsim.config.scenario import Scenario
-from zsim.engine.compute import compute_seconds, host_seconds
+from zsim.engine.compute import compute_seconds
 from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, Placement, plan_collective
@@ -164,10 +164,7 @@ class _Run:
             key = (op.name.startswith("optimizer/"), key)
         seconds = self._compute_time.get(key)
         if seconds is None:
-            if host is None:
-                seconds = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype)
-            else:
-                seconds = host_seconds(op, self.s.cluster.gpu, host, self.s.precision.dtype)
+            seconds = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype, host)
             self._compute_time[key] = seconds
         return seconds
 
