@@ -122,7 +122,10 @@ def rank_main(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
+    from .host import keep_freed_memory
+
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the runtime's CPU ranks run (runtime/worker.py)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         dist.barrier()

@@ -29,7 +29,7 @@ import zsim
 from .comm import Collectives
 from .config import RunConfig
 from .data import global_batch, micro_batch
-from .host import host_facts
+from .host import host_facts, keep_freed_memory
 from .ledger import MemoryLedger
 from .model import GPT, gpt_config
 from .tensor_parallel import shard_block, shard_embedding, shard_head
@@ -97,6 +97,7 @@ def _device(cfg: RunConfig, env: RankEnv) -> tuple[torch.device, str]:
         return torch.device("cuda", env.local_rank), "nccl"
     # Share the cores among the ranks on this host, or 8 processes x all cores thrash.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
+    keep_freed_memory()  # a caching allocator, as on a GPU: no page faults on each step's temporaries
     return torch.device("cpu"), "gloo"
 
 
@@ -226,7 +227,7 @@ def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, de
         "backend": backend,
         "device": str(device),
         "host": socket.gethostname(),
-        "host_facts": host_facts(env.local_world_size),
+        "host_facts": host_facts(env.local_world_size, device),
         "versions": {"zsim": zsim.__version__, "torch": torch.__version__, "python": platform.python_version()},
         "clock_offset_us": offset,
         "model_states": engine.model_state_bytes(),
