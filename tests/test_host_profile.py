@@ -29,12 +29,15 @@ def test_shipped_host_profile_loads_as_a_one_node_cluster():
 
 
 def test_collectives_follow_the_latency_bandwidth_terms():
-    """A collective on the host takes latency + S / bandwidth, the profile's fit, on the comm stream."""
+    """A collective on the host takes latency + S / bandwidth, the profile's fit, on the comm stream,
+    while no compute shares the rank's cores (tests/test_host_cores.py has the sharing)."""
     r = simulate(build_scenario(SCENARIO))
     spec = yaml.safe_load((ROOT / "hwprofiles/hosts/dev-2core.yaml").read_text())
     comm = [e for e in r.events if e.get("cat") == "comm"]
-    assert comm and {e["args"]["algorithm"] for e in comm} == {"gloo"}
-    for e in comm:
+    busy = [(e["ts"], e["ts"] + e["dur"]) for e in r.events if e.get("cat") == "compute" and e.get("ph") == "X"]
+    alone = [e for e in comm if not any(lo < e["ts"] + e["dur"] and e["ts"] < hi for lo, hi in busy)]
+    assert alone and {e["args"]["algorithm"] for e in comm} == {"gloo"}
+    for e in alone:
         terms = spec["collectives"][e["args"]["op"]][2]
         want = terms["latency_us"] + e["args"]["bytes"] / (terms["GBps"] * 1e9) * 1e6
         assert e["dur"] == pytest.approx(want, rel=1e-9)

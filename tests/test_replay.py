@@ -32,9 +32,18 @@ def test_exposed_comm_is_comm_time_without_compute():
 
 def test_step_time_runs_from_optimizer_end_to_optimizer_end():
     events = [ev("fwd/layer.0", "compute", 10, 90), ev("optimizer/step", "compute", 100, 50, step=0),
-              ev("fwd/layer.0", "compute", 160, 90, step=1), ev("optimizer/step", "compute", 300, 100, step=1)]
+              ev("fwd/layer.0", "compute", 150, 100, step=1), ev("optimizer/step", "compute", 300, 100, step=1)]
     assert rp.step_seconds(events) == pytest.approx([140e-6, 250e-6])
     assert rp.judged([1.0, 2.0, 3.0]) == [2.0, 3.0]
+
+
+def test_time_between_steps_belongs_to_the_harness():
+    """The runtime makes the next batch and writes its trace between steps: not part of a step
+    (the runtime's own step_seconds time train_step alone)."""
+    events = [ev("fwd/layer.0", "compute", 10, 90), ev("optimizer/step", "compute", 100, 50, step=0),
+              ev("fwd/layer.0", "compute", 170, 80, step=1), ev("optimizer/step", "compute", 300, 100, step=1)]
+    assert rp.between_steps_us(events) == {1: pytest.approx(20.0)}
+    assert rp.step_seconds(events) == pytest.approx([140e-6, 230e-6])
 
 
 def test_alignment_lists_what_does_not_line_up():

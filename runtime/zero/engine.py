@@ -253,9 +253,12 @@ class ZeroEngine:
         the squares of this rank's partition summed over DP (stage 0: every rank holds all of it,
         so the sum is divided by Nd) and MP (replicated layer norms and biases count once per MP rank)."""
         with self.tracer.span("optimizer/norm"):
+            # Per tensor `g.double().norm(2)`, squared and summed, as DeepSpeed's get_grad_norm_direct
+            # (deepspeed/pt/deepspeed_zero_optimizer.py, 2020): a cast pass and a norm pass, the two
+            # kernels of the simulator's optimizer.norm (zsim/compute/kernels.py optimizer_kernels).
             square = torch.zeros(1, dtype=torch.float64, device=self.device)
             for seg in self.optimizer.segments:
-                square += seg.grad.double().pow(2).sum()
+                square += seg.grad.double().norm(2) ** 2
         square = square.float()
         self._agree("norm", square, dist.ReduceOp.SUM)
         return float(square.item() / (1 if self.partitioned else self.dp)) ** 0.5

@@ -69,16 +69,19 @@ def test_rank_slices_partition_the_global_batch():
     assert torch.equal(inputs[:, 1:], targets[:, :-1])
 
 
-def test_flat_adam_matches_torch_adam():
+@pytest.mark.parametrize("chunk", (65536, 16, 7), ids=("one-chunk", "chunks-of-16", "chunks-of-7"))
+def test_flat_adam_matches_torch_adam(chunk):
+    """Bit for bit, whether a segment is updated in one pass or in chunks (runtime/zero/optimizer.py)."""
     torch.manual_seed(0)
-    init = torch.randn(50)
+    n = 150
+    init = torch.randn(n)
     param, ref = init.clone(), torch.nn.Parameter(init.clone())
-    grad = torch.zeros(50)
+    grad = torch.zeros(n)
     opt = FlatAdam([Segment(param[:20], grad[:20], init[:20]), Segment(param[20:], grad[20:], init[20:])],
-                   ledger=MemoryLedger(), mixed=False, lr=1e-2)
+                   ledger=MemoryLedger(), mixed=False, lr=1e-2, chunk=chunk)
     torch_opt = torch.optim.Adam([ref], lr=1e-2, foreach=False)
     for _ in range(5):
-        g = torch.randn(50)
+        g = torch.randn(n)
         grad.copy_(g)
         ref.grad = g.clone()
         opt.step()

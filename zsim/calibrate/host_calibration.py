@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from zsim.calibrate.collectives import CalibrationError, check_backend
+from zsim.calibrate.core_sharing import collective_alone_us, comm_busy, compute_alone_us, compute_busy
 from zsim.calibrate.host_fit import fit_collectives, fit_compute, fit_optimizer
 from zsim.calibrate.profile_writer import base_file
 from zsim.config.yamlfile import read_yaml_mapping
@@ -17,20 +18,24 @@ from zsim.config.yamlfile import read_yaml_mapping
 def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
     """id(event) → µs the rank's compute track was idle just before that compute op (after the previous
     span of any kind, waiting included, ended): framework work between spans (Python bookkeeping,
-    bucketing, the next batch) that no span covers."""
+    bucketing) that no span covers. The first op of a step counts none of the time between steps,
+    which belongs to the harness, not to training (zsim.calibrate.replay.between_steps_us)."""
     track = sorted((e for e in events if e.get("tid") == 0), key=lambda e: e["ts"])
-    out, end = {}, None
+    out, end, step = {}, None, None
     for e in track:
+        this = e.get("args", {}).get("step")
         if end is not None and not e["name"].startswith("wait"):
-            out[id(e)] = max(0.0, e["ts"] - end)
+            out[id(e)] = max(0.0, e["ts"] - end) if this == step else 0.0
         end = max(end or 0.0, e["ts"] + e["dur"])
+        step = this
     return out
 
 
 def aligned_ops(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any, float]]:
     """(plan op, measured seconds) for every compute op of a measured (or simulated) run: each plan op
     of the run rebuilt on `profile`, with the median over ranks of the measured op lined up with it.
-    An op's time is its own span (nested in-line ops excluded) plus, in a runtime trace, the compute
+    An op's time is its own span (nested in-line ops excluded), less what it lost sharing a CPU host's
+    cores with a collective (zsim.calibrate.core_sharing), plus, in a runtime trace, the compute
     track's idle time just before it: the simulator's ops run back to back, so the framework's time
     between spans must be priced by the ops (it lands in the per-op overhead) or every step comes out
     short. A runtime trace's first step warms up (allocation, first touch) and is left out; a simulated
@@ -50,6 +55,9 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any,
     plan = build_plan(scenario, build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype))
     per_rank = [keyed(events) for events in run.events.values()]
     gaps = [{} if simulated else idle_before(events) for events in run.events.values()]
+    host = scenario.cluster.host  # a CPU host: take out the time compute shared the cores with gloo
+    share, threads = (host.cores / max(1, scenario.layout.world), host.threads_per_rank) if host else (0.0, 0)
+    busy = [comm_busy(events) if host else [] for events in run.events.values()]
     seen: dict[tuple[str, int, int], int] = defaultdict(int)
     rows, missing = [], []
     for op in plan.ops:
@@ -59,7 +67,8 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any,
         key = (*base, seen[base])
         seen[base] += 1
         found = [r[key]["dur"] - r[key]["args"].get("nested_us", 0.0) + g.get(id(r[key]), 0.0)
-                 for r, g in zip(per_rank, gaps) if key in r and not is_collective(r[key])]
+                 - (compute_alone_us(r[key], c, share, threads) if host else 0.0)
+                 for r, g, c in zip(per_rank, gaps, busy) if key in r and not is_collective(r[key])]
         if not found:
             missing.append(f"{op.name}@{op.step}.{op.micro_batch}")
             continue
@@ -71,6 +80,24 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any,
                                f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): the runtime and the "
                                "simulator do not line up for this configuration")
     return rows
+
+
+def alone_samples(data: Any, profile: str, profiles: Any = None) -> list[Any]:
+    """`data.collectives` with each runtime run's own collectives taken again without the time they
+    shared the rank's cores with compute (zsim.calibrate.core_sharing); other samples as they are."""
+    from zsim.calibrate.rebuild import rebuild
+    from zsim.trace.run_reader import collective_samples
+
+    runs = [run for run in data.runs if run.metadata.get("source") != "simulated"]
+    folders = {str(run.folder) for run in runs}
+    samples = [s for s in data.collectives if s.source not in folders]
+    for run in runs:
+        scenario = rebuild(run, profile, profiles)
+        share, threads = scenario.cluster.host.cores / max(1, scenario.layout.world), scenario.cluster.host.threads_per_rank
+        busy = {rank: compute_busy(events) for rank, events in run.events.items()}
+        samples += collective_samples(run, shared_us=lambda rank, e, b=busy, c=share, t=threads:
+                                      collective_alone_us(e, b[rank], c, t))
+    return samples
 
 
 def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[str, int, float, float, float]]:
@@ -93,7 +120,7 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
     base = read_yaml_mapping(base_file(profile, profiles))
     if data.collectives and fit != "compute":
         check_backend(data.collectives, "gloo", profile)
-        fits = fit_collectives(data.collectives, host.collectives, profile)
+        fits = fit_collectives(alone_samples(data, profile, profiles), host.collectives, profile)
         merged = {op: dict(by_size) for op, by_size in (base.get("collectives") or {}).items()}
         summary = {}
         for (op, group), (line, sizes) in fits.items():

@@ -84,13 +84,33 @@ def step_ends(events: list[dict[str, Any]]) -> dict[int, float]:
     return ends
 
 
+def between_steps_us(events: list[dict[str, Any]]) -> dict[int, float]:
+    """step → µs during which this rank ran nothing of any step just before step `step` began: from
+    the last event of step − 1 ending to the first event of `step` starting (0 where they overlap).
+    That time belongs to the harness around the training step (the runtime makes the next batch and
+    writes its trace there, runtime/worker.py), not to training: the runtime's own step time
+    (summary `step_seconds`, the time of `train_step`) leaves it out, and so do step_seconds and
+    the calibration (zsim.calibrate.host_calibration.idle_before)."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for e in events:
+        if e.get("ph") != "X" or "step" not in e.get("args", {}):
+            continue
+        step = int(e["args"]["step"])
+        first[step] = min(first.get(step, e["ts"]), e["ts"])
+        last[step] = max(last.get(step, 0.0), e["ts"] + e["dur"])
+    return {k: max(0.0, first[k] - last[k - 1]) for k in first if k - 1 in last}
+
+
 def step_seconds(events: list[dict[str, Any]]) -> list[float]:
-    """Seconds per step: from the previous step's end (the first event for step 0) to this one's."""
+    """Seconds per step: from the previous step's end (the first event for step 0) to this one's,
+    less the time between steps that belongs to the harness (between_steps_us)."""
     ends = step_ends(events)
+    harness = between_steps_us(events)
     starts = [e["ts"] for e in events if e.get("ph") == "X"]
     out, previous = [], min(starts) if starts else 0.0
     for step in sorted(ends):
-        out.append((ends[step] - previous) * 1e-6)
+        out.append((ends[step] - previous - harness.get(step, 0.0)) * 1e-6)
         previous = ends[step]
     return out
 

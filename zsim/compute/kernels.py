@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
-    """One kernel (or `count` identical ones). GEMMs: m, n, k, batch; others: `bytes` moved each."""
+    """One kernel (or `count` identical ones). GEMMs: m, n, k, batch (each launch); others: `bytes`
+    moved by all `count` launches together."""
 
     name: str
     kind: str  # 'gemm', 'mem' (elementwise) or 'reduce' (a reduction: sum, max, norm)
@@ -61,6 +62,11 @@ class KernelList:
     @property
     def flops(self) -> float:
         return sum(k.flops for k in self.kernels)
+
+    @property
+    def bytes(self) -> float:
+        """Bytes the non-GEMM kernels move (all launches)."""
+        return sum(k.bytes for k in self.kernels if k.kind != "gemm")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ import simpy
 from zsim.config.hardware import Cluster
 from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
+from zsim.engine.cores import core_capacities, cpu_link, work
 from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, Placement, plan_collective
@@ -62,8 +63,8 @@ def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
     """Aggregate link capacities from the cluster's topology graph, after any degradations. Class
     mode needs only node 0 and one other node (all nodes are alike)."""
     cluster = scenario.cluster
-    if cluster.host is not None:
-        return {}  # a CPU host: collectives follow its gloo terms, no links to share
+    if cluster.host is not None:  # a CPU host: no links, but cores that compute and gloo share
+        return core_capacities(cluster.host.cores, scenario.layout.world, per_rank)
     if not per_rank:
         cluster = dataclasses.replace(cluster, nodes=min(cluster.nodes, 2))
     if not (per_rank and scenario.fabric.degrade):
@@ -99,6 +100,9 @@ class _Run:
         self._phases: dict[tuple[str, str, int, int], tuple[str, list[Phase], float]] = {}
         self._compute_time: dict[object, float] = {}
         self.override: dict[int, float] = {}  # plan index -> seconds (trace-driven replay)
+        host = scenario.cluster.host  # a CPU host: compute shares the rank's cores with gloo (zsim.engine.cores)
+        self.core_share = host.cores / max(1, scenario.layout.world) if host is not None else 0.0
+        self.threads = host.threads_per_rank if host is not None else 0
         self.finished = 0  # rank 0's ops done (the progress bar)
 
     def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase], float]:
@@ -110,9 +114,13 @@ class _Run:
         if planned is not None:
             return planned
         if self.s.cluster.host is not None:
+            # gloo's thread works on the rank's cores for the whole call (zsim.engine.cores); in
+            # per-rank mode on every member's, at the pace of the most loaded one
             size = self.s.layout.dp if op.group == "dp" else self.s.layout.mp
             seconds = self.s.cluster.host.collective_seconds(op.collective, op.nbytes, size)
-            algorithm, phases = "gloo", [Phase(seconds, 0.0, ())]
+            ranks = (0,) if group < 0 else self.members(op.group, group)
+            links = tuple((cpu_link(r), 1.0) for r in ranks)
+            algorithm, phases = "gloo", [Phase(0.0, work(seconds, self.core_share, 1), links, 1.0)]
         else:
             layout = self.s.layout
             shape = layout.dp_shape if op.group == "dp" else layout.mp_shape
@@ -168,6 +176,17 @@ class _Run:
             self._compute_time[key] = seconds
         return seconds
 
+    def compute(self, index: int, seconds: float, rank: int) -> simpy.Event:
+        """The event of compute op `index` taking `seconds` alone on `rank`: a timeout on a GPU; on a
+        CPU host, work on the rank's cores, which a collective in flight shares (zsim.engine.cores).
+        A trace-driven replay's measured durations already hold that sharing: they are timeouts."""
+        if self.threads and seconds > 0 and index not in self.override:
+            done = self.fabric.start(((cpu_link(rank), 1.0),), work(seconds, self.core_share, self.threads),
+                                     float(self.threads))
+            if done is not None:
+                return done
+        return simpy.Timeout(self.env, seconds)
+
     def record_memory(self) -> None:
         self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
 
@@ -215,8 +234,7 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
         elif op.transfer:
             yield env.timeout(transfer_seconds(op.nbytes, run.s.cluster.offload))
         else:
-            seconds = run.compute_time(op, i)
-            yield env.timeout(seconds)
+            yield run.compute(i, run.compute_time(op, i), rank)
         progress.finish(i)
 
 
@@ -282,9 +300,9 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                 args = {"step": op.step, "micro_batch": op.micro_batch, "op": op.transfer, "bytes": op.nbytes}
         else:
             seconds = run.compute_time(op, i)
-            yield simpy.Timeout(env, seconds)
+            yield run.compute(i, seconds, 0)
             end = env.now
-            run.compute_seconds += seconds
+            run.compute_seconds += (end - start) if run.threads else seconds  # a host's ops may share cores
             run.flops += op.flops
             if trace:
                 args = {"step": op.step, "micro_batch": op.micro_batch, "flops": op.flops}

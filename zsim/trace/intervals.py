@@ -19,3 +19,8 @@ def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 def length(intervals: list[tuple[float, float]]) -> float:
     """Total length of non-overlapping `intervals`."""
     return sum(b - a for a, b in intervals)
+
+
+def overlap(lo: float, hi: float, merged: list[tuple[float, float]]) -> float:
+    """Length of [lo, hi) covered by `merged` (sorted, non-overlapping: union's output)."""
+    return sum(max(0.0, min(hi, b) - max(lo, a)) for a, b in merged if a < hi and b > lo)

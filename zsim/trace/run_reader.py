@@ -10,6 +10,7 @@ file and what is wrong: calibration and replay never silently use part of a run.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,12 +121,15 @@ def read_run(folder: Path) -> MeasuredRun:
 _DTYPES = {"fp16", "bf16", "fp32"}
 
 
-def collective_samples(run: MeasuredRun, skipped: dict[str, int] | None = None) -> list[CollectiveSample]:
+def collective_samples(run: MeasuredRun, skipped: dict[str, int] | None = None,
+                       shared_us: Callable[[int, dict[str, Any]], float] | None = None) -> list[CollectiveSample]:
     """Every collective of every rank as a transfer time: from the last member's arrival to the end
     (`ts + dur - last_arrival_ts`, written by zsim.runtime.merge), so that waiting for a straggler is not
     fitted as transfer. Each rank's own view is kept (ranks may see the end at slightly different
     moments); MP all-reduces inside the compute track count alike. Calls without information about the
     link (zero bytes, a group of one, no time after the last arrival) are counted in `skipped` by reason.
+    `shared_us(rank, event)`, when given, is taken off each transfer: the time a CPU host's collective
+    lost sharing the cores with compute (zsim.calibrate.core_sharing).
 
     Raises:
         ConfigError: a collective without `last_arrival_ts` (an unmerged trace) or without bytes/group.
@@ -143,6 +147,8 @@ def collective_samples(run: MeasuredRun, skipped: dict[str, int] | None = None) 
             if not isinstance(args.get("bytes"), int) or not isinstance(args["group"], list):
                 raise ConfigError(f"{e['name']}: bytes or group missing", source=str(run.folder / f"rank{rank}.trace.json"))
             transfer_us = e["ts"] + e["dur"] - args["last_arrival_ts"]
+            if shared_us is not None and transfer_us > 0:
+                transfer_us -= shared_us(rank, e)
             reason = ("zero bytes" if args["bytes"] <= 0 else "a group of one rank" if len(args["group"]) < 2
                       else "no time after the last arrival (clock skew)" if transfer_us <= 0 else None)
             if reason:  # no information about the link: counted, reported by calibrate

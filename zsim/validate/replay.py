@@ -150,6 +150,17 @@ def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path) -> Path:
     return folder
 
 
+def interleaved(first: list[Entry], second: list[Entry]) -> list[Entry]:
+    """The recording order: one of `first`, one of `second`, and so on (the rest of the longer list
+    at the end). A shared machine's speed drifts (other jobs come and go): recording every run to
+    fit before every run to judge would let a drift between the two halves pass for model error;
+    alternating them exposes both to the same conditions (blocking against drift)."""
+    out: list[Entry] = []
+    for i in range(max(len(first), len(second))):
+        out += first[i:i + 1] + second[i:i + 1]
+    return out
+
+
 def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-replay"),
               progress=None) -> SuiteResult:
     """Record every entry, calibrate on the `calibrate` ones, replay the `replay` ones.
@@ -166,9 +177,9 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
     say = progress or (lambda message: None)
     out.mkdir(parents=True, exist_ok=True)
     recorded = {}
-    for i, entry in enumerate(suite.calibrate + suite.replay):
-        say(f"[{i + 1}/{len(suite.calibrate) + len(suite.replay)}] recording {entry.label} "
-            f"({suite.ranks} ranks, {suite.steps} steps)")
+    order = interleaved(suite.calibrate, suite.replay)
+    for i, entry in enumerate(order):
+        say(f"[{i + 1}/{len(order)}] recording {entry.label} ({suite.ranks} ranks, {suite.steps} steps)")
         recorded[entry.label] = record(suite, suite_path, entry, out)
     profile = out / "calibrated.yaml"
     say(f"calibrating {suite.base_profile} on {', '.join(e.label for e in suite.calibrate)}")

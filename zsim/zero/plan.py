@@ -530,8 +530,9 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     for check in ("overflow", "norm"):
         if not kernels[check].kernels:
             continue
-        b.add(name=f"optimizer/{check}", stream="compute", deps=deps, kernels=kernels[check], step=step,
-              micro_batch=last_mb)
+        # hbm_bytes: what the kernels stream, for a model that prices bytes, not kernels (a CPU host).
+        b.add(name=f"optimizer/{check}", stream="compute", deps=deps, kernels=kernels[check],
+              hbm_bytes=kernels[check].bytes, step=step, micro_batch=last_mb)
         deps = ()
         for group in ("dp", "mp") if s.layout.mp > 1 else ("dp",):
             b.add(name=f"all_reduce/{check}.{group}", stream="compute", collective="all_reduce", group=group,
@@ -544,7 +545,9 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     held, transient = f"optimizer.grads_copy.s{step}", f"optimizer.grads_pieces.s{step}"
     grad_tags = tuple(_full_grad_tag(m.name, step) for m in w.modules) if z.stage <= 1 else (_partition_grad_tag(step),)
     converted = min(elements, sub_group) if z.stage == 3 else elements
-    b.add(name="optimizer/grads_copy", stream="compute", deps=deps, hbm_bytes=(e + grads.held / max(1, converted)) * converted,
+    # fp32 training holds no copy (Adam reads the gradients in place): no pass, no bytes.
+    copy_bytes = (e + grads.held / max(1, converted)) * converted if grads.held else 0.0
+    b.add(name="optimizer/grads_copy", stream="compute", deps=deps, hbm_bytes=copy_bytes,
           allocs=(Alloc("buffers", grads.held, held), Alloc("buffers", grads.transient, transient)),
           frees=(transient,) + grad_tags, step=step, micro_batch=last_mb)
     opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
