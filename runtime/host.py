@@ -73,12 +73,34 @@ def keep_freed_memory() -> str:
     return "glibc, caching (mmap off, no trim: freed memory is reused, not returned to the OS)"
 
 
-def host_facts(ranks_on_host: int, device: torch.device | None = None) -> dict[str, Any]:
+def pin_to_cores(local_rank: int, local_world: int) -> list[int] | None:
+    """Bind this rank (all its threads, gloo's included) to its own share of the cores this process
+    may use: local rank r gets the r-th of `local_world` equal, contiguous blocks, as a GPU rank owns
+    its GPU (and as Intel's and torchrun's CPU launchers bind ranks to cores). Unbound, the OS moves
+    threads across cores, so one rank's gloo thread can run on the core of another rank's compute:
+    a slowdown of that other rank that no per-rank model (zsim.engine.cores gives each rank
+    cores / ranks) can know of. Returns the cores, or None where binding is impossible (not Linux,
+    fewer cores than ranks: the ranks then time-slice whatever we do)."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+    if len(cores) < local_world:
+        return None
+    per = len(cores) // local_world
+    mine = cores[local_rank * per:(local_rank + 1) * per]
+    os.sched_setaffinity(0, mine)
+    return mine
+
+
+def host_facts(ranks_on_host: int, device: torch.device | None = None,
+               bound: list[int] | None = None) -> dict[str, Any]:
     """What a host profile needs to know about this run: CPU model, logical cores (all and usable),
     ranks on this host, intra-op threads per rank, whether ranks × threads exceed the cores (then
     they time-slice: DESIGN.md, measured facts), memory, the torch version and its BLAS, and, for a
-    CPU run, the allocator setting (keep_freed_memory; idempotent, so it is read by setting it)."""
-    cores = usable_cores()
+    CPU run, the allocator setting (keep_freed_memory; idempotent, so it is read by setting it) and
+    the cores the rank is `bound` to (pin_to_cores: then the ranks' blocks are the usable cores)."""
+    cores = len(bound) * ranks_on_host if bound else usable_cores()
     threads = torch.get_num_threads()
     return {
         "cpu_model": cpu_model(),
@@ -91,5 +113,6 @@ def host_facts(ranks_on_host: int, device: torch.device | None = None) -> dict[s
         "torch": torch.__version__,
         "blas": "mkl" if torch.backends.mkl.is_available() else "openblas-or-other",
         "machine": platform.machine(),
-        **({"allocator": keep_freed_memory()} if device is not None and device.type == "cpu" else {}),
+        **({"allocator": keep_freed_memory(), "bound_cores": bound} if device is not None and device.type == "cpu"
+           else {}),
     }

@@ -29,7 +29,7 @@ import zsim
 from .comm import Collectives
 from .config import RunConfig
 from .data import global_batch, micro_batch
-from .host import host_facts, keep_freed_memory
+from .host import host_facts, keep_freed_memory, pin_to_cores
 from .ledger import MemoryLedger
 from .model import GPT, gpt_config
 from .tensor_parallel import shard_block, shard_embedding, shard_head
@@ -90,15 +90,18 @@ def main(cfg: RunConfig, env: RankEnv) -> int:
             dist.destroy_process_group()
 
 
-def _device(cfg: RunConfig, env: RankEnv) -> tuple[torch.device, str]:
+def _device(cfg: RunConfig, env: RankEnv) -> tuple[torch.device, str, list[int] | None]:
+    """(device, backend, the cores this rank is bound to: None on a GPU or where it cannot be bound)."""
     use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     if use_cuda:
         torch.cuda.set_device(env.local_rank)
-        return torch.device("cuda", env.local_rank), "nccl"
-    # Share the cores among the ranks on this host, or 8 processes x all cores thrash.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
+        return torch.device("cuda", env.local_rank), "nccl", None
+    # Share the cores among the ranks on this host, or 8 processes x all cores thrash: each rank bound
+    # to its own block of cores, with as many intra-op threads as the block has.
+    cores = pin_to_cores(env.local_rank, env.local_world_size)
+    torch.set_num_threads(len(cores) if cores else max(1, (os.cpu_count() or 1) // env.local_world_size))
     keep_freed_memory()  # a caching allocator, as on a GPU: no page faults on each step's temporaries
-    return torch.device("cpu"), "gloo"
+    return torch.device("cpu"), "gloo", cores
 
 
 def _clock_offset_us(tracer: Tracer, device: torch.device) -> float:
@@ -113,7 +116,7 @@ def _clock_offset_us(tracer: Tracer, device: torch.device) -> float:
 
 
 def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
-    device, backend = _device(cfg, env)
+    device, backend, bound = _device(cfg, env)
     dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(minutes=10),
                             device_id=device if device.type == "cuda" else None)
     on_cuda = device.type == "cuda"
@@ -133,7 +136,7 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
         allgather_bucket_elements=cfg.allgather_bucket_elements,
         prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
         comm=comm, tracer=tracer, ledger=ledger, device=device, mp_comm=mp_comm)
-    metadata = _metadata(cfg, env, engine, backend, device, offset, total_params)
+    metadata = _metadata(cfg, env, engine, backend, device, offset, total_params, bound)
     summary: dict[str, Any] = {"rank": env.rank, "dp_rank": engine.rank, "losses": [],
                                "model_states": engine.model_state_bytes(), "params": total_params,
                                "params_per_mp_rank": engine.params,
@@ -207,7 +210,7 @@ def _split_model(model: GPT, mp_comm: Collectives) -> None:
 
 
 def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, device: torch.device, offset: float,
-              total_params: int) -> dict[str, Any]:
+              total_params: int, bound: list[int] | None = None) -> dict[str, Any]:
     return {
         "source": "measured",
         "model": cfg.model.model_dump(),
@@ -227,7 +230,7 @@ def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, de
         "backend": backend,
         "device": str(device),
         "host": socket.gethostname(),
-        "host_facts": host_facts(env.local_world_size, device),
+        "host_facts": host_facts(env.local_world_size, device, bound),
         "versions": {"zsim": zsim.__version__, "torch": torch.__version__, "python": platform.python_version()},
         "clock_offset_us": offset,
         "model_states": engine.model_state_bytes(),

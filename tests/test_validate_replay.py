@@ -21,3 +21,13 @@ def test_held_out_replays_meet_the_criteria(tmp_path):
     assert all(o.unmatched == 0 for o in result.outcomes), "ops that do not line up"
     assert all(o.states_exact for o in result.judged), "model states differ"
     assert result.passed, result.table()
+
+
+def test_recordings_alternate_between_fit_and_judged_runs():
+    """A drift of the machine's speed must hit the runs to fit and the runs to judge alike."""
+    from zsim.validate.replay import Entry, interleaved
+
+    fit = [Entry(scenario=f"f{i}.yaml", stage=0) for i in range(4)]
+    judged = [Entry(scenario=f"j{i}.yaml", stage=1) for i in range(2)]
+    order = [e.scenario for e in interleaved(fit, judged)]
+    assert order == ["f0.yaml", "j0.yaml", "f1.yaml", "j1.yaml", "f2.yaml", "f3.yaml"]
