@@ -3,8 +3,8 @@ runtime, calibrate the host profile on some, replay the others; step time median
 beyond 25%, model states exact (zsim/validate/suites/replay-cpu.yaml).
 
 Its timings are only meaningful when the suite's ranks have the cores to themselves, so it is marked
-`serial`: `make test` runs it after the parallel tests, alone (DESIGN.md: time-slicing ranks vary
-10-30x). About 2 minutes on a quiet 2-core machine."""
+`serial` and left out of `make test`: `make validate-replay` runs it alone (DESIGN.md: time-slicing
+ranks vary 10-30x). About 30 s on a quiet 2-core machine."""
 
 from __future__ import annotations
 
