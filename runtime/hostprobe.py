@@ -122,10 +122,11 @@ def rank_main(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from .host import keep_freed_memory
+    from .host import keep_freed_memory, pin_to_cores
 
+    pin_to_cores(rank, world)  # as the runtime's CPU ranks run (runtime/worker.py)
     torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as the runtime's CPU ranks run (runtime/worker.py)
+    keep_freed_memory()
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         dist.barrier()
