@@ -31,3 +31,16 @@ def test_recordings_alternate_between_fit_and_judged_runs():
     judged = [Entry(scenario=f"j{i}.yaml", stage=1) for i in range(2)]
     order = [e.scenario for e in interleaved(fit, judged)]
     assert order == ["f0.yaml", "j0.yaml", "f1.yaml", "j1.yaml", "f2.yaml", "f3.yaml"]
+
+
+def test_the_table_states_the_measurements_own_noise(tmp_path):
+    """The first held-out run is recorded twice; how far apart the two land is printed beside the verdict."""
+    from zsim.validate.replay import Criteria, Outcome, SuiteResult
+
+    outcome = Outcome("gpt-tiny-b-s0-ga4", 0.200, 0.190, True, 10, 0, True)
+    result = SuiteResult(tmp_path / "suite.yaml", tmp_path / "p.yaml", [outcome],
+                         Criteria(median_step_error=0.1, max_step_error=0.25), (0.1, 0.1, 0.1), 2,
+                         repeat=("gpt-tiny-b-s0-ga4", 0.200, 0.230))
+    assert result.noise == pytest.approx(0.15)
+    assert "200.00ms, then 230.00ms (15.0% apart)" in result.table()
+    assert result.as_dict()["noise_floor"]["difference"] == pytest.approx(0.15)

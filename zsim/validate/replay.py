@@ -85,6 +85,13 @@ class SuiteResult:
     cores: int
     calibration: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    # The noise floor: the first held-out run recorded again at the end, (label, first, again) step seconds
+    repeat: tuple[str, float, float] | None = None
+
+    @property
+    def noise(self) -> float | None:
+        """|again / first − 1| of the repeated recording: how far the machine alone moves a measured step."""
+        return None if self.repeat is None else abs(self.repeat[2] / self.repeat[1] - 1.0)
 
     @property
     def judged(self) -> list[Outcome]:
@@ -110,6 +117,9 @@ class SuiteResult:
         return {"suite": str(self.suite), "profile": str(self.profile), "passed": self.passed,
                 "median_error": self.median_error, "max_error": self.max_error, "cores": self.cores,
                 "load_average": list(self.load), "seconds": self.seconds, "calibration": self.calibration,
+                "noise_floor": None if self.repeat is None else {
+                    "run": self.repeat[0], "measured_s": self.repeat[1], "measured_again_s": self.repeat[2],
+                    "difference": self.noise},
                 "runs": [{"label": o.label, "measured_s": o.measured_s, "simulated_s": o.simulated_s, "error": o.error,
                           "model_states_exact": o.states_exact, "ops_lined_up": o.lined_up,
                           "ops_unmatched": o.unmatched, "judged": o.judged} for o in self.outcomes]}
@@ -132,13 +142,14 @@ def scenario_path(suite_path: Path, name: str) -> Path:
     raise ConfigError(f"scenario '{name}' is neither beside the suite nor in {SCENARIOS}", source=str(suite_path))
 
 
-def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path) -> Path:
-    """Run the real runtime for one entry (a subprocess launching `suite.ranks` processes).
+def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path, label: str | None = None) -> Path:
+    """Run the real runtime for one entry (a subprocess launching `suite.ranks` processes) into
+    out/<label> (default: the entry's label).
 
     Raises:
         ZsimError: the run failed (its log is named).
     """
-    folder = out / entry.label
+    folder = out / (label or entry.label)
     command = [sys.executable, "-m", "zsim.runtime", "--ranks", str(suite.ranks), "--stage", str(entry.stage),
                "--grad-accum", str(entry.grad_accum), "--steps", str(suite.steps), "--precision", suite.precision,
                "--model", str(scenario_path(suite_path, entry.scenario)), "-o", str(folder),
@@ -193,8 +204,15 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
                                 all(v["exact"] for v in rep["model_states_bytes"].values()), a["lined_up"],
                                 len(a["measured_only"]) + len(a["simulated_only"]),
                                 judged=suite.ranks <= cores or rep["run"]["backend"] != "gloo"))
+    # The same run once more, last: the two measurements differ by what the machine alone does to a
+    # step (other jobs, caches, the scheduler), the floor under any model's error here.
+    first = suite.replay[0]
+    say(f"recording {first.label} again (the measurement's own noise)")
+    again, _ = replay(record(suite, suite_path, first, out, label=f"{first.label}-again"), str(profile))
+    repeat = (first.label, outcomes[0].measured_s, again["step_seconds"]["measured"])
     return SuiteResult(suite_path, profile, outcomes, suite.criteria, os.getloadavg(), cores,
-                       {k: report.get(k) for k in ("collectives", "compute")}, time.perf_counter() - started)
+                       {k: report.get(k) for k in ("collectives", "compute")}, time.perf_counter() - started,
+                       repeat)
 
 
 def table(result: SuiteResult) -> str:
@@ -209,6 +227,10 @@ def table(result: SuiteResult) -> str:
     lines.append(f"  step time |error|: median {result.median_error:.1%} (<= {c.median_step_error:.0%}), worst "
                  f"{result.max_error:.1%} (<= {c.max_step_error:.0%}); model states "
                  f"{'exact' if all(o.states_exact for o in result.judged) else 'DIFFER'}")
+    if result.repeat is not None:
+        label, first, again = result.repeat
+        lines.append(f"  noise floor: {label} measured again at the end: {first * 1e3:.2f}ms, then "
+                     f"{again * 1e3:.2f}ms ({result.noise:.1%} apart)")
     lines.append(f"  {'PASS' if result.passed else 'FAIL'} · {result.cores} cores, load average "
                  f"{result.load[0]:.1f} / {result.load[1]:.1f} / {result.load[2]:.1f} at the end, "
                  f"{result.seconds:.0f} s in all")
