@@ -77,3 +77,10 @@ def test_enough_cores_leave_every_op_at_its_own_speed(tmp_path, monkeypatch):
     r2 = simulate(build_scenario(SCENARIO))
     assert r2.step_seconds[-1] > r4.step_seconds[-1]
     assert r2.compute_seconds > r4.compute_seconds  # compute stretched where it ran beside gloo
+
+
+def test_per_rank_mode_shares_each_ranks_cores_as_class_mode_does():
+    """Per-rank mode gives every rank its own share and a collective crosses all its members': with
+    symmetric ranks that is class mode's timing, to the bit."""
+    scenario = build_scenario(SCENARIO)
+    assert simulate(scenario, mode="per_rank").step_seconds == simulate(scenario).step_seconds
