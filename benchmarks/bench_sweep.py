@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from zsim.config.schema import HardwareSection
+from zsim.config.struct import fields
 from zsim.sweep.points import plan_sweep
 from zsim.sweep.runner import run_sweep
 from zsim.sweep.spec import sweep_from_mapping
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def sweep_mapping(points: int) -> tuple[dict, str]:
-    if "nic_Gbps" in HardwareSection.model_fields:
+    if "nic_Gbps" in fields(HardwareSection):
         axis = {"hardware.nic_Gbps": {"from": 25.0, "to": 6400.0, "num": points, "log": True}}
     else:
         axis = {"zero.reduce_bucket_elements": {"from": 10**6, "to": 10**6 + points - 1, "step": 1}}

@@ -1,5 +1,5 @@
 """The options of a traced run, shared by `zsim trace` and `python -m zsim.runtime` (no torch and no
-pydantic import here: `zsim --help` builds this parser and must stay fast)."""
+config-model import here: `zsim --help` builds this parser and must stay fast)."""
 
 from __future__ import annotations
 

@@ -12,10 +12,11 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
 
 from zsim.config.hf import resolve_from_hf
 from zsim.config.schema import ModelSection, PrecisionSection, ZeroSection
+from zsim.config.struct import dump
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError, short
 from zsim.workload.transformer import mp_problems
@@ -24,14 +25,15 @@ MAX_RANKS = 1024  # processes on one machine (one per GPU, or CPU processes)
 MAX_STEPS = 1_000_000
 
 PRECISIONS = ("fp32", "fp16", "bf16")
-DEFAULT_BUCKET_ELEMENTS = ZeroSection.model_fields["reduce_bucket_elements"].default
-DEFAULT_ALLGATHER_ELEMENTS = ZeroSection.model_fields["allgather_bucket_elements"].default
+_ZERO_DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(ZeroSection)}
+DEFAULT_BUCKET_ELEMENTS = _ZERO_DEFAULTS["reduce_bucket_elements"]
+DEFAULT_ALLGATHER_ELEMENTS = _ZERO_DEFAULTS["allgather_bucket_elements"]
 
 
-class _ScenarioView(BaseModel):
-    """The parts of a scenario file the runtime reads; its other sections are the simulator's."""
+class _ScenarioView(msgspec.Struct, frozen=True, kw_only=True):
+    """The parts of a scenario file the runtime reads; its other sections (unknown keys here, ignored)
+    are the simulator's."""
 
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
     model: ModelSection
     zero: ZeroSection | None = None
     precision: PrecisionSection | None = None
@@ -185,7 +187,7 @@ class RunConfig:
 
     def to_json(self) -> str:
         data = asdict(self)
-        data["model"] = self.model.model_dump()
+        data["model"] = dump(self.model)
         return json.dumps(data, indent=1)
 
     @classmethod

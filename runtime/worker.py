@@ -36,6 +36,7 @@ from .tensor_parallel import shard_block, shard_embedding, shard_head
 from .tracer import Tracer
 from .zero import ENGINES
 from .zero.engine import EngineOptions, ZeroEngine
+from zsim.config.struct import dump
 from zsim.errors import ConfigError
 
 
@@ -213,7 +214,7 @@ def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, de
               total_params: int, bound: list[int] | None = None) -> dict[str, Any]:
     return {
         "source": "measured",
-        "model": cfg.model.model_dump(),
+        "model": dump(cfg.model),
         "params": total_params,
         "params_per_mp_rank": engine.params,
         "params_padded": engine.params_padded,

@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 from zsim.cli import COMMANDS, build_parser
 from zsim.commands.units import nccl_size_arg, size_arg
 
-HEAVY = ("numpy", "simpy", "networkx", "pydantic", "yaml", "matplotlib", "torch", "scipy", "tqdm", "shtab")
+HEAVY = ("numpy", "simpy", "networkx", "msgspec", "yaml", "matplotlib", "torch", "scipy", "tqdm", "shtab")
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -95,7 +95,7 @@ def test_choices_spelled_out_for_lazy_imports_agree_with_their_sources():
 def test_python_dash_m_zsim_and_version():
     proc = subprocess.run([sys.executable, "-m", "zsim", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0
-    for name in ("zsim 0.", "python 3.", "simpy ", "numpy ", "pydantic "):
+    for name in ("zsim 0.", "python 3.", "simpy ", "numpy ", "msgspec "):
         assert name in proc.stdout, proc.stdout
     assert "torch" in proc.stdout
 

@@ -13,6 +13,7 @@ from zsim.compute.model import list_seconds
 from zsim.config.hardware import ComputeOverride, compute_terms, load_cluster
 from zsim.errors import ConfigError, ZsimError
 from zsim.workload.transformer import padded_vocab
+from zsim.config.yamlfile import validate
 
 V100 = load_cluster("dgx2", 1).gpu
 
@@ -79,12 +80,12 @@ def test_system_compute_override_replaces_keys():
     from zsim.config.profiles import Profiles
 
     spec = section.load_profile(Profiles.from_environment(), "gpu", "v100-sxm3-32gb", section.GpuFile)
-    over = ComputeOverride.model_validate({"host_op_us": 4.0, "gemm": {"fp16": {"efficiency": 0.5}}})
+    over = validate(ComputeOverride, {"host_op_us": 4.0, "gemm": {"fp16": {"efficiency": 0.5}}}, "test")
     terms = compute_terms(spec.compute, over, "test")
     assert terms.host_op_s == pytest.approx(4e-6) and terms.gemm["fp16"].efficiency == 0.5
     assert terms.gemm["fp16"].fixed_s == gpu.compute.gemm["fp16"].fixed_s  # the rest stays the GPU's
     with pytest.raises(ConfigError, match="compute.gemm.bf16"):
-        compute_terms(spec.compute, ComputeOverride.model_validate({"gemm": {"bf16": {"efficiency": 0.5}}}), "test")
+        compute_terms(spec.compute, validate(ComputeOverride, {"gemm": {"bf16": {"efficiency": 0.5}}}, "test"), "test")
 
 
 def test_bad_gemm_csv_names_the_line(tmp_path):

@@ -17,7 +17,7 @@ from zsim.config.profiles import builtin_folder, shipped_file
 from zsim.config.yamlfile import _PackageDataLoader, _StrictLoader, parse_yaml, read_text
 from zsim.errors import ConfigError
 
-HEAVY = ("pydantic", "numpy", "simpy", "networkx", "matplotlib", "yaml", "torch")
+HEAVY = ("msgspec", "numpy", "simpy", "networkx", "matplotlib", "yaml", "torch")
 
 
 def _imported_after(code: str) -> set[str]:

@@ -69,14 +69,14 @@ def error_of(hardware: dict, parallel: dict | None = None) -> str:
 
 
 @pytest.mark.parametrize("key, value, words", [
-    ("nic_Gbps", 0, "greater than 0"),
-    ("nic_Gbps", "fast", "(got 'fast')"),
-    ("nic_latency_us", -1.0, "greater than or equal to 0"),
-    ("gpus_per_node", 0, "greater than 0"),
-    ("gpus_per_node", 7.5, "valid integer"),
-    ("nics_per_node", -2, "greater than 0"),
-    ("gpu_memory_GiB", 0, "greater than 0"),
-    ("oversubscription", 0.5, "greater than or equal to 1"),
+    ("nic_Gbps", 0, "must be a number > 0.0 (got 0)"),
+    ("nic_Gbps", "fast", "must be a number (got 'fast')"),
+    ("nic_latency_us", -1.0, "must be a number >= 0.0 (got -1.0)"),
+    ("gpus_per_node", 0, "must be an integer >= 1 (got 0)"),
+    ("gpus_per_node", 7.5, "must be an integer (got 7.5)"),
+    ("nics_per_node", -2, "must be an integer >= 1 (got -2)"),
+    ("gpu_memory_GiB", 0, "must be a number > 0.0 (got 0)"),
+    ("oversubscription", 0.5, "must be a number >= 1.0 (got 0.5)"),
     ("gpu", "v100-sxm3-32", "did you mean 'v100-sxm3-32gb'"),
     ("gpus_per_node", 15, "multiple of 2"),
 ])

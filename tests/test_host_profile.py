@@ -14,6 +14,7 @@ from zsim.config.host import HostFile, host_model
 from zsim.config.scenario import build_scenario
 from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
+from zsim.config.yamlfile import validate
 
 SCENARIO = {"model": {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256, "micro_batch": 2},
             "parallel": {"dp": 2, "mp": 1}, "zero": {"stage": 3, "activation_checkpointing": False},
@@ -46,7 +47,7 @@ def test_collectives_follow_the_latency_bandwidth_terms():
 def test_more_than_one_host_and_missing_group_sizes_are_refused():
     with pytest.raises(ConfigError, match="hardware.nodes must be 1"):
         load_cluster("dev-2core", 2)
-    model = host_model(HostFile.model_validate(yaml.safe_load((ROOT / "hwprofiles/hosts/dev-2core.yaml").read_text())))
+    model = host_model(validate(HostFile, yaml.safe_load((ROOT / "hwprofiles/hosts/dev-2core.yaml").read_text()), "dev-2core"))
     assert model.collective_seconds("all_reduce", 1e6, 1) == 0.0  # a group of one moves nothing
     with pytest.raises(ConfigError, match="no all_reduce terms for a group of 4"):
         model.collective_seconds("all_reduce", 1e6, 4)

@@ -12,6 +12,7 @@ from zsim.sweep.points import plan_sweep
 from zsim.sweep.spec import sweep_from_mapping
 from zsim.workload.transformer import build_workload
 from zsim.zero.plan import build_plan
+from zsim.config.struct import replace
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ["1T-1024gpu", "paper/7.5B-64gpu-stage1", "paper/7.5B-64gpu-stage2", "paper/C5-100B-400gpu",
@@ -35,7 +36,7 @@ def test_the_plan_reads_no_speed(name):
 
 def test_the_key_tells_plans_apart():
     scenario = load_scenario(ROOT / "scenarios/paper/7.5B-64gpu-stage2.yaml")
-    other = dataclasses.replace(scenario, zero=scenario.zero.model_copy(update={"stage": 1}))
+    other = dataclasses.replace(scenario, zero=replace(scenario.zero, stage=1))
     assert plan_key(other) != plan_key(scenario)
     assert plan_key(dataclasses.replace(scenario, grad_accum=scenario.grad_accum + 1)) != plan_key(scenario)
 

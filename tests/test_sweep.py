@@ -17,6 +17,7 @@ from zsim.sweep.answers import fastest, knee_of, knees
 from zsim.sweep.points import plan_sweep
 from zsim.sweep.runner import run_sweep
 from zsim.sweep.spec import Range, sweep_from_mapping
+from zsim.config.yamlfile import validate
 
 
 def zsim(*args, cwd=ROOT, **kw):
@@ -38,15 +39,15 @@ def plan_of(mapping: dict, base: Path):
 # --- ranges and axes -------------------------------------------------------------------------
 
 def test_ranges_inclusive_geometric_log_and_integer():
-    assert Range.model_validate({"from": 25, "to": 1600, "factor": 2}).values() == [25, 50, 100, 200, 400, 800, 1600]
-    assert Range.model_validate({"from": 25, "to": 1600, "num": 13, "log": True}).values() == \
+    assert validate(Range, {"from": 25, "to": 1600, "factor": 2}, "test").values() == [25, 50, 100, 200, 400, 800, 1600]
+    assert validate(Range, {"from": 25, "to": 1600, "num": 13, "log": True}, "test").values() == \
         [25, 35, 50, 71, 100, 141, 200, 283, 400, 566, 800, 1131, 1600]
-    assert Range.model_validate({"from": 0.1, "to": 1.0, "step": 0.1}).values() == \
+    assert validate(Range, {"from": 0.1, "to": 1.0, "step": 0.1}, "test").values() == \
         [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
-    assert Range.model_validate({"from": 1, "to": 10, "step": 4}).values() == [1, 5, 9]
-    assert Range.model_validate({"from": 0, "to": 4, "num": 3}).values() == [0, 2, 4]
-    assert Range.model_validate({"from": 1, "to": 2, "num": 4}).values() == [1, 2]  # integers, duplicates dropped
-    assert Range.model_validate({"from": 0.0, "to": 1.0, "num": 5}).values() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert validate(Range, {"from": 1, "to": 10, "step": 4}, "test").values() == [1, 5, 9]
+    assert validate(Range, {"from": 0, "to": 4, "num": 3}, "test").values() == [0, 2, 4]
+    assert validate(Range, {"from": 1, "to": 2, "num": 4}, "test").values() == [1, 2]  # integers, duplicates dropped
+    assert validate(Range, {"from": 0.0, "to": 1.0, "num": 5}, "test").values() == [0.0, 0.25, 0.5, 0.75, 1.0]
 
 
 @pytest.mark.parametrize("spec, message", [

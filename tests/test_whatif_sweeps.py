@@ -16,17 +16,18 @@ from zsim.sweep.answers import KNEE_GAIN
 from zsim.sweep.points import load_plan, plan_sweep
 from zsim.sweep.runner import run_sweep
 from zsim.sweep.spec import load_sweep_file
+from zsim.config.struct import fields, replace
 
 WHATIF = ROOT / "scenarios" / "whatif"
 SWEEPS = sorted(p for p in WHATIF.glob("*.yaml") if "base" in yaml.safe_load(p.read_text()))
-NEEDS_NIC = pytest.mark.skipif("nic_Gbps" not in HardwareSection.model_fields,
+NEEDS_NIC = pytest.mark.skipif("nic_Gbps" not in fields(HardwareSection),
                                reason="needs the hardware.nic_Gbps override (issue 9, contract 2)")
 
 
 def subset(path, zip=None, **axes):  # noqa: A002
     """The shipped sweep with some axes narrowed (same file, same base, fewer points)."""
     spec = load_sweep_file(path)
-    spec = spec.model_copy(update={"axes": {**spec.axes, **axes}, "zip": spec.zip if zip is None else zip})
+    spec = replace(spec, axes={**spec.axes, **axes}, zip=spec.zip if zip is None else zip)
     return plan_sweep(spec, str(path), path.parent)
 
 
@@ -37,7 +38,7 @@ def test_the_four_sweeps_are_shipped():
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
 def test_every_point_of_every_shipped_sweep_validates(path):
-    if "hardware.nic_Gbps" in path.read_text() and "nic_Gbps" not in HardwareSection.model_fields:
+    if "hardware.nic_Gbps" in path.read_text() and "nic_Gbps" not in fields(HardwareSection):
         pytest.skip("needs the hardware.nic_Gbps override (issue 9, contract 2)")
     plan = load_plan(path)
     assert len(plan.points) + sum(plan.skipped.values()) == plan.total > 1

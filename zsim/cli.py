@@ -4,7 +4,7 @@ Each subcommand lives in zsim/commands/<name>.py with `register(subparsers)`, wh
 and sets `func(args) -> int` (the exit code). `zsim COMMAND ...` imports only that command's module;
 `zsim`, `zsim --help` and `zsim --version` import none: the list of commands comes from the one-line
 summaries in zsim.commands.HELP. Command modules import only the standard library and light zsim
-modules at import time; numpy, simpy, networkx, pydantic, yaml, matplotlib and torch are imported
+modules at import time; numpy, simpy, networkx, msgspec, yaml, matplotlib and torch are imported
 inside the functions that run the command, so a command's `--help` is fast too
 (tests/test_cli_conventions.py and tests/test_fast_start.py check both, and the flag conventions).
 """
@@ -69,7 +69,7 @@ def versions() -> dict[str, str | None]:
     from importlib import metadata
 
     out: dict[str, str | None] = {"zsim": __version__, "python": platform.python_version()}
-    for package in ("simpy", "numpy", "pydantic", "networkx", "scipy", "torch"):
+    for package in ("simpy", "numpy", "msgspec", "networkx", "scipy", "torch"):
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run(argv)
     code = _run(sys.argv[1:])
     # The process exits next. Freezing the garbage collector's view of every object spares the
-    # interpreter's shutdown a cycle collection over every module's objects (pydantic's, the
+    # interpreter's shutdown a cycle collection over every module's objects (the models', the
     # simulation's): 0.05-0.12 s of a flagship run's CPU time, 0.01 s frozen. Objects are still
     # freed by reference counting, files flushed and atexit handlers run; only unreachable cycles
     # are left to the operating system.

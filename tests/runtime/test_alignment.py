@@ -20,6 +20,7 @@ from zsim.config.scenario import build_scenario
 from zsim.engine.simulation import simulate
 from zsim.trace.writer import simulated_trace
 from zsim.zero.plan import rank_pieces
+from zsim.config.struct import dump
 
 CASES = {  # name: (stage, mp, changes to the run)
     "s0": (0, 1, {}), "s1": (1, 1, {}), "s2": (2, 1, {}), "s3": (3, 1, {}),
@@ -44,7 +45,7 @@ def measured_and_simulated(traced, name: str):
     if "allgather_bucket_elements" in changes:
         zero["allgather_bucket_elements"] = changes["allgather_bucket_elements"]
     scenario = build_scenario({
-        "model": model.model_dump(exclude_none=True), "parallel": {"dp": 2 // mp, "mp": mp}, "zero": zero,
+        "model": {k: v for k, v in dump(model).items() if v is not None}, "parallel": {"dp": 2 // mp, "mp": mp}, "zero": zero,
         "precision": {"dtype": "fp32"}, "hardware": {"profile": "dev-2core", "nodes": 1}, "run": {"steps": 2}})
     return run, simulate(scenario)
 

@@ -10,6 +10,7 @@ from zsim.config.hardware import load_cluster
 from zsim.config.profiles import Profiles
 from zsim.config.scenario import Scenario, build_scenario
 from zsim.config.schema import ModelSection, ZeroSection
+from zsim.config.struct import fields
 from zsim.errors import ConfigError
 from zsim.trace.run_reader import MeasuredRun
 
@@ -25,10 +26,10 @@ def scenario_dict(run: MeasuredRun, profile: str, profiles: Profiles | None = No
     for key in ("model", "zero", "precision", "dp", "mp", "world_size"):
         if key not in meta:
             raise ConfigError(f"metadata has no '{key}': cannot rebuild the run", source=str(run.folder))
-    model = {k: v for k, v in meta["model"].items() if k in ModelSection.model_fields and v is not None}
+    model = {k: v for k, v in meta["model"].items() if k in fields(ModelSection) and v is not None}
     model.pop("global_batch", None)
     model["grad_accum"] = int(meta.get("grad_accum") or model.get("grad_accum") or 1)
-    zero = {k: v for k, v in meta["zero"].items() if k in ZeroSection.model_fields}
+    zero = {k: v for k, v in meta["zero"].items() if k in fields(ZeroSection)}
     cluster = load_cluster(profile, 1, profiles)
     world = int(meta["world_size"])
     per_node = cluster.gpus_per_node
@@ -39,7 +40,7 @@ def scenario_dict(run: MeasuredRun, profile: str, profiles: Profiles | None = No
     if world < per_node:
         from zsim.config.schema import HardwareSection
 
-        if "gpus_per_node" not in HardwareSection.model_fields:
+        if "gpus_per_node" not in fields(HardwareSection):
             raise ConfigError(f"the run had {world} ranks, profile '{profile}' has {per_node} GPUs per node, and this "
                               "build cannot use part of a node (hardware.gpus_per_node): give a profile with "
                               f"{world} per node", source=str(run.folder))

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from zsim.fabric.perf import PerfRow
 
 # zsim.fabric.collective.ALGORITHMS and zsim.fabric.perf.DTYPE_BYTES, spelled out here because those
-# modules import pydantic, simpy and networkx (tests/test_cli_conventions.py checks they agree).
+# modules import msgspec, simpy and networkx (tests/test_cli_conventions.py checks they agree).
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
 DTYPES = ("bfloat16", "double", "float", "half", "int32", "int8")
 

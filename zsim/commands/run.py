@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from zsim.cli import sigint_held
 
-    # Ctrl-C while C extensions initialise (pydantic-core, libyaml) aborts the interpreter or surfaces
+    # Ctrl-C while C extensions initialise (libyaml, numpy) aborts the interpreter or surfaces
     # as "ImportError: initialization failed" instead of exiting 130: hold it until loading is done.
     with sigint_held():
         from zsim.config.scenario import load_scenario

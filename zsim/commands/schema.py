@@ -1,4 +1,4 @@
-"""`zsim schema`: the JSON Schema of scenario files, generated from the pydantic models that validate
+"""`zsim schema`: the JSON Schema of scenario files, generated from the models (msgspec Structs) that validate
 them (zsim/config/schema.py), so an editor can complete keys, show each key's documentation and flag
 mistakes while the file is written. docs/models.md shows the editor settings."""
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import msgspec
 
 from zsim.compute.terms import ComputeTerms, GemmTerms
 from zsim.config.profiles import Profiles
 from zsim.config.schema import Name, ProfileName, profile_name
+from zsim.config.struct import Meta, Section, field
 from zsim.config.yamlfile import printable, read_yaml_mapping, validate
 from zsim.errors import ConfigError
 from zsim.fabric.cube_mesh import MESH_GPUS, cube_mesh_links_per_gpu
@@ -30,132 +31,129 @@ GB = 1e9
 GiB = 2**30
 
 
-class _Profile(BaseModel):
+class _Profile(Section, kw_only=True):
     """A profile file or section: unknown keys are errors, no coercion, finite numbers, and every
     number bounded (issue 13): a rate or size > 0, an efficiency in (0, 1], a latency >= 0, and upper
     bounds far above any real hardware (so no product overflows and no division is by zero)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
 
 # Bounds shared by the profile files (far above real hardware of 2026: an H100 is ~1e3 TFLOPS,
 # ~3e3 GB/s of HBM, 80 GiB; NDR is 400 Gb/s).
-_TFLOPS = Field(gt=0, le=1e6)
-_GBPS = Field(gt=0, le=1e6)
-_EFFICIENCY = Field(gt=0, le=1)
-_LATENCY_US = Field(ge=0, le=1e6)
+_TFLOPS = Meta(gt=0, le=1e6)
+_GBPS = Meta(gt=0, le=1e6)
+_EFFICIENCY = Meta(gt=0, le=1)
+_LATENCY_US = Meta(ge=0, le=1e6)
 Efficiency = Annotated[float, _EFFICIENCY]
 LatencyUs = Annotated[float, _LATENCY_US]
 Bandwidth = Annotated[float, _GBPS]
 PROTOCOLS = ("LL", "LL128", "Simple")
+Tile = Annotated[list[Annotated[int, Meta(gt=0)]], Meta(min_length=2, max_length=2)]  # (rows, columns) of a GEMM tile
 
 
-class GemmSection(_Profile):
+class GemmSection(_Profile, kw_only=True):
     """The GEMM model's terms for one dtype (docs/compute.md; zsim.compute.terms.GemmTerms)."""
 
-    efficiency: float = Field(gt=0, le=1)
-    tile_TBps: float = Field(gt=0)
-    k_overhead: float = Field(ge=0)
-    fixed_us: float = Field(ge=0)
-    hbm_efficiency: float = Field(gt=0, le=1)
+    efficiency: Annotated[float, Meta(gt=0, le=1)]
+    tile_TBps: Annotated[float, Meta(gt=0)]
+    k_overhead: Annotated[float, Meta(ge=0)]
+    fixed_us: Annotated[float, Meta(ge=0)]
+    hbm_efficiency: Annotated[float, Meta(gt=0, le=1)]
 
 
-class GemmOverride(_Profile):
-    efficiency: float | None = Field(default=None, gt=0, le=1)
-    tile_TBps: float | None = Field(default=None, gt=0)
-    k_overhead: float | None = Field(default=None, ge=0)
-    fixed_us: float | None = Field(default=None, ge=0)
-    hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
+class GemmOverride(_Profile, kw_only=True):
+    efficiency: Annotated[float, Meta(gt=0, le=1)] | None = None
+    tile_TBps: Annotated[float, Meta(gt=0)] | None = None
+    k_overhead: Annotated[float, Meta(ge=0)] | None = None
+    fixed_us: Annotated[float, Meta(ge=0)] | None = None
+    hbm_efficiency: Annotated[float, Meta(gt=0, le=1)] | None = None
 
 
-class ComputeSection(_Profile):
+class ComputeSection(_Profile, kw_only=True):
     """A GPU profile's `compute:` section: the kernel-level compute model's terms (docs/compute.md)."""
 
-    sms: int = Field(gt=0)
-    tiles: list[Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=2, max_length=2)]] = Field(min_length=1)
-    hbm_efficiency: float = Field(gt=0, le=1)
-    kernel_us: float = Field(ge=0)
-    reduce_kernel_us: float | None = Field(default=None, ge=0)  # None: kernel_us
-    host_op_us: float = Field(ge=0)
+    sms: Annotated[int, Meta(gt=0)]
+    tiles: Annotated[list[Tile], Meta(min_length=1)]
+    hbm_efficiency: Annotated[float, Meta(gt=0, le=1)]
+    kernel_us: Annotated[float, Meta(ge=0)]
+    reduce_kernel_us: Annotated[float, Meta(ge=0)] | None = None
+    host_op_us: Annotated[float, Meta(ge=0)]
     gemm: dict[Literal["fp16", "bf16", "fp32"], GemmSection]
 
 
-class ComputeOverride(_Profile):
+class ComputeOverride(_Profile, kw_only=True):
     """A system profile's `compute:` section: any key of the GPU's, replacing it (e.g. fitted by
     `zsim calibrate`); `gemm.<dtype>` entries replace key by key."""
 
-    sms: int | None = Field(default=None, gt=0)
-    tiles: list[Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=2, max_length=2)]] | None = Field(
-        default=None, min_length=1)
-    hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
-    kernel_us: float | None = Field(default=None, ge=0)
-    reduce_kernel_us: float | None = Field(default=None, ge=0)
-    host_op_us: float | None = Field(default=None, ge=0)
-    gemm: dict[Literal["fp16", "bf16", "fp32"], GemmOverride] = Field(default_factory=dict)
+    sms: Annotated[int, Meta(gt=0)] | None = None
+    tiles: Annotated[list[Tile], Meta(min_length=1)] | None = None
+    hbm_efficiency: Annotated[float, Meta(gt=0, le=1)] | None = None
+    kernel_us: Annotated[float, Meta(ge=0)] | None = None
+    reduce_kernel_us: Annotated[float, Meta(ge=0)] | None = None
+    host_op_us: Annotated[float, Meta(ge=0)] | None = None
+    gemm: dict[Literal["fp16", "bf16", "fp32"], GemmOverride] = field(default_factory=dict)
 
 
-class GpuFile(_Profile):
+class GpuFile(_Profile, kw_only=True):
     name: Name
-    peak_fp16_tflops: float = _TFLOPS
-    peak_bf16_tflops: float | None = Field(default=None, gt=0, le=1e6)
-    peak_fp32_tflops: float = _TFLOPS
-    hbm_GBps: float = _GBPS
-    memory_GiB: float = Field(gt=0, le=1e6)
-    compute_capability: int = Field(gt=0, le=1000)
-    nccl_nvlink_GBps: float = _GBPS
+    peak_fp16_tflops: Annotated[float, _TFLOPS]
+    peak_bf16_tflops: Annotated[float, Meta(gt=0, le=1e6)] | None = None
+    peak_fp32_tflops: Annotated[float, _TFLOPS]
+    hbm_GBps: Annotated[float, _GBPS]
+    memory_GiB: Annotated[float, Meta(gt=0, le=1e6)]
+    compute_capability: Annotated[int, Meta(gt=0, le=1000)]
+    nccl_nvlink_GBps: Annotated[float, _GBPS]
     compute: ComputeSection
 
 
-class NetworkFile(_Profile):
+class NetworkFile(_Profile, kw_only=True):
     name: Name
-    port_Gbps: float = Field(gt=0, le=1e7)
-    efficiency: float = _EFFICIENCY
-    latency_us: float = _LATENCY_US
+    port_Gbps: Annotated[float, Meta(gt=0, le=1e7)]
+    efficiency: Annotated[float, _EFFICIENCY]
+    latency_us: Annotated[float, _LATENCY_US]
 
 
-class LinkFile(_Profile):
+class LinkFile(_Profile, kw_only=True):
     name: Name
-    GBps_per_direction: float = _GBPS
-    efficiency: float = _EFFICIENCY
+    GBps_per_direction: Annotated[float, _GBPS]
+    efficiency: Annotated[float, _EFFICIENCY]
 
 
-class IntraNodeSection(_Profile):
+class IntraNodeSection(_Profile, kw_only=True):
     fabric: Literal["nvswitch", "cube-mesh"]
-    nvlink_links_per_gpu: int = Field(gt=0, le=1024)
-    nvlink_GBps_per_link: float = _GBPS
-    nvswitches: int = Field(default=0, ge=0, le=1024)
-    baseboards: int = Field(default=1, gt=0, le=1024)
-    gpus_per_pcie_switch: int = Field(default=2, gt=0, le=1024)
+    nvlink_links_per_gpu: Annotated[int, Meta(gt=0, le=1024)]
+    nvlink_GBps_per_link: Annotated[float, _GBPS]
+    nvswitches: Annotated[int, Meta(ge=0, le=1024)] = 0
+    baseboards: Annotated[int, Meta(gt=0, le=1024)] = 1
+    gpus_per_pcie_switch: Annotated[int, Meta(gt=0, le=1024)] = 2
 
 
-class InterNodeSection(_Profile):
+class InterNodeSection(_Profile, kw_only=True):
     network: ProfileName
-    nics_per_node: int = Field(gt=0, le=1024)
-    oversubscription: float = Field(default=1.0, ge=1.0, le=1e6)
+    nics_per_node: Annotated[int, Meta(gt=0, le=1024)]
+    oversubscription: Annotated[float, Meta(ge=1.0, le=1e6)] = 1.0
 
 
-class NcclSection(_Profile):
-    launch_us: float = _LATENCY_US
+class NcclSection(_Profile, kw_only=True):
+    launch_us: Annotated[float, _LATENCY_US]
     efficiency: dict[Literal["LL", "LL128", "Simple"], Efficiency]
     latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
     step_latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
-    unaligned_copy_GBps: float = _GBPS
-    unaligned_reduce_GBps: float = _GBPS  # one element-wise reduce rate (zsim.fabric.nccl)
+    unaligned_copy_GBps: Annotated[float, _GBPS]
+    unaligned_reduce_GBps: Annotated[float, _GBPS]  # one element-wise reduce rate (zsim.fabric.nccl)
 
-    @model_validator(mode="after")
-    def _every_protocol(self) -> NcclSection:
+    def __post_init__(self) -> None:  # every protocol
+        super().__post_init__()
         for key in ("efficiency", "latency_us", "step_latency_us"):
             missing = [p for p in PROTOCOLS if p not in getattr(self, key)]
             if missing:
                 raise ValueError(f"{key} needs a value for each protocol {', '.join(PROTOCOLS)} "
                                  f"(missing {', '.join(missing)})")
-        return self
 
 
-class SystemFile(_Profile):
+class SystemFile(_Profile, kw_only=True):
     name: Name
     gpu: ProfileName
-    gpus_per_node: int = Field(gt=0, le=1024)
+    gpus_per_node: Annotated[int, Meta(gt=0, le=1024)]
     intra_node: IntraNodeSection
     inter_node: InterNodeSection
     offload_link: ProfileName
@@ -226,7 +224,7 @@ def _contained(kind: str, name: str) -> None:
             raise ConfigError(f"{kind} profile {printable(name, 60)!r}: {exc}") from None
 
 
-def load_profile(profiles: Profiles, kind: str, name: str, model: type[BaseModel]) -> BaseModel:
+def load_profile(profiles: Profiles, kind: str, name: str, model: type[Section]) -> Section:
     """Find profile `name` of `kind` and validate it against `model`. Raises ConfigError."""
     _contained(kind, name)
     path = profiles.path(kind, name)
@@ -242,7 +240,7 @@ def _raw(path: str, mtime_ns: int, size: int) -> dict:
 
 
 @functools.lru_cache(maxsize=256)
-def _parsed(path: str, mtime_ns: int, size: int, model: type[BaseModel]) -> BaseModel:
+def _parsed(path: str, mtime_ns: int, size: int, model: type[Section]) -> Section:
     """A profile file parsed and validated once per (path, modification time, size): a sweep loads the
     same 4 files per point, and YAML parsing was ~90% of planning a point (measured by H5 on issue 11:
     19.4 ms → 3.0 ms CPU per flagship point). The models are frozen, so sharing them is safe; an edited
@@ -256,15 +254,15 @@ def compute_terms(section: ComputeSection, override: ComputeOverride | None = No
     Raises:
         ConfigError: an override names a dtype the GPU has no GEMM terms for and leaves some unset.
     """
-    base = section.model_dump()
+    base = msgspec.to_builtins(section)
     if override is not None:
-        for key, value in override.model_dump(exclude={"gemm"}).items():
-            if value is not None:
+        for key, value in msgspec.to_builtins(override).items():
+            if value is not None and key != "gemm":
                 base[key] = value
         for dtype, entry in override.gemm.items():
             merged = dict(base["gemm"].get(dtype) or {})
-            merged.update({k: v for k, v in entry.model_dump().items() if v is not None})
-            base["gemm"][dtype] = validate(GemmSection, merged, f"{source} compute.gemm.{dtype}").model_dump()
+            merged.update({k: v for k, v in msgspec.to_builtins(entry).items() if v is not None})
+            base["gemm"][dtype] = msgspec.to_builtins(validate(GemmSection, merged, f"{source} compute.gemm.{dtype}"))
     gemm = {dtype: GemmTerms(efficiency=g["efficiency"], tile_bytes_per_s=g["tile_TBps"] * 1e12,
                              k_overhead=g["k_overhead"], fixed_s=g["fixed_us"] * 1e-6,
                              hbm_efficiency=g["hbm_efficiency"]) for dtype, g in base["gemm"].items()}

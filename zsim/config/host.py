@@ -14,76 +14,75 @@ measures them on the machine with real gloo processes and writes the file (with 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from zsim.config.struct import Meta, Section
 
 from zsim.errors import ConfigError
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+class _Strict(Section, kw_only=True):
+    """A host profile file or section (zsim.config.struct: no unknown keys, no coercion, frozen)."""
 
 
-class LatencyBandwidth(_Strict):
+class LatencyBandwidth(_Strict, kw_only=True):
     """t = latency_us + bytes / (GBps · 1e9) for one collective on one group size."""
 
-    latency_us: float = Field(ge=0)
-    GBps: float = Field(gt=0)
-    fit: dict[str, float] | None = Field(default=None, description="provenance: residuals of the fit")
+    latency_us: Annotated[float, Meta(ge=0)]
+    GBps: Annotated[float, Meta(gt=0)]
+    fit: Annotated[dict[str, float], Meta(description="provenance: residuals of the fit")] | None = None
 
 
-class HostCompute(_Strict):
+class HostCompute(_Strict, kw_only=True):
     """What one rank achieves with `threads_per_rank` threads (the compute model's terms for a CPU:
     matmul throughput, memory-bound bandwidth, per-op overhead; docs/compute.md uses the same terms)."""
 
-    matmul_GFLOPS: dict[str, float] = Field(description="achieved GEMM rate per dtype (fp32, fp16, bf16), GFLOP/s")
-    memory_GBps: float = Field(gt=0, description="achieved streaming (copy) bandwidth of one rank, GB/s")
-    op_overhead_us: float = Field(ge=0, description="framework time per aten op (dispatch of a tiny op), µs; "
-                                                   "paid once per kernel of an op's kernel list")
+    matmul_GFLOPS: Annotated[dict[str, float], Meta(description=(
+        "achieved GEMM rate per dtype (fp32, fp16, bf16), GFLOP/s"))]
+    memory_GBps: Annotated[float, Meta(gt=0, description="achieved streaming (copy) bandwidth of one rank, GB/s")]
+    op_overhead_us: Annotated[float, Meta(ge=0, description=(
+        "framework time per aten op (dispatch of a tiny op), µs; paid once per kernel of an op's kernel list"))]
 
-    optimizer_op_overhead_us: float | None = Field(
-        default=None, ge=0, le=1e6, description="the optimizer's ops (norms, flat copy, Adam): framework time per "
-                                                "aten op, µs; absent: op_overhead_us")
-    optimizer_memory_GBps: float | None = Field(
-        default=None, gt=0, le=1e6, description="the optimizer's ops: streaming bandwidth over the partition "
-                                                "(host memory, not caches), GB/s; absent: memory_GBps")
+    optimizer_op_overhead_us: Annotated[float, Meta(ge=0, le=1e6, description=(
+        "the optimizer's ops (norms, flat copy, Adam): framework time per aten op, µs; absent: op_overhead_us"))] | None = None
+    optimizer_memory_GBps: Annotated[float, Meta(gt=0, le=1e6, description=(
+        "the optimizer's ops: streaming bandwidth over the partition (host memory, not caches), GB/s; absent:"
+        " memory_GBps"))] | None = None
 
-    @model_validator(mode="after")
-    def _rates_positive(self) -> HostCompute:
+    def __post_init__(self) -> None:  # rates positive
+        super().__post_init__()
         bad = {k: v for k, v in self.matmul_GFLOPS.items() if v <= 0 or k not in ("fp32", "fp16", "bf16")}
         if bad:
             raise ValueError(f"matmul_GFLOPS needs positive rates for fp32/fp16/bf16, got {bad}")
-        return self
 
 
-class HostFile(_Strict):
+class HostFile(_Strict, kw_only=True):
     """hwprofiles/hosts/<name>.yaml."""
 
     name: str
-    kind: str = Field(pattern="^host$", description="always 'host': this is a CPU machine profile")
-    cpu: str = Field(description="CPU model name (/proc/cpuinfo)")
-    cores: int = Field(gt=0, description="logical cores the ranks may use")
-    memory_GiB: float = Field(gt=0, description="host memory")
-    ranks: int = Field(gt=0, description="ranks on the host (the 'GPUs per node' of a host)")
-    threads_per_rank: int = Field(gt=0, description="intra-op threads per rank (torch.set_num_threads)")
-    backend: str = Field(default="gloo", description="torch.distributed backend the collectives were timed on")
-    transport: str = Field(default="tcp-loopback", description="how gloo's ranks talk on one host")
-    torch: str = Field(description="torch version the numbers were measured with")
+    kind: Annotated[str, Meta(pattern="^host$", description="always 'host': this is a CPU machine profile")]
+    cpu: Annotated[str, Meta(description="CPU model name (/proc/cpuinfo)")]
+    cores: Annotated[int, Meta(gt=0, description="logical cores the ranks may use")]
+    memory_GiB: Annotated[float, Meta(gt=0, description="host memory")]
+    ranks: Annotated[int, Meta(gt=0, description="ranks on the host (the 'GPUs per node' of a host)")]
+    threads_per_rank: Annotated[int, Meta(gt=0, description="intra-op threads per rank (torch.set_num_threads)")]
+    backend: Annotated[str, Meta(description="torch.distributed backend the collectives were timed on")] = "gloo"
+    transport: Annotated[str, Meta(description="how gloo's ranks talk on one host")] = "tcp-loopback"
+    torch: Annotated[str, Meta(description="torch version the numbers were measured with")]
     compute: HostCompute
-    collectives: dict[str, dict[int, LatencyBandwidth]] = Field(
-        description="collective -> group size -> latency-bandwidth terms")
-    measured: dict[str, str | float | int] | None = Field(default=None, description="provenance: date, command")
-    provenance: dict[str, Any] | None = Field(default=None, description="written by zsim calibrate: inputs, date, fits")
+    collectives: Annotated[dict[str, dict[int, LatencyBandwidth]], Meta(description=(
+        "collective -> group size -> latency-bandwidth terms"))]
+    measured: Annotated[dict[str, str | float | int], Meta(description="provenance: date, command")] | None = None
+    provenance: Annotated[dict[str, Any], Meta(description=(
+        "written by zsim calibrate: inputs, date, fits"))] | None = None
 
-    @model_validator(mode="after")
-    def _known_collectives(self) -> HostFile:
+    def __post_init__(self) -> None:  # known collectives
+        super().__post_init__()
         unknown = sorted(set(self.collectives) - set(COLLECTIVES))
         if unknown:
             raise ValueError(f"unknown collective(s) {unknown}; known: {', '.join(COLLECTIVES)}")
-        return self
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zsim import __version__
+from zsim.config.struct import dump
 from zsim.engine.result import Result
 from zsim.memory.ledger import CATEGORIES
 from zsim.memory.timeline import timeline_facts
@@ -48,7 +49,7 @@ def facts(result: Result) -> dict[str, Any]:
         "model": {
             "params": w.total_params,
             "params_per_mp_rank": w.params_per_mp_rank,
-            **s.model.model_dump(),
+            **dump(s.model),
             "padded_vocab": w.padded_vocab,
             "grad_accum": s.grad_accum,
             "global_batch": s.model.micro_batch * s.layout.dp * s.grad_accum,
@@ -57,9 +58,9 @@ def facts(result: Result) -> dict[str, Any]:
             "gpus": gpus, "nodes": s.cluster.nodes, "gpus_per_node": s.cluster.gpus_per_node,
             "dp": s.layout.dp, "mp": s.layout.mp, "hardware": s.cluster.name, "gpu": s.cluster.gpu.name,
         },
-        "zero": s.zero.model_dump(),
-        "precision": s.precision.model_dump(),
-        "fabric": {**s.fabric.model_dump(), "mode": result.mode},
+        "zero": dump(s.zero),
+        "precision": dump(s.precision),
+        "fabric": {**dump(s.fabric), "mode": result.mode},
         "fits": result.fits,
         "memory": {
             "capacity_bytes": ledger.capacity,

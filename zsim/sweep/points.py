@@ -24,6 +24,7 @@ from typing import Any
 from zsim import __version__
 from zsim.config.scenario import Scenario, build_scenario
 from zsim.config.schema import ScenarioFile
+from zsim.config.struct import dump
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
 from zsim.sweep.spec import Axis, SweepFile, axes_of
@@ -114,7 +115,7 @@ def _reason(message: str) -> str:
 def point_key(scenario: Scenario, spec: ScenarioFile, capacity_bytes: int) -> str:
     """sha256 of the resolved scenario (every section as validated, the cluster in SI units, the
     derived grad_accum) and the zsim version: equal keys give equal results."""
-    sections = spec.model_dump(mode="json")
+    sections = dump(spec)
     for dotted in UNHASHED:
         node = sections
         *parents, last = dotted.split(".")

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from zsim.config.struct import Meta, Section, field
 
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError
@@ -34,22 +34,23 @@ Scalar = bool | int | float | str | None
 MAX_POINTS = 1_000_000  # a sweep larger than this is a typo (a step of 0.001 instead of 1)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+class _Strict(Section, kw_only=True):
+    """A sweep file or section (zsim.config.struct: no unknown keys, no coercion, frozen)."""
 
 
-class Range(_Strict):
+class Range(_Strict, kw_only=True):
     """A numeric range: exactly one of `step`, `num`, `factor`; `log` only with `num`."""
 
-    start: int | float = Field(alias="from", description="first value")
-    stop: int | float = Field(alias="to", description="last value (included when the spacing lands on it)")
-    step: int | float | None = Field(default=None, description="linear spacing, > 0")
-    num: int | None = Field(default=None, ge=2, description="number of values, evenly (or log-) spaced")
-    factor: float | int | None = Field(default=None, gt=1, description="geometric: each value × factor")
-    log: bool = Field(default=False, description="with num: log-spaced")
+    start: Annotated[int | float, Meta(description="first value")] = field(name="from")
+    stop: Annotated[int | float, Meta(description="last value (included when the spacing lands on it)")] = field(name="to")
+    step: Annotated[int | float | None, Meta(description="linear spacing, > 0")] = None
+    num: Annotated[int, Meta(ge=2, description="number of values, evenly (or log-) spaced")] | None = None
+    factor: Annotated[int, Meta(gt=1, description="geometric: each value × factor")] | Annotated[
+        float, Meta(gt=1, description="geometric: each value × factor")] | None = None
+    log: Annotated[bool, Meta(description="with num: log-spaced")] = False
 
-    @model_validator(mode="after")
-    def _one_spacing(self) -> Range:
+    def __post_init__(self) -> None:  # one spacing
+        super().__post_init__()
         given = [k for k in ("step", "num", "factor") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of step, num, factor (got {', '.join(given) or 'none'})")
@@ -61,7 +62,6 @@ class Range(_Strict):
             raise ValueError(f"log-spaced ranges need from and to > 0 (got {self.start!r}, {self.stop!r})")
         if self.stop < self.start:
             raise ValueError(f"to ({self.stop!r}) is below from ({self.start!r})")
-        return self
 
     def values(self) -> list[int | float]:
         """The range's values, in order, without duplicates."""
@@ -88,29 +88,30 @@ class Range(_Strict):
 AxisValues = Any  # a list of values or a Range mapping: checked by `_values`, which names the key
 
 
-class PlotSpec(_Strict):
+class PlotSpec(_Strict, kw_only=True):
     """Which plot to draw: `metric` against axis `x`, one line per value of axis `lines`."""
 
-    x: str = Field(description="the axis on the horizontal")
-    lines: str | None = Field(default=None, description="one line per value of this axis")
-    metric: str | None = Field(default=None, description="a table column; default: the sweep's metric")
-    log_x: bool | None = Field(default=None, description="log-scaled x (default: when x spans ≥ 8×)")
+    x: Annotated[str, Meta(description="the axis on the horizontal")]
+    lines: Annotated[str | None, Meta(description="one line per value of this axis")] = None
+    metric: Annotated[str | None, Meta(description="a table column; default: the sweep's metric")] = None
+    log_x: Annotated[bool | None, Meta(description="log-scaled x (default: when x spans ≥ 8×)")] = None
 
 
-class SweepFile(_Strict):
+class SweepFile(_Strict, kw_only=True):
     """A whole sweep file."""
 
-    name: str | None = Field(default=None, description="default: the file's stem")
+    name: Annotated[str | None, Meta(description="default: the file's stem")] = None
     description: str | None = None
-    base: str = Field(description="the scenario file to vary, relative to the sweep file")
-    set: dict[str, Scalar | list[Any] | dict[str, Any]] = Field(
-        default_factory=dict, description="overrides applied to every point (dotted keys)")
-    axes: dict[str, AxisValues] = Field(default_factory=dict, description="dotted key -> values; all combinations")
-    zip: list[dict[str, AxisValues]] = Field(
-        default_factory=list, description="groups of keys whose values move together (equal lengths)")
-    skip_invalid: bool = Field(default=False, description="skip points whose layout the scenario rejects "
-                               "(dp × mp ≠ GPUs, MP across nodes, ...), counting each reason")
-    metric: str = Field(default="step_s", description="the table column the answers are about")
+    base: Annotated[str, Meta(description="the scenario file to vary, relative to the sweep file")]
+    set: Annotated[dict[str, Scalar | list[Any] | dict[str, Any]], Meta(
+        description="overrides applied to every point (dotted keys)")] = field(default_factory=dict)
+    axes: Annotated[dict[str, AxisValues], Meta(description="dotted key -> values; all combinations")] = field(
+        default_factory=dict)
+    zip: Annotated[list[dict[str, AxisValues]], Meta(
+        description="groups of keys whose values move together (equal lengths)")] = field(default_factory=list)
+    skip_invalid: Annotated[bool, Meta(description="skip points whose layout the scenario rejects "
+                                       "(dp × mp ≠ GPUs, MP across nodes, ...), counting each reason")] = False
+    metric: Annotated[str, Meta(description="the table column the answers are about")] = "step_s"
     plot: PlotSpec | None = None
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from zsim import __version__
 from zsim.engine.result import Result
+from zsim.config.struct import dump
 from zsim.trace import schema
 
 
@@ -18,10 +19,10 @@ def simulated_trace(result: Result) -> dict:
     metadata = {
         "source": "simulated",
         "scenario": s.name,
-        "model": s.model.model_dump(),
+        "model": dump(s.model),
         "params": result.workload.total_params,  # Ψ of the whole model (all MP ranks)
         "params_per_mp_rank": result.workload.params_per_mp_rank,  # what ZeRO partitions
-        "zero": s.zero.model_dump(),
+        "zero": dump(s.zero),
         "precision": s.precision.dtype,
         "world_size": gpus, "dp": s.layout.dp, "mp": s.layout.mp,
         "hardware": {"profile": s.hardware.profile, "nodes": s.hardware.nodes, "gpu": s.cluster.gpu.name},

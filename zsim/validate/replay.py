@@ -16,11 +16,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
+from zsim.config.struct import Meta, Section
 from zsim.config.yamlfile import read_yaml_mapping, validate
 from zsim.errors import ConfigError, ZsimError
 
@@ -28,33 +28,33 @@ DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "replay-cpu.yaml"
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+class _Strict(Section, kw_only=True):
+    """A suite file or section (zsim.config.struct: no unknown keys, no coercion, frozen)."""
 
 
-class Entry(_Strict):
-    scenario: str = Field(description="scenario file: relative to the suite file, else to scenarios/")
-    stage: int = Field(ge=0, le=3)
-    grad_accum: int = Field(default=1, gt=0)
+class Entry(_Strict, kw_only=True):
+    scenario: Annotated[str, Meta(description="scenario file: relative to the suite file, else to scenarios/")]
+    stage: Annotated[int, Meta(ge=0, le=3)]
+    grad_accum: Annotated[int, Meta(gt=0)] = 1
 
     @property
     def label(self) -> str:
         return f"{Path(self.scenario).stem}-s{self.stage}-ga{self.grad_accum}"
 
 
-class Criteria(_Strict):
-    median_step_error: float = Field(gt=0, description="median |step time error| over the held-out runs")
-    max_step_error: float = Field(gt=0, description="largest |step time error| of any held-out run")
+class Criteria(_Strict, kw_only=True):
+    median_step_error: Annotated[float, Meta(gt=0, description="median |step time error| over the held-out runs")]
+    max_step_error: Annotated[float, Meta(gt=0, description="largest |step time error| of any held-out run")]
 
 
-class SuiteFile(_Strict):
+class SuiteFile(_Strict, kw_only=True):
     base_profile: str
-    ranks: int = Field(gt=0)
-    steps: int = Field(ge=2, description="optimizer steps per run; the first (warm-up) is not judged")
-    precision: str = Field(default="fp32", pattern="^(fp32|fp16|bf16)$")
-    fit: str = Field(default="all", pattern="^(all|collectives|compute)$")
-    calibrate: list[Entry] = Field(min_length=1)
-    replay: list[Entry] = Field(min_length=1)
+    ranks: Annotated[int, Meta(gt=0)]
+    steps: Annotated[int, Meta(ge=2, description="optimizer steps per run; the first (warm-up) is not judged")]
+    precision: Annotated[str, Meta(pattern="^(fp32|fp16|bf16)$")] = "fp32"
+    fit: Annotated[str, Meta(pattern="^(all|collectives|compute)$")] = "all"
+    calibrate: Annotated[list[Entry], Meta(min_length=1)]
+    replay: Annotated[list[Entry], Meta(min_length=1)]
     criteria: Criteria
 
 

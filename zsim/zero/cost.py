@@ -49,10 +49,11 @@ def model_states_closed_form(model, mp: int, dp: int, stage: int, dtype: str) ->
 
 def _one_layer_and_block(model, mp: int, dtype: str):
     """The workload of `model` with one layer, and one block of it (every block is the same)."""
+    from zsim.config.struct import replace
     from zsim.workload.transformer import build_workload
 
-    one = build_workload(model.model_copy(update={"layers": 1}), mp, dtype)
-    two = build_workload(model.model_copy(update={"layers": 2}), mp, dtype)
+    one = build_workload(replace(model, layers=1), mp, dtype)
+    two = build_workload(replace(model, layers=2), mp, dtype)
     return one, two.blocks[-1]
 
 
