@@ -149,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     `argv` None: the program itself (the `zsim` script, `python -m zsim`), which exits next."""
     if argv is not None:  # a caller in Python (tests, notebooks): the process goes on
         return _run(argv)
+    # A command is a short-lived process that makes many objects and few cycles: collect the young
+    # generation every 50,000 allocations instead of 700 (CPython's default); 0.02 s of the flagship's
+    # 0.46 s of CPU, while a long per-rank run still collects its cycles.
+    gc.set_threshold(50_000, 10, 10)
     code = _run(sys.argv[1:])
     # The process exits next. Freezing the garbage collector's view of every object spares the
     # interpreter's shutdown a cycle collection over every module's objects (the models', the

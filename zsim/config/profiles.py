@@ -11,7 +11,7 @@ One resolver for every kind of profile (docs/profiles.md). A kind is a subfolder
 Folders are searched in this order, the first match wins:
   1. the folders given with `--profiles DIR` (repeatable), in the order given;
   2. the folders in $ZSIM_PROFILE_PATH (separated by os.pathsep, ':' on Linux);
-  3. the built-in profiles, package data `zsim.hwprofiles` (importlib.resources).
+  3. the built-in profiles, package data `zsim.hwprofiles` (its import spec's folder).
 So a user system may name built-in GPUs, networks and links, and a user file of the same name
 shadows a built-in one. Profile names are names, never paths: a scenario file cannot point zsim at
 an arbitrary file. Only the command line can (`--profile path/to/x.yaml`), through `pinned`.
@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
+import importlib.util
 from pathlib import Path
 
 from zsim.errors import ConfigError
@@ -41,11 +41,14 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 def builtin_folder(package: str = "zsim.hwprofiles") -> Path:
     """The folder of a data package shipped with zsim (`zsim.hwprofiles`, `zsim.scenarios`).
 
-    Wheels install unzipped, so the package is a real folder; anything else is an installation
-    zsim does not support (an AssertionError, not a user mistake)."""
-    root = resources.files(package)
-    assert isinstance(root, Path), f"{package} is not installed as a folder: {root!r}"
-    return root
+    Wheels install unzipped, so the package is a real folder: its import spec's one search location,
+    which is what importlib.resources.files() returns for such a package (importing
+    importlib.resources costs a flagship run 18 ms: tempfile, random, zipfile). Anything else is an
+    installation zsim does not support (an AssertionError, not a user mistake)."""
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    assert len(locations) == 1, f"{package} is not installed as one folder: {locations!r}"
+    return Path(locations[0])
 
 
 @functools.lru_cache(maxsize=1)
