@@ -20,7 +20,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -88,7 +87,7 @@ def check_file(path: str | Path, *, flag: str = "--json") -> Path:
 
 def temp_name(path: Path) -> Path:
     """A fresh temporary name beside `path`, keeping its suffix (matplotlib picks the format by it)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}{path.suffix}")
 
 
 def _fsync(path: Path) -> None:
