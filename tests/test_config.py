@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, small_dict
+from zsim.config.hardware import load_cluster
 from zsim.config.scenario import build_scenario, load_scenario
 from zsim.errors import ConfigError
 
@@ -154,3 +155,14 @@ def test_every_shipped_scenario_loads():
                 load_scenario(path)
         else:
             assert load_scenario(path).name == path.stem
+
+
+@pytest.mark.parametrize("name", ["../hwprofiles/dgx2", "/etc/passwd", "dgx2\n"])
+def test_a_profile_path_is_refused_at_the_key_in_one_readable_sentence(name):
+    """Containment (issue 13): a scenario names profiles, never paths; Python's `$` matching before a
+    final line break does not let "dgx2\\n" through the schema's pattern."""
+    rule = "a profile name (letters, digits, '.', '_', '+', '-'), not a path"
+    assert f"hardware.profile: {rule} (got " in error_of(small_dict(hardware={"profile": name, "nodes": 2}))
+    with pytest.raises(ConfigError) as info:
+        load_cluster(name, 1)
+    assert str(info.value).endswith(f": {rule}")  # one sentence, not the repr of a tuple

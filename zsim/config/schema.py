@@ -11,7 +11,7 @@ import re
 from typing import Annotated, Literal
 
 from zsim.config.struct import Meta, Section, field, strip_control
-from zsim.config.yamlfile import PROFILE_NAME_PATTERN
+from zsim.config.yamlfile import PROFILE_NAME_PATTERN, PROFILE_NAME_RULE
 
 # Upper bounds (issue 13): far above any real training run, low enough that the closed-form checks
 # and the per-layer workload stay cheap and no product overflows a float. Ψ of the largest bound
@@ -32,11 +32,11 @@ _PROFILE_NAME = re.compile(PROFILE_NAME_PATTERN)
 
 
 def profile_name(value: str) -> str:
-    """A profile *name* (issue 13 containment): letters, digits, '.", "_", "+", "-'; no '/", "\\", "..',
+    """A profile *name* (issue 13 containment): letters, digits, '.', '_', '+', '-'; no '/', '\\', '..',
     no absolute path. Profiles are looked up by name in the profile folders, never read from a path
     written in a scenario file. Raises ValueError otherwise."""
     if not _PROFILE_NAME.fullmatch(value):
-        raise ValueError("a profile name (letters, digits, '.", "_", "+", "-'), not a path")
+        raise ValueError(PROFILE_NAME_RULE)
     return value
 
 

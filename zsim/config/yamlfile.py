@@ -257,7 +257,10 @@ _AT = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<key>key)` in `\$(?P<keypath>.*)`| 
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[(.*?)\]")
 _TYPES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false", "array": "a list",
           "object": "a mapping", "null": "nothing (null)"}
-PROFILE_NAME_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$"
+# One pattern for Python's re (msgspec) and an editor's ECMA regex (the JSON Schema); `(?!\n)` because
+# Python's `$` also matches before a final line break ("dgx2\n" is not a name).
+PROFILE_NAME_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$(?!\n)"
+PROFILE_NAME_RULE = "a profile name (letters, digits, '.', '_', '+', '-'), not a path"
 
 
 def _path(text: str | None) -> list[Any]:
@@ -301,7 +304,7 @@ def _describe(message: str, model: type, data: Any) -> tuple[str, str]:
         return dotted(path), f"must be {_TYPES.get(want, want)} {op} {limit} (got {short(value)})"
     if text.startswith("Expected `str` matching regex"):
         if PROFILE_NAME_PATTERN in text.encode().decode("unicode_escape"):
-            return dotted(path), f"a profile name (letters, digits, '.', '_', '+', '-'), not a path (got {short(value)})"
+            return dotted(path), f"{PROFILE_NAME_RULE} (got {short(value)})"
         pattern = text.split("regex", 1)[1].strip()
         return dotted(path), f"must match {printable(pattern, 80)} (got {short(value)})"
     length = re.match(r"Expected `(\w+)` of length ([<>]=?) (\d+)$", text)
