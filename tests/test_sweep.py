@@ -56,6 +56,7 @@ def test_ranges_inclusive_geometric_log_and_integer():
     ({"from": 8, "to": 1, "step": 1}, "below from"),
     ({"from": 0, "to": 8, "factor": 2}, "> 0"),
     ({"from": 1, "to": 8, "num": 4, "lo": True}, "did you mean 'log'"),
+    ({"from": 1, "too": 8, "step": 1}, "did you mean 'to'"),  # the key in the file, not the attribute (stop)
 ])
 def test_bad_ranges_name_the_key(base, spec, message):
     with pytest.raises(ConfigError, match="axes.zero.stage") as err:

@@ -286,7 +286,8 @@ def _describe(message: str, model: type, data: Any) -> tuple[str, str]:
     if unknown:
         path.append(unknown.group(1))
         owner = _owner(model, path[:-1])
-        known = sorted(f for f in owner.__struct_fields__ if not f.startswith("_")) if owner else []
+        # the keys as written in the file (`from`, `to` of a sweep range), not the attribute names
+        known = sorted(f for f in owner.__struct_encode_fields__ if not f.startswith("_")) if owner else []
         close = difflib.get_close_matches(str(path[-1])[:100], known, n=1, cutoff=0.6)
         hint = f"; did you mean '{close[0]}'?" if close else (f"; known keys: {', '.join(known)}" if known else "")
         return dotted(path), f"unknown key{hint}"
