@@ -17,7 +17,8 @@ import msgspec
 from zsim.config.hf import resolve_from_hf
 from zsim.config.schema import ModelSection, PrecisionSection, ZeroSection
 from zsim.config.struct import dump
-from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.config.validation import validate
+from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError, short
 from zsim.workload.transformer import mp_problems
 

@@ -13,7 +13,7 @@ from zsim.compute.model import list_seconds
 from zsim.config.hardware import ComputeOverride, compute_terms, load_cluster
 from zsim.errors import ConfigError, ZsimError
 from zsim.workload.transformer import padded_vocab
-from zsim.config.yamlfile import validate
+from zsim.config.validation import validate
 
 V100 = load_cluster("dgx2", 1).gpu
 

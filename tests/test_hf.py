@@ -15,7 +15,7 @@ from zsim.config.schema import ModelSection
 from zsim.errors import ConfigError
 from zsim.workload.transformer import Shape, build_workload, total_params
 from zsim.config.struct import dump, replace
-from zsim.config.yamlfile import validate
+from zsim.config.validation import validate
 
 HF = ROOT / "scenarios" / "hf"
 

@@ -14,7 +14,7 @@ from zsim.config.host import HostFile, host_model
 from zsim.config.scenario import build_scenario
 from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
-from zsim.config.yamlfile import validate
+from zsim.config.validation import validate
 
 SCENARIO = {"model": {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256, "micro_batch": 2},
             "parallel": {"dp": 2, "mp": 1}, "zero": {"stage": 3, "activation_checkpointing": False},

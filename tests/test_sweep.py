@@ -17,7 +17,7 @@ from zsim.sweep.answers import fastest, knee_of, knees
 from zsim.sweep.points import plan_sweep
 from zsim.sweep.runner import run_sweep
 from zsim.sweep.spec import Range, sweep_from_mapping
-from zsim.config.yamlfile import validate
+from zsim.config.validation import validate
 
 
 def zsim(*args, cwd=ROOT, **kw):

@@ -19,8 +19,9 @@ from zsim.compute.terms import ComputeTerms, GemmTerms
 from zsim.config.profiles import Profiles
 from zsim.config.schema import Name, ProfileName, profile_name
 from zsim.config.struct import Meta, Section, field
-from zsim.config.yamlfile import printable, read_yaml_mapping, validate
-from zsim.errors import ConfigError
+from zsim.config.validation import validate
+from zsim.config.yamlfile import read_yaml_mapping
+from zsim.errors import ConfigError, printable
 from zsim.fabric.cube_mesh import MESH_GPUS, cube_mesh_links_per_gpu
 from zsim.fabric.nccl import NcclKernel
 

@@ -43,7 +43,7 @@ def builtin_folder(package: str = "zsim.hwprofiles") -> Path:
 
     Wheels install unzipped, so the package is a real folder: its import spec's one search location,
     which is what importlib.resources.files() returns for such a package (importing
-    importlib.resources costs a flagship run 18 ms: tempfile, random, zipfile). Anything else is an
+    importlib.resources costs a flagship run 18 ms by `python -X importtime`: tempfile, random, zipfile). Anything else is an
     installation zsim does not support (an AssertionError, not a user mistake)."""
     spec = importlib.util.find_spec(package)
     locations = list(spec.submodule_search_locations or []) if spec is not None else []

@@ -19,7 +19,8 @@ from zsim.config.schema import (
     ScenarioFile,
     ZeroSection,
 )
-from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.config.validation import validate
+from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError
 from zsim.parallel.layout import Layout
 from zsim.workload.transformer import mp_problems

@@ -11,7 +11,7 @@ import re
 from typing import Annotated, Literal
 
 from zsim.config.struct import Meta, Section, field, strip_control
-from zsim.config.yamlfile import PROFILE_NAME_PATTERN, PROFILE_NAME_RULE
+from zsim.config.validation import PROFILE_NAME_PATTERN, PROFILE_NAME_RULE
 
 # Upper bounds (issue 13): far above any real training run, low enough that the closed-form checks
 # and the per-layer workload stay cheap and no product overflows a float. Ψ of the largest bound

@@ -1,15 +1,15 @@
 """The base of every config model (scenario sections, profile files, host files, sweep and suite
-files): msgspec Structs, validated once at load by `zsim.config.yamlfile.validate`.
+files): msgspec Structs, validated once at load by `zsim.config.validation.validate`.
 
 Why msgspec and not pydantic: start-up. Every `zsim run` defines the models and validates a few small
 files; with pydantic that cost 0.15 s to import and 0.12 s to build the models' validators, more than
-half of the flagship's whole process (README, Speed). msgspec's import is a few milliseconds and a
-Struct class costs microseconds; its `convert(..., strict=True)` checks types and bounds
+half of the flagship's whole process (README, Speed). msgspec's import is ~23 ms (`python -X importtime`;
+most of it the uuid and platform modules its core imports) and a Struct class costs microseconds; its `convert(..., strict=True)` checks types and bounds
 (`Meta(gt=..., le=...)`) in C, and `msgspec.json.schema` writes the JSON Schema editors use.
 
 The rules every model keeps (issue 13): unknown keys are errors (forbid_unknown_fields); no coercion
 (strict: the string "12" is not 12, `true` is not 1, 2.0 is not 2); objects are frozen; numbers are
-finite (msgspec has no allow_inf_nan, so `yamlfile.validate` refuses .inf/.nan first, naming the key).
+finite (msgspec has no allow_inf_nan, so `validation.validate` refuses .inf/.nan first, naming the key).
 Checks across fields live in `__post_init__`, raising ValueError (msgspec reports it with the path).
 `Name`/`Text` fields listed in a class's `_STRIP` lose control characters (their text is echoed).
 """
@@ -52,5 +52,6 @@ def dump(obj: Any) -> Any:
 
 
 def replace(obj: msgspec.Struct, **changes: Any) -> Any:
-    """A copy of a model with `changes` (not validated again: the caller's values are trusted)."""
+    """A copy of a model with `changes`. msgspec runs the model's `__post_init__` again (its cross-field
+    checks), but not the type and bound checks of `validate`: the caller's values are trusted."""
     return msgspec.structs.replace(obj, **changes)

@@ -25,7 +25,8 @@ from zsim import __version__
 from zsim.config.scenario import Scenario, build_scenario
 from zsim.config.schema import ScenarioFile
 from zsim.config.struct import dump
-from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.config.validation import validate
+from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError
 from zsim.sweep.spec import Axis, SweepFile, axes_of
 

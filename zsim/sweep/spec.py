@@ -27,7 +27,8 @@ from typing import Annotated, Any
 
 from zsim.config.struct import Meta, Section, field
 
-from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.config.validation import validate
+from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError
 
 Scalar = bool | int | float | str | None

@@ -21,7 +21,8 @@ from typing import Annotated, Any
 import numpy as np
 
 from zsim.config.struct import Meta, Section
-from zsim.config.yamlfile import read_yaml_mapping, validate
+from zsim.config.validation import validate
+from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError, ZsimError
 
 DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "replay-cpu.yaml"
