@@ -82,3 +82,25 @@ def test_simulated_model_states_follow_the_pieces(stage):
     assert r.model_states.params == 2 * sum(pieces)  # the whole padded fp16 buffer
     steps = [e for e in r.events if e["name"] == "optimizer/step"]
     assert {e["args"]["elements"] for e in steps} == {sum(pieces) // nd}
+
+
+@pytest.mark.parametrize("stage, constant_buffers, copies", [(0, True, False), (1, True, False), (2, True, True),
+                                                              (2, False, False), (3, True, True)])
+def test_backward_copies_each_gradient_into_its_bucket_in_stages_2_and_3(stage, constant_buffers, copies):
+    """DeepSpeed's ZeRO-2 with contiguous gradients and ZeRO-3 copy each gradient into the ipg bucket in
+    the backward hook (e bytes read and written per element); stages 0-1 reduce autograd's buffer."""
+    from zsim.workload.transformer import build_workload
+    from zsim.zero.plan import build_plan
+
+    s = small_scenario(zero={"stage": stage, "constant_buffers": constant_buffers})
+    w = build_workload(s.model, s.parallel.mp, s.precision.dtype)
+    plan = build_plan(s, w)
+    params = {str(m.name): m.params for m in w.modules}
+    e = 2 if s.precision.dtype != "fp32" else 4
+    backward = [op for op in plan.ops if op.name.startswith("bwd/")]
+    assert backward
+    for op in backward:
+        copy = [k for k in op.kernels.kernels if k.name == "grads.to_bucket"]
+        assert bool(copy) == copies, op.name
+        if copies:
+            assert copy[0].bytes == 2 * e * params[op.name.split("/", 1)[1]]

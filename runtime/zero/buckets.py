@@ -54,9 +54,9 @@ class AllReduceBuckets:
 class PartitionReducer:
     """Stages 1-2: reduce-scatter each bucket of the flat partition (runtime/zero/partition.py) and
     hand this rank's summed chunk to `deliver(bucket, out)`. Stage 1 reduces straight from its full
-    gradient buffer `source`; stage 2 (source None) copies each unit's gradient into a zeroed bucket
-    buffer (the padding stays zero) as it becomes ready. At most two buckets are in flight;
-    bucket and output buffers count as `buffers`."""
+    gradient buffer `source`; stage 2 (source None) copies each unit's gradient, as it becomes ready,
+    into a bucket buffer (only its padding is zeroed). At most two buckets are in flight; bucket and
+    output buffers count as `buffers`."""
 
     def __init__(self, part: BucketPartition, comm: Collectives, ledger: MemoryLedger,
                  deliver: Callable[[int, torch.Tensor], None], dtype: torch.dtype, device: torch.device,
@@ -76,7 +76,10 @@ class PartitionReducer:
         b = self.bucket_of[unit]
         if self._source is None:
             if b not in self._buffer:
-                self._buffer[b] = torch.zeros(self.part.bucket_padded[b], dtype=self._dtype, device=self._device)
+                # DeepSpeed's ipg buffer is torch.empty (every real element is written by a copy): zero
+                # only the padding, which the reduce-scatter must see as zeros
+                self._buffer[b] = torch.empty(self.part.bucket_padded[b], dtype=self._dtype, device=self._device)
+                self._buffer[b][self.part.bucket_real[b]:].zero_()
                 self._ledger.add("buffers", self._buffer[b].nbytes)
             at = self.part.unit_offset[unit] - self.part.bucket_offset[b]
             self._buffer[b][at:at + grad.numel()].copy_(grad)

@@ -12,6 +12,7 @@ from zsim.calibrate.collectives import CalibrationError, check_backend
 from zsim.calibrate.core_sharing import collective_alone_us, comm_busy, compute_alone_us, compute_busy
 from zsim.calibrate.host_fit import fit_collectives, fit_compute, fit_optimizer
 from zsim.calibrate.profile_writer import base_file
+from zsim.calibrate.stragglers import slowest_rank_factor, step_ratios
 from zsim.config.yamlfile import read_yaml_mapping
 
 
@@ -31,7 +32,8 @@ def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
     return out
 
 
-def aligned_ops(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any, float]]:
+def aligned_ops(run: Any, profile: str, profiles: Any = None,
+                rank_steps: dict[tuple[int, int], float] | None = None) -> list[tuple[Any, float]]:
     """(plan op, measured seconds) for every compute op of a measured (or simulated) run: each plan op
     of the run rebuilt on `profile`, with the median over ranks of the measured op lined up with it.
     An op's time is its own span (nested in-line ops excluded), less what it lost sharing a CPU host's
@@ -39,7 +41,8 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any,
     track's idle time just before it: the simulator's ops run back to back, so the framework's time
     between spans must be priced by the ops (it lands in the per-op overhead) or every step comes out
     short. A runtime trace's first step warms up (allocation, first touch) and is left out; a simulated
-    trace has no warm-up.
+    trace has no warm-up. `rank_steps`, when given, receives each rank's sum of these times per step
+    after the first, keyed (step, rank), for slowest_rank_factor.
 
     Raises:
         ConfigError: the run cannot be rebuilt on the profile.
@@ -66,14 +69,18 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any,
         base = (op.name, op.step, op.micro_batch)
         key = (*base, seen[base])
         seen[base] += 1
-        found = [r[key]["dur"] - r[key]["args"].get("nested_us", 0.0) + g.get(id(r[key]), 0.0)
-                 - (compute_alone_us(r[key], c, share, threads) if host else 0.0)
-                 for r, g, c in zip(per_rank, gaps, busy) if key in r and not is_collective(r[key])]
+        by_rank = {rank: r[key]["dur"] - r[key]["args"].get("nested_us", 0.0) + g.get(id(r[key]), 0.0)
+                   - (compute_alone_us(r[key], c, share, threads) if host else 0.0)
+                   for rank, (r, g, c) in enumerate(zip(per_rank, gaps, busy)) if key in r and not is_collective(r[key])}
+        found = list(by_rank.values())
         if not found:
             missing.append(f"{op.name}@{op.step}.{op.micro_batch}")
             continue
         if op.step == 0 and not simulated:
             continue  # the first step warms up (allocation, first touch): not what a step costs
+        if rank_steps is not None:
+            for rank, us in by_rank.items():
+                rank_steps[(op.step, rank)] = rank_steps.get((op.step, rank), 0.0) + us * 1e-6
         rows.append((op, float(np.median(found)) * 1e-6))
     if missing:
         raise CalibrationError(f"{run.folder}: {len(missing)} compute ops of the simulator's plan are not in the trace "
@@ -100,11 +107,12 @@ def alone_samples(data: Any, profile: str, profiles: Any = None) -> list[Any]:
     return samples
 
 
-def plan_rows(run: Any, profile: str, profiles: Any = None) -> list[tuple[str, int, float, float, float]]:
+def plan_rows(run: Any, profile: str, profiles: Any = None, rank_steps: dict[tuple[int, int], float] | None = None
+              ) -> list[tuple[str, int, float, float, float]]:
     """(op name, kernel launches, FLOPs, streamed bytes, measured seconds) of every compute op of `run`
     (aligned_ops); an op without a kernel list counts as one launch."""
     return [(op.name, op.kernels.launches if op.kernels is not None else 1, op.flops, op.hbm_bytes, seconds)
-            for op, seconds in aligned_ops(run, profile, profiles)]
+            for op, seconds in aligned_ops(run, profile, profiles, rank_steps)]
 
 
 def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dict, sections: dict,
@@ -139,7 +147,12 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         raise CalibrationError("compute samples other than runtime traces (GEMM tables?) cannot calibrate a host "
                                "profile: its compute terms are fitted from the runtime's own ops")
     if data.runs:
-        rows = [row for run in data.runs for row in plan_rows(run, profile, profiles)]
+        rows, ratios = [], []
+        for run in data.runs:
+            rank_steps: dict[tuple[int, int], float] = {}
+            rows += plan_rows(run, profile, profiles, rank_steps)
+            if run.metadata.get("source") != "simulated":
+                ratios += step_ratios(rank_steps)
         model = [r[1:] for r in rows if not r[0].startswith("optimizer/")]
         line, bandwidth_kept = fit_compute(model, float((base.get("compute") or {}).get("memory_GBps") or 0) * 1e9)
         dtypes = {str(run.metadata.get("precision", "fp32")) for run in data.runs}
@@ -157,13 +170,20 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         if opt is not None:
             compute["optimizer_op_overhead_us"] = round(opt.slopes[0] * 1e6, 3)
             compute["optimizer_memory_GBps"] = round(1.0 / opt.slopes[1] / 1e9, 3)
+        factor = slowest_rank_factor(ratios)
+        compute["slowest_rank_factor"] = round(factor, 4) if factor is not None else 1.0
         replace["compute"] = compute
         sections["compute"] = {"model": "host: launches × overhead + FLOPs/matmul rate + bytes/memory bandwidth; "
                                         "the optimizer's ops: launches × their overhead + bytes/their bandwidth",
                                "ops": len(model), "optimizer_ops": len(optimizer), "dtype": dtype,
                                "kept_from_base": ["memory_GBps"] if bandwidth_kept else [],
                                "median_error": round(line.median_error, 4), "max_error": round(line.max_error, 4),
-                               "optimizer_median_error": None if opt is None else round(opt.median_error, 4)}
+                               "optimizer_median_error": None if opt is None else round(opt.median_error, 4),
+                               "slowest_rank_factor": {"steps": len(ratios), "value": compute["slowest_rank_factor"],
+                                                       "how": "median of max/mean rank compute per step"
+                                                       if factor is not None else "1: fewer than 3 steps of two or "
+                                                       "more measured ranks (one rank, or simulated traces only)"}}
         report["compute"] = {**sections["compute"], "values": {k: compute[k] for k in (
-            "matmul_GFLOPS", "memory_GBps", "op_overhead_us", "optimizer_op_overhead_us", "optimizer_memory_GBps")
+            "matmul_GFLOPS", "memory_GBps", "op_overhead_us", "optimizer_op_overhead_us", "optimizer_memory_GBps",
+            "slowest_rank_factor")
             if k in compute}}

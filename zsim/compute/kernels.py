@@ -273,6 +273,17 @@ def module_kernels(kind: str, phase: str, shape: Shape) -> KernelList:
     return KernelList(f"{kind}.{phase}", _BUILDERS[(kind, phase)](shape))
 
 
+@functools.lru_cache(maxsize=256)
+def with_bucket_copy(base: KernelList, elements: int, e: int) -> KernelList:
+    """`base` (a module's backward) and then the copy of its `elements`-element gradient into the
+    reduction bucket (e bytes read and written per element): DeepSpeed's ZeRO-2 with contiguous
+    gradients (deepspeed_zero_optimizer.py v0.2, reduce_independent_p_g_buckets_and_remove_grads:
+    `new_grad_tensor.copy_(param.grad.view(-1))` into the ipg buffer) and ZeRO-3
+    (__add_grad_to_ipg_bucket) do it in the backward hook, on the compute stream; the runtime's
+    stages 2 and 3 too (runtime/zero/buckets.py)."""
+    return KernelList(f"{base.key}+grads.to_bucket", base.kernels + (_mem("grads.to_bucket", 2 * e * elements),))
+
+
 # Multi-tensor apply processes 65,536-element chunks, up to 320 per launch (apex csrc/multi_tensor_apply.cuh:
 # depth_to_max_blocks, chunk_size 2048·32): one launch per 20,971,520 elements.
 _MTA_ELEMENTS = 65536 * 320

@@ -50,6 +50,10 @@ class HostCompute(_Strict, kw_only=True):
     optimizer_memory_GBps: Annotated[float, Meta(gt=0, le=1e6, description=(
         "the optimizer's ops: streaming bandwidth over the partition (host memory, not caches), GB/s; absent:"
         " memory_GBps"))] | None = None
+    slowest_rank_factor: Annotated[float, Meta(ge=1, le=10, description=(
+        "the slowest rank's compute time per step over the ranks' mean, measured by zsim calibrate "
+        "(zsim.calibrate.stragglers): ranks meet at every collective, so the symmetric simulated ranks run "
+        "every compute op this much slower; 1 where not measured"))] = 1.0
 
     def __post_init__(self) -> None:  # rates positive
         super().__post_init__()
@@ -97,6 +101,7 @@ class HostModel:
     collectives: dict[tuple[str, int], tuple[float, float]]  # (op, group size) -> (latency s, bytes/s)
     optimizer_overhead_s: float  # the optimizer's ops' own terms (the general ones where the file has none)
     optimizer_bytes_per_s: float
+    slowest_rank_factor: float = 1.0  # every compute op × this (zsim.calibrate.stragglers)
 
     @property
     def ranks_share_cores(self) -> bool:
@@ -130,4 +135,5 @@ def host_model(spec: HostFile) -> HostModel:
                               else spec.compute.optimizer_op_overhead_us) * 1e-6,
         optimizer_bytes_per_s=(spec.compute.memory_GBps if spec.compute.optimizer_memory_GBps is None
                                else spec.compute.optimizer_memory_GBps) * 1e9,
+        slowest_rank_factor=spec.compute.slowest_rank_factor,
     )

@@ -34,9 +34,12 @@ def host_seconds(op: Op, gpu: Gpu, host: HostModel, dtype: str) -> float:
     once per kernel of its kernel list (one for an op without a list). The optimizer's ops
     (`optimizer/...`: norms, the flat copy, Adam over the partition) stream host memory, not caches,
     and dispatch ops outside autograd: they have their own two terms (equal to the general ones in a
-    profile that does not give them)."""
+    profile that does not give them). Every op runs at the slowest rank's pace (the host's
+    slowest_rank_factor, zsim.calibrate.stragglers): the ranks meet at every collective."""
     launches = op.kernels.launches if op.kernels is not None else 1
     matmul = op.flops / gpu.peak_flops[dtype] if op.flops else 0.0
     if op.name.startswith("optimizer/"):
-        return matmul + op.hbm_bytes / host.optimizer_bytes_per_s + launches * host.optimizer_overhead_s
-    return matmul + op.hbm_bytes / gpu.hbm_bytes_per_s + launches * host.op_overhead_s
+        alone = matmul + op.hbm_bytes / host.optimizer_bytes_per_s + launches * host.optimizer_overhead_s
+    else:
+        alone = matmul + op.hbm_bytes / gpu.hbm_bytes_per_s + launches * host.op_overhead_s
+    return alone * host.slowest_rank_factor

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from zsim.compute.kernels import KernelList, Shape, module_kernels, optimizer_kernels
+from zsim.compute.kernels import KernelList, Shape, module_kernels, optimizer_kernels, with_bucket_copy
 from zsim.config.scenario import Scenario
 from zsim.memory.context import context_memory
 from zsim.workload.transformer import Module, Workload
@@ -417,9 +417,13 @@ class _StepPass:
                 allocs.append(Alloc("buffers", bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, self.e),
                                     self._tags("bucket", m.name)))
             frees = frees + (self._tags("grad", m.name),)
+        kernels, nbytes = self._kernels(m, "bwd"), 2 * m.fwd_hbm_bytes
+        if (self.stage == 2 and self.z.constant_buffers) or (self.stage == 3 and reduce):
+            # the gradient is copied into its bucket in the backward hook (zsim.compute.kernels.with_bucket_copy)
+            kernels = with_bucket_copy(kernels, m.params, self.e)
+            nbytes += 2 * self.e * m.params
         op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
-                       hbm_bytes=2 * m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees,
-                       kernels=self._kernels(m, "bwd"))
+                       hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
         self._mp_allreduces(m, m.mp_allreduces_bwd)
         if reduce:
             self.bucket.append(m)
