@@ -4,10 +4,11 @@ beyond 25%, model states exact (zsim/validate/suites/replay-cpu.yaml).
 
 Its timings are only meaningful when the suite's ranks have the cores to themselves, so it is marked
 `serial` and left out of `make test`: `make validate-replay` runs it alone (DESIGN.md: time-slicing
-ranks vary 10-30x). About 30 s on a quiet 2-core machine."""
+ranks vary 10-30x). About 100 s on a quiet 2-core machine (every entry recorded 3 times)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from zsim.validate.replay import DEFAULT_SUITE, run_suite
@@ -44,3 +45,49 @@ def test_the_table_states_the_measurements_own_noise(tmp_path):
     assert result.noise == pytest.approx(0.15)
     assert "200.00ms, then 230.00ms (15.0% apart)" in result.table()
     assert result.as_dict()["noise_floor"]["difference"] == pytest.approx(0.15)
+
+
+def test_repeated_recordings_are_judged_on_their_median(tmp_path):
+    """With `repeats`, a held-out run's measured step is the median of its recordings, each recording is
+    printed, and the noise floor is the widest spread of one run's recordings."""
+    from zsim.validate.replay import Criteria, Outcome, SuiteResult
+
+    outcomes = [Outcome("a", 0.200, 0.190, True, 10, 0, True, recordings_s=(0.210, 0.200, 0.180)),
+                Outcome("b", 0.100, 0.120, True, 10, 0, True, recordings_s=(0.100, 0.150, 0.095))]
+    result = SuiteResult(tmp_path / "suite.yaml", tmp_path / "p.yaml", outcomes,
+                         Criteria(median_step_error=0.1, max_step_error=0.25), (0.1, 0.1, 0.1), 2)
+    assert outcomes[0].spread == pytest.approx(0.210 / 0.180 - 1)
+    assert result.noise == pytest.approx(0.150 / 0.095 - 1)
+    text = result.table()
+    assert "210.0 / 200.0 / 180.0 ms (17% apart)" in text and "up to 57.9% apart" in text
+    assert result.as_dict()["runs"][1]["recordings_s"] == [0.100, 0.150, 0.095]
+    assert result.median_error == pytest.approx(np.median([0.05, 0.20]))
+
+
+def test_a_suite_repeats_each_entry_in_rounds(tmp_path, monkeypatch):
+    """Every entry is recorded `repeats` times, round after round of the interleaved order, and the fit
+    gets every recording of the calibration entries (the runtime and the fit are stood in for here:
+    what is checked is the order and what reaches them)."""
+    from pathlib import Path
+
+    import zsim.commands.calibrate as calibrate_command
+    import zsim.commands.replay as replay_command
+    from zsim.validate import replay as suite_module
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("base_profile: dev-2core\nranks: 2\nsteps: 2\nrepeats: 2\n"
+                     "calibrate: [{scenario: calibrate/gpt-tiny-a.yaml, stage: 0}]\n"
+                     "replay: [{scenario: calibrate/gpt-tiny-b.yaml, stage: 2}]\n"
+                     "criteria: {median_step_error: 0.1, max_step_error: 0.25}\n")
+    recorded, fitted = [], []
+    monkeypatch.setattr(suite_module, "record", lambda s, p, e, out, label=None: recorded.append(label) or Path(label))
+    monkeypatch.setattr(calibrate_command, "calibrate", lambda inputs, *a, **k: fitted.extend(inputs) or {})
+    steps = iter([0.100, 0.130])
+    monkeypatch.setattr(replay_command, "replay", lambda folder, profile: (
+        {"alignment": {"lined_up": 5, "measured_only": [], "simulated_only": []}, "run": {"backend": "gloo"},
+         "model_states_bytes": {}, "step_seconds": {"measured": next(steps), "simulated": 0.110}}, None))
+    result = suite_module.run_suite(suite, tmp_path)
+    assert recorded == ["gpt-tiny-a-s0-ga1", "gpt-tiny-b-s2-ga1", "gpt-tiny-a-s0-ga1-r2", "gpt-tiny-b-s2-ga1-r2"]
+    assert [str(f) for f in fitted] == [recorded[0], recorded[2]]
+    assert result.outcomes[0].recordings_s == (0.100, 0.130) and result.outcomes[0].measured_s == pytest.approx(0.115)
+    assert result.repeat is None

@@ -52,6 +52,9 @@ class SuiteFile(_Strict, kw_only=True):
     base_profile: str
     ranks: Annotated[int, Meta(gt=0)]
     steps: Annotated[int, Meta(ge=2, description="optimizer steps per run; the first (warm-up) is not judged")]
+    repeats: Annotated[int, Meta(ge=1, le=9, description=(
+        "recordings of every entry (in rounds, each round in the interleaved order); a held-out run's measured "
+        "step is the median of its recordings, and all recordings of the calibration entries are fitted"))] = 1
     precision: Annotated[str, Meta(pattern="^(fp32|fp16|bf16)$")] = "fp32"
     fit: Annotated[str, Meta(pattern="^(all|collectives|compute)$")] = "all"
     calibrate: Annotated[list[Entry], Meta(min_length=1)]
@@ -70,10 +73,16 @@ class Outcome:
     lined_up: int
     unmatched: int
     judged: bool
+    recordings_s: tuple[float, ...] = ()  # each recording's measured step (repeats > 1); measured_s is their median
 
     @property
     def error(self) -> float:
         return self.simulated_s / self.measured_s - 1.0
+
+    @property
+    def spread(self) -> float | None:
+        """max / min − 1 of the recordings' steps: what the machine alone does to this measurement."""
+        return max(self.recordings_s) / min(self.recordings_s) - 1.0 if len(self.recordings_s) > 1 else None
 
 
 @dataclass(slots=True)
@@ -91,8 +100,12 @@ class SuiteResult:
 
     @property
     def noise(self) -> float | None:
-        """|again / first − 1| of the repeated recording: how far the machine alone moves a measured step."""
-        return None if self.repeat is None else abs(self.repeat[2] / self.repeat[1] - 1.0)
+        """How far the machine alone moves a measured step: |again / first − 1| of the recording made
+        again at the end (one recording per entry), else the largest spread of a held-out run's recordings."""
+        if self.repeat is not None:
+            return abs(self.repeat[2] / self.repeat[1] - 1.0)
+        spreads = [o.spread for o in self.judged if o.spread is not None]
+        return max(spreads) if spreads else None
 
     @property
     def judged(self) -> list[Outcome]:
@@ -118,10 +131,11 @@ class SuiteResult:
         return {"suite": str(self.suite), "profile": str(self.profile), "passed": self.passed,
                 "median_error": self.median_error, "max_error": self.max_error, "cores": self.cores,
                 "load_average": list(self.load), "seconds": self.seconds, "calibration": self.calibration,
-                "noise_floor": None if self.repeat is None else {
+                "noise_floor": {"largest_spread": self.noise} if self.repeat is None else {
                     "run": self.repeat[0], "measured_s": self.repeat[1], "measured_again_s": self.repeat[2],
                     "difference": self.noise},
                 "runs": [{"label": o.label, "measured_s": o.measured_s, "simulated_s": o.simulated_s, "error": o.error,
+                          "recordings_s": list(o.recordings_s),
                           "model_states_exact": o.states_exact, "ops_lined_up": o.lined_up,
                           "ops_unmatched": o.unmatched, "judged": o.judged} for o in self.outcomes]}
 
@@ -188,29 +202,37 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
     cores = os.cpu_count() or 1
     say = progress or (lambda message: None)
     out.mkdir(parents=True, exist_ok=True)
-    recorded = {}
-    order = interleaved(suite.calibrate, suite.replay)
-    for i, entry in enumerate(order):
+    recorded: dict[str, list[Path]] = {}
+    order = [(r, e) for r in range(suite.repeats) for e in interleaved(suite.calibrate, suite.replay)]
+    for i, (r, entry) in enumerate(order):
         say(f"[{i + 1}/{len(order)}] recording {entry.label} ({suite.ranks} ranks, {suite.steps} steps)")
-        recorded[entry.label] = record(suite, suite_path, entry, out)
+        label = entry.label if r == 0 else f"{entry.label}-r{r + 1}"
+        recorded.setdefault(entry.label, []).append(record(suite, suite_path, entry, out, label=label))
     profile = out / "calibrated.yaml"
     say(f"calibrating {suite.base_profile} on {', '.join(e.label for e in suite.calibrate)}")
-    report = calibrate([recorded[e.label] for e in suite.calibrate], suite.base_profile, profile, fit=suite.fit)
+    report = calibrate([f for e in suite.calibrate for f in recorded[e.label]], suite.base_profile, profile,
+                       fit=suite.fit)
     outcomes = []
     for entry in suite.replay:
         say(f"replaying {entry.label}")
-        rep, _ = replay(recorded[entry.label], str(profile))
-        a = rep["alignment"]
-        outcomes.append(Outcome(entry.label, rep["step_seconds"]["measured"], rep["step_seconds"]["simulated"],
-                                all(v["exact"] for v in rep["model_states_bytes"].values()), a["lined_up"],
-                                len(a["measured_only"]) + len(a["simulated_only"]),
-                                judged=suite.ranks <= cores or rep["run"]["backend"] != "gloo"))
-    # The same run once more, last: the two measurements differ by what the machine alone does to a
-    # step (other jobs, caches, the scheduler), the floor under any model's error here.
-    first = suite.replay[0]
-    say(f"recording {first.label} again (the measurement's own noise)")
-    again, _ = replay(record(suite, suite_path, first, out, label=f"{first.label}-again"), str(profile))
-    repeat = (first.label, outcomes[0].measured_s, again["step_seconds"]["measured"])
+        reps = [replay(folder, str(profile))[0] for folder in recorded[entry.label]]
+        rep, a = reps[0], reps[0]["alignment"]
+        measured = [x["step_seconds"]["measured"] for x in reps]
+        outcomes.append(Outcome(entry.label, float(np.median(measured)),
+                                float(np.median([x["step_seconds"]["simulated"] for x in reps])),
+                                all(v["exact"] for x in reps for v in x["model_states_bytes"].values()), a["lined_up"],
+                                max(len(x["alignment"]["measured_only"]) + len(x["alignment"]["simulated_only"])
+                                    for x in reps),
+                                judged=suite.ranks <= cores or rep["run"]["backend"] != "gloo",
+                                recordings_s=tuple(measured) if len(measured) > 1 else ()))
+    repeat = None
+    if suite.repeats == 1:
+        # The same run once more, last: the two measurements differ by what the machine alone does to a
+        # step (other jobs, caches, the scheduler), the floor under any model's error here.
+        first = suite.replay[0]
+        say(f"recording {first.label} again (the measurement's own noise)")
+        again, _ = replay(record(suite, suite_path, first, out, label=f"{first.label}-again"), str(profile))
+        repeat = (first.label, outcomes[0].measured_s, again["step_seconds"]["measured"])
     return SuiteResult(suite_path, profile, outcomes, suite.criteria, os.getloadavg(), cores,
                        {k: report.get(k) for k in ("collectives", "compute")}, time.perf_counter() - started,
                        repeat)
@@ -218,12 +240,16 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
 
 def table(result: SuiteResult) -> str:
     """The error table, the verdict, and the machine's load while it ran."""
+    repeated = any(o.recordings_s for o in result.outcomes)
     lines = [f"zsim validate replay · {result.suite} (calibrated profile {result.profile})",
-             f"  {'held-out run':<26} {'measured':>10} {'simulated':>10} {'error':>8}  model states  ops lined up"]
+             f"  {'held-out run':<26} {'measured':>10} {'simulated':>10} {'error':>8}  model states  ops lined up"
+             + ("  recordings (median is measured)" if repeated else "")]
     for o in result.outcomes:
         note = "" if o.judged else "  (reported, not judged: more ranks than cores)"
+        each = ("  " + " / ".join(f"{s * 1e3:.1f}" for s in o.recordings_s) + f" ms ({o.spread:.0%} apart)"
+                if o.recordings_s else "")
         lines.append(f"  {o.label:<26} {o.measured_s * 1e3:>8.2f}ms {o.simulated_s * 1e3:>8.2f}ms {o.error:>+8.1%}  "
-                     f"{'exact' if o.states_exact else 'DIFFER':<12}  {o.lined_up} ({o.unmatched} unmatched){note}")
+                     f"{'exact' if o.states_exact else 'DIFFER':<12}  {o.lined_up} ({o.unmatched} unmatched){note}{each}")
     c = result.criteria
     lines.append(f"  step time |error|: median {result.median_error:.1%} (<= {c.median_step_error:.0%}), worst "
                  f"{result.max_error:.1%} (<= {c.max_step_error:.0%}); model states "
@@ -232,6 +258,8 @@ def table(result: SuiteResult) -> str:
         label, first, again = result.repeat
         lines.append(f"  noise floor: {label} measured again at the end: {first * 1e3:.2f}ms, then "
                      f"{again * 1e3:.2f}ms ({result.noise:.1%} apart)")
+    elif result.noise is not None:
+        lines.append(f"  noise floor: the recordings of one held-out run are up to {result.noise:.1%} apart")
     lines.append(f"  {'PASS' if result.passed else 'FAIL'} · {result.cores} cores, load average "
                  f"{result.load[0]:.1f} / {result.load[1]:.1f} / {result.load[2]:.1f} at the end, "
                  f"{result.seconds:.0f} s in all")
