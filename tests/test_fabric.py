@@ -177,3 +177,61 @@ def test_simulated_collective_equals_its_closed_form():
             a = run_collective(c, fn, size, 16, simulate=True)
             b = run_collective(c, fn, size, 16, simulate=False)
             assert a.time_us == pytest.approx(b.time_us, rel=1e-9), (fn, size)
+
+
+@pytest.mark.parametrize("tuner, size, proto", [
+    # Worked by hand from tuning.cc (12 ranks, 6 channels; Volta NVLink width 21 GB/s in both releases'
+    # topo.h, 20 as the GPU profile gives for 2.7). 2.5: ring LL 3.6 + 22·0.4 µs at 126/4·12/22 GB/s,
+    # LL128 3.6 + 22·2.5 µs at min(126·120/128, 100)·12/22, Simple 8.4 + 22·5.7 µs at 126·12/22:
+    # LL → LL128 at 1.08 MB, LL128 → Simple at 19.8 MB.
+    ("2.5", 1 << 20, "LL"), ("2.5", 2 << 20, "LL128"), ("2.5", 16 << 20, "LL128"), ("2.5", 20 << 20, "Simple"),
+    # 2.7: LL 3.6 + 22·0.47 at 120/4·12/22, LL128 10 + 22·1.9 at min(120·0.92, 16.7·6)·12/22, Simple
+    # 8.4 + 22·3.4 at 120·12/22: LL → LL128 at 0.88 MB, LL128 → Simple at 10.2 MB.
+    ("2.7", 1 << 20, "LL128"), ("2.7", 8 << 20, "LL128"), ("2.7", 12 << 20, "Simple"), ("2.7", 16 << 20, "Simple"),
+])
+def test_each_nccl_release_has_its_own_protocol_switch_points(tuner, size, proto):
+    """The ring protocol each release's tuner predicts fastest (the tree is a separate choice)."""
+    speed = 21.0 if tuner == "2.5" else 20.0
+    t = NcclTuner(Communicator(n_ranks=12, n_nodes=1, channels=6, speed_intra_GBps=speed, speed_inter_GBps=1.0,
+                               tuner=tuner))
+    ring = {p: t.predicted_time_us("all_reduce", size, "ring", p) for p in ("LL", "LL128", "Simple")}
+    assert min(ring, key=ring.get) == proto
+
+
+def test_the_profile_names_the_release_and_the_communicator_follows_it():
+    """`nccl.tuner` of the system profile reaches the communicator: 2.5's topology search assumes 21 GB/s
+    per Volta NVLink, and 2.5 enables LL128 on Volta only (tuning.cc v2.5.6-1)."""
+    from zsim.fabric.collective import communicator
+
+    c = load_cluster("dgx2", 1)
+    assert c.nccl_tuner == "2.7"
+    old = dataclasses.replace(c, nccl_tuner="2.5")
+    shape = GroupShape(size=12, per_node=12, nodes=1, concurrent_per_node=1)
+    assert communicator(shape, old).tuner == "2.5" and communicator(shape, old).speed_intra_GBps == 21.0
+    assert communicator(shape, c).speed_intra_GBps == c.gpu.nccl_nvlink_GBps
+    a100 = load_cluster("dgx-a100", 1)
+    assert communicator(GroupShape(size=8, per_node=8, nodes=1, concurrent_per_node=1), a100).ll128
+    assert not communicator(GroupShape(size=8, per_node=8, nodes=1, concurrent_per_node=1), dataclasses.replace(a100, nccl_tuner="2.5")).ll128
+
+
+def test_an_unknown_tuner_release_is_a_clear_error(tmp_path, capsys):
+    from zsim.cli import main
+    from zsim.config.profiles import builtin_folder
+
+    text = (builtin_folder() / "dgx2.yaml").read_text().replace('tuner: "2.7"', 'tuner: "2.8"')
+    (tmp_path / "dgx2x.yaml").write_text(text.replace("name: DGX-2", "name: DGX-2x"))
+    assert main(["run", "scenarios/paper/fig2-zero-1.5B.yaml", "--profile", str(tmp_path / "dgx2x.yaml"),
+                 "--no-plot", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "nccl.tuner" in err and "'2.5'" in err and "'2.7'" in err
+
+
+def test_the_plateau_factor_is_2_7s_only():
+    """2.7's ncclTopoGetAlgoTime multiplies a large inter-node ring all_reduce's latency by 1.9; 2.5's
+    getAlgoInfo has no such term."""
+    for tuner, factor in (("2.5", 1.0), ("2.7", 1.9)):
+        t = NcclTuner(Communicator(n_ranks=32, n_nodes=2, channels=6, speed_intra_GBps=20.0, speed_inter_GBps=4.0,
+                                   tuner=tuner))
+        lat, algbw = t.predict("all_reduce", "ring", "Simple")
+        assert t.predicted_time_us("all_reduce", 1 << 30, "ring", "Simple") == pytest.approx(
+            factor * lat + (1 << 30) / (1000 * algbw))

@@ -45,8 +45,10 @@ NAMES = tuple(p[0] for p in _PARAMS)
 # A weak prior on the latency terms: NCCL's own ring/NVLink latencies (tuning.cc baseLat, hwLat).
 # Samples that a host launch floor hides cannot identify a latency; the prior keeps it where NCCL's
 # authors measured it instead of letting it trade off against the floor.
-_PRIOR = {**{f"latency_us.{p}": BASE_LAT_US["ring"][i] for i, p in enumerate(PROTOCOLS)},
-          **{f"step_latency_us.{p}": HW_LAT_US["nvlink"]["ring"][i] for i, p in enumerate(PROTOCOLS)}}
+def _prior(tuner: str) -> dict[str, float]:
+    """The latency terms NCCL's authors measured, in the tuner of the release the system ran."""
+    return {**{f"latency_us.{p}": BASE_LAT_US[tuner]["ring"][i] for i, p in enumerate(PROTOCOLS)},
+            **{f"step_latency_us.{p}": HW_LAT_US[tuner]["nvlink"]["ring"][i] for i, p in enumerate(PROTOCOLS)}}
 _PRIOR_WEIGHT = 0.05  # per term, against one log-time residual per sample
 # A term is undetermined when changing it by a factor e moves no sample's log time by this much.
 _SENSITIVITY = 1e-3
@@ -162,7 +164,7 @@ def evaluate(cluster: Cluster, tables: dict[str, list[NcclRow]], gpus: int, gpus
 def fit(cluster: Cluster, tables: dict[str, list[NcclRow]], gpus: int, gpus_per_process: int,
         prior_weight: float = _PRIOR_WEIGHT) -> FitResult:
     """Fit every NCCL kernel term to nccl-tests tables from a neutral start (`zsim nccl-fit`).
-    `prior_weight` (0 = none) weighs the pull of the latency terms toward NCCL's own (_PRIOR)."""
+    `prior_weight` (0 = none) weighs the pull of the latency terms toward NCCL's own (_prior)."""
     result = fit_samples(cluster, table_samples(tables, gpus, gpus_per_process), prior_weight,
                          start={p[0]: p[1] for p in _PARAMS}, free=NAMES, scaled_prior=False)
     fitted = dataclasses.replace(cluster, nccl=kernel_from(result.values))
@@ -203,12 +205,13 @@ def fit_samples(cluster: Cluster, samples: list[CollectiveSample], prior_weight:
     capacity = _capacities(cluster, samples)
     index = {p[0]: p for p in _PARAMS}
     weight = prior_weight
+    prior_terms = _prior(cluster.nccl_tuner)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         values = {**start, **dict(zip(free, x))}
         c = dataclasses.replace(cluster, nccl=kernel_from(values))
         data = [np.log(_predict(c, s, capacity).time_us * 1e-6 / s.seconds) for s in samples]
-        prior = [weight * np.log((values[k] + 1.0) / (v + 1.0)) for k, v in _PRIOR.items() if k in free]
+        prior = [weight * np.log((values[k] + 1.0) / (v + 1.0)) for k, v in prior_terms.items() if k in free]
         return np.array(data + prior)
 
     values = dict(start)

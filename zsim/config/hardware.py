@@ -141,6 +141,9 @@ class NcclSection(_Profile, kw_only=True):
     step_latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
     unaligned_copy_GBps: Annotated[float, _GBPS]
     unaligned_reduce_GBps: Annotated[float, _GBPS]  # one element-wise reduce rate (zsim.fabric.nccl)
+    tuner: Annotated[Literal["2.5", "2.7"], Meta(description=(
+        "the NCCL release whose tuner picks each call's algorithm and protocol (zsim.fabric.nccl): 2.5 "
+        "(v2.5.6/2.5.7, to March 2020) or 2.7 (v2.7.3-2.7.8, mid 2020)"))] = "2.7"
 
     def __post_init__(self) -> None:  # every protocol
         super().__post_init__()
@@ -209,6 +212,7 @@ class Cluster:
     offload: Tier  # host link of one GPU
     nccl: NcclKernel
     host: HostModel | None = None  # a CPU host (hwprofiles/hosts/): gloo collectives, no NVLink fabric
+    nccl_tuner: str = "2.7"  # the NCCL release whose tuner chooses (zsim.fabric.nccl.TUNERS)
 
     @property
     def world(self) -> int:
@@ -372,6 +376,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             unaligned_copy_Bps=system.nccl.unaligned_copy_GBps * GB,
             unaligned_reduce_Bps=system.nccl.unaligned_reduce_GBps * GB,
         ),
+        nccl_tuner=system.nccl.tuner,
     )
 
 

@@ -27,7 +27,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from zsim.config.hardware import Cluster
-from zsim.fabric.nccl import FUNCTIONS, Communicator, NcclTuner, bus_factor, ring_steps
+from zsim.fabric.nccl import FUNCTIONS, NVLINK_WIDTH_GBPS, Communicator, NcclTuner, bus_factor, ring_steps
 from zsim.parallel.layout import GroupShape
 
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
@@ -46,13 +46,17 @@ class Phase:
 
 def communicator(shape: GroupShape, cluster: Cluster) -> Communicator:
     """NCCL's view of a group: one channel per NVLink, at NCCL's per-link speed (topo.h); across
-    nodes, the NIC share of the group's GPUs (rail-aligned: a GPU uses the NIC nearest to it)."""
+    nodes, the NIC share of the group's GPUs (rail-aligned: a GPU uses the NIC nearest to it). The
+    tuner is the profile's NCCL release; LL128 is on by default on NVLink systems of Volta only in 2.5
+    (tuning.cc v2.5.6-1: minCompCap == maxCompCap == 70), of Volta and Ampere in 2.7."""
     channels = max(1, cluster.nvlink_links)  # a one-GPU cube-mesh node has no NVLink, NCCL still has a channel
     nic_share = cluster.nics_per_node * cluster.nic_bytes_per_s / 1e9 * shape.per_node / cluster.gpus_per_node
+    tuner, cc = cluster.nccl_tuner, cluster.gpu.compute_capability
+    speed = NVLINK_WIDTH_GBPS[tuner].get(cc, cluster.gpu.nccl_nvlink_GBps)
     return Communicator(
         n_ranks=shape.size, n_nodes=shape.nodes, channels=channels,
-        speed_intra_GBps=cluster.gpu.nccl_nvlink_GBps, speed_inter_GBps=max(nic_share, 1e-3) / channels,
-        ll128=cluster.gpu.compute_capability in (70, 80),
+        speed_intra_GBps=speed, speed_inter_GBps=max(nic_share, 1e-3) / channels,
+        ll128=cc == 70 if tuner == "2.5" else cc in (70, 80), tuner=tuner,
     )
 
 

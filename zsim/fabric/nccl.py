@@ -2,11 +2,17 @@
 
 Two halves, kept apart on purpose:
 
-* **The tuner** (`NcclTuner`) is NCCL's own cost model (NCCL 2.8, src/graph/tuning.cc,
-  `ncclTopoTuneModel` and `ncclTopoGetAlgoTime`), with NCCL's constants. NCCL uses it to choose the
-  algorithm (ring, tree) and protocol (LL, LL128, Simple) per call, by predicted time. Where that
-  prediction is wrong the real curve shows it: on a DGX-2 the tuner keeps LL128 for all_reduce up to
-  ~25 MB although Simple is already faster, which is the dip in measured busbw at 16 MB.
+* **The tuner** (`NcclTuner`) is NCCL's own cost model (src/graph/tuning.cc: ncclTopoTuneModel,
+  ncclTopoGetAlgoTime), with NCCL's constants, of the release the system ran (the profile's
+  `nccl.tuner`): "2.5" (v2.5.6-1 and v2.5.7-1, late 2019 to March 2020, identical tuning) or "2.7"
+  (v2.7.3-1 to v2.7.8-1, mid 2020). NCCL uses it to choose the algorithm (ring, tree) and protocol
+  (LL, LL128, Simple) per call, by predicted time, and where that prediction is wrong the real curve
+  shows it: 2.5's tuner keeps LL128 for a 12-GPU DGX-2 all_reduce up to ~20 MB although Simple is
+  already faster there, which is the dip in the DGX-2 nccl-tests busbw at 16 MiB (2.7 switches at
+  ~10 MB). The releases differ in their latencies, in LL128's cap (2.5: one ceiling per collective;
+  2.7: per channel), in the tree's cap and LL factors, in 2.7's split of a ring's steps into those
+  inside and across nodes, and in 2.7's "plateau effect of ring" (×1.9 latency for large inter-node
+  all_reduces).
 * **The kernel** (`NcclKernel`) is what the chosen protocol really achieves on the hardware: a
   protocol's share of the link bandwidth, its fixed and per-step latencies, the host's kernel-launch
   cost, and the slow path NCCL's copy/reduce loops take when a rank's chunk is not 16-byte aligned
@@ -26,16 +32,29 @@ FUNCTIONS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("tree", "ring")
 
-# NCCL 2.8 src/graph/tuning.cc: latencies in µs. baseLat[algo][proto], hwLat[hw][algo][proto].
-BASE_LAT_US = {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)}
+TUNERS = ("2.5", "2.7")  # NCCL releases whose tuner zsim has (the profile's nccl.tuner)
+
+# src/graph/tuning.cc: latencies in µs, baseLat[algo][proto] and hwLat[hw][algo][proto], per release.
+# 2.7: v2.7.8-1 (identical in v2.7.3-1); 2.5: v2.5.6-1 (identical in v2.5.7-1).
+BASE_LAT_US = {"2.7": {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)},
+               "2.5": {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 3.6, 8.4)}}
 HW_LAT_US = {
-    "nvlink": {"tree": (0.52, 1.2, 28.0), "ring": (0.47, 1.9, 3.4)},
-    "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
-    "net": {"tree": (5.0, 8.5, 50.0), "ring": (2.7, 4.0, 9.6)},
+    "2.7": {"nvlink": {"tree": (0.52, 1.2, 28.0), "ring": (0.47, 1.9, 3.4)},
+            "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
+            "net": {"tree": (5.0, 8.5, 50.0), "ring": (2.7, 4.0, 9.6)}},
+    "2.5": {"nvlink": {"tree": (0.5, 1.9, 28.0), "ring": (0.4, 2.5, 5.7)},
+            "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
+            "net": {"tree": (5.0, 7.5, 50.0), "ring": (0.9, 2.5, 6.6)}},
 }
-# ll128MaxBwPerCh (GB/s per channel) for broadcast, reduce, all_gather, reduce_scatter, all_reduce.
+# 2.7 ll128MaxBwPerCh (GB/s per channel) for broadcast, reduce, all_gather, reduce_scatter, all_reduce.
 _LL128_MAX_BW_PER_CH = {"broadcast": 18.8, "reduce": 12.0, "all_gather": 18.3, "reduce_scatter": 15.2,
                         "all_reduce": 16.7}
+# 2.5 ll128MaxBw (GB/s, the whole ring, whatever its channels), same order.
+_LL128_MAX_BW_25 = {"broadcast": 113.0, "reduce": 72.0, "all_gather": 110.0, "reduce_scatter": 91.0,
+                    "all_reduce": 100.0}
+# The per-NVLink speed each release's topology search assumes for Volta (src/graph/topo.h
+# VOLTA_NVLINK_WIDTH, 21.0 in both); None: the GPU profile's nccl_nvlink_GBps.
+NVLINK_WIDTH_GBPS = {"2.5": {70: 21.0}, "2.7": {}}
 
 
 def ring_steps(fn: str, n: int) -> int:
@@ -72,7 +91,8 @@ class Communicator:
     speed_intra_GBps: float
     speed_inter_GBps: float
     intra_hw: str = "nvlink"  # 'nvlink' or 'pci'
-    ll128: bool = True  # NCCL enables LL128 by default only on Volta/Ampere NVLink systems
+    ll128: bool = True  # NCCL enables LL128 by default only on NVLink systems of some GPUs (see communicator)
+    tuner: str = "2.7"  # the NCCL release whose tuner chooses (TUNERS)
 
     @property
     def per_node(self) -> int:
@@ -86,17 +106,18 @@ class NcclTuner:
         self.comm = comm
 
     def predict(self, fn: str, algo: str, proto: str) -> tuple[float, float] | None:
-        """NCCL 2.8 ncclTopoTuneModel for one cell; None where NCCL disables it."""
+        """ncclTopoTuneModel (2.7; ncclSetThresholds in 2.5) for one cell, as (latency µs, algbw
+        GB/s); None where NCCL disables it."""
         c = self.comm
-        p = PROTOCOLS.index(proto)
-        if fn == "all_to_all":
-            fn_model = "all_gather"  # point-to-point sends: modelled like a ring of n-1 steps
-        else:
-            fn_model = fn
+        fn_model = "all_gather" if fn == "all_to_all" else fn  # point-to-point sends: a ring of n-1 steps
         if algo == "tree" and fn_model != "all_reduce":
-            return None  # NCCL 2.8: only all_reduce has a tree
+            return None  # only all_reduce has a tree (both releases)
         if proto == "LL128" and not c.ll128:
             return None
+        if c.tuner == "2.5":
+            return self._predict_25(fn_model, algo, proto)
+        p = PROTOCOLS.index(proto)
+        base, hw = BASE_LAT_US["2.7"], HW_LAT_US["2.7"]
         nsteps = ring_steps(fn_model, c.n_ranks)
         n_inter = {"all_reduce": 2 * (c.n_nodes - 1), "all_gather": c.n_nodes - 1,
                    "reduce_scatter": c.n_nodes - 1}.get(fn_model, c.n_nodes)
@@ -115,16 +136,43 @@ class NcclTuner:
                 bus = min(bus * (7 / 9 if c.n_nodes == 1 else 0.915),
                           _LL128_MAX_BW_PER_CH[fn_model] * c.channels * 7 / 9)
         algbw = bus * (0.5 if algo == "tree" else c.n_ranks / nsteps)
-        lat = BASE_LAT_US[algo][p]
-        intra = HW_LAT_US[c.intra_hw][algo][p] * (1.8 if c.n_nodes > 1 and proto == "LL" else 1.0)
-        inter = HW_LAT_US["net"][algo][p]
+        lat = base[algo][p]
+        intra = hw[c.intra_hw][algo][p] * (1.8 if c.n_nodes > 1 and proto == "LL" else 1.0)
+        inter = hw["net"][algo][p]
         if algo == "ring":
             if fn_model in ("broadcast", "reduce"):
-                lat += HW_LAT_US[c.intra_hw if c.n_nodes == 1 else "net"][algo][p]  # sameChannels rings
+                lat += hw[c.intra_hw if c.n_nodes == 1 else "net"][algo][p]  # sameChannels rings
             else:
                 lat += (nsteps - n_inter) * intra + n_inter * inter
         else:
             lat += 2 * ((c.per_node - 1) * intra + int(math.log2(c.n_nodes)) * inter)
+        return lat, algbw
+
+    def _predict_25(self, fn: str, algo: str, proto: str) -> tuple[float, float]:
+        """NCCL v2.5.6-1 src/graph/tuning.cc ncclSetThresholds for one enabled cell."""
+        c = self.comm
+        p = PROTOCOLS.index(proto)
+        base, hw = BASE_LAT_US["2.5"], HW_LAT_US["2.5"]
+        nsteps = ring_steps(fn, c.n_ranks)
+        bus = c.channels * (c.speed_intra_GBps if c.n_nodes <= 2 else c.speed_inter_GBps)
+        if algo == "ring" and proto == "LL":
+            bus *= 1 / 4
+        if algo == "ring" and proto == "LL128":
+            bus = min(bus * 120 / 128, _LL128_MAX_BW_25[fn])
+        if algo == "tree":
+            bus = min(bus * 0.9, 70.0 if c.n_nodes > 1 else 90.0)
+            if proto == "LL":
+                bus /= 3
+            if proto == "LL128":
+                bus *= 7 / 9
+        algbw = bus * (0.5 if algo == "tree" else c.n_ranks / nsteps)
+        lat = base[algo][p]
+        if algo == "ring":
+            # every step at the latency of one tier: the node's links on one node, the network otherwise
+            step = hw[c.intra_hw if c.n_nodes == 1 else "net"][algo][p]
+            lat += step if fn in ("broadcast", "reduce") else nsteps * step  # sameChannels rings
+        else:
+            lat += 2 * ((c.per_node - 1) * hw[c.intra_hw][algo][p] + int(math.log2(c.n_nodes)) * hw["net"][algo][p])
         return lat, algbw
 
     def predicted_time_us(self, fn: str, nbytes: float, algo: str, proto: str) -> float | None:
@@ -133,9 +181,9 @@ class NcclTuner:
         if cell is None or cell[1] <= 0:
             return None
         lat, algbw = cell
-        if algo == "ring" and proto == "Simple" and self.comm.n_nodes > 1 and fn == "all_reduce" \
-                and nbytes >= self.comm.n_ranks / 16 * 65536:
-            lat *= 1.9  # NCCL: "plateau effect of ring"
+        if self.comm.tuner != "2.5" and algo == "ring" and proto == "Simple" and self.comm.n_nodes > 1 \
+                and fn == "all_reduce" and nbytes >= self.comm.n_ranks / 16 * 65536:
+            lat *= 1.9  # NCCL 2.7 ncclTopoGetAlgoTime: "plateau effect of ring" (not in 2.5's getAlgoInfo)
         return lat + nbytes / (1000 * algbw)
 
     def choose(self, fn: str, nbytes: float, algorithms: tuple[str, ...] = ALGORITHMS) -> tuple[str, str]:
