@@ -89,6 +89,7 @@ def test_metadata_means_the_same_on_both_sides(traced, name):
     if result.scenario.zero.stage in (1, 2):  # several pieces, so the per-piece padding is exercised
         assert len(rank_pieces(result.scenario, result.workload)) > 1
     assert meta["host_facts"]["ranks_on_host"] == 2 and meta["host_facts"]["threads_per_rank"] >= 1
+    assert meta["host_facts"]["python_gc"].startswith("long-lived objects frozen")
 
 
 def test_waiting_is_never_inside_a_compute_span(traced):
