@@ -91,3 +91,18 @@ def test_a_suite_repeats_each_entry_in_rounds(tmp_path, monkeypatch):
     assert [str(f) for f in fitted] == [recorded[0], recorded[2]]
     assert result.outcomes[0].recordings_s == (0.100, 0.130) and result.outcomes[0].measured_s == pytest.approx(0.115)
     assert result.repeat is None
+
+
+def test_stolen_cpu_time_is_the_share_of_field_8():
+    """/proc/stat's steal field over all CPU time between two readings (a VM's noise, printed)."""
+    from zsim.validate.replay import cpu_times, steal_share
+
+    before = [100, 0, 50, 800, 0, 0, 0, 50, 0, 0]
+    after = [200, 0, 100, 1000, 0, 0, 0, 100, 0, 0]
+    assert steal_share(before, after) == pytest.approx(50 / 400)
+    assert steal_share(None, after) is None
+    now = cpu_times()
+    if now is not None:  # Linux: a real reading; counters only grow, so the share is in [0, 1]
+        assert len(now) >= 8
+        share = steal_share(now, cpu_times())
+        assert share is None or 0.0 <= share <= 1.0  # None: no CPU time passed between the readings

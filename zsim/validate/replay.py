@@ -97,6 +97,7 @@ class SuiteResult:
     seconds: float = 0.0
     # The noise floor: the first held-out run recorded again at the end, (label, first, again) step seconds
     repeat: tuple[str, float, float] | None = None
+    steal: float | None = None  # share of the CPU time the hypervisor gave to other machines while it ran
 
     @property
     def noise(self) -> float | None:
@@ -130,7 +131,8 @@ class SuiteResult:
     def as_dict(self) -> dict[str, Any]:
         return {"suite": str(self.suite), "profile": str(self.profile), "passed": self.passed,
                 "median_error": self.median_error, "max_error": self.max_error, "cores": self.cores,
-                "load_average": list(self.load), "seconds": self.seconds, "calibration": self.calibration,
+                "load_average": list(self.load), "steal": self.steal, "seconds": self.seconds,
+                "calibration": self.calibration,
                 "noise_floor": {"largest_spread": self.noise} if self.repeat is None else {
                     "run": self.repeat[0], "measured_s": self.repeat[1], "measured_again_s": self.repeat[2],
                     "difference": self.noise},
@@ -176,6 +178,26 @@ def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path, label: s
     return folder
 
 
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time counters since boot (/proc/stat's first line: user, nice, system, idle,
+    iowait, irq, softirq, steal, ...; Linux `man 5 proc`), or None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def steal_share(before: list[int] | None, after: list[int] | None) -> float | None:
+    """The share of all CPU time between two `cpu_times` readings that was stolen (field 8: time a
+    virtual CPU waited while the hypervisor ran something else), or None without both readings."""
+    if not before or not after or len(before) < 8 or len(after) < 8:
+        return None
+    spent = [b - a for a, b in zip(before, after)]
+    total = sum(spent[:8])  # guest time is counted inside user time (man 5 proc)
+    return spent[7] / total if total > 0 else None
+
+
 def interleaved(first: list[Entry], second: list[Entry]) -> list[Entry]:
     """The recording order: one of `first`, one of `second`, and so on (the rest of the longer list
     at the end). A shared machine's speed drifts (other jobs come and go): recording every run to
@@ -197,7 +219,7 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
     from zsim.commands.calibrate import calibrate
     from zsim.commands.replay import replay
 
-    started = time.perf_counter()
+    started, counters = time.perf_counter(), cpu_times()
     suite = load_suite(suite_path)
     cores = os.cpu_count() or 1
     say = progress or (lambda message: None)
@@ -235,7 +257,7 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
         repeat = (first.label, outcomes[0].measured_s, again["step_seconds"]["measured"])
     return SuiteResult(suite_path, profile, outcomes, suite.criteria, os.getloadavg(), cores,
                        {k: report.get(k) for k in ("collectives", "compute")}, time.perf_counter() - started,
-                       repeat)
+                       repeat, steal_share(counters, cpu_times()))
 
 
 def table(result: SuiteResult) -> str:
@@ -260,8 +282,9 @@ def table(result: SuiteResult) -> str:
                      f"{again * 1e3:.2f}ms ({result.noise:.1%} apart)")
     elif result.noise is not None:
         lines.append(f"  noise floor: the recordings of one held-out run are up to {result.noise:.1%} apart")
+    steal = "" if result.steal is None else f", {result.steal:.0%} of the CPU time stolen by the hypervisor"
     lines.append(f"  {'PASS' if result.passed else 'FAIL'} · {result.cores} cores, load average "
-                 f"{result.load[0]:.1f} / {result.load[1]:.1f} / {result.load[2]:.1f} at the end, "
+                 f"{result.load[0]:.1f} / {result.load[1]:.1f} / {result.load[2]:.1f} at the end{steal}, "
                  f"{result.seconds:.0f} s in all")
     return "\n".join(lines)
 
