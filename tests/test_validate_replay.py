@@ -62,6 +62,10 @@ def test_repeated_recordings_are_judged_on_their_median(tmp_path):
     assert "210.0 / 200.0 / 180.0 ms (17% apart)" in text and "up to 57.9% apart" in text
     assert result.as_dict()["runs"][1]["recordings_s"] == [0.100, 0.150, 0.095]
     assert result.median_error == pytest.approx(np.median([0.05, 0.20]))
+    assert "warning: the machine moved more than the criterion (one run's recordings are 58% apart)" in text
+    quiet = SuiteResult(tmp_path / "suite.yaml", tmp_path / "p.yaml", outcomes[:1],
+                        Criteria(median_step_error=0.1, max_step_error=0.25), (0.1, 0.1, 0.1), 2, steal=0.25)
+    assert "the hypervisor took 25% of the CPU time" in quiet.table() and "stolen by the hypervisor" in quiet.table()
 
 
 def test_a_suite_repeats_each_entry_in_rounds(tmp_path, monkeypatch):
