@@ -18,11 +18,14 @@ from dataclasses import dataclass
 
 import torch
 
+from zsim.compute.kernels import HOST_ADAM_CHUNK
+
 from ..ledger import MemoryLedger
 
 # Elements per chunk of the update: apex multi_tensor_apply's chunk_size (65,536), 256 KiB per fp32
-# tensor; the five a chunk touches (state, gradient, denominator) fit a core's 1-2 MiB L2.
-CHUNK = 65536
+# tensor; the five a chunk touches (state, gradient, denominator) fit a core's 1-2 MiB L2. The
+# simulator prices a host's update by the same chunks (zsim.compute.kernels.host_adam_kernels).
+CHUNK = HOST_ADAM_CHUNK
 
 
 @dataclass

@@ -157,3 +157,31 @@ def test_merge_fills_last_arrival_on_each_ranks_clock():
     assert fill_last_arrival(traces) == 2 and len(traces[0]["traceEvents"]) == 2  # merging twice adds nothing
     assert step_volumes(traces[0]) == {0: {"all_reduce": 8, "paper_bytes": 16}}
     json.dumps(traces)  # still plain JSON
+
+
+def test_host_adam_kernel_list_counts_the_runtimes_aten_ops():
+    """The simulator prices a CPU host's update by the runtime's chunked ops
+    (zsim.compute.kernels.host_adam_kernels): count the compute ops FlatAdam.step really dispatches
+    (views and slices are free) against the kernel list's launches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from zsim.compute.kernels import HOST_ADAM_CHUNK, host_adam_kernels
+
+    free = {"slice", "view", "alias", "detach", "empty", "as_strided", "_to_copy", "lift_fresh"}
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] not in free:
+                Count.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    sizes = [HOST_ADAM_CHUNK * 2 + 100, 1000]  # two segments: 3 chunks and 1
+    segments = [Segment(torch.zeros(n), torch.ones(n), torch.zeros(n)) for n in sizes]
+    adam = FlatAdam(segments, ledger=MemoryLedger(), mixed=False, lr=1e-3)
+    grads = [s.grad for s in segments]
+    with Count():
+        adam.step(grads=grads)
+    kernels = host_adam_kernels(sum(sizes), len(sizes))
+    assert Count.ops == kernels.launches == 7 * 4

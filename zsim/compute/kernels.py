@@ -284,6 +284,23 @@ def with_bucket_copy(base: KernelList, elements: int, e: int) -> KernelList:
     return KernelList(f"{base.key}+grads.to_bucket", base.kernels + (_mem("grads.to_bucket", 2 * e * elements),))
 
 
+# The runtime's Adam on a CPU host (runtime/zero/optimizer.py FlatAdam.step): the partition in chunks of
+# HOST_ADAM_CHUNK elements (apex multi_tensor_apply's chunk_size), each updated by 7 aten ops (lerp_,
+# mul_, addcmul_, sqrt, div_, add_, addcdiv_) whose temporaries stay in cache.
+HOST_ADAM_CHUNK = 65536
+HOST_ADAM_OPS_PER_CHUNK = 7
+
+
+@functools.lru_cache(maxsize=64)
+def host_adam_kernels(elements: int, tensors: int) -> KernelList:
+    """The update as a CPU host runs it: HOST_ADAM_OPS_PER_CHUNK aten ops per chunk of each of the
+    `tensors` segments (at most one partial chunk per segment), streaming the state once (28 B per
+    element, as the fused kernel: the chunk's temporaries stay in cache)."""
+    chunks = math.ceil(elements / HOST_ADAM_CHUNK) + max(0, tensors - 1)
+    return KernelList("optimizer.adam.host", (_mem("adam.chunk_ops", 28 * elements,
+                                                   count=HOST_ADAM_OPS_PER_CHUNK * chunks),))
+
+
 # Multi-tensor apply processes 65,536-element chunks, up to 320 per launch (apex csrc/multi_tensor_apply.cuh:
 # depth_to_max_blocks, chunk_size 2048·32): one launch per 20,971,520 elements.
 _MTA_ELEMENTS = 65536 * 320

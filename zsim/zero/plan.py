@@ -38,7 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from zsim.compute.kernels import KernelList, Shape, module_kernels, optimizer_kernels, with_bucket_copy
+from zsim.compute.kernels import (KernelList, Shape, host_adam_kernels, module_kernels, optimizer_kernels,
+                                  with_bucket_copy)
 from zsim.config.scenario import Scenario
 from zsim.memory.context import context_memory
 from zsim.workload.transformer import Module, Workload
@@ -554,8 +555,10 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     b.add(name="optimizer/grads_copy", stream="compute", deps=deps, hbm_bytes=copy_bytes,
           allocs=(Alloc("buffers", grads.held, held), Alloc("buffers", grads.transient, transient)),
           frees=(transient,) + grad_tags, step=step, micro_batch=last_mb)
+    # A CPU host runs the runtime's chunked update, not the fused kernel: its launches are its aten ops.
+    adam = host_adam_kernels(elements, tensors) if s.cluster.fabric == "host" else kernels["adam"]
     opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
-                frees=(held,), step=step, kernels=kernels["adam"], micro_batch=last_mb, elements=elements)
+                frees=(held,), step=step, kernels=adam, micro_batch=last_mb, elements=elements)
     if z.stage in (1, 2):
         # Stage 1 (v0.2) all-gathers each comm interval, stage 2 (v0.2) its partition in shards
         # (zsim.zero.buckets: flat_pieces, allgather_shards); both pass a list, which PyTorch stages
