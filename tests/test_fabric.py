@@ -46,7 +46,7 @@ def test_uncontended_ring_all_reduce_is_exactly_alpha_beta(n, size):
     (end,) = run_phases(caps(c), phases)
     k = c.nccl
     alpha = k.latency_s[proto] + 2 * (n - 1) * k.step_latency_s[proto]
-    beta = c.nvlink.bytes_per_s * k.efficiency[proto]  # 6 NVLinks × 25 GB/s × protocol efficiency
+    beta = c.nvlink.bytes_per_s * k.share(proto, "all_reduce")  # 6 NVLinks × 25 GB/s × protocol efficiency
     assert end == pytest.approx(alpha + 2 * (n - 1) / n * size / beta, rel=1e-12)
 
 
@@ -55,7 +55,7 @@ def test_all_reduce_busbw_approaches_the_bottleneck_link():
     row = run_collective(c, "all_reduce", 1 << 36, 12)
     assert row.algorithm == "ring/Simple"
     assert row.busbw * 1e9 == pytest.approx(c.nvlink.bytes_per_s * c.nccl.efficiency["Simple"], rel=1e-3)
-    lossless = dataclasses.replace(c, nccl=dataclasses.replace(c.nccl, efficiency={"LL": 1, "LL128": 1, "Simple": 1.0}))
+    lossless = dataclasses.replace(c, nccl=dataclasses.replace(c.nccl, efficiency={"LL": 1, "LL128": 1, "Simple": 1.0}, ll128_efficiency={}))
     assert run_collective(lossless, "all_reduce", 1 << 36, 12).busbw * 1e9 == pytest.approx(c.nvlink.bytes_per_s, rel=1e-3)
 
 
@@ -162,12 +162,53 @@ def test_unaligned_chunks_take_the_element_wise_path():
 
 
 def test_launch_floor_of_a_process_driving_many_gpus():
-    """nccl-tests -g g: one thread launches g kernels per call, so small calls cost g × launch."""
+    """nccl-tests -g g: one thread launches g kernels per call, so small calls cost g × launch, and a
+    call's kernel starts moving data only after the other g − 1 launches (NcclKernel.call_seconds)."""
     c = load_cluster("dgx2", 1)
+    launch_us = c.nccl.launch_s * 1e6
     kernel = run_collective(c, "all_reduce", 8, 12, gpus_per_process=1).time_us
-    g = int(2 * kernel / (c.nccl.launch_s * 1e6)) + 1  # enough GPUs per process to hide the kernel
-    assert run_collective(c, "all_reduce", 8, 12, gpus_per_process=g).time_us == pytest.approx(g * c.nccl.launch_s * 1e6)
-    assert run_collective(c, "all_reduce", 1 << 30, 12, gpus_per_process=g).time_us > g * c.nccl.launch_s * 1e6
+    assert kernel > launch_us  # one GPU per process: the kernel alone
+    assert run_collective(c, "all_reduce", 8, 12, gpus_per_process=12).time_us == pytest.approx(11 * launch_us + kernel)
+    tiny = dataclasses.replace(c, nccl=dataclasses.replace(c.nccl, launch_s=10 * kernel * 1e-6))
+    assert run_collective(tiny, "all_reduce", 8, 12, gpus_per_process=12).time_us == pytest.approx(12 * 10 * kernel)
+    big = run_collective(c, "all_reduce", 1 << 30, 12, gpus_per_process=1).time_us
+    assert run_collective(c, "all_reduce", 1 << 30, 12, gpus_per_process=12).time_us == pytest.approx(big + 11 * launch_us)
+
+
+def test_ll128_efficiency_per_collective():
+    """A profile may give LL128 one share per collective (NCCL's tuner caps LL128 per collective too);
+    all_to_all runs at all_gather's; a single number still applies to every collective."""
+    c = load_cluster("dgx2", 1)
+    k = c.nccl
+    assert set(k.ll128_efficiency) == {"broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"}
+    assert k.share("LL128", "all_reduce") == k.ll128_efficiency["all_reduce"] != k.share("LL128", "broadcast")
+    assert k.share("LL128", "all_to_all") == k.ll128_efficiency["all_gather"]
+    assert k.share("Simple", "all_reduce") == k.efficiency["Simple"]
+    shape = GroupShape(size=12, per_node=12, nodes=1, concurrent_per_node=1)
+    for fn in ("all_reduce", "broadcast"):  # the rate of an LL128 call follows its own collective's share
+        label, (phase,) = plan_collective(fn, 4 << 20, shape, c, "ring")
+        assert label == "ring/LL128"
+        assert phase.links[0][1] == pytest.approx(1 / k.ll128_efficiency[fn])
+    uniform = dataclasses.replace(k, efficiency={**k.efficiency, "LL128": 0.6}, ll128_efficiency={})
+    assert {uniform.share("LL128", fn) for fn in ("all_reduce", "broadcast", "all_to_all")} == {0.6}
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("all_reduce: 0.526}", "missing all_reduce"),
+    ("Simple: 0.813}", "efficiency.Simple must be one number"),
+])
+def test_a_bad_ll128_mapping_is_a_clear_error(tmp_path, capsys, edit, message):
+    from zsim.cli import main
+    from zsim.config.profiles import builtin_folder
+
+    text = (builtin_folder() / "dgx2.yaml").read_text()
+    assert edit in text
+    bad = {"all_reduce: 0.526}": "}", "Simple: 0.813}": "Simple: {all_reduce: 0.8}}"}[edit]
+    (tmp_path / "dgx2x.yaml").write_text(text.replace(edit, bad).replace("name: DGX-2", "name: DGX-2x"))
+    assert main(["collective", "--profile", str(tmp_path / "dgx2x.yaml"), "--gpus", "12", "--op", "all_reduce",
+                 "-b", "8", "-e", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "dgx2x.yaml" in err and message in err and "Traceback" not in err
 
 
 def test_simulated_collective_equals_its_closed_form():
@@ -203,9 +244,9 @@ def test_the_profile_names_the_release_and_the_communicator_follows_it():
     per Volta NVLink, and 2.5 enables LL128 on Volta only (tuning.cc v2.5.6-1)."""
     from zsim.fabric.collective import communicator
 
-    c = load_cluster("dgx2", 1)
-    assert c.nccl_tuner == "2.7"
-    old = dataclasses.replace(c, nccl_tuner="2.5")
+    old = load_cluster("dgx2", 1)
+    assert old.nccl_tuner == "2.5"  # hwprofiles/dgx2.yaml: the recording's release, by date
+    c = dataclasses.replace(old, nccl_tuner="2.7")
     shape = GroupShape(size=12, per_node=12, nodes=1, concurrent_per_node=1)
     assert communicator(shape, old).tuner == "2.5" and communicator(shape, old).speed_intra_GBps == 21.0
     assert communicator(shape, c).speed_intra_GBps == c.gpu.nccl_nvlink_GBps
@@ -218,7 +259,7 @@ def test_an_unknown_tuner_release_is_a_clear_error(tmp_path, capsys):
     from zsim.cli import main
     from zsim.config.profiles import builtin_folder
 
-    text = (builtin_folder() / "dgx2.yaml").read_text().replace('tuner: "2.7"', 'tuner: "2.8"')
+    text = (builtin_folder() / "dgx2.yaml").read_text().replace('tuner: "2.5"', 'tuner: "2.8"')
     (tmp_path / "dgx2x.yaml").write_text(text.replace("name: DGX-2", "name: DGX-2x"))
     assert main(["run", "scenarios/paper/fig2-zero-1.5B.yaml", "--profile", str(tmp_path / "dgx2x.yaml"),
                  "--no-plot", "-o", str(tmp_path / "out")]) == 2

@@ -22,9 +22,12 @@ from zsim.config.scenario import build_scenario
 from zsim.engine.simulation import simulate
 from zsim.trace.writer import simulated_trace
 
-WRONG = {"efficiency: {LL: 0.437, LL128: 0.472, Simple: 0.816}": "efficiency: {LL: 0.3, LL128: 0.6, Simple: 0.6}",
-         "latency_us: {LL: 3.854, LL128: 78.786, Simple: 3.983}": "latency_us: {LL: 8, LL128: 40, Simple: 10}",
-         "step_latency_us: {LL: 2.624, LL128: 0.000, Simple: 5.775}": "step_latency_us: {LL: 1, LL128: 1, Simple: 2}"}
+WRONG = {"efficiency: {LL: 0.444, LL128: {broadcast: 0.9375, reduce: 0.9375, all_gather: 0.458, reduce_scatter: 0.274,\n"
+         "                                  all_reduce: 0.526}, Simple: 0.813}":
+         "efficiency: {LL: 0.3, LL128: {broadcast: 0.5, reduce: 0.5, all_gather: 0.7, reduce_scatter: 0.6, "
+         "all_reduce: 0.6}, Simple: 0.6}",
+         "latency_us: {LL: 7.383, LL128: 2.827, Simple: 6.826}": "latency_us: {LL: 8, LL128: 40, Simple: 10}",
+         "step_latency_us: {LL: 0.195, LL128: 1.709, Simple: 0.890}": "step_latency_us: {LL: 1, LL128: 1, Simple: 2}"}
 
 
 def simulated_traces(folder: Path) -> list[Path]:
@@ -60,7 +63,8 @@ def test_calibrating_a_simulation_gives_back_its_profile(tmp_path, capsys):
     profiles, name = Profiles.from_environment().with_system_file(out)  # the written file, as --profile FILE
     recovered = values_of(load_cluster(name, 1, profiles).nccl)
     fitted = report["collectives"]["fitted"]
-    assert {"efficiency.LL", "efficiency.LL128", "efficiency.Simple", "latency_us.LL", "latency_us.LL128",
+    assert {"efficiency.LL", "efficiency.LL128.all_reduce", "efficiency.LL128.all_gather",
+            "efficiency.LL128.reduce_scatter", "efficiency.Simple", "latency_us.LL", "latency_us.LL128",
             "latency_us.Simple", "step_latency_us.LL", "step_latency_us.Simple"} <= set(fitted)
     for name in fitted:
         if truth[name] == 0.0:
@@ -68,8 +72,13 @@ def test_calibrating_a_simulation_gives_back_its_profile(tmp_path, capsys):
         else:
             assert recovered[name] == pytest.approx(truth[name], rel=0.02), name
     kept = set(report["collectives"]["kept_from_base"])
-    assert kept == {"launch_us", "unaligned_copy_GBps", "unaligned_reduce_GBps"}
-    assert set(yaml.safe_load(out.read_text())["provenance"]["collectives"]["kept_from_base"]) == kept
+    # training runs no broadcast or reduce, and launches one GPU per process
+    assert kept == {"launch_us", "unaligned_copy_GBps", "unaligned_reduce_GBps", "efficiency.LL128.broadcast",
+                    "efficiency.LL128.reduce"}
+    assert recovered["efficiency.LL128.broadcast"] == 0.5  # kept from the base, not invented
+    written = yaml.safe_load(out.read_text())
+    assert set(written["provenance"]["collectives"]["kept_from_base"]) == kept
+    assert written["nccl"]["tuner"] == "2.5"  # the base's release: the fit depends on its choices
     assert recovered["unaligned_reduce_GBps"] == pytest.approx(60.0, rel=1e-3)  # kept, not invented
 
 

@@ -19,28 +19,45 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import least_squares
 
-from zsim.config.hardware import Cluster
+from zsim.config.hardware import LL128_COLLECTIVES, Cluster
 from zsim.fabric.nccl import BASE_LAT_US, HW_LAT_US, PROTOCOLS, NcclKernel
 from zsim.fabric.perf import run_collective
 from zsim.fabric.topology import aggregate_capacities, build_topology
 from zsim.trace.nccl_tests import NcclRow
 from zsim.trace.samples import CollectiveSample
 
-# name, initial value, lower, upper bound, whether the lower bound is physical (a latency of 0 is a
-# real answer: "too small to measure"; an efficiency of 0.01 is not). Profile units (µs, GB/s).
+class Term(NamedTuple):
+    """One fitted term, in profile units (µs, GB/s): its neutral start and bounds, and whether ending on
+    a bound is a real answer (a latency of 0: "too small to measure"; LL128 at 120/128: the protocol's
+    ceiling) or means the model does not fit (an efficiency of 0.01)."""
+
+    name: str
+    start: float
+    lo: float
+    hi: float
+    lo_physical: bool = False
+    hi_physical: bool = False
+
+
+# LL128 moves 120 data bytes in each 128-byte line (NCCL src/collectives/device/prims_ll128.h:
+# NCCL_LL128_DATAELEMS of NCCL_LL128_LINEELEMS 8-byte words), so no collective can exceed 120/128.
+LL128_CEILING = 120 / 128
 _PARAMS = (
-    ("launch_us", 5.0, 0.0, 50.0, True),
-    *((f"efficiency.{p}", 0.5, 0.01, 1.0, False) for p in PROTOCOLS),
-    *((f"latency_us.{p}", 10.0, 0.0, 500.0, True) for p in PROTOCOLS),
-    *((f"step_latency_us.{p}", 1.0, 0.0, 50.0, True) for p in PROTOCOLS),
-    ("unaligned_copy_GBps", 60.0, 1.0, 1000.0, False),
-    ("unaligned_reduce_GBps", 40.0, 1.0, 1000.0, False),
+    Term("launch_us", 5.0, 0.0, 50.0, lo_physical=True),
+    Term("efficiency.LL", 0.5, 0.01, 1.0),
+    Term("efficiency.Simple", 0.5, 0.01, 1.0),
+    *(Term(f"efficiency.LL128.{fn}", 0.5, 0.01, LL128_CEILING, hi_physical=True) for fn in LL128_COLLECTIVES),
+    *(Term(f"latency_us.{p}", 10.0, 0.0, 500.0, lo_physical=True) for p in PROTOCOLS),
+    *(Term(f"step_latency_us.{p}", 1.0, 0.0, 50.0, lo_physical=True) for p in PROTOCOLS),
+    Term("unaligned_copy_GBps", 60.0, 1.0, 1000.0),
+    Term("unaligned_reduce_GBps", 40.0, 1.0, 1000.0),
 )
-NAMES = tuple(p[0] for p in _PARAMS)
+NAMES = tuple(p.name for p in _PARAMS)
 
 # A weak prior on the latency terms: NCCL's own ring/NVLink latencies (tuning.cc baseLat, hwLat).
 # Samples that a host launch floor hides cannot identify a latency; the prior keeps it where NCCL's
@@ -59,7 +76,8 @@ _NOISE_RMS = 0.1
 def kernel_from(values: dict[str, float]) -> NcclKernel:
     """An NcclKernel from profile-unit values keyed as in `_PARAMS`."""
     return NcclKernel(
-        efficiency={p: values[f"efficiency.{p}"] for p in PROTOCOLS},
+        efficiency={p: values[f"efficiency.{p}"] for p in ("LL", "Simple")},
+        ll128_efficiency={fn: values[f"efficiency.LL128.{fn}"] for fn in LL128_COLLECTIVES},
         latency_s={p: values[f"latency_us.{p}"] * 1e-6 for p in PROTOCOLS},
         step_latency_s={p: values[f"step_latency_us.{p}"] * 1e-6 for p in PROTOCOLS},
         launch_s=values["launch_us"] * 1e-6,
@@ -72,8 +90,11 @@ def values_of(kernel: NcclKernel) -> dict[str, float]:
     """The profile-unit values of `kernel` (the inverse of kernel_from)."""
     out = {"launch_us": kernel.launch_s * 1e6, "unaligned_copy_GBps": kernel.unaligned_copy_Bps / 1e9,
            "unaligned_reduce_GBps": kernel.unaligned_reduce_Bps / 1e9}
+    for fn in LL128_COLLECTIVES:
+        out[f"efficiency.LL128.{fn}"] = kernel.share("LL128", fn)
     for p in PROTOCOLS:
-        out[f"efficiency.{p}"] = kernel.efficiency[p]
+        if p != "LL128":
+            out[f"efficiency.{p}"] = kernel.efficiency[p]
         out[f"latency_us.{p}"] = kernel.latency_s[p] * 1e6
         out[f"step_latency_us.{p}"] = kernel.step_latency_s[p] * 1e6
     return out
@@ -166,7 +187,7 @@ def fit(cluster: Cluster, tables: dict[str, list[NcclRow]], gpus: int, gpus_per_
     """Fit every NCCL kernel term to nccl-tests tables from a neutral start (`zsim nccl-fit`).
     `prior_weight` (0 = none) weighs the pull of the latency terms toward NCCL's own (_prior)."""
     result = fit_samples(cluster, table_samples(tables, gpus, gpus_per_process), prior_weight,
-                         start={p[0]: p[1] for p in _PARAMS}, free=NAMES, scaled_prior=False)
+                         start={p.name: p.start for p in _PARAMS}, free=NAMES, scaled_prior=False)
     fitted = dataclasses.replace(cluster, nccl=kernel_from(result.values))
     return dataclasses.replace(result, residuals=evaluate(fitted, tables, gpus, gpus_per_process))
 
@@ -182,7 +203,7 @@ def sensitive_terms(cluster: Cluster, samples: list[CollectiveSample], values: d
     base = log_times(values)
     out = []
     for name in NAMES:
-        lo, hi = next((p[2], p[3]) for p in _PARAMS if p[0] == name)
+        lo, hi = next((p.lo, p.hi) for p in _PARAMS if p.name == name)
         probe = dict(values)
         v = values[name]
         probe[name] = min(hi, max(lo, v * 1.05 if v > 0 else 1e-3 * (hi - lo))) if v * 1.05 <= hi else v / 1.05
@@ -203,7 +224,7 @@ def fit_samples(cluster: Cluster, samples: list[CollectiveSample], prior_weight:
     start = dict(start or values_of(cluster.nccl))
     free = sensitive_terms(cluster, samples, start) if free is None else free
     capacity = _capacities(cluster, samples)
-    index = {p[0]: p for p in _PARAMS}
+    index = {p.name: p for p in _PARAMS}
     weight = prior_weight
     prior_terms = _prior(cluster.nccl_tuner)
 
@@ -216,8 +237,8 @@ def fit_samples(cluster: Cluster, samples: list[CollectiveSample], prior_weight:
 
     values = dict(start)
     if free:
-        lo = np.array([index[n][2] for n in free])
-        hi = np.array([index[n][3] for n in free])
+        lo = np.array([index[n].lo for n in free])
+        hi = np.array([index[n].hi for n in free])
         x0 = np.clip([start[n] for n in free], lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
         weight = prior_weight
         if scaled_prior and prior_weight > 0:
@@ -231,8 +252,8 @@ def fit_samples(cluster: Cluster, samples: list[CollectiveSample], prior_weight:
         tol = 1e-8 if weight == 0 else 1e-5
         solution = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", ftol=tol, xtol=tol, max_nfev=300)
         values.update(zip(free, (float(v) for v in solution.x)))
-    at_bounds = tuple(n for n in free if (not index[n][4] and abs(values[n] - index[n][2]) <= 1e-6 * index[n][3])
-                      or abs(values[n] - index[n][3]) <= 1e-6 * index[n][3])
+    at_bounds = tuple(n for n in free if (not index[n].lo_physical and abs(values[n] - index[n].lo) <= 1e-6 * index[n].hi)
+                      or (not index[n].hi_physical and abs(values[n] - index[n].hi) <= 1e-6 * index[n].hi))
     fitted = dataclasses.replace(cluster, nccl=kernel_from(values))
     return FitResult(values, residuals_of(fitted, samples), tuple(free),
                      tuple(n for n in NAMES if n not in free), at_bounds)

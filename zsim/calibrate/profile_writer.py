@@ -14,6 +14,7 @@ from zsim import __version__
 from zsim.config.profiles import Profiles
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError
+from zsim.config.hardware import LL128_COLLECTIVES
 from zsim.fabric.nccl import PROTOCOLS
 
 
@@ -40,12 +41,16 @@ def base_file(profile: str, profiles: Profiles | None = None) -> Path:
         raise ConfigError(f"no system or host profile '{profile}' (zsim profiles lists them)") from None
 
 
-def nccl_section(values: dict[str, float]) -> dict[str, Any]:
-    """The `nccl:` mapping of a system profile from fitted values (profile units, 4 significant digits)."""
+def nccl_section(values: dict[str, float], tuner: str) -> dict[str, Any]:
+    """The `nccl:` mapping of a system profile from fitted values (profile units, 4 significant digits)
+    and the tuner release they were fitted under (the base profile's: the fit depends on it)."""
     r = lambda v: float(f"{v:.4g}")  # noqa: E731
     return {
+        "tuner": tuner,
         "launch_us": r(values["launch_us"]),
-        "efficiency": {p: r(values[f"efficiency.{p}"]) for p in PROTOCOLS},
+        "efficiency": {"LL": r(values["efficiency.LL"]),
+                       "LL128": {fn: r(values[f"efficiency.LL128.{fn}"]) for fn in LL128_COLLECTIVES},
+                       "Simple": r(values["efficiency.Simple"])},
         "latency_us": {p: r(values[f"latency_us.{p}"]) for p in PROTOCOLS},
         "step_latency_us": {p: r(values[f"step_latency_us.{p}"]) for p in PROTOCOLS},
         "unaligned_copy_GBps": r(values["unaligned_copy_GBps"]),

@@ -133,7 +133,7 @@ def _calibrate_gpu(cluster, profile: str, data, fit: str, replace: dict, section
 
     if data.collectives and fit != "compute":
         fitted = calibrate_nccl(cluster, data.collectives, profile)
-        replace["nccl"] = nccl_section(fitted.values)
+        replace["nccl"] = nccl_section(fitted.values, cluster.nccl_tuner)
         sections["collectives"] = {"model": "nccl", "fitted": list(fitted.fitted), "kept_from_base": list(fitted.kept),
                                    "at_zero": list(fitted.at_zero), "residuals": fitted.summary()}
         report["collectives"] = {**sections["collectives"], "values": fitted.values,

@@ -25,15 +25,17 @@ def read_tables(folder: Path) -> dict:
     return tables
 
 
-def profile_yaml(values: dict[str, float]) -> str:
-    """The `nccl:` section of a system profile, in its units."""
+def profile_yaml(values: dict[str, float], tuner: str) -> str:
+    """The `nccl:` section of a system profile, in its units, for the tuner release it was fitted under."""
     def group(prefix: str) -> str:
-        items = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(prefix + ".")}
+        items = {k[len(prefix) + 1:]: v for k, v in values.items() if k.startswith(prefix + ".")}
         return "{" + ", ".join(f"{k}: {v:.3f}" for k, v in items.items()) + "}"
     return "\n".join([
         "nccl:",
+        f'  tuner: "{tuner}"',
         f"  launch_us: {values['launch_us']:.3f}",
-        f"  efficiency: {group('efficiency')}",
+        f"  efficiency: {{LL: {values['efficiency.LL']:.3f}, LL128: {group('efficiency.LL128')}, "
+        f"Simple: {values['efficiency.Simple']:.3f}}}",
         f"  latency_us: {group('latency_us')}",
         f"  step_latency_us: {group('step_latency_us')}",
         f"  unaligned_copy_GBps: {values['unaligned_copy_GBps']:.3f}",
@@ -71,9 +73,10 @@ def run_command(args: argparse.Namespace) -> int:
     if rows < 2 * len(_PARAMS):  # fewer sizes than twice the terms: the fit would be underdetermined noise
         raise ZsimError(f"{args.folder}: {rows} distinct sizes in the nccl-tests tables; fitting {len(_PARAMS)} terms "
                         f"needs at least {2 * len(_PARAMS)} (a sweep such as -b 8 -e 8G -f 2 gives 31 per table)")
-    result = fit(load_cluster(profile, args.nodes, profiles), tables, args.gpus, args.gpus_per_process)
+    cluster = load_cluster(profile, args.nodes, profiles)
+    result = fit(cluster, tables, args.gpus, args.gpus_per_process)
     out = text_stream(args)
-    print(profile_yaml(result.values), file=out)
+    print(profile_yaml(result.values, cluster.nccl_tuner), file=out)
     print(f"\n# residuals: simulated vs measured busbw (GB/s)\n#{'op':>15} {'size':>12} {'measured':>9} "
           f"{'simulated':>9} {'error':>7}  algorithm", file=out)
     for r in result.residuals:

@@ -48,6 +48,9 @@ Efficiency = Annotated[float, _EFFICIENCY]
 LatencyUs = Annotated[float, _LATENCY_US]
 Bandwidth = Annotated[float, _GBPS]
 PROTOCOLS = ("LL", "LL128", "Simple")
+# The collectives an LL128 efficiency may be given for (all_to_all runs as all_gather's ring).
+LL128_COLLECTIVES = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce")
+LL128Collective = Literal["broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"]
 Tile = Annotated[list[Annotated[int, Meta(gt=0)]], Meta(min_length=2, max_length=2)]  # (rows, columns) of a GEMM tile
 
 
@@ -136,7 +139,11 @@ class InterNodeSection(_Profile, kw_only=True):
 
 class NcclSection(_Profile, kw_only=True):
     launch_us: Annotated[float, _LATENCY_US]
-    efficiency: dict[Literal["LL", "LL128", "Simple"], Efficiency]
+    efficiency: Annotated[dict[Literal["LL", "LL128", "Simple"], Efficiency | dict[LL128Collective, Efficiency]],
+                          Meta(description=(
+                              "achieved bus bandwidth / raw bottleneck-link bandwidth per protocol; LL128 may be "
+                              "one number or one per collective (broadcast, reduce, all_gather, reduce_scatter, "
+                              "all_reduce), as NCCL's tuner caps it per collective (zsim.fabric.nccl)"))]
     latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
     step_latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
     unaligned_copy_GBps: Annotated[float, _GBPS]
@@ -151,6 +158,13 @@ class NcclSection(_Profile, kw_only=True):
             missing = [p for p in PROTOCOLS if p not in getattr(self, key)]
             if missing:
                 raise ValueError(f"{key} needs a value for each protocol {', '.join(PROTOCOLS)} "
+                                 f"(missing {', '.join(missing)})")
+        for proto, value in self.efficiency.items():
+            if isinstance(value, dict) and proto != "LL128":
+                raise ValueError(f"efficiency.{proto} must be one number; only LL128 may be given per collective")
+            missing = [fn for fn in LL128_COLLECTIVES if isinstance(value, dict) and fn not in value]
+            if missing:
+                raise ValueError(f"efficiency.LL128 per collective needs each of {', '.join(LL128_COLLECTIVES)} "
                                  f"(missing {', '.join(missing)})")
 
 
@@ -369,7 +383,8 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         oversubscription=oversubscription if oversubscription is not None else inter.oversubscription,
         offload=Tier(link.name, link.GBps_per_direction * GB * link.efficiency, 0.0),
         nccl=NcclKernel(
-            efficiency=dict(system.nccl.efficiency),
+            efficiency={p: v for p, v in system.nccl.efficiency.items() if not isinstance(v, dict)},
+            ll128_efficiency=dict(ll128) if isinstance(ll128 := system.nccl.efficiency["LL128"], dict) else {},
             latency_s={k: v * 1e-6 for k, v in system.nccl.latency_us.items()},
             step_latency_s={k: v * 1e-6 for k, v in system.nccl.step_latency_us.items()},
             launch_s=system.nccl.launch_us * 1e-6,

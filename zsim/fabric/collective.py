@@ -110,7 +110,7 @@ def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster,
         allowed = ("ring",)  # NCCL: trees are for all_reduce, and inside one node NCCL uses rings
     algo, proto = tuner.choose(fn, nbytes, allowed)
     kern = cluster.nccl
-    eff = kern.efficiency[proto]
+    eff = kern.share(proto, fn)
     eff_net = eff / kern.efficiency["Simple"]
     net_lat = cluster.nic_pool.latency_s
     if algo == "tree":
@@ -142,7 +142,7 @@ def _hierarchical(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, w
     reduce_scatter and all_gather keep only their own half."""
     k, big_n = shape.per_node, shape.nodes
     kern = cluster.nccl
-    eff = kern.efficiency[proto]
+    eff = kern.share(proto, fn)
     eff_net = eff / kern.efficiency["Simple"]
     intra_lat = kern.latency_s[proto] + (k - 1) * kern.step_latency_s[proto]
     rs = Phase(intra_lat, (k - 1) / k * nbytes, _links(shape, cluster, where, eff, eff_net, True, 0.0))

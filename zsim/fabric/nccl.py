@@ -26,7 +26,7 @@ reduce_scatter); bus bytes per rank follow nccl-tests doc/PERFORMANCE.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 FUNCTIONS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -203,10 +203,16 @@ class NcclKernel:
     """What NCCL's kernels achieve on one system (fitted; zsim.fabric.nccl_fit). Times in seconds.
 
     efficiency[proto]: achieved bus bandwidth / raw link bandwidth of the bottleneck link.
+    ll128_efficiency[fn]: LL128's share per collective, where the profile gives one (empty: every
+    collective at efficiency["LL128"]). NCCL's own tuner caps LL128 per collective (2.5 ll128MaxBw,
+    2.7 ll128MaxBwPerCh) because its kernels reach different rates there (a reduction per 128-byte line
+    or a copy); on the DGX-2 tables all_reduce's LL128 reaches 0.53 of the NVLinks, broadcast's the
+    protocol's ceiling (`share`).
     latency_s[proto]: fixed cost of one collective; step_latency_s[proto]: per ring step on the
     node's own links (steps across the network add the network tier's latency instead).
-    launch_s: host time to launch one GPU's kernel; a process driving g GPUs (nccl-tests -g g) cannot
-    issue collectives faster than one per g × launch_s.
+    launch_s: host time to launch one GPU's kernel. A process driving g GPUs (nccl-tests -g g) cannot
+    issue collectives faster than one per g × launch_s, and a call's data moves only once the last of
+    its g kernels is launched (`call_seconds`).
     unaligned_copy_Bps: bus bandwidth of all_gather (out of place) when a rank's chunk is not 16-byte
     aligned (NCCL's element-wise copy loop).
     unaligned_reduce_Bps: bus bandwidth of NCCL's element-wise reduce loop, which reduce_scatter runs
@@ -219,6 +225,25 @@ class NcclKernel:
     launch_s: float
     unaligned_copy_Bps: float
     unaligned_reduce_Bps: float
+    ll128_efficiency: dict[str, float] = field(default_factory=dict)
+
+    def share(self, proto: str, fn: str) -> float:
+        """The achieved share of the bottleneck link's bandwidth for `proto` running collective `fn`.
+        all_to_all's LL128 is all_gather's (its sends run as all_gather's ring, as the tuner models them)."""
+        if proto == "LL128" and self.ll128_efficiency:
+            return self.ll128_efficiency["all_gather" if fn == "all_to_all" else fn]
+        return self.efficiency[proto]
+
+    def call_seconds(self, kernel_s: float, gpus_per_process: int) -> float:
+        """Time per call of a collective whose kernel takes `kernel_s`, issued back to back by a process
+        driving `gpus_per_process` GPUs (nccl-tests -g): never faster than the host's g launches, and the
+        kernel's data moves only after the other g − 1 kernels are launched. One GPU per process
+        (training): max(launch, kernel). The staggered start is measured, not read from NCCL's code: on
+        the DGX-2 tables (-g 12) every all_reduce row from 32 KiB to 1 MiB lies on one line rising from
+        the ~61 µs floor, and with max(g·launch, kernel) instead every protocol's fitted latency lands
+        at ~40–80 µs (the floor, again) and held-out rows miss by up to 45% (docs/fabric.md)."""
+        g = gpus_per_process
+        return max(g * self.launch_s, (g - 1) * self.launch_s + kernel_s)
 
     def alignment_cap(self, fn: str, nbytes: float, n: int, in_place: bool = False) -> float | None:
         """all_gather's element-wise-path bus bandwidth (B/s) if its per-rank chunks are not 16-byte

@@ -54,8 +54,8 @@ def run_collective(cluster: Cluster, fn: str, size: int, gpus: int, gpus_per_pro
                    algorithm: str = "auto", dtype: str = "float", simulate: bool = True,
                    capacity: dict | None = None) -> PerfRow:
     """Time one collective of `size` requested bytes on `gpus` GPUs as nccl-tests would: the kernel
-    on the fabric (simulated with simpy, or the closed form when `simulate` is False), floored by the
-    host launching `gpus_per_process` kernels per call."""
+    on the fabric (simulated with simpy, or the closed form when `simulate` is False), after and no
+    faster than the host launching `gpus_per_process` kernels per call (NcclKernel.call_seconds)."""
     shape, members = group_of(cluster, gpus)
     nbytes, count = nccl_tests_size(fn, size, gpus, DTYPE_BYTES[dtype])
     if capacity is None:
@@ -77,6 +77,6 @@ def run_collective(cluster: Cluster, fn: str, size: int, gpus: int, gpus_per_pro
         kernel = env.now
     else:
         kernel = uncontended_time(phases, capacity)
-    seconds = max(kernel, gpus_per_process * cluster.nccl.launch_s)
+    seconds = cluster.nccl.call_seconds(kernel, gpus_per_process)
     algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
     return PerfRow(nbytes, count, dtype, seconds * 1e6, algbw, algbw * bus_factor(fn, gpus), label)
