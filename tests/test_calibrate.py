@@ -164,6 +164,8 @@ def test_calibrate_nccl_tests_writes_a_loadable_profile(shared_data, tmp_path, c
     got = values_of(cluster.nccl)
     for key, value in report["collectives"]["values"].items():
         assert got[key] == pytest.approx(value, rel=1e-3), key
+    # broadcast's LL128 ends on the protocol's 120/128 ceiling: a physical bound, a real answer, not a refusal
+    assert report["collectives"]["values"]["efficiency.LL128.broadcast"] == pytest.approx(120 / 128)
     import yaml
 
     prov = yaml.safe_load(out.read_text())["provenance"]

@@ -55,7 +55,8 @@ def test_all_reduce_busbw_approaches_the_bottleneck_link():
     row = run_collective(c, "all_reduce", 1 << 36, 12)
     assert row.algorithm == "ring/Simple"
     assert row.busbw * 1e9 == pytest.approx(c.nvlink.bytes_per_s * c.nccl.efficiency["Simple"], rel=1e-3)
-    lossless = dataclasses.replace(c, nccl=dataclasses.replace(c.nccl, efficiency={"LL": 1, "LL128": 1, "Simple": 1.0}, ll128_efficiency={}))
+    lossless = dataclasses.replace(c, nccl=dataclasses.replace(c.nccl, efficiency={"LL": 1, "LL128": 1, "Simple": 1.0},
+                                                               ll128_efficiency={}))
     assert run_collective(lossless, "all_reduce", 1 << 36, 12).busbw * 1e9 == pytest.approx(c.nvlink.bytes_per_s, rel=1e-3)
 
 
@@ -168,11 +169,13 @@ def test_launch_floor_of_a_process_driving_many_gpus():
     launch_us = c.nccl.launch_s * 1e6
     kernel = run_collective(c, "all_reduce", 8, 12, gpus_per_process=1).time_us
     assert kernel > launch_us  # one GPU per process: the kernel alone
-    assert run_collective(c, "all_reduce", 8, 12, gpus_per_process=12).time_us == pytest.approx(11 * launch_us + kernel)
+    staggered = run_collective(c, "all_reduce", 8, 12, gpus_per_process=12).time_us
+    assert staggered == pytest.approx(11 * launch_us + kernel)
     tiny = dataclasses.replace(c, nccl=dataclasses.replace(c.nccl, launch_s=10 * kernel * 1e-6))
     assert run_collective(tiny, "all_reduce", 8, 12, gpus_per_process=12).time_us == pytest.approx(12 * 10 * kernel)
     big = run_collective(c, "all_reduce", 1 << 30, 12, gpus_per_process=1).time_us
-    assert run_collective(c, "all_reduce", 1 << 30, 12, gpus_per_process=12).time_us == pytest.approx(big + 11 * launch_us)
+    assert run_collective(c, "all_reduce", 1 << 30, 12, gpus_per_process=12).time_us == pytest.approx(
+        big + 11 * launch_us)
 
 
 def test_ll128_efficiency_per_collective():

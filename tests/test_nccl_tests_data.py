@@ -63,9 +63,9 @@ def test_fit_recovers_known_terms_from_synthetic_tables():
     12-launch floor is never reached; and all_gather's LL128 share, whenever S/12-byte chunks put it
     under the element-wise copy rate, is only bounded from below by that rate."""
     cluster = load_cluster("dgx2", 1)
+    ll128 = {"broadcast": 0.7, "reduce": 0.65, "all_gather": 0.6, "reduce_scatter": 0.55, "all_reduce": 0.5}
     truth = {"launch_us": 4.0, "efficiency.LL": 0.4, "efficiency.Simple": 0.85,
-             **{f"efficiency.LL128.{fn}": share for fn, share in
-                (("broadcast", 0.7), ("reduce", 0.65), ("all_gather", 0.6), ("reduce_scatter", 0.55), ("all_reduce", 0.5))},
+             **{f"efficiency.LL128.{fn}": share for fn, share in ll128.items()},
              "latency_us.LL": 8.0, "latency_us.LL128": 15.0, "latency_us.Simple": 20.0,
              "step_latency_us.LL": 0.5, "step_latency_us.LL128": 1.0, "step_latency_us.Simple": 2.0,
              "unaligned_copy_GBps": 80.0, "unaligned_reduce_GBps": 45.0}

@@ -252,8 +252,11 @@ def fit_samples(cluster: Cluster, samples: list[CollectiveSample], prior_weight:
         tol = 1e-8 if weight == 0 else 1e-5
         solution = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", ftol=tol, xtol=tol, max_nfev=300)
         values.update(zip(free, (float(v) for v in solution.x)))
-    at_bounds = tuple(n for n in free if (not index[n].lo_physical and abs(values[n] - index[n].lo) <= 1e-6 * index[n].hi)
-                      or (not index[n].hi_physical and abs(values[n] - index[n].hi) <= 1e-6 * index[n].hi))
+    def on_artificial_bound(n: str) -> bool:
+        t = index[n]
+        return ((not t.lo_physical and abs(values[n] - t.lo) <= 1e-6 * t.hi)
+                or (not t.hi_physical and abs(values[n] - t.hi) <= 1e-6 * t.hi))
+    at_bounds = tuple(n for n in free if on_artificial_bound(n))
     fitted = dataclasses.replace(cluster, nccl=kernel_from(values))
     return FitResult(values, residuals_of(fitted, samples), tuple(free),
                      tuple(n for n in NAMES if n not in free), at_bounds)
