@@ -199,6 +199,7 @@ def test_ll128_efficiency_per_collective():
 @pytest.mark.parametrize("edit, message", [
     ("all_reduce: 0.526}", "missing all_reduce"),
     ("Simple: 0.813}", "efficiency.Simple must be one number"),
+    ("all_gather: 0.458", "efficiency.LL128.all_gather = 0.95"),
 ])
 def test_a_bad_ll128_mapping_is_a_clear_error(tmp_path, capsys, edit, message):
     from zsim.cli import main
@@ -206,7 +207,8 @@ def test_a_bad_ll128_mapping_is_a_clear_error(tmp_path, capsys, edit, message):
 
     text = (builtin_folder() / "dgx2.yaml").read_text()
     assert edit in text
-    bad = {"all_reduce: 0.526}": "}", "Simple: 0.813}": "Simple: {all_reduce: 0.8}}"}[edit]
+    bad = {"all_reduce: 0.526}": "}", "Simple: 0.813}": "Simple: {all_reduce: 0.8}}",
+           "all_gather: 0.458": "all_gather: 0.95"}[edit]  # over LL128's 120/128
     (tmp_path / "dgx2x.yaml").write_text(text.replace(edit, bad).replace("name: DGX-2", "name: DGX-2x"))
     assert main(["collective", "--profile", str(tmp_path / "dgx2x.yaml"), "--gpus", "12", "--op", "all_reduce",
                  "-b", "8", "-e", "8"]) == 2

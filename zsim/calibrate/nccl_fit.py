@@ -24,8 +24,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import least_squares
 
-from zsim.config.hardware import LL128_COLLECTIVES, Cluster
-from zsim.fabric.nccl import BASE_LAT_US, HW_LAT_US, PROTOCOLS, NcclKernel
+from zsim.config.hardware import Cluster
+from zsim.fabric.nccl import BASE_LAT_US, HW_LAT_US, LL128_CEILING, LL128_COLLECTIVES, PROTOCOLS, NcclKernel
 from zsim.fabric.perf import run_collective
 from zsim.fabric.topology import aggregate_capacities, build_topology
 from zsim.trace.nccl_tests import NcclRow
@@ -44,9 +44,6 @@ class Term(NamedTuple):
     hi_physical: bool = False
 
 
-# LL128 moves 120 data bytes in each 128-byte line (NCCL src/collectives/device/prims_ll128.h:
-# NCCL_LL128_DATAELEMS of NCCL_LL128_LINEELEMS 8-byte words), so no collective can exceed 120/128.
-LL128_CEILING = 120 / 128
 _PARAMS = (
     Term("launch_us", 5.0, 0.0, 50.0, lo_physical=True),
     Term("efficiency.LL", 0.5, 0.01, 1.0),

@@ -14,8 +14,7 @@ from zsim import __version__
 from zsim.config.profiles import Profiles
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError
-from zsim.config.hardware import LL128_COLLECTIVES
-from zsim.fabric.nccl import PROTOCOLS
+from zsim.fabric.nccl import LL128_COLLECTIVES, PROTOCOLS
 
 
 class _NoAliases(yaml.SafeDumper):

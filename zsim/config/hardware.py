@@ -23,7 +23,7 @@ from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError, printable
 from zsim.fabric.cube_mesh import MESH_GPUS, cube_mesh_links_per_gpu
-from zsim.fabric.nccl import NcclKernel
+from zsim.fabric.nccl import LL128_CEILING, LL128_COLLECTIVES, NcclKernel
 
 if TYPE_CHECKING:  # host profiles (CPU machines) are imported where one is loaded: a GPU run never needs them
     from zsim.config.host import HostFile, HostModel
@@ -48,9 +48,7 @@ Efficiency = Annotated[float, _EFFICIENCY]
 LatencyUs = Annotated[float, _LATENCY_US]
 Bandwidth = Annotated[float, _GBPS]
 PROTOCOLS = ("LL", "LL128", "Simple")
-# The collectives an LL128 efficiency may be given for (all_to_all runs as all_gather's ring).
-LL128_COLLECTIVES = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce")
-LL128Collective = Literal["broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"]
+LL128Collective = Literal[LL128_COLLECTIVES]  # the keys of a per-collective LL128 efficiency
 Tile = Annotated[list[Annotated[int, Meta(gt=0)]], Meta(min_length=2, max_length=2)]  # (rows, columns) of a GEMM tile
 
 
@@ -166,6 +164,12 @@ class NcclSection(_Profile, kw_only=True):
             if missing:
                 raise ValueError(f"efficiency.LL128 per collective needs each of {', '.join(LL128_COLLECTIVES)} "
                                  f"(missing {', '.join(missing)})")
+        ll128 = self.efficiency.get("LL128")
+        over = {k: v for k, v in (ll128.items() if isinstance(ll128, dict) else [("", ll128)]) if v > LL128_CEILING}
+        if over:  # zsim.fabric.nccl.LL128_CEILING: 120 data bytes per 128-byte line
+            where = ", ".join(f"efficiency.LL128{'.' + k if k else ''} = {v}" for k, v in over.items())
+            raise ValueError(f"{where}: LL128 carries 120 data bytes per 128-byte line, so at most "
+                             f"{LL128_CEILING} of a link")
 
 
 class SystemFile(_Profile, kw_only=True):

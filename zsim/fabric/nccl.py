@@ -32,7 +32,12 @@ FUNCTIONS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("tree", "ring")
 
-TUNERS = ("2.5", "2.7")  # NCCL releases whose tuner zsim has (the profile's nccl.tuner)
+TUNERS = ("2.5", "2.7")
+# The collectives a profile may give LL128 its own efficiency for (all_to_all runs as all_gather's ring).
+LL128_COLLECTIVES = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce")
+# LL128 moves 120 data bytes in each 128-byte line (NCCL src/collectives/device/prims_ll128.h:
+# NCCL_LL128_DATAELEMS of NCCL_LL128_LINEELEMS 8-byte words): no collective gets more of a link.
+LL128_CEILING = 120 / 128  # NCCL releases whose tuner zsim has (the profile's nccl.tuner)
 
 # src/graph/tuning.cc: latencies in µs, baseLat[algo][proto] and hwLat[hw][algo][proto], per release.
 # 2.7: v2.7.8-1 (identical in v2.7.3-1); 2.5: v2.5.6-1 (identical in v2.5.7-1).
@@ -158,7 +163,7 @@ class NcclTuner:
         if algo == "ring" and proto == "LL":
             bus *= 1 / 4
         if algo == "ring" and proto == "LL128":
-            bus = min(bus * 120 / 128, _LL128_MAX_BW_25[fn])
+            bus = min(bus * LL128_CEILING, _LL128_MAX_BW_25[fn])
         if algo == "tree":
             bus = min(bus * 0.9, 70.0 if c.n_nodes > 1 else 90.0)
             if proto == "LL":
