@@ -246,7 +246,7 @@ class NcclKernel:
         (training): max(launch, kernel). The staggered start is measured, not read from NCCL's code: on
         the DGX-2 tables (-g 12) every all_reduce row from 32 KiB to 1 MiB lies on one line rising from
         the ~61 µs floor, and with max(g·launch, kernel) instead every protocol's fitted latency lands
-        at ~40–80 µs (the floor, again) and held-out rows miss by up to 45% (docs/fabric.md)."""
+        at ~30–80 µs (the floor, again) and held-out rows miss by up to 45% (docs/fabric.md)."""
         g = gpus_per_process
         return max(g * self.launch_s, (g - 1) * self.launch_s + kernel_s)
 
