@@ -65,3 +65,36 @@ def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
     assert checks["every configuration fits in 32 GB (170B included)"]["passed"]
     assert next(c for k, c in checks.items() if k.startswith("largest models in the paper's order"))["passed"]
     assert next(c for k, c in checks.items() if k.startswith("throughput falls off steeply"))["passed"]
+
+
+@pytest.fixture(scope="module")
+def megatron_run():
+    proc = subprocess.run([sys.executable, "-m", "zsim.cli", "validate", "megatron", "--json", "-"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    return proc, json.loads(proc.stdout)
+
+
+def test_validate_megatron_compares_every_published_point(megatron_run):
+    """Megatron-LM 2019's scaling study (out of sample): the 1.2B baseline, four weak-scaling runs (Figure
+    5, Table 7, the abstract's 512 GPUs) against efficiency × 39 TFLOPS, and Table 8's three speedups."""
+    proc, report = megatron_run
+    assert proc.returncode == (0 if report["passed"] else 1), proc.stderr[-2000:]
+    published = {p["name"]: p["published"] for p in report["points"]}
+    assert published == {
+        "1.2B, 1 GPU TFLOPS/GPU": 39.0, "8.3B, 8 GPUs TFLOPS/GPU": 30.03, "8.3B, 24 heads, 8 GPUs TFLOPS/GPU": 31.2,
+        "8.3B, 16 heads, 8 GPUs TFLOPS/GPU": 31.98, "8.3B, 512 GPUs TFLOPS/GPU": 29.49,
+        "speedup, 2 GPUs (MP 2)": 1.64, "speedup, 4 GPUs (MP 4)": 2.34, "speedup, 8 GPUs (MP 8)": 2.98}
+    assert all(p["simulated"] is not None and p["fits"] for p in report["points"])
+
+
+def test_validate_megatron_speedups_are_step_time_ratios(megatron_run):
+    """A speedup is the one-GPU step over the N-GPU step of the same scenario family, and more GPUs are
+    never slower for this model (the MP all-reduces are small next to the split GEMMs)."""
+    from zsim.config.scenario import load_scenario
+    from zsim.validate.megatron import scenarios_dir
+
+    _, report = megatron_run
+    speedups = [p["simulated"] for p in report["points"] if p["name"].startswith("speedup")]
+    assert speedups == sorted(speedups) and speedups[0] > 1
+    steps = {g: simulate(load_scenario(scenarios_dir() / f"1.2B-{g}.yaml")).total_seconds for g in ("1gpu", "mp8")}
+    assert speedups[-1] == pytest.approx(steps["1gpu"] / steps["mp8"])
