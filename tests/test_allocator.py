@@ -92,3 +92,25 @@ def test_reserved_never_below_allocated_and_everything_comes_back(ops):
     assert ledger.allocated == 0 and ledger.allocator.allocated == 0
     ledger.allocator.release_cached()
     assert ledger.allocator.reserved == 0  # every split block merged back into whole segments
+
+
+def test_state_compares_layouts_not_addresses():
+    """CachingAllocator.state: equal for the same blocks in the same order whatever their addresses, with
+    allocated blocks named by the normalized tag; different when a block's size or owner differs."""
+    def run(first_tags, tag="x"):
+        a = CachingAllocator(1 << 30)
+        for t in first_tags:  # reserve and free a segment first: later addresses differ, layout does not
+            a.malloc(t, 30 * MiB)
+            a.free(t)
+            a.release_cached()
+        a.malloc(f"{tag}.s0", 12 * MiB)
+        a.malloc("y", 40 * MiB)
+        a.free("y")
+        return a
+
+    norm = lambda tag: tag.split(".s")[0]  # noqa: E731
+    assert run([]).state(norm) == run(["pad"]).state(norm)
+    assert run([]).state(norm) != run([], tag="z").state(norm)
+    b = run([])
+    b.malloc("w", 1 * MiB)
+    assert b.state(norm) != run([]).state(norm)

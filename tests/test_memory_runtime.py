@@ -125,8 +125,10 @@ def test_stage_1_reduces_after_backward_from_a_second_flat_copy():
     intervals, sub = stage1_comm_intervals(psi, nd, 100_000)
     assert len(reduces) == intervals and min(reduces) > last_bwd
     flat = [a for a in plan.ops[reduces[0]].allocs if a.tag.startswith("flat_grads")]
-    assert flat[0].nbytes == stage1_flat_gradient_bytes(psi, nd, 100_000, 2) >= 2 * psi
-    assert flat[0].tag in plan.ops[reduces[-1]].frees
+    # one tensor per (rank, interval) sub-partition, as get_flat_sub_partitions makes them
+    assert len(flat) == nd * intervals and {a.nbytes for a in flat} == {2 * sub}
+    assert sum(a.nbytes for a in flat) == stage1_flat_gradient_bytes(psi, nd, 100_000, 2) >= 2 * psi
+    assert {a.tag for a in flat} <= set(plan.ops[reduces[-1]].frees)
 
 
 def test_pa_gathers_through_a_list_staging_buffer():

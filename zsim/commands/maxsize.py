@@ -4,8 +4,11 @@ Two questions, two pure functions:
   max_params_model_states: model states only, the paper's Table 2 "theoretical" columns: the Ψ whose
       per-GPU model states (Table 1, Ψ split over MP first) fill the GPU memory;
   max_layers: the full memory of a given shape and micro-batch (Figure 6): the most transformer
-      layers of that shape for which two simulated steps do not run out of memory (binary search
-      over `zsim run`'s own simulation, allocator included).
+      layers of that shape whose simulated steps do not run out of memory until the caching
+      allocator settles into a state that repeats every step (binary search over `zsim run`'s own
+      simulation, allocator included). Near the limit the allocator can make fitting non-monotone in
+      the layer count; the search reports the boundary it finds between a size that fits and one that
+      does not.
 """
 
 from __future__ import annotations
@@ -46,9 +49,20 @@ class MaxModel:
     reserved_peak_bytes: int
 
 
+# Steps to simulate: start with two (step 2 begins with step 1's allocator cache, as every later step of
+# a real run does; step 1 alone misses that: C1 at 54 layers once reserved 34.2 GB in step 1, 39.4 in
+# step 2), and double while the allocator has not settled, up to MAX_STEPS. Settled: its state at the
+# end of the last step equals the step before's (CachingAllocator.state), so every later step repeats.
+# Some runs settle only after several steps and fail on the way: C1 at 76 layers fits four steps and
+# runs out of memory in the seventh (scenarios/paper/C1-100B-400gpu.yaml).
+FIRST_STEPS, MAX_STEPS = 2, 32
+
+
 def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Profiles | None = None
          ) -> tuple[bool, int, int]:
-    """(fits, Ψ, reserved peak) of scenario `data` with `layers` layers, two steps, no accumulation."""
+    """(fits, Ψ, reserved peak) of scenario `data` with `layers` layers, no accumulation, simulated
+    until the allocator settles (FIRST_STEPS, doubled up to MAX_STEPS; a run that has not settled by
+    then and never ran out of memory counts as fitting)."""
     from zsim.config.scenario import build_scenario
     from zsim.engine.simulation import simulate
 
@@ -56,18 +70,22 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
     trial["model"]["layers"] = layers
     trial["model"].pop("global_batch", None)
     trial["model"]["grad_accum"] = 1
-    # Two steps: the allocator starts step 2 with the blocks step 1 left cached, as every later step of a
-    # real run does; step 1 alone misses that (C1 at 54 layers: 34.2 GB reserved in step 1, 39.4 in step 2).
-    trial.setdefault("run", {})["steps"] = 2
-    try:
-        scenario = build_scenario(trial, source="<maxsize>", default_name="maxsize", gpu_memory_bytes=gpu_bytes,
-                                  profiles=profiles)
-    except ConfigError as exc:
-        if exc.path == "zero.stage":  # model states alone exceed the GPU
-            return False, 0, 0
-        raise
-    result = simulate(scenario)
-    return result.fits, result.workload.total_params, result.ledger.peak_reserved
+    steps = FIRST_STEPS
+    while True:
+        trial.setdefault("run", {})["steps"] = steps
+        try:
+            scenario = build_scenario(trial, source="<maxsize>", default_name="maxsize", gpu_memory_bytes=gpu_bytes,
+                                      profiles=profiles)
+        except ConfigError as exc:
+            if exc.path == "zero.stage":  # model states alone exceed the GPU
+                return False, 0, 0
+            raise
+        result = simulate(scenario, trace=False)
+        states = result.step_memory_states
+        settled = len(states) >= 2 and states[-1] == states[-2]
+        if not result.fits or settled or steps >= MAX_STEPS:
+            return result.fits, result.workload.total_params, result.ledger.peak_reserved
+        steps *= 2
 
 
 def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 4096,
@@ -117,7 +135,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "maxsize", help=HELP["maxsize"],
         description="Without --batch or --scenario: the largest model whose model states fit per GPU, per ZeRO "
                     "stage (Table 2). With --scenario FILE (or --batch and a shape): the most layers of that "
-                    "shape whose two simulated steps fit (step 2 starts with step 1's allocator cache), "
+                    "shape that fits until the simulated allocator settles into a state that repeats every step, "
                     "activations, buffers and allocator included (Figure 6).")
     p.add_argument("--dp", type=positive("--dp"), help="data-parallel degree Nd")
     p.add_argument("--mp", type=positive("--mp"), default=1, help="model-parallel degree")

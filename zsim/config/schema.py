@@ -172,8 +172,17 @@ class ZeroSection(Section, kw_only=True):
         "CB: gradient reductions and stage 3's fp32 gradients use buffers of reduce_bucket_elements; false: "
         "one fused fp32 buffer of 4Ψ (§3.2, §6.2)"))] = True
     defragment: Annotated[bool, Meta(description=(
-        "MD: checkpoints and gradients live in pre-allocated contiguous buffers, outside the caching "
-        "allocator (§6.3)"))] = False
+        "MD: contiguous buffers for gradients (stages 2-3, outside the caching allocator) and for the "
+        "checkpoints, as md_checkpoints says (§6.3)"))] = False
+    # How MD holds checkpoints (docs/memory.md, "MD"). DeepSpeed (v0.2.0 deepspeed_checkpointing.py, and
+    # every release since) has a contiguous checkpoint buffer only with Pa, on the GPU only without
+    # Pa+cpu, allocates its slots through the caching allocator at the first forward of each micro-batch
+    # and drops them as backward uses them; the paper's §6.3 describes chunks "pre-allocated" for the run.
+    md_checkpoints: Annotated[Literal["deepspeed", "reserved"], Meta(description=(
+        "with defragment: 'deepspeed' (with Pa on the GPU, every checkpoint's slot is allocated at the first "
+        "forward of a micro-batch and freed as backward uses it; no buffer without Pa), or 'reserved' (the "
+        "paper's reading: one buffer for all checkpoints, with or without Pa, reserved for the whole run "
+        "outside the allocator)"))] = "deepspeed"
 
 
 class PrecisionSection(Section, kw_only=True):

@@ -13,6 +13,7 @@ Actors are generator functions taking `env`: `stream_worker` runs one stream's o
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Generator
 from typing import Any
@@ -76,6 +77,14 @@ def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
     return aggregate_capacities(graph, cluster)
 
 
+_STEP_SUFFIX = re.compile(r"\.s\d+(?:\.m\d+)?(?=\.|$)")
+
+
+def _step_free_tag(tag: str) -> str:
+    """A plan tag without its step and micro-batch ('grad.layer.3.s1' -> 'grad.layer.3')."""
+    return _STEP_SUFFIX.sub("", tag)
+
+
 class _Run:
     """State shared by the stream workers of one simulation."""
 
@@ -104,6 +113,17 @@ class _Run:
         self.core_share = host.cores / max(1, scenario.layout.world) if host is not None else 0.0
         self.threads = host.threads_per_rank if host is not None else 0
         self.finished = 0  # rank 0's ops done (the progress bar)
+        self.left_in_step = [0] * plan.steps  # rank 0's ops of each step not yet done
+        for op in plan.ops:
+            self.left_in_step[op.step] += 1
+        self.step_states: list[tuple] = []  # the allocator's state as each step's last op ends
+
+    def step_done(self, step: int) -> None:
+        """An op of `step` ended: when it was the step's last, record the allocator's state (tags
+        without their step and micro-batch, so that equal states of two steps compare equal)."""
+        self.left_in_step[step] -= 1
+        if not self.left_in_step[step] and self.ledger.allocator is not None:
+            self.step_states.append(self.ledger.allocator.state(_step_free_tag))
 
     def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase], float]:
         """The algorithm, phases and bytes sent of `op`: for the representative rank (group -1, class
@@ -323,6 +343,7 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (end - start) * 1e6, **args))
         run.end_time[i] = end
         run.finished += 1
+        run.step_done(op.step)
         done[i].succeed()
 
 
@@ -437,4 +458,5 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         mode="per_rank" if per_rank else "class",
         host_ledger=run.host_ledger,
         offload_seconds=run.offload_seconds,
+        step_memory_states=run.step_states,
     )

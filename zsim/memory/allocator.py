@@ -156,6 +156,23 @@ class CachingAllocator:
                 self.reserved -= block.size
                 self.segments -= 1
 
+    def state(self, normalize=lambda tag: tag) -> tuple:
+        """The allocator's state up to addresses: every segment in address order, each as its blocks
+        (size, stream, the `normalize`d tag of an allocated block or None for a cached one). Two equal
+        states make the same decisions for the same requests (sizes, stream pools and the relative
+        order of addresses are all the rules read), so a run whose state repeats at a step boundary
+        repeats from there on."""
+        owner = {id(b): normalize(tag) for tag, b in self._live.items()}
+        heads = [b for b in list(self._free.values()) + list(self._live.values()) if b.prev is None]
+        segments = []
+        for head in sorted(heads, key=lambda b: b.addr):
+            blocks, b = [], head
+            while b is not None:
+                blocks.append((b.size, b.stream, owner.get(id(b))))
+                b = b.next
+            segments.append(tuple(blocks))
+        return tuple(segments)
+
     def largest_free_block(self) -> int:
         return max((b.size for b in self._free.values()), default=0)
 

@@ -35,6 +35,8 @@ layer's activations, a backward the gradients of its input and output.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 from dataclasses import dataclass
 
@@ -132,15 +134,15 @@ def rank_partition(scenario: Scenario, workload: Workload) -> int:
 
 
 def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
-    """MD's arenas for this scenario (zsim.zero.residual.md_arena_bytes)."""
+    """MD's arenas for this scenario (zsim.zero.residual.md_arena_bytes), and with md_checkpoints:
+    reserved, the checkpoints' arena: every checkpoint of one micro-batch that lives on the GPU."""
     z = s.zero
-    live = 0
-    if z.activation_checkpointing and not z.cpu_offload_activations:
-        per = checkpoint_bytes_per_rank(w.blocks[0].checkpoint_bytes, s.layout.mp, z.partition_activations) \
-            if w.blocks else 0
-        live = per * checkpoint_segments(len(w.blocks), z.checkpoint_every)
-    return md_arena_bytes(z.stage, PARAM_BYTES[s.precision.dtype], w.params_per_mp_rank, w.largest_module_params,
-                          z.reduce_bucket_elements, z.constant_buffers, live, z.overlap_comm)
+    arenas = md_arena_bytes(z.stage, PARAM_BYTES[s.precision.dtype], w.params_per_mp_rank, z.reduce_bucket_elements,
+                            z.constant_buffers, z.overlap_comm)
+    if z.activation_checkpointing and z.md_checkpoints == "reserved" and not z.cpu_offload_activations and w.blocks:
+        per = checkpoint_bytes_per_rank(w.blocks[0].checkpoint_bytes, s.layout.mp, z.partition_activations)
+        arenas = {"checkpoints": per * checkpoint_segments(len(w.blocks), z.checkpoint_every), **arenas}
+    return arenas
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +167,15 @@ class _StepPass:
         self.k = scenario.zero.checkpoint_every
         self.e = PARAM_BYTES[scenario.precision.dtype]
         self.md = scenario.zero.defragment
+        # MD's checkpoint buffer exists only with Pa on the GPU: DeepSpeed copies a checkpoint into its
+        # contiguous buffer inside `if PARTITION_ACTIVATIONS:`, configure() asserts Pa for it, and with
+        # Pa+cpu the buffer is in host memory (v0.2.0 deepspeed/pt/deepspeed_checkpointing.py,
+        # CheckpointFunction.forward and configure). Without it, MD is the gradients' buffer alone.
+        z = scenario.zero
+        self.md_checkpoints = (self.md and self.ckpt and z.md_checkpoints == "deepspeed" and z.partition_activations
+                               and not z.cpu_offload_activations)
+        # The paper's reading of MD (md_checkpoints: reserved): one arena for every checkpoint on the GPU.
+        self.md_arena = self.md and self.ckpt and z.md_checkpoints == "reserved" and not z.cpu_offload_activations
         mods = workload.modules
         self.by_name = {m.name: m for m in mods}
         # A tied LM head computes with the word embedding: it uses the embedding's parameters too.
@@ -314,9 +325,16 @@ class _StepPass:
         else:
             allocs = list(self._activations(m, "work"))
             frees = frees + self._activation_tags(m, "work")
-            if m.layer % self.k == 0:
+            if m.layer % self.k == 0 and not self.md_checkpoints:
                 allocs.append(Alloc("activations", self._checkpoint_bytes(m), self._tags("ckpt", m.name),
-                                    arena="checkpoints" if self.md else ""))
+                                    arena="checkpoints" if self.md_arena else ""))
+            elif m.layer == 0 and self.md_checkpoints:
+                # MD: the first checkpointed forward of a micro-batch allocates every checkpoint's slot at
+                # once, `num_layers` tensors of the partition's size, and each slot is freed with its
+                # layer's saved tensors in backward (v0.2.0 deepspeed_checkpointing.py: the
+                # contiguous_data_buffers list is made when empty, then dropped in the first backward).
+                allocs += [Alloc("activations", self._checkpoint_bytes(b), self._tags("ckpt", b.name))
+                           for b in self.w.blocks if b.layer % self.k == 0]
         op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
                        allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
         self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes)
@@ -495,17 +513,26 @@ class _StepPass:
         e, nd, psi = self.e, self.s.layout.dp, self.w.params_per_mp_rank
         bucket = self.z.reduce_bucket_elements
         intervals, sub = stage1_comm_intervals(psi, nd, bucket)  # zsim.zero.buckets.flat_pieces, stage 1
-        flat = Alloc("buffers", stage1_flat_gradient_bytes(psi, nd, bucket, e), self._tags("flat_grads", "all"),
-                     stream="compute")
+        flat = _stage1_flat_copy(e, sub, nd, intervals, lambda piece: self._tags(f"flat_grads.{piece}", "all"))
+        assert sum(a.nbytes for a in flat) == stage1_flat_gradient_bytes(psi, nd, bucket, e)
         deps = (after,)
         for j in range(intervals):
             stage = Alloc("buffers", list_collective_staging_bytes(sub * nd, e), self._tags(f"rs_list{j}", "all"),
                           stream="compute")
-            allocs = (flat, stage) if j == 0 else (stage,)
-            frees = (stage.tag, flat.tag) if j == intervals - 1 else (stage.tag,)
+            allocs = flat + (stage,) if j == 0 else (stage,)
+            frees = (stage.tag,) + tuple(a.tag for a in flat) if j == intervals - 1 else (stage.tag,)
             deps = (self.b.add(name=f"reduce_scatter/grads.bucket.{j}", stream=self._reduction_stream(), deps=deps,
                                collective="reduce_scatter", group="dp", nbytes=e * sub * nd, allocs=allocs,
                                frees=frees, step=self.step, micro_batch=self.mb),)
+
+
+def _stage1_flat_copy(e: int, sub: int, nd: int, intervals: int, tag: Callable[[str], str]) -> tuple[Alloc, ...]:
+    """DeepSpeed v0.2 stage 1's second copy of the gradients: one tensor per (rank, interval)
+    sub-partition of `sub` elements, rank by rank, as get_flat_sub_partitions flattens them
+    (`_flatten_dense_tensors` per sub-partition). Their sizes, not only their sum, decide which cached
+    holes the allocator can fill. `tag(piece)` names each."""
+    return tuple(Alloc("buffers", e * sub, tag(f"r{r}.i{j}"), stream="compute")
+                 for r in range(nd) for j in range(intervals))
 
 
 def _full_grad_tag(module: str, step: int) -> str:

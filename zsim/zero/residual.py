@@ -97,21 +97,17 @@ def list_collective_staging_bytes(elements: int, param_bytes: int) -> int:
     return param_bytes * elements
 
 
-def md_arena_bytes(stage: int, param_bytes: int, psi: int, largest_module: int, bucket_elements: int,
-                   constant_buffers: bool, checkpoint_bytes_live: int, overlap_comm: bool = True) -> dict[str, int]:
-    """MD's contiguous buffers (ZeRO §6.3), as reserved at the start of the run:
-      checkpoints: every checkpoint of one micro-batch that lives on the GPU (DeepSpeed
-          checkpointing.py contiguous_memory_optimization: one buffer of num_checkpoints slots);
-      grads (stages 2/3): DeepSpeed contiguous_gradients copies each gradient into an "ipg" bucket
-          buffer of reduce_bucket_size elements as backward produces it, two of them with overlap_comm
-          so that one fills while the other is reduced (v0.2 deepspeed_zero_optimizer.py and v0.3.13
-          stage3.py backward(): `torch.empty(reduce_bucket_size)`, a second one `if self.overlap_comm`):
-          2 buckets with `overlap_comm`, 1 without (the whole Ψ instead of a bucket without CB, the
-          paper's fused baseline).
-    `largest_module` is unused since the ipg buffers replaced the module-sized arena; kept for callers.
+def md_arena_bytes(stage: int, param_bytes: int, psi: int, bucket_elements: int, constant_buffers: bool,
+                   overlap_comm: bool = True) -> dict[str, int]:
+    """MD's contiguous gradient buffer (ZeRO §6.3), bytes, as reserved at the start of the run (stages
+    2/3; none before): DeepSpeed contiguous_gradients copies each gradient into an "ipg" bucket buffer
+    of reduce_bucket_size elements as backward produces it, two of them with overlap_comm so that one
+    fills while the other is reduced (v0.2 deepspeed_zero_optimizer.py and v0.3.13 stage3.py
+    backward(): `torch.empty(reduce_bucket_size)`, a second one `if self.overlap_comm`); the whole Ψ
+    instead of a bucket without CB, the paper's fused baseline. MD's checkpoint buffer is not an arena:
+    DeepSpeed allocates its slots through the allocator (zsim.zero.plan, `md_checkpoints`).
     The ledger grows an arena that turns out too small (gradients waiting on a slow reduction)."""
-    arenas = {"checkpoints": checkpoint_bytes_live, "grads": 0}
-    if stage >= 2:
-        bucket = bucket_elements if constant_buffers else psi
-        arenas["grads"] = (2 if overlap_comm else 1) * param_bytes * bucket
-    return {name: size for name, size in arenas.items() if stage >= 2 or name != "grads"}
+    if stage < 2:
+        return {}
+    bucket = bucket_elements if constant_buffers else psi
+    return {"grads": (2 if overlap_comm else 1) * param_bytes * bucket}
