@@ -37,7 +37,7 @@ def _one_step_fits(data, layers, gpu_bytes, profiles=None):
     trial.setdefault("run", {})["steps"] = 1
     r = simulate(build_scenario(trial, source="<ablation>", default_name="ablation", gpu_memory_bytes=gpu_bytes,
                                 profiles=profiles))
-    return r.fits, r.workload.total_params, r.ledger.peak_reserved
+    return maxsize.Trial(r.fits, r.workload.total_params, r.ledger.peak_reserved, 1, False)
 
 
 def run(variant: str) -> str:

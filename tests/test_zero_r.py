@@ -314,6 +314,7 @@ def test_maxsize_simulates_until_the_allocator_settles():
     four["model"]["layers"], four["run"] = 76, {"steps": 4}
     four["model"].pop("global_batch")
     assert simulate(build_scenario(four, source="<test>", default_name="c1"), trace=False).fits
-    assert not fits(data, 76, None)[0]
-    ok, _, _ = fits(data, 70, None)  # settles (the state repeats from the second step) and fits
-    assert ok
+    late = fits(data, 76, None)
+    assert not late.fits and late.steps == 8  # 2 and 4 steps fit but had not settled; 8 ran out of memory
+    early = fits(data, 70, None)  # the state repeats from the second step: it fits for good
+    assert early.fits and early.settled and early.steps == 2

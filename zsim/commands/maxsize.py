@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
@@ -40,13 +40,31 @@ def max_params_model_states(gpu_bytes: int, dp: int, mp: int, stage: int, dtype:
     return mp * gpu_bytes / bytes_per_param(stage, dp, dtype)
 
 
+class Trial(NamedTuple):
+    """One simulated size: whether it fits, its Ψ, the reserved peak (bytes), the steps simulated and
+    whether the allocator settled by then (its state at a step's end repeated)."""
+
+    fits: bool
+    params: int
+    reserved_peak_bytes: int
+    steps: int = 0
+    settled: bool = True
+
+
 @dataclass(frozen=True, slots=True)
 class MaxModel:
-    """The largest fitting model of a shape: `layers`, its Ψ, and the reserved peak of that run."""
+    """The largest fitting model of a shape: `layers`, its Ψ, the reserved peak of that run, and the
+    steps its trial simulated until the allocator settled (`settled` false: it had not by MAX_STEPS)."""
 
     layers: int
     params: int
     reserved_peak_bytes: int
+    steps: int = 0
+    settled: bool = True
+
+    @classmethod
+    def of(cls, layers: int, trial: Trial) -> MaxModel:
+        return cls(layers, trial.params, trial.reserved_peak_bytes, trial.steps, trial.settled)
 
 
 # Steps to simulate: start with two (step 2 begins with step 1's allocator cache, as every later step of
@@ -58,9 +76,8 @@ class MaxModel:
 FIRST_STEPS, MAX_STEPS = 2, 32
 
 
-def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Profiles | None = None
-         ) -> tuple[bool, int, int]:
-    """(fits, Ψ, reserved peak) of scenario `data` with `layers` layers, no accumulation, simulated
+def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Profiles | None = None) -> Trial:
+    """The Trial of scenario `data` with `layers` layers, no accumulation, simulated
     until the allocator settles (FIRST_STEPS, doubled up to MAX_STEPS; a run that has not settled by
     then and never ran out of memory counts as fitting)."""
     from zsim.config.scenario import build_scenario
@@ -78,13 +95,13 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
                                       profiles=profiles)
         except ConfigError as exc:
             if exc.path == "zero.stage":  # model states alone exceed the GPU
-                return False, 0, 0
+                return Trial(False, 0, 0)
             raise
         result = simulate(scenario, trace=False)
         states = result.step_memory_states
         settled = len(states) >= 2 and states[-1] == states[-2]
         if not result.fits or settled or steps >= MAX_STEPS:
-            return result.fits, result.workload.total_params, result.ledger.peak_reserved
+            return Trial(result.fits, result.workload.total_params, result.ledger.peak_reserved, steps, settled)
         steps *= 2
 
 
@@ -97,7 +114,7 @@ def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 
 
     bar = tqdm(desc="maxsize: simulated trials", unit=" trial", disable=not progress, leave=False)
 
-    def trial(data: dict[str, Any], layers: int, gpu_bytes: int | None) -> tuple[bool, int, int]:
+    def trial(data: dict[str, Any], layers: int, gpu_bytes: int | None) -> Trial:
         bar.set_postfix_str(f"{layers} layers")
         out = fits(data, layers, gpu_bytes, profiles)
         bar.update()
@@ -110,21 +127,21 @@ def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 
 
 
 def _search(fits, data: dict[str, Any], gpu_bytes: int | None, limit: int) -> MaxModel:
-    ok, params, peak = fits(data, 1, gpu_bytes)
-    if not ok:
+    t = fits(data, 1, gpu_bytes)
+    if not t.fits:
         raise ZsimError("not even one layer of this shape fits: lower the micro-batch or raise mp / dp")
-    lo, best, hi = 1, MaxModel(1, params, peak), 2
+    lo, best, hi = 1, MaxModel.of(1, t), 2
     while hi <= limit:
-        ok, params, peak = fits(data, hi, gpu_bytes)
-        if not ok:
+        t = fits(data, hi, gpu_bytes)
+        if not t.fits:
             break
-        lo, best, hi = hi, MaxModel(hi, params, peak), hi * 2
+        lo, best, hi = hi, MaxModel.of(hi, t), hi * 2
     hi = min(hi, limit + 1)  # lo fits, hi does not (or is past the limit)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        ok, params, peak = fits(data, mid, gpu_bytes)
-        if ok:
-            lo, best = mid, MaxModel(mid, params, peak)
+        t = fits(data, mid, gpu_bytes)
+        if t.fits:
+            lo, best = mid, MaxModel.of(mid, t)
         else:
             hi = mid
     return best
@@ -209,9 +226,12 @@ def maxsize_command(args: argparse.Namespace) -> int:
             data = _shape_scenario(args, profiles, profile or "dgx2")
         best = max_layers(data, args.gpu_mem, profiles=profiles, progress=sys.stderr.isatty())
         table: dict[str, Any] = {"mode": "full memory", "layers": best.layers, "params": best.params,
-                                 "reserved_peak_bytes": best.reserved_peak_bytes}
+                                 "reserved_peak_bytes": best.reserved_peak_bytes, "steps": best.steps,
+                                 "settled": best.settled}
+        settled = (f"the allocator settled by step {best.steps}" if best.settled else
+                   f"the allocator had not settled after {best.steps} steps: it fits that many")
         text = (f"largest fitting model: {best.layers} layers = {best.params / 1e9:.1f}B parameters "
-                f"(reserved peak {best.reserved_peak_bytes / 1e9:.1f} GB per GPU)")
+                f"(reserved peak {best.reserved_peak_bytes / 1e9:.1f} GB per GPU; {settled})")
     else:
         if args.dp is None or args.gpu_mem is None:
             raise ZsimError("model-states mode needs --dp and --gpu-mem (or give --scenario / --batch)")
