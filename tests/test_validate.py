@@ -38,11 +38,16 @@ def test_paper_convention_counts_recompute():
         assert paper == pytest.approx(per_token * expect) and model == pytest.approx(6 * expect)
 
 
-@pytest.fixture(scope="module")
-def paper_run():
-    proc = subprocess.run([sys.executable, "-m", "zsim.cli", "validate", "paper", "--json", "-"], cwd=ROOT,
+def _validate(suite: str):
+    """`zsim validate SUITE --json -` in a subprocess: (the process, the JSON report)."""
+    proc = subprocess.run([sys.executable, "-m", "zsim.cli", "validate", suite, "--json", "-"], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     return proc, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def paper_run():
+    return _validate("paper")
 
 
 def test_validate_paper_exit_code_follows_the_report(paper_run):
@@ -69,9 +74,7 @@ def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
 
 @pytest.fixture(scope="module")
 def megatron_run():
-    proc = subprocess.run([sys.executable, "-m", "zsim.cli", "validate", "megatron", "--json", "-"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    return proc, json.loads(proc.stdout)
+    return _validate("megatron")
 
 
 def test_validate_megatron_compares_every_published_point(megatron_run):
