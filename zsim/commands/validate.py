@@ -21,9 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "validate", help=HELP["validate"],
         description="Run a validation suite and print, per point, the simulated and the published or measured "
                     "value, the error and pass/fail against the point's tolerance. Suites: "
-                    + ", ".join(SUITES) + " (paper: the ZeRO paper's evaluation; megatron: Megatron-LM 2019's published V100 scaling, out of sample; both in docs/validation.md; replay: record "
-                    "real runs, calibrate on some, replay the others, docs/calibrate.md). Exit 0 if all pass, 1 if "
-                    "any fails, 2 on bad input.")
+                    + ", ".join(SUITES) + " (paper: the ZeRO paper's evaluation; megatron: Megatron-LM 2019's "
+                    "published V100 scaling, out of sample; both in docs/validation.md; replay: record real runs, "
+                    "calibrate on some, replay the others, docs/calibrate.md). Exit 0 if all pass, 1 if any fails, "
+                    "2 on bad input.")
     p.add_argument("suite", choices=sorted(SUITES), help="which suite")
     p.add_argument("--suite-file", type=Path, default=None,
                    help="replay: the suite YAML (default zsim/validate/suites/replay-cpu.yaml)")

@@ -28,6 +28,7 @@ Sizes are bytes.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MIN_BLOCK = 512  # kMinBlockSize
@@ -156,7 +157,7 @@ class CachingAllocator:
                 self.reserved -= block.size
                 self.segments -= 1
 
-    def state(self, normalize=lambda tag: tag) -> tuple:
+    def state(self, normalize: Callable[[str], str] = str) -> tuple:
         """The allocator's state up to addresses: every segment in address order, each as its blocks
         (size, stream, the `normalize`d tag of an allocated block or None for a cached one). Two equal
         states make the same decisions for the same requests (sizes, stream pools and the relative

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zsim.validate.paper import paper_tflops
+from zsim.validate.paper import paper_tflops, simulate_file
 from zsim.validate.report import Point, Report
 
 BASELINE_TFLOPS = 39.0  # §5.1.1: the 1.2B model on one GPU "achieves 39 TeraFLOPS during the overall training"
@@ -37,14 +37,7 @@ def scenarios_dir() -> Path:
 
 def _simulate(name: str):
     """(Result or None, error message) of scenarios/megatron/<name>.yaml."""
-    from zsim.config.scenario import load_scenario
-    from zsim.engine.simulation import simulate
-    from zsim.errors import ZsimError
-
-    try:
-        return simulate(load_scenario(scenarios_dir() / f"{name}.yaml")), ""
-    except ZsimError as exc:
-        return None, str(exc)
+    return simulate_file(scenarios_dir() / f"{name}.yaml")
 
 
 def _step(result) -> float:
@@ -75,10 +68,10 @@ def run(progress: bool = False) -> Report:
     group = "Megatron-LM 2019 — strong scaling, 1.2B at batch 8 (Table 8)"
     for gpus, published in STRONG.items():
         result, error = results[f"1.2B-mp{gpus}"]
-        ok = base is not None and result is not None
-        speedup = _step(base) / _step(result) if ok else None
-        note = error or ("" if ok else "the one-GPU baseline did not run")
-        if ok:
+        if result is None or base is None:
+            speedup, note = None, error or "the one-GPU baseline did not run"
+        else:
+            speedup = _step(base) / _step(result)
             note = f"step {_step(result):.3f} s against {_step(base):.3f} s on one GPU"
         report.points.append(Point(group, f"speedup, {gpus} GPUs (MP {gpus})", speedup, published, "x", TOLERANCE,
                                    fits=None if result is None else result.fits, note=note))

@@ -59,16 +59,22 @@ def paper_tflops(result) -> tuple[float, float]:
     return per_token * scale, 6 * scale
 
 
-def _simulate(name: str):
-    """(Result or None, error message) of scenarios/paper/<name>.yaml."""
+def simulate_file(path: Path):
+    """(Result or None, error message) of the scenario file `path`: a suite reports a run that cannot
+    be made (a ZsimError, e.g. a scenario the model refuses) as a failed point, not a crash."""
     from zsim.config.scenario import load_scenario
     from zsim.engine.simulation import simulate
     from zsim.errors import ZsimError
 
     try:
-        return simulate(load_scenario(scenarios_dir() / f"{name}.yaml")), ""
+        return simulate(load_scenario(path)), ""
     except ZsimError as exc:
         return None, str(exc)
+
+
+def _simulate(name: str):
+    """(Result or None, error message) of scenarios/paper/<name>.yaml."""
+    return simulate_file(scenarios_dir() / f"{name}.yaml")
 
 
 def _progress(total: int, enabled: bool):
