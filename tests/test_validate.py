@@ -57,7 +57,7 @@ def test_validate_paper_exit_code_follows_the_report(paper_run):
     failed = [p for p in report["points"] if not p["passed"]] + [c for c in report["checks"] if not c["passed"]]
     assert report["passed"] == (not failed)
     groups = {p["group"].split(" — ")[0] for p in report["points"]} | {c["group"].split(" — ")[0] for c in report["checks"]}
-    assert {"Figure 2", "Figure 3", "Figure 6 / Table 3", "Table 1", "Table 2"} <= groups
+    assert {"Figure 2", "Figure 3", "Figure 4 / §10.4", "Figure 6 / Table 3", "Table 1", "Table 2"} <= groups
 
 
 def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
@@ -70,6 +70,38 @@ def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
     assert checks["every configuration fits in 32 GB (170B included)"]["passed"]
     assert next(c for k, c in checks.items() if k.startswith("largest models in the paper's order"))["passed"]
     assert next(c for k, c in checks.items() if k.startswith("throughput falls off steeply"))["passed"]
+    # §10.4: up to 13B without MP fits; PyTorch DDP's largest (1.38B, batch 1) fits under 20 TFLOPS/GPU
+    assert checks["ZeRO-100B fits every model up to 13B without MP"]["passed"]
+    assert next(c for k, c in checks.items() if k.startswith("PyTorch DDP's largest model"))["passed"]
+    speedup = next(p for p in report["points"] if p["name"] == "largest speedup over the baseline")
+    assert speedup["passed"] and "170B" in speedup["note"]  # §10.2 "up to 10x", at the largest model
+
+
+# The paper's artifact appendix (SC'20, "Appendix: Artifact Description"), Table 1: Figure 2's runs,
+# (GPUs, MP, layers, hidden, heads, batch per GPU, total batch); Table 3: the C1-C5 shapes.
+FIG2_TABLE = {
+    "zero-1.5B": (400, 1, 48, 1600, 16, 24, 9600), "megatron-1.5B": (400, 2, 48, 1600, 16, 16, 3200),
+    "zero-8B": (400, 4, 72, 3072, 24, 64, 6400), "megatron-8B": (400, 8, 72, 3072, 24, 8, 400),
+    "zero-20B": (400, 4, 98, 4096, 32, 32, 3200), "megatron-20B": (400, 16, 98, 4096, 32, 4, 100),
+    "zero-40B": (400, 4, 88, 6144, 32, 12, 1200), "megatron-40B": (384, 32, 88, 6144, 64, 4, 48),
+    "zero-60B": (400, 16, 132, 6144, 32, 64, 1600), "megatron-60B": (384, 64, 132, 6144, 64, 4, 24),
+    "zero-80B": (400, 16, 100, 8192, 64, 32, 800), "megatron-80B": (384, 128, 100, 8192, 128, 4, 12),
+    "zero-100B": (400, 16, 125, 8192, 64, 32, 800), "megatron-100B": (384, 128, 125, 8192, 128, 2, 6),
+    "zero-120B": (400, 16, 150, 8192, 64, 24, 600), "megatron-120B": (384, 128, 150, 8192, 128, 2, 6),
+    "zero-140B": (400, 16, 175, 8192, 64, 16, 400), "megatron-140B": (384, 128, 175, 8192, 128, 2, 6),
+    "zero-170B": (400, 16, 212, 8192, 64, 12, 300), "megatron-170B": (256, 256, 212, 8192, 256, 2, 2),
+}
+
+
+@pytest.mark.parametrize("run", sorted(FIG2_TABLE))
+def test_figure_2_scenarios_are_the_papers_configurations(run):
+    from zsim.config.scenario import load_scenario
+
+    s = load_scenario(ROOT / f"scenarios/paper/fig2-{run}.yaml")
+    m = s.model
+    got = (s.layout.world, s.layout.mp, m.layers, m.hidden, m.heads, m.micro_batch,
+           m.micro_batch * s.layout.dp * s.grad_accum)
+    assert got == FIG2_TABLE[run]
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +133,15 @@ def test_validate_megatron_speedups_are_step_time_ratios(megatron_run):
     assert speedups == sorted(speedups) and speedups[0] > 1
     steps = {g: simulate(load_scenario(scenarios_dir() / f"1.2B-{g}.yaml")).total_seconds for g in ("1gpu", "mp8")}
     assert speedups[-1] == pytest.approx(steps["1gpu"] / steps["mp8"])
+
+
+@pytest.mark.parametrize(("config", "shape"), [("C1", (8192, 32)), ("C2", (6144, 64)), ("C3", (8192, 32)),
+                                               ("C4", (8192, 64)), ("C5", (8192, 64))])
+def test_c1_to_c5_scenarios_have_the_papers_shapes(config, shape):
+    """Artifact appendix, Table 3: 400 GPUs, MP 16, batch 16; C1 40B = 50 x 8192 with 32 heads, C2 60B =
+    132 x 6144 with 64, C3 50B = 62 x 8192 with 32, C4 and C5 x 8192 with 64 (maxsize varies the layers)."""
+    from zsim.config.scenario import load_scenario
+
+    s = load_scenario(ROOT / f"scenarios/paper/{config}-100B-400gpu.yaml")
+    assert (s.model.hidden, s.model.heads) == shape
+    assert (s.layout.world, s.layout.mp, s.model.micro_batch, s.grad_accum) == (400, 16, 16, 1)

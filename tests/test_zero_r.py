@@ -302,19 +302,19 @@ def test_md_reserved_holds_every_checkpoint_in_one_arena_with_or_without_pa():
 
 
 def test_maxsize_simulates_until_the_allocator_settles():
-    """C1 at 76 layers with DeepSpeed's MD fits two and four steps and runs out of memory in the seventh:
-    maxsize keeps doubling the steps until the allocator's state repeats, and so does not call it a fit."""
+    """C1 (the paper's shape, 32 heads) at 77 layers with DeepSpeed's MD fits three steps and runs out of
+    memory in the fourth: maxsize keeps doubling the steps while the allocator's state at a step's end
+    still changes, and so does not call it a fit; at 72 layers the state repeats from the second step."""
     from zsim.commands.maxsize import fits
+    from zsim.config.scenario import build_scenario
 
     data = read_yaml_mapping(ROOT / "scenarios/paper/C1-100B-400gpu.yaml")
     data["zero"]["md_checkpoints"] = "deepspeed"
-    from zsim.config.scenario import build_scenario
-
-    four = copy.deepcopy(data)
-    four["model"]["layers"], four["run"] = 76, {"steps": 4}
-    four["model"].pop("global_batch")
-    assert simulate(build_scenario(four, source="<test>", default_name="c1"), trace=False).fits
-    late = fits(data, 76, None)
-    assert not late.fits and late.steps == 8  # 2 and 4 steps fit but had not settled; 8 ran out of memory
-    early = fits(data, 70, None)  # the state repeats from the second step: it fits for good
+    three = copy.deepcopy(data)
+    three["model"]["layers"], three["run"] = 77, {"steps": 3}
+    three["model"].pop("global_batch")
+    assert simulate(build_scenario(three, source="<test>", default_name="c1"), trace=False).fits
+    late = fits(data, 77, None)
+    assert not late.fits and late.steps == 4  # two steps fit but had not settled; the fourth ran out of memory
+    early = fits(data, 72, None)
     assert early.fits and early.settled and early.steps == 2

@@ -71,8 +71,8 @@ class MaxModel:
 # a real run does; step 1 alone misses that: C1 at 54 layers once reserved 34.2 GB in step 1, 39.4 in
 # step 2), and double while the allocator has not settled, up to MAX_STEPS. Settled: its state at the
 # end of the last step equals the step before's (CachingAllocator.state), so every later step repeats.
-# Some runs settle only after several steps and fail on the way: C1 at 76 layers fits four steps and
-# runs out of memory in the seventh (scenarios/paper/C1-100B-400gpu.yaml).
+# Some runs settle only after several steps and fail on the way: C1 (scenarios/paper/C1-100B-400gpu.yaml)
+# at 77 layers with md_checkpoints: deepspeed fits three steps and runs out of memory in the fourth.
 FIRST_STEPS, MAX_STEPS = 2, 32
 
 
