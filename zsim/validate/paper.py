@@ -84,6 +84,18 @@ def _simulate(name: str):
     return simulate_file(scenarios_dir() / f"{name}.yaml")
 
 
+def _runs(prefix: str, sizes, bar, rows: list[str]):
+    """(size, Result) of scenarios/paper/<prefix><size>.yaml for each size that runs; one that cannot
+    adds a row to `rows` saying why. Advances `bar` once a size."""
+    for size in sizes:
+        result, error = _simulate(f"{prefix}{size}")
+        bar.update(1)
+        if result is None:
+            rows.append(f"{size}: cannot run ({error})")
+            continue
+        yield size, result
+
+
 def _progress(total: int, enabled: bool):
     from tqdm import tqdm
 
@@ -151,13 +163,8 @@ def _megatron(report: Report, bar, zero: dict[str, float]) -> None:
     faster from 40B up (paper §10.2: up to 10x)."""
     group = "Figure 2 — Megatron-LM baseline"
     base: dict[str, tuple[float, int, bool]] = {}
-    rows = []
-    for size in MEGATRON_SIZES:
-        result, error = _simulate(f"fig2-megatron-{size}")
-        bar.update(1)
-        if result is None:
-            rows.append(f"{size}: cannot run ({error})")
-            continue
+    rows: list[str] = []
+    for size, result in _runs("fig2-megatron-", MEGATRON_SIZES, bar, rows):
         paper, _ = paper_tflops(result)
         base[size] = (paper, result.scenario.layout.mp, result.fits)
         rows.append(f"{size}: MP {result.scenario.layout.mp}, {'fits' if result.fits else 'OOM'}, {paper:.1f} TFLOPS/GPU")
@@ -211,13 +218,9 @@ def _figure4(report: Report, bar) -> None:
     GPU on average"; "without ZeRO, the largest trainable model with DP alone has 1.4B parameters with
     throughput less than 20 TFlops per GPU" (PyTorch DDP)."""
     group = "Figure 4 / §10.4 — data parallelism alone on 128 V100"
-    zero, rows = {}, []
-    for size in FIG4_ZERO:
-        result, error = _simulate(f"fig4-zero-dp-{size}")
-        bar.update(1)
-        if result is None:
-            rows.append(f"{size}: cannot run ({error})")
-            continue
+    zero: dict[str, tuple[float, bool]] = {}
+    rows: list[str] = []
+    for size, result in _runs("fig4-zero-dp-", FIG4_ZERO, bar, rows):
         zero[size] = (paper_tflops(result)[0], result.fits)
         rows.append(f"{size}: {'fits' if result.fits else 'OOM'}, {zero[size][0]:.1f} TFLOPS/GPU, reserved peak "
                     f"{result.ledger.peak_reserved / GB:.1f} GB")
@@ -229,12 +232,7 @@ def _figure4(report: Report, bar) -> None:
                                fits=None if mean is None else True,
                                note="mean of the nine runs; §10.4 'over 40 TFlops per GPU on average'"))
     rows, largest = [], None
-    for size in FIG4_DDP:
-        result, error = _simulate(f"fig4-ddp-{size}")
-        bar.update(1)
-        if result is None:
-            rows.append(f"{size}: cannot run ({error})")
-            continue
+    for size, result in _runs("fig4-ddp-", FIG4_DDP, bar, rows):
         tflops = paper_tflops(result)[0]
         rows.append(f"{size}: {'fits' if result.fits else 'OOM'}, batch {result.scenario.model.micro_batch}, "
                     f"{tflops:.1f} TFLOPS/GPU")
