@@ -145,3 +145,16 @@ def test_c1_to_c5_scenarios_have_the_papers_shapes(config, shape):
     s = load_scenario(ROOT / f"scenarios/paper/{config}-100B-400gpu.yaml")
     assert (s.model.hidden, s.model.heads) == shape
     assert (s.layout.world, s.layout.mp, s.model.micro_batch, s.grad_accum) == (400, 16, 16, 1)
+
+
+def test_validate_draws_its_points_as_a_chart(tmp_path, capsys):
+    """--png draws every point's error against its tolerance (a real PNG), and a bad path is refused
+    before the suite runs (exit 2, the flag named)."""
+    from zsim.cli import main
+
+    png = tmp_path / "megatron.png"
+    code = main(["validate", "megatron", "--png", str(png)])
+    assert code in (0, 1) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert f"chart: {png}" in capsys.readouterr().err
+    assert main(["validate", "megatron", "--png", str(tmp_path / "no" / "x.png")]) == 2
+    assert "--png" in capsys.readouterr().err

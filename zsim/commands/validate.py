@@ -30,6 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="replay: the suite YAML (default zsim/validate/suites/replay-cpu.yaml)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
                    help="replay: where the recorded traces and the calibrated profile go (default out/validate-replay)")
+    p.add_argument("--png", type=Path, default=None, metavar="PATH",
+                   help="also draw the points as a chart: each one's error against its tolerance")
     add_json_option(p, "the report")
     p.set_defaults(func=run_command)
 
@@ -39,10 +41,16 @@ def run_command(args: argparse.Namespace) -> int:
 
     if args.json and args.json != "-":
         check_file(args.json)  # before the suite runs (minutes): a bad output costs nothing
+    if args.png is not None:
+        check_file(args.png, flag="--png")
     if args.output is not None:
         check_dir(args.output)
     options = {"suite_file": args.suite_file, "output": args.output} if args.suite == "replay" else {}
     report = importlib.import_module(SUITES[args.suite]).run(progress=sys.stderr.isatty(), **options)
     print(report.table(), file=text_stream(args))
     emit_json(args, report.as_dict(), indent=1)
+    if args.png is not None:
+        from zsim.validate.chart import report_png
+
+        print(f"chart: {report_png(report, args.png)}", file=sys.stderr)
     return 0 if report.passed else EXIT_FAILED
