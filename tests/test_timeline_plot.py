@@ -17,6 +17,7 @@ def test_interval_arithmetic():
     {"zero": {"stage": 3}},
     {"zero": {"stage": 2}, "run": {"steps": 2}},
     {"zero": {"stage": 3, "partition_activations": True, "cpu_offload_activations": True}},
+    {"zero": {"stage": 3, "partition_activations": True, "cpu_offload_activations": True, "cpu_offload_overlap": True}},
 ])
 def test_breakdown_adds_up_to_the_step(sections):
     result = simulate(small_scenario(**sections))
@@ -30,6 +31,8 @@ def test_breakdown_adds_up_to_the_step(sections):
         assert parts["MP comm"] == pytest.approx(result.mp_comm_seconds)
     if sections["zero"].get("cpu_offload_activations"):
         assert result.offload_seconds > 0
+        if not sections["zero"].get("cpu_offload_overlap"):  # DeepSpeed's copies in line: all of them exposed
+            assert parts["exposed offload"] == pytest.approx(result.offload_seconds, rel=1e-9)
 
 
 def test_network_bound_step_is_mostly_exposed_dp_comm(tmp_path):

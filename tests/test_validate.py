@@ -57,7 +57,8 @@ def test_validate_paper_exit_code_follows_the_report(paper_run):
     failed = [p for p in report["points"] if not p["passed"]] + [c for c in report["checks"] if not c["passed"]]
     assert report["passed"] == (not failed)
     groups = {p["group"].split(" — ")[0] for p in report["points"]} | {c["group"].split(" — ")[0] for c in report["checks"]}
-    assert {"Figure 2", "Figure 3", "Figure 4 / §10.4", "Figure 6 / Table 3", "Table 1", "Table 2"} <= groups
+    assert {"Figure 2", "Figure 3", "Figure 4 / §10.4", "Figure 6 / Table 3", "Figure 8", "Table 1",
+            "Table 2"} <= groups
 
 
 def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
@@ -73,6 +74,9 @@ def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
     # §10.4: up to 13B without MP fits; PyTorch DDP's largest (1.38B, batch 1) fits under 20 TFLOPS/GPU
     assert checks["ZeRO-100B fits every model up to 13B without MP"]["passed"]
     assert next(c for k, c in checks.items() if k.startswith("PyTorch DDP's largest model"))["passed"]
+    # Figure 8: throughput follows the batch each configuration allows; Pa+cpu's copies cost C5 time
+    assert next(c for k, c in checks.items() if k.startswith("60B on 128 GPUs: C1 < C2"))["passed"]
+    assert next(c for k, c in checks.items() if k.startswith("60B on 128 GPUs: C5 is slower"))["passed"]
     speedup = next(p for p in report["points"] if p["name"] == "largest speedup over the baseline")
     assert speedup["passed"] and "170B" in speedup["note"]  # §10.2 "up to 10x", at the largest model
 

@@ -52,7 +52,8 @@ def test_pa_cuts_checkpoint_memory_by_the_mp_degree_and_adds_an_mp_all_gather():
 
 
 def test_pa_cpu_moves_checkpoints_to_host_over_the_offload_stream():
-    s = small_scenario(**MP4, zero={"partition_activations": True, "cpu_offload_activations": True})
+    s = small_scenario(**MP4, zero={"partition_activations": True, "cpu_offload_activations": True,
+                                    "cpu_offload_overlap": True})
     r = simulate(s)
     part = -(-r.workload.blocks[0].checkpoint_bytes // 4)
     assert r.host_ledger.peak == s.model.layers * part  # every partition on the host at the end of forward
@@ -318,3 +319,20 @@ def test_maxsize_simulates_until_the_allocator_settles():
     assert not late.fits and late.steps == 4  # two steps fit but had not settled; the fourth ran out of memory
     early = fits(data, 72, None)
     assert early.fits and early.settled and early.steps == 2
+
+
+def test_pa_cpu_copies_in_line_as_deepspeed_or_overlapped_when_asked():
+    """DeepSpeed's Pa+cpu (`partition.cpu()`, `get_full_inputs(..., device=cuda_device)`) copies in line on
+    the compute stream, the way back when the segment recomputes (`fetch/`); cpu_offload_overlap copies on
+    the offload stream and brings each partition back one segment ahead (`prefetch/`)."""
+    for overlap, stream, back in ((False, "compute", "fetch/"), (True, "offload", "prefetch/")):
+        plan = _plan(partition_activations=True, cpu_offload_activations=True, cpu_offload_overlap=overlap)
+        copies = [op for op in plan.ops if op.transfer]
+        assert copies and {op.stream for op in copies} == {stream}
+        assert {op.name.split("activations")[0] for op in copies} == {"offload/", back}
+        # each copy back comes before its segment's all-gather in the plan (and, in line, in time)
+        names = [op.name for op in plan.ops]
+        for op in copies:
+            if op.name.startswith(back):
+                layer = op.name.split("activations.")[1].split(".s")[0]
+                assert names.index(op.name) < names.index(f"all_gather/activations.{layer}")

@@ -166,6 +166,14 @@ class ZeroSection(Section, kw_only=True):
     cpu_offload_activations: Annotated[bool, Meta(description=(
         "Pa+cpu: partitioned checkpoints kept in host memory, copied over the host link (§6.1); needs "
         "partition_activations"))] = False
+    # DeepSpeed copies Pa+cpu's partitions synchronously, in line with compute, and brings each back only
+    # when its segment recomputes: `partition.cpu()` in the forward and `get_full_inputs(...,
+    # device=cuda_device)` in the backward (v0.2.0 deepspeed_checkpointing.py, unchanged through 2025's
+    # runtime/activation_checkpointing/checkpointing.py). An implementation can do better.
+    cpu_offload_overlap: Annotated[bool, Meta(description=(
+        "with Pa+cpu: false (default, as DeepSpeed) copies each partition to and from the host in line "
+        "with compute, the way back when its segment recomputes; true copies on a stream of their own and "
+        "brings each back one segment ahead, overlapping compute"))] = False
     # CB defaults to true because DeepSpeed always reduces in constant-size buckets (reduce_bucket_size);
     # false models the fused whole-model buffers of §3.2 (the baseline the paper measures against).
     constant_buffers: Annotated[bool, Meta(description=(

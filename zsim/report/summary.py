@@ -78,7 +78,8 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"grads {states['grads'] / GB:.2f}, optimizer {states['optimizer'] / GB:.2f}); fragmentation at the "
         f"reserved peak {mem['fragmentation_at_reserved_peak_bytes'] / GB:.2f} GB" + _zero_r(z, mem),
         f"  time      step {t['mean_step_seconds']:.3f} s: compute {t['compute_seconds_per_step']:.3f} s, "
-        f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP all-reduce in line {t['mp_comm_seconds_per_step']:.3f} s)",
+        f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP all-reduce in line {t['mp_comm_seconds_per_step']:.3f} s"
+        + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "") + ")",
         _speed(th),
         f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
         f"MP {mp_bytes / GB:.1f} GB/step",

@@ -31,8 +31,8 @@ STREAM_ROWS = ("compute", "comm", "offload")
 def _kind(event: dict[str, Any]) -> str:
     name = event["name"]
     head = name.split("/", 1)[0]
-    if event["cat"] == "offload":
-        return "offload"
+    if event["cat"] == "offload" or head in ("offload", "prefetch", "fetch"):
+        return "offload"  # Pa+cpu's copies: on their own stream, or in line as DeepSpeed makes them
     if head in COLLECTIVES and event["cat"] == "compute" and event["args"].get("group") != "dp":
         return "mp"  # MP collectives (Megatron's all-reduces, Pa's all-gathers) run in line on the compute stream
     return head if head in KIND_COLORS else "other"  # in line DP ones too: the optimizer's 4-byte checks
@@ -65,12 +65,13 @@ def step_window(result: Result, step: int) -> tuple[float, float]:
 def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
     """Seconds of step `step` (default the last): compute kernels, MP comm (in line), and the idle
     time of the compute stream split into exposed DP comm, exposed offload and other waits. DP collectives
-    run in line on the compute stream (the optimizer's 4-byte checks) count as exposed DP comm."""
+    run in line on the compute stream (the optimizer's 4-byte checks) count as exposed DP comm, and
+    Pa+cpu's copies in line (DeepSpeed's, zero.cpu_offload_overlap false) as exposed offload."""
     step = step % len(result.step_seconds)
     t0, t1 = step_window(result, step)
     events = [e for e in result.events if e["ph"] == "X" and e["args"].get("step") == step]
     spans: dict[str, list[tuple[float, float]]] = {s: [] for s in STREAM_ROWS}
-    compute = mp = dp_inline = 0.0
+    compute = mp = dp_inline = offload_inline = 0.0
     for e in events:
         a, b = e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6
         spans[e["cat"]].append((a, b))
@@ -80,14 +81,17 @@ def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
                 mp += b - a
             elif kind in COLLECTIVES:  # a DP collective in line (overlap_comm false, the optimizer's checks)
                 dp_inline += b - a
+            elif kind == "offload":  # Pa+cpu's copies in line (DeepSpeed's .cpu() and .to(device))
+                offload_inline += b - a
             else:
                 compute += b - a
     idle = _subtract([(t0, t1)], _union(spans["compute"]))
     comm = _union(spans["comm"])
     dp_exposed = dp_inline + _length(idle) - _length(_subtract(idle, comm))
     rest = _subtract(idle, comm)
-    offload_exposed = _length(rest) - _length(_subtract(rest, _union(spans["offload"])))
-    other = max(0.0, _length(idle) - (dp_exposed - dp_inline) - offload_exposed)
+    offload_waits = _length(rest) - _length(_subtract(rest, _union(spans["offload"])))
+    offload_exposed = offload_inline + offload_waits
+    other = max(0.0, _length(idle) - (dp_exposed - dp_inline) - offload_waits)
     return {"compute": compute, "MP comm": mp, "exposed DP comm": dp_exposed,
             "exposed offload": offload_exposed, "other waits": other}
 

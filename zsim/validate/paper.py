@@ -32,6 +32,7 @@ FIG3_GPUS = (64, 128, 256, 400)
 # (the artifact appendix's Table 6 gives their shapes and batches; scenarios/paper/fig4-*.yaml).
 FIG4_ZERO = ("1.5B", "2.5B", "4B", "6B", "8B", "10B", "11B", "12B", "13B")
 FIG4_DDP = ("1.16B", "1.38B")
+FIG8 = ("C1", "C2", "C3", "C4", "C5")  # Figure 8 (arXiv): 60B on 128 GPUs per configuration
 # Figure 6 at a fixed batch: largest model per configuration, billions (the artifact appendix, Table 3,
 # gives each as a run: 40B = 50 layers, 60B = 132, 50B = 62, 140B = 175, 150B = 187).
 FIG6 = {"C1": 40.0, "C2": 60.0, "C3": 50.0, "C4": 140.0, "C5": 150.0}
@@ -106,7 +107,7 @@ def run(progress: bool = False) -> Report:
     """Run every point of the suite; see the module docstring."""
     report = Report("paper")
     bar = _progress(len(FIG2_SIZES) + len(MEGATRON_SIZES) + len(FIG3_GPUS) + len(FIG4_ZERO) + len(FIG4_DDP)
-                    + len(FIG6) + 2, progress)
+                    + len(FIG6) + len(FIG8) + 3, progress)
     try:
         zero = _figure2(report, bar)
         _megatron(report, bar, zero)
@@ -114,6 +115,7 @@ def run(progress: bool = False) -> Report:
         _figure3(report, bar)
         _figure4(report, bar)
         _figure6(report, bar)
+        _figure8(report, bar)
         _tables(report)
         bar.update(1)
     finally:
@@ -267,6 +269,34 @@ def _figure6(report: Report, bar) -> None:
     ordered = len(sizes) == len(FIG6) and all(sizes[a] < sizes[b] for a, b in zip(paper_order, paper_order[1:]))
     report.checks.append(Check(group, "largest models in the paper's order " + " < ".join(paper_order), ordered,
                                "zsim: " + ", ".join(f"{c} {sizes[c]:.1f}B" for c in ours)))
+
+
+def _figure8(report: Report, bar) -> None:
+    """§10.5 and Figure 8: "performance improvement corresponds to decrease in memory consumption between
+    the optimizations" (C1 < C2 < C3 < C4 at the batch each allows), "the performance drop between C4 and
+    C5 for 60B" (Pa+cpu's copies at the same batch), and "Pa+cpu is needed for 170B model to execute
+    without running out of memory"."""
+    group = "Figure 8 — throughput per configuration"
+    tflops: dict[str, float] = {}
+    rows: list[str] = []
+    for c, result in _runs("fig8-60B-128gpu-", FIG8, bar, rows):
+        if result.fits:
+            tflops[c] = paper_tflops(result)[0]
+        rows.append(f"{c}: batch {result.scenario.model.micro_batch}, {'fits' if result.fits else 'OOM'}, "
+                    f"{paper_tflops(result)[0]:.1f} TFLOPS/GPU")
+    ran = len(tflops) == len(FIG8)
+    rising = ran and tflops["C1"] < tflops["C2"] < tflops["C3"] < tflops["C4"]
+    report.checks.append(Check(group, "60B on 128 GPUs: C1 < C2 < C3 < C4 per GPU, each at the batch it allows",
+                               rising, "; ".join(rows)))
+    report.checks.append(Check(group, "60B on 128 GPUs: C5 is slower than C4 at the same batch (Pa+cpu's copies)",
+                               ran and tflops["C5"] < tflops["C4"],
+                               "; ".join(r for r in rows if r.startswith(("C4", "C5")))))
+    result, error = _simulate("fig8-170B-400gpu-C4")
+    bar.update(1)
+    detail = error or (f"zsim: {'fits' if result.fits else 'runs out of memory'} without Pa+cpu, reserved peak "
+                       f"{result.ledger.peak_reserved / GB:.1f} GB")
+    report.checks.append(Check(group, "170B at batch 12 runs out of memory without Pa+cpu",
+                               result is not None and not result.fits, detail))
 
 
 def _tables(report: Report) -> None:

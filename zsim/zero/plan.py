@@ -345,11 +345,16 @@ class _StepPass:
     def _checkpoint_bytes(self, m: Module) -> int:
         return checkpoint_bytes_per_rank(m.checkpoint_bytes, self.s.layout.mp, self.z.partition_activations)
 
+    def _offload_stream(self) -> str:
+        """Pa+cpu's copies: in line on the compute stream as DeepSpeed makes them (`.cpu()`, `.to(device)`),
+        or on a stream of their own with zero.cpu_offload_overlap."""
+        return "offload" if self.z.cpu_offload_overlap else "compute"
+
     def _offload_out(self, m: Module, after: int) -> None:
         """Pa+cpu: copy the checkpoint partition to host memory; the GPU copy is freed when it lands."""
         nbytes = self._checkpoint_bytes(m)
-        self._add(name=f"offload/activations.{m.name}", stream="offload", deps=(after,), transfer="d2h", nbytes=nbytes,
-                  allocs=(Alloc("activations", nbytes, self._tags("host", m.name), where="host"),),
+        self._add(name=f"offload/activations.{m.name}", stream=self._offload_stream(), deps=(after,), transfer="d2h",
+                  nbytes=nbytes, allocs=(Alloc("activations", nbytes, self._tags("host", m.name), where="host"),),
                   frees=(self._tags("ckpt", m.name),))
 
     # ---- backward -------------------------------------------------------------------------------
@@ -388,17 +393,21 @@ class _StepPass:
         return op
 
     def _offload_in(self, m: Module) -> int:
-        """Pa+cpu: copy the partition back to the GPU one segment ahead: the copy may start once the
-        previous segment (in backward order) has gathered its own checkpoint; the first one once
-        backward has begun."""
+        """Pa+cpu: copy the partition back to the GPU. As DeepSpeed does (`get_full_inputs(...,
+        device=cuda_device)` in the recompute), `fetch/` in line on the compute stream just before the
+        segment's all-gather; with zero.cpu_offload_overlap, `prefetch/` one segment ahead on the offload
+        stream: it may start once the previous segment (in backward order) has gathered its own
+        checkpoint, the first one once backward has begun."""
         previous = self.segment_gather.get(self._segment(m) + 1)
         if previous is not None:
             deps: tuple[int, ...] = (previous,)
         else:
             deps = (self.compute_ops[-1],) if self.compute_ops else self.first_dep
         nbytes = self._checkpoint_bytes(m)
-        return self._add(name=f"prefetch/activations.{m.name}", stream="offload", deps=deps, transfer="h2d",
-                         nbytes=nbytes, allocs=(Alloc("activations", nbytes, self._tags("ckpt", m.name)),),
+        kind = "prefetch" if self.z.cpu_offload_overlap else "fetch"
+        return self._add(name=f"{kind}/activations.{m.name}", stream=self._offload_stream(), deps=deps,
+                         transfer="h2d", nbytes=nbytes,
+                         allocs=(Alloc("activations", nbytes, self._tags("ckpt", m.name)),),
                          frees=(self._tags("host", m.name),))
 
     def _backward_work_bytes(self, m: Module) -> int:
