@@ -158,3 +158,17 @@ def test_the_papers_170b_run_fits_on_400_v100():
     assert r.workload.total_params > 170e9
     assert r.fits, r.ledger.oom
     assert r.ledger.peak_reserved <= r.scenario.cluster.gpu.memory_bytes
+
+
+def test_stage_1_copy_groups_sub_partitions_past_the_cap():
+    """Past STAGE1_COPY_TENSORS sub-partitions, runs of consecutive ones share a tensor: the bytes are
+    the same, the count is bounded, and every tensor but the last holds the same whole number of them."""
+    from zsim.zero.plan import STAGE1_COPY_TENSORS, _stage1_flat_copy
+
+    exact = _stage1_flat_copy(2, 1000, 64, 64, str)
+    assert len(exact) == 64 * 64 <= STAGE1_COPY_TENSORS and {a.nbytes for a in exact} == {2000}
+    grouped = _stage1_flat_copy(2, 1000, 1024, 147, str)
+    assert len(grouped) <= STAGE1_COPY_TENSORS < 1024 * 147
+    assert sum(a.nbytes for a in grouped) == 2 * 1000 * 1024 * 147
+    assert len({a.nbytes for a in grouped[:-1]}) == 1 and grouped[-1].nbytes <= grouped[0].nbytes
+    assert len({a.tag for a in grouped}) == len(grouped)

@@ -35,14 +35,14 @@ layer's activations, a backward the gradients of its input and output.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from zsim.compute.kernels import (KernelList, Shape, host_adam_kernels, module_kernels, optimizer_kernels,
                                   with_bucket_copy)
 from zsim.config.scenario import Scenario
+from zsim.config.schema import ZeroSection
 from zsim.memory.context import context_memory
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.buckets import allgather_shards, flat_pieces, padded_bucket, padded_tensors, plan_buckets
@@ -133,13 +133,26 @@ def rank_partition(scenario: Scenario, workload: Workload) -> int:
                            rank_pieces(scenario, workload))
 
 
+def _md_checkpoints(z: ZeroSection) -> str:
+    """How MD holds the checkpoints that stay on the GPU (docs/memory.md, "MD"): "slots", DeepSpeed's one
+    allocator tensor per checkpoint, only with Pa (DeepSpeed copies a checkpoint into its contiguous
+    buffer inside `if PARTITION_ACTIVATIONS:` and configure() asserts Pa for it; v0.2.0
+    deepspeed/pt/deepspeed_checkpointing.py); "arena", the paper's one buffer reserved for the run
+    (md_checkpoints: reserved); "" for none (no MD, no checkpointing, or Pa+cpu's host buffer)."""
+    if not (z.defragment and z.activation_checkpointing) or z.cpu_offload_activations:
+        return ""
+    if z.md_checkpoints == "reserved":
+        return "arena"
+    return "slots" if z.partition_activations else ""
+
+
 def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
     """MD's arenas for this scenario (zsim.zero.residual.md_arena_bytes), and with md_checkpoints:
     reserved, the checkpoints' arena: every checkpoint of one micro-batch that lives on the GPU."""
     z = s.zero
     arenas = md_arena_bytes(z.stage, PARAM_BYTES[s.precision.dtype], w.params_per_mp_rank, z.reduce_bucket_elements,
                             z.constant_buffers, z.overlap_comm)
-    if z.activation_checkpointing and z.md_checkpoints == "reserved" and not z.cpu_offload_activations and w.blocks:
+    if _md_checkpoints(z) == "arena" and w.blocks:
         per = checkpoint_bytes_per_rank(w.blocks[0].checkpoint_bytes, s.layout.mp, z.partition_activations)
         arenas = {"checkpoints": per * checkpoint_segments(len(w.blocks), z.checkpoint_every), **arenas}
     return arenas
@@ -167,15 +180,7 @@ class _StepPass:
         self.k = scenario.zero.checkpoint_every
         self.e = PARAM_BYTES[scenario.precision.dtype]
         self.md = scenario.zero.defragment
-        # MD's checkpoint buffer exists only with Pa on the GPU: DeepSpeed copies a checkpoint into its
-        # contiguous buffer inside `if PARTITION_ACTIVATIONS:`, configure() asserts Pa for it, and with
-        # Pa+cpu the buffer is in host memory (v0.2.0 deepspeed/pt/deepspeed_checkpointing.py,
-        # CheckpointFunction.forward and configure). Without it, MD is the gradients' buffer alone.
-        z = scenario.zero
-        self.md_checkpoints = (self.md and self.ckpt and z.md_checkpoints == "deepspeed" and z.partition_activations
-                               and not z.cpu_offload_activations)
-        # The paper's reading of MD (md_checkpoints: reserved): one arena for every checkpoint on the GPU.
-        self.md_arena = self.md and self.ckpt and z.md_checkpoints == "reserved" and not z.cpu_offload_activations
+        self.md_checkpoints = _md_checkpoints(scenario.zero)  # "slots", "arena" or ""
         mods = workload.modules
         self.by_name = {m.name: m for m in mods}
         # A tied LM head computes with the word embedding: it uses the embedding's parameters too.
@@ -325,10 +330,10 @@ class _StepPass:
         else:
             allocs = list(self._activations(m, "work"))
             frees = frees + self._activation_tags(m, "work")
-            if m.layer % self.k == 0 and not self.md_checkpoints:
+            if m.layer % self.k == 0 and self.md_checkpoints != "slots":
                 allocs.append(Alloc("activations", self._checkpoint_bytes(m), self._tags("ckpt", m.name),
-                                    arena="checkpoints" if self.md_arena else ""))
-            elif m.layer == 0 and self.md_checkpoints:
+                                    arena="checkpoints" if self.md_checkpoints == "arena" else ""))
+            elif m.layer == 0 and self.md_checkpoints == "slots":
                 # MD: the first checkpointed forward of a micro-batch allocates every checkpoint's slot at
                 # once, `num_layers` tensors of the partition's size, and each slot is freed with its
                 # layer's saved tensors in backward (v0.2.0 deepspeed_checkpointing.py: the
@@ -535,13 +540,22 @@ class _StepPass:
                                frees=frees, step=self.step, micro_batch=self.mb),)
 
 
+# At most this many tensors for stage 1's gradient copy per step: DeepSpeed makes Nd × intervals of them
+# (150,000 at DP 1024 with 5e7-element buckets, which made one simulated step 15× slower); beyond the
+# cap, consecutive sub-partitions are allocated together. The paper's runs (Nd 25: 1,900) stay exact.
+STAGE1_COPY_TENSORS = 4096
+
+
 def _stage1_flat_copy(e: int, sub: int, nd: int, intervals: int, tag: Callable[[str], str]) -> tuple[Alloc, ...]:
     """DeepSpeed v0.2 stage 1's second copy of the gradients: one tensor per (rank, interval)
     sub-partition of `sub` elements, rank by rank, as get_flat_sub_partitions flattens them
     (`_flatten_dense_tensors` per sub-partition). Their sizes, not only their sum, decide which cached
-    holes the allocator can fill. `tag(piece)` names each."""
-    return tuple(Alloc("buffers", e * sub, tag(f"r{r}.i{j}"), stream="compute")
-                 for r in range(nd) for j in range(intervals))
+    holes the allocator can fill. Past STAGE1_COPY_TENSORS pieces, each tensor holds a run of `per`
+    consecutive sub-partitions (the last run the rest). `tag(piece)` names each."""
+    pieces = nd * intervals
+    per = -(-pieces // STAGE1_COPY_TENSORS)
+    return tuple(Alloc("buffers", e * sub * min(per, pieces - first), tag(f"p{first}"), stream="compute")
+                 for first in range(0, pieces, per))
 
 
 def _full_grad_tag(module: str, step: int) -> str:
