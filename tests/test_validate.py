@@ -81,6 +81,20 @@ def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
     assert speedup["passed"] and "170B" in speedup["note"]  # §10.2 "up to 10x", at the largest model
 
 
+def test_every_run_of_the_authors_chart_is_a_point(paper_run):
+    """DeepSpeed's ZeRO-2 figure (the same runs, per run): one point per run, against its value there,
+    with the run's reserved peak in the note (docs/validation.md relates the two)."""
+    from zsim.validate.paper import CHART, scenarios_dir
+
+    _, report = paper_run
+    chart = [p for p in report["points"] if p["group"].startswith("Per run")]
+    assert [p["published"] for p in chart] == list(CHART.values())
+    assert all((scenarios_dir() / f"{name}.yaml").is_file() for name in CHART)
+    assert all(p["simulated"] is not None and "reserved peak" in p["note"] for p in chart)
+    fig3 = next(c for c in report["checks"] if c["claim"].startswith("TFLOPS per GPU rise"))
+    assert "25.7, 37.6, 39.1, 36.7" in fig3["detail"]  # the chart's own bars, printed beside zsim's
+
+
 # The paper's artifact appendix (SC'20, "Appendix: Artifact Description"), Table 1: Figure 2's runs,
 # (GPUs, MP, layers, hidden, heads, batch per GPU, total batch); Table 3: the C1-C5 shapes.
 FIG2_TABLE = {
