@@ -47,6 +47,28 @@ def test_oom_retries_after_releasing_the_cache():
     a.free("a")  # cached, wholly free
     assert a.malloc("b", 80 * MiB)  # no fit in the cache: release the 60 MiB segment, then reserve
     assert a.reserved == 80 * MiB and a.segments == 1
+    assert a.flushes == 1  # the release that made room is counted (PyTorch's cudaMalloc retry)
+
+
+def test_flushes_count_only_reservations_that_did_not_fit():
+    a = CachingAllocator(capacity=100 * MiB)
+    a.malloc("a", 40 * MiB)
+    a.free("a")
+    a.malloc("b", 30 * MiB)  # served from the cache
+    a.malloc("c", 50 * MiB)  # a new segment that fits beside it
+    assert a.flushes == 0
+    a.free("c")
+    a.malloc("d", 58 * MiB)  # the cached 50 MiB segment is too small and 40 + 50 + 58 > 100: flush
+    assert a.flushes == 1 and a.reserved == 98 * MiB
+
+
+def test_the_ledger_times_each_flush():
+    ledger = MemoryLedger(capacity=100 * MiB)
+    ledger.alloc(0.0, "activations", 60 * MiB, "x")
+    ledger.free(1.0, "x")
+    ledger.alloc(2.0, "activations", 30 * MiB, "y")  # from the cache
+    ledger.alloc(3.0, "activations", 80 * MiB, "z")  # 60 cached + 80 > 100, 30 of it in use: OOM even so
+    assert ledger.flush_times == [3.0] and ledger.oom is not None
 
 
 def fragmenting_sequence(ledger: MemoryLedger, long_arena: str = "") -> None:

@@ -19,7 +19,10 @@ are that file's), for one device, without the optional settings
   - a freed block merges with free neighbours of its segment and stays cached (free_block,
     try_merge_blocks); segments are never returned to the device except
   - when a new segment does not fit, every cached segment that is wholly free is released and the
-    reservation retried (release_cached_blocks); if it still does not fit, that is the OOM.
+    reservation retried (release_cached_blocks); if it still does not fit, that is the OOM. Each such
+    flush is counted (`flushes`): PyTorch frees those segments with cudaFree, which waits for the
+    device, and reserves them again as they are needed; DeepSpeed warns of them as "detrimental to
+    performance" (deepspeed/runtime/zero/stage3.py, num_alloc_retries). Their time is not simulated.
 Device memory is `capacity` bytes; what the CUDA context and libraries hold outside the allocator is
 taken from it with `reserve_outside` (zsim.memory.context).
 Sizes are bytes.
@@ -74,6 +77,7 @@ class CachingAllocator:
     allocated: int = 0
     peak_reserved: int = 0
     segments: int = 0
+    flushes: int = 0  # reservations that did not fit and released the cache first (release_cached_blocks)
     _pools: dict[tuple[str, bool], list[tuple[int, int]]] = field(default_factory=dict)  # (stream, small) -> blocks
     _free: dict[int, _Block] = field(default_factory=dict)  # cached free blocks by address
     _live: dict[str, _Block] = field(default_factory=dict)  # allocated blocks by tag
@@ -97,6 +101,7 @@ class CachingAllocator:
         if block is None:
             seg = segment_size(size)
             if self.reserved + seg > self.capacity:
+                self.flushes += 1
                 self.release_cached()
                 ok = self.reserved + seg <= self.capacity
             block = _Block(self._next_addr, seg, small, stream)
@@ -123,6 +128,7 @@ class CachingAllocator:
         releasing the cache first if needed. Returns False when it does not fit (reserved anyway)."""
         ok = True
         if self.reserved + nbytes > self.capacity:
+            self.flushes += 1
             self.release_cached()
             ok = self.reserved + nbytes <= self.capacity
         self.reserved += nbytes

@@ -81,6 +81,7 @@ class MemoryLedger:
     peak_reserved: int = 0
     peak_reserved_time: float = 0.0
     oom: OutOfMemory | None = None
+    flush_times: list[float] = field(default_factory=list)  # when the allocator released its cache (s)
 
     def __post_init__(self) -> None:
         if self.capacity is not None and self.allocator is None:
@@ -182,7 +183,10 @@ class MemoryLedger:
         the peak of `reserved` (or `high`, a higher reservation since the last record). Returns the
         allocated bytes."""
         row = _ROW(self.totals)
-        reserved = self.allocator.reserved if self.allocator is not None else sum(row)
+        allocator = self.allocator
+        if allocator is not None and allocator.flushes > len(self.flush_times):
+            self.flush_times += [time] * (allocator.flushes - len(self.flush_times))
+        reserved = allocator.reserved if allocator is not None else sum(row)
         if max(reserved, high) > self.peak_reserved:
             self.peak_reserved, self.peak_reserved_time = max(reserved, high), time
         times = self.times

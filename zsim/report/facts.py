@@ -27,6 +27,18 @@ def dp_volume_bytes(result: Result) -> float:
     return total / len(result.step_seconds)
 
 
+def _per_step(times: list[float], step_seconds: list[float]) -> list[int]:
+    """How many of `times` (s) fall in each step (steps run back to back from t = 0; the set-up before
+    the first step counts as the first)."""
+    counts, end, k = [0] * len(step_seconds), 0.0, 0
+    ends = [end := end + dt for dt in step_seconds]
+    for t in sorted(times):
+        while k < len(ends) - 1 and t > ends[k]:
+            k += 1
+        counts[k] += 1
+    return counts
+
+
 def _fragmentation_at_reserved_peak(ledger) -> int:
     """reserved − allocated at the moment reserved memory peaked (bytes)."""
     i = ledger.reserved_rows.index(ledger.peak_reserved) if ledger.peak_reserved in ledger.reserved_rows else -1
@@ -74,6 +86,8 @@ def facts(result: Result) -> dict[str, Any]:
             "reserved_margin_bytes": ledger.capacity - ledger.peak_reserved,
             "fragmentation_at_reserved_peak_bytes": _fragmentation_at_reserved_peak(ledger),
             "segments": ledger.allocator.segments,
+            "allocator_flushes": len(ledger.flush_times),
+            "allocator_flushes_per_step": _per_step(ledger.flush_times, result.step_seconds),
             "arenas": {name: arena.size for name, arena in ledger.arenas.items()},
             "host_peak_bytes": result.host_ledger.peak if result.host_ledger else 0,
             "oom": None if oom is None else {

@@ -1,0 +1,39 @@
+"""The summary's cautions: allocator cache flushes (counted per step in result.json) and a reserved margin
+as small as that of the ZeRO paper's runs zsim overestimates most (docs/validation.md, "Per run")."""
+
+from tests.conftest import ROOT, small_scenario
+from zsim import api
+from zsim.engine.simulation import simulate
+from zsim.report.facts import _per_step, facts
+from zsim.report.summary import NEAR_CAPACITY, summary
+
+
+def test_flushes_are_binned_into_the_steps_they_happen_in():
+    # steps of 2, 3 and 1 s end at 2, 5 and 6 s; the set-up at t = 0 counts with step 1
+    assert _per_step([0.0, 1.0, 2.0, 2.5, 5.9], [2.0, 3.0, 1.0]) == [3, 1, 1]
+    assert _per_step([], [1.0, 1.0]) == [0, 0]
+
+
+def _run(gpu_memory_gib: float) -> tuple[dict, str]:
+    result = simulate(small_scenario(hardware={"profile": "dgx2", "gpu_memory_GiB": gpu_memory_gib}))
+    f = facts(result)
+    return f, summary(f)
+
+
+def test_a_run_near_capacity_is_flagged_and_one_with_room_is_not():
+    near, text = _run(1.6)  # the small scenario reserves 1.38 GiB at its peak: a 13.5% margin
+    assert near["fits"] and near["memory"]["reserved_margin_bytes"] < NEAR_CAPACITY * near["memory"]["capacity_bytes"]
+    assert "caution   reserved margin 14% of capacity" in text and "21-111% slower" in text
+    roomy, text = _run(4.0)
+    assert roomy["memory"]["allocator_flushes"] == 0 and "caution" not in text
+
+
+def test_a_run_that_flushes_the_cache_says_when():
+    """The paper's 170B at batch 12 without Pa+cpu fills 34.2 of 34.4 GB: the allocator releases its
+    cache once, in the first step, and the summary names it."""
+    result = api.simulate(api.load(ROOT / "scenarios" / "paper" / "fig8-170B-400gpu-C4.yaml"))
+    f = facts(result)
+    per_step = f["memory"]["allocator_flushes_per_step"]
+    assert f["memory"]["allocator_flushes"] == sum(per_step) == len(result.ledger.flush_times) >= 1
+    assert len(per_step) == len(result.step_seconds) and per_step[0] >= 1
+    assert f"caution   {sum(per_step)} allocator cache flush" in summary(f)
