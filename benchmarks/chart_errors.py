@@ -9,7 +9,8 @@ TFLOPS/GPU, the error, zsim's step, the time a step would need to take to give t
 minus zsim's step ("missing", the time zsim does not account for) and that per layer. Below it,
 Spearman's rank correlation of the error with the reserved peak and with two other candidate causes
 (per-GPU parameters over per-GPU tokens, which a fixed per-parameter cost would track; the micro-batch),
-and the error's range on either side of a reserved peak of 29 GB.
+and the error's range on either side of the reserved margin under which `zsim run`'s summary cautions
+(zsim.report.summary.NEAR_CAPACITY; its text quotes the last line's figures).
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from zsim import api
+from zsim.report.summary import NEAR_CAPACITY
 from zsim.validate.paper import CHART, paper_tflops, scenarios_dir
-
-SPLIT_GB = 29.0  # where the table's errors change regime (docs/validation.md): a description, not a fit
 
 
 def _ranks(values) -> np.ndarray:
@@ -41,7 +41,8 @@ def main() -> None:
         missing = step * tflops / published - step
         params_per_gpu = result.workload.total_params / s.layout.mp
         tokens_per_gpu = s.model.micro_batch * s.model.seq_len
-        rows.append(dict(name=name, reserved=result.ledger.peak_reserved / 1e9, mb=s.model.micro_batch,
+        margin = 1 - result.ledger.peak_reserved / result.ledger.capacity
+        rows.append(dict(name=name, reserved=result.ledger.peak_reserved / 1e9, margin=margin, mb=s.model.micro_batch,
                          mp=s.layout.mp, zsim=tflops, published=published, error=tflops / published - 1,
                          step=step, missing=missing, per_layer=missing / s.model.layers,
                          params_per_token=params_per_gpu / tokens_per_gpu))
@@ -56,11 +57,11 @@ def main() -> None:
           f"{spearman([r['reserved'] for r in rows], errors):+.2f}, per-GPU parameters per token "
           f"{spearman([r['params_per_token'] for r in rows], errors):+.2f}, micro-batch "
           f"{spearman([r['mb'] for r in rows], errors):+.2f}")
-    for label, part in (("below", [r for r in rows if r["reserved"] < SPLIT_GB]),
-                        ("at or above", [r for r in rows if r["reserved"] >= SPLIT_GB])):
+    for label, part in (("at least", [r for r in rows if r["margin"] >= NEAR_CAPACITY]),
+                        ("under", [r for r in rows if r["margin"] < NEAR_CAPACITY])):
         e = sorted(r["error"] for r in part)
-        print(f"reserved peak {label} {SPLIT_GB:g} GB: {len(e)} runs, error {e[0]:+.0%} to {e[-1]:+.0%}, "
-              f"median {float(np.median(e)):+.0%}")
+        print(f"reserved margin {label} {NEAR_CAPACITY:.0%} of capacity: {len(e)} runs, error {e[0]:+.0%} to "
+              f"{e[-1]:+.0%}, median {float(np.median(e)):+.0%}")
 
 
 if __name__ == "__main__":

@@ -289,6 +289,31 @@ def test_memory_calculator_residual_states_follow_the_flags():
     assert every4["working"] == 4 * plain["working"]  # a segment of 4 layers recomputed at once
     assert residual_table(100_000_000_000, 25, 16, 1, **shape, cb=False)["gradient_buffer"] == 4 * 100_000_000_000 // 16
     assert plain["gradient_buffer"] == 2 * 500_000_000
+    # the loss at the end of forward: fp16 logits, their fp32 copy, the cross-entropy's clone, its softmax,
+    # over T tokens and the padded vocabulary's V/mp columns (51,200 at MP 16); fp32 training has no cast
+    assert plain["loss"] == (2 + 4 + 4 + 4) * 1024 * 16 * 51200 // 16
+    assert residual_table(100_000_000_000, 25, 16, 1, **shape, dtype="fp32")["loss"] == 12 * 1024 * 16 * 51200 // 16
+    assert residual_table(2_500_000_000, 128, 1, 2, hidden=1920, seq=1024, batch=24)["loss"] == 14 * 1024 * 24 * 50304
+
+
+def test_the_simulated_loss_holds_what_the_calculator_says():
+    """The head's forward in a simulated plan allocates the calculator's loss bytes (saved softmax and
+    input, plus the logits' copies freed when the forward ends)."""
+    from zsim.commands.memory import residual_table
+    from zsim.workload.transformer import build_workload
+    from zsim.zero.plan import build_plan
+
+    scenario = small_scenario(zero={"stage": 2})
+    plan = build_plan(scenario, build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype))
+    head = next(op for op in plan.ops if op.name.startswith("fwd/head"))
+    m, lay = scenario.model, scenario.layout
+    e_sbh = 2 * m.seq_len * m.micro_batch * m.hidden
+    held = sum(a.nbytes for a in head.allocs) - e_sbh
+    expect = residual_table(10**9, lay.dp, lay.mp, 2, hidden=m.hidden, seq=m.seq_len, batch=m.micro_batch,
+                            heads=m.heads, vocab=m.vocab)["loss"]
+    assert held == expect
+    work = [a.tag for a in head.allocs if a.tag.startswith("fwork")]
+    assert len(work) == 3 and set(work) <= set(head.frees)  # freed when the forward ends
 
 
 def test_md_reserved_holds_every_checkpoint_in_one_arena_with_or_without_pa():

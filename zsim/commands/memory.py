@@ -47,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--pa-cpu", action="store_true", help="Pa+cpu: partitioned checkpoints in host memory")
     r.add_argument("--no-cb", dest="cb", action="store_false", help="fused whole-model fp32 gradient buffer (no CB)")
     r.add_argument("--bucket", type=count_arg, default=500_000_000, help="CB bucket, elements (default 5e8)")
+    r.add_argument("--vocab", type=positive("--vocab"), default=50257,
+                   help="vocabulary, padded as Megatron-LM pads it (default 50257, GPT-2's)")
     add_json_option(p)
     p.set_defaults(func=memory_command)
 
@@ -64,18 +66,21 @@ def memory_table(params: int, dp: int, mp: int = 1, stages: tuple[int, ...] = (0
 def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, seq: int, batch: int,
                    heads: int | None = None, layers: int | None = None, dtype: str = "fp16",
                    checkpointing: bool = True, every: int = 1, pa: bool = False, pa_cpu: bool = False,
-                   cb: bool = True, bucket: int = 500_000_000) -> dict[str, int]:
-    """Residual-state bytes per GPU at the start of backward, the usual activation peak (closed form;
-    `zsim run` simulates the same terms over time):
+                   cb: bool = True, bucket: int = 500_000_000, vocab: int = 50257) -> dict[str, int]:
+    """Residual-state bytes per GPU at the two activation peaks, the start of backward and the loss
+    (closed form; `zsim run` simulates the same terms over time):
       checkpoints: ceil(L/k) layer inputs e·sbh, /mp with Pa, on the host with Pa+cpu (K22 §5; ZeRO §6.1);
       working: k layers of recomputed activations (K22 eq. 2), or all L without checkpointing;
       gradient_buffer: one CB bucket e·min(bucket, Ψ/mp), or the fused fp32 4Ψ/mp (ZeRO §3.2),
           none at stage 3 (in place);
       optimizer_fp32_grads: the gradient copy the Adam step reads (fp32, or stage 0's fp16 flat copy),
           held through the update (zsim.zero.residual.step_gradient_bytes; stage 3: the whole partition,
-          DeepSpeed v0.3.13's default sub-group).
+          DeepSpeed v0.3.13's default sub-group);
+      loss: what the loss holds at the end of forward over T = s·b tokens and the padded vocabulary's
+          V/mp columns, as Megatron-LM of the paper's time: the e-byte logits, their fp32 copy, the
+          cross-entropy's clone of it and its fp32 softmax, (e + 12)·T·V/mp bytes (fp32: 12) (docs/memory.md).
     `host` is Pa+cpu's host memory. Bytes; raises ZsimError for an impossible shape."""
-    from zsim.workload.transformer import block_saved_bytes
+    from zsim.workload.transformer import block_saved_bytes, padded_vocab
 
     heads = heads or max(1, hidden // 128)
     if hidden % heads or heads % mp:
@@ -94,6 +99,7 @@ def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, se
         "working": min(every, layers) * saved if checkpointing else layers * saved,
         "gradient_buffer": grad_buffer,
         "optimizer_fp32_grads": step_gradient_bytes(stage, part, dtype, part).held,
+        "loss": (e + 8 + (4 if e != 4 else 0)) * seq * batch * padded_vocab(vocab, mp) // mp,
         "host": kept if pa_cpu else 0,
     }
 
@@ -112,7 +118,7 @@ def memory_command(args: argparse.Namespace) -> int:
         table["residual"] = {str(s): residual_table(
             args.params, args.dp, args.mp, s, hidden=args.hidden, seq=args.seq, batch=args.batch, heads=args.heads,
             layers=args.layers, dtype=args.dtype, checkpointing=args.checkpointing, every=args.ckpt_every,
-            pa=args.pa, pa_cpu=args.pa_cpu, cb=args.cb, bucket=args.bucket) for s in stages}
+            pa=args.pa, pa_cpu=args.pa_cpu, cb=args.cb, bucket=args.bucket, vocab=args.vocab) for s in stages}
     emit_json(args, table)
     out = text_stream(args)
     print(f"Model states per GPU: Ψ = {args.params:,} parameters, Nd = {args.dp}, MP = {args.mp}, "
@@ -123,13 +129,16 @@ def memory_command(args: argparse.Namespace) -> int:
         print(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{row['params'] / GB:>10.2f}{row['grads'] / GB:>10.2f}"
               f"{row['optimizer'] / GB:>12.2f}{row['total'] / GB:>10.2f}", file=out)
     if "residual" in table:
-        print(f"Residual states per GPU at the start of backward ({table['residual'][str(stages[0])]['layers']} layers):", file=out)
-        print(f"  {'stage':<14}{'ckpts':>10}{'working':>10}{'grad buf':>10}{'fp32 grads':>12}{'bwd total':>10}{'host':>8}", file=out)
+        print(f"Residual states per GPU ({table['residual'][str(stages[0])]['layers']} layers), totals with the model "
+              "states at the start of backward and while the loss runs:", file=out)
+        print(f"  {'stage':<14}{'ckpts':>10}{'working':>10}{'grad buf':>10}{'loss':>8}{'fp32 grads':>12}"
+              f"{'bwd total':>11}{'loss total':>11}{'host':>8}", file=out)
         for s in stages:
             res, states = table["residual"][str(s)], table["stages"][str(s)]
-            # At the start of backward; the fp32 gradients exist only during the optimizer step.
-            total = states["total"] + res["checkpoints"] + res["working"] + res["gradient_buffer"]
+            # The fp32 gradients exist only during the optimizer step.
+            bwd = states["total"] + res["checkpoints"] + res["working"] + res["gradient_buffer"]
+            loss = states["total"] + res["checkpoints"] + res["loss"]
             print(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{res['checkpoints'] / GB:>10.2f}{res['working'] / GB:>10.2f}"
-                  f"{res['gradient_buffer'] / GB:>10.2f}{res['optimizer_fp32_grads'] / GB:>12.2f}{total / GB:>10.2f}"
-                  f"{res['host'] / GB:>8.2f}", file=out)
+                  f"{res['gradient_buffer'] / GB:>10.2f}{res['loss'] / GB:>8.2f}{res['optimizer_fp32_grads'] / GB:>12.2f}"
+                  f"{bwd / GB:>11.2f}{loss / GB:>11.2f}{res['host'] / GB:>8.2f}", file=out)
     return 0

@@ -13,7 +13,7 @@ did then, and these lists follow:
   - GeLU is one TorchScript-fused kernel (gelu_impl, @torch.jit.script); dropouts write a 1-byte mask;
     residual adds and layer norms (apex FusedLayerNorm: one kernel forward, two backward).
   - the head: logits against the tied word embedding, `.float()`, vocab-parallel cross-entropy
-    (max, subtract, exp, sum, divide; mpu/cross_entropy.py).
+    (clone, max, subtract, exp, sum, divide; mpu/cross_entropy.py).
   - backward: two GEMMs per GEMM (input and weight gradient), a reduction per bias, the backward of
     every elementwise kernel, and an add where autograd sums the two gradients of a residual branch.
 Shape fields beyond the 2020 GPT (ffn_hidden, gated_mlp, kv_heads, linear_bias, qkv_bias, position)
@@ -235,13 +235,14 @@ def embed_backward(x: Shape) -> tuple[Kernel, ...]:
 
 def head_forward(x: Shape) -> tuple[Kernel, ...]:
     """Final layer norm, logits against the tied word embedding (T×V/t×h), then in fp32 the
-    vocab-parallel cross-entropy: cast, max, subtract, exp, sum, divide (mpu/cross_entropy.py)."""
+    vocab-parallel cross-entropy: cast, a copy of its input, max, subtract, exp, sum, divide
+    (mpu/cross_entropy.py: `logits = vocab_parallel_logits.clone()`)."""
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
     tv = T * x.v // x.t
     ks = [_mem("final_layernorm", 2 * e * th), _gemm("logits", T, x.v // x.t, x.h)]
     if e != 4:
         ks.append(_mem("logits.float", 6 * tv))
-    return tuple(ks + [_red("cross_entropy.max", 4 * tv), _mem("cross_entropy.sub", 8 * tv),
+    return tuple(ks + [_mem("cross_entropy.clone", 8 * tv), _red("cross_entropy.max", 4 * tv), _mem("cross_entropy.sub", 8 * tv),
                        _mem("cross_entropy.exp", 8 * tv), _red("cross_entropy.sum", 4 * tv),
                        _mem("cross_entropy.div", 8 * tv), _mem("cross_entropy.targets", 4 * 4 * T, count=6)])
 

@@ -6,9 +6,10 @@ from typing import Any
 
 GB = 1e9
 # Below this reserved margin (a fraction of capacity) the summary cautions that the step time is likely
-# optimistic: of the 22 runs of the ZeRO authors' per-run chart, the 11 that zsim places closer to
-# capacity than this ran 21-111% slower than simulated, the 11 with more room 4-23% (docs/validation.md,
-# "Per run"; .venv/bin/python benchmarks/chart_errors.py). A description of those runs, not a fit.
+# optimistic: of the 22 runs of the ZeRO authors' per-run chart, the 16 that zsim places closer to
+# capacity than this ran 8-111% slower than simulated (median 42%), the 6 with more room 4-16% (median
+# 9%) (docs/validation.md, "Per run"; .venv/bin/python benchmarks/chart_errors.py prints these figures).
+# A description of those runs, not a fit.
 NEAR_CAPACITY = 0.16
 
 
@@ -64,7 +65,8 @@ def _cautions(fits: bool, mem: dict[str, Any]) -> list[str]:
     margin = mem["reserved_margin_bytes"] / mem["capacity_bytes"] if mem["capacity_bytes"] else 1.0
     if fits and margin < NEAR_CAPACITY:
         lines.append(f"  caution   reserved margin {margin:.0%} of capacity: the ZeRO paper's runs this close "
-                     "ran 21-111% slower than zsim simulates them (docs/validation.md); read the step as optimistic")
+                     "ran 8-111% slower than zsim simulates them, median 42% (docs/validation.md); read the step as "
+                     "optimistic")
     return lines
 
 

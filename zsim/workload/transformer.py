@@ -129,6 +129,10 @@ class Module:
     # Bytes of further MP all-reduces in forward, after the module's own: the vocab-parallel
     # cross-entropy's max, target logit and sum of exponentials (fp32, one per token) [S19 §3].
     mp_loss_allreduce_bytes: tuple[int, ...] = ()
+    # Tensors (bytes) the forward holds only while it runs, on top of saved_tensors, freed when it ends:
+    # the head's copies of the logits in Megatron-LM's loss (see build_workload); none for a block,
+    # whose transients within the layer are below zsim's unit (docs/memory.md).
+    fwd_work_tensors: tuple[int, ...] = ()
 
     @property
     def bwd_flops(self) -> float:
@@ -329,6 +333,13 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
     # V/t × h output layer (Megatron untie_embeddings_and_output_weights) (2bshV/t FLOPs [N21 §5.1]),
     # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input.
     head_saved = 4 * s * b * v // t + e * sbh
+    # While the loss runs, Megatron-LM (the ZeRO paper's: DeepSpeedExamples/Megatron-LM @ 5426d18a,
+    # pretrain_gpt2.py forward_step, mpu/cross_entropy.py) also holds the e-byte logits (`output`, alive
+    # until forward_step returns), their fp32 copy (`output.float()`, the loss's input; none when e = 4)
+    # and the loss's own fp32 copy of that (`logits = vocab_parallel_logits.clone()`, "so the input
+    # remains unchanged"), beside the fp32 exponentials it saves (head_saved).
+    logits = s * b * v // t
+    loss_work = (e * logits,) + ((4 * logits,) if e != 4 else ()) + (4 * logits,)
     head_tensors = shape.norm_tensors + (() if shape.tied_head else (v * h // t,))
     head = Module(
         name="head", params=sum(head_tensors), fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
@@ -340,6 +351,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
         # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
         # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
         mp_loss_allreduce_bytes=(4 * s * b,) * 3 if t > 1 else (),
+        fwd_work_tensors=loss_work,
     )
     return Workload(
         modules=(embed, *block, head),

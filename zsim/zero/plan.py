@@ -327,6 +327,9 @@ class _StepPass:
         every layer holds its activations only while it runs."""
         if not self._checkpointed(m):
             allocs = list(self._activations(m, "act"))
+            work = tuple(Alloc("activations", n, self._tags(f"fwork{i}", m.name)) for i, n in enumerate(m.fwd_work_tensors))
+            allocs += work
+            frees = frees + tuple(w.tag for w in work)
         else:
             allocs = list(self._activations(m, "work"))
             frees = frees + self._activation_tags(m, "work")
