@@ -8,6 +8,7 @@ here only, as every plot of zsim does (zsim/report/plots.py)."""
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 
 from zsim.validate.report import Report
@@ -46,9 +47,9 @@ def report_png(report: Report, path: Path) -> Path:
     title = f"zsim validate {report.suite}: {passed} of {total} pass"
     if exact:
         title += f"\n({sum(p.passed for p in exact)} of {len(exact)} table rows exact to the printed digit, not drawn)"
-    failed = [c.group for c in report.checks if not c.passed]
-    if failed:
-        title += "\nchecks that fail (not drawn): " + "; ".join(failed)
+    failed = list(dict.fromkeys(c.group for c in report.checks if not c.passed))  # each group once
+    if failed:  # wrapped to the figure's width: a title line wider than the figure is cut off
+        title += "\n" + textwrap.fill("checks that fail (not drawn): " + "; ".join(failed), width=75)
     ax.set_title(title, fontsize=9)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
