@@ -176,3 +176,25 @@ def test_validate_draws_its_points_as_a_chart(tmp_path, capsys):
     assert f"chart: {png}" in capsys.readouterr().err
     assert main(["validate", "megatron", "--png", str(tmp_path / "no" / "x.png")]) == 2
     assert "--png" in capsys.readouterr().err
+
+
+def test_validate_set_overrides_every_run_and_says_so(megatron_run, capsys):
+    """--set applies a scenario key to every run of the suite (Megatron-LM's 512-GPU point overlaps its
+    DP all-reduce with backward under zero.overlap_comm=true, and gets faster), the report names it in
+    its title and JSON, a key no scenario knows is refused before anything runs (exit 2, the key named),
+    and replay, which records its own runs, refuses --set."""
+    from zsim.cli import main
+
+    assert main(["validate", "megatron", "--set", "zero.overlap_comm=true", "--json", "-"]) in (0, 1)
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert report["overrides"] == ["zero.overlap_comm=true"]
+    assert "zsim validate megatron --set zero.overlap_comm=true" in out.err
+    point = "8.3B, 512 GPUs TFLOPS/GPU"
+    before = next(p["simulated"] for p in megatron_run[1]["points"] if p["name"] == point)
+    after = next(p["simulated"] for p in report["points"] if p["name"] == point)
+    assert after > before
+    assert main(["validate", "paper", "--set", "zero.bogus=1"]) == 2
+    assert "zero.bogus" in capsys.readouterr().err
+    assert main(["validate", "replay", "--set", "zero.stage=2"]) == 2
+    assert "--set" in capsys.readouterr().err

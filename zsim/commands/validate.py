@@ -11,6 +11,7 @@ from pathlib import Path
 
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, emit_json, text_stream
+from zsim.errors import ZsimError
 from zsim.validate import SUITES
 
 EXIT_FAILED = 1
@@ -32,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="replay: where the recorded traces and the calibrated profile go (default out/validate-replay)")
     p.add_argument("--png", type=Path, default=None, metavar="PATH",
                    help="also draw the points as a chart: each one's error against its tolerance")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="paper, megatron: override a scenario key in every run of the suite, as zsim run --set "
+                        "does (repeatable), e.g. --set zero.overlap_comm=true; the report names them")
     add_json_option(p, "the report")
     p.set_defaults(func=run_command)
 
@@ -45,7 +49,13 @@ def run_command(args: argparse.Namespace) -> int:
         check_file(args.png, flag="--png")
     if args.output is not None:
         check_dir(args.output)
-    options = {"suite_file": args.suite_file, "output": args.output} if args.suite == "replay" else {}
+    if args.suite == "replay":
+        if args.overrides:
+            raise ZsimError("--set applies to the paper and megatron suites; replay records its own runs "
+                            "(give it a --suite-file instead)")
+        options = {"suite_file": args.suite_file, "output": args.output}
+    else:
+        options = {"overrides": tuple(args.overrides)}
     report = importlib.import_module(SUITES[args.suite]).run(progress=sys.stderr.isatty(), **options)
     print(report.table(), file=text_stream(args))
     emit_json(args, report.as_dict(), indent=1)

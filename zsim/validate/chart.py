@@ -44,7 +44,7 @@ def report_png(report: Report, path: Path) -> Path:
     ax.set_xlabel("simulated / published − 1 (%); grey: the point's tolerance")
     passed = sum(p.passed for p in report.points) + sum(c.passed for c in report.checks)
     total = len(report.points) + len(report.checks)
-    title = f"zsim validate {report.suite}: {passed} of {total} pass"
+    title = f"{report.title}: {passed} of {total} pass"
     if exact:
         title += f"\n({sum(p.passed for p in exact)} of {len(exact)} table rows exact to the printed digit, not drawn)"
     failed = list(dict.fromkeys(c.group for c in report.checks if not c.passed))  # each group once

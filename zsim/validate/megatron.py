@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zsim.validate.paper import paper_tflops, simulate_file
+from zsim.validate.paper import paper_tflops
 from zsim.validate.report import Point, Report
+from zsim.validate.scenario_set import ScenarioSet
 
 BASELINE_TFLOPS = 39.0  # §5.1.1: the 1.2B model on one GPU "achieves 39 TeraFLOPS during the overall training"
 TOLERANCE = 0.15  # the paper suite's throughput tolerance (issue 9: other runs, the same tolerances)
@@ -35,26 +36,29 @@ def scenarios_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "scenarios" / "megatron"
 
 
-def _simulate(name: str):
-    """(Result or None, error message) of scenarios/megatron/<name>.yaml."""
-    return simulate_file(scenarios_dir() / f"{name}.yaml")
-
-
 def _step(result) -> float:
     """Mean step time of a Result, seconds."""
     return result.total_seconds / len(result.step_seconds)
 
 
-def run(progress: bool = False) -> Report:
-    """Simulate every run of the suite (a few seconds) and compare; see the module docstring."""
+def run(progress: bool = False, overrides: tuple[str, ...] = ()) -> Report:
+    """Simulate every run of the suite (a few seconds), each with `overrides` (`zsim validate --set`), and
+    compare; see the module docstring.
+
+    Raises:
+        ConfigError: an override that does not apply to the scenarios (checked before anything runs).
+    """
     from tqdm import tqdm
 
-    report = Report("megatron")
+    sc = ScenarioSet(scenarios_dir(), tuple(overrides))
+    if overrides:
+        sc.check("1.2B-1gpu")
+    report = Report("megatron", overrides=tuple(overrides))
     names = ["1.2B-1gpu"] + [f"1.2B-mp{g}" for g in STRONG] + [w[0] for w in WEAK]
     results = {}
     with tqdm(total=len(names), disable=not progress, desc="zsim validate megatron", unit="run", leave=False) as bar:
         for name in names:
-            results[name] = _simulate(name)
+            results[name] = sc.simulate(name)
             bar.update(1)
 
     group = "Megatron-LM 2019 — weak scaling on V100 (Shoeybi et al. 2019)"

@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from zsim.validate.report import Check, Point, Report
+from zsim.validate.scenario_set import ScenarioSet
 
 GB = 1e9
 # Figure 2's model sizes, ZeRO-100B and the Megatron-LM baseline alike: the paper's artifact appendix
@@ -83,29 +84,11 @@ def paper_tflops(result) -> tuple[float, float]:
     return per_token * scale, 6 * scale
 
 
-def simulate_file(path: Path):
-    """(Result or None, error message) of the scenario file `path`: a suite reports a run that cannot
-    be made (a ZsimError, e.g. a scenario the model refuses) as a failed point, not a crash."""
-    from zsim.config.scenario import load_scenario
-    from zsim.engine.simulation import simulate
-    from zsim.errors import ZsimError
-
-    try:
-        return simulate(load_scenario(path)), ""
-    except ZsimError as exc:
-        return None, str(exc)
-
-
-def _simulate(name: str):
-    """(Result or None, error message) of scenarios/paper/<name>.yaml."""
-    return simulate_file(scenarios_dir() / f"{name}.yaml")
-
-
-def _runs(prefix: str, sizes, bar, rows: list[str]):
+def _runs(sc: ScenarioSet, prefix: str, sizes, bar, rows: list[str]):
     """(size, Result) of scenarios/paper/<prefix><size>.yaml for each size that runs; one that cannot
     adds a row to `rows` saying why. Advances `bar` once a size."""
     for size in sizes:
-        result, error = _simulate(f"{prefix}{size}")
+        result, error = sc.simulate(f"{prefix}{size}")
         bar.update(1)
         if result is None:
             rows.append(f"{size}: cannot run ({error})")
@@ -119,21 +102,29 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, disable=not enabled, desc="zsim validate paper", unit="run", leave=False)
 
 
-def run(progress: bool = False) -> Report:
-    """Run every point of the suite; see the module docstring."""
-    report = Report("paper")
+def run(progress: bool = False, overrides: tuple[str, ...] = ()) -> Report:
+    """Run every point of the suite, each scenario with `overrides` (`zsim validate --set`); see the
+    module docstring.
+
+    Raises:
+        ConfigError: an override that does not apply to the scenarios (checked before anything runs).
+    """
+    sc = ScenarioSet(scenarios_dir(), tuple(overrides))
+    if overrides:
+        sc.check("fig2-zero-100B")
+    report = Report("paper", overrides=tuple(overrides))
     bar = _progress(len(FIG2_SIZES) + len(MEGATRON_SIZES) + len(FIG3_GPUS) + len(FIG4_ZERO) + len(FIG4_DDP)
                     + len(FIG6) + len(FIG8) + 3, progress)
     runs: dict[str, tuple[float, bool, float]] = {}  # scenario name -> (TFLOPS/GPU, fits, reserved peak GB)
     try:
-        zero = _figure2(report, bar, runs)
-        _megatron(report, bar, zero)
-        _megatron_single_gpu(report, bar)
-        _figure3(report, bar, runs)
-        _figure4(report, bar, runs)
+        zero = _figure2(sc, report, bar, runs)
+        _megatron(sc, report, bar, zero)
+        _megatron_single_gpu(sc, report, bar)
+        _figure3(sc, report, bar, runs)
+        _figure4(sc, report, bar, runs)
         _chart(report, runs)
-        _figure6(report, bar)
-        _figure8(report, bar)
+        _figure6(sc, report, bar)
+        _figure8(sc, report, bar)
         _tables(report)
         bar.update(1)
     finally:
@@ -148,13 +139,13 @@ def _record(runs: dict, name: str, result, tflops: float) -> None:
     runs[name] = (tflops, result.fits, result.ledger.peak_reserved / GB)
 
 
-def _figure2(report: Report, bar, runs: dict) -> dict[str, float]:
+def _figure2(sc: ScenarioSet, report: Report, bar, runs: dict) -> dict[str, float]:
     """ZeRO-100B on 400 V100: every configuration fits; 100B at 38 TFLOPS/GPU; 8B-100B average 15 PFLOPS."""
     group = "Figure 2 — ZeRO-100B on 400 V100"
     tflops: dict[str, float] = {}
     rows = []
     for size in FIG2_SIZES:
-        result, error = _simulate(f"fig2-zero-{size}")
+        result, error = sc.simulate(f"fig2-zero-{size}")
         bar.update(1)
         if result is None:
             rows.append(f"{size}: cannot run ({error})")
@@ -183,13 +174,13 @@ def _figure2(report: Report, bar, runs: dict) -> dict[str, float]:
     return tflops
 
 
-def _megatron(report: Report, bar, zero: dict[str, float]) -> None:
+def _megatron(sc: ScenarioSet, report: Report, bar, zero: dict[str, float]) -> None:
     """The Megatron-LM baseline falls off steeply once MP leaves a node; ZeRO-100B is several times
     faster from 40B up (paper §10.2: up to 10x)."""
     group = "Figure 2 — Megatron-LM baseline"
     base: dict[str, tuple[float, int, bool]] = {}
     rows: list[str] = []
-    for size, result in _runs("fig2-megatron-", MEGATRON_SIZES, bar, rows):
+    for size, result in _runs(sc, "fig2-megatron-", MEGATRON_SIZES, bar, rows):
         paper, _ = paper_tflops(result)
         base[size] = (paper, result.scenario.layout.mp, result.fits)
         rows.append(f"{size}: MP {result.scenario.layout.mp}, {'fits' if result.fits else 'OOM'}, {paper:.1f} TFLOPS/GPU")
@@ -214,10 +205,10 @@ def _megatron(report: Report, bar, zero: dict[str, float]) -> None:
                                note=f"at {best}; paper §10.2 'up to 10x speedup over baseline'" if best else ""))
 
 
-def _megatron_single_gpu(report: Report, bar) -> None:
+def _megatron_single_gpu(sc: ScenarioSet, report: Report, bar) -> None:
     """Megatron-LM's 1.2B on one V100 at 39 TFLOPS (Shoeybi et al. 2019, §5.1): the compute model alone,
     no communication, in the same convention (scenarios/paper/megatron-1.2B-1gpu.yaml says why)."""
-    result, error = _simulate("megatron-1.2B-1gpu")
+    result, error = sc.simulate("megatron-1.2B-1gpu")
     bar.update(1)
     paper, model = paper_tflops(result) if result is not None else (None, None)
     report.points.append(Point("Megatron-LM 2019 — 1.2B on one V100 (not ZeRO)", "1.2B TFLOPS/GPU", paper, 39.0,
@@ -225,12 +216,12 @@ def _megatron_single_gpu(report: Report, bar) -> None:
                                note=error or f"model-FLOP convention: {model:.1f}; Shoeybi et al. 2019 §5.1"))
 
 
-def _figure3(report: Report, bar, runs: dict) -> None:
+def _figure3(sc: ScenarioSet, report: Report, bar, runs: dict) -> None:
     """60B on 64/128/256/400 GPUs: per-GPU throughput rises with the GPU count (superlinear scaling)."""
     group = "Figure 3 — 60B, superlinear scaling"
     values = []
     for gpus in FIG3_GPUS:
-        result, error = _simulate(f"fig3-60B-{gpus}gpu")
+        result, error = sc.simulate(f"fig3-60B-{gpus}gpu")
         bar.update(1)
         values.append(None if result is None or not result.fits else paper_tflops(result)[0])
         if result is not None:
@@ -243,14 +234,14 @@ def _figure3(report: Report, bar, runs: dict) -> None:
                                "which itself falls from 256 to 400 GPUs"))
 
 
-def _figure4(report: Report, bar, runs: dict) -> None:
+def _figure4(sc: ScenarioSet, report: Report, bar, runs: dict) -> None:
     """§10.4: without MP on 128 GPUs, ZeRO-100B trains up to 13B "achieving throughput over 40 TFlops per
     GPU on average"; "without ZeRO, the largest trainable model with DP alone has 1.4B parameters with
     throughput less than 20 TFlops per GPU" (PyTorch DDP)."""
     group = "Figure 4 / §10.4 — data parallelism alone on 128 V100"
     zero: dict[str, tuple[float, bool]] = {}
     rows: list[str] = []
-    for size, result in _runs("fig4-zero-dp-", FIG4_ZERO, bar, rows):
+    for size, result in _runs(sc, "fig4-zero-dp-", FIG4_ZERO, bar, rows):
         zero[size] = (paper_tflops(result)[0], result.fits)
         _record(runs, f"fig4-zero-dp-{size}", result, zero[size][0])
         rows.append(f"{size}: {'fits' if result.fits else 'OOM'}, {zero[size][0]:.1f} TFLOPS/GPU, reserved peak "
@@ -263,7 +254,7 @@ def _figure4(report: Report, bar, runs: dict) -> None:
                                fits=None if mean is None else True,
                                note="mean of the nine runs; §10.4 'over 40 TFlops per GPU on average'"))
     rows, largest = [], None
-    for size, result in _runs("fig4-ddp-", FIG4_DDP, bar, rows):
+    for size, result in _runs(sc, "fig4-ddp-", FIG4_DDP, bar, rows):
         tflops = paper_tflops(result)[0]
         _record(runs, f"fig4-ddp-{size}", result, tflops)
         rows.append(f"{size}: {'fits' if result.fits else 'OOM'}, batch {result.scenario.model.micro_batch}, "
@@ -289,18 +280,16 @@ def _chart(report: Report, runs: dict) -> None:
                                    f"reserved peak {reserved:.1f} GB of 34.4; read from the chart, ±0.3 TFLOPS"))
 
 
-def _figure6(report: Report, bar) -> None:
+def _figure6(sc: ScenarioSet, report: Report, bar) -> None:
     """C1-C5 at a fixed batch: largest model within 20% of the paper's, in the paper's order."""
     from zsim.commands.maxsize import max_layers
-    from zsim.config.yamlfile import read_yaml_mapping
     from zsim.errors import ZsimError
 
     group = "Figure 6 / Table 3 — largest model, C1–C5"
     sizes: dict[str, float] = {}
     for c, published in FIG6.items():
-        path = next(scenarios_dir().glob(f"{c}-*.yaml"))
         try:
-            best = max_layers(read_yaml_mapping(path), limit=1024)
+            best = max_layers(sc.mapping(f"{c}-*"), limit=1024)
             sizes[c] = best.params / 1e9
             value = sizes[c]
         except ZsimError:
@@ -316,7 +305,7 @@ def _figure6(report: Report, bar) -> None:
                                "zsim: " + ", ".join(f"{c} {sizes[c]:.1f}B" for c in ours)))
 
 
-def _figure8(report: Report, bar) -> None:
+def _figure8(sc: ScenarioSet, report: Report, bar) -> None:
     """§10.5 and Figure 8: "performance improvement corresponds to decrease in memory consumption between
     the optimizations" (C1 < C2 < C3 < C4 at the batch each allows), "the performance drop between C4 and
     C5 for 60B" (Pa+cpu's copies at the same batch), and "Pa+cpu is needed for 170B model to execute
@@ -324,7 +313,7 @@ def _figure8(report: Report, bar) -> None:
     group = "Figure 8 — throughput per configuration"
     tflops: dict[str, float] = {}
     rows: list[str] = []
-    for c, result in _runs("fig8-60B-128gpu-", FIG8, bar, rows):
+    for c, result in _runs(sc, "fig8-60B-128gpu-", FIG8, bar, rows):
         if result.fits:
             tflops[c] = paper_tflops(result)[0]
         rows.append(f"{c}: batch {result.scenario.model.micro_batch}, {'fits' if result.fits else 'OOM'}, "
@@ -336,7 +325,7 @@ def _figure8(report: Report, bar) -> None:
     report.checks.append(Check(group, "60B on 128 GPUs: C5 is slower than C4 at the same batch (Pa+cpu's copies)",
                                ran and tflops["C5"] < tflops["C4"],
                                "; ".join(r for r in rows if r.startswith(("C4", "C5")))))
-    result, error = _simulate("fig8-170B-400gpu-C4")
+    result, error = sc.simulate("fig8-170B-400gpu-C4")
     bar.update(1)
     detail = error or (f"zsim: {'fits' if result.fits else 'runs out of memory'} without Pa+cpu, reserved peak "
                        f"{result.ledger.peak_reserved / GB:.1f} GB")

@@ -65,6 +65,12 @@ class Report:
     points: list[Point] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    overrides: tuple[str, ...] = ()  # `zsim validate --set`: every scenario ran with these
+
+    @property
+    def title(self) -> str:
+        """The command that made the report, overrides included."""
+        return f"zsim validate {self.suite}" + "".join(f" --set {o}" for o in self.overrides)
 
     @property
     def passed(self) -> bool:
@@ -72,12 +78,12 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         points = [{**asdict(p), "error": p.error, "passed": p.passed} for p in self.points]
-        return {"suite": self.suite, "passed": self.passed, "points": points,
+        return {"suite": self.suite, "overrides": list(self.overrides), "passed": self.passed, "points": points,
                 "checks": [asdict(c) for c in self.checks], "notes": self.notes}
 
     def table(self) -> str:
         """The report as fixed-width text (what `zsim validate` prints)."""
-        lines = [f"zsim validate {self.suite}"]
+        lines = [self.title]
         group = None
         for p in self.points:
             if p.group != group:
