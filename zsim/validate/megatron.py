@@ -50,10 +50,8 @@ def run(progress: bool = False, overrides: tuple[str, ...] = ()) -> Report:
     """
     from tqdm import tqdm
 
-    sc = ScenarioSet(scenarios_dir(), tuple(overrides))
-    if overrides:
-        sc.check("1.2B-1gpu")
-    report = Report("megatron", overrides=tuple(overrides))
+    sc = ScenarioSet.checked(scenarios_dir(), overrides, "1.2B-1gpu")
+    report = Report("megatron", overrides=sc.overrides)
     names = ["1.2B-1gpu"] + [f"1.2B-mp{g}" for g in STRONG] + [w[0] for w in WEAK]
     results = {}
     with tqdm(total=len(names), disable=not progress, desc="zsim validate megatron", unit="run", leave=False) as bar:

@@ -109,10 +109,8 @@ def run(progress: bool = False, overrides: tuple[str, ...] = ()) -> Report:
     Raises:
         ConfigError: an override that does not apply to the scenarios (checked before anything runs).
     """
-    sc = ScenarioSet(scenarios_dir(), tuple(overrides))
-    if overrides:
-        sc.check("fig2-zero-100B")
-    report = Report("paper", overrides=tuple(overrides))
+    sc = ScenarioSet.checked(scenarios_dir(), overrides, "fig2-zero-100B")
+    report = Report("paper", overrides=sc.overrides)
     bar = _progress(len(FIG2_SIZES) + len(MEGATRON_SIZES) + len(FIG3_GPUS) + len(FIG4_ZERO) + len(FIG4_DDP)
                     + len(FIG6) + len(FIG8) + 3, progress)
     runs: dict[str, tuple[float, bool, float]] = {}  # scenario name -> (TFLOPS/GPU, fits, reserved peak GB)

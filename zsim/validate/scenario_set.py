@@ -16,6 +16,18 @@ class ScenarioSet:
     folder: Path
     overrides: tuple[str, ...] = ()
 
+    @classmethod
+    def checked(cls, folder: Path, overrides, probe: str) -> "ScenarioSet":
+        """The set, its overrides (if any) first validated against scenario `probe`.
+
+        Raises:
+            ConfigError: naming the key or value an override gets wrong.
+        """
+        scenarios = cls(folder, tuple(overrides))
+        if scenarios.overrides:
+            scenarios.check(probe)
+        return scenarios
+
     def path(self, name: str) -> Path:
         """The file of scenario `name` (without .yaml); a glob pattern picks the first match."""
         if any(ch in name for ch in "*?["):
