@@ -80,7 +80,7 @@ def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, se
           V/mp columns, as Megatron-LM of the paper's time: the e-byte logits, their fp32 copy, the
           cross-entropy's clone of it and its fp32 softmax, (e + 12)·T·V/mp bytes (fp32: 12) (docs/memory.md).
     `host` is Pa+cpu's host memory. Bytes; raises ZsimError for an impossible shape."""
-    from zsim.workload.transformer import block_saved_bytes, padded_vocab
+    from zsim.workload.transformer import block_saved_bytes, loss_work_tensors, padded_vocab
 
     heads = heads or max(1, hidden // 128)
     if hidden % heads or heads % mp:
@@ -99,7 +99,8 @@ def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, se
         "working": min(every, layers) * saved if checkpointing else layers * saved,
         "gradient_buffer": grad_buffer,
         "optimizer_fp32_grads": step_gradient_bytes(stage, part, dtype, part).held,
-        "loss": (e + 8 + (4 if e != 4 else 0)) * seq * batch * padded_vocab(vocab, mp) // mp,
+        # the saved fp32 softmax and the copies the loss holds beside it
+        "loss": 4 * seq * batch * padded_vocab(vocab, mp) // mp + sum(loss_work_tensors(seq * batch, padded_vocab(vocab, mp), mp, e)),
         "host": kept if pa_cpu else 0,
     }
 

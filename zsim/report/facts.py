@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from typing import Any
 
 from zsim import __version__
@@ -30,12 +32,10 @@ def dp_volume_bytes(result: Result) -> float:
 def _per_step(times: list[float], step_seconds: list[float]) -> list[int]:
     """How many of `times` (s) fall in each step (steps run back to back from t = 0; the set-up before
     the first step counts as the first)."""
-    counts, end, k = [0] * len(step_seconds), 0.0, 0
-    ends = [end := end + dt for dt in step_seconds]
-    for t in sorted(times):
-        while k < len(ends) - 1 and t > ends[k]:
-            k += 1
-        counts[k] += 1
+    ends = list(itertools.accumulate(step_seconds))
+    counts = [0] * len(ends)
+    for t in times:
+        counts[min(bisect.bisect_left(ends, t), len(ends) - 1)] += 1
     return counts
 
 

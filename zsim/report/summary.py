@@ -8,9 +8,10 @@ GB = 1e9
 # Below this reserved margin (a fraction of capacity) the summary cautions that the step time is likely
 # optimistic: of the 22 runs of the ZeRO authors' per-run chart, the 16 that zsim places closer to
 # capacity than this ran 8-111% slower than simulated (median 42%), the 6 with more room 4-16% (median
-# 9%) (docs/validation.md, "Per run"; .venv/bin/python benchmarks/chart_errors.py prints these figures).
-# A description of those runs, not a fit.
+# 9%) (docs/validation.md, "Per run"; .venv/bin/python benchmarks/chart_errors.py prints these figures,
+# and tests/test_cautions.py holds NEAR_CAPACITY_SLOWER to them). A description of those runs, not a fit.
 NEAR_CAPACITY = 0.16
+NEAR_CAPACITY_SLOWER = (0.08, 1.11, 0.42)  # those 16 runs' error: lowest, highest, median
 
 
 def _params(n: float) -> str:
@@ -20,9 +21,14 @@ def _params(n: float) -> str:
     return f"{n:.0f}"
 
 
+def _is_gpu(th: dict[str, Any]) -> bool:
+    """A GPU run, not a CPU host's: a CPU host's peak is below one TFLOPS."""
+    return th["peak_tflops_per_gpu"] >= 1.0
+
+
 def _speed(th: dict[str, Any]) -> str:
-    """The speed line: TFLOPS for a GPU; GFLOPS for a CPU host, whose peak is below one TFLOPS."""
-    if th["peak_tflops_per_gpu"] >= 1.0:
+    """The speed line: TFLOPS for a GPU; GFLOPS for a CPU host."""
+    if _is_gpu(th):
         rate = (f"{th['tflops_per_gpu']:.1f} TFLOPS/GPU ({th['percent_of_peak']:.1f}% of "
                 f"{th['peak_tflops_per_gpu']:.0f}), {th['aggregate_pflops']:.2f} PFLOPS total")
     else:
@@ -50,11 +56,12 @@ def _shape(m: dict[str, Any]) -> str:
     return "".join(f", {p}" for p in parts if p)
 
 
-def _cautions(fits: bool, mem: dict[str, Any]) -> list[str]:
+def _cautions(fits: bool, mem: dict[str, Any], gpu: bool) -> list[str]:
     """What makes the step time optimistic: the caching allocator released its cache (its time is not
-    simulated), or the run is as close to capacity as the paper's runs that ran much slower than zsim."""
+    simulated), or a GPU run is as close to capacity as the paper's runs that ran much slower than zsim
+    (a CPU host's memory is no CUDA caching allocator's)."""
     lines = []
-    per_step = mem.get("allocator_flushes_per_step") or []
+    per_step = mem["allocator_flushes_per_step"]
     if any(per_step):
         last, steps = per_step[-1], len(per_step)
         when = (f"{last} in the last of {steps} steps: every step, once the cache has settled" if last and steps > 1
@@ -63,10 +70,11 @@ def _cautions(fits: bool, mem: dict[str, Any]) -> list[str]:
                      "PyTorch released its cached blocks and retried cudaMalloc, which waits for the GPU; "
                      "their time is not in the step")
     margin = mem["reserved_margin_bytes"] / mem["capacity_bytes"] if mem["capacity_bytes"] else 1.0
-    if fits and margin < NEAR_CAPACITY:
+    if gpu and fits and margin < NEAR_CAPACITY:
+        low, high, median = NEAR_CAPACITY_SLOWER
         lines.append(f"  caution   reserved margin {margin:.0%} of capacity: the ZeRO paper's runs this close "
-                     "ran 8-111% slower than zsim simulates them, median 42% (docs/validation.md); read the step as "
-                     "optimistic")
+                     f"ran {100 * low:.0f}-{high:.0%} slower than zsim simulates them, median {median:.0%} "
+                     "(docs/validation.md); read the step as optimistic")
     return lines
 
 
@@ -107,7 +115,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP all-reduce in line {t['mp_comm_seconds_per_step']:.3f} s"
         + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "") + ")",
         _speed(th),
-        *_cautions(f["fits"], mem),
+        *_cautions(f["fits"], mem, gpu=_is_gpu(th)),
         f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
         f"MP {mp_bytes / GB:.1f} GB/step",
     ]

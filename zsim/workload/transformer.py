@@ -279,6 +279,17 @@ def layer_fwd_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
     return (2 * b * s * h * (h + 2 * kv) + 4 * b * s * s * h + 2 * b * s * h * h + mlp) / t
 
 
+def loss_work_tensors(tokens: int, vocab: int, t: int, e: int) -> tuple[int, ...]:
+    """Bytes the loss holds while it runs over `tokens` tokens and the V/t logit columns of an MP rank,
+    beside the fp32 softmax it saves (4·T·V/t) [K22 §4.3]. As Megatron-LM of the ZeRO paper's time
+    (DeepSpeedExamples/Megatron-LM @ 5426d18a, pretrain_gpt2.py forward_step, mpu/cross_entropy.py): the
+    e-byte logits (`output`, alive until forward_step returns), their fp32 copy (`output.float()`, the
+    loss's input; none when e = 4) and the loss's own fp32 copy of that (`logits =
+    vocab_parallel_logits.clone()`, "so the input remains unchanged")."""
+    logits = tokens * vocab // t
+    return (e * logits,) + ((4 * logits,) if e != 4 else ()) + (4 * logits,)
+
+
 def total_params(model: ModelSection, vocab: int | None = None) -> int:
     """Ψ of the whole model: L blocks, the word embedding V × h, the LM head V × h unless tied, the
     learned position table, the final norm. For GPT: L(12h² + 13h) + (V + s)h + 2h [N21 §5.1].
@@ -333,13 +344,6 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
     # V/t × h output layer (Megatron untie_embeddings_and_output_weights) (2bshV/t FLOPs [N21 §5.1]),
     # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input.
     head_saved = 4 * s * b * v // t + e * sbh
-    # While the loss runs, Megatron-LM (the ZeRO paper's: DeepSpeedExamples/Megatron-LM @ 5426d18a,
-    # pretrain_gpt2.py forward_step, mpu/cross_entropy.py) also holds the e-byte logits (`output`, alive
-    # until forward_step returns), their fp32 copy (`output.float()`, the loss's input; none when e = 4)
-    # and the loss's own fp32 copy of that (`logits = vocab_parallel_logits.clone()`, "so the input
-    # remains unchanged"), beside the fp32 exponentials it saves (head_saved).
-    logits = s * b * v // t
-    loss_work = (e * logits,) + ((4 * logits,) if e != 4 else ()) + (4 * logits,)
     head_tensors = shape.norm_tensors + (() if shape.tied_head else (v * h // t,))
     head = Module(
         name="head", params=sum(head_tensors), fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
@@ -351,7 +355,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
         # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
         # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
         mp_loss_allreduce_bytes=(4 * s * b,) * 3 if t > 1 else (),
-        fwd_work_tensors=loss_work,
+        fwd_work_tensors=loss_work_tensors(s * b, v, t, e),
     )
     return Workload(
         modules=(embed, *block, head),

@@ -327,9 +327,10 @@ class _StepPass:
         every layer holds its activations only while it runs."""
         if not self._checkpointed(m):
             allocs = list(self._activations(m, "act"))
-            work = tuple(Alloc("activations", n, self._tags(f"fwork{i}", m.name)) for i, n in enumerate(m.fwd_work_tensors))
-            allocs += work
-            frees = frees + tuple(w.tag for w in work)
+            if m.fwd_work_tensors:  # the head's loss: held while the forward runs
+                work = [Alloc("activations", n, self._tags(f"fwork{i}", m.name)) for i, n in enumerate(m.fwd_work_tensors)]
+                allocs += work
+                frees = frees + tuple(w.tag for w in work)
         else:
             allocs = list(self._activations(m, "work"))
             frees = frees + self._activation_tags(m, "work")
