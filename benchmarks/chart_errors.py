@@ -10,7 +10,7 @@ minus zsim's step ("missing", the time zsim does not account for) and that per l
 Spearman's rank correlation of the error with the reserved peak and with two other candidate causes
 (per-GPU parameters over per-GPU tokens, which a fixed per-parameter cost would track; the micro-batch),
 and the error's range on either side of the reserved margin under which `zsim run`'s summary cautions
-(zsim.report.summary.NEAR_CAPACITY; its text quotes the last line's figures).
+(zsim.report.cautions.NEAR_CAPACITY; its text quotes the last line's figures).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from zsim import api
-from zsim.report.summary import NEAR_CAPACITY
+from zsim.report.cautions import NEAR_CAPACITY
 from zsim.validate.paper import CHART, paper_tflops, scenarios_dir
 
 
@@ -53,7 +53,7 @@ def chart_rows() -> list[dict]:
 
 def split(rows: list[dict]) -> dict[bool, tuple[int, float, float, float]]:
     """Near capacity (reserved margin under NEAR_CAPACITY) or not -> (runs, lowest, highest and median
-    error): the figures the summary's caution quotes (zsim.report.summary.NEAR_CAPACITY_SLOWER)."""
+    error): the figures the summary's caution quotes (zsim.report.cautions.NEAR_CAPACITY_SLOWER)."""
     out = {}
     for near in (False, True):
         e = sorted(r["error"] for r in rows if (r["margin"] < NEAR_CAPACITY) == near)

@@ -5,7 +5,8 @@ from tests.conftest import ROOT, small_scenario
 from zsim import api
 from zsim.engine.simulation import simulate
 from zsim.report.facts import _per_step, facts
-from zsim.report.summary import NEAR_CAPACITY, summary
+from zsim.report.cautions import NEAR_CAPACITY
+from zsim.report.summary import summary
 
 
 def test_flushes_are_binned_into_the_steps_they_happen_in():
@@ -44,7 +45,7 @@ def test_the_caution_quotes_what_the_chart_runs_give():
     simulates them now (benchmarks/chart_errors.py): if the model moves them, this fails until the
     summary's NEAR_CAPACITY_SLOWER (and docs/validation.md) follow."""
     from benchmarks.chart_errors import chart_rows, split
-    from zsim.report.summary import NEAR_CAPACITY_SLOWER
+    from zsim.report.cautions import NEAR_CAPACITY_SLOWER
 
     n, low, high, median = split(chart_rows())[True]
     assert n >= 11  # most of the chart's runs are this close in zsim
@@ -58,6 +59,8 @@ def test_a_cpu_host_near_its_memory_gets_no_gpu_caution():
     host = facts(api.simulate(api.load(ROOT / "scenarios" / "host" / "tiny-2rank-stage3.yaml")))
     gpu, _ = _run(4.0)
     for f in (host, gpu):
-        f["memory"]["reserved_margin_bytes"] = int(0.05 * f["memory"]["capacity_bytes"])
+        capacity = f["memory"]["capacity_bytes"]
+        f["memory"]["reserved_margin_bytes"] = int(0.05 * capacity)
+        f["memory"]["reserved_peak_bytes"] = capacity - f["memory"]["reserved_margin_bytes"]
     assert "reserved margin 5% of capacity" in summary(gpu)
     assert "reserved margin" not in summary(host)

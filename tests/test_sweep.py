@@ -13,7 +13,7 @@ import yaml
 
 from tests.conftest import ROOT, SMALL
 from zsim.errors import ConfigError
-from zsim.sweep.answers import fastest, knee_of, knees
+from zsim.sweep.answers import fastest, fastest_with_room, knee_of, knees
 from zsim.sweep.points import plan_sweep
 from zsim.sweep.runner import run_sweep
 from zsim.sweep.spec import Range, sweep_from_mapping
@@ -163,6 +163,35 @@ def test_fastest_only_among_points_that_fit():
     assert {k.group["g"]: k.x for k in groups} == {0: None, 10: 1.0}
 
 
+def test_fastest_with_room_skips_points_zsim_cautions_about():
+    rows = [{"point": 0, "status": "fits", "step_s": 1.0, "near_capacity": True, "allocator_flushes": 0},
+            {"point": 1, "status": "fits", "step_s": 2.0, "near_capacity": False, "allocator_flushes": 3},
+            {"point": 2, "status": "fits", "step_s": 3.0, "near_capacity": False, "allocator_flushes": 0},
+            {"point": 3, "status": "oom", "step_s": 0.5, "near_capacity": False, "allocator_flushes": 0}]
+    assert fastest(rows, "step_s")["point"] == 0
+    assert fastest_with_room(rows, "step_s")["point"] == 2
+    assert fastest_with_room(rows[:2], "step_s") is None
+
+
+def test_a_best_point_near_capacity_is_cautioned_and_one_with_room_named(base):
+    """The small scenario reserves 1.38 GiB at its peak: on a 1.6 GiB GPU it fits with 13.5% free, on a
+    4 GiB one with 65%. Same step time, so the first (tighter) point is the fastest, and the summary says
+    the time is one to doubt and names the roomy point."""
+    from zsim.report.cautions import NEAR_CAPACITY
+    from zsim.sweep.summary import sweep_summary
+
+    sweep = run_sweep(plan_of({"axes": {"hardware.gpu_memory_GiB": [1.6, 4.0]}}, base), None, workers=1)
+    tight, roomy = sweep.table.rows
+    assert tight["status"] == roomy["status"] == "fits" and tight["step_s"] == roomy["step_s"]
+    assert tight["reserved_margin_share"] < NEAR_CAPACITY < roomy["reserved_margin_share"]
+    assert tight["near_capacity"] and not roomy["near_capacity"]
+    assert tight["allocator_flushes"] == roomy["allocator_flushes"] == 0
+    assert sweep.best["point"] == 0 and sweep.best_with_room["point"] == 1
+    text = sweep_summary(sweep)
+    assert "caution   point 0 keeps 14% of GPU memory free" in text and "8-111% slower" in text
+    assert "with room step_s" in text and "(point 1, 65% free)" in text
+
+
 # --- running: OOM kept, cache, engines --------------------------------------------------------------
 
 SWEEP = {"axes": {"model.micro_batch": [1, 2], "zero.stage": [0, 3]}, "set": {"model.layers": 2}}
@@ -192,6 +221,7 @@ def test_table_files_and_plot(base, tmp_path):
     assert [r["point"] for r in rows] == [0, 1, 2, 3] and all(isinstance(r["step_s"], float) for r in rows)
     meta = json.loads((out / "sweep.json").read_text())
     assert meta["points"]["ran"] == 4 and meta["fastest_that_fits"]["point"] in (0, 1, 2, 3)
+    assert meta["fastest_with_room"] == sweep.best_with_room
     again = run_sweep(plan_of(SWEEP, base), out, workers=2)
     assert again.ran == 0 and again.cached == 4 and again.table.rows == sweep.table.rows
 

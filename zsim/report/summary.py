@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from zsim.report.cautions import margin_share, near_capacity, slower_words
+
 GB = 1e9
-# Below this reserved margin (a fraction of capacity) the summary cautions that the step time is likely
-# optimistic: of the 22 runs of the ZeRO authors' per-run chart, the 16 that zsim places closer to
-# capacity than this ran 8-111% slower than simulated (median 42%), the 6 with more room 4-16% (median
-# 9%) (docs/validation.md, "Per run"; .venv/bin/python benchmarks/chart_errors.py prints these figures,
-# and tests/test_cautions.py holds NEAR_CAPACITY_SLOWER to them). A description of those runs, not a fit.
-NEAR_CAPACITY = 0.16
-NEAR_CAPACITY_SLOWER = (0.08, 1.11, 0.42)  # those 16 runs' error: lowest, highest, median
 
 
 def _params(n: float) -> str:
@@ -69,12 +64,10 @@ def _cautions(fits: bool, mem: dict[str, Any], gpu: bool) -> list[str]:
         lines.append(f"  caution   {sum(per_step)} allocator cache flush{'es' if sum(per_step) > 1 else ''} ({when}): "
                      "PyTorch released its cached blocks and retried cudaMalloc, which waits for the GPU; "
                      "their time is not in the step")
-    margin = mem["reserved_margin_bytes"] / mem["capacity_bytes"] if mem["capacity_bytes"] else 1.0
-    if gpu and fits and margin < NEAR_CAPACITY:
-        low, high, median = NEAR_CAPACITY_SLOWER
+    margin = margin_share(mem["reserved_peak_bytes"], mem["capacity_bytes"])
+    if near_capacity(margin, fits, gpu):
         lines.append(f"  caution   reserved margin {margin:.0%} of capacity: the ZeRO paper's runs this close "
-                     f"ran {100 * low:.0f}-{high:.0%} slower than zsim simulates them, median {median:.0%} "
-                     "(docs/validation.md); read the step as optimistic")
+                     f"ran {slower_words()} (docs/validation.md); read the step as optimistic")
     return lines
 
 

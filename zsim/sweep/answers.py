@@ -97,5 +97,16 @@ def fastest(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
     return min(fits, key=lambda r: (sign * r[metric], r["point"]))
 
 
+def with_room(row: dict[str, Any]) -> bool:
+    """A point whose step time zsim does not caution about: no allocator cache flush, and not as close
+    to capacity as the ZeRO paper's runs zsim overestimates most (zsim.report.cautions)."""
+    return not row.get("near_capacity") and not row.get("allocator_flushes")
+
+
+def fastest_with_room(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The best row by `metric` among the points that fit with room (`with_room`)."""
+    return fastest([r for r in rows if with_room(r)], metric)
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -7,11 +7,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from zsim.sweep.answers import KNEE_GAIN, better
+from zsim.report.cautions import slower_words
+from zsim.sweep.answers import KNEE_GAIN, better, with_room
 from zsim.sweep.points import describe
 
 MAX_ROWS = 24
-ROW_COLUMNS = ("status", "step_s", "comm_share", "exposed_share", "tflops_per_gpu", "bottleneck")
+ROW_COLUMNS = ("status", "step_s", "comm_share", "exposed_share", "tflops_per_gpu", "reserved_margin_share",
+               "bottleneck")
 
 
 def _fmt(value: Any) -> str:
@@ -35,6 +37,30 @@ def rerun_command(base: Path, values: dict[str, Any], fixed: dict[str, Any]) -> 
     base = Path(os.path.relpath(os.path.normpath(base)))
     sets = " ".join(f"--set {k}={v if v is not None else 'null'}" for k, v in {**fixed, **values}.items())
     return f"zsim run {base} {sets}".rstrip()
+
+
+def _memory_caution(sweep, metric: str) -> list[str]:
+    """When the best point's time is one zsim cautions about (allocator flushes, or near capacity as the
+    ZeRO paper's runs it overestimates most), say so and name the best point with room."""
+    best, plan = sweep.best, sweep.plan
+    if with_room(best):
+        return []
+    why = []
+    if best["near_capacity"]:
+        why.append(f"keeps {best['reserved_margin_share']:.0%} of GPU memory free; the ZeRO paper's runs this close "
+                   f"ran {slower_words()}")
+    if best["allocator_flushes"]:
+        n = best["allocator_flushes"]
+        why.append(f"its allocator released its cache {'once' if n == 1 else f'{n} times'} (not timed)")
+    lines = [f"  caution   point {best['point']} " + "; ".join(why)]
+    room = sweep.best_with_room
+    if room is None:
+        lines.append("            no point that fits has more room")
+    else:
+        values = {k: room[k] for k in plan.keys}
+        lines.append(f"  with room {metric} {_fmt(room[metric])} at {describe(values)} (point {room['point']}, "
+                     f"{room['reserved_margin_share']:.0%} free)")
+    return lines
 
 
 def sweep_summary(sweep) -> str:
@@ -67,6 +93,7 @@ def sweep_summary(sweep) -> str:
         lines.append(f"  {direction:<9} {metric} {_fmt(best[metric])} at {describe(values)} (point {best['point']}); "
                      f"{best['bottleneck']}")
         lines.append(f"            {rerun_command(plan.base, values, plan.spec.set)}")
+        lines += _memory_caution(sweep, metric)
     if sweep.knee_axis:
         lines.append(f"  knees     {metric} vs {sweep.knee_axis} (beyond the knee a further 2× buys < {KNEE_GAIN:.0%}):")
         for k in sweep.knees:
