@@ -116,6 +116,33 @@ def test_overrides_apply_and_are_validated(tmp_path):
         load_scenario(path, ["zero.stage"])
 
 
+def test_whole_numbers_in_scientific_notation_are_integers(tmp_path):
+    """Bucket sizes are written 5e7: PyYAML reads that as a string and 5.0e+7 as a float; an integer key
+    takes both when the number is whole, and still refuses a fraction."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_dict()).replace("zero:\n", "zero:\n  reduce_bucket_elements: 5e7\n"))
+    assert load_scenario(path).zero.reduce_bucket_elements == 50_000_000
+    for text in ("5.0e+7", "50000000"):
+        assert load_scenario(path, [f"zero.reduce_bucket_elements={text}"]).zero.reduce_bucket_elements == 50_000_000
+    with pytest.raises(ConfigError, match=r"zero.reduce_bucket_elements: must be an integer \(got '5.5e0'\)"):
+        load_scenario(path, ["zero.reduce_bucket_elements=5.5e0"])
+    with pytest.raises(ConfigError, match="model.hidden: must be an integer"):
+        load_scenario(path, ["model.hidden=256.5"])
+    assert "must be a string" in error_of(small_dict(name=5e7))  # only integer keys convert
+
+
+def test_overrides_reach_list_items(tmp_path):
+    """`--set fabric.degrade.0.factor=0.5`, the line `zsim sweep` prints to reproduce a point."""
+    data = small_dict(fabric={"degrade": [{"link": "nic", "node": 1, "index": 0, "factor": 0.25}]})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_scenario(path, ["fabric.degrade.0.factor=0.5"]).fabric.degrade[0].factor == 0.5
+    with pytest.raises(ConfigError, match=r"'fabric.degrade.1': the list at 'fabric.degrade' has 1 items"):
+        load_scenario(path, ["fabric.degrade.1.factor=0.5"])
+    with pytest.raises(ConfigError, match="'model.layers' is a value in the scenario, not a section"):
+        load_scenario(path, ["model.layers.x=1"])
+
+
 def test_bad_yaml_and_missing_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: [unclosed\n")

@@ -33,7 +33,7 @@ def load(source: str | Path | dict[str, Any], set: dict[str, Any] | None = None)
     Raises:
         ConfigError: a missing file, an unknown key, a bad value or an impossible layout.
     """
-    from zsim.sweep.points import set_key
+    from zsim.config.overrides import set_key
 
     if isinstance(source, dict):
         data = copy.deepcopy(source)

@@ -26,23 +26,41 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return [p for p in key.strip().split(".")], value
 
 
+def set_key(data: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """Set dotted `key` in the nested mapping `data`; sections are created, and a number selects an
+    item of a list (`fabric.degrade.0.factor`). Raises ConfigError naming `where`."""
+    parts = key.split(".")
+    node: Any = data
+    for i, part in enumerate(parts):
+        here = ".".join(parts[: i + 1])
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"'{printable(here, 60)}': the list at '{printable('.'.join(parts[:i]), 60)}' has "
+                                  f"{len(node)} items (index 0 to {len(node) - 1})", path=where)
+            part = int(part)  # type: ignore[assignment]
+        elif not isinstance(node, dict):
+            raise ConfigError(f"'{printable('.'.join(parts[:i]), 60)}' is a value in the scenario, not a section",
+                              path=where)
+        if last:
+            node[part] = copy.deepcopy(value)
+        else:
+            if isinstance(node, dict) and part not in node:
+                node[part] = {}
+            node = node[part]
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of `data` with each `dotted.key=value` set; intermediate sections are created.
+    """Return a copy of `data` with each `dotted.key=value` set (set_key: intermediate sections are
+    created, a number selects a list item, `fabric.degrade.0.factor=0.5`).
 
     Unknown keys are not rejected here: validation rejects them with the same message as in a file.
 
     Raises:
-        ConfigError: a key goes through a value that is not a section.
+        ConfigError: a key goes through a value that is not a section, or past the end of a list.
     """
     result = copy.deepcopy(data)
     for text in overrides:
         keys, value = parse_override(text)
-        node = result
-        for i, key in enumerate(keys[:-1]):
-            child = node.setdefault(key, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {short(text)}: '{printable('.'.join(keys[: i + 1]), 60)}' is a value, "
-                                  "not a section")
-            node = child
-        node[keys[-1]] = value
+        set_key(result, ".".join(keys), value, f"--set {short(text)}")
     return result

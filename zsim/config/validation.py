@@ -41,7 +41,8 @@ def _type_at(model: type, path: list[Any]) -> Any:
     for part in path:
         current = _unwrap(current)
         if isinstance(current, type) and issubclass(current, msgspec.Struct):
-            names = {f.name: f.type for f in msgspec.structs.fields(current)}
+            fields = msgspec.structs.fields(current)
+            names = {f.name: f.type for f in fields} | {f.encode_name: f.type for f in fields}
             current = names.get(part, Any) if isinstance(part, str) else Any
         elif typing.get_origin(current) is dict:
             current = typing.get_args(current)[1]
@@ -182,12 +183,41 @@ def _non_finite(data: Any, path: list[Any]) -> list[Any] | None:
     return None
 
 
+# A number in scientific notation as people write bucket sizes and parameter counts: `5e7`. PyYAML
+# (YAML 1.1) reads it as a string and `5.0e+7` as a float; an integer key takes either when it is whole.
+_SCIENTIFIC = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+
+
+def _whole(value: Any) -> int | None:
+    """`value` as an int when it is a whole number written as a float or in scientific notation, else None."""
+    if isinstance(value, str) and _SCIENTIFIC.match(value.strip()):
+        value = float(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _integers(model: type, data: Any, path: list[Any]) -> Any:
+    """`data` with every whole number that an integer key holds as a float or as scientific notation
+    (`5e7`, `5.0e+7`) made an int; other values are left for validation to judge."""
+    if isinstance(data, dict):
+        return {k: _integers(model, v, path + [k]) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_integers(model, v, path + [i]) for i, v in enumerate(data)]
+    if not isinstance(data, bool) and _type_at(model, path) is int:
+        whole = _whole(data)
+        return data if whole is None else whole
+    return data
+
+
 def validate(model: type, data: dict[str, Any], source: str) -> Any:
-    """Validate `data` against `model` (a Struct class, zsim.config.struct).
+    """Validate `data` against `model` (a Struct class, zsim.config.struct). An integer key also takes a
+    whole number written as a float or in scientific notation (`reduce_bucket_elements: 5e7`).
 
     Raises:
         ConfigError: naming the file, the dotted key of the first error and the bad value.
     """
+    data = _integers(model, data, [])
     bad = _non_finite(data, [])
     if bad is not None:
         raise ConfigError(f"must be a finite number (got {_value_at(data, bad)})", source=source,

@@ -26,6 +26,7 @@ from zsim.config.scenario import Scenario, build_scenario
 from zsim.config.schema import ScenarioFile
 from zsim.config.struct import dump
 from zsim.config.validation import validate
+from zsim.config.overrides import set_key
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError
 from zsim.sweep.spec import Axis, SweepFile, axes_of
@@ -72,29 +73,6 @@ class Plan:
     def companions(self, key: str) -> tuple[str, ...]:
         """The keys that move with `key` (its zip group, itself included)."""
         return next((axis.keys for axis in self.axes if key in axis.keys), (key,))
-
-
-def set_key(data: dict[str, Any], key: str, value: Any, where: str) -> None:
-    """Set dotted `key` in the nested mapping `data`; sections are created, and a number selects an
-    item of a list (`fabric.degrade.0.factor`). Raises ConfigError naming `where`."""
-    parts = key.split(".")
-    node: Any = data
-    for i, part in enumerate(parts):
-        here = ".".join(parts[: i + 1])
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"'{here}': the list at '{'.'.join(parts[:i])}' has {len(node)} items "
-                                  f"(index 0 to {len(node) - 1})", path=where)
-            part = int(part)  # type: ignore[assignment]
-        elif not isinstance(node, dict):
-            raise ConfigError(f"'{'.'.join(parts[:i])}' is a value in the scenario, not a section", path=where)
-        if last:
-            node[part] = copy.deepcopy(value)
-        else:
-            if isinstance(node, dict) and part not in node:
-                node[part] = {}
-            node = node[part]
 
 
 def describe(values: dict[str, Any]) -> str:
