@@ -59,12 +59,15 @@ def test_json_to_file_and_set_override(tmp_path):
     f = json.loads(path.read_text())
     assert f["zero"]["stage"] == 2 and f["comm"]["dp_volume_over_psi"] == pytest.approx(2.0, abs=1e-6)
     assert "FITS" in proc.stdout
+    # the title is the file's description (stage 3): what the command line changed is said under it
+    assert f["scenario"]["overrides"] == ["zero.stage=2"] and "\n  overrides zero.stage=2 " in proc.stdout
 
 
 def test_oom_exits_3_with_the_moment_and_category(tmp_path):
     proc = zsim("run", "scenarios/paper/7.5B-64gpu-stage1.yaml", "--no-plot", "-o", str(tmp_path))
     assert proc.returncode == 3
     assert "OOM" in proc.stdout and "zsim: out of memory at t = " in proc.stderr
+    assert "run on as if the GPU had room, the step peaks at" in proc.stdout
     assert "Traceback" not in proc.stderr
 
 

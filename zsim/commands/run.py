@@ -68,6 +68,7 @@ def run_command(args: argparse.Namespace) -> int:
     with ticker("simulating", cost.seconds):
         result = simulate(scenario, progress=sys.stderr.isatty())  # a bar only in per-rank mode
     f = facts(result)
+    f["scenario"]["overrides"] = overrides  # what the command line changed (the description is the file's)
     names = {"result": "result.json", "trace": "trace.json", "memory_csv": "memory.csv"}
     if args.plot != "none":
         names.update(memory="memory.png", timeline="timeline.png")

@@ -87,13 +87,16 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         o = mem["oom"]
         fit = (f"OOM   at t = {o['time_s']:.3f} s on {o['rank_class']}: allocating {o['allocation_bytes'] / GB:.2f} GB "
                f"of {o['category']} ({o['allocation']}) needed {o['reserved_bytes'] / GB:.1f} GB reserved "
-               f"> {mem['capacity_bytes'] / GB:.1f} GB with {o['total_bytes'] / GB:.1f} GB allocated; "
-               f"peaks: allocated {mem['peak_bytes'] / GB:.1f} GB, reserved {mem['reserved_peak_bytes'] / GB:.1f} GB")
+               f"> {mem['capacity_bytes'] / GB:.1f} GB ({o['total_bytes'] / GB:.1f} GB allocated with it); "
+               f"run on as if the GPU had room, the step peaks at {mem['peak_bytes'] / GB:.1f} GB allocated, "
+               f"{mem['reserved_peak_bytes'] / GB:.1f} GB reserved")
     per_op = ", ".join(f"{x['op']} {x['payload_bytes_per_step'] * (2 if x['op'] == 'all_reduce' else 1) / c['psi_bytes']:.2f}Ψ"
                        for x in c["collectives"] if x["group"] == "dp") if lay["dp"] > 1 else "no DP group"
     mp_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "mp")
+    overrides = f["scenario"].get("overrides")
     lines = [
         f"zsim · {title}",
+        *([f"  overrides {', '.join(overrides)} (the title is the file's)"] if overrides else []),
         f"  model     {_params(m['params'])} params (Ψ), {m['layers']} layers × hidden {m['hidden']}{_shape(m)}, "
         f"seq {m['seq_len']}, "
         f"micro-batch {m['micro_batch']}, global batch {m['global_batch']}",
