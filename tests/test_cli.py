@@ -161,3 +161,14 @@ def test_non_positive_counts_are_rejected_by_the_parser(args):
 def test_nccl_fit_with_an_impossible_layout_is_one_line(shared_data):
     proc = zsim("nccl-fit", str(shared_data / "nccl-tests/dgx2-v100-12gpu"), "--hw", "dgx2", "--gpus", "20")
     assert proc.returncode == 2 and "--gpus 20" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_forced_algorithm_that_does_not_apply_is_said():
+    """NCCL has trees for all_reduce only: a forced tree all_gather runs as a ring, and the table says so."""
+    gather = zsim("collective", "--profile", "dgx2", "--nodes", "2", "--gpus", "32", "--op", "all_gather",
+                  "--algorithm", "tree", "-b", "1M", "-e", "1M")
+    assert gather.returncode == 0 and "ring/" in gather.stdout
+    assert "# --algorithm tree applies to all_reduce across nodes; all_gather on 32 GPUs" in gather.stdout
+    reduce = zsim("collective", "--profile", "dgx2", "--nodes", "2", "--gpus", "32", "--op", "all_reduce",
+                  "--algorithm", "tree", "-b", "4M", "-e", "4M")
+    assert "tree/" in reduce.stdout and "applies to" not in reduce.stdout

@@ -88,6 +88,14 @@ def run_command(args: argparse.Namespace) -> int:
     profiles, profile = profile_search(args)
     rows = collective_table(profile, args.nodes, args.gpus, args.op, sizes(args.minbytes, args.maxbytes, args.stepfactor),
                             args.gpus_per_process, args.algorithm, args.datatype, profiles)
-    print(format_table(rows, args.op), file=text_stream(args))
+    stream = text_stream(args)
+    print(format_table(rows, args.op), file=stream)
+    if args.algorithm != "auto" and any(not r.algorithm.startswith(args.algorithm) for r in rows):
+        # zsim.fabric.collective: what NCCL does when the algorithm has no implementation for the call
+        where = ("all_reduce across nodes" if args.algorithm == "tree"
+                 else "all_reduce, reduce_scatter and all_gather across nodes, several GPUs a node")
+        print(f"# --algorithm {args.algorithm} applies to {where}; {args.op} on {args.gpus} GPUs over "
+              f"{args.nodes} node{'s' if args.nodes > 1 else ''} runs as NCCL runs it there, the rows say which",
+              file=stream)
     emit_json(args, [asdict(r) for r in rows], indent=1)
     return 0
