@@ -38,8 +38,12 @@ class ArgumentParser(argparse.ArgumentParser):
     usage block that can wrap over many lines (issue 13: at most two lines on stderr). Subcommand
     parsers are of the same class (argparse's default parser_class)."""
 
+    command: str | None = None  # the top-level parser's one command, when it was built for one
+
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {error_text(message, lines=1)}\n  (`{self.prog} --help` lists the options)\n")
+        # Arguments no parser took are reported by the top-level parser: point at the command's help.
+        where = f"{self.prog} {self.command}" if self.command else self.prog
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {error_text(message, lines=1)}\n  (`{where} --help` lists the options)\n")
 
 
 Parser = ArgumentParser  # the name the runtime's entry points use
@@ -97,6 +101,7 @@ def build_parser(only: str | None = None, *, listing: bool = False) -> argparse.
                "`zsim COMMAND --help` for a command's options.",
     )
     parser.add_argument("--version", action=VersionAction, help="print the versions of zsim and its libraries")
+    parser.command = only if not listing else None
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS if only is None else (only,):
         if listing:

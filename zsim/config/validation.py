@@ -141,7 +141,10 @@ def _describe(message: str, model: type, data: Any) -> tuple[str, str]:
     wrong = re.match(r"Expected `([\w |]+)`, got `(\w+)`$", text)
     if wrong:
         want = " or ".join(_TYPES.get(w, w) for w in wrong.group(1).split(" | ") if w != "null")
-        return _dotted(path), f"must be {want} (got {short(value)})"
+        hint = (f"; write {int(value)} or {value:.0e}".replace("e+0", "e").replace("e+", "e")
+                if want == "an integer" and isinstance(value, float) and math.isfinite(value) and value.is_integer()
+                and abs(value) >= 1e4 else "")
+        return _dotted(path), f"must be {want} (got {short(value)}{hint})"
     bound = re.match(r"Expected `(\w+)` ([<>]=?) (\S+)$", text)
     if bound:
         want, op, limit = bound.groups()
@@ -184,22 +187,23 @@ def _non_finite(data: Any, path: list[Any]) -> list[Any] | None:
 
 
 # A number in scientific notation as people write bucket sizes and parameter counts: `5e7`. PyYAML
-# (YAML 1.1) reads it as a string and `5.0e+7` as a float; an integer key takes either when it is whole.
+# (YAML 1.1) reads it as a string, not a number; an integer key takes it when it is whole. A float
+# (`2.0`, `5.0e+7`) is still not an integer: values are not coerced (docs/reliability.md).
 _SCIENTIFIC = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
 
 def _whole(value: Any) -> int | None:
-    """`value` as an int when it is a whole number written as a float or in scientific notation, else None."""
+    """`value` as an int when it is a whole number written in scientific notation (`5e7`), else None."""
     if isinstance(value, str) and _SCIENTIFIC.match(value.strip()):
-        value = float(value)
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
+        number = float(value)
+        if math.isfinite(number) and number.is_integer():
+            return int(number)
     return None
 
 
 def _integers(model: type, data: Any, path: list[Any]) -> Any:
-    """`data` with every whole number that an integer key holds as a float or as scientific notation
-    (`5e7`, `5.0e+7`) made an int; other values are left for validation to judge."""
+    """`data` with every whole number that an integer key holds in scientific notation (`5e7`) made an
+    int; other values are left for validation to judge."""
     if isinstance(data, dict):
         return {k: _integers(model, v, path + [k]) for k, v in data.items()}
     if isinstance(data, list):
@@ -212,7 +216,7 @@ def _integers(model: type, data: Any, path: list[Any]) -> Any:
 
 def validate(model: type, data: dict[str, Any], source: str) -> Any:
     """Validate `data` against `model` (a Struct class, zsim.config.struct). An integer key also takes a
-    whole number written as a float or in scientific notation (`reduce_bucket_elements: 5e7`).
+    whole number in scientific notation (`reduce_bucket_elements: 5e7`), not a float (`5.0e+7`).
 
     Raises:
         ConfigError: naming the file, the dotted key of the first error and the bad value.
