@@ -10,12 +10,12 @@ from setuptools import find_namespace_packages, find_packages, setup
 CODE = {"zsim.runtime": "runtime"}
 DATA = {"zsim.hwprofiles": "hwprofiles", "zsim.scenarios": "scenarios"}
 
-packages = find_packages(include=["zsim", "zsim.*"])
+# namespace packages too: zsim/validate/suites/ holds the validation suites' YAML (zsim validate replay),
+# data without an __init__.py that setuptools would otherwise warn about and ship only by accident
+packages = find_namespace_packages(include=["zsim", "zsim.*"], exclude=["*__pycache__*"])
 for name, folder in CODE.items():
     packages += [name] + [f"{name}.{sub}" for sub in find_packages(folder)]
 for name, folder in DATA.items():  # data subfolders (gpus/, paper/) have no __init__.py
     packages += [name] + [f"{name}.{sub}" for sub in find_namespace_packages(folder, exclude=["__pycache__*"])]
 
-# zsim/validate/suites/ holds the validation suites' YAML (zsim validate replay), not code.
-setup(packages=packages, package_dir={**CODE, **DATA},
-      package_data={"": ["*.yaml", "*.json"], "zsim.validate": ["suites/*.yaml"]})
+setup(packages=packages, package_dir={**CODE, **DATA}, package_data={"": ["*.yaml", "*.json"]})
