@@ -101,6 +101,10 @@ def test_real_run_replays_op_for_op(tmp_path, capsys):
     assert report["step_seconds"]["measured"] > 0 and report["step_seconds"]["simulated"] > 0
     doc = json.loads((tmp_path / "out" / "replay.trace.json").read_text())
     assert {e["pid"] for e in doc["traceEvents"]} == {0, 1, 1000}
+    assert report["caution"] is None  # gloo on a host profile: the pairing calibrate accepts
+    # the same gloo run on a GPU system runs (a what-if), and says it compares two different machines
+    assert main(["replay", str(run), "--profile", "dgx2", "-o", str(tmp_path / "gpu")]) == 0
+    assert "caution   the run's collectives ran on gloo, the profile models NCCL on GPUs" in capsys.readouterr().out
 
 
 def test_kineto_trace_driven_replay_reproduces_the_dlrm_step(shared_data, tmp_path, capsys):

@@ -76,6 +76,15 @@ def replay(trace_dir: Path, profile: str, trace_driven: bool = False,
         return {"measured": measured_value, "simulated": simulated_value, "error": error}
 
     judged_m, judged_s = rp.judged(m_steps), rp.judged(s_steps)
+    backend = run.metadata.get("backend")
+    host_profile = getattr(scenario.cluster, "host", None) is not None  # a CPU host: gloo; else a GPU system: NCCL
+    caution = None
+    if backend in ("gloo", "nccl") and (backend == "gloo") != host_profile:
+        # zsim calibrate refuses this pairing (zsim.calibrate.collectives.check_backend); a replay may be
+        # a deliberate what-if, so it runs, and says what it compares
+        caution = (f"the run's collectives ran on {backend}, the profile models "
+                   f"{'gloo on a CPU host' if host_profile else 'NCCL on GPUs'}: the errors below compare two "
+                   "different machines, not the simulator with this run")
     report = {
         "trace_dir": str(trace_dir), "profile": profile, "trace_driven": trace_driven,
         "run": {"world_size": run.world_size, "stage": run.metadata["zero"].get("stage"), "dp": run.metadata["dp"],
@@ -91,6 +100,7 @@ def replay(trace_dir: Path, profile: str, trace_driven: bool = False,
                                                                                           key=_category_order)},
         "model_states_bytes": {c: {**pair(states_measured.get(c, 0), v), "exact": states_measured.get(c) == v}
                                for c, v in states_simulated.items()},
+        "caution": caution,
         "alignment": {"lined_up": len(alignment.pairs),
                       "measured_only": [list(k) for k in alignment.measured_only],
                       "simulated_only": [list(k) for k in alignment.simulated_only],
@@ -127,6 +137,8 @@ def print_report(report: dict[str, Any], out) -> None:
     print(f"zsim replay · {report['trace_dir']} ({r['world_size']} ranks {r['backend']}, ZeRO stage {r['stage']}, "
           f"dp {r['dp']} × mp {r['mp']}, {r['precision']}, grad-accum {r['grad_accum']}, {r['steps']} steps) on "
           f"{report['profile']}{' (trace-driven compute)' if report['trace_driven'] else ''}", file=out)
+    if report.get("caution"):
+        print(f"  caution   {report['caution']}", file=out)
 
     def line(label: str, p: dict[str, Any], unit: str = "ms", scale: float = 1e3) -> None:
         err = "" if p["error"] is None else f"{p['error']:+7.1%}"
