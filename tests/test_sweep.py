@@ -160,7 +160,8 @@ def test_fastest_only_among_points_that_fit():
                     {"point": 1, "status": "fits", "tflops_per_gpu": 2.0}], "tflops_per_gpu")["point"] == 1
     assert fastest(rows[:1], "step_s") is None
     groups = knees([{"x": x, "g": g, "m": 1 / x + g} for x in (1, 2, 4, 8) for g in (0, 10)], "x", "m", ["g"])
-    assert {k.group["g"]: k.x for k in groups} == {0: None, 10: 1.0}
+    assert {k.group["g"]: k.x for k in groups} == {0: None, 10: 1}
+    assert isinstance(groups[1].x, int)  # an integer axis's knee is an integer, in sweep.json too
 
 
 def test_fastest_with_room_skips_points_zsim_cautions_about():

@@ -32,7 +32,7 @@ class Knee:
     gain a further doubling of x buys there (None when the curve has no knee in range)."""
 
     group: dict[str, Any]
-    x: float | None
+    x: float | int | None  # as the axis gave it
     value: float | None
     gain_of_doubling: float | None
     last_gain: float | None  # the gain of doubling at the last checkable point (why there is no knee)
@@ -70,10 +70,12 @@ def knees(rows: list[dict[str, Any]], x: str, metric: str, group_by: list[str]) 
     """The knee of `metric` against `x` for each combination of `group_by` (OOM points included:
     the knee is a property of the curve; a curve whose every point is OOM is still reported)."""
     curves: dict[tuple, list[tuple[float, float]]] = {}
+    given: dict[float, Any] = {}  # each x as the axis gave it (an integer axis's knee stays an int)
     for r in rows:
         xv, yv = r.get(x), r.get(metric)
         if not _is_number(xv) or not _is_number(yv) or xv <= 0:
             continue
+        given[float(xv)] = xv
         curves.setdefault(tuple(r[k] for k in group_by), []).append((float(xv), float(yv)))
     out = []
     for group, points in curves.items():
@@ -84,7 +86,7 @@ def knees(rows: list[dict[str, Any]], x: str, metric: str, group_by: list[str]) 
         if index is None:
             out.append(Knee(labels, None, None, None, gains[-1] if gains else None))
         else:
-            out.append(Knee(labels, xs[index], ys[index], gains[index], gains[-1]))
+            out.append(Knee(labels, given[xs[index]], ys[index], gains[index], gains[-1]))
     return out
 
 

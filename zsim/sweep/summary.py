@@ -99,7 +99,7 @@ def sweep_summary(sweep) -> str:
         for k in sweep.knees:
             group = describe(k.group) or "the curve"
             if k.x is None:
-                still = f" (2× still buys {k.last_gain:.0%} at the top)" if k.last_gain is not None else \
+                still = f" (2× still buys {k.last_gain:.1%} at the top)" if k.last_gain is not None else \
                     " (too few points to double)"
                 lines.append(f"            {group}: no knee in range{still}")
             else:
