@@ -17,6 +17,8 @@ def read_tables(folder: Path) -> dict:
     """{collective: rows} from `<folder>/<collective>.txt` files. Raises ZsimError if none."""
     from zsim.trace.nccl_tests import read_nccl_tests
 
+    if not folder.exists():
+        raise ZsimError(f"{folder}: no such folder (expected a folder of nccl-tests tables, <collective>.txt)")
     if not folder.is_dir():
         raise ZsimError(f"{folder}: not a folder of nccl-tests tables (<collective>.txt)")
     tables = {fn: read_nccl_tests(folder / f"{fn}.txt") for fn in FUNCTIONS if (folder / f"{fn}.txt").is_file()}
