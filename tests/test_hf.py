@@ -147,6 +147,18 @@ def test_bad_json_unknown_type_missing_and_wrong_keys(tmp_path):
     assert "head_dim: 256 × 32 heads ≠ hidden_size 4096" in hf_error(tmp_path, llama)
 
 
+def test_a_config_that_is_not_text_or_not_a_file_is_refused(tmp_path):
+    """Read as every input is (zsim.config.yamlfile.read_json): not UTF-8, a model_type that is not a
+    name, and a device that never ends are each one message, not a crash or a read of /dev/zero."""
+    bad = tmp_path / "bin.json"
+    bad.write_bytes(b'{"a": "\xe0"}')
+    with pytest.raises(ConfigError, match=r"bin.json: not UTF-8 text \(byte 7"):
+        read_hf_config(bad)
+    assert "model_type: ['gpt2'] is not a model type zsim can import" in hf_error(tmp_path, {"model_type": ["gpt2"]})
+    with pytest.raises(ConfigError, match="/dev/zero: not a regular file, expected a Hugging Face config.json"):
+        read_hf_config("/dev/zero")
+
+
 def test_from_hf_must_be_a_path():
     with pytest.raises(ConfigError, match="model.from_hf: expected the path of a Hugging Face config.json, got 7"):
         resolve_from_hf({"model": {"from_hf": 7}}, source="s.yaml")

@@ -23,12 +23,14 @@ MP needs) and `seq_len` to the longest context the model was built for (override
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from zsim.config.yamlfile import read_json
 from zsim.errors import ConfigError
+
+MAX_CONFIG_BYTES = 8 << 20  # a config.json is a few KB; 8 MiB bounds the read (issue 13)
 
 _MISSING = object()
 
@@ -152,21 +154,13 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
             import; a key the family needs is missing or has the wrong type (naming file and key).
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError("no such file", source=str(path)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", source=str(path)) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}",
-                          source=str(path)) from None
+    # the project's checked reader: a regular file (a FIFO or /dev/zero would hang or fill memory), at
+    # most a few MB (a config.json is a few KB), UTF-8, JSON
+    data = read_json(path, what="Hugging Face config.json", max_bytes=MAX_CONFIG_BYTES)
     if not isinstance(data, dict):
         raise ConfigError(f"expected a JSON object, got {type(data).__name__}", source=str(path))
     config = _Config(data, path)
-    family = FAMILIES.get(config.model_type)  # type: ignore[arg-type]
+    family = FAMILIES.get(config.model_type) if isinstance(config.model_type, str) else None
     if family is None:
         got = "missing" if config.model_type is None else repr(config.model_type)
         raise config.fail("model_type", f"{got} is not a model type zsim can import "
