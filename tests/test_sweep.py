@@ -309,6 +309,19 @@ def test_cli_output_must_be_a_folder(base, tmp_path):
     assert proc.returncode == 2 and "--address needs --engine dask" in proc.stderr
 
 
+def test_a_sweep_name_cannot_write_outside_out_and_workers_are_bounded(base, tmp_path):
+    """`name: /abs/x` or `../../x` becomes one safe folder under out/, as a scenario's name does; a
+    worker count past any machine is refused before anything forks."""
+    escape = tmp_path / "escaped"
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"name": str(escape), "base": str(base), "axes": {"zero.stage": [2, 3]}}))
+    proc = zsim("sweep", str(sweep), "--no-plot", "--workers", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not escape.exists() and (tmp_path / "out" / str(escape).replace("/", "_") / "sweep.csv").is_file()
+    proc = zsim("sweep", str(sweep), "--workers", "100000", cwd=tmp_path)
+    assert proc.returncode == 2 and "at most 1024 worker processes" in proc.stderr
+
+
 def test_metric_and_plot_keys_are_checked_before_running(base):
     with pytest.raises(ConfigError, match="metric: 'step_time' is not a numeric result column"):
         plan_of({"axes": {"zero.stage": [2, 3]}, "metric": "step_time"}, base)

@@ -10,6 +10,8 @@ from zsim.commands import HELP
 from zsim.commands.options import add_json_option, emit_json, text_stream
 from zsim.errors import EXIT_OK
 
+MAX_WORKERS = 1024  # processes on one machine or one Dask cluster; a typo of 100000 would fork until it fails
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -39,10 +41,13 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_WORKERS} worker processes, got {value}")
     return value
 
 
 def sweep_command(args: argparse.Namespace) -> int:
+    from zsim.config.scenario import safe_name
     from zsim.sweep.points import load_plan
     from zsim.sweep.runner import run_sweep, summary_facts, write_outputs
     from zsim.sweep.summary import sweep_summary
@@ -53,7 +58,9 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise ZsimError("--address needs --engine dask")
     plan = load_plan(args.sweep)  # every point validated here, before any runs
     name = plan.spec.name or Path(args.sweep).stem
-    out = Path(args.output) if args.output else Path("out") / name
+    # as `zsim run` does with a scenario's name: one safe file-name component, so `name: ../../x` or
+    # `name: /abs` cannot write outside out/ (issue 13)
+    out = Path(args.output) if args.output else Path("out") / safe_name(name)
     if out.exists() and not out.is_dir():
         raise ZsimError(f"-o {out}: is a file; the sweep needs a folder")
     text = text_stream(args)

@@ -82,6 +82,8 @@ def run_sweep(plan: Plan, out: Path | None, *, engine: str = "local", workers: i
         raise ConfigError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     started = time.perf_counter()
     workers = workers or default_workers()
+    if engine != "dask" or address is None:  # processes of our own: no more than there are points to run
+        workers = max(1, min(workers, len(plan.points)))
     cache = out / "cache" if out is not None else None
     rows: dict[int, dict[str, Any]] = {}
     missing: list[Point] = []
