@@ -299,6 +299,46 @@ def test_killed_sweep_reruns_only_the_missing_points(base, tmp_path):
     assert (tmp_path / "fresh" / "sweep.csv").read_text() == (out / "sweep.csv").read_text()
 
 
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_terminated_sweep_leaves_no_workers(base, tmp_path):
+    """SIGTERM to the sweep (a scheduler's job kill) takes its worker processes with it: each asked
+    Linux to be signalled when its parent dies (zsim.sweep.engines.die_with_parent)."""
+    import signal
+    import time
+
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"base": str(base), "set": {"model.layers": 8},
+                                     "axes": {"model.micro_batch": list(range(1, 41)), "zero.stage": [1, 2, 3]}}))
+    proc = subprocess.Popen([sys.executable, "-m", "zsim.cli", "sweep", str(sweep), "-o", str(tmp_path / "o"),
+                             "--workers", "2", "--no-plot"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while time.monotonic() < deadline and proc.poll() is None and len(workers) < 2:
+        workers = _children(proc.pid)
+        time.sleep(0.05)
+    assert proc.poll() is None and len(workers) >= 2, "the sweep finished before its workers were seen"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
+        time.sleep(0.05)
+    assert not [w for w in workers if Path(f"/proc/{w}").exists()]
+
+
 def test_cli_output_must_be_a_folder(base, tmp_path):
     sweep = tmp_path / "s.yaml"
     sweep.write_text(yaml.safe_dump({"base": base.name, "axes": {"zero.stage": [2, 3]}}))

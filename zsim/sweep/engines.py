@@ -47,6 +47,23 @@ def start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
+def die_with_parent() -> None:
+    """In a worker: ask Linux to send SIGTERM when the sweep's process dies (prctl PR_SET_PDEATHSIG = 1,
+    man 2 prctl), so a sweep killed by SIGTERM or SIGKILL leaves no workers behind. Elsewhere nothing."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # no libc symbol: keep the default
+        return
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def chunks(points: list[Point], workers: int, most: int = 8) -> list[list[Point]]:
     """Split `points` into chunks: about 4 per worker (so the last ones balance), at most `most`
     points each (so progress and caching stay fine-grained)."""
@@ -61,7 +78,7 @@ def run_local(points: list[Point], workers: int, with_facts: bool, on_done: Done
             on_done(run_chunk(chunk, with_facts))
         return
     context = multiprocessing.get_context(start_method())
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=die_with_parent) as pool:
         pending = {pool.submit(run_chunk, c, with_facts) for c in chunks(points, workers)}
         try:
             while pending:
