@@ -172,3 +172,19 @@ def test_a_forced_algorithm_that_does_not_apply_is_said():
     reduce = zsim("collective", "--profile", "dgx2", "--nodes", "2", "--gpus", "32", "--op", "all_reduce",
                   "--algorithm", "tree", "-b", "4M", "-e", "4M")
     assert "tree/" in reduce.stdout and "applies to" not in reduce.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--scenario", "scenarios/paper/C1-100B-400gpu.yaml", "--set", "zero.stage=9"],
+     "C1-100B-400gpu.yaml: zero.stage: must be an integer <= 3 (got 9)"),  # was "not even one layer fits"
+    (["--scenario", "scenarios/paper/C1-100B-400gpu.yaml", "--set", "model.layers=abc"],
+     "model.layers: must be an integer (got 'abc')"),
+    (["--scenario", "scenarios/paper/C1-100B-400gpu.yaml", "--stage", "0", "--batch", "64"],
+     "--stage, --batch describe a shape of its own; with --scenario change the scenario's keys with --set"),
+    (["--dp", "64", "--gpu-mem", "32GB", "--set", "zero.stage=2"], "--set changes a key of --scenario"),
+    (["--dp", "64", "--gpu-mem", "32GB", "--hidden", "4096"], "--hidden describes the shape of a full-memory search"),
+])
+def test_maxsize_refuses_what_its_mode_would_ignore(args, message):
+    """An option the chosen mode does not read, or a bad key of --scenario, is exit 2 before any search."""
+    proc = zsim("maxsize", *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

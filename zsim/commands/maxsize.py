@@ -76,7 +76,8 @@ class MaxModel:
 FIRST_STEPS, MAX_STEPS = 2, 32
 
 
-def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Profiles | None = None) -> Trial:
+def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Profiles | None = None,
+         source: str = "<maxsize>") -> Trial:
     """The Trial of scenario `data` with `layers` layers, no accumulation, simulated
     until the allocator settles (FIRST_STEPS, doubled up to MAX_STEPS; a run that has not settled by
     then and never ran out of memory counts as fitting)."""
@@ -91,7 +92,7 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
     while True:
         trial.setdefault("run", {})["steps"] = steps
         try:
-            scenario = build_scenario(trial, source="<maxsize>", default_name="maxsize", gpu_memory_bytes=gpu_bytes,
+            scenario = build_scenario(trial, source=source, default_name="maxsize", gpu_memory_bytes=gpu_bytes,
                                       profiles=profiles)
         except ConfigError as exc:
             if exc.path == "zero.stage":  # model states alone exceed the GPU
@@ -106,7 +107,7 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
 
 
 def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 4096,
-               profiles: Profiles | None = None, progress: bool = False) -> MaxModel:
+               profiles: Profiles | None = None, progress: bool = False, source: str = "<maxsize>") -> MaxModel:
     """The most layers (1..limit) of scenario `data`'s shape that fit, by binary search (memory grows
     with the layer count); `progress` shows a tqdm counter of the simulated trials on stderr.
     Raises ZsimError when not even one layer fits."""
@@ -116,7 +117,7 @@ def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 
 
     def trial(data: dict[str, Any], layers: int, gpu_bytes: int | None) -> Trial:
         bar.set_postfix_str(f"{layers} layers")
-        out = fits(data, layers, gpu_bytes, profiles)
+        out = fits(data, layers, gpu_bytes, profiles, source)
         bar.update()
         return out
 
@@ -155,26 +156,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "shape that fits until the simulated allocator settles into a state that repeats every step, "
                     "activations, buffers and allocator included (Figure 6).")
     p.add_argument("--dp", type=positive("--dp"), help="data-parallel degree Nd")
-    p.add_argument("--mp", type=positive("--mp"), default=1, help="model-parallel degree")
+    p.add_argument("--mp", type=positive("--mp"), help="model-parallel degree (default 1)")
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), help="one ZeRO stage (default: all four)")
     p.add_argument("--gpu-mem", type=size_arg, metavar="SIZE",
                    help="GPU memory, e.g. 32GB (10^9 bytes, as the paper), 32GiB or 32G (2^30 bytes); "
                         "default: the profile's")
-    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
+    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"),
                    help="parameter and gradient dtype (fp32: plain fp32 training, K = 8; default fp16)")
     p.add_argument("--scenario", metavar="FILE", help="search the layers of this scenario's shape and options")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of --scenario (repeatable)")
     shape = p.add_argument_group("shape for the full-memory search (with --batch)")
     shape.add_argument("--batch", type=positive("--batch"), help="micro-batch per GPU (sequences)")
-    shape.add_argument("--hidden", type=positive("--hidden"), default=8192, help="hidden size h (default 8192)")
-    shape.add_argument("--heads", type=positive("--heads"), default=64, help="attention heads (default 64)")
-    shape.add_argument("--seq", type=positive("--seq"), default=1024, help="sequence length (default 1024)")
-    shape.add_argument("--vocab", type=positive("--vocab"), default=51200, help="vocabulary size (default 51200)")
+    shape.add_argument("--hidden", type=positive("--hidden"), help="hidden size h (default 8192)")
+    shape.add_argument("--heads", type=positive("--heads"), help="attention heads (default 64)")
+    shape.add_argument("--seq", type=positive("--seq"), help="sequence length (default 1024)")
+    shape.add_argument("--vocab", type=positive("--vocab"), help="vocabulary size (default 51200)")
     for flag, key in (("--pa", "partition_activations"), ("--pa-cpu", "cpu_offload_activations"),
                       ("--md", "defragment")):
-        shape.add_argument(flag, dest=key, action="store_true", help=f"zero.{key}: true")
-    shape.add_argument("--no-cb", dest="constant_buffers", action="store_false", help="zero.constant_buffers: false")
+        shape.add_argument(flag, dest=key, action="store_true", default=None, help=f"zero.{key}: true")
+    shape.add_argument("--no-cb", dest="constant_buffers", action="store_false", default=None,
+                       help="zero.constant_buffers: false")
     add_profile_options(p, what="with --batch: the hardware (default dgx2); with --scenario: replaces its hardware.profile")
     add_json_option(p)
     p.set_defaults(func=maxsize_command)
@@ -184,23 +186,54 @@ def _shape_scenario(args: argparse.Namespace, profiles: Profiles, profile: str) 
     from zsim.config.hardware import load_cluster
 
     cluster = load_cluster(profile, 1, profiles)
-    gpus = args.dp * args.mp
+    mp = args.mp or 1
+    gpus = args.dp * mp
     if gpus % cluster.gpus_per_node:
-        raise ZsimError(f"--dp {args.dp} × --mp {args.mp} = {gpus} GPUs is not a whole number of "
+        raise ZsimError(f"--dp {args.dp} × --mp {mp} = {gpus} GPUs is not a whole number of "
                         f"{cluster.name} nodes ({cluster.gpus_per_node} GPUs each)")
     return {
-        "model": {"layers": 1, "hidden": args.hidden, "heads": args.heads, "seq_len": args.seq, "vocab": args.vocab,
-                  "micro_batch": args.batch},
-        "parallel": {"dp": args.dp, "mp": args.mp},
-        "zero": {"stage": 1 if args.stage is None else args.stage, "partition_activations": args.partition_activations
-                 or args.cpu_offload_activations, "cpu_offload_activations": args.cpu_offload_activations,
-                 "constant_buffers": args.constant_buffers, "defragment": args.defragment},
-        "precision": {"dtype": args.dtype},
+        "model": {"layers": 1, "hidden": args.hidden or 8192, "heads": args.heads or 64, "seq_len": args.seq or 1024,
+                  "vocab": args.vocab or 51200, "micro_batch": args.batch},
+        "parallel": {"dp": args.dp, "mp": mp},
+        "zero": {"stage": 1 if args.stage is None else args.stage,
+                 "partition_activations": bool(args.partition_activations or args.cpu_offload_activations),
+                 "cpu_offload_activations": bool(args.cpu_offload_activations),
+                 "constant_buffers": args.constant_buffers is not False, "defragment": bool(args.defragment)},
+        "precision": {"dtype": args.dtype or "fp16"},
         "hardware": {"profile": profile, "nodes": gpus // cluster.gpus_per_node},
     }
 
 
+# The options each mode reads; the others are refused rather than silently ignored.
+SHAPE_OPTIONS = {"dp": "--dp", "mp": "--mp", "stage": "--stage", "dtype": "--dtype", "batch": "--batch",
+                 "hidden": "--hidden", "heads": "--heads", "seq": "--seq", "vocab": "--vocab",
+                 "partition_activations": "--pa", "cpu_offload_activations": "--pa-cpu", "defragment": "--md",
+                 "constant_buffers": "--no-cb"}
+MODEL_STATES_OPTIONS = ("dp", "mp", "stage", "dtype")
+
+
+def _refuse_unread(args: argparse.Namespace) -> None:
+    """Raise ZsimError for an option the chosen mode does not read (it would be silently ignored)."""
+    if args.scenario:
+        unread = [flag for key, flag in SHAPE_OPTIONS.items() if getattr(args, key) is not None]
+        if unread:
+            raise ZsimError(f"{', '.join(unread)} {'describe' if len(unread) > 1 else 'describes'} a shape of its "
+                            "own; with --scenario change the scenario's keys "
+                            "with --set (e.g. --set zero.stage=2 --set model.micro_batch=8)")
+        return
+    if args.overrides:
+        raise ZsimError("--set changes a key of --scenario; without it use the shape options (--batch, --hidden, ...)")
+    if not args.batch:
+        unread = [flag for key, flag in SHAPE_OPTIONS.items() if key not in MODEL_STATES_OPTIONS
+                  and getattr(args, key) is not None]
+        if unread:
+            raise ZsimError(f"{', '.join(unread)} {'describe' if len(unread) > 1 else 'describes'} the shape of a "
+                            "full-memory search: give --batch too "
+                            "(without it maxsize counts model states alone)")
+
+
 def maxsize_command(args: argparse.Namespace) -> int:
+    _refuse_unread(args)
     if args.json is not None and args.json != "-":
         from zsim.report.outputs import check_file
 
@@ -220,11 +253,19 @@ def maxsize_command(args: argparse.Namespace) -> int:
             # from_hf is relative to the scenario file; resolved here, the trials can grow its layers.
             data = resolve_from_hf(apply_overrides(read_yaml_mapping(path), overrides), source=str(path),
                                    base_dir=path.parent)
+            # The file and its --set as given, before the search replaces layers and steps: a bad value
+            # there is an error naming the file and key, never "not even one layer fits".
+            from zsim.config.schema import ScenarioFile
+            from zsim.config.validation import validate
+
+            validate(ScenarioFile, data, str(path))
+            source = str(path)
         else:
             if args.dp is None:
                 raise ZsimError("--batch needs --dp (and --mp)")
             data = _shape_scenario(args, profiles, profile or "dgx2")
-        best = max_layers(data, args.gpu_mem, profiles=profiles, progress=sys.stderr.isatty())
+            source = "<maxsize>"
+        best = max_layers(data, args.gpu_mem, profiles=profiles, progress=sys.stderr.isatty(), source=source)
         table: dict[str, Any] = {"mode": "full memory", "layers": best.layers, "params": best.params,
                                  "reserved_peak_bytes": best.reserved_peak_bytes, "steps": best.steps,
                                  "settled": best.settled}
@@ -236,10 +277,11 @@ def maxsize_command(args: argparse.Namespace) -> int:
         if args.dp is None or args.gpu_mem is None:
             raise ZsimError("model-states mode needs --dp and --gpu-mem (or give --scenario / --batch)")
         stages = (args.stage,) if args.stage is not None else (0, 1, 2, 3)
-        table = {"mode": "model states", "dp": args.dp, "mp": args.mp, "gpu_bytes": args.gpu_mem,
-                 "params": {str(s): max_params_model_states(args.gpu_mem, args.dp, args.mp, s, args.dtype)
+        mp, dtype = args.mp or 1, args.dtype or "fp16"
+        table = {"mode": "model states", "dp": args.dp, "mp": mp, "gpu_bytes": args.gpu_mem,
+                 "params": {str(s): max_params_model_states(args.gpu_mem, args.dp, mp, s, dtype)
                             for s in stages}}
-        text = f"largest model by model states alone, Nd = {args.dp}, MP = {args.mp}, {args.gpu_mem / 1e9:g} GB/GPU:\n" + \
+        text = f"largest model by model states alone, Nd = {args.dp}, MP = {mp}, {args.gpu_mem / 1e9:g} GB/GPU:\n" + \
             "\n".join(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{table['params'][str(s)] / 1e9:>10.1f}B" for s in stages)
     print(text, file=text_stream(args))
     emit_json(args, table)
