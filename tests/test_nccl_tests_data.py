@@ -89,3 +89,21 @@ def test_fit_recovers_known_terms_from_synthetic_tables():
         assert 11 * got["launch_us"] + got[f"latency_us.{p}"] == pytest.approx(
             11 * truth["launch_us"] + truth[f"latency_us.{p}"], rel=0.02), p
     assert got["efficiency.LL128.all_gather"] * 150 >= truth["unaligned_copy_GBps"] * 0.98  # 6 NVLinks × 25 GB/s
+
+
+def test_nccl_fit_holds_the_gpu_count_to_the_tables_header(shared_data):
+    """The DGX-2 tables were recorded on 12 GPUs by one process (-g 12): another --gpus or -g would fit
+    terms for a machine the tables never saw, so it is refused (exit 2) naming the file and the header's."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    def nccl_fit(*args):
+        return subprocess.run([sys.executable, "-m", "zsim.cli", "nccl-fit", str(shared_data / DGX2), "--profile",
+                               "dgx2", *args], capture_output=True, text=True, cwd=ROOT)
+
+    wrong = nccl_fit("--gpus", "13", "-g", "12")
+    assert wrong.returncode == 2 and "its header lists 12 GPUs, 12 per process" in wrong.stderr
+    one = nccl_fit("--gpus", "1")
+    assert one.returncode == 2 and "--gpus 1: a collective needs at least 2 GPUs" in one.stderr

@@ -63,6 +63,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_command)
 
 
+def _check_recording(args: argparse.Namespace) -> None:
+    """--gpus and -g against what each table's header says it ran on (`zsim calibrate` reads them from
+    there): a fit for another GPU count would be silently wrong. Raises ZsimError."""
+    from zsim.trace.nccl_tests import recording_of
+
+    if args.gpus < 2:
+        raise ZsimError(f"--gpus {args.gpus}: a collective needs at least 2 GPUs")
+    for fn in FUNCTIONS:
+        path = args.folder / f"{fn}.txt"
+        found = recording_of(path) if path.is_file() else None
+        if found is not None and found != (args.gpus, args.gpus_per_process):
+            gpus, per_process = found
+            raise ZsimError(f"{path}: its header lists {gpus} GPUs, {per_process} per process (nccl-tests -g); "
+                            f"give --gpus {gpus} -g {per_process}, not --gpus {args.gpus} -g {args.gpus_per_process}")
+
+
 def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import fit
     from zsim.config.hardware import load_cluster
@@ -75,6 +91,7 @@ def run_command(args: argparse.Namespace) -> int:
     if rows < 2 * len(_PARAMS):  # fewer sizes than twice the terms: the fit would be underdetermined noise
         raise ZsimError(f"{args.folder}: {rows} distinct sizes in the nccl-tests tables; fitting {len(_PARAMS)} terms "
                         f"needs at least {2 * len(_PARAMS)} (a sweep such as -b 8 -e 8G -f 2 gives 31 per table)")
+    _check_recording(args)
     cluster = load_cluster(profile, args.nodes, profiles)
     result = fit(cluster, tables, args.gpus, args.gpus_per_process)
     out = text_stream(args)
