@@ -141,3 +141,33 @@ def test_ctrl_c_at_random_moments_leaves_old_or_new_complete_outputs(tmp_path):
         seen.add(complete_run(out))
     assert any(code != 0 for code in codes), codes  # some runs really were interrupted
 
+
+
+def test_json_into_a_link_or_a_pipe_writes_through_it(tmp_path):
+    """--json onto a symlink writes the file it points at and keeps the link; onto a FIFO (or a device
+    such as /dev/stdout) it writes into it: a rename over either would replace it with a regular file."""
+    from zsim.report.outputs import write_atomic
+
+    target = tmp_path / "target.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_atomic(link, '{"a": 1}\n')
+    assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    write_atomic(fifo, '{"b": 2}\n')
+    assert json.loads(reader.communicate(timeout=10)[0]) == {"b": 2}
+    assert fifo.is_fifo()
+
+
+@pytest.mark.parametrize("command", [["schema"], ["collective", "--profile", "dgx2", "--gpus", "8", "--op", "all_reduce"],
+                                     ["profiles"]])
+def test_every_command_checks_json_before_any_work(tmp_path, command):
+    """`--json` is checked as the command line is read, in every command: a missing folder is exit 2
+    naming --json, and nothing is created (schema used to make the folder)."""
+    proc = subprocess.run([sys.executable, "-m", "zsim.cli", *command, "--json", str(tmp_path / "nodir" / "x.json")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "argument --json: no folder" in proc.stderr
+    assert not (tmp_path / "nodir").exists()

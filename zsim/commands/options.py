@@ -58,9 +58,25 @@ def profile_search(args: argparse.Namespace) -> tuple[Profiles, str | None]:
     return profiles.resolve_system(text)
 
 
+def json_path(text: str) -> str:
+    """argparse type of --json: '-' or a file name that can be written (checked while the command line is
+    read, before any work, in every command alike)."""
+    if text == "-":
+        return text
+    from zsim.errors import ZsimError
+    from zsim.report.outputs import check_file
+
+    try:
+        check_file(text)
+    except ZsimError as exc:
+        message = str(exc)
+        raise argparse.ArgumentTypeError(message.split(": ", 1)[1] if ": " in message else message) from None
+    return text
+
+
 def add_json_option(parser: argparse.ArgumentParser, what: str = "the figures") -> None:
     """`--json PATH|-`."""
-    parser.add_argument("--json", metavar="PATH|-",
+    parser.add_argument("--json", metavar="PATH|-", type=json_path,
                         help=f"also write {what} as JSON to PATH; '-' writes JSON to stdout and the text to stderr")
 
 

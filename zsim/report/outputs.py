@@ -106,6 +106,10 @@ def write_atomic(path: str | Path, content: str | bytes | Callable[[Path], objec
         ZsimError: the disk is full or the folder not writable; `path` is then unchanged.
     """
     path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():  # (both follow links)
+        return _write_through(path, content)  # a FIFO or a device (/dev/stdout): a rename would replace it
+    if path.is_symlink():  # write the file the link points at, and keep the link
+        path = path.resolve()
     tmp = temp_name(path)
     try:
         try:
@@ -122,6 +126,22 @@ def write_atomic(path: str | Path, content: str | bytes | Callable[[Path], objec
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()  # gone after the rename; left only when something failed
+    return path
+
+
+def _write_through(path: Path, content: str | bytes | Callable[[Path], object]) -> Path:
+    """Write `content` to the existing non-regular file `path` (a FIFO, a character device) in place."""
+    try:
+        if callable(content):
+            content(path)
+        elif isinstance(content, bytes):
+            with open(path, "wb") as fh:
+                fh.write(content)
+        else:
+            with open(path, "w") as fh:
+                fh.write(content)
+    except OSError as exc:
+        raise _explain(exc, path) from None
     return path
 
 
