@@ -362,6 +362,14 @@ def test_a_sweep_name_cannot_write_outside_out_and_workers_are_bounded(base, tmp
     assert proc.returncode == 2 and "at most 1024 worker processes" in proc.stderr
 
 
+def test_a_point_zsim_run_would_refuse_as_too_long_stops_the_sweep(base, monkeypatch):
+    """The cost check of `zsim run` (ZSIM_MAX_SECONDS) holds for every point, before any runs: a point
+    estimated past it is an error naming the point, not a silent hour."""
+    monkeypatch.setenv("ZSIM_MAX_SECONDS", "1")
+    with pytest.raises(ConfigError, match=r"point 1 \(run.steps=1000\).*too large for class mode"):
+        plan_of({"axes": {"run.steps": [1, 1000]}}, base)
+
+
 def test_metric_and_plot_keys_are_checked_before_running(base):
     with pytest.raises(ConfigError, match="metric: 'step_time' is not a numeric result column"):
         plan_of({"axes": {"zero.stage": [2, 3]}, "metric": "step_time"}, base)

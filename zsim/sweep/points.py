@@ -28,8 +28,9 @@ from zsim.config.struct import dump
 from zsim.config.validation import validate
 from zsim.config.overrides import set_key
 from zsim.config.yamlfile import read_yaml_mapping
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, ZsimError
 from zsim.sweep.spec import Axis, SweepFile, axes_of
+from zsim.zero.cost import check_cost
 
 # Keys of the scenario that do not change its result: left out of a point's hash.
 UNHASHED = {"name", "description", "run.output"}
@@ -173,6 +174,10 @@ def plan_sweep(spec: SweepFile, source: str, base_dir: Path) -> Plan:
             reason = f"{exc.path}: {_reason(_message(exc))}"
             plan.skipped[reason] = plan.skipped.get(reason, 0) + 1
             continue
+        try:  # what `zsim run` refuses (too long or too large to simulate here) a sweep refuses too
+            check_cost(scenario, trace=False)  # a sweep's worker builds no trace events
+        except ZsimError as exc:
+            raise ConfigError(str(exc), source=where) from None
         plan.points.append(Point(index=plan.total - 1, values=values, scenario=scenario,
                                  key=point_key(scenario, validated, capacity), capacity_bytes=capacity, oom_reason=oom))
     if not plan.points:

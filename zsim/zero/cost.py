@@ -110,9 +110,10 @@ def max_seconds() -> float:
     return value if value == value and value > 0 else MAX_SECONDS
 
 
-def check_cost(scenario) -> Cost:
+def check_cost(scenario, trace: bool = True) -> Cost:
     """Refuse a simulation that would not fit this machine's memory or would run longer than
-    MAX_SECONDS (ZSIM_MAX_SECONDS), with what to change. Returns the estimate.
+    MAX_SECONDS (ZSIM_MAX_SECONDS), with what to change. Returns the estimate. Without `trace` (a sweep
+    keeps the totals, not the trace events) only the time is checked.
 
     Raises:
         ZsimError: too large for this machine or this mode.
@@ -127,7 +128,7 @@ def check_cost(scenario) -> Cost:
     if z.stage in (1, 2) and z.constant_buffers and z.reduce_bucket_elements < 1_000_000:
         advice += f", or raise zero.reduce_bucket_elements ({z.reduce_bucket_elements:,})"
     need, have = cost.bytes, available_bytes() * MEMORY_SHARE
-    if need > have:
+    if trace and need > have:
         raise ZsimError(f"too large for this machine: {size} would hold ~{need / 1e9:.1f} GB of trace events "
                         f"(~{have / 1e9:.1f} GB usable here); {advice}")
     limit = max_seconds()
