@@ -195,3 +195,14 @@ def test_a_profile_path_is_refused_at_the_key_in_one_readable_sentence(name):
     with pytest.raises(ConfigError) as info:
         load_cluster(name, 1)
     assert str(info.value).endswith(f": {rule}")  # one sentence, not the repr of a tuple
+
+
+def test_a_folder_or_a_device_named_as_the_scenario_says_what_it_is(tmp_path):
+    from zsim.config.scenario import find_scenario
+
+    with pytest.raises(ConfigError, match="is a folder, expected a scenario file"):
+        find_scenario(tmp_path)
+    with pytest.raises(ConfigError, match="/dev/null: not a regular file, expected a scenario file"):
+        find_scenario("/dev/null")
+    with pytest.raises(ConfigError, match="no such file, and not a shipped scenario"):
+        find_scenario(tmp_path / "nope.yaml")

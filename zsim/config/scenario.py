@@ -82,6 +82,10 @@ def find_scenario(text: str | Path) -> Path:
         return shipped.get(key) or short[key]
     import difflib
 
+    if path.is_dir():
+        raise ConfigError("is a folder, expected a scenario file (.yaml)", source=str(text))
+    if path.exists():  # a FIFO, a device: read_text would say so, but only after the shipped names
+        raise ConfigError("not a regular file, expected a scenario file (.yaml)", source=str(text))
     close = difflib.get_close_matches(key, list(dict.fromkeys([*shipped, *short])), n=3)
     hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else "`zsim profiles` lists them"
     raise ConfigError(f"no such file, and not a shipped scenario ({hint})", source=str(text))
