@@ -188,3 +188,17 @@ def test_maxsize_refuses_what_its_mode_would_ignore(args, message):
     """An option the chosen mode does not read, or a bad key of --scenario, is exit 2 before any search."""
     proc = zsim("maxsize", *args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["collective", "--profile", "dgx2", "--gpus", "16", "--op", "all_reduce", "-g", "5"],
+     "-g 5: each process drives GPUs of one node"),
+    (["memory", "--params", "7.5e9", "--dp", "64", "--pa"], "--pa shapes the residual states: give --hidden"),
+    (["memory", "--params", "7.5e9", "--dp", "64", "--hidden", "4096", "--seq", "1024", "--batch", "4",
+      "--no-checkpointing", "--ckpt-every", "2"], "they need checkpointing (drop --no-checkpointing)"),
+    (["validate", "paper", "--suite-file", "x.yaml"], "--suite-file applies to the replay suite"),
+])
+def test_options_that_contradict_each_other_are_refused(args, message):
+    """An option the rest of the command line makes meaningless is exit 2, not silently dropped."""
+    proc = zsim(*args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

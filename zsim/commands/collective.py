@@ -85,6 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if (args.gpus // args.nodes) % args.gpus_per_process:
+        raise ZsimError(f"-g {args.gpus_per_process}: each process drives GPUs of one node, so -g must divide "
+                        f"the {args.gpus // args.nodes} GPUs a node has here (--gpus {args.gpus} over --nodes "
+                        f"{args.nodes})")
     profiles, profile = profile_search(args)
     rows = collective_table(profile, args.nodes, args.gpus, args.op, sizes(args.minbytes, args.maxbytes, args.stepfactor),
                             args.gpus_per_process, args.algorithm, args.datatype, profiles)

@@ -115,6 +115,16 @@ def memory_command(args: argparse.Namespace) -> int:
     shape = (args.hidden, args.seq, args.batch)
     if any(shape) and not all(shape):
         raise ZsimError("residual states need all of --hidden, --seq and --batch")
+    residual_only = [flag for flag, given in (("--heads", args.heads is not None), ("--layers", args.layers is not None),
+                                              ("--no-checkpointing", not args.checkpointing),
+                                              ("--ckpt-every", args.ckpt_every != 1), ("--pa", args.pa),
+                                              ("--pa-cpu", args.pa_cpu), ("--no-cb", not args.cb)) if given]
+    if residual_only and not all(shape):
+        raise ZsimError(f"{', '.join(residual_only)} {'shape' if len(residual_only) > 1 else 'shapes'} the residual "
+                        "states: give --hidden, --seq and --batch too")
+    if not args.checkpointing and (args.ckpt_every != 1 or args.pa or args.pa_cpu):
+        raise ZsimError("--ckpt-every, --pa and --pa-cpu place checkpoints: they need checkpointing "
+                        "(drop --no-checkpointing)")
     if all(shape):
         table["residual"] = {str(s): residual_table(
             args.params, args.dp, args.mp, s, hidden=args.hidden, seq=args.seq, batch=args.batch, heads=args.heads,

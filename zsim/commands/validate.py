@@ -55,6 +55,9 @@ def run_command(args: argparse.Namespace) -> int:
                             "(give it a --suite-file instead)")
         options = {"suite_file": args.suite_file, "output": args.output}
     else:
+        if args.suite_file is not None:
+            raise ZsimError(f"--suite-file applies to the replay suite; the {args.suite} suite is its scenarios "
+                            "(change them with --set)")
         options = {"overrides": tuple(args.overrides)}
     report = importlib.import_module(SUITES[args.suite]).run(progress=sys.stderr.isatty(), **options)
     print(report.table(), file=text_stream(args))
