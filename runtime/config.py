@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from zsim.config.hf import resolve_from_hf
-from zsim.config.schema import ModelSection, PrecisionSection, ZeroSection
+from zsim.config.schema import ModelSection, PrecisionSection, ScenarioFile, ZeroSection
 from zsim.config.struct import dump
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
@@ -66,6 +66,9 @@ def read_model_file(path: str | Path) -> ModelDefaults:
         data = resolve_from_hf({"model": data}, source=str(path), base_dir=path.parent)["model"]
         return ModelDefaults(model=validate(ModelSection, data, str(path)))  # type: ignore[arg-type]
     data = resolve_from_hf(data, source=str(path), base_dir=path.parent)
+    # the whole scenario as `zsim run` reads it (an unknown section or key is an error here too), then the
+    # parts the runtime uses
+    validate(ScenarioFile, data, str(path))
     view: _ScenarioView = validate(_ScenarioView, data, str(path))  # type: ignore[assignment]
     zero = view.zero
     return ModelDefaults(
@@ -136,8 +139,9 @@ class RunConfig:
             fail("grad_accum", f"must be 1 to 1,000,000 (got {self.grad_accum})")
         if self.seed < 0:
             fail("seed", f"must be >= 0 (got {self.seed})")
-        if self.fail_at_step is not None and self.fail_at_step < 0:
-            fail("fail_at_step", f"must be >= 0 (got {self.fail_at_step})")
+        if self.fail_at_step is not None and not 0 <= self.fail_at_step < self.steps:
+            fail("fail_at_step", f"must be a step of the run, 0 to {self.steps - 1} (got {self.fail_at_step}): "
+                 "it would never fire")
         if self.bucket_elements < 1:
             fail("bucket_elements", f"must be >= 1 (got {self.bucket_elements})")
         if self.allgather_bucket_elements < 1:

@@ -33,6 +33,7 @@ def parse(*argv: str) -> argparse.Namespace:
     (["--lr", "nan"], "--lr 'nan': expected a finite number"),
     (["--grad-accum", "0"], "--grad-accum '0': expected a positive integer"),
     (["--fail-rank", "1"], "--fail-rank and --fail-at-step go together"),
+    (["--fail-rank", "0", "--fail-at-step", "10", "--steps", "3"], "must be a step of the run, 0 to 2 (got 10)"),
 ])
 def test_bad_options_exit_2_with_one_line(model_file, tmp_path, capsys, extra, message):
     code = cli.main(["trace", "--model", str(model_file), "--stage", "1", "-o", str(tmp_path / "o"), *extra])
@@ -73,6 +74,9 @@ hardware: {profile: dgx2, nodes: 1}
     override = config_from_args(parse("--model", str(scenario), "--ranks", "4", "--stage", "1", "--precision",
                                       "fp32", "--no-checkpointing", "-o", str(tmp_path)))
     assert (override.stage, override.precision, override.checkpointing) == (1, "fp32", False)
+    scenario.write_text(scenario.read_text() + "foo: 1\n")  # as zsim run reads it: an unknown section is an error
+    with pytest.raises(ConfigError, match="foo: unknown key"):
+        config_from_args(parse("--model", str(scenario), "--ranks", "4", "-o", str(tmp_path)))
 
 
 def test_torchrun_world_size_wins(model_file, tmp_path):
