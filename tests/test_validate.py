@@ -198,3 +198,24 @@ def test_validate_set_overrides_every_run_and_says_so(megatron_run, capsys):
     assert "zero.bogus" in capsys.readouterr().err
     assert main(["validate", "replay", "--set", "zero.stage=2"]) == 2
     assert "--set" in capsys.readouterr().err
+
+
+def test_a_replay_suite_is_checked_whole_before_anything_is_recorded(tmp_path):
+    """A suite naming a profile or a scenario that does not exist, or more ranks than the runtime starts,
+    is an error naming the key at once, not after minutes of recording."""
+    from zsim.errors import ConfigError
+    from zsim.validate.replay import DEFAULT_SUITE, load_suite
+
+    text = DEFAULT_SUITE.read_text()
+    cases = {"base_profile: nope": r"base_profile: no system profile 'nope'",
+             "ranks: 100000": r"ranks: must be an integer <= 1024",
+             "gpt-tiny-b.yaml": r"scenario 'calibrate/gpt-tiny-c.yaml' is neither beside the suite"}
+    for change, message in cases.items():
+        key = change.split(":")[0]
+        bad = tmp_path / "suite.yaml"
+        if key == "gpt-tiny-b.yaml":
+            bad.write_text(text.replace("gpt-tiny-b.yaml", "gpt-tiny-c.yaml"))
+        else:
+            bad.write_text("\n".join(change if line.startswith(f"{key}:") else line for line in text.splitlines()))
+        with pytest.raises(ConfigError, match=message):
+            load_suite(bad)

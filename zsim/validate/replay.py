@@ -53,7 +53,7 @@ class Criteria(_Strict, kw_only=True):
 
 class SuiteFile(_Strict, kw_only=True):
     base_profile: str
-    ranks: Annotated[int, Meta(gt=0)]
+    ranks: Annotated[int, Meta(gt=0, le=1024)]  # runtime/config.py MAX_RANKS
     steps: Annotated[int, Meta(ge=2, description="optimizer steps per run; the first (warm-up) is not judged")]
     repeats: Annotated[int, Meta(ge=1, le=9, description=(
         "recordings of every entry (in rounds, each round in the interleaved order); a held-out run's measured "
@@ -146,8 +146,18 @@ class SuiteResult:
 
 
 def load_suite(path: Path) -> SuiteFile:
-    """The validated suite file. Raises ConfigError naming the key."""
-    return validate(SuiteFile, read_yaml_mapping(path), str(path))  # type: ignore[return-value]
+    """The validated suite file, its base profile found and every entry's scenario present, before any
+    run is recorded (minutes). Raises ConfigError naming the key."""
+    from zsim.config.hardware import load_cluster
+
+    suite: SuiteFile = validate(SuiteFile, read_yaml_mapping(path), str(path))  # type: ignore[assignment]
+    try:
+        load_cluster(suite.base_profile, 1)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).split(": ", 1)[-1], source=str(path), path="base_profile") from None
+    for entry in (*suite.calibrate, *suite.replay):
+        scenario_path(path, entry.scenario)
+    return suite
 
 
 def scenario_path(suite_path: Path, name: str) -> Path:
