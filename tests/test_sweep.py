@@ -119,6 +119,9 @@ def test_invalid_layouts_stop_the_sweep_unless_skipped_and_counted(base):
     plan = plan_of({"axes": axes, "skip_invalid": True}, base)
     assert plan.total == 4 and len(plan.points) == 2
     assert sum(plan.skipped.values()) == 2 and all(r.startswith("parallel.dp:") for r in plan.skipped)
+    # each counted reason keeps its first point with the numbers, for the summary's "e.g." line
+    assert all(e.startswith("point 0 (parallel.dp=8, parallel.mp=2): ") and "8 × mp 2 = 16" in e
+               for e in plan.skip_examples.values())
     with pytest.raises(ConfigError, match="every one of the 1 points is invalid"):
         plan_of({"axes": {"parallel.dp": [5]}, "skip_invalid": True}, base)
 

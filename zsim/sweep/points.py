@@ -65,6 +65,7 @@ class Plan:
     axes: list[Axis]
     points: list[Point]
     skipped: dict[str, int] = field(default_factory=dict)
+    skip_examples: dict[str, str] = field(default_factory=dict)  # reason -> its first point, with its numbers
     total: int = 0  # combinations before skipping
 
     @property
@@ -173,6 +174,7 @@ def plan_sweep(spec: SweepFile, source: str, base_dir: Path) -> Plan:
                 raise
             reason = f"{exc.path}: {_reason(_message(exc))}"
             plan.skipped[reason] = plan.skipped.get(reason, 0) + 1
+            plan.skip_examples.setdefault(reason, f"point {plan.total - 1} ({describe(values)}): {_message(exc)}")
             continue
         try:  # what `zsim run` refuses (too long or too large to simulate here) a sweep refuses too
             check_cost(scenario, trace=False)  # a sweep's worker builds no trace events

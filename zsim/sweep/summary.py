@@ -77,6 +77,8 @@ def sweep_summary(sweep) -> str:
     ]
     for reason, n in sorted(plan.skipped.items(), key=lambda kv: -kv[1]):
         lines.append(f"  skipped   {n}× {reason}")
+        if reason in plan.skip_examples:
+            lines.append(f"            e.g. {plan.skip_examples[reason]}")
     statuses = Counter(table["status"])
     if statuses["oom"]:
         kinds = Counter("model states do not fit" if r["bottleneck"].startswith("memory: model states")
