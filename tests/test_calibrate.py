@@ -177,3 +177,15 @@ def test_inputs_mix(shared_data):
     data = read_inputs([shared_data / DGX2, shared_data / "deepbench-v100/gemm_fp32.csv"])
     assert [s["kind"] for s in data.sources] == ["nccl-tests", "gemm-table"]
     assert len(data.compute) == 160 and data.compute[0].flops == 2 * 1760 * 16 * 1760
+
+
+def test_a_gemm_table_of_one_shape_repeated_fits_nothing(tmp_path, capsys):
+    """30 timings of one shape are one sample of the five GEMM terms: gemm-fit and calibrate refuse
+    (exit 2) instead of printing terms the data cannot determine."""
+    table = tmp_path / "one.csv"
+    table.write_text("source,M,N,K,transA,transB,time_ms,tflops\n" + "x,1760,16,1760,N,N,0.038,1\n" * 30)
+    assert main(["gemm-fit", str(table), "--gpu", "v100-sxm3-32gb", "--dtype", "fp32"]) == 2
+    assert "1 distinct GEMM shapes in 30 rows; a fit of 5 terms needs at least 10" in capsys.readouterr().err
+    assert main(["calibrate", str(table), "--profile", "dgx2", "-o", str(tmp_path / "c.yaml")]) == 2
+    assert "1 distinct fp32 GEMM shapes (30 samples)" in capsys.readouterr().err
+    assert not (tmp_path / "c.yaml").exists()

@@ -78,6 +78,9 @@ class GemmFit:
                 "heldout_max": float(e.max()), "insample_median": float(np.median(self.insample_errors))}
 
 
+MAX_DIM = 1 << 31  # M, N, K, batch: past any GEMM a GPU holds, and inside the model's float arithmetic
+
+
 def read_gemm_csv(path: Path) -> list[GemmRow]:
     """Rows of a DeepBench-style CSV. Raises ZsimError naming the file, row and column when a value is
     missing or not a positive number."""
@@ -103,11 +106,16 @@ def read_gemm_csv(path: Path) -> list[GemmRow]:
                 raise ZsimError(f"{path}: line {i}: {str(exc)[:120]}") from None
             if min(row.m, row.n, row.k, row.batch) <= 0 or not (0 < row.seconds < math.inf):
                 raise ZsimError(f"{path}: line {i}: M, N, K, batch and time_ms must be finite and > 0")
+            if max(row.m, row.n, row.k, row.batch) > MAX_DIM:
+                raise ZsimError(f"{path}: line {i}: M, N, K and batch must be at most {MAX_DIM:,} (a GEMM a GPU "
+                                "can hold)")
             rows.append(row)
     except csv.Error as exc:
         raise ZsimError(f"{path}: not a CSV table: {exc}") from None
-    if len(rows) < 2 * len(PARAMS):
-        raise ZsimError(f"{path}: {len(rows)} rows; a fit of {len(PARAMS)} terms needs at least {2 * len(PARAMS)}")
+    shapes = len({(r.m, r.n, r.k, r.batch) for r in rows})  # repeated timings of one shape add no information
+    if shapes < 2 * len(PARAMS):
+        raise ZsimError(f"{path}: {shapes} distinct GEMM shapes in {len(rows)} rows; a fit of {len(PARAMS)} terms "
+                        f"needs at least {2 * len(PARAMS)}")
     return rows
 
 
