@@ -47,6 +47,8 @@ def run_command(args: argparse.Namespace) -> int:
         check_file(args.json)  # before the suite runs (minutes): a bad output costs nothing
     if args.png is not None:
         check_file(args.png, flag="--png")
+        if args.png.suffix.lower() != ".png":
+            raise ZsimError(f"--png {args.png}: expected a .png file name (the chart is a PNG)")
     if args.output is not None:
         check_dir(args.output)
     if args.suite == "replay":
