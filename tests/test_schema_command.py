@@ -76,6 +76,9 @@ def test_from_hf_makes_the_shape_keys_optional(validator):
 
 def test_json_option_writes_the_file_and_prints_the_editor_setting(tmp_path):
     out = tmp_path / "schema" / "scenario.schema.json"
+    proc = zsim("schema", "--json", str(out))  # like every --json: into a folder that exists, as a redirect
+    assert proc.returncode == 2 and "argument --json: no folder" in proc.stderr and not out.parent.exists()
+    out.parent.mkdir()
     proc = zsim("schema", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["title"] == "zsim scenario"

@@ -37,8 +37,9 @@ def schema_command(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    from zsim.report.outputs import write_atomic
+
+    path = Path(args.json)  # checked as the command line was read (a missing folder is exit 2, as everywhere)
+    write_atomic(path, text)
     print(f"wrote the scenario schema to {path}\n" + HINT.format(path=path.resolve().as_posix()), end="")
     return 0
