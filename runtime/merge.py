@@ -44,6 +44,9 @@ def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
                 raise TypeError
         except (KeyError, TypeError):
             raise ConfigError("not a zsim trace (needs traceEvents and metadata.rank)", source=str(path)) from None
+        bad = next((i for i, e in enumerate(doc["traceEvents"]) if not isinstance(e, dict)), None)
+        if bad is not None:
+            raise ConfigError(f"traceEvents: event {bad} is not a mapping", source=str(path))
         traces[rank] = doc
     return traces
 
@@ -186,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     except ZsimError as exc:
         print(error_text(f"runtime.merge: {exc}"), file=sys.stderr)
         return exc.exit_code
-    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, AttributeError) as exc:
         print(error_text(f"runtime.merge: {args.folder}: the rank files do not fit together "
                          f"({type(exc).__name__}: {exc})"), file=sys.stderr)
         return 2

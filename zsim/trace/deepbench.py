@@ -8,12 +8,14 @@ DeepBench times C = op(A)·op(B) with A M×K and B K×N: 2·M·N·K floating-poi
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 from zsim.errors import ConfigError
 from zsim.trace.samples import ComputeSample
 
 REQUIRED = ("M", "N", "K", "time_ms")
+MAX_DIM = 1 << 31  # as zsim.calibrate.gemm_fit.MAX_DIM
 
 
 def dtype_of(path: Path) -> str:
@@ -26,8 +28,11 @@ def is_gemm_table(path: Path) -> bool:
     """Whether `path` is a CSV whose header has the GEMM columns."""
     if path.suffix.lower() != ".csv" or not path.is_file():
         return False
-    with path.open(newline="") as fh:
-        header = next(csv.reader(fh), [])
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), [])
+    except (UnicodeDecodeError, csv.Error):  # read_gemm_table says what is wrong with it
+        return True
     return all(c in header for c in REQUIRED)
 
 
@@ -38,14 +43,16 @@ def read_gemm_table(path: Path, dtype: str | None = None) -> list[ComputeSample]
         ConfigError: missing columns, or a row whose numbers do not parse or are not positive (naming
         the file and the line).
     """
+    import io
+
+    from zsim.config.yamlfile import read_text
+
     dtype = dtype or dtype_of(path)
     out = []
+    # the checked reader: a regular file, bounded, UTF-8 (ConfigError naming the file otherwise)
+    text = read_text(path, what="GEMM table (CSV)", max_bytes=64 << 20)
     try:
-        fh = path.open(newline="")
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", source=str(path)) from None
-    with fh:
-        reader = csv.DictReader(fh)
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
             raise ConfigError(f"not a GEMM table: no column(s) {', '.join(missing)} (need {', '.join(REQUIRED)})",
@@ -54,13 +61,17 @@ def read_gemm_table(path: Path, dtype: str | None = None) -> list[ComputeSample]
             try:
                 m, n, k = int(row["M"]), int(row["N"]), int(row["K"])
                 seconds = float(row["time_ms"]) * 1e-3
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise ConfigError(f"line {line}: M, N, K, time_ms must be numbers, got "
                                   f"{[row.get(c) for c in REQUIRED]}", source=str(path)) from None
-            if min(m, n, k) <= 0 or seconds <= 0:
-                raise ConfigError(f"line {line}: sizes and time must be positive", source=str(path))
+            if min(m, n, k) <= 0 or not 0 < seconds < math.inf:
+                raise ConfigError(f"line {line}: sizes and time must be finite and positive", source=str(path))
+            if max(m, n, k) > MAX_DIM:
+                raise ConfigError(f"line {line}: M, N, K must be at most {MAX_DIM:,}", source=str(path))
             out.append(ComputeSample("gemm", 2.0 * m * n * k, seconds, dtype, f"{path}:{line}", shape=(m, n, k),
                                      nbytes=float((m * k + k * n + m * n) * (2 if dtype != "fp32" else 4))))
+    except csv.Error as exc:
+        raise ConfigError(f"not a CSV table: {exc}", source=str(path)) from None
     if not out:
         raise ConfigError("a GEMM table without rows", source=str(path))
     return out

@@ -97,6 +97,24 @@ def load_json(path: Path) -> Any:
         raise ConfigError(f"not valid JSON ({exc}); a truncated trace?", source=str(path)) from None
 
 
+MAX_WORLD = 1 << 20  # ranks of one job: far above any recorded one, and a set of them stays small
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any, what: str, path: Path) -> int:
+    """`value` as a non-negative integer (an int, or its decimal string). Raises ConfigError naming `what`."""
+    try:
+        number = int(value) if not isinstance(value, (bool, float)) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < 0:
+        raise ConfigError(f"{what}: {str(value)[:40]!r} is not a count", source=str(path))
+    return number
+
+
 def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
     """One Kineto file: its rank's NCCL collectives (with sizes) and other GPU kernels.
 
@@ -111,10 +129,19 @@ def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
     if not isinstance(info, dict) or "rank" not in info or "world_size" not in info:
         raise ConfigError("no distributedInfo {rank, world_size}: not a trace of a distributed job",
                           source=str(path))
+    rank, world = _count(info["rank"], "distributedInfo.rank", path), _count(info["world_size"],
+                                                                              "distributedInfo.world_size", path)
+    if not 1 <= world <= MAX_WORLD or not 0 <= rank < world:
+        raise ConfigError(f"distributedInfo: rank {rank} of world_size {world} (world_size 1 to {MAX_WORLD:,})",
+                          source=str(path))
     props = doc.get("deviceProperties") or [{}]
-    out = KinetoRank(path, int(info["rank"]), int(info["world_size"]), str(info.get("backend", "nccl")),
-                     str(props[0].get("name", "unknown")))
+    name = props[0].get("name", "unknown") if isinstance(props, list) and isinstance(props[0], dict) else "unknown"
+    out = KinetoRank(path, rank, world, str(info.get("backend", "nccl")), str(name))
     events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    for e in events:  # every span's times once, here: the rest reads them as numbers
+        if not (_finite(e.get("ts")) and _finite(e.get("dur")) and e["dur"] >= 0):
+            raise ConfigError(f"traceEvents: {str(e.get('name'))[:60]!r}: ts {str(e.get('ts'))[:20]!r} and dur "
+                              f"{str(e.get('dur'))[:20]!r} must be finite numbers (dur >= 0)", source=str(path))
     annotations = sorted((e for e in events if e.get("cat") == "user_annotation"
                           and str(e.get("name", "")).startswith("nccl:")), key=lambda e: e["ts"])
     nccl_kernels = []
@@ -136,8 +163,9 @@ def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
         if new_format:
             op = _op(args["Collective name"], path)
             width = _dtype_bytes(args.get("dtype"), path)
-            elements = max(int(args.get("In msg nelems", 0)), int(args.get("Out msg nelems", 0)))
-            group = int(args.get("Group size", out.world_size))
+            elements = max(_count(args.get("In msg nelems", 0), f"{kernel['name'][:40]}: In msg nelems", path),
+                           _count(args.get("Out msg nelems", 0), f"{kernel['name'][:40]}: Out msg nelems", path))
+            group = _count(args.get("Group size", out.world_size), f"{kernel['name'][:40]}: Group size", path)
         else:
             ann = annotations[i]
             op = _op(ann["name"].split(":", 1)[1], path)
@@ -146,7 +174,7 @@ def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
             if not dims or not isinstance(dims[0], list):
                 raise ConfigError(f"{ann['name']} at ts {ann['ts']}: no Input Dims", source=str(path))
             width = _dtype_bytes(types[0], path)
-            elements = math.prod(int(d) for d in dims[0]) if dims[0] else 1
+            elements = math.prod(_count(d, f"{ann['name'][:40]}: Input Dims", path) for d in dims[0]) if dims[0] else 1
             group = out.world_size  # the older format does not say; DLRM-style jobs use the world group
             if op == "all_gather":
                 elements *= group  # the annotation's input is one rank's chunk; S is the gathered buffer

@@ -62,7 +62,8 @@ def recording_of(path: Path) -> tuple[int, int] | None:
     """(GPUs, GPUs per process) from a table's header: one `#  Rank  N ... device` line per GPU, and
     `nGpus G` (nccl-tests -g); None when the header does not list them."""
     ranks, per_process = 0, 1
-    for line in Path(path).read_text().splitlines():
+    # the checked reader (regular file, bounded, UTF-8: ConfigError naming the file), as read_nccl_tests
+    for line in read_text(Path(path), what="nccl-tests table", max_bytes=MAX_TABLE_BYTES).splitlines():
         words = line.lstrip("#").split()
         if words[:1] == ["Rank"] and len(words) > 1 and words[1].isdigit():
             ranks += 1

@@ -9,13 +9,14 @@ file and what is wrong: calibration and replay never silently use part of a run.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, printable, short
 from zsim.trace.kineto import _ranges, load_json
 from zsim.trace.samples import CollectiveSample, ComputeSample
 from zsim.trace.schema import SCHEMA
@@ -95,9 +96,15 @@ def read_run(folder: Path) -> MeasuredRun:
             raise ConfigError("no traceEvents list", source=str(path))
         events[rank] = [e for e in trace_events if isinstance(e, dict) and e.get("ph") == "X"]
         counters[rank] = [e for e in trace_events if isinstance(e, dict) and e.get("ph") == "C"]
+        _check_events(events[rank], counters[rank], path)
         offsets[rank] = float(meta.get("clock_offset_us", 0.0))
     assert metadata is not None
     world = metadata["world_size"]
+    if not 1 <= world <= MAX_WORLD:
+        raise ConfigError(f"metadata.world_size {world} is not a world size (1 to {MAX_WORLD:,})", source=str(first))
+    if world - len(events) > 1000:  # say it without listing a million ranks
+        raise ConfigError(f"world size {world} but {len(events)} rank files: {world - len(events):,} ranks have no "
+                          "trace file", source=str(folder))
     missing = sorted(set(range(world)) - set(events))
     if missing:
         raise ConfigError(f"ranks {_ranges(missing)} of world size {world} have no trace file", source=str(folder))
@@ -116,6 +123,31 @@ def read_run(folder: Path) -> MeasuredRun:
             raise ConfigError(f"rank {r}'s step {s[-1]} has no optimizer/step: the trace stops mid-step",
                               source=str(folder / f"rank{r}.trace.json"))
     return MeasuredRun(folder, metadata, events, counters, offsets)
+
+
+MAX_WORLD = 1 << 20  # ranks of one run: far above any runtime run (runtime/config.py MAX_RANKS = 1024)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_events(spans: list[dict[str, Any]], counters: list[dict[str, Any]], path: Path) -> None:
+    """Every span has a name, a finite time and a duration >= 0, and dict args; every counter a finite
+    time. Raises ConfigError naming the file, the event and the field (once, where the run is read)."""
+    for i, e in enumerate(spans):
+        what = f"traceEvents: span {i} ({printable(str(e.get('name')), 60)})"
+        if not isinstance(e.get("name"), str):
+            raise ConfigError(f"traceEvents: span {i} has no name", source=str(path))
+        if not _number(e.get("ts")):
+            raise ConfigError(f"{what}: ts {short(e.get('ts'))} is not a finite number", source=str(path))
+        if not _number(e.get("dur")) or e["dur"] < 0:
+            raise ConfigError(f"{what}: dur {short(e.get('dur'))} is not a finite number >= 0", source=str(path))
+        if not isinstance(e.get("args", {}), dict):
+            raise ConfigError(f"{what}: args is not a mapping", source=str(path))
+    for i, e in enumerate(counters):
+        if not _number(e.get("ts")) or not isinstance(e.get("args", {}), dict):
+            raise ConfigError(f"traceEvents: counter {i}: needs a finite ts and mapping args", source=str(path))
 
 
 _DTYPES = {"fp16", "bf16", "fp32"}
