@@ -124,3 +124,11 @@ def test_an_nccl_tests_header_that_is_not_text_is_refused(tmp_path):
     table.write_bytes(b"# nThread 1 nGpus 12\n#  Rank  0 Pid 1 on host device 0\n#\xe9\n")
     with pytest.raises(ConfigError, match=r"all_reduce.txt: not UTF-8 text"):
         recording_of(table)
+
+
+def test_ranks_that_disagree_name_the_key_inside_the_metadata(recorded, tmp_path):
+    """One rank's model says layers 'abc': the message names metadata.model.layers and both values, not
+    a cut-off dump of the whole model section."""
+    run = damaged(recorded, tmp_path, lambda doc: doc["metadata"]["model"].update(layers="abc"))
+    with pytest.raises(ConfigError, match=r"metadata.model.layers is 2 here but 'abc' in rank0.trace.json"):
+        read_run(run)

@@ -89,8 +89,9 @@ def read_run(folder: Path) -> MeasuredRun:
         else:
             for key in SAME_RUN_KEYS:
                 if meta.get(key) != metadata.get(key):
-                    raise ConfigError(f"metadata.{key} = {meta.get(key)!r} but {first.name} has {metadata.get(key)!r}: "
-                                      "files of different runs in one folder", source=str(path))
+                    where, mine, theirs = _first_difference(key, meta.get(key), metadata.get(key))
+                    raise ConfigError(f"metadata.{where} is {short(mine)} here but {short(theirs)} in {first.name}: "
+                                      "files of different runs in one folder, or one damaged", source=str(path))
         trace_events = doc.get("traceEvents")
         if not isinstance(trace_events, list):
             raise ConfigError("no traceEvents list", source=str(path))
@@ -123,6 +124,15 @@ def read_run(folder: Path) -> MeasuredRun:
             raise ConfigError(f"rank {r}'s step {s[-1]} has no optimizer/step: the trace stops mid-step",
                               source=str(folder / f"rank{r}.trace.json"))
     return MeasuredRun(folder, metadata, events, counters, offsets)
+
+
+def _first_difference(key: str, a: Any, b: Any) -> tuple[str, Any, Any]:
+    """(dotted key, value in a, value in b) of the first place two metadata values differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for sub in [*a, *(k for k in b if k not in a)]:
+            if a.get(sub) != b.get(sub):
+                return _first_difference(f"{key}.{sub}", a.get(sub), b.get(sub))
+    return key, a, b
 
 
 MAX_WORLD = 1 << 20  # ranks of one run: far above any runtime run (runtime/config.py MAX_RANKS = 1024)
