@@ -132,3 +132,12 @@ def test_ranks_that_disagree_name_the_key_inside_the_metadata(recorded, tmp_path
     run = damaged(recorded, tmp_path, lambda doc: doc["metadata"]["model"].update(layers="abc"))
     with pytest.raises(ConfigError, match=r"metadata.model.layers is 2 here but 'abc' in rank0.trace.json"):
         read_run(run)
+
+
+def test_a_fifo_named_like_a_trace_is_refused_not_waited_on(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "rank0.pt.trace.json"
+    os.mkfifo(fifo)
+    assert main(["calibrate", str(fifo), "--profile", "dgx-a100", "-o", str(tmp_path / "c.yaml")]) == 2
+    assert "rank0.pt.trace.json: not a regular file" in capsys.readouterr().err

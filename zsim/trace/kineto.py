@@ -19,6 +19,8 @@ ranks' files on one clock base (torch.profiler's timestamps are host wall-clock 
 from __future__ import annotations
 
 import gzip
+import os
+import stat
 import json
 import math
 import re
@@ -86,6 +88,8 @@ def load_json(path: Path) -> Any:
         ConfigError: unreadable, truncated or not JSON (naming the file).
     """
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device never ends
+            raise ConfigError("not a regular file, expected a trace", source=str(path))
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except FileNotFoundError:
         raise ConfigError("no such file", source=str(path)) from None
