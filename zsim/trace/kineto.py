@@ -19,11 +19,11 @@ ranks' files on one clock base (torch.profiler's timestamps are host wall-clock 
 from __future__ import annotations
 
 import gzip
-import os
-import stat
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
