@@ -75,7 +75,8 @@ def test_run_reader_rejects_mixed_runs(tmp_path):
     a = measured_run(tmp_path / "a")
     measured_run(tmp_path / "b", zero={"stage": 3})
     shutil.copy(tmp_path / "b" / "rank1.trace.json", a / "rank1.trace.json")
-    with pytest.raises(ConfigError, match=r"rank1.trace.json: metadata.zero .* files of different runs"):
+    with pytest.raises(ConfigError, match=r"rank1.trace.json: metadata.zero.stage is 3 here but \d in "
+                                          r"rank0.trace.json: files of different runs"):
         read_run(a)
 
 
