@@ -27,10 +27,12 @@ from zsim.trace.schema import complete, document
 
 
 def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
-    """rank -> trace document, for every rank<R>.trace.json in `out_dir`.
+    """rank -> trace document, for every rank<R>.trace.json in `out_dir`, each checked as a whole
+    (check_trace) before anything is merged or written.
 
     Raises:
-        ConfigError: a file that is not a trace (not UTF-8, not JSON, no metadata.rank).
+        ConfigError: a file that is not a trace (not UTF-8, not JSON, no metadata.rank), or one that
+        check_trace refuses.
     """
     from zsim.config.yamlfile import read_json
     from zsim.errors import ConfigError
@@ -44,11 +46,88 @@ def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
                 raise TypeError
         except (KeyError, TypeError):
             raise ConfigError("not a zsim trace (needs traceEvents and metadata.rank)", source=str(path)) from None
-        bad = next((i for i, e in enumerate(doc["traceEvents"]) if not isinstance(e, dict)), None)
-        if bad is not None:
-            raise ConfigError(f"traceEvents: event {bad} is not a mapping", source=str(path))
+        check_trace(doc, path)
         traces[rank] = doc
     return traces
+
+
+def check_trace(doc: dict[str, Any], path: Path) -> None:
+    """One rank's trace holds what merging reads: its name says its metadata.rank (a second file
+    claiming a rank would overwrite the first), a finite metadata.clock_offset_us, every event as
+    zsim.trace.run_reader.check_events wants it, and each collective's group a list of ranks with
+    op, bytes, seq, step and micro_batch on a known stream.
+
+    Raises:
+        ConfigError: naming the file, the event and the field.
+    """
+    import math
+
+    from zsim.errors import ConfigError, short
+    from zsim.trace.run_reader import check_events
+    from zsim.trace.schema import STREAM_TID
+
+    meta = doc["metadata"]
+    if path.name != f"rank{meta['rank']}.trace.json":
+        raise ConfigError(f"metadata.rank is {meta['rank']}: the file of that rank is rank{meta['rank']}.trace.json "
+                          "(two files of one rank?)", source=str(path))
+    offset = meta.get("clock_offset_us")
+    if not isinstance(offset, (int, float)) or isinstance(offset, bool) or not math.isfinite(offset):
+        raise ConfigError(f"metadata.clock_offset_us {short(offset)} is not a finite number", source=str(path))
+    check_events(doc["traceEvents"], path)
+    for i, event in enumerate(doc["traceEvents"]):
+        problem = _collective_problem(event, STREAM_TID) if is_collective(event) else None
+        if problem:
+            raise ConfigError(f"traceEvents[{i}] ({event['name']}): {problem}", source=str(path))
+
+
+def _collective_problem(event: dict[str, Any], streams: dict[str, int]) -> str | None:
+    """What merging cannot use in a collective's event, or None."""
+    from zsim.errors import short
+
+    args = event["args"]
+    missing = [k for k in ("op", "bytes", "seq", "step", "micro_batch") if k not in args]
+    if missing:
+        return f"a collective without args.{', args.'.join(missing)}"
+    if not isinstance(args["group"], list):
+        return f"args.group {short(args['group'])} is not a list of ranks"
+    if event.get("cat") not in streams:
+        return f"cat {short(event.get('cat'))} is not a stream ({', '.join(streams)})"
+    return None
+
+
+def load_summaries(out_dir: Path) -> dict[int, dict[str, Any]]:
+    """rank -> rank summary, for every rank<R>.summary.json in `out_dir`.
+
+    Raises:
+        ConfigError: not JSON, or a summary without an integer rank matching its name, a list of
+        numeric losses, as many finite step_seconds >= 0, and model_states.
+    """
+    import math
+
+    from zsim.config.yamlfile import read_json
+    from zsim.errors import ConfigError, short
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    ranks = {}
+    for path in sorted(out_dir.glob("rank*.summary.json")):
+        data = read_json(path, what="rank summary")
+        rank = data.get("rank") if isinstance(data, dict) else None
+        if not isinstance(rank, int) or isinstance(rank, bool) or path.name != f"rank{rank}.summary.json":
+            raise ConfigError(f"not a rank summary: rank {short(rank)} is not the rank its name says",
+                              source=str(path))
+        losses, seconds = data.get("losses"), data.get("step_seconds")
+        if not isinstance(losses, list) or not all(number(v) for v in losses):
+            raise ConfigError(f"losses {short(losses)} is not a list of numbers", source=str(path))
+        if not isinstance(seconds, list) or len(seconds) != len(losses) or not all(
+                number(v) and math.isfinite(v) and v >= 0 for v in seconds):
+            raise ConfigError(f"step_seconds {short(seconds)} is not {len(losses)} finite numbers >= 0 (one per "
+                              "loss)", source=str(path))
+        if "model_states" not in data:
+            raise ConfigError("no model_states", source=str(path))
+        ranks[rank] = data
+    return ranks
 
 
 ARRIVAL = "wait/arrival/"
@@ -139,8 +218,14 @@ def merged_trace(traces: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 def merge(out_dir: Path) -> dict[str, Any]:
     """Fill in last_arrival_ts in every trace file, write the merged trace.json and summary.json;
-    returns the summary."""
+    returns the summary.
+
+    Raises:
+        ConfigError: a rank trace or summary that load_traces or load_summaries refuses (nothing is
+        written then).
+    """
     traces = load_traces(out_dir)
+    ranks = load_summaries(out_dir)  # checked before anything is written
     fill_last_arrival(traces)
     from zsim.report.outputs import write_atomic
 
@@ -148,12 +233,6 @@ def merge(out_dir: Path) -> dict[str, Any]:
         write_atomic(out_dir / f"rank{rank}.trace.json", json.dumps(doc))
     if traces:
         write_atomic(out_dir / "trace.json", json.dumps(merged_trace(traces)))
-    from zsim.config.yamlfile import read_json
-
-    ranks = {}
-    for path in sorted(out_dir.glob("rank*.summary.json")):
-        data = read_json(path, what="rank summary")
-        ranks[data["rank"]] = data
     steps = min((len(r["losses"]) for r in ranks.values()), default=0)
     losses = [sum(r["losses"][s] for r in ranks.values()) / len(ranks) for s in range(steps)]
     summary = {

@@ -11,7 +11,7 @@ import csv
 import math
 from pathlib import Path
 
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, short
 from zsim.trace.samples import ComputeSample
 
 REQUIRED = ("M", "N", "K", "time_ms")
@@ -31,7 +31,7 @@ def is_gemm_table(path: Path) -> bool:
     try:
         with path.open(newline="", encoding="utf-8") as fh:
             header = next(csv.reader(fh), [])
-    except (UnicodeDecodeError, csv.Error):  # read_gemm_table says what is wrong with it
+    except (OSError, UnicodeDecodeError, csv.Error):  # a .csv all the same: read_gemm_table says what is wrong
         return True
     return all(c in header for c in REQUIRED)
 
@@ -40,8 +40,8 @@ def read_gemm_table(path: Path, dtype: str | None = None) -> list[ComputeSample]
     """Every row as a `gemm` ComputeSample with shape (M, N, K), 2MNK flops and the measured seconds.
 
     Raises:
-        ConfigError: missing columns, or a row whose numbers do not parse or are not positive (naming
-        the file and the line).
+        ConfigError: not a regular UTF-8 file of at most 64 MiB, not CSV, missing columns, or a row that
+        gemm_row refuses (naming the file, the line and the column).
     """
     import io
 
@@ -57,21 +57,43 @@ def read_gemm_table(path: Path, dtype: str | None = None) -> list[ComputeSample]
         if missing:
             raise ConfigError(f"not a GEMM table: no column(s) {', '.join(missing)} (need {', '.join(REQUIRED)})",
                               source=str(path))
-        for line, row in enumerate(reader, start=2):
-            try:
-                m, n, k = int(row["M"]), int(row["N"]), int(row["K"])
-                seconds = float(row["time_ms"]) * 1e-3
-            except (TypeError, ValueError, OverflowError):
-                raise ConfigError(f"line {line}: M, N, K, time_ms must be numbers, got "
-                                  f"{[row.get(c) for c in REQUIRED]}", source=str(path)) from None
-            if min(m, n, k) <= 0 or not 0 < seconds < math.inf:
-                raise ConfigError(f"line {line}: sizes and time must be finite and positive", source=str(path))
-            if max(m, n, k) > MAX_DIM:
-                raise ConfigError(f"line {line}: M, N, K must be at most {MAX_DIM:,}", source=str(path))
-            out.append(ComputeSample("gemm", 2.0 * m * n * k, seconds, dtype, f"{path}:{line}", shape=(m, n, k),
+        for row in reader:
+            m, n, k, seconds = gemm_row(row, f"line {reader.line_num}", path)
+            out.append(ComputeSample("gemm", 2.0 * m * n * k, seconds, dtype, f"{path}:{reader.line_num}",
+                                     shape=(m, n, k),
                                      nbytes=float((m * k + k * n + m * n) * (2 if dtype != "fp32" else 4))))
     except csv.Error as exc:
         raise ConfigError(f"not a CSV table: {exc}", source=str(path)) from None
     if not out:
         raise ConfigError("a GEMM table without rows", source=str(path))
     return out
+
+
+def gemm_row(row: dict[str, str | None], where: str, path: Path) -> tuple[int, int, int, float]:
+    """(M, N, K, seconds) of one csv.DictReader row: M, N, K integers 1 to MAX_DIM, time_ms a finite
+    number > 0. `where` names the row in messages (`line 41`).
+
+    Raises:
+        ConfigError: naming the file, the row and the column: a value missing (a short row), not a
+        number, or out of range.
+    """
+    missing = [c for c in REQUIRED if not (row.get(c) or "").strip()]
+    if missing:
+        raise ConfigError(f"{where}: no value in column(s) {', '.join(missing)} (a short row?)", source=str(path))
+    sizes = []
+    for column in ("M", "N", "K"):
+        try:
+            size = int(row[column])
+        except ValueError:
+            size = None
+        if size is None or not 1 <= size <= MAX_DIM:
+            raise ConfigError(f"{where}: {column} {short(row[column])} is not an integer 1 to {MAX_DIM:,}",
+                              source=str(path))
+        sizes.append(size)
+    try:
+        time_ms = float(row["time_ms"])
+    except ValueError:
+        time_ms = math.nan
+    if not 0 < time_ms < math.inf:
+        raise ConfigError(f"{where}: time_ms {short(row['time_ms'])} is not a finite number > 0", source=str(path))
+    return sizes[0], sizes[1], sizes[2], time_ms * 1e-3

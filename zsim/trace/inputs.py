@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, short
 from zsim.fabric.nccl import FUNCTIONS
 from zsim.trace.samples import CollectiveSample, ComputeSample
 from zsim.trace.schema import SCHEMA, group_ranks
@@ -48,6 +48,8 @@ def kind_of(path: Path) -> str:
 
     if not path.exists():
         raise ConfigError("no such file or folder", source=str(path))
+    if not path.is_dir() and not path.is_file():  # a FIFO would be waited on, a device read forever
+        raise ConfigError("not a regular file or a folder (a FIFO or a device?)", source=str(path))
     if path.is_dir():
         if is_run_folder(path):
             return "runtime"
@@ -67,11 +69,12 @@ def kind_of(path: Path) -> str:
         doc = load_json(path)
         if is_kineto(doc):
             return "kineto"
-        if isinstance(doc, dict) and doc.get("schema") == SCHEMA and (doc.get("metadata") or {}).get("source") == "simulated":
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        if isinstance(meta, dict) and doc.get("schema") == SCHEMA and meta.get("source") == "simulated":
             return "simulated"
         if isinstance(doc, dict) and "schema" in doc:
-            raise ConfigError(f"a single {doc['schema']} trace file: give the folder of every rank's trace instead",
-                              source=str(path))
+            raise ConfigError(f"a single {short(doc['schema'])} trace file: give the folder of every rank's trace "
+                              "instead", source=str(path))
     raise ConfigError("unknown input format (expected a runtime trace folder, Kineto traces, nccl-tests tables or "
                       "a GEMM table .csv)", source=str(path))
 
@@ -123,8 +126,10 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
                     skipped["zero bytes"] = skipped.get("zero bytes", 0) + empty
         elif kind == "simulated":
             from zsim.trace.kineto import load_json
+            from zsim.trace.run_reader import check_events
 
             doc = load_json(path)
+            check_events(doc.get("traceEvents"), path)  # every event once, as a runtime trace's
             collectives, compute = simulated_samples(path, doc)
             out.collectives += collectives
             out.compute += compute

@@ -24,11 +24,12 @@ import math
 import os
 import re
 import stat
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, short
 from zsim.trace.samples import CollectiveSample, ComputeSample
 
 # Bytes per element of the dtype names torch.profiler writes (Input type / dtype).
@@ -81,27 +82,48 @@ def is_kineto(doc: Any) -> bool:
     return isinstance(doc, dict) and "traceEvents" in doc and ("distributedInfo" in doc or "deviceProperties" in doc)
 
 
+MAX_TRACE_BYTES = 1 << 31  # one trace file, decompressed: as zsim.config.yamlfile.read_json
+MAX_WORLD = 1 << 20  # ranks of one job: far above any recorded one, and a set of them stays small
+MAX_BYTES = 1 << 44  # one collective's payload: as zsim.trace.nccl_tests.MAX_SIZE (16 TiB)
+
+
 def load_json(path: Path) -> Any:
-    """Parse a JSON or gzipped JSON file.
+    """Parse a JSON or gzipped JSON file of at most MAX_TRACE_BYTES (decompressed).
 
     Raises:
-        ConfigError: unreadable, truncated or not JSON (naming the file).
+        ConfigError: not a regular file (a FIFO would be waited on), unreadable, truncated, too large,
+        not JSON or nested too deeply (naming the file).
     """
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device never ends
             raise ConfigError("not a regular file, expected a trace", source=str(path))
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as fh:
+            raw = _read_at_most(fh, MAX_TRACE_BYTES + 1)  # bounded: a gzip bomb stops here
     except FileNotFoundError:
         raise ConfigError("no such file", source=str(path)) from None
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         raise ConfigError(f"cannot read ({exc}); a truncated or damaged file?", source=str(path)) from None
+    if len(raw) > MAX_TRACE_BYTES:
+        raise ConfigError(f"larger than {MAX_TRACE_BYTES:,} bytes: not a trace this reader takes", source=str(path))
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"not valid JSON ({exc}); a truncated trace?", source=str(path)) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits
+        reason = str(exc).split(";")[0][:120]
+        raise ConfigError(f"not valid JSON ({reason}); a truncated trace?", source=str(path)) from None
+    except RecursionError:
+        raise ConfigError("not valid JSON: nested too deeply", source=str(path)) from None
 
 
-MAX_WORLD = 1 << 20  # ranks of one job: far above any recorded one, and a set of them stays small
+def _read_at_most(fh: Any, limit: int) -> bytearray:
+    """Up to `limit` bytes of binary file `fh`, read in 16 MiB pieces (no `limit`-sized buffer up front)."""
+    data = bytearray()
+    while len(data) < limit:
+        piece = fh.read(min(1 << 24, limit - len(data)))
+        if not piece:
+            break
+        data += piece
+    return data
 
 
 def _finite(value: Any) -> bool:
@@ -119,33 +141,59 @@ def _count(value: Any, what: str, path: Path) -> int:
     return number
 
 
-def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
-    """One Kineto file: its rank's NCCL collectives (with sizes) and other GPU kernels.
+def _distributed(doc: dict[str, Any], path: Path) -> tuple[int, int]:
+    """(rank, world size) from `distributedInfo`.
 
     Raises:
-        ConfigError: not a Kineto trace, no distributedInfo, or an NCCL kernel whose size cannot
-        be found (naming the file and the kernel).
+        ConfigError: missing, not counts, a world size outside 1..MAX_WORLD or a rank outside it.
     """
-    doc = load_json(path) if doc is None else doc
-    if not is_kineto(doc):
-        raise ConfigError("not a PyTorch profiler (Kineto) trace: no traceEvents/distributedInfo", source=str(path))
     info = doc.get("distributedInfo")
     if not isinstance(info, dict) or "rank" not in info or "world_size" not in info:
         raise ConfigError("no distributedInfo {rank, world_size}: not a trace of a distributed job",
                           source=str(path))
-    rank, world = _count(info["rank"], "distributedInfo.rank", path), _count(info["world_size"],
-                                                                              "distributedInfo.world_size", path)
+    rank = _count(info["rank"], "distributedInfo.rank", path)
+    world = _count(info["world_size"], "distributedInfo.world_size", path)
     if not 1 <= world <= MAX_WORLD or not 0 <= rank < world:
         raise ConfigError(f"distributedInfo: rank {rank} of world_size {world} (world_size 1 to {MAX_WORLD:,})",
                           source=str(path))
-    props = doc.get("deviceProperties") or [{}]
-    name = props[0].get("name", "unknown") if isinstance(props, list) and isinstance(props[0], dict) else "unknown"
-    out = KinetoRank(path, rank, world, str(info.get("backend", "nccl")), str(name))
-    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
-    for e in events:  # every span's times once, here: the rest reads them as numbers
+    return rank, world
+
+
+def _spans(doc: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+    """The complete ("X") events, each checked once here (the rest reads them as numbers and mappings).
+
+    Raises:
+        ConfigError: traceEvents not a list; a span without finite ts and dur >= 0, or whose args is not
+        a mapping (naming the span).
+    """
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        raise ConfigError(f"traceEvents is {type(events).__name__}, not a list of events", source=str(path))
+    spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    for e in spans:
         if not (_finite(e.get("ts")) and _finite(e.get("dur")) and e["dur"] >= 0):
             raise ConfigError(f"traceEvents: {str(e.get('name'))[:60]!r}: ts {str(e.get('ts'))[:20]!r} and dur "
                               f"{str(e.get('dur'))[:20]!r} must be finite numbers (dur >= 0)", source=str(path))
+        if not isinstance(e.get("args", {}), dict):
+            raise ConfigError(f"traceEvents: {str(e.get('name'))[:60]!r}: args is not a mapping", source=str(path))
+    return spans
+
+
+def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
+    """One Kineto file: its rank's NCCL collectives (with sizes) and other GPU kernels.
+
+    Raises:
+        ConfigError: not a Kineto trace, no distributedInfo, a span without numeric times, or an NCCL
+        kernel whose size cannot be found or is out of range (naming the file and the kernel).
+    """
+    doc = load_json(path) if doc is None else doc
+    if not is_kineto(doc):
+        raise ConfigError("not a PyTorch profiler (Kineto) trace: no traceEvents/distributedInfo", source=str(path))
+    rank, world = _distributed(doc, path)
+    info, props = doc["distributedInfo"], doc.get("deviceProperties") or [{}]
+    name = props[0].get("name", "unknown") if isinstance(props, list) and isinstance(props[0], dict) else "unknown"
+    out = KinetoRank(path, rank, world, str(info.get("backend", "nccl")), str(name))
+    events = _spans(doc, path)
     annotations = sorted((e for e in events if e.get("cat") == "user_annotation"
                           and str(e.get("name", "")).startswith("nccl:")), key=lambda e: e["ts"])
     nccl_kernels = []
@@ -154,6 +202,7 @@ def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
         if cat == "kernel" and _KERNEL.match(name):
             nccl_kernels.append(e)
         elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            _count(e.get("args", {}).get("stream", e.get("tid", 0)), f"{name[:40]}: stream", path)
             out.kernels.append(e)
         elif name.startswith("ProfilerStep#"):
             out.steps.append((float(e["ts"]), float(e["dur"])))
@@ -162,42 +211,63 @@ def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
         raise ConfigError(f"{len(nccl_kernels)} NCCL kernels but {len(annotations)} nccl:* annotations with sizes; "
                           "cannot tell which kernel moved what", source=str(path))
     for i, kernel in enumerate(nccl_kernels):
-        args = kernel.get("args", {})
-        algorithm = _algorithm(kernel["name"])
-        if new_format:
-            op = _op(args["Collective name"], path)
-            width = _dtype_bytes(args.get("dtype"), path)
-            elements = max(_count(args.get("In msg nelems", 0), f"{kernel['name'][:40]}: In msg nelems", path),
-                           _count(args.get("Out msg nelems", 0), f"{kernel['name'][:40]}: Out msg nelems", path))
-            group = _count(args.get("Group size", out.world_size), f"{kernel['name'][:40]}: Group size", path)
-        else:
-            ann = annotations[i]
-            op = _op(ann["name"].split(":", 1)[1], path)
-            dims = ann.get("args", {}).get("Input Dims")
-            types = ann.get("args", {}).get("Input type") or [None]
-            if not dims or not isinstance(dims[0], list):
-                raise ConfigError(f"{ann['name']} at ts {ann['ts']}: no Input Dims", source=str(path))
-            width = _dtype_bytes(types[0], path)
-            elements = math.prod(_count(d, f"{ann['name'][:40]}: Input Dims", path) for d in dims[0]) if dims[0] else 1
-            group = out.world_size  # the older format does not say; DLRM-style jobs use the world group
-            if op == "all_gather":
-                elements *= group  # the annotation's input is one rank's chunk; S is the gathered buffer
+        op, elements, width, group = (_new_format_size(kernel, world, path) if new_format
+                                      else _old_format_size(annotations[i], world, path))
+        what = f"{str(kernel['name'])[:40]} at ts {kernel['ts']}"
+        if not 1 <= group <= world:
+            raise ConfigError(f"{what}: Group size {group} is not 1 to world_size {world}", source=str(path))
+        if elements * width > MAX_BYTES:
+            raise ConfigError(f"{what}: {short(elements)} elements of {width} bytes: more than {MAX_BYTES:,} bytes in "
+                              "one collective", source=str(path))
         out.collectives.append(KinetoCollective(op, elements * width, group, _SHORT_DTYPE.get(width, "fp32"),
-                                                float(kernel["ts"]), float(kernel["dur"]), algorithm))
+                                                float(kernel["ts"]), float(kernel["dur"]),
+                                                _algorithm(kernel["name"])))
     return out
 
 
-def _op(name: str, path: Path) -> str:
-    key = name.strip().lower()
+def _new_format_size(kernel: dict[str, Any], world: int, path: Path) -> tuple[str, int, int, int]:
+    """(op, elements, bytes per element, group size) from a kernel's record_param_comms args.
+
+    Raises:
+        ConfigError: an unknown collective or element type, or counts that are not counts.
+    """
+    args, what = kernel.get("args", {}), str(kernel["name"])[:40]
+    elements = max(_count(args.get("In msg nelems", 0), f"{what}: In msg nelems", path),
+                   _count(args.get("Out msg nelems", 0), f"{what}: Out msg nelems", path))
+    return (_op(args["Collective name"], path), elements, _dtype_bytes(args.get("dtype"), path),
+            _count(args.get("Group size", world), f"{what}: Group size", path))
+
+
+def _old_format_size(ann: dict[str, Any], world: int, path: Path) -> tuple[str, int, int, int]:
+    """(op, elements, bytes per element, group size) from an older trace's `nccl:<op>` annotation.
+
+    Raises:
+        ConfigError: no Input Dims, dimensions that are not counts, an unknown collective or type.
+    """
+    what = str(ann["name"])[:40]
+    op = _op(str(ann["name"]).split(":", 1)[1], path)
+    args = ann.get("args", {})
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
+        raise ConfigError(f"{what} at ts {ann['ts']}: no Input Dims", source=str(path))
+    width = _dtype_bytes(types[0] if isinstance(types, list) and types else types, path)
+    elements = math.prod(_count(d, f"{what}: Input Dims", path) for d in dims[0]) if dims[0] else 1
+    if op == "all_gather":
+        elements *= world  # the annotation's input is one rank's chunk; S is the gathered buffer
+    return op, elements, width, world  # the older format does not say; DLRM-style jobs use the world group
+
+
+def _op(name: Any, path: Path) -> str:
+    key = name.strip().lower() if isinstance(name, str) else None
     if key not in _OPS:
-        raise ConfigError(f"unknown collective '{name}' (known: {', '.join(sorted(set(_OPS.values())))})",
+        raise ConfigError(f"unknown collective {str(name)[:40]!r} (known: {', '.join(sorted(set(_OPS.values())))})",
                           source=str(path))
     return _OPS[key]
 
 
 def _dtype_bytes(name: Any, path: Path) -> int:
-    if name not in DTYPE_BYTES:
-        raise ConfigError(f"unknown element type {name!r} of an NCCL collective", source=str(path))
+    if not isinstance(name, str) or name not in DTYPE_BYTES:
+        raise ConfigError(f"unknown element type {str(name)[:40]!r} of an NCCL collective", source=str(path))
     return DTYPE_BYTES[name]
 
 

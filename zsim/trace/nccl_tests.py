@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zsim.config.yamlfile import read_text
-from zsim.errors import ZsimError
+from zsim.errors import ConfigError, ZsimError, short
 
 MAX_TABLE_BYTES = 16 << 20  # an nccl-tests log is tens of KB
 MAX_SIZE = 1 << 44  # 16 TiB: beyond any buffer nccl-tests can allocate
@@ -60,20 +60,38 @@ def read_nccl_tests(path: Path) -> list[NcclRow]:
 
 def recording_of(path: Path) -> tuple[int, int] | None:
     """(GPUs, GPUs per process) from a table's header: one `#  Rank  N ... device` line per GPU, and
-    `nGpus G` (nccl-tests -g); None when the header does not list them."""
-    ranks, per_process = 0, 1
+    `nGpus G` (nccl-tests -g, 1 when absent); None when the header does not list the ranks.
+
+    Raises:
+        ZsimError: unreadable, not UTF-8 or too large; an nGpus that is not a count dividing the ranks.
+    """
+    ranks, per_process = 0, None
     # the checked reader (regular file, bounded, UTF-8: ConfigError naming the file), as read_nccl_tests
     for line in read_text(Path(path), what="nccl-tests table", max_bytes=MAX_TABLE_BYTES).splitlines():
         words = line.lstrip("#").split()
-        if words[:1] == ["Rank"] and len(words) > 1 and words[1].isdigit():
+        if words[:1] == ["Rank"] and len(words) > 1 and words[1].isdecimal():
             ranks += 1
-        if "nGpus" in words and words.index("nGpus") + 1 < len(words) and words[words.index("nGpus") + 1].isdigit():
-            per_process = int(words[words.index("nGpus") + 1])
-    return (ranks, per_process) if ranks else None
+        if "nGpus" in words and per_process is None:
+            value = (words[words.index("nGpus") + 1:] or [""])[0]
+            if not value.isdecimal() or len(value) > 9:  # int() refuses more than 4300 digits
+                raise ConfigError(f"header: nGpus {short(value)} is not a count of GPUs", source=str(path))
+            per_process = int(value)
+    if not ranks:
+        return None
+    per_process = 1 if per_process is None else per_process
+    if not 1 <= per_process <= ranks or ranks % per_process:
+        raise ConfigError(f"header: nGpus {per_process} (GPUs per process) does not divide the {ranks} ranks it lists",
+                          source=str(path))
+    return ranks, per_process
 
 
 def is_table(path: Path) -> bool:
     """Whether `path` is a text file holding an nccl-tests header line."""
     if not path.is_file() or path.suffix not in (".txt", ".log", ".out"):
         return False
-    return any(line.lstrip("#").split()[:3] == ["size", "count", "type"] for line in path.read_text(errors="replace").splitlines())
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(MAX_TABLE_BYTES).decode("utf-8", errors="replace")  # bounded: a log is tens of KB
+    except OSError:
+        return False  # unreadable: not recognised (kind_of then names it an unknown input)
+    return any(line.lstrip("#").split()[:3] == ["size", "count", "type"] for line in head.splitlines())
