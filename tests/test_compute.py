@@ -93,6 +93,14 @@ def test_bad_gemm_csv_names_the_line(tmp_path):
     bad.write_text("M,N,K,time_ms\n" + "64,64,64,0.01\n" * 12 + "64,x,64,0.01\n")
     with pytest.raises(ZsimError, match="line 14"):
         read_gemm_csv(bad)
+    short_row = tmp_path / "s.csv"
+    short_row.write_text("M,N,K,time_ms\n" + "64,64,64,0.01\n" * 12 + "64,64\n")
+    with pytest.raises(ZsimError, match=r"line 14: no value in column\(s\) K, time_ms"):
+        read_gemm_csv(short_row)
+    zero_batch = tmp_path / "b.csv"
+    zero_batch.write_text("M,N,K,time_ms,batch\n" + "64,64,64,0.01,1\n" * 12 + "64,64,64,0.01,0\n")
+    with pytest.raises(ZsimError, match="line 14: batch '0'"):
+        read_gemm_csv(zero_batch)
     missing = tmp_path / "m.csv"
     missing.write_text("M,N,time_ms\n1,2,3\n")
     with pytest.raises(ZsimError, match="missing column"):

@@ -157,6 +157,10 @@ def test_a_config_that_is_not_text_or_not_a_file_is_refused(tmp_path):
     assert "model_type: ['gpt2'] is not a model type zsim can import" in hf_error(tmp_path, {"model_type": ["gpt2"]})
     with pytest.raises(ConfigError, match="/dev/zero: not a regular file, expected a Hugging Face config.json"):
         read_hf_config("/dev/zero")
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"vocab_size": ' + "9" * 5000 + "}")  # past Python's 4300-digit int limit: a ValueError
+    with pytest.raises(ConfigError, match=r"huge.json: not valid JSON: Exceeds the limit \(4300 digits\)"):
+        read_hf_config(huge)
 
 
 def test_from_hf_must_be_a_path():

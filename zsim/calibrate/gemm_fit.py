@@ -25,7 +25,8 @@ from scipy.optimize import least_squares
 
 from zsim.compute.gemm import gemm_seconds
 from zsim.compute.terms import GemmTerms
-from zsim.errors import ZsimError
+from zsim.errors import ZsimError, short
+from zsim.trace.deepbench import gemm_row
 
 # name, initial value, lower, upper bound, in profile units (docs/compute.md).
 PARAMS = (
@@ -98,18 +99,16 @@ def read_gemm_csv(path: Path) -> list[GemmRow]:
         raise ZsimError(f"{path}: missing column(s) {', '.join(sorted(missing))} (need M, N, K, time_ms)")
     rows = []
     try:
-        for i, r in enumerate(reader, start=2):
+        for r in reader:
+            where = f"line {reader.line_num}"
+            m, n, k, seconds = gemm_row(r, where, Path(path))  # the DeepBench reader's checks, one message
             try:
-                row = GemmRow(int(r["M"]), int(r["N"]), int(r["K"]), int(r.get("batch") or 1),
-                              float(r["time_ms"]) * 1e-3)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise ZsimError(f"{path}: line {i}: {str(exc)[:120]}") from None
-            if min(row.m, row.n, row.k, row.batch) <= 0 or not (0 < row.seconds < math.inf):
-                raise ZsimError(f"{path}: line {i}: M, N, K, batch and time_ms must be finite and > 0")
-            if max(row.m, row.n, row.k, row.batch) > MAX_DIM:
-                raise ZsimError(f"{path}: line {i}: M, N, K and batch must be at most {MAX_DIM:,} (a GEMM a GPU "
-                                "can hold)")
-            rows.append(row)
+                batch = int(r.get("batch") or 1)
+            except ValueError:
+                batch = 0
+            if not 1 <= batch <= MAX_DIM:
+                raise ZsimError(f"{path}: {where}: batch {short(r.get('batch'))} is not an integer 1 to {MAX_DIM:,}")
+            rows.append(GemmRow(m, n, k, batch, seconds))
     except csv.Error as exc:
         raise ZsimError(f"{path}: not a CSV table: {exc}") from None
     shapes = len({(r.m, r.n, r.k, r.batch) for r in rows})  # repeated timings of one shape add no information

@@ -69,6 +69,8 @@ def read_json(path: Path, *, what: str = "JSON file", max_bytes: int = 1 << 31) 
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", source=str(path)) \
             from None
+    except ValueError as exc:  # an integer of more than 4300 digits (sys.set_int_max_str_digits)
+        raise ConfigError(f"not valid JSON: {str(exc).split(';')[0][:120]}", source=str(path)) from None
     except RecursionError:
         raise ConfigError("not valid JSON: nested too deeply", source=str(path)) from None
 
