@@ -176,7 +176,8 @@ def test_a_forced_algorithm_that_does_not_apply_is_said():
 
 @pytest.mark.parametrize("args, message", [
     (["--scenario", "scenarios/paper/C1-100B-400gpu.yaml", "--set", "zero.stage=9"],
-     "C1-100B-400gpu.yaml: zero.stage: must be an integer <= 3 (got 9)"),  # was "not even one layer fits"
+     "--set 'zero.stage=9' (on scenarios/paper/C1-100B-400gpu.yaml): zero.stage: must be an integer <= 3 (got 9)"),
+    # was "not even one layer fits", then blamed on the file
     (["--scenario", "scenarios/paper/C1-100B-400gpu.yaml", "--set", "model.layers=abc"],
      "model.layers: must be an integer (got 'abc')"),
     (["--scenario", "scenarios/paper/C1-100B-400gpu.yaml", "--stage", "0", "--batch", "64"],

@@ -116,6 +116,23 @@ def test_overrides_apply_and_are_validated(tmp_path):
         load_scenario(path, ["zero.stage"])
 
 
+def test_a_bad_override_is_blamed_on_the_override_not_the_file(tmp_path):
+    """The override is merged before validation; the message still names the --set that wrote the bad
+    key (or its section), and the file only where the file is to blame."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_dict()))
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path, ["run.steps=2", "zero.stagee=1"])
+    assert str(info.value) == f"--set 'zero.stagee=1' (on {path}): zero.stagee: unknown key; did you mean 'stage'?"
+    with pytest.raises(ConfigError, match=r"^--set 'zero=3' \(on .*s.yaml\): zero: must be a mapping"):
+        load_scenario(path, ["zero=3"])
+    data = small_dict()
+    data["zero"]["stagee"] = 1  # the file's own typo, with an unrelated override
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=rf"^{path}: zero.stagee: unknown key"):
+        load_scenario(path, ["run.steps=2"])
+
+
 def test_whole_numbers_in_scientific_notation_are_integers(tmp_path):
     """Bucket sizes are written 5e7, which PyYAML reads as a string: an integer key takes it when the
     number is whole. A float (5.0e+7) is still refused, values are not coerced, with the way to write it."""

@@ -251,14 +251,18 @@ def maxsize_command(args: argparse.Namespace) -> int:
             overrides = [*args.overrides, *([f"hardware.profile={profile}"] if profile else [])]
             path = find_scenario(args.scenario)
             # from_hf is relative to the scenario file; resolved here, the trials can grow its layers.
-            data = resolve_from_hf(apply_overrides(read_yaml_mapping(path), overrides), source=str(path),
-                                   base_dir=path.parent)
-            # The file and its --set as given, before the search replaces layers and steps: a bad value
-            # there is an error naming the file and key, never "not even one layer fits".
+            from zsim.config.scenario import blame_override
             from zsim.config.schema import ScenarioFile
             from zsim.config.validation import validate
 
-            validate(ScenarioFile, data, str(path))
+            try:
+                data = resolve_from_hf(apply_overrides(read_yaml_mapping(path), overrides), source=str(path),
+                                       base_dir=path.parent)
+                # The file and its --set as given, before the search replaces layers and steps: a bad value
+                # there is an error naming the --set (or the file) and key, never "not even one layer fits".
+                validate(ScenarioFile, data, str(path))
+            except ConfigError as exc:
+                raise blame_override(exc, overrides, path) from None
             source = str(path)
         else:
             if args.dp is None:
