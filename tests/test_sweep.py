@@ -126,6 +126,15 @@ def test_invalid_layouts_stop_the_sweep_unless_skipped_and_counted(base):
         plan_of({"axes": {"parallel.dp": [5]}, "skip_invalid": True}, base)
 
 
+def test_planning_reports_progress_over_every_point_skipped_ones_included(base):
+    """`zsim sweep` draws its "plan" bar from these calls: (points planned, points in the grid)."""
+    calls = []
+    axes = {"parallel.dp": [8, 16], "parallel.mp": [2, 4], "zero.stage": [1, 2, 3]}  # 12, 6 of them layouts
+    spec = sweep_from_mapping({"base": str(base), "axes": axes, "skip_invalid": True})
+    plan = plan_sweep(spec, "<test>", base.parent, progress=lambda done, total: calls.append((done, total)))
+    assert len(plan.points) == 6 and calls == [(n, 12) for n in range(1, 13)]
+
+
 def test_a_missing_profile_is_never_skipped(base):
     with pytest.raises(ConfigError, match="hardware.profile"):
         plan_of({"axes": {"hardware.profile": ["dgx2", "dgx22"]}, "skip_invalid": True}, base)

@@ -56,7 +56,12 @@ def sweep_command(args: argparse.Namespace) -> int:
 
     if args.address and args.engine != "dask":
         raise ZsimError("--address needs --engine dask")
-    plan = load_plan(args.sweep)  # every point validated here, before any runs
+    planning = _PlanBar() if sys.stderr.isatty() else None
+    try:
+        plan = load_plan(args.sweep, progress=planning.update if planning else None)  # every point, before any runs
+    finally:
+        if planning:
+            planning.close()  # before the workers fork: tqdm's monitor thread ends with its last bar
     name = plan.spec.name or Path(args.sweep).stem
     # as `zsim run` does with a scenario's name: one safe file-name component, so `name: ../../x` or
     # `name: /abs` cannot write outside out/ (issue 13)
@@ -102,6 +107,22 @@ class _Bar:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+class _PlanBar:
+    """tqdm on stderr while a sweep is planned, shown only when planning takes over a second."""
+
+    def __init__(self):
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=0, unit="pt", desc="plan", file=sys.stderr, leave=False, delay=1)
+
+    def update(self, done: int, total: int) -> None:
+        self._bar.total = total
+        self._bar.update(done - self._bar.n)  # tqdm redraws at most every 0.1 s
+
+    def close(self) -> None:
+        self._bar.close()
 
 
 def _progress_bar(total: int) -> _Bar | None:

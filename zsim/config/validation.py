@@ -208,10 +208,8 @@ def _integers(model: type, data: Any, path: list[Any]) -> Any:
         return {k: _integers(model, v, path + [k]) for k, v in data.items()}
     if isinstance(data, list):
         return [_integers(model, v, path + [i]) for i, v in enumerate(data)]
-    if not isinstance(data, bool) and _type_at(model, path) is int:
-        whole = _whole(data)
-        return data if whole is None else whole
-    return data
+    whole = _whole(data)  # first: looking up a key's type costs ~0.1 ms (msgspec re-evaluates annotations)
+    return whole if whole is not None and _type_at(model, path) is int else data
 
 
 def validate(model: type, data: dict[str, Any], source: str) -> Any:

@@ -16,10 +16,11 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from zsim import __version__
 from zsim.config.scenario import Scenario, build_scenario
@@ -139,8 +140,10 @@ def _capacity(spec: ScenarioFile) -> int:
     return load_cluster(hw.profile, hw.nodes, **overrides).gpu.memory_bytes
 
 
-def plan_sweep(spec: SweepFile, source: str, base_dir: Path) -> Plan:
-    """Expand and validate every point of `spec` (relative paths from `base_dir`).
+def plan_sweep(spec: SweepFile, source: str, base_dir: Path, *,
+               progress: Callable[[int, int], None] | None = None) -> Plan:
+    """Expand and validate every point of `spec` (relative paths from `base_dir`). `progress(done, total)`
+    is called after each point (a million-point sweep takes minutes to plan).
 
     Raises:
         ConfigError: a bad sweep key, base file, key or value (naming the point), a layout error when
@@ -158,7 +161,10 @@ def plan_sweep(spec: SweepFile, source: str, base_dir: Path) -> Plan:
         set_key(fixed, key, value, f"{source}: set.{key}")
     name = spec.name or Path(source).stem
     plan = Plan(spec=spec, source=source, base=base, axes=axes, points=[])
+    total = math.prod(len(axis.values) for axis in axes)
     for combo in itertools.product(*(axis.values for axis in axes)):
+        if progress and plan.total:
+            progress(plan.total, total)
         plan.total += 1
         values = {k: v for axis, vals in zip(axes, combo) for k, v in zip(axis.keys, vals)}
         data = copy.deepcopy(fixed)
@@ -182,6 +188,8 @@ def plan_sweep(spec: SweepFile, source: str, base_dir: Path) -> Plan:
             raise ConfigError(str(exc), source=where) from None
         plan.points.append(Point(index=plan.total - 1, values=values, scenario=scenario,
                                  key=point_key(scenario, validated, capacity), capacity_bytes=capacity, oom_reason=oom))
+    if progress:
+        progress(plan.total, total)
     if not plan.points:
         reasons = "; ".join(f"{n}× {r}" for r, n in plan.skipped.items())
         raise ConfigError(f"every one of the {plan.total} points is invalid ({reasons})", source=source)
@@ -205,9 +213,9 @@ def _check_answers(spec: SweepFile, keys: list[str], source: str) -> None:
                 raise ConfigError(f"{key!r} is not a swept key ({', '.join(keys)})", source=source, path=where)
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Read a sweep file and plan it. Raises ConfigError."""
+def load_plan(path: str | Path, *, progress: Callable[[int, int], None] | None = None) -> Plan:
+    """Read a sweep file and plan it (`progress` as in plan_sweep). Raises ConfigError."""
     from zsim.sweep.spec import load_sweep_file
 
     path = Path(path)
-    return plan_sweep(load_sweep_file(path), str(path), path.parent)
+    return plan_sweep(load_sweep_file(path), str(path), path.parent, progress=progress)
