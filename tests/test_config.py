@@ -133,6 +133,19 @@ def test_a_bad_override_is_blamed_on_the_override_not_the_file(tmp_path):
         load_scenario(path, ["run.steps=2"])
 
 
+def test_the_api_blames_its_set_entries_like_the_cli_blames_set(tmp_path):
+    """api.load(mapping, set=...) names the entry that wrote a bad key; the mapping's own mistake is
+    named as the mapping's (`<api>`)."""
+    from zsim import api
+
+    with pytest.raises(ConfigError, match=r"^set\['zero.stage'\] \(on <api>\): zero.stage: must be an integer <= 3"):
+        api.load(small_dict(), set={"run.steps": 1, "zero.stage": 7})
+    data = small_dict()
+    data["zero"]["stagee"] = 1
+    with pytest.raises(ConfigError, match=r"^<api>: zero.stagee: unknown key"):
+        api.load(data, set={"run.steps": 1})
+
+
 def test_whole_numbers_in_scientific_notation_are_integers(tmp_path):
     """Bucket sizes are written 5e7, which PyYAML reads as a string: an integer key takes it when the
     number is whole. A float (5.0e+7) is still refused, values are not coerced, with the way to write it."""

@@ -17,7 +17,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from zsim.config.scenario import Scenario, build_scenario, load_scenario
+from zsim.config.scenario import Scenario, build_scenario
 from zsim.engine.result import Result
 from zsim.errors import ConfigError, ZsimError
 from zsim.sweep.table import SweepTable
@@ -27,28 +27,32 @@ __all__ = ["ConfigError", "Result", "Scenario", "SweepTable", "ZsimError", "fact
 
 
 def load(source: str | Path | dict[str, Any], set: dict[str, Any] | None = None) -> Scenario:  # noqa: A002
-    """A validated Scenario from a scenario file (or a mapping shaped like one), with `set` applied:
-    dotted keys to values, as `zsim run --set` (`{"zero.stage": 2, "hardware.nodes": 8}`).
+    """A validated Scenario from a scenario file, a shipped scenario's name (`"1T-1024gpu"`) or a mapping
+    shaped like one, with `set` applied: dotted keys to values, as `zsim run --set`
+    (`{"zero.stage": 2, "hardware.nodes": 8}`).
 
     Raises:
-        ConfigError: a missing file, an unknown key, a bad value or an impossible layout.
+        ConfigError: a missing file, an unknown key, a bad value or an impossible layout; one that `set`
+        wrote names that entry (`set['zero.stage'] (on FILE): ...`).
     """
     from zsim.config.overrides import set_key
+    from zsim.config.scenario import blame_override, find_scenario
 
     if isinstance(source, dict):
-        data = copy.deepcopy(source)
-        for key, value in (set or {}).items():
-            set_key(data, key, value, f"set.{key}")
-        return build_scenario(data, source="<api>", default_name=str(data.get("name") or "scenario"))
-    if not set:
-        return load_scenario(source)
-    from zsim.config.yamlfile import read_yaml_mapping
+        data, path, where = copy.deepcopy(source), None, "<api>"
+    else:  # a file, or a shipped scenario's name as `zsim run` takes it
+        from zsim.config.yamlfile import read_yaml_mapping
 
-    path = Path(source)
-    data = read_yaml_mapping(path)
-    for key, value in set.items():
+        path = find_scenario(source)
+        data, where = read_yaml_mapping(path), str(path)
+    for key, value in (set or {}).items():
         set_key(data, key, value, f"set.{key}")
-    return build_scenario(data, source=str(path), default_name=path.stem, base_dir=path.parent)
+    try:
+        if path is None:
+            return build_scenario(data, source=where, default_name=str(data.get("name") or "scenario"))
+        return build_scenario(data, source=where, default_name=path.stem, base_dir=path.parent)
+    except ConfigError as exc:  # a bad value `set` wrote is the caller's, not the file's
+        raise blame_override(exc, [(key, f"set[{key!r}] (on {where})") for key in (set or {})]) from None
 
 
 def simulate(scenario: Scenario, mode: str | None = None) -> Result:

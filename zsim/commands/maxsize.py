@@ -251,7 +251,7 @@ def maxsize_command(args: argparse.Namespace) -> int:
             overrides = [*args.overrides, *([f"hardware.profile={profile}"] if profile else [])]
             path = find_scenario(args.scenario)
             # from_hf is relative to the scenario file; resolved here, the trials can grow its layers.
-            from zsim.config.scenario import blame_override
+            from zsim.config.scenario import blame_override, set_by
             from zsim.config.schema import ScenarioFile
             from zsim.config.validation import validate
 
@@ -262,7 +262,7 @@ def maxsize_command(args: argparse.Namespace) -> int:
                 # there is an error naming the --set (or the file) and key, never "not even one layer fits".
                 validate(ScenarioFile, data, str(path))
             except ConfigError as exc:
-                raise blame_override(exc, overrides, path) from None
+                raise blame_override(exc, set_by(overrides, path)) from None
             source = str(path)
         else:
             if args.dp is None:

@@ -98,7 +98,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None, *,
 
     Raises:
         ConfigError: naming the file, the dotted key and the bad value; a key an override set is blamed
-        on that `--set` (override_source), not on the file.
+        on that `--set` (blame_override), not on the file.
     """
     path = find_scenario(path)
     data = apply_overrides(read_yaml_mapping(path), overrides or [])
@@ -106,33 +106,28 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None, *,
         return build_scenario(data, source=str(path), default_name=path.stem, base_dir=path.parent,
                               profiles=profiles)
     except ConfigError as exc:
-        raise blame_override(exc, overrides or [], path) from None
+        raise blame_override(exc, set_by(overrides or [], path)) from None
 
 
-def blame_override(exc: ConfigError, overrides: list[str], path: Path) -> ConfigError:
-    """`exc` re-addressed to the `--set` that wrote its key (override_source), or `exc` itself when the
-    file is to blame."""
-    blamed = override_source(exc.path, overrides, path)
+def set_by(overrides: list[str], path: Path) -> list[tuple[str, str]]:
+    """(dotted key, `--set K=V (on FILE)`) for each `--set` override, for blame_override."""
+    from zsim.config.overrides import parse_override
+    from zsim.errors import short
+
+    return [(".".join(parse_override(text)[0]), f"--set {short(text)} (on {path})") for text in overrides]
+
+
+def blame_override(exc: ConfigError, setters: list[tuple[str, str]]) -> ConfigError:
+    """`exc` re-addressed to the last of `setters` (dotted key, its name) that wrote the key of `exc`
+    or a section holding it; `exc` itself when none did (the file is then to blame, also for a section
+    an override only changed a key of)."""
+    key = exc.path
+    blamed = next((name for set_key, name in reversed(setters)
+                   if key and (set_key == key or key.startswith(f"{set_key}."))), None)
     if blamed is None:
         return exc
     return ConfigError(str(exc).removeprefix(f"{exc.source}: ").removeprefix(f"{exc.path}: "), source=blamed,
                        path=exc.path)
-
-
-def override_source(key: str | None, overrides: list[str], path: Path) -> str | None:
-    """`--set K=V (on FILE)` for the last override that set dotted `key` or a section holding it; None
-    when none did (the file is then to blame, also for a section an override only changed a key of)."""
-    from zsim.config.overrides import parse_override
-    from zsim.errors import short
-
-    if not key:
-        return None
-    for text in reversed(overrides):
-        keys, _ = parse_override(text)
-        set_key = ".".join(keys)
-        if set_key == key or key.startswith(f"{set_key}."):
-            return f"--set {short(text)} (on {path})"
-    return None
 
 
 def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str = "scenario",
