@@ -146,6 +146,27 @@ def test_the_api_blames_its_set_entries_like_the_cli_blames_set(tmp_path):
         api.load(data, set={"run.steps": 1})
 
 
+@pytest.mark.parametrize("zero, message", [
+    ({"reduce_bucket_elements": {"": float("nan")}}, "zero.reduce_bucket_elements: must be an integer (got {'': nan})"),
+    ({"stage": 1, "a.b": 2}, "zero['a.b']: unknown key"),  # not `zero.a.b`, a key that is not there
+])
+def test_a_value_of_the_wrong_type_is_named_before_a_nan_inside_it(zero, message):
+    """The type is checked first (a .nan nested in a value that is wrong anyway was reported as
+    `zero.reduce_bucket_elements.: must be a finite number`); a key with a dot or none is quoted."""
+    from zsim.config.schema import ScenarioFile
+    from zsim.config.validation import validate
+
+    data = small_dict()
+    data["zero"] = zero
+    with pytest.raises(ConfigError) as info:
+        validate(ScenarioFile, data, "s.yaml")
+    assert str(info.value).startswith(f"s.yaml: {message}")
+    from zsim.sweep.spec import Range
+
+    with pytest.raises(ConfigError, match=r"^s.yaml: from: must be a finite number \(got nan\)"):
+        validate(Range, {"from": float("nan"), "to": 4, "step": 1}, "s.yaml")  # an unbounded float: still refused
+
+
 def test_whole_numbers_in_scientific_notation_are_integers(tmp_path):
     """Bucket sizes are written 5e7, which PyYAML reads as a string: an integer key takes it when the
     number is whole. A float (5.0e+7) is still refused, values are not coerced, with the way to write it."""

@@ -110,8 +110,14 @@ def _path(text: str | None) -> list[Any]:
 
 
 def _dotted(path: list[Any]) -> str:
-    """`path` as the user writes it: `hardware.gpus_per_node`, `sweep.0.value` (each part at most 40 characters)."""
-    return ".".join(printable(str(k), 40) for k in path)
+    """`path` as the user writes it: `hardware.gpus_per_node`, `sweep.0.value` (each part at most 40
+    characters); a key that is empty or holds a dot is quoted in brackets: `nccl['a.b']`."""
+    text = ""
+    for k in path:
+        part = printable(str(k), 40)
+        quoted = isinstance(k, str) and (not k or "." in k)
+        text += f"[{part!r}]" if quoted else f".{part}" if text else part
+    return text
 
 
 def _describe(message: str, model: type, data: Any) -> tuple[str, str]:
@@ -220,12 +226,13 @@ def validate(model: type, data: dict[str, Any], source: str) -> Any:
         ConfigError: naming the file, the dotted key of the first error and the bad value.
     """
     data = _integers(model, data, [])
+    try:
+        value = msgspec.convert(data, model, strict=True)
+    except msgspec.ValidationError as exc:  # first: a .nan inside a value of the wrong type is the type's error
+        path, message = _describe(str(exc), model, data)
+        raise ConfigError(message, source=source, path=path) from None
     bad = _non_finite(data, [])
     if bad is not None:
         raise ConfigError(f"must be a finite number (got {_value_at(data, bad)})", source=source,
                           path=_dotted(bad))
-    try:
-        return msgspec.convert(data, model, strict=True)
-    except msgspec.ValidationError as exc:
-        path, message = _describe(str(exc), model, data)
-        raise ConfigError(message, source=source, path=path) from None
+    return value
