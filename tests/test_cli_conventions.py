@@ -72,6 +72,19 @@ def test_argparse_errors_are_two_lines_without_the_usage_block(args):
     assert "--help" in lines[-1]
 
 
+@pytest.mark.parametrize("args, hint", [
+    (["runn"], "invalid choice: 'runn'; did you mean 'run'? (choose from 'run', "),
+    (["validate", "papr"], "invalid choice: 'papr'; did you mean 'paper'? (choose from "),
+    (["memory", "--params", "1B", "--dp", "8", "--dtype", "fp61"], "'fp61'; did you mean 'fp16'?"),
+    (["validate", "zzzz"], "invalid choice: 'zzzz' (choose from 'megatron', 'paper', 'replay')"),  # none close
+])
+def test_a_misspelt_choice_gets_a_suggestion_before_the_list(args, hint, capsys):
+    from zsim.cli import main
+
+    assert main(args) == 2
+    assert hint in capsys.readouterr().err
+
+
 def test_building_every_parser_imports_no_heavy_library():
     """`zsim --help` stays fast only while command modules import heavy libraries lazily."""
     code = ("import sys, zsim.cli; zsim.cli.build_parser(); "

@@ -16,6 +16,7 @@ import contextlib
 import gc
 import importlib
 import os
+import re
 import signal
 import sys
 
@@ -43,10 +44,28 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
         # Arguments no parser took are reported by the top-level parser: point at the command's help.
         where = f"{self.prog} {self.command}" if self.command else self.prog
+        message = _did_you_mean(message)
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {error_text(message, lines=1)}\n  (`{where} --help` lists the options)\n")
 
 
 Parser = ArgumentParser  # the name the runtime's entry points use
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)$")
+
+
+def _did_you_mean(message: str) -> str:
+    """argparse's "invalid choice: 'runn' (choose from 'run', ...)" with "; did you mean 'run'?" after the
+    value when one choice is close (difflib, as for the config's unknown keys)."""
+    found = _INVALID_CHOICE.search(message)
+    if not found:
+        return message
+    import difflib
+
+    close = difflib.get_close_matches(found["value"], re.findall(r"'([^']*)'", found["choices"]), n=1)
+    if not close:
+        return message
+    at = found.start("choices") - len(" (choose from ")  # before the list, which a long line may lose
+    return f"{message[:at]}; did you mean {close[0]!r}?{message[at:]}"
 
 
 def error_text(message: str, lines: int = 2) -> str:
