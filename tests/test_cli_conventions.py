@@ -77,8 +77,11 @@ def test_argparse_errors_are_two_lines_without_the_usage_block(args):
     (["validate", "papr"], "invalid choice: 'papr'; did you mean 'paper'? (choose from "),
     (["memory", "--params", "1B", "--dp", "8", "--dtype", "fp61"], "'fp61'; did you mean 'fp16'?"),
     (["validate", "zzzz"], "invalid choice: 'zzzz' (choose from 'megatron', 'paper', 'replay')"),  # none close
+    (["run", "1T-1024gpu", "--no-plott"], "unrecognized arguments: --no-plott; did you mean '--no-plot'?"),
+    (["run", "1T-1024gpu", "--sett", "x=1"], "unrecognized arguments: --sett x=1; did you mean '--set'?"),
+    (["run", "1T-1024gpu", "--zzzzz"], "unrecognized arguments: --zzzzz\n"),
 ])
-def test_a_misspelt_choice_gets_a_suggestion_before_the_list(args, hint, capsys):
+def test_a_misspelt_choice_or_option_gets_a_suggestion(args, hint, capsys):
     from zsim.cli import main
 
     assert main(args) == 2

@@ -44,8 +44,15 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
         # Arguments no parser took are reported by the top-level parser: point at the command's help.
         where = f"{self.prog} {self.command}" if self.command else self.prog
-        message = _did_you_mean(message)
+        message = _did_you_mean(message, self._command_options())
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {error_text(message, lines=1)}\n  (`{where} --help` lists the options)\n")
+
+
+    def _command_options(self) -> list[str]:
+        """The option strings of the command this top-level parser was built for ([] otherwise)."""
+        commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
+        command = commands.get(self.command) if self.command else None
+        return [o for a in command._actions for o in a.option_strings] if command is not None else []
 
 
 Parser = ArgumentParser  # the name the runtime's entry points use
@@ -53,14 +60,21 @@ Parser = ArgumentParser  # the name the runtime's entry points use
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)$")
 
 
-def _did_you_mean(message: str) -> str:
+def _did_you_mean(message: str, options: list[str]) -> str:
     """argparse's "invalid choice: 'runn' (choose from 'run', ...)" with "; did you mean 'run'?" after the
-    value when one choice is close (difflib, as for the config's unknown keys)."""
+    value when one choice is close (difflib, as for the config's unknown keys); "unrecognized arguments:
+    --no-plott" with the close one of the command's `options`."""
+    import difflib
+
+    if message.startswith("unrecognized arguments:") and options:
+        for word in message.removeprefix("unrecognized arguments:").split():
+            close = difflib.get_close_matches(word.split("=")[0], options, n=1) if word.startswith("--") else []
+            if close:
+                return f"{message}; did you mean {close[0]!r}?"
+        return message
     found = _INVALID_CHOICE.search(message)
     if not found:
         return message
-    import difflib
-
     close = difflib.get_close_matches(found["value"], re.findall(r"'([^']*)'", found["choices"]), n=1)
     if not close:
         return message
