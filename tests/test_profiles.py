@@ -119,6 +119,16 @@ def test_zsim_profiles_lists_every_kind_and_the_scenarios(user_dir):
     assert {r["name"] for r in table["scenarios"]} >= {"1T-1024gpu", "paper/7.5B-64gpu-stage3"}
 
 
+def test_every_shipped_scenario_says_what_it_is(capsys):
+    """`zsim profiles` lists the shipped scenarios with their description; an empty one is a blank row."""
+    from zsim.cli import main
+
+    assert main(["profiles", "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)["scenarios"]
+    assert len(rows) == len(shipped_scenarios()) and rows
+    assert [r["name"] for r in rows if not r["description"].strip()] == []
+
+
 def test_shipped_scenarios_by_name_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert set(shipped_scenarios()) >= {"1T-1024gpu", "paper/C1-100B-400gpu", "whatif/7.5B-64gpu-slow-nic"}
