@@ -216,8 +216,9 @@ def test_an_older_kineto_trace_with_damaged_input_dims_names_it(tmp_path):
 @pytest.mark.parametrize("content, message", [
     (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     (b"[" + b"1" * 5000 + b"]", "value has 5000 digits"),  # int() refuses: was an internal error
-    (gzip.compress(b'{"traceEvents": []}')[:-12], "cannot read"),
-])
+    # mtime=0: the gzip header holds the time, and pytest-xdist's workers must collect the same ids
+    (gzip.compress(b'{"traceEvents": []}', mtime=0)[:-12], "cannot read"),
+], ids=["nested", "long-integer", "truncated-gzip"])
 def test_an_unreadable_trace_file_is_named(tmp_path, content, message):
     path = tmp_path / ("x.json.gz" if content[:2] == b"\x1f\x8b" else "x.json")
     path.write_bytes(content)
