@@ -12,8 +12,9 @@ from tests.conftest import ROOT
 
 def _ids(hash_seed: str) -> list[str]:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-o", "addopts=", "-p", "no:warnings",
-                           "-p", "no:cacheprovider", "tests"], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-o", "addopts=",
+                           "-p", "no:warnings", "-p", "no:cacheprovider", "tests"],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return [line for line in proc.stdout.splitlines() if "::" in line]
 

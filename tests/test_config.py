@@ -133,6 +133,20 @@ def test_a_bad_override_is_blamed_on_the_override_not_the_file(tmp_path):
         load_scenario(path, ["run.steps=2"])
 
 
+@pytest.mark.parametrize("override, message", [
+    ("zero..stage=1", "'zero..stage': a key part is empty"),  # was zero['']: unknown key, blamed on the file
+    ("zero.=1", "'zero.': a key part is empty"),
+    # was "fabric.degrade: must be a list (got {'0': ...})", blamed on the file
+    ("fabric.degrade.0.factor=0.5", "'fabric.degrade' is not in the scenario, so it has no item 0; set the whole list"),
+])
+def test_an_override_that_cannot_be_set_says_why(tmp_path, override, message):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_dict()))
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path, [override])
+    assert str(info.value).startswith(f"--set '{override}': {message}")
+
+
 def test_the_api_blames_its_set_entries_like_the_cli_blames_set(tmp_path):
     """api.load(mapping, set=...) names the entry that wrote a bad key; the mapping's own mistake is
     named as the mapping's (`<api>`)."""

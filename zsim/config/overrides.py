@@ -28,8 +28,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def set_key(data: dict[str, Any], key: str, value: Any, where: str) -> None:
     """Set dotted `key` in the nested mapping `data`; sections are created, and a number selects an
-    item of a list (`fabric.degrade.0.factor`). Raises ConfigError naming `where`."""
+    item of a list (`fabric.degrade.0.factor`). Raises ConfigError naming `where`: an empty key part, a
+    path through a value, an index past a list's end or into a list the scenario does not have."""
     parts = key.split(".")
+    if not all(parts):
+        raise ConfigError(f"'{printable(key, 60)}': a key part is empty (two dots in a row, or a dot at an end)",
+                          path=where)
     node: Any = data
     for i, part in enumerate(parts):
         here = ".".join(parts[: i + 1])
@@ -46,6 +50,10 @@ def set_key(data: dict[str, Any], key: str, value: Any, where: str) -> None:
             node[part] = copy.deepcopy(value)
         else:
             if isinstance(node, dict) and part not in node:
+                if parts[i + 1].isdigit():  # an item of a list the scenario does not have: not a section '0'
+                    raise ConfigError(f"'{printable(here, 60)}' is not in the scenario, so it has no item "
+                                      f"{printable(parts[i + 1], 20)}; set the whole list "
+                                      f"('{printable(here, 60)}=[...]')", path=where)
                 node[part] = {}
             node = node[part]
 
