@@ -119,6 +119,21 @@ def test_zsim_profiles_lists_every_kind_and_the_scenarios(user_dir):
     assert {r["name"] for r in table["scenarios"]} >= {"1T-1024gpu", "paper/7.5B-64gpu-stage3"}
 
 
+@pytest.mark.parametrize("args", [
+    ["run", "scenarios/paper/C1-100B-400gpu.yaml", "--no-plot", "-o", "/tmp/zsim-never"],
+    ["maxsize", "--scenario", "scenarios/paper/C1-100B-400gpu.yaml"],
+    ["maxsize", "--batch", "16", "--dp", "8", "--gpu-mem", "32GB"],
+])
+def test_a_missing_profile_is_blamed_on_the_profile_flag(args, capsys, monkeypatch):
+    """`--profile dgx22` was reported as `--set 'hardware.profile=dgx22'` (run) or as the file's (maxsize)."""
+    from zsim.cli import main
+
+    monkeypatch.chdir(ROOT)
+    assert main([*args, "--profile", "dgx22"]) == 2
+    assert capsys.readouterr().err.startswith("zsim: --profile 'dgx22': hardware.profile: no system profile 'dgx22' "
+                                              "(did you mean 'dgx2'")
+
+
 def test_every_shipped_scenario_says_what_it_is(capsys):
     """`zsim profiles` lists the shipped scenarios with their description; an empty one is a blank row."""
     from zsim.cli import main

@@ -240,36 +240,45 @@ def maxsize_command(args: argparse.Namespace) -> int:
         check_file(args.json)  # before any work: a bad --json costs nothing
     if args.scenario or args.batch:
         import sys
+        from pathlib import Path
+
+        from zsim.config.scenario import blame_override, set_by
 
         profiles, profile = profile_search(args)
         if args.scenario:
             from zsim.config.hf import resolve_from_hf
             from zsim.config.overrides import apply_overrides
             from zsim.config.scenario import find_scenario
+            from zsim.config.schema import ScenarioFile
+            from zsim.config.validation import validate
             from zsim.config.yamlfile import read_yaml_mapping
 
             overrides = [*args.overrides, *([f"hardware.profile={profile}"] if profile else [])]
             path = find_scenario(args.scenario)
-            # from_hf is relative to the scenario file; resolved here, the trials can grow its layers.
-            from zsim.config.scenario import blame_override, set_by
-            from zsim.config.schema import ScenarioFile
-            from zsim.config.validation import validate
-
+            setters = set_by(args.overrides, path, profile)
             try:
+                # from_hf is relative to the scenario file; resolved here, the trials can grow its layers.
                 data = resolve_from_hf(apply_overrides(read_yaml_mapping(path), overrides), source=str(path),
                                        base_dir=path.parent)
                 # The file and its --set as given, before the search replaces layers and steps: a bad value
                 # there is an error naming the --set (or the file) and key, never "not even one layer fits".
                 validate(ScenarioFile, data, str(path))
             except ConfigError as exc:
-                raise blame_override(exc, set_by(overrides, path)) from None
+                raise blame_override(exc, setters) from None
             source = str(path)
         else:
             if args.dp is None:
                 raise ZsimError("--batch needs --dp (and --mp)")
-            data = _shape_scenario(args, profiles, profile or "dgx2")
             source = "<maxsize>"
-        best = max_layers(data, args.gpu_mem, profiles=profiles, progress=sys.stderr.isatty(), source=source)
+            setters = set_by([], Path(source), profile)
+            try:
+                data = _shape_scenario(args, profiles, profile or "dgx2")
+            except ConfigError as exc:
+                raise blame_override(exc, setters) from None
+        try:
+            best = max_layers(data, args.gpu_mem, profiles=profiles, progress=sys.stderr.isatty(), source=source)
+        except ConfigError as exc:  # e.g. a --profile no folder has: the flag's, not the file's
+            raise blame_override(exc, setters) from None
         table: dict[str, Any] = {"mode": "full memory", "layers": best.layers, "params": best.params,
                                  "reserved_peak_bytes": best.reserved_peak_bytes, "steps": best.steps,
                                  "settled": best.settled}

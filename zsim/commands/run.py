@@ -53,7 +53,7 @@ def run_command(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         profiles, name = profile_search(args)
         overrides = [*args.overrides, *([f"hardware.profile={name}"] if name else [])]
-        scenario = load_scenario(args.scenario, overrides, profiles=profiles)
+        scenario = load_scenario(args.scenario, args.overrides, profiles=profiles, profile=name)
         out = check_dir(args.output if args.output is not None else scenario.output_dir,
                         flag="-o" if args.output is not None else "run.output")  # before simulating: a bad -o costs nothing
         if args.json is not None and args.json != "-":

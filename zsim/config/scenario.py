@@ -92,29 +92,33 @@ def find_scenario(text: str | Path) -> Path:
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None, *,
-                  profiles: Profiles | None = None) -> Scenario:
+                  profiles: Profiles | None = None, profile: str | None = None) -> Scenario:
     """Read, override, validate and cross-check a scenario file (or a shipped scenario's name), with
-    hardware profiles from `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in ones).
+    hardware profiles from `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in ones); `profile`
+    (the command line's `--profile`) replaces hardware.profile after the overrides.
 
     Raises:
         ConfigError: naming the file, the dotted key and the bad value; a key an override set is blamed
         on that `--set` (blame_override), not on the file.
     """
     path = find_scenario(path)
-    data = apply_overrides(read_yaml_mapping(path), overrides or [])
+    profile_set = [f"hardware.profile={profile}"] if profile else []
+    data = apply_overrides(read_yaml_mapping(path), [*(overrides or []), *profile_set])
     try:
         return build_scenario(data, source=str(path), default_name=path.stem, base_dir=path.parent,
                               profiles=profiles)
     except ConfigError as exc:
-        raise blame_override(exc, set_by(overrides or [], path)) from None
+        raise blame_override(exc, set_by(overrides or [], path, profile)) from None
 
 
-def set_by(overrides: list[str], path: Path) -> list[tuple[str, str]]:
-    """(dotted key, `--set K=V (on FILE)`) for each `--set` override, for blame_override."""
+def set_by(overrides: list[str], path: Path, profile: str | None = None) -> list[tuple[str, str]]:
+    """(dotted key, `--set K=V (on FILE)`) for each `--set` override, then ('hardware.profile',
+    `--profile NAME`) when `profile` replaces it, for blame_override."""
     from zsim.config.overrides import parse_override
     from zsim.errors import short
 
-    return [(".".join(parse_override(text)[0]), f"--set {short(text)} (on {path})") for text in overrides]
+    setters = [(".".join(parse_override(text)[0]), f"--set {short(text)} (on {path})") for text in overrides]
+    return setters + ([("hardware.profile", f"--profile {short(profile)}")] if profile else [])
 
 
 def blame_override(exc: ConfigError, setters: list[tuple[str, str]]) -> ConfigError:
