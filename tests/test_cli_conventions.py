@@ -80,6 +80,10 @@ def test_argparse_errors_are_two_lines_without_the_usage_block(args):
     (["run", "1T-1024gpu", "--no-plott"], "unrecognized arguments: --no-plott; did you mean '--no-plot'?"),
     (["run", "1T-1024gpu", "--sett", "x=1"], "unrecognized arguments: --sett x=1; did you mean '--set'?"),
     (["run", "1T-1024gpu", "--zzzzz"], "unrecognized arguments: --zzzzz\n"),
+    # before the command: was "the following arguments are required: COMMAND"
+    (["--verion"], "zsim: unrecognized option '--verion'; did you mean '--version'?\n"),
+    (["--json", "-", "run", "1T-1024gpu"], "zsim: '--json' comes before the command; a command's options follow "
+                                          "it (zsim run --json ...)\n"),
 ])
 def test_a_misspelt_choice_or_option_gets_a_suggestion(args, hint, capsys):
     from zsim.cli import main

@@ -47,7 +47,6 @@ class ArgumentParser(argparse.ArgumentParser):
         message = _did_you_mean(message, self._command_options())
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {error_text(message, lines=1)}\n  (`{where} --help` lists the options)\n")
 
-
     def _command_options(self) -> list[str]:
         """The option strings of the command this top-level parser was built for ([] otherwise)."""
         commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
@@ -202,12 +201,30 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _before_command(option: str, command: str | None) -> str:
+    """The two lines for an option before the command other than zsim's own --help and --version: a
+    misspelling of those, or a command's option in the wrong place."""
+    import difflib
+
+    close = difflib.get_close_matches(option, ["--help", "--version"], n=1, cutoff=0.75)
+    if close:
+        return f"zsim: unrecognized option {printable(option, 60)!r}; did you mean {close[0]!r}?\n" \
+               "  (`zsim --help` lists the commands)"
+    where = f"zsim {command} {printable(option, 60)} ..." if command else f"zsim COMMAND {printable(option, 60)} ..."
+    return f"zsim: {printable(option, 60)!r} comes before the command; a command's options follow it ({where})\n" \
+           "  (`zsim --help` lists the commands)"
+
+
 def _run(argv: list[str]) -> int:
     try:
         at = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))
         command = argv[at] if at < len(argv) else None
         # The top-level help or version comes first (`zsim`, `zsim --help`, `zsim -h run`): list the commands.
         listing = command is None or any(a in ("-h", "--help", "--version") for a in argv[:at])
+        stray = [a for a in argv[:at] if a not in ("-h", "--help", "--version")]
+        if stray:  # argparse would say "arguments are required: COMMAND" for `zsim --verion`
+            _say(error_text(_before_command(stray[0], command)))
+            return EXIT_BAD_INPUT
         with sigint_held():  # building the parser imports C extensions (zlib, _bz2, _lzma via shutil)
             parser = build_parser(command if command in COMMANDS and not listing else None, listing=listing)
         try:
