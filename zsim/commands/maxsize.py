@@ -240,7 +240,6 @@ def maxsize_command(args: argparse.Namespace) -> int:
         check_file(args.json)  # before any work: a bad --json costs nothing
     if args.scenario or args.batch:
         import sys
-        from pathlib import Path
 
         from zsim.config.scenario import blame_override, set_by
 
@@ -270,7 +269,7 @@ def maxsize_command(args: argparse.Namespace) -> int:
             if args.dp is None:
                 raise ZsimError("--batch needs --dp (and --mp)")
             source = "<maxsize>"
-            setters = set_by([], Path(source), profile)
+            setters = set_by([], profile=profile)
             try:
                 data = _shape_scenario(args, profiles, profile or "dgx2")
             except ConfigError as exc:

@@ -111,7 +111,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None, *,
         raise blame_override(exc, set_by(overrides or [], path, profile)) from None
 
 
-def set_by(overrides: list[str], path: Path, profile: str | None = None) -> list[tuple[str, str]]:
+def set_by(overrides: list[str], path: Path | None = None, profile: str | None = None) -> list[tuple[str, str]]:
     """(dotted key, `--set K=V (on FILE)`) for each `--set` override, then ('hardware.profile',
     `--profile NAME`) when `profile` replaces it, for blame_override."""
     from zsim.config.overrides import parse_override
@@ -130,8 +130,7 @@ def blame_override(exc: ConfigError, setters: list[tuple[str, str]]) -> ConfigEr
                    if key and (set_key == key or key.startswith(f"{set_key}."))), None)
     if blamed is None:
         return exc
-    return ConfigError(str(exc).removeprefix(f"{exc.source}: ").removeprefix(f"{exc.path}: "), source=blamed,
-                       path=exc.path)
+    return ConfigError(exc.message, source=blamed, path=exc.path)
 
 
 def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str = "scenario",
