@@ -105,6 +105,9 @@ class RunConfig:
     profile: bool = False  # also write a PyTorch profiler (Kineto) trace per rank
     fail_rank: int | None = None  # testing aid: this rank raises at step fail_at_step
     fail_at_step: int | None = None
+    # CUDA: torch.cuda.set_per_process_memory_fraction, a cap on what the caching allocator may reserve
+    # (the device check pushes a run to the allocator's limit with it, to price a cache flush)
+    cuda_memory_fraction: float | None = None
 
     def __post_init__(self) -> None:
         def fail(key: str, message: str) -> None:
@@ -152,6 +155,10 @@ class RunConfig:
             fail("lr", f"must be a finite number > 0 (got {short(self.lr)})")
         if self.device not in ("auto", "cpu", "cuda"):
             fail("device", f"must be auto, cpu or cuda (got {self.device!r})")
+        if self.cuda_memory_fraction is not None and (
+                isinstance(self.cuda_memory_fraction, bool) or not isinstance(self.cuda_memory_fraction, (int, float))
+                or not (math.isfinite(self.cuda_memory_fraction) and 0 < self.cuda_memory_fraction <= 1)):
+            fail("cuda_memory_fraction", f"must be a number in (0, 1] (got {short(self.cuda_memory_fraction)})")
         if (self.fail_rank is None) != (self.fail_at_step is None):
             fail("fail_rank", "--fail-rank and --fail-at-step go together")
         if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:

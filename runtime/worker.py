@@ -27,7 +27,9 @@ import torch
 import torch.distributed as dist
 
 import zsim
+from .clock import clock_for
 from .comm import Collectives
+from .device_facts import cuda_memory_stats, device_facts
 from .config import RunConfig
 from .data import global_batch, micro_batch
 from .host import host_facts, keep_freed_memory, pin_to_cores
@@ -122,8 +124,10 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(minutes=10),
                             device_id=device if device.type == "cuda" else None)
     on_cuda = device.type == "cuda"
-    tracer = Tracer(env.rank, sync=(lambda: torch.cuda.current_stream().synchronize()) if on_cuda else None,
-                    cuda_memory=_cuda_memory if on_cuda else None)
+    if on_cuda and cfg.cuda_memory_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(cfg.cuda_memory_fraction, device)
+    tracer = Tracer(env.rank, clock=lambda now_us: clock_for(device.type, now_us),
+                    cuda_memory=_cuda_memory if on_cuda else None, label=_label if cfg.profile else None)
     offset = _clock_offset_us(tracer, device)
     ledger = MemoryLedger(on_change=tracer.memory)
     m = cfg.model
@@ -139,6 +143,12 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
         prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
         comm=comm, tracer=tracer, ledger=ledger, device=device, mp_comm=mp_comm)
     metadata = _metadata(cfg, env, engine, backend, device, offset, total_params, bound)
+    if on_cuda:  # what setup left allocated (the model states) beside the ledger's count; peaks from here on
+        torch.cuda.synchronize()
+        metadata["cuda_setup"] = {"allocated": torch.cuda.memory_allocated(),
+                                  "reserved": torch.cuda.memory_reserved(),
+                                  "ledger": dict(ledger.bytes), "ledger_total": sum(ledger.bytes.values())}
+        torch.cuda.reset_peak_memory_stats()
     summary: dict[str, Any] = {"rank": env.rank, "dp_rank": engine.rank, "losses": [],
                                "model_states": engine.model_state_bytes(), "params": total_params,
                                "params_per_mp_rank": engine.params,
@@ -154,7 +164,7 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     gc.freeze()
     try:
         for step in range(cfg.steps):
-            tracer.step = step
+            tracer.begin_step(step)  # on CUDA: resolves the last step's events, synchronises, re-anchors
             if cfg.fail_rank == env.rank and cfg.fail_at_step == step:
                 raise InjectedFailure(f"injected failure at step {step} (--fail-rank {env.rank})")
             tokens = global_batch(seed=cfg.seed, step=step, sequences=cfg.global_batch, seq_len=m.seq_len,
@@ -168,6 +178,10 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
             summary["skipped_steps"] = engine.skipped_steps
             summary.setdefault("grad_norms", []).append(engine.grad_norm)
             summary["peak_bytes"] = dict(ledger.peak, total=ledger.peak_total)
+            if on_cuda:  # the caching allocator's own account of this step, peaks reset for the next
+                torch.cuda.synchronize()
+                summary.setdefault("cuda_memory_stats", []).append(cuda_memory_stats(torch.cuda.memory_stats()))
+                torch.cuda.reset_peak_memory_stats()
             if profiler is not None:
                 profiler.step()
             tracer.write(trace_path(out, env.rank), metadata)
@@ -242,6 +256,8 @@ def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, de
         "host_facts": {**host_facts(env.local_world_size, device, bound),
                        "python_gc": "long-lived objects frozen after setup (gc.freeze)"},
         "versions": {"zsim": zsim.__version__, "torch": torch.__version__, "python": platform.python_version()},
+        "device_facts": device_facts(device),
+        "cuda_memory_fraction": cfg.cuda_memory_fraction,
         "clock_offset_us": offset,
         "model_states": engine.model_state_bytes(),
     }
@@ -250,6 +266,11 @@ def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, de
 def _cuda_memory() -> dict[str, int]:
     return {"allocated": torch.cuda.memory_allocated(), "max_allocated": torch.cuda.max_memory_allocated(),
             "reserved": torch.cuda.memory_reserved()}
+
+
+def _label(name: str):
+    """--torch-profiler: a span's name as a profiler range, so that Kineto's kernels fall under zsim's ops."""
+    return torch.profiler.record_function(name)
 
 
 def _profiler(cfg: RunConfig, out: Path, rank: int):

@@ -203,12 +203,10 @@ class ZeroEngine:
 
     def _backward_begins(self, u: Unit, grad: torch.Tensor) -> None:
         self.before_backward(u)  # stage 3 waits for the gather here, before the span starts
-        self.tracer.sync()
-        self._backward_start[u.index] = self.tracer.mark()
+        self._backward_start[u.index] = self.tracer.mark(layer_event("bwd", u.name))
 
     def _backward_ends(self, u: Unit, param: torch.Tensor) -> None:
         mark = self._backward_start.pop(u.index)
-        self.tracer.sync()
         self.tracer.complete_span(layer_event("bwd", u.name), mark, flops=2 * u.flops)
         self.activations.release(u.index)
         self.ledger.set("activations", self.activations.total)

@@ -26,7 +26,8 @@ class Stage1(ZeroEngine):
 
     def setup(self, init32: list[torch.Tensor]) -> FlatAdam:
         numels = [u.layout.numel for u in self.units]
-        self.flat32 = flat_params(self, init32, BucketPartition.intervals(numels, self.options.bucket_elements, self.dp))
+        # fp32 initial values, a local: the optimizer's master copies them and drops it (no hidden 4 B/param)
+        flat32 = flat_params(self, init32, BucketPartition.intervals(numels, self.options.bucket_elements, self.dp))
         part, psi = self.part, self.params
         self.grad_flat = torch.zeros(psi, dtype=self.dtype, device=self.device)
         self.ledger.add("grads", self.grad_flat.nbytes)
@@ -35,7 +36,7 @@ class Stage1(ZeroEngine):
             u.param.grad = self.grad_flat[at:at + u.layout.numel]  # autograd accumulates in place
         # Sub-partitions that lie (partly) in the padding have a shorter gradient; Adam reads zeros there.
         return self._optimizer([Segment(part.own(self.flat, j, self.rank), self.grad_flat[slice(*self._real(j))],
-                                        part.own(self.flat32, j, self.rank)) for j in range(part.pieces)])
+                                        part.own(flat32, j, self.rank)) for j in range(part.pieces)])
 
     def _real(self, interval: int) -> tuple[int, int]:
         """[lo, hi) of this rank's sub-partition of `interval` that holds real gradients."""

@@ -28,7 +28,8 @@ class Stage2(PartitionedGradients):
 
     def setup(self, init32: list[torch.Tensor]) -> FlatAdam:
         numels = [u.layout.numel for u in self.units]
-        self.flat32 = flat_params(self, init32, BucketPartition.of(numels, self.options.bucket_elements, self.dp))
+        # fp32 initial values, a local: the optimizer's master copies them and drops it (no hidden 4 B/param)
+        flat32 = flat_params(self, init32, BucketPartition.of(numels, self.options.bucket_elements, self.dp))
         part = self.part
         self.grad_partition = torch.zeros(part.shard, dtype=self.dtype, device=self.device)
         self.ledger.add("grads", self.grad_partition.nbytes)
@@ -38,7 +39,7 @@ class Stage2(PartitionedGradients):
             at += part.chunk(b)
         self.reducer = PartitionReducer(part, self.comm, self.ledger, self._deliver, self.dtype, self.device)
         return self._optimizer([Segment(part.own(self.flat, b, self.rank), self.grad_chunks[b],
-                                        part.own(self.flat32, b, self.rank)) for b in range(part.pieces)])
+                                        part.own(flat32, b, self.rank)) for b in range(part.pieces)])
 
     def _deliver(self, bucket: int, out: torch.Tensor) -> None:
         self.grad_chunks[bucket].add_(out)
