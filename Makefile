@@ -13,7 +13,7 @@ PYC     := $(VENV)/.compiled
 SOURCES := $(shell find zsim runtime -name '*.py')
 SCENARIO ?= scenarios/1T-1024gpu.yaml
 
-.PHONY: run test bench validate-replay clean
+.PHONY: run test bench validate-replay device-check device-check-dry clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,21 @@ validate-replay: $(PYC)
 bench: $(PYC)
 	$(BIN)/python benchmarks/bench_start.py
 	$(BIN)/python benchmarks/bench_run.py
+
+# The device check (issue 26, docs/device-check.md): on a machine with one GPU and a CUDA torch, records
+# runtime traces with Kineto, torch.cuda.memory_stats per step, a GEMM table and allocator-limit runs
+# into data/device/<date>/. DEVICE_PY: the Python with CUDA torch (default the venv's); GEMM_SHAPES:
+# DeepBench's table, whose shapes are timed, read from ../shared when it is there.
+DEVICE_PY   ?= $(BIN)/python
+DEVICE_OUT  ?= data/device/$(shell date -u +%Y%m%d-%H%M)
+GEMM_SHAPES ?= $(wildcard ../shared/data/deepbench-v100/gemm_fp16_tensorcore.csv)
+device-check:
+	ZSIM_COMMIT=$$(git rev-parse HEAD 2>/dev/null) $(DEVICE_PY) -m zsim.runtime.device_check -o $(DEVICE_OUT) \
+		$(if $(GEMM_SHAPES),--gemm-shapes $(GEMM_SHAPES))
+
+# The same script on this CPU with tiny shapes (what tests/runtime/test_device_check.py runs)
+device-check-dry: $(PYC)
+	$(BIN)/python -m zsim.runtime.device_check --dry-run -o out/device-check-dry $(if $(GEMM_SHAPES),--gemm-shapes $(GEMM_SHAPES))
 
 clean:
 	rm -rf $(VENV) out

@@ -1,0 +1,270 @@
+"""The device check (issue 26): one script that records, on one GPU, the data zsim's GPU terms and its
+allocator model are checked against, with provenance. `make device-check` runs it; `--dry-run` runs
+the same code on the CPU with tiny shapes (a test does, so the script is known to work before a GPU
+is lent).
+
+It records, into `-o DIR` (everything is kept even when a part fails; `manifest.json` says what ran,
+how long it took and what failed):
+- (a) `runs/<shape>/`: runtime traces of three GPT shapes on CUDA, one rank, bf16, with Kineto
+  (`rank0.kineto.json`) and per-step `torch.cuda.memory_stats()` in `rank0.summary.json`;
+- (b) the same summaries: allocated and reserved peaks, fragmentation (inactive split bytes) and
+  allocator retries per step, beside the ledger's model-state bytes (`cuda_setup` in the trace's
+  metadata), for tests to compare with zsim's simulated allocator;
+- (c) `gemm_bf16.csv`, `gemm_fp16.csv`: DeepBench's training GEMM shapes (read from `--gemm-shapes`,
+  DeepBench's own table, when given) and the GEMMs of the three shapes, timed with CUDA events, in
+  DeepBench's CSV layout, so `zsim gemm-fit` makes a profile for this GPU from them;
+- (d) `runs/flush-<f>/`: the smallest shape again with `torch.cuda.set_per_process_memory_fraction`
+  capping the allocator just above the run's allocated peak, so that the allocator flushes its cache
+  and retries: step time and `num_alloc_retries` per step price a flush by measurement.
+
+The shapes and which of them calibration holds out are fixed here, before any data exist (SHAPES,
+HELD_OUT): calibrate on the others, replay the held-out one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One traced GPT: model keys (zsim's model section), the ZeRO stage and activation checkpointing."""
+
+    name: str
+    model: dict[str, int]
+    stage: int
+    checkpointing: bool = False
+
+
+# Three GPT shapes that fit one 80 GB GPU with room (bf16, Adam: 16 B/param + activations): GPT-2
+# medium's width, a 1.3B-class width and a 6.7B-class width (GPT-3 paper, Table 2.1: h = 1024, 2048,
+# 4096), at a few layers each so a step takes well under a second. Stages differ so that calibration
+# and the held-out replay see stage and shape change together (issue 26, part 4).
+SHAPES = (
+    Shape("h1024", dict(layers=12, hidden=1024, heads=16, seq_len=1024, vocab=50304, micro_batch=8), stage=1),
+    Shape("h2048", dict(layers=8, hidden=2048, heads=16, seq_len=1024, vocab=50304, micro_batch=4), stage=3),
+    Shape("h4096", dict(layers=4, hidden=4096, heads=32, seq_len=2048, vocab=50304, micro_batch=2), stage=2,
+          checkpointing=True),
+)
+HELD_OUT = "h2048"  # replayed, never calibrated on (chosen before the first measurement)
+DRY_SHAPES = tuple(Shape(s.name, dict(layers=2, hidden=64, heads=4, seq_len=32, vocab=128, micro_batch=2),
+                         s.stage, s.checkpointing) for s in SHAPES)
+STEPS = 4  # the first is warm-up (allocator growth, cuBLAS heuristics); tests read steps 1..
+FLUSH_HEADROOM = (1.02, 1.10, 1.30)  # allocator cap = allocated peak x this (1.30: a control with room)
+GEMM_DTYPES = ("bf16", "fp16")
+
+
+def gpt_gemms(model: dict[str, int]) -> list[tuple[int, int, int]]:
+    """(M, N, K) of a GPT block's four linears in forward (Megatron-LM, Narayanan et al. SC'21 §3.2:
+    QKV h→3h, projection h→h, MLP h→4h and 4h→h) and of the LM head (h→V), with b·s tokens as M;
+    backward runs the same products transposed, which DeepBench's N/T columns cover."""
+    tokens, h, v = model["micro_batch"] * model["seq_len"], model["hidden"], model["vocab"]
+    return [(tokens, 3 * h, h), (tokens, h, h), (tokens, 4 * h, h), (tokens, h, 4 * h), (tokens, v, h)]
+
+
+def read_shapes(path: Path | None) -> list[tuple[str, int, int, int, str, str]]:
+    """DeepBench's shapes (source, M, N, K, transA, transB) from its CSV, or none without one."""
+    if path is None:
+        return []
+    with path.open(newline="", encoding="utf-8") as fh:
+        return [(r["source"], int(r["M"]), int(r["N"]), int(r["K"]), r["transA"], r["transB"])
+                for r in csv.DictReader(fh)]
+
+
+def time_gemm(torch: Any, m: int, n: int, k: int, trans_a: str, trans_b: str, dtype: Any, device: Any) -> float:
+    """Median seconds of C = op(A)·op(B), A M×K, B K×N (DeepBench's convention), over repetitions
+    that together take at least ~2 ms, timed with CUDA events (host clock on CPU)."""
+    a = torch.randn((k, m) if trans_a == "T" else (m, k), dtype=dtype, device=device)
+    b = torch.randn((n, k) if trans_b == "T" else (k, n), dtype=dtype, device=device)
+    op_a = a.t() if trans_a == "T" else a
+    op_b = b.t() if trans_b == "T" else b
+    cuda = device.type == "cuda"
+
+    def timed(reps: int) -> float:
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(reps):
+                torch.mm(op_a, op_b)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0 / reps
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            torch.mm(op_a, op_b)
+        return (time.perf_counter() - t0) / reps
+    for _ in range(3):
+        torch.mm(op_a, op_b)  # warm-up: cuBLAS picks its kernel, clocks ramp
+    first = timed(1)
+    reps = max(1, min(200, int(2e-3 / max(first, 1e-7))))
+    samples = sorted(timed(reps) for _ in range(5))
+    return samples[2]
+
+
+def gemm_tables(out: Path, shapes: list[tuple[str, int, int, int, str, str]], dry: bool, deadline: float) -> dict:
+    """Part (c): one CSV per dtype in DeepBench's layout (tflops = 2MNK/t, DeepBench gemm_bench.cu)."""
+    import torch
+
+    device = torch.device("cpu" if dry else "cuda")
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    written, skipped = {}, 0
+    for name in GEMM_DTYPES:
+        path = out / f"gemm_{name}.csv"
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["source", "M", "N", "K", "transA", "transB", "time_ms", "tflops"])
+            for source, m, n, k, ta, tb in shapes:
+                if time.monotonic() > deadline:
+                    skipped += 1
+                    continue
+                seconds = time_gemm(torch, m, n, k, ta, tb, dtypes[name], device)
+                writer.writerow([source, m, n, k, ta, tb, f"{seconds * 1e3:.6f}", f"{2 * m * n * k / seconds / 1e12:.4f}"])
+        written[name] = str(path.name)
+    return {"tables": written, "shapes": len(shapes), "skipped_for_time": skipped}
+
+
+def run_shape(out: Path, shape: Shape, dry: bool, *, steps: int = STEPS, profile: bool = True,
+              fraction: float | None = None, name: str | None = None, timeout: float = 240) -> dict:
+    """Parts (a), (b), (d): one traced run through the runtime's own launcher (a subprocess)."""
+    folder = out / "runs" / (name or shape.name)
+    model_file = out / "models" / f"{shape.name}.yaml"
+    model_file.parent.mkdir(parents=True, exist_ok=True)
+    model_file.write_text("".join(f"{k}: {v}\n" for k, v in shape.model.items()))
+    cmd = [sys.executable, "-m", "zsim.runtime", "--ranks", "1", "--device", "cpu" if dry else "cuda",
+           "--model", str(model_file), "--stage", str(shape.stage), "--precision", "bf16", "--steps", str(steps),
+           "-o", str(folder), "--force", "--checkpointing" if shape.checkpointing else "--no-checkpointing"]
+    if profile:
+        cmd.append("--torch-profiler")
+    if fraction is not None:
+        cmd += ["--cuda-memory-fraction", f"{fraction:.6f}"]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        code, tail = proc.returncode, (proc.stdout + proc.stderr)[-2000:]
+    except subprocess.TimeoutExpired as exc:
+        code, tail = "timeout", f"stopped after {timeout} s: {str(exc.stderr or '')[-1500:]}"
+    record: dict[str, Any] = {"command": cmd[1:], "exit": code, "seconds": round(time.monotonic() - t0, 1)}
+    if code != 0:
+        record["output_tail"] = tail
+    summary = folder / "rank0.summary.json"
+    if summary.is_file():
+        data = json.loads(summary.read_text())
+        record["step_seconds"] = data.get("step_seconds")
+        record["cuda_memory_stats"] = data.get("cuda_memory_stats")
+    return record
+
+
+def allocated_peak(record: dict) -> int | None:
+    """The largest per-step allocated peak of a run (bytes), from its memory stats."""
+    stats = record.get("cuda_memory_stats") or []
+    peaks = [s.get("allocated_bytes.all.peak", 0) for s in stats]
+    return max(peaks) if peaks else None
+
+
+def provenance(dry: bool) -> dict[str, Any]:
+    """Who, where and with what: date, host, GPU and software versions, the project commit."""
+    import torch
+
+    from .device_facts import device_facts
+
+    device = torch.device("cuda" if (not dry and torch.cuda.is_available()) else "cpu")
+    facts = device_facts(device)
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "dry_run": dry,
+            "host": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
+            "device": facts, "commit": os.environ.get("ZSIM_COMMIT"),
+            "shapes": [{"name": s.name, "model": s.model, "stage": s.stage, "checkpointing": s.checkpointing}
+                       for s in (DRY_SHAPES if dry else SHAPES)],
+            "held_out": HELD_OUT, "steps": STEPS, "flush_headroom": FLUSH_HEADROOM}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 every part ran, 1 a part failed (the others' data are kept), 2 bad arguments or no GPU."""
+    parser = argparse.ArgumentParser(prog="python -m zsim.runtime.device_check", description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", required=True, help="folder for the data (created)")
+    parser.add_argument("--dry-run", action="store_true", help="run on the CPU with tiny shapes (tests, no GPU)")
+    parser.add_argument("--gemm-shapes", type=Path, default=None,
+                        help="DeepBench's GEMM table (CSV with source,M,N,K,transA,transB); its shapes are timed")
+    parser.add_argument("--budget-s", type=float, default=450.0, help="stop starting new parts after this (default 450)")
+    args = parser.parse_args(argv)
+    import torch
+
+    dry = args.dry_run
+    if not dry and not torch.cuda.is_available():
+        print("device-check: no CUDA device (use --dry-run on a machine without a GPU)", file=sys.stderr)
+        return 2
+    if args.gemm_shapes is not None and not args.gemm_shapes.is_file():
+        print(f"device-check: --gemm-shapes {args.gemm_shapes}: no such file", file=sys.stderr)
+        return 2
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    deadline = start + args.budget_s
+    manifest: dict[str, Any] = {"provenance": provenance(dry), "parts": {}}
+
+    def save() -> None:
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    save()
+    shapes = DRY_SHAPES if dry else SHAPES
+    ok = True
+    for shape in shapes:  # (a) and (b)
+        if time.monotonic() > deadline:
+            manifest["parts"][shape.name] = {"skipped": "out of time"}
+            continue
+        record = run_shape(out, shape, dry)
+        ok &= record["exit"] == 0
+        manifest["parts"][shape.name] = record
+        save()
+        print(f"device-check: {shape.name}: exit {record['exit']} in {record['seconds']} s", flush=True)
+    # (d): the smallest shape capped just above its allocated peak
+    base = manifest["parts"].get(shapes[0].name, {})
+    peak = allocated_peak(base)
+    total = manifest["provenance"]["device"].get("memory_bytes")
+    for headroom in FLUSH_HEADROOM[:1] if dry else FLUSH_HEADROOM:
+        key = f"flush-{headroom:.2f}"
+        if time.monotonic() > deadline:
+            manifest["parts"][key] = {"skipped": "out of time"}
+        elif dry:  # no allocator to cap on a CPU: the same run, uncapped, to exercise the code path
+            manifest["parts"][key] = run_shape(out, shapes[0], dry, steps=2, profile=False, name=key)
+        elif peak is None or not total:
+            manifest["parts"][key] = {"skipped": "the uncapped run recorded no allocated peak"}
+        else:
+            fraction = min(1.0, peak * headroom / total)
+            record = run_shape(out, shapes[0], dry, steps=6, profile=False, fraction=fraction, name=key)
+            record.update(fraction=fraction, cap_bytes=int(fraction * total), allocated_peak_uncapped=peak)
+            manifest["parts"][key] = record
+        save()
+        print(f"device-check: {key}: {manifest['parts'][key].get('exit', 'skipped')}", flush=True)
+    # (c) last: it is the part that can be cut short without losing a table
+    gemm_shapes = [("GPT " + s.name, m, n, k, "N", "N") for s in shapes for m, n, k in gpt_gemms(s.model)]
+    if dry:
+        gemm_shapes += [(src, min(m, 64), min(n, 64), min(k, 64), ta, tb)
+                        for src, m, n, k, ta, tb in read_shapes(args.gemm_shapes)[:4]]
+    else:
+        gemm_shapes += read_shapes(args.gemm_shapes)
+    t0 = time.monotonic()
+    try:
+        manifest["parts"]["gemm"] = gemm_tables(out, gemm_shapes, dry, deadline + 60)
+        manifest["parts"]["gemm"]["seconds"] = round(time.monotonic() - t0, 1)
+    except Exception as exc:  # noqa: BLE001 - recorded; the runs' data are kept
+        ok = False
+        manifest["parts"]["gemm"] = {"error": f"{type(exc).__name__}: {exc}"}
+    manifest["seconds"] = round(time.monotonic() - start, 1)
+    manifest["ok"] = bool(ok)
+    save()
+    print(f"device-check: done in {manifest['seconds']} s; {'all parts ran' if ok else 'a part failed'}: {out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
