@@ -1,0 +1,80 @@
+"""The device-check data (data/device/, issue 26) replayed on CPU: provenance is complete, the runtime's
+ledger is what the GPU allocated for the model states (no hidden copy), the GEMM model fitted on
+DeepBench's shapes predicts the traced GPT shapes it never saw, zsim's allocator against the measured
+peaks, and the price of an allocator flush. Skips when data/device/ holds no run.
+
+The criteria were fixed before the data were read: model states within 1% of what setup allocated
+(a hidden per-parameter copy of even 1 byte would be +6%); the GEMM model's held-out median within
+10% (the criterion the V100 fit is held to, docs/compute.md); the reserved peak within 5% (issue 26)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from zsim.calibrate import device_report as dr
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = dr.device_runs(ROOT / "data" / "device")
+TRACED = [r for r in RUNS if any(k.startswith("h") for k in r.parts)]
+GEMM = [r for r in RUNS if "gemm" in r.parts and not r.manifest["provenance"]["dry_run"]]
+
+pytestmark = pytest.mark.skipif(not RUNS, reason="no device-check data in data/device/ (make device-check)")
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.folder.name)
+def test_provenance_names_the_machine_and_the_software(run):
+    prov = run.manifest["provenance"]
+    assert prov["date"] and prov["torch"] and prov["commit"]
+    device = prov["device"]
+    assert device["type"] == "cuda" and device["gpu"] and device["driver"] and device["nccl"] and device["cuda_build"]
+
+
+@pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)
+def test_the_ledger_is_what_setup_allocated(run):
+    for shape in ("h1024", "h2048", "h4096"):
+        mem = dr.measured_memory(run, shape)
+        extra = mem["setup_allocated"] - mem["ledger_model_states"]
+        assert 0 <= extra <= 0.01 * mem["ledger_model_states"], (shape, extra)
+
+
+@pytest.mark.parametrize("run", GEMM, ids=lambda r: r.folder.name)
+@pytest.mark.parametrize("dtype", [
+    pytest.param("bf16", marks=pytest.mark.xfail(strict=True, reason=(
+        "a known out-of-sample miss: 11.5% median on the 15 GPT shapes (fp16 passes); docs/device-check.md"))),
+    "fp16"])
+def test_gemm_model_predicts_the_gpt_shapes_it_never_saw(run, dtype):
+    if not run.folder.name.endswith("-gemm"):
+        pytest.skip("eagerly timed table: host-bound below ~20 us (data/device/README.md)")
+    report = dr.gemm_holdout(run, dtype, "h200-sxm-141gb")
+    assert report["test_rows"] == 15 and report["train_rows"] == 160
+    assert report["heldout_median_abs"] <= 0.10, report
+
+
+@pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)
+def test_a_flush_is_priced_from_runs_that_retried_against_capped_controls(run):
+    price = dr.flush_price(run)
+    assert price["runs_with_retries"] >= 1 and price["controls"] >= 1
+    assert math.isfinite(price["ms_per_retry"])
+    assert any(r["exit"] != 0 for r in price["runs"]), "the tightest caps ran out of memory"
+
+
+@pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)
+def test_simulated_reserved_peak_with_checkpointing(run):
+    """h4096 checkpoints every block, so attention's s x s scores (which zsim's unfused attention
+    keeps and the runtime's scaled_dot_product_attention does not) are never saved: there the
+    allocator models are compared like for like."""
+    measured = dr.measured_memory(run, "h4096")
+    simulated = dr.simulated_memory(run, "h4096", "hgx-h200")
+    assert simulated["reserved_peak"] == pytest.approx(measured["reserved_peak"], rel=0.05)
+    assert simulated["allocated_peak"] == pytest.approx(measured["allocated_peak"], rel=0.05)
+
+
+@pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)
+def test_stage3_steps_leave_the_gpu_waiting_for_the_host(run):
+    """Measured, not modelled yet (issue 25): the one-GPU stage-3 run's device-timed spans cover under
+    60% of its steps; the stage-1/2 runs, over 75%."""
+    assert max(dr.gpu_busy_share(run, "h2048")) < 0.6
+    assert min(dr.gpu_busy_share(run, "h1024")) > 0.75 and min(dr.gpu_busy_share(run, "h4096")) > 0.75
