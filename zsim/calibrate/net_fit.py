@@ -144,6 +144,9 @@ def fit_network(profile: str, runs: list[TableRun], profiles: Profiles | None = 
             raise ZsimError(f"{run.path}: {run.header.gpus_per_node} GPUs per node, but profile '{profile}' "
                             f"has {clusters[run.header.nodes].gpus_per_node}")
     held = dict(held or {})
+    if len({r.header.nodes for r in runs}) == 1 and "latency_growth_us" in terms:
+        terms = tuple(t for t in terms if t != "latency_growth_us")  # one node count cannot show growth
+        held.setdefault("latency_growth_us", clusters[runs[0].header.nodes].nic_latency_growth_s * 1e6)
     measured = np.array([row.time_us for run in runs for row in run.rows])
 
     def resid(x: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from zsim.config.hardware import Cluster
-from zsim.fabric.nccl import FUNCTIONS, NVLINK_WIDTH_GBPS, WIRE_SHARE, Communicator, NcclTuner, bus_factor, ring_steps
+from zsim.fabric.nccl import FUNCTIONS, NVLINK_WIDTH_GBPS, PROTOCOLS, WIRE_SHARE, Communicator, NcclTuner, bus_factor, ring_steps
 from zsim.parallel.layout import GroupShape
 
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
@@ -110,7 +110,42 @@ def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster,
         allowed = ("tree",) if fn == "all_reduce" and big_n > 1 else ("ring",)
     if fn != "all_reduce" or big_n == 1:
         allowed = ("ring",)  # NCCL: trees are for all_reduce, and inside one node NCCL uses rings
-    algo, proto = tuner.choose(fn, nbytes, allowed)
+    if cluster.nccl_tuner == "2.23" and big_n > 1:
+        algo, proto = _fastest(fn, nbytes, shape, cluster, where, in_place, tuner, allowed)
+    else:
+        algo, proto = tuner.choose(fn, nbytes, allowed)
+    return f"{algo}/{proto}", _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto)
+
+
+def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement, in_place: bool,
+             tuner: NcclTuner, allowed: tuple[str, ...]) -> tuple[str, str]:
+    """Across nodes, for the 2.23-family releases: the (algorithm, protocol) NCCL enables that costs
+    least on this system's own fitted terms. NCCL 2.19-2.26's tuner reads the ring's and the tree's
+    bandwidth across nodes from topology-search speeds zsim does not reproduce, and the tables show
+    it choosing what is fastest where the choice is visible: trees on 2 nodes above the NICs' line
+    rate (Alps, GCP TCPXO, OCI, the H100 NDR clusters), rings where a forced ring is no slower
+    (issue-309 NCCL_ALGO=Ring). An assumption, stated in docs/fabric.md; single-node calls and the
+    2.5/2.7 releases keep NCCL's own tuner."""
+    nvlink = cluster.nvlink_links * cluster.nvlink_link_bytes_per_s
+    nic = cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.oversubscription
+
+    def cost(algo: str, proto: str) -> float:
+        caps = {"nvlink": nvlink, "nic": nic}
+        total = 0.0
+        for p in _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto):
+            rate = min(caps[link[0]] / w for link, w in p.links) if p.links else math.inf
+            rate = min(rate, p.cap_Bps) if p.cap_Bps else rate
+            total += p.latency_s + (p.nbytes / rate if p.nbytes else 0.0)
+        return total
+
+    cells = [(a, p) for a in allowed for p in PROTOCOLS if tuner.predict(fn, a, p) is not None]
+    return min(cells, key=lambda cell: cost(*cell))
+
+
+def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement, in_place: bool,
+            algo: str, proto: str) -> list[Phase]:
+    """The phases of `fn` run as `algo`/`proto` (see the module's table)."""
+    n, k, big_n = shape.size, shape.per_node, shape.nodes
     kern = cluster.nccl
     eff = kern.share(proto, fn)
     eff_net = WIRE_SHARE[proto]  # the NIC's share for this protocol, relative to Simple
@@ -125,7 +160,7 @@ def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster,
         # 339 of 200 GB/s).
         links = _links(shape, cluster, where, eff, eff_net * cluster.tree_efficiency, nvlink=k > 1,
                        nic_weight=0.5 if big_n == 2 else 1.0)
-        return f"tree/{proto}", [Phase(latency, 2.0 * nbytes, links)]
+        return [Phase(latency, 2.0 * nbytes, links)]
     steps = n - 1 if fn in ("broadcast", "reduce") else ring_steps(fn, n)
     crossings = {"all_reduce": 2 * (big_n - 1), "all_gather": big_n - 1, "reduce_scatter": big_n - 1,
                  "all_to_all": big_n - 1}.get(fn, big_n - 1)
@@ -139,9 +174,8 @@ def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster,
     cap = kern.alignment_cap(fn, nbytes, n, in_place=in_place)
     slow = kern.unaligned_fraction(fn, nbytes, n)
     if slow > 0:  # reduce_scatter: the aligned chunks at the link's rate, then the rest element-wise
-        return f"ring/{proto}", [Phase(latency, (1 - slow) * bus, links),
-                                 Phase(0.0, slow * bus, links, kern.unaligned_reduce_Bps)]
-    return f"ring/{proto}", [Phase(latency, bus, links, cap)]
+        return [Phase(latency, (1 - slow) * bus, links), Phase(0.0, slow * bus, links, kern.unaligned_reduce_Bps)]
+    return [Phase(latency, bus, links, cap)]
 
 
 def _hierarchical(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement,
