@@ -16,6 +16,7 @@ from zsim.errors import ConfigError
 from zsim.fabric.topology import aggregate_capacities, build_topology
 
 BASE = dataclasses.asdict(load_cluster("dgx2", 2))
+EFF = BASE["network_efficiency"]  # the EDR profile's fitted share of the line rate (hwprofiles/networks/ib-edr.yaml)
 
 
 def changed_fields(**overrides) -> dict:
@@ -31,9 +32,11 @@ def changed_fields(**overrides) -> dict:
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    ({"nic_Gbps": 200.0}, {"nic_bytes_per_s": 200 / 8 * 1e9 * 0.9, "nic_pool.bytes_per_s": 8 * 200 / 8 * 1e9 * 0.9}),
-    ({"nic_latency_us": 2.0}, {"nic_pool.latency_s": 2e-6}),
-    ({"nics_per_node": 4}, {"nics_per_node": 4, "nic_pool.bytes_per_s": 4 * 100 / 8 * 1e9 * 0.9}),
+    # a NIC rate or latency of the user's own is no longer the fitted network's: its fit is dropped
+    ({"nic_Gbps": 200.0}, {"nic_bytes_per_s": 200 / 8 * 1e9 * EFF, "nic_pool.bytes_per_s": 8 * 200 / 8 * 1e9 * EFF,
+                           "network_fit": None}),
+    ({"nic_latency_us": 2.0}, {"nic_pool.latency_s": 2e-6, "network_fit": None}),
+    ({"nics_per_node": 4}, {"nics_per_node": 4, "nic_pool.bytes_per_s": 4 * 100 / 8 * 1e9 * EFF}),
     ({"oversubscription": 2.0}, {"oversubscription": 2.0}),
     ({"gpu_memory_GiB": 16.0}, {"gpu.memory_bytes": 16 * GiB}),
     ({"gpus_per_node": 8}, {"gpus_per_node": 8}),
@@ -42,7 +45,7 @@ def test_each_override_changes_its_value_and_nothing_else(overrides, expected):
     diff = changed_fields(**overrides)
     assert set(diff) == set(expected)
     for key, value in expected.items():
-        assert diff[key] == pytest.approx(value)
+        assert diff[key] is None if value is None else diff[key] == pytest.approx(value)
 
 
 def test_gpu_override_swaps_the_gpus_own_figures_only():

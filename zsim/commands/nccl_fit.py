@@ -56,7 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("folder", type=Path, help="folder of nccl-tests tables")
     add_profile_options(p, required=True, what="the system whose topology ran the tests")
     p.add_argument("--nodes", type=positive("--nodes", MAX_NODES), default=1, help="nodes the tests ran on (default 1)")
-    p.add_argument("--gpus", type=positive("--gpus", MAX_GPUS), required=True, help="GPUs the tests ran on")
+    p.add_argument("--gpus", type=positive("--gpus", MAX_GPUS), help="GPUs the tests ran on (single-node tables; "
+                   "multi-node tables, <collective>-<N>nodes.txt, say it in their headers)")
+    p.add_argument("--max-nodes", type=positive("--max-nodes", MAX_NODES), default=None,
+                   help="multi-node tables: fit only those of at most this many nodes and report the rest as "
+                        "held out (e.g. --max-nodes 8)")
     p.add_argument("-g", "--gpus-per-process", type=positive("-g", 64), default=1, dest="gpus_per_process",
                    help="nccl-tests -g of the recording (GPUs per process)")
     add_json_option(p, "the values and residuals")
@@ -79,6 +83,45 @@ def _check_recording(args: argparse.Namespace) -> None:
                             f"give --gpus {gpus} -g {per_process}, not --gpus {args.gpus} -g {args.gpus_per_process}")
 
 
+def network_yaml(values: dict[str, float], fitted_on: str, nodes: tuple[int, int]) -> str:
+    """The fitted terms of a network profile (hwprofiles/networks/), in its units, with their `fit:` block."""
+    from zsim.calibrate.net_fit import TERMS
+
+    lines = [f"{t}: {values[t]:.4g}" for t in TERMS if t in values]
+    return "\n".join(lines + ["fit:", f"  cluster: {fitted_on}", f"  tables: {fitted_on}", f"  nodes: [{nodes[0]}, {nodes[1]}]",
+                              f"  terms: [{', '.join(t for t in TERMS if t in values)}]"])
+
+
+def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
+    """Multi-node tables: fit the network's inter-node terms, the node's own held (zsim.calibrate.net_fit)."""
+    from zsim.calibrate.net_fit import error_summary, fit_network, read_runs, residuals_of
+
+    runs = read_runs(args.folder, max_nodes=args.max_nodes)
+    result = fit_network(profile, runs, profiles)
+    held = [r for r in read_runs(args.folder) if r.header.nodes > (args.max_nodes or 1 << 30)]
+    held_res = residuals_of(profile, held, result.values, profiles) if held else []
+    out = text_stream(args)
+    print(f"# inter-node terms of profile '{profile}''s network fitted to {args.folder.name} "
+          f"({result.nodes[0]}-{result.nodes[1]} nodes)", file=out)
+    print(network_yaml(result.values, args.folder.name, result.nodes), file=out)
+    print(f"\n#{'table':>28} {'size':>12} {'measured':>9} {'simulated':>9} {'error':>7}  algorithm", file=out)
+    for tag, rows in (("fit", result.residuals), ("held", held_res)):
+        for r in rows:
+            print(f" {tag:>4} {r.source.split('/')[-1]:>23} {r.size:>12} {r.measured_busbw:>9.2f} {r.simulated_busbw:>9.2f} "
+                  f"{r.error:>+7.1%}  {r.algorithm}", file=out)
+    summary = {tag: error_summary(rows) for tag, rows in (("fit", result.residuals), ("held", held_res)) if rows}
+    print("\n# sizes >= 1 MiB: median |busbw error|, worst |busbw error|, rows", file=out)
+    for tag, (med, worst, n) in summary.items():
+        print(f"# {tag:>5}  {med:6.1%}  {worst:6.1%}  {n}", file=out)
+    emit_json(args, {"values": result.values, "nodes": list(result.nodes),
+                     "summary": {k: {"median": v[0], "worst": v[1], "rows": v[2]} for k, v in summary.items()},
+                     "residuals": [{"table": r.source, "op": r.fn, "size": r.size, "measured_busbw": r.measured_busbw,
+                                    "simulated_busbw": r.simulated_busbw, "algorithm": r.algorithm,
+                                    "held_out": i >= len(result.residuals)}
+                                   for i, r in enumerate(result.residuals + held_res)]}, indent=1)
+    return 0
+
+
 def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import fit
     from zsim.config.hardware import load_cluster
@@ -86,6 +129,10 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import _PARAMS
 
     profiles, profile = profile_search(args)
+    if args.folder.is_dir() and any(args.folder.glob("*-*nodes.txt")):
+        return run_network(args, profiles, profile)
+    if args.gpus is None:
+        raise ZsimError(f"{args.folder}: single-node tables need --gpus (the GPUs the tests ran on)")
     tables = read_tables(args.folder)
     rows = len({(fn, r.size) for fn, t in tables.items() for r in t})
     if rows < 2 * len(_PARAMS):  # fewer sizes than twice the terms: the fit would be underdetermined noise

@@ -9,6 +9,7 @@ Everything downstream sees only the `Cluster` dataclasses below, in bytes, secon
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -23,7 +24,7 @@ from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError, printable
 from zsim.fabric.cube_mesh import MESH_GPUS, cube_mesh_links_per_gpu
-from zsim.fabric.nccl import LL128_CEILING, LL128_COLLECTIVES, NcclKernel
+from zsim.fabric.nccl import HW_LAT_US, LL128_CEILING, LL128_COLLECTIVES, PROTOCOLS, NcclKernel
 
 if TYPE_CHECKING:  # host profiles (CPU machines) are imported where one is loaded: a GPU run never needs them
     from zsim.config.host import HostFile, HostModel
@@ -107,11 +108,28 @@ class GpuFile(_Profile, kw_only=True):
     compute: ComputeSection
 
 
+class NetworkFit(_Profile, kw_only=True):
+    """Where a network profile's terms come from: the cluster and tables they were fitted to, the node
+    counts those tables span, and which terms the fit set (the rest are assumptions)."""
+
+    cluster: Annotated[str, Meta(max_length=200)]
+    tables: Annotated[str, Meta(max_length=400)]
+    nodes: Annotated[list[Annotated[int, Meta(gt=0, le=1 << 20)]], Meta(min_length=2, max_length=2)]
+    terms: list[Literal["efficiency", "tree_efficiency", "latency_us", "latency_growth_us"]]
+
+
 class NetworkFile(_Profile, kw_only=True):
     name: Name
     port_Gbps: Annotated[float, Meta(gt=0, le=1e7)]
     efficiency: Annotated[float, _EFFICIENCY]
     latency_us: Annotated[float, _LATENCY_US]
+    latency_growth_us: Annotated[float, Meta(ge=0, le=1e4, description=(
+        "added to every inter-node step's latency per doubling of the nodes beyond 2 (a larger fabric: "
+        "more switch levels, longer proxy queues); zsim.config.hardware.Cluster.network_step_s"))] = 0.0
+    tree_efficiency: Annotated[float, Meta(gt=0, le=1.0, description=(
+        "NCCL's tree's share of the NICs relative to its ring (its kernels pipeline smaller chunks through "
+        "more peers; NCCL's own tuner caps the tree per channel, tuning.cc perChMaxTreeBw)"))] = 1.0
+    fit: NetworkFit | None = None  # None: every term is an assumption
 
 
 class LinkFile(_Profile, kw_only=True):
@@ -133,6 +151,9 @@ class InterNodeSection(_Profile, kw_only=True):
     network: ProfileName
     nics_per_node: Annotated[int, Meta(gt=0, le=1024)]
     oversubscription: Annotated[float, Meta(ge=1.0, le=1e6)] = 1.0
+    port_Gbps: Annotated[float, Meta(gt=0, le=1e7, description=(
+        "one NIC port's line rate when this system's differs from the network profile's (RoCE at 100, "
+        "200 or 400 Gb/s); the network's fitted efficiency and latencies still apply"))] | None = None
 
 
 class NcclSection(_Profile, kw_only=True):
@@ -146,9 +167,10 @@ class NcclSection(_Profile, kw_only=True):
     step_latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
     unaligned_copy_GBps: Annotated[float, _GBPS]
     unaligned_reduce_GBps: Annotated[float, _GBPS]  # one element-wise reduce rate (zsim.fabric.nccl)
-    tuner: Annotated[Literal["2.5", "2.7"], Meta(description=(
+    tuner: Annotated[Literal["2.5", "2.7", "2.23"], Meta(description=(
         "the NCCL release whose tuner picks each call's algorithm and protocol (zsim.fabric.nccl): 2.5 "
-        "(v2.5.6/2.5.7, to March 2020) or 2.7 (v2.7.3-2.7.8, mid 2020)"))] = "2.7"
+        "(v2.5.6/2.5.7, to March 2020), 2.7 (v2.7.3-2.7.8, mid 2020) or 2.23 (v2.23.4, 2024; stands for "
+        "2.19-2.26, zsim.fabric.nccl_223)"))] = "2.7"
 
     def __post_init__(self) -> None:  # every protocol
         super().__post_init__()
@@ -231,6 +253,24 @@ class Cluster:
     nccl: NcclKernel
     host: HostModel | None = None  # a CPU host (hwprofiles/hosts/): gloo collectives, no NVLink fabric
     nccl_tuner: str = "2.7"  # the NCCL release whose tuner chooses (zsim.fabric.nccl.TUNERS)
+    nic_latency_growth_s: float = 0.0  # per inter-node step, per doubling of nodes beyond 2
+    network_fit: NetworkFit | None = None  # where the inter-node terms come from (None: assumed)
+    network_profile: str = ""  # the network profile's name (hwprofiles/networks/)
+    network_efficiency: float = 1.0  # the share of a NIC's line rate in `nic_bytes_per_s` (the profile's)
+    tree_efficiency: float = 1.0  # the tree's share of the NICs relative to the ring's (fitted per network)
+
+    def network_step_s(self, nodes: int, algo: str = "ring", proto: str = "Simple") -> float:
+        """Latency of one inter-node step of a collective spanning `nodes` nodes, run as `algo`/`proto`.
+
+        α(N) = α₂ · r + γ · log2(N/2): α₂ is the network's fitted latency of a ring/Simple step on 2
+        nodes (switch hops, NIC, NCCL's proxy thread posting the send and polling its completion), r
+        the ratio NCCL's own tuner gives this algorithm and protocol's network latency to that of
+        ring/Simple (tuning.cc hwLat[NET], the profile's release: an LL step ~0.3×, a 2.7 tree/Simple
+        step ~5×, its 256 KB chunk), and γ the fitted growth per doubling of the nodes (a larger
+        fabric: more switch levels, longer queues). Fitted per network (hwprofiles/networks/)."""
+        net = HW_LAT_US[self.nccl_tuner]["net"]
+        ratio = net[algo][PROTOCOLS.index(proto)] / net["ring"][PROTOCOLS.index("Simple")]
+        return self.nic_pool.latency_s * ratio + self.nic_latency_growth_s * math.log2(max(nodes, 2) / 2)
 
     @property
     def world(self) -> int:
@@ -357,7 +397,8 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     peaks = {"fp16": gpu_file.peak_fp16_tflops * 1e12, "fp32": gpu_file.peak_fp32_tflops * 1e12}
     if gpu_file.peak_bf16_tflops is not None:
         peaks["bf16"] = gpu_file.peak_bf16_tflops * 1e12
-    nic = (nic_Gbps if nic_Gbps is not None else net.port_Gbps) / 8 * GB * net.efficiency
+    port = inter.port_Gbps if inter.port_Gbps is not None else net.port_Gbps
+    nic = (nic_Gbps if nic_Gbps is not None else port) / 8 * GB * net.efficiency
     latency_s = (nic_latency_us if nic_latency_us is not None else net.latency_us) * 1e-6
     return Cluster(
         name=system.name,
@@ -396,6 +437,11 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             unaligned_reduce_Bps=system.nccl.unaligned_reduce_GBps * GB,
         ),
         nccl_tuner=system.nccl.tuner,
+        nic_latency_growth_s=net.latency_growth_us * 1e-6,
+        network_fit=net.fit if nic_latency_us is None and nic_Gbps is None else None,
+        network_profile=system.inter_node.network,
+        network_efficiency=net.efficiency,
+        tree_efficiency=net.tree_efficiency,
     )
 
 

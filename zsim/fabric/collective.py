@@ -27,7 +27,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from zsim.config.hardware import Cluster
-from zsim.fabric.nccl import FUNCTIONS, NVLINK_WIDTH_GBPS, Communicator, NcclTuner, bus_factor, ring_steps
+from zsim.fabric.nccl import FUNCTIONS, NVLINK_WIDTH_GBPS, PROTOCOLS, WIRE_SHARE, Communicator, NcclTuner, bus_factor, ring_steps
 from zsim.parallel.layout import GroupShape
 
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
@@ -48,7 +48,8 @@ def communicator(shape: GroupShape, cluster: Cluster) -> Communicator:
     """NCCL's view of a group: one channel per NVLink, at NCCL's per-link speed (topo.h); across
     nodes, the NIC share of the group's GPUs (rail-aligned: a GPU uses the NIC nearest to it). The
     tuner is the profile's NCCL release; LL128 is on by default on NVLink systems of Volta only in 2.5
-    (tuning.cc v2.5.6-1: minCompCap == maxCompCap == 70), of Volta and Ampere in 2.7."""
+    (tuning.cc v2.5.6-1: minCompCap == maxCompCap == 70), of Volta and Ampere in 2.7, and of Volta,
+    Ampere and Hopper in 2.23 (v2.23.4-1: not on Blackwell)."""
     channels = max(1, cluster.nvlink_links)  # a one-GPU cube-mesh node has no NVLink, NCCL still has a channel
     nic_share = cluster.nics_per_node * cluster.nic_bytes_per_s / 1e9 * shape.per_node / cluster.gpus_per_node
     tuner, cc = cluster.nccl_tuner, cluster.gpu.compute_capability
@@ -56,7 +57,8 @@ def communicator(shape: GroupShape, cluster: Cluster) -> Communicator:
     return Communicator(
         n_ranks=shape.size, n_nodes=shape.nodes, channels=channels,
         speed_intra_GBps=speed, speed_inter_GBps=max(nic_share, 1e-3) / channels,
-        ll128=cc == 70 if tuner == "2.5" else cc in (70, 80), tuner=tuner,
+        ll128=cc == 70 if tuner == "2.5" else cc in (70, 80) if tuner == "2.7" else cc in (70, 80, 90),
+        tuner=tuner, compute_capability=cc,
     )
 
 
@@ -108,16 +110,57 @@ def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster,
         allowed = ("tree",) if fn == "all_reduce" and big_n > 1 else ("ring",)
     if fn != "all_reduce" or big_n == 1:
         allowed = ("ring",)  # NCCL: trees are for all_reduce, and inside one node NCCL uses rings
-    algo, proto = tuner.choose(fn, nbytes, allowed)
+    if cluster.nccl_tuner == "2.23" and big_n > 1:
+        algo, proto = _fastest(fn, nbytes, shape, cluster, where, in_place, tuner, allowed)
+    else:
+        algo, proto = tuner.choose(fn, nbytes, allowed)
+    return f"{algo}/{proto}", _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto)
+
+
+def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement, in_place: bool,
+             tuner: NcclTuner, allowed: tuple[str, ...]) -> tuple[str, str]:
+    """Across nodes, for the 2.23-family releases: the (algorithm, protocol) NCCL enables that costs
+    least on this system's own fitted terms. NCCL 2.19-2.26's tuner reads the ring's and the tree's
+    bandwidth across nodes from topology-search speeds zsim does not reproduce, and the tables show
+    it choosing what is fastest where the choice is visible: trees on 2 nodes above the NICs' line
+    rate (Alps, GCP TCPXO, OCI, the H100 NDR clusters), rings where a forced ring is no slower
+    (issue-309 NCCL_ALGO=Ring). An assumption, stated in docs/fabric.md; single-node calls and the
+    2.5/2.7 releases keep NCCL's own tuner."""
+    nvlink = cluster.nvlink_links * cluster.nvlink_link_bytes_per_s
+    nic = cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.oversubscription
+
+    def cost(algo: str, proto: str) -> float:
+        caps = {"nvlink": nvlink, "nic": nic}
+        total = 0.0
+        for p in _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto):
+            rate = min(caps[link[0]] / w for link, w in p.links) if p.links else math.inf
+            rate = min(rate, p.cap_Bps) if p.cap_Bps else rate
+            total += p.latency_s + (p.nbytes / rate if p.nbytes else 0.0)
+        return total
+
+    cells = [(a, p) for a in allowed for p in PROTOCOLS if tuner.predict(fn, a, p) is not None]
+    return min(cells, key=lambda cell: cost(*cell))
+
+
+def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement, in_place: bool,
+            algo: str, proto: str) -> list[Phase]:
+    """The phases of `fn` run as `algo`/`proto` (see the module's table)."""
+    n, k, big_n = shape.size, shape.per_node, shape.nodes
     kern = cluster.nccl
     eff = kern.share(proto, fn)
-    eff_net = eff / kern.efficiency["Simple"]
-    net_lat = cluster.nic_pool.latency_s
+    eff_net = WIRE_SHARE[proto]  # the NIC's share for this protocol, relative to Simple
+    net_lat = cluster.network_step_s(big_n, algo, proto)
     if algo == "tree":
         steps_intra, steps_inter = 2 * (k - 1), 2 * int(math.ceil(math.log2(big_n)))
         latency = kern.latency_s[proto] + steps_intra * kern.step_latency_s[proto] + steps_inter * net_lat
-        links = _links(shape, cluster, where, eff, eff_net, nvlink=k > 1, nic_weight=1.0)
-        return f"tree/{proto}", [Phase(latency, 2.0 * nbytes, links)]
+        # The double binary tree on 2 nodes: each tree carries S/2, and each node is the other's only
+        # child in one tree and its parent in the other, so a node's NICs send S/2 up and S/2 down: S in
+        # all, against ~2S (as a ring) from 3 nodes on (Sanders, Speck & Träff 2009; NCCL 2.4's trees).
+        # This is the measured 2-node busbw above the NICs' line rate (Alps 158 of 100 GB/s, GCP TCPXO
+        # 339 of 200 GB/s).
+        links = _links(shape, cluster, where, eff, eff_net * cluster.tree_efficiency, nvlink=k > 1,
+                       nic_weight=0.5 if big_n == 2 else 1.0)
+        return [Phase(latency, 2.0 * nbytes, links)]
     steps = n - 1 if fn in ("broadcast", "reduce") else ring_steps(fn, n)
     crossings = {"all_reduce": 2 * (big_n - 1), "all_gather": big_n - 1, "reduce_scatter": big_n - 1,
                  "all_to_all": big_n - 1}.get(fn, big_n - 1)
@@ -131,9 +174,8 @@ def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster,
     cap = kern.alignment_cap(fn, nbytes, n, in_place=in_place)
     slow = kern.unaligned_fraction(fn, nbytes, n)
     if slow > 0:  # reduce_scatter: the aligned chunks at the link's rate, then the rest element-wise
-        return f"ring/{proto}", [Phase(latency, (1 - slow) * bus, links),
-                                 Phase(0.0, slow * bus, links, kern.unaligned_reduce_Bps)]
-    return f"ring/{proto}", [Phase(latency, bus, links, cap)]
+        return [Phase(latency, (1 - slow) * bus, links), Phase(0.0, slow * bus, links, kern.unaligned_reduce_Bps)]
+    return [Phase(latency, bus, links, cap)]
 
 
 def _hierarchical(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement,
@@ -143,12 +185,12 @@ def _hierarchical(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, w
     k, big_n = shape.per_node, shape.nodes
     kern = cluster.nccl
     eff = kern.share(proto, fn)
-    eff_net = eff / kern.efficiency["Simple"]
+    eff_net = WIRE_SHARE[proto]  # the NIC's share for this protocol, relative to Simple
     intra_lat = kern.latency_s[proto] + (k - 1) * kern.step_latency_s[proto]
     rs = Phase(intra_lat, (k - 1) / k * nbytes, _links(shape, cluster, where, eff, eff_net, True, 0.0))
     ag = Phase(intra_lat, (k - 1) / k * nbytes, _links(shape, cluster, where, eff, eff_net, True, 0.0))
     inter_fn = fn
-    inter = Phase(kern.latency_s[proto] + ring_steps(inter_fn, big_n) * cluster.nic_pool.latency_s,
+    inter = Phase(kern.latency_s[proto] + ring_steps(inter_fn, big_n) * cluster.network_step_s(big_n, "ring", proto),
                   bus_factor(inter_fn, big_n) * nbytes / k,
                   _links(shape, cluster, where, eff, eff_net, False, float(k)))
     if fn == "all_reduce":

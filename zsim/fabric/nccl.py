@@ -32,18 +32,27 @@ FUNCTIONS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("tree", "ring")
 
-TUNERS = ("2.5", "2.7")
+TUNERS = ("2.5", "2.7", "2.23")  # 2.23: zsim.fabric.nccl_223
 # The collectives a profile may give LL128 its own efficiency for (all_to_all runs as all_gather's ring).
 LL128_COLLECTIVES = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce")
 # LL128 moves 120 data bytes in each 128-byte line (NCCL src/collectives/device/prims_ll128.h:
 # NCCL_LL128_DATAELEMS of NCCL_LL128_LINEELEMS 8-byte words): no collective gets more of a link.
 LL128_CEILING = 120 / 128  # NCCL releases whose tuner zsim has (the profile's nccl.tuner)
+# The share of the bytes a protocol puts on the wire that is data: LL sends 8 data bytes and 8 flag
+# bytes per 16-byte line (src/collectives/device/prims_ll.h, union ncclLLFifoLine), LL128 120 of 128
+# (prims_ll128.h), Simple only data. Across nodes the NIC, not the GPU's copy loop, is the bottleneck,
+# so a protocol's share of the NIC is this (times the network's fitted efficiency for Simple).
+WIRE_SHARE = {"LL": 0.5, "LL128": LL128_CEILING, "Simple": 1.0}
 
 # src/graph/tuning.cc: latencies in µs, baseLat[algo][proto] and hwLat[hw][algo][proto], per release.
 # 2.7: v2.7.8-1 (identical in v2.7.3-1); 2.5: v2.5.6-1 (identical in v2.5.7-1).
-BASE_LAT_US = {"2.7": {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)},
+BASE_LAT_US = {"2.23": {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)},  # v2.23.4-1 (nccl_223)
+               "2.7": {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)},
                "2.5": {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 3.6, 8.4)}}
 HW_LAT_US = {
+    "2.23": {"nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
+             "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
+             "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)}},
     "2.7": {"nvlink": {"tree": (0.52, 1.2, 28.0), "ring": (0.47, 1.9, 3.4)},
             "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
             "net": {"tree": (5.0, 8.5, 50.0), "ring": (2.7, 4.0, 9.6)}},
@@ -59,7 +68,7 @@ _LL128_MAX_BW_25 = {"broadcast": 113.0, "reduce": 72.0, "all_gather": 110.0, "re
                     "all_reduce": 100.0}
 # The per-NVLink speed each release's topology search assumes for Volta (src/graph/topo.h
 # VOLTA_NVLINK_WIDTH, 21.0 in both); None: the GPU profile's nccl_nvlink_GBps.
-NVLINK_WIDTH_GBPS = {"2.5": {70: 21.0}, "2.7": {}}
+NVLINK_WIDTH_GBPS = {"2.5": {70: 21.0}, "2.7": {}, "2.23": {}}
 
 
 def ring_steps(fn: str, n: int) -> int:
@@ -98,6 +107,7 @@ class Communicator:
     intra_hw: str = "nvlink"  # 'nvlink' or 'pci'
     ll128: bool = True  # NCCL enables LL128 by default only on NVLink systems of some GPUs (see communicator)
     tuner: str = "2.7"  # the NCCL release whose tuner chooses (TUNERS)
+    compute_capability: int = 70  # 2.23's caps are per architecture (Volta, Ampere, Hopper)
 
     @property
     def per_node(self) -> int:
@@ -121,6 +131,9 @@ class NcclTuner:
             return None
         if c.tuner == "2.5":
             return self._predict_25(fn_model, algo, proto)
+        if c.tuner == "2.23":
+            from zsim.fabric.nccl_223 import predict
+            return predict(c, fn_model, algo, proto)
         p = PROTOCOLS.index(proto)
         base, hw = BASE_LAT_US["2.7"], HW_LAT_US["2.7"]
         nsteps = ring_steps(fn_model, c.n_ranks)
@@ -181,7 +194,11 @@ class NcclTuner:
         return lat, algbw
 
     def predicted_time_us(self, fn: str, nbytes: float, algo: str, proto: str) -> float | None:
-        """ncclTopoGetAlgoTime, without the tree correction table (tree is chosen at scale only)."""
+        """ncclTopoGetAlgoTime, without the tree correction table (tree is chosen at scale only);
+        2.23's with it (zsim.fabric.nccl_223)."""
+        if self.comm.tuner == "2.23":
+            from zsim.fabric.nccl_223 import predicted_time_us
+            return predicted_time_us(self.comm, "all_gather" if fn == "all_to_all" else fn, nbytes, algo, proto)
         cell = self.predict(fn, algo, proto)
         if cell is None or cell[1] <= 0:
             return None

@@ -12,6 +12,7 @@ from zsim.engine.result import Result
 from zsim.memory.ledger import CATEGORIES
 from zsim.memory.timeline import timeline_facts
 from zsim.zero.model_states import PARAM_BYTES
+from zsim.report.network import network_facts
 
 RESULT_SCHEMA = "zsim-result/1"
 
@@ -73,6 +74,7 @@ def facts(result: Result) -> dict[str, Any]:
         "zero": dump(s.zero),
         "precision": dump(s.precision),
         "fabric": {**dump(s.fabric), "mode": result.mode},
+        "inter_node": network_facts(s.cluster),
         "fits": result.fits,
         "memory": {
             "capacity_bytes": ledger.capacity,

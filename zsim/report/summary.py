@@ -121,6 +121,12 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"{d['link']} {d['index']} of {'GPU ' + str(d['gpu']) if d['link'] == 'nvlink' else 'node ' + str(d['node'])} "
         f"×{d['factor']:g}" for d in fab.get("degrade", [])) if fab.get("degrade") else ""
     lines.append(f"  fabric    {fab.get('mode', 'class').replace('_', '-')} mode; {algos}{degraded}")
+    net = f.get("inter_node")
+    if net and net["status"] != "single node":
+        t = net["terms"]
+        lines.append(f"  network   inter-node: {net['line']} (efficiency {t['efficiency']:.2f}, tree "
+                     f"{t['tree_efficiency']:.2f}, step {t['latency_us']:.1f} µs + {t['latency_growth_us']:.1f} µs "
+                     "per doubling)")
     if outputs:
         lines.append("  outputs   " + ", ".join(outputs.values()))
     return "\n".join(lines)

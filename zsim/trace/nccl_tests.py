@@ -58,31 +58,76 @@ def read_nccl_tests(path: Path) -> list[NcclRow]:
     return rows
 
 
-def recording_of(path: Path) -> tuple[int, int] | None:
-    """(GPUs, GPUs per process) from a table's header: one `#  Rank  N ... device` line per GPU, and
-    `nGpus G` (nccl-tests -g, 1 when absent); None when the header does not list the ranks.
+@dataclass(frozen=True, slots=True)
+class TableHeader:
+    """What an nccl-tests table says about its run: ranks (GPUs), nccl-tests -g (GPUs per process),
+    hosts (nodes, from the `# Rank r Pid p on HOST device d` lines) and the column layout: "new"
+    (a `#wrong` count per half, nccl-tests since 2021) or "old" (an `error` column: the max relative
+    error; some old collectives also lack `root`/`redop`, which `read_nccl_tests` finds by name)."""
+
+    ranks: int
+    gpus_per_process: int
+    nodes: int
+    layout: str
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.ranks // self.nodes
+
+
+def header_of(path: Path) -> TableHeader | None:
+    """The run a table's header describes; None when the header does not list the ranks.
+
+    Ranks are the highest listed rank + 1 (a log may show only some Rank lines, e.g. 0, 7, 8, 15 of
+    16); nodes are the distinct hosts of the listed ranks, or, when only some ranks are listed, the
+    host changes in rank order scaled to every rank (ranks are placed node by node).
 
     Raises:
-        ZsimError: unreadable, not UTF-8 or too large; an nGpus that is not a count dividing the ranks.
+        ZsimError: unreadable, not UTF-8 or too large; an nGpus that is not a count dividing the ranks;
+            hosts that do not hold the ranks evenly.
     """
-    ranks, per_process = 0, None
+    hosts: dict[int, str] = {}
+    per_process, layout = None, "new"
     # the checked reader (regular file, bounded, UTF-8: ConfigError naming the file), as read_nccl_tests
     for line in read_text(Path(path), what="nccl-tests table", max_bytes=MAX_TABLE_BYTES).splitlines():
         words = line.lstrip("#").split()
-        if words[:1] == ["Rank"] and len(words) > 1 and words[1].isdecimal():
-            ranks += 1
+        if words[:1] == ["Rank"] and len(words) > 1 and words[1].isdecimal() and len(words[1]) < 9:
+            host = words[words.index("on") + 1] if "on" in words[:-1] else ""
+            hosts[int(words[1])] = host
         if "nGpus" in words and per_process is None:
             value = (words[words.index("nGpus") + 1:] or [""])[0]
             if not value.isdecimal() or len(value) > 9:  # int() refuses more than 4300 digits
                 raise ConfigError(f"header: nGpus {short(value)} is not a count of GPUs", source=str(path))
             per_process = int(value)
-    if not ranks:
+        if words[:3] == ["size", "count", "type"] and "error" in words:
+            layout = "old"
+    if not hosts:
         return None
+    ranks = max(hosts) + 1
     per_process = 1 if per_process is None else per_process
     if not 1 <= per_process <= ranks or ranks % per_process:
         raise ConfigError(f"header: nGpus {per_process} (GPUs per process) does not divide the {ranks} ranks it lists",
                           source=str(path))
-    return ranks, per_process
+    names = [hosts[r] for r in sorted(hosts)]
+    nodes = len(set(names))
+    if len(hosts) < ranks and nodes > 1:  # some Rank lines only: the first host change gives the node size
+        first_other = next(r for r in sorted(hosts) if hosts[r] != names[0])
+        per_node = max(r for r in sorted(hosts) if r < first_other) + 1
+        nodes = max(1, ranks // per_node) if per_node and ranks % per_node == 0 else nodes
+    counts = {names.count(h) for h in set(names)} if len(hosts) == ranks else {ranks // nodes}
+    if ranks % nodes or len(counts) > 1:
+        raise ConfigError(f"header: {ranks} ranks on {nodes} hosts do not split evenly into nodes", source=str(path))
+    return TableHeader(ranks, per_process, nodes, layout)
+
+
+def recording_of(path: Path) -> tuple[int, int] | None:
+    """(GPUs, GPUs per process) from a table's header (`header_of`); None when it lists no ranks.
+
+    Raises:
+        ZsimError: as `header_of`.
+    """
+    header = header_of(path)
+    return None if header is None else (header.ranks, header.gpus_per_process)
 
 
 def is_table(path: Path) -> bool:

@@ -1,0 +1,64 @@
+"""Multi-node nccl-tests tables: every real table parses, with its node count, GPUs per node and
+layout read from its own header (skips when ../shared/data is absent)."""
+
+import re
+
+import pytest
+
+from zsim.trace.nccl_tests import header_of, read_nccl_tests
+
+# GPUs per node of each cluster, from its SOURCE.md (hardware as the folder's provenance states it).
+GPUS_PER_NODE = {"abci-v100-ib-edr": 4, "alps-gh200-slingshot-default": 4, "alps-gh200-slingshot-fi-cxi-tuned": 4,
+                 "aws-p4d-a100-efa-nccl2-8-3": 8, "aws-p4d-a100-efa-nccl2-9-9": 8, "gcp-a3mega-h100-tcpxo": 8,
+                 "gcp-a4-b200-roce": 8, "issue309-dell-xe9680-h100-ib-ndr400": 8,
+                 "issue309-gjaion-h100-ib-ndr400-default": 8, "issue309-gjaion-h100-ib-ndr400-minctas24-qps2": 8,
+                 "issue309-gjaion-h100-ib-ndr400-ring-minctas24-qps2": 8, "oci-a100-sxm4-40gb-roce": 8,
+                 "oci-bm-gpu-b4-8-a100-roce-partial": 8}
+OLD_LAYOUT = {"abci-v100-ib-edr", "aws-p4d-a100-efa-nccl2-8-3", "aws-p4d-a100-efa-nccl2-9-9"}  # SOURCE.md says so
+
+
+def multinode_tables(root):
+    return sorted(p for p in (root / "nccl-tests").glob("*/*-*nodes.txt"))
+
+
+def test_every_multinode_table_parses_with_its_node_count(shared_data):
+    tables = multinode_tables(shared_data)
+    assert len(tables) == 38  # the data README: 38 multi-node tables from 8 clusters (1-node Alps included)
+    for path in tables:
+        header = header_of(path)
+        nodes = int(re.search(r"-(\d+)nodes", path.name).group(1))
+        assert header is not None, path
+        assert header.nodes == nodes, path
+        assert header.gpus_per_node == GPUS_PER_NODE[path.parent.name], path
+        assert header.gpus_per_process == 1, path
+        assert header.layout == ("old" if path.parent.name in OLD_LAYOUT else "new"), path
+        rows = read_nccl_tests(path)
+        assert len(rows) >= 4 and all(r.time_us > 0 for r in rows), path
+        # busbw = algbw × 2(n-1)/n for all_reduce, (n-1)/n for all_gather (nccl-tests PERFORMANCE.md)
+        factor = 2 if path.name.startswith("all_reduce") else 1
+        big = [r for r in rows if r.algbw >= 1.0]
+        assert all(r.busbw == pytest.approx(r.algbw * factor * (header.ranks - 1) / header.ranks, rel=0.02, abs=0.02)
+                   for r in big), path
+
+
+def test_old_layout_reads_the_out_of_place_columns(shared_data):
+    """ABCI (nccl-tests 0b30de5): no root column, an `error` column; the 32 MiB row as printed."""
+    rows = read_nccl_tests(shared_data / "nccl-tests/abci-v100-ib-edr/all_reduce-32nodes.txt")
+    assert len(rows) == 24 and rows[-1].size == 33554432 and rows[-1].busbw == pytest.approx(13.23)
+
+
+def test_partial_rank_lines_give_every_rank_and_node(shared_data):
+    """OCI's partial log lists ranks 0, 7, 8 and 15 only: 16 ranks on 2 nodes of 8."""
+    header = header_of(shared_data / "nccl-tests/oci-bm-gpu-b4-8-a100-roce-partial/all_reduce-2nodes.txt")
+    assert (header.ranks, header.nodes, header.gpus_per_node) == (16, 2, 8)
+
+
+def test_header_counts_hosts(tmp_path):
+    table = tmp_path / "all_reduce.txt"
+    lines = [f"#  Rank {r:2d} Pid 1 on host{r // 3} device {r % 3} [0x1] GPU" for r in range(9)]
+    table.write_text("# nThread 1 nGpus 1\n" + "\n".join(lines) + "\n")
+    header = header_of(table)
+    assert (header.ranks, header.nodes, header.gpus_per_node, header.layout) == (9, 3, 3, "new")
+    table.write_text("\n".join(lines[:4]) + "\n")  # ranks 0..3 on 2 hosts: uneven
+    with pytest.raises(Exception, match="do not split evenly"):
+        header_of(table)

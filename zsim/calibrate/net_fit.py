@@ -1,0 +1,171 @@
+"""Fit a network profile's inter-node terms to multi-node nccl-tests tables, the node's own terms held.
+
+Four terms, the ones NCCL's inter-node cost rests on (zsim.fabric.collective):
+  efficiency         the share of a NIC's line rate NCCL's Simple protocol reaches across nodes
+                     (LL and LL128 reach their wire share of it, zsim.fabric.nccl.WIRE_SHARE);
+  tree_efficiency    the tree's share of the NICs relative to the ring's;
+  latency_us         one inter-node step's latency on 2 nodes: switch hops, NIC, NCCL's proxy thread
+                     posting the send and polling its completion;
+  latency_growth_us  added to every inter-node step per doubling of the nodes beyond 2.
+They are fitted by least squares on log(time) over every row of every table (all sizes, all node
+counts given), with a soft-L1 loss so that the few rows a congested or failing fabric printed (Alps's
+rows flagged `#wrong` or timed out, SOURCE.md) do not drag the rest. NCCL's own tuner (the system
+profile's release) picks each row's algorithm and protocol, as for the in-node fit
+(zsim.calibrate.nccl_fit); the in-node kernel terms stay as the system profile has them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from zsim.calibrate.nccl_fit import Residual
+from zsim.config.hardware import Cluster, Tier, load_cluster
+from zsim.config.profiles import Profiles
+from zsim.errors import ZsimError
+from zsim.fabric.nccl import FUNCTIONS
+from zsim.fabric.perf import run_collective
+from zsim.fabric.topology import healthy_capacities
+from zsim.trace.nccl_tests import NcclRow, TableHeader, header_of, read_nccl_tests
+
+TERMS = ("efficiency", "tree_efficiency", "latency_us", "latency_growth_us")
+_BOUNDS = {"efficiency": (0.05, 1.0), "tree_efficiency": (0.05, 1.0), "latency_us": (0.0, 500.0),
+           "latency_growth_us": (0.0, 500.0)}
+_START = {"efficiency": 0.8, "tree_efficiency": 0.8, "latency_us": 5.0, "latency_growth_us": 1.0}
+# Soft-L1 scale: residuals beyond ~25% in time count linearly (scipy least_squares f_scale).
+_F_SCALE = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class TableRun:
+    """One multi-node nccl-tests table: its collective, what its header says, and its rows."""
+
+    path: Path
+    fn: str
+    header: TableHeader
+    rows: tuple[NcclRow, ...]
+
+
+def read_run(path: Path) -> TableRun:
+    """A table named `<collective>[-<N>nodes].txt` with its header.
+
+    Raises:
+        ZsimError: the name does not start with a collective, or the header lists no ranks.
+    """
+    path = Path(path)
+    fn = re.sub(r"-\d+nodes$", "", path.stem)
+    if fn not in FUNCTIONS:
+        raise ZsimError(f"{path}: the file name must start with the collective ({', '.join(FUNCTIONS)}), "
+                        "e.g. all_reduce-8nodes.txt")
+    header = header_of(path)
+    if header is None:
+        raise ZsimError(f"{path}: its header lists no '# Rank ... on HOST' lines, so its node count is unknown")
+    return TableRun(path, fn, header, tuple(read_nccl_tests(path)))
+
+
+def read_runs(folder: Path, max_nodes: int | None = None, min_nodes: int = 2) -> list[TableRun]:
+    """Every multi-node table in `folder` (`<collective>-<N>nodes.txt`), those spanning
+    `min_nodes`..`max_nodes` nodes. Raises ZsimError if there is none."""
+    runs = [read_run(p) for p in sorted(Path(folder).glob("*-*nodes.txt"))]
+    runs = [r for r in runs if min_nodes <= r.header.nodes <= (max_nodes or r.header.nodes)]
+    if not runs:
+        raise ZsimError(f"{folder}: no multi-node nccl-tests tables (<collective>-<N>nodes.txt) in "
+                        f"{min_nodes}..{max_nodes or 'any'} nodes")
+    return runs
+
+
+def with_network(cluster: Cluster, values: dict[str, float]) -> Cluster:
+    """`cluster` with the inter-node terms `values` (profile units) in place of its network's."""
+    eff = values.get("efficiency", cluster.network_efficiency)
+    nic = cluster.nic_bytes_per_s / cluster.network_efficiency * eff
+    lat = values.get("latency_us", cluster.nic_pool.latency_s * 1e6) * 1e-6
+    growth = values.get("latency_growth_us", cluster.nic_latency_growth_s * 1e6) * 1e-6
+    tree = values.get("tree_efficiency", cluster.tree_efficiency)
+    return dataclasses.replace(cluster, nic_bytes_per_s=nic, network_efficiency=eff, tree_efficiency=tree,
+                               nic_pool=Tier(cluster.nic_pool.name, nic * cluster.nics_per_node, lat),
+                               nic_latency_growth_s=growth)
+
+
+def _clusters(profile: str, runs: list[TableRun], profiles: Profiles | None) -> dict[int, Cluster]:
+    return {n: load_cluster(profile, n, profiles) for n in {r.header.nodes for r in runs}}
+
+
+def predict(clusters: dict[int, Cluster], runs: list[TableRun], values: dict[str, float]):
+    """[(run, row, simulated PerfRow)] for every row (closed form, as the in-node fit)."""
+    out = []
+    for run in runs:
+        c = with_network(clusters[run.header.nodes], values)
+        cap = healthy_capacities(c)
+        for row in run.rows:
+            sim = run_collective(c, run.fn, row.size, run.header.ranks, run.header.gpus_per_process,
+                                 simulate=False, capacity=cap)
+            out.append((run, row, sim))
+    return out
+
+
+def residuals_of(profile: str, runs: list[TableRun], values: dict[str, float],
+                 profiles: Profiles | None = None) -> list[Residual]:
+    """Simulated against measured busbw of every row of `runs` under the inter-node terms `values`."""
+    return [Residual(run.fn, row.size, row.busbw if row.busbw > 0 else sim.busbw * row.time_us / sim.time_us,
+                     sim.busbw, sim.algorithm, run.header.ranks, f"{run.path.parent.name}/{run.path.name}")
+            for run, row, sim in predict(_clusters(profile, runs, profiles), runs, values)]
+
+
+@dataclass(frozen=True, slots=True)
+class NetFit:
+    """Fitted inter-node terms (profile units), the terms held, and every fitted row's residual."""
+
+    values: dict[str, float]
+    fitted: tuple[str, ...]
+    residuals: list[Residual]
+    nodes: tuple[int, int]
+
+
+def fit_network(profile: str, runs: list[TableRun], profiles: Profiles | None = None,
+                terms: tuple[str, ...] = TERMS, held: dict[str, float] | None = None) -> NetFit:
+    """Fit `terms` of the profile's network to `runs` (soft-L1 least squares on log time); the other
+    terms stay at `held` or the network profile's values.
+
+    Raises:
+        ZsimError: fewer rows than twice the terms, or a table whose ranks do not fit the profile's nodes.
+    """
+    rows = sum(len(r.rows) for r in runs)
+    if rows < 2 * len(terms):
+        raise ZsimError(f"{rows} rows in the multi-node tables; fitting {len(terms)} terms needs at least {2 * len(terms)}")
+    clusters = _clusters(profile, runs, profiles)
+    for run in runs:
+        if run.header.gpus_per_node > clusters[run.header.nodes].gpus_per_node:
+            raise ZsimError(f"{run.path}: {run.header.gpus_per_node} GPUs per node, but profile '{profile}' "
+                            f"has {clusters[run.header.nodes].gpus_per_node}")
+    held = dict(held or {})
+    if len({r.header.nodes for r in runs}) == 1 and "latency_growth_us" in terms:
+        terms = tuple(t for t in terms if t != "latency_growth_us")  # one node count cannot show growth
+        held.setdefault("latency_growth_us", clusters[runs[0].header.nodes].nic_latency_growth_s * 1e6)
+    measured = np.array([row.time_us for run in runs for row in run.rows])
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        values = {**held, **dict(zip(terms, x))}
+        sim = np.array([s.time_us for _, _, s in predict(clusters, runs, values)])
+        return np.log(sim / measured)
+
+    lo = np.array([_BOUNDS[t][0] for t in terms])
+    hi = np.array([_BOUNDS[t][1] for t in terms])
+    solution = least_squares(resid, np.array([_START[t] for t in terms]), bounds=(lo, hi), loss="soft_l1",
+                             f_scale=_F_SCALE, x_scale="jac", max_nfev=200)
+    values = {**held, **{t: float(v) for t, v in zip(terms, solution.x)}}
+    nodes = (min(r.header.nodes for r in runs), max(r.header.nodes for r in runs))
+    return NetFit(values, tuple(terms), residuals_of(profile, runs, values, profiles), nodes)
+
+
+def error_summary(residuals: list[Residual], min_size: int = 1 << 20) -> tuple[float, float, int]:
+    """(median |busbw error|, worst |busbw error|, rows) over rows of at least `min_size` bytes."""
+    errors = [abs(r.error) for r in residuals if r.size >= min_size]
+    if not errors:
+        return math.nan, math.nan, 0
+    return float(np.median(errors)), float(max(errors)), len(errors)

@@ -1,0 +1,35 @@
+"""What a run's inter-node answer rests on: the network profile's terms, where they were fitted, and
+whether this run lies inside what the fit saw (result.json `inter_node`, the summary's `network` line)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zsim.config.hardware import Cluster
+
+
+def network_facts(cluster: Cluster) -> dict[str, Any]:
+    """{'network', 'terms', 'fitted_on', 'fit_nodes', 'fitted_terms', 'status', 'line'} for `cluster`.
+
+    status: 'single node' (no inter-node term used), 'fitted' (the run's node count lies within the
+    fit's), 'extrapolated' (more nodes than the fit saw) or 'assumed' (the network has no fit, or a
+    scenario override replaced its rate or latency)."""
+    terms = {"efficiency": cluster.network_efficiency, "tree_efficiency": cluster.tree_efficiency,
+             "latency_us": cluster.nic_pool.latency_s * 1e6 if cluster.nic_pool else 0.0,
+             "latency_growth_us": cluster.nic_latency_growth_s * 1e6}
+    fit = cluster.network_fit
+    name = cluster.nic_pool.name if cluster.nic_pool else ""
+    base = {"network": cluster.network_profile, "terms": terms,
+            "fitted_on": fit.cluster if fit else None, "fit_nodes": list(fit.nodes) if fit else None,
+            "fitted_terms": list(fit.terms) if fit else []}
+    if cluster.nodes <= 1:
+        return {**base, "status": "single node", "line": "one node: no inter-node term"}
+    if fit is None:
+        return {**base, "status": "assumed",
+                "line": f"{name} terms are assumptions (no fit for this network, or overridden); "
+                        f"this run spans {cluster.nodes} nodes"}
+    lo, hi = fit.nodes
+    status = "fitted" if lo <= cluster.nodes <= hi else "extrapolated"
+    rest = "within the fit" if status == "fitted" else "extrapolated"
+    return {**base, "status": status,
+            "line": f"{name} terms fitted on {fit.cluster} ({lo}–{hi} nodes); this run spans {cluster.nodes} nodes: {rest}"}
