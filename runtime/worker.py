@@ -277,13 +277,17 @@ def _profiler(cfg: RunConfig, out: Path, rank: int):
     """--torch-profiler: a PyTorch profiler (Kineto) trace per rank, written next to ours."""
     if not cfg.profile:
         return None
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
 
     def write(prof) -> None:
         prof.export_chrome_trace(str(out / f"rank{rank}.kineto.json"))
-    prof = profile(activities=activities, on_trace_ready=write, record_shapes=True)
+    # A schedule, even one that records every step, is what makes torch write a `ProfilerStep#N` span per
+    # step (torch.profiler.profile: record_steps only with a schedule); N is the training step, which
+    # `zsim calibrate` and Holistic Trace Analysis line kernels up by.
+    prof = profile(activities=activities, on_trace_ready=write, record_shapes=True,
+                   schedule=schedule(wait=0, warmup=0, active=cfg.steps, repeat=1))
     prof.start()
     return prof
 
