@@ -3,7 +3,7 @@
 | input | recognised by | gives |
 |---|---|---|
 | runtime traces (`zsim trace -o DIR`) | a folder of `rank<R>.trace.json` | collectives (transfer, waiting excluded) and compute phases |
-| Kineto traces (torch.profiler) | `*.json[.gz]` files (or a folder of them) with `traceEvents` and `distributedInfo` | NCCL collectives (transfer, waiting excluded across the members of each process group; send/recv counted, not fitted) |
+| Kineto traces (torch.profiler) | `*.json[.gz]` files (or a folder of them) with `traceEvents` and `distributedInfo` | NCCL collectives (transfer, waiting excluded across the members of each process group; send/recv counted, not fitted); GEMM timings by shape (`aten::mm`/`aten::addmm` with Input Dims) |
 | nccl-tests output | a folder of `<collective>.txt`, or one such file | collectives (time per call; GPUs and `-g` from the header) |
 | GEMM tables (DeepBench) | a `.csv` with M, N, K, time_ms columns | GEMM timings by shape |
 | a simulated trace (`zsim run`) | one `trace.json` in the zsim schema with `source: simulated` | its collectives and compute ops (round trips: calibrating from a simulation must give back its profile) |
@@ -106,6 +106,7 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
             out.collectives += [s for s in samples if s.nbytes > 0]
             if any(s.nbytes <= 0 for s in samples):
                 skipped["zero bytes"] = sum(1 for s in samples if s.nbytes <= 0)
+            out.compute += [g for r in run.ranks for g in r.gemms]  # GEMMs by their ATen op's shape
             p2p = sum(len(r.p2p) for r in run.ranks)
             if p2p:  # communication, but no collective of a group: nothing in the model prices it
                 skipped["point-to-point send/recv kernels"] = p2p

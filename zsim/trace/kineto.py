@@ -31,6 +31,8 @@ from typing import Any
 
 from zsim.errors import ConfigError, short
 from zsim.trace.kineto_links import Launches
+from zsim.trace.kineto_ops import gemm_samples
+from zsim.trace.samples import ComputeSample
 
 # Bytes per element of the dtype names torch.profiler writes (Input type / dtype).
 DTYPE_BYTES = {
@@ -97,6 +99,8 @@ class KinetoRank:
     kernels: list[dict[str, Any]] = field(default_factory=list)  # non-NCCL GPU kernels and copies
     steps: list[tuple[float, float]] = field(default_factory=list)  # ProfilerStep spans (start, dur) µs
     p2p: list[dict[str, Any]] = field(default_factory=list)  # send/recv NCCL kernels: communication, unfitted
+    gemms: list[ComputeSample] = field(default_factory=list)  # GEMMs by their ATen op's shape (kineto_ops)
+    kinds: dict[str, int] = field(default_factory=dict)  # GPU kernels by kind (kineto_ops.kernel_kind)
 
 
 def is_kineto(doc: Any) -> bool:
@@ -229,6 +233,7 @@ def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
     for kernel, source in zip(nccl_kernels, _size_sources(events, nccl_kernels, path)):
         _add_kernel(out, kernel, source, info, path)
     _check_old_format_groups(out, nccl_kernels, path)
+    out.gemms, out.kinds = gemm_samples(path, events)
     return out
 
 
