@@ -2,18 +2,17 @@
 
 Two formats are read (both recorded by torch.profiler; see ../shared/data/README.md):
 
-* **older** (PyTorch ≤ 2.0): a CPU `user_annotation` named `nccl:<op>` per collective with
+* **older** (PyTorch <= 2.0): a CPU `user_annotation` named `nccl:<op>` per collective with
   `args["Input Dims"]` (the input tensor's shape, elements) and `args["Input type"]`; the GPU
-  kernel (`ncclKernel_<Op>_<ALGO>_<PROTO>_...`) carries no size. The k-th annotation of a rank
-  launched its k-th NCCL kernel (NCCL enqueues one kernel per collective, in issue order).
-* **newer** (PyTorch ≥ 2.1, `record_param_comms`): the GPU kernel itself carries
-  `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size` and `dtype`.
+  kernel (`ncclKernel_<Op>_<ALGO>_<PROTO>_...`) carries no size. Each kernel is linked to the
+  annotation that launched it (zsim.trace.kineto_links; by issue order where the trace records no
+  launches). No process group is named: the world's is assumed, on one stream.
+* **newer** (PyTorch >= 2.1, `record_param_comms`): the GPU kernel itself carries
+  `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype` and (later versions)
+  `Process Group Name` and `Process Group Ranks`.
 
-Across ranks, the k-th NCCL kernel of every rank is the same collective (NCCL requires every
-member to issue collectives in the same order). Its kernel starts on each GPU when that rank
-arrives and ends when the transfer ends; the **last rank to arrive waits for nobody**, so its
-kernel duration is the transfer time, and every other rank's extra time is waiting. That needs all
-ranks' files on one clock base (torch.profiler's timestamps are host wall-clock microseconds).
+Point-to-point kernels (send/recv) are communication, kept apart from collectives and compute.
+Matching the same collective across ranks, within its process group, is zsim.trace.kineto_run's.
 """
 
 from __future__ import annotations
