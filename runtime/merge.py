@@ -235,16 +235,19 @@ def _on_lanes(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_tid: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in spans:
         by_tid[e["tid"]].append(e)
-    out, threads = [], []
+    lane: dict[int, int] = {}
+    threads = []
     for tid, group in sorted(by_tid.items()):
         collectives = {(e["name"], e["args"].get("seq")): e for e in group if is_collective(e)}
         prefer = {id(e): collectives[(e["args"]["for"], e["args"].get("seq"))] for e in group
                   if e["name"].startswith(ARRIVAL) and (e["args"].get("for"), e["args"].get("seq")) in collectives}
-        lane = lanes(group, prefer)
-        for e in group:
-            new = tid + LANE_TID_STEP * lane[id(e)]
-            out.append(dict(e, tid=new, args=dict(e["args"], stream=new)))
-        threads += [(tid, j) for j in range(1, max(lane.values(), default=0) + 1)]
+        on_lanes = lanes(group, prefer)
+        lane.update(on_lanes)
+        threads += [(tid, j) for j in range(1, max(on_lanes.values(), default=0) + 1)]
+    out = []
+    for e in spans:  # in the rank file's order
+        new = e["tid"] + LANE_TID_STEP * lane[id(e)]
+        out.append(dict(e, tid=new, args=dict(e["args"], stream=new)))
     for tid, j in threads:
         name = f"{names.get(tid, tid)} {j + 1}"
         out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid + LANE_TID_STEP * j, "args": {"name": name}})
