@@ -168,3 +168,27 @@ def test_a_foreign_trace_gives_gemms_by_the_shape_of_their_aten_op(shared_data):
     assert all(g.flops == 2.0 * g.shape[0] * g.shape[1] * g.shape[2] and g.seconds > 0 for g in rank.gemms)
     assert ((16, 256, 512) in {g.shape for g in rank.gemms})
     assert rank.kinds["nccl"] == 8 and rank.kinds["gemm"] >= 20
+
+
+def test_nested_labels_are_charged_their_own_kernels_in_their_own_step():
+    """A checkpointed backward holds its recomputation: each label is charged the kernels launched while it
+    was the innermost one open on that thread; ProfilerStep#N gives the step, and occurrences count per step."""
+    from zsim.trace.kineto_ops import labelled_ops
+
+    def span(name, ts, dur, cat="user_annotation", tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+    def launch(ts, corr, dur):
+        return [span("cudaLaunchKernel", ts, 1, "cuda_runtime", correlation=corr),
+                span(f"kernel{corr}", ts + 2, dur, "kernel", tid=7, correlation=corr, stream=7)]
+
+    events = [span("ProfilerStep#4", 0, 100), span("ProfilerStep#5", 100, 100),
+              span("bwd/layer.0", 10, 50), span("recompute/layer.0", 12, 20), *launch(14, 1, 5.0),
+              *launch(40, 2, 7.0),
+              span("fwd/layer.0", 110, 10), *launch(111, 3, 3.0), span("fwd/layer.0", 130, 10), *launch(131, 4, 4.0),
+              *launch(150, 5, 9.0)]  # launched outside any label
+    trace = labelled_ops(Path("rank0.kineto.json"), events)
+    got = {(op.name, op.step, op.occurrence): op.gpu_us() for op in trace.ops}
+    assert got == {("bwd/layer.0", 4, 0): 7.0, ("recompute/layer.0", 4, 0): 5.0, ("fwd/layer.0", 5, 0): 3.0,
+                   ("fwd/layer.0", 5, 1): 4.0}
+    assert trace.steps == [4, 5] and trace.unlabelled_kernels == 1 and trace.gpu_kernels == 5

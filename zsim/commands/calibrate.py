@@ -84,7 +84,9 @@ def run_command(args: argparse.Namespace) -> int:
     out = text_stream(args)
     print(f"zsim calibrate · {args.profile} → {args.output}", file=out)
     for source in report["inputs"]:
-        skipped = "; ".join(f"{n} skipped: {why}" for why, n in source.get("skipped", {}).items())
+        skipped = "; ".join([f"{n} skipped: {why}" for why, n in source.get("skipped", {}).items()]
+                            + (["GPU kernels " + ", ".join(f"{k} {n}" for k, n in source["gpu_kernels"].items())]
+                               if source.get("gpu_kernels") else []))
         print(f"  input     {source['path']} ({source['kind']}: {source['collectives']} collectives, "
               f"{source['compute']} compute samples{'; ' + skipped if skipped else ''})", file=out)
     if report.get("unused"):

@@ -95,6 +95,7 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
         kind = kind_of(path)
         before = (len(out.collectives), len(out.compute))
         skipped: dict[str, int] = {}
+        kernels: dict[str, int] = {}  # a Kineto input's GPU kernels by kind (zsim.trace.kineto_ops.KINDS)
         if kind == "runtime":
             run = read_run(path)
             out.runs.append(run)
@@ -107,6 +108,9 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
             if any(s.nbytes <= 0 for s in samples):
                 skipped["zero bytes"] = sum(1 for s in samples if s.nbytes <= 0)
             out.compute += [g for r in run.ranks for g in r.gemms]  # GEMMs by their ATen op's shape
+            for r in run.ranks:
+                for what, n in r.kinds.items():
+                    kernels[what] = kernels.get(what, 0) + n
             p2p = sum(len(r.p2p) for r in run.ranks)
             if p2p:  # communication, but no collective of a group: nothing in the model prices it
                 skipped["point-to-point send/recv kernels"] = p2p
@@ -142,6 +146,8 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
             out.compute += read_gemm_table(path)
         source = {"path": str(path), "kind": kind, "collectives": len(out.collectives) - before[0],
                   "compute": len(out.compute) - before[1]}
+        if kernels:
+            source["gpu_kernels"] = dict(sorted(kernels.items()))
         if skipped:
             source["skipped"] = skipped  # calls that say nothing about the link, counted rather than dropped
         out.sources.append(source)
