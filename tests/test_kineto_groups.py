@@ -58,6 +58,26 @@ def test_collectives_are_matched_within_their_group_not_across(tmp_path):
     assert all(s.group == 2 for s in run.samples())
 
 
+def test_trace_driven_replay_waits_for_the_members_of_each_group_only(tmp_path):
+    """The identity replay (measured transfers kept) of the two-group run, with a send kernel on each rank
+    kept at its measured time, reproduces the measured span: a collective starts when its own group's
+    members are ready, not when every rank is."""
+    from zsim.calibrate.kineto_replay import replay_kineto
+
+    dp = {0: (0, 2), 2: (0, 2), 1: (1, 3), 3: (1, 3)}
+    mp = {0: (0, 1), 1: (0, 1), 2: (2, 3), 3: (2, 3)}
+    dp_times = {0: (40, 20), 2: (50, 10), 1: (5, 14), 3: (12, 7)}
+    mp_times = {0: (10, 25), 1: (31, 4), 2: (20, 6), 3: (21, 5)}
+    for r in range(4):
+        write(tmp_path, r, 4, [allreduce(*dp_times[r], dp[r], str(dp[r]), nelems=4096),
+                               allreduce(*mp_times[r], mp[r], str(mp[r]), nelems=256, stream=9),
+                               kernel(70, 6, SENDRECV_NEW, **{"Collective name": "send", "In msg nelems": 10,
+                                                              "dtype": "Float"}),
+                               kernel(0, 3, "void at::native::vectorized_elementwise_kernel<4>()")])
+    result = replay_kineto(read_kineto([tmp_path]), None)
+    assert result["measured_span_s"] == pytest.approx(76e-6) and result["simulated_span_s"] == pytest.approx(76e-6)
+
+
 def test_two_groups_of_the_same_ranks_are_kept_apart_by_name(tmp_path):
     """DDP's default group and a second group over the same two ranks: matched by name, not by ranks."""
     for r, (a, b) in enumerate([((0, 3), (10, 8)), ((5, 4), (2, 9))]):  # each rank issues them in its own order
