@@ -156,6 +156,8 @@ def test_an_op_is_charged_its_own_kernels_not_a_nested_ops_nor_nccl():
     assert op.gpu_us() == 15.0  # the union of the two compute kernels (they overlap on two streams)
     assert [kernel_kind(k) for k in (own, gemm, nccl)] == ["elementwise", "gemm", "nccl"]
     assert kernel_kind({"cat": "gpu_memset", "name": "Memset (Device)"}) == "copy"
+    hopper = {"cat": "kernel", "name": "nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNT"}  # cuBLAS 12 on H100
+    assert kernel_kind(hopper) == "gemm"
 
 
 def test_a_foreign_trace_gives_gemms_by_the_shape_of_their_aten_op(shared_data):

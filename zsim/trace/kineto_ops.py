@@ -30,10 +30,12 @@ OP_LABEL = re.compile(r"^((fwd|bwd)/(embed|head|layer\.\d+)|recompute/layer\.\d+
 COMPUTE_PHASES = ("fwd", "bwd", "recompute", "optimizer")
 _NCCL = re.compile(r"^nccl(Dev)?Kernel")
 # GEMM kernels by their library's naming: cuBLAS (volta_sgemm_*, ampere_*gemm*, sm80_xmma_gemm_*,
-# gemmSN_*, gemv*), cuBLASLt (Kernel2, cublasLt*), CUTLASS (cutlass::Kernel<...gemm...>), and the
-# cuDNN implicit-GEMM convolution kernels (xmma_*implicit_gemm*). Names seen in the traces of
-# ../shared/data/kineto (V100 and A100) and in PyTorch's own profiler tests.
-_GEMM = re.compile(r"gemm|gemv|cublas|cutlass|xmma|^Kernel2$", re.IGNORECASE)
+# gemmSN_*, gemv*; on Hopper and Blackwell cuBLAS 12's `nvjet_*` family, e.g.
+# nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNT), cuBLASLt (Kernel2, cublasLt*), CUTLASS
+# (cutlass::Kernel<...gemm...>, cutlass3x_sm90_*), and the cuDNN implicit-GEMM convolution kernels
+# (xmma_*implicit_gemm*). Names seen in the traces of ../shared/data/kineto (V100 and A100) and in
+# published H100/B200 profiles (nvjet).
+_GEMM = re.compile(r"gemm|gemv|cublas|cutlass|xmma|nvjet|^Kernel2$", re.IGNORECASE)
 _REDUCE = re.compile(r"reduce_kernel|Reduce|reduction|softmax|norm", re.IGNORECASE)
 KINDS = ("nccl", "gemm", "reduce", "copy", "elementwise")
 _DTYPES = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16"}
