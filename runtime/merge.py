@@ -250,10 +250,12 @@ def _on_lanes(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append(dict(e, tid=new, args=dict(e["args"], stream=new)))
     for tid, j in threads:
         name = f"{names.get(tid, tid)} {j + 1}"
-        out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid + LANE_TID_STEP * j, "args": {"name": name}})
+        out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid + LANE_TID_STEP * j,
+                    "args": {"name": name}})
     for tid in {*by_tid, *(t + LANE_TID_STEP * j for t, j in threads)}:
         base, j = tid % LANE_TID_STEP, tid // LANE_TID_STEP  # under their stream, in lane order
-        out.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": 1 + 100 * base + j}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid,
+                    "args": {"sort_index": 1 + 100 * base + j}})
     return out
 
 

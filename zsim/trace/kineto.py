@@ -236,7 +236,8 @@ def read_rank(path: Path, doc: Any | None = None) -> KinetoRank:
     return out
 
 
-def _size_sources(events: list[dict[str, Any]], kernels: list[dict[str, Any]], path: Path) -> list[dict[str, Any] | None]:
+def _size_sources(events: list[dict[str, Any]], kernels: list[dict[str, Any]],
+                  path: Path) -> list[dict[str, Any] | None]:
     """Per NCCL kernel, the event that says what it moved: the kernel itself where it carries
     record_param_comms' args (`Collective name`); else the `nccl:<op>` annotation that launched it
     (zsim.trace.kineto_links: by correlation, where the trace records launches; by issue order, the
@@ -255,7 +256,8 @@ def _size_sources(events: list[dict[str, Any]], kernels: list[dict[str, Any]], p
         claimed: dict[int, dict[str, Any]] = {}
         for k in bare:
             owner = links.owner(k)
-            if owner is not None and id(owner) in claimed:
+            # one annotation, one collective kernel (a batch of sends and receives may launch several)
+            if owner is not None and id(owner) in claimed and _source_op(owner) not in _P2P:
                 raise ConfigError(f"{str(k['name'])[:40]} at ts {k['ts']} and {str(claimed[id(owner)]['name'])[:40]} "
                                   f"at ts {claimed[id(owner)]['ts']} were both launched inside {owner['name']} at ts "
                                   f"{owner['ts']}: cannot tell which moved what", source=str(path))

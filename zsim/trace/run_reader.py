@@ -362,8 +362,9 @@ def collective_samples(run: MeasuredRun, skipped: dict[str, int] | None = None,
             transfer_us = e["ts"] + e["dur"] - args["last_arrival_ts"]
             if shared_us is not None and transfer_us > 0 and timing == "host":
                 transfer_us -= shared_us(rank, e)
+            wait = waits.get((e["name"], args.get("seq")))
             reason = ("zero bytes" if args["bytes"] <= 0 else "a group of one rank" if len(args["group"]) < 2
-                      else _host_end_reason(e, waits.get((e["name"], args.get("seq"))), on_gpu) if timing == "host" else None)
+                      else _host_end_reason(e, wait, on_gpu) if timing == "host" else None)
             if reason is None and transfer_us <= 0:
                 reason = "no time after the last arrival (clock skew)"
             if reason:  # no information about the link: counted, reported by calibrate
