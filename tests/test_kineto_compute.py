@@ -188,9 +188,11 @@ def test_nested_labels_are_charged_their_own_kernels_in_their_own_step():
               span("bwd/layer.0", 10, 50), span("recompute/layer.0", 12, 20), *launch(14, 1, 5.0),
               *launch(40, 2, 7.0),
               span("fwd/layer.0", 110, 10), *launch(111, 3, 3.0), span("fwd/layer.0", 130, 10), *launch(131, 4, 4.0),
+              span("wait/all_gather/params.layer.0", 134, 5), *launch(135, 6, 2.0),  # a wait's own, not the layer's
               *launch(150, 5, 9.0)]  # launched outside any label
     trace = labelled_ops(Path("rank0.kineto.json"), events)
     got = {(op.name, op.step, op.occurrence): op.gpu_us() for op in trace.ops}
     assert got == {("bwd/layer.0", 4, 0): 7.0, ("recompute/layer.0", 4, 0): 5.0, ("fwd/layer.0", 5, 0): 3.0,
-                   ("fwd/layer.0", 5, 1): 4.0}
-    assert trace.steps == [4, 5] and trace.unlabelled_kernels == 1 and trace.gpu_kernels == 5
+                   ("fwd/layer.0", 5, 1): 4.0, ("wait/all_gather/params.layer.0", 5, 0): 2.0}
+    assert not next(op for op in trace.ops if op.name.startswith("wait/")).is_compute
+    assert trace.steps == [4, 5] and trace.unlabelled_kernels == 1 and trace.gpu_kernels == 6

@@ -24,9 +24,10 @@ from zsim.trace.intervals import length, union
 from zsim.trace.kineto_links import Launches
 from zsim.trace.samples import ComputeSample
 
-# zsim's op names (docs/trace-schema.md, "Complete events"); `wait/...` labels are waiting, not ops.
+# zsim's op names (docs/trace-schema.md, "Complete events"). `wait/...` labels are waiting, not ops, but
+# they own what is launched inside them, so that it is not charged to the op around the wait.
 OP_LABEL = re.compile(r"^((fwd|bwd)/(embed|head|layer\.\d+)|recompute/layer\.\d+|optimizer/\w+|"
-                      r"(all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all)/[\w.]+)$")
+                      r"(all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all)/[\w.]+|wait/[\w./]+)$")
 COMPUTE_PHASES = ("fwd", "bwd", "recompute", "optimizer")
 _NCCL = re.compile(r"^nccl(Dev)?Kernel")
 # GEMM kernels by their library's naming: cuBLAS (volta_sgemm_*, ampere_*gemm*, sm80_xmma_gemm_*,
