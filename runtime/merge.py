@@ -195,25 +195,91 @@ def is_collective(event: dict[str, Any]) -> bool:
 
 
 PER_RANK_KEYS = ("rank", "clock_offset_us", "model_states", "host", "host_facts", "device")
+# The merged trace's extra tracks: lane j >= 1 of the stream on tid t is tid t + LANE_TID_STEP * j (the
+# streams are tids 0-2, zsim.trace.schema.STREAM_TID); the ProfilerStep#N spans are on STEP_TID.
+LANE_TID_STEP = 10
+STEP_TID = 9
 
 
 def merged_trace(traces: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """One trace document of every rank on rank 0's clock (see the module docstring)."""
+    """One trace document of every rank on rank 0's clock (see the module docstring), for viewers:
+    each stream's events split over lanes so that no two on one thread partially overlap
+    (zsim.trace.tracks), a `ProfilerStep#N` span per step and rank, and each span's track in
+    `args.stream` (what Holistic Trace Analysis takes for a device stream)."""
     events: list[dict[str, Any]] = []
     for rank, doc in sorted(traces.items()):
         offset = doc["metadata"]["clock_offset_us"]
+        spans, others = [], []
         for event in doc["traceEvents"]:
             event = dict(event, pid=rank)
             if "ts" in event:
                 event["ts"] = event["ts"] + offset
                 if "last_arrival_ts" in event.get("args", {}):
                     event["args"] = dict(event["args"], last_arrival_ts=event["args"]["last_arrival_ts"] + offset)
-            events.append(event)
+            (spans if event.get("ph") == "X" else others).append(event)
+        events += others + _on_lanes(rank, spans) + _profiler_steps(rank, spans)
     first = traces[min(traces)]["metadata"]
     metadata = {k: v for k, v in first.items() if k not in PER_RANK_KEYS}
     metadata.update(ranks=sorted(traces), clock_aligned=True, clock_offset_us=0.0,
                     per_rank={r: {k: d["metadata"].get(k) for k in PER_RANK_KEYS} for r, d in sorted(traces.items())})
     return document(events, metadata)
+
+
+def _on_lanes(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`spans` of one rank (copies), each stream's on as many lanes as its overlaps need, each lane a
+    thread of its own named after its stream (`comm`, `comm 2`, ...), with `args.stream` its tid."""
+    from zsim.trace.schema import STREAM_TID
+    from zsim.trace.tracks import lanes
+
+    names = {tid: name for name, tid in STREAM_TID.items()}
+    by_tid: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in spans:
+        by_tid[e["tid"]].append(e)
+    lane: dict[int, int] = {}
+    threads = []
+    for tid, group in sorted(by_tid.items()):
+        collectives = {(e["name"], e["args"].get("seq")): e for e in group if is_collective(e)}
+        prefer = {id(e): collectives[(e["args"]["for"], e["args"].get("seq"))] for e in group
+                  if e["name"].startswith(ARRIVAL) and (e["args"].get("for"), e["args"].get("seq")) in collectives}
+        on_lanes = lanes(group, prefer)
+        lane.update(on_lanes)
+        threads += [(tid, j) for j in range(1, max(on_lanes.values(), default=0) + 1)]
+    out = []
+    for e in spans:  # in the rank file's order
+        new = e["tid"] + LANE_TID_STEP * lane[id(e)]
+        out.append(dict(e, tid=new, args=dict(e["args"], stream=new)))
+    for tid, j in threads:
+        name = f"{names.get(tid, tid)} {j + 1}"
+        out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid + LANE_TID_STEP * j,
+                    "args": {"name": name}})
+    for tid in {*by_tid, *(t + LANE_TID_STEP * j for t, j in threads)}:
+        base, j = tid % LANE_TID_STEP, tid // LANE_TID_STEP  # under their stream, in lane order
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid,
+                    "args": {"sort_index": 1 + 100 * base + j}})
+    return out
+
+
+def _profiler_steps(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A `ProfilerStep#N` span per step N of the rank, as torch.profiler marks its steps (Holistic Trace
+    Analysis finds iterations by them): from the first compute-track event of step N to the first of
+    step N+1 (the last step: to the end of its last event), so that the steps never overlap."""
+    starts: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for e in spans:
+        step = e.get("args", {}).get("step")
+        if step is None:
+            continue
+        if e["tid"] == 0:
+            starts[step] = min(starts.get(step, e["ts"]), e["ts"])
+        ends[step] = max(ends.get(step, e["ts"] + e["dur"]), e["ts"] + e["dur"])
+    order = sorted(starts)
+    out = [{"ph": "M", "name": "thread_name", "pid": rank, "tid": STEP_TID, "args": {"name": "steps"}},
+           {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": STEP_TID, "args": {"sort_index": 0}}]
+    for step, after in zip(order, order[1:] + [None]):
+        end = starts[after] if after is not None else ends[step]
+        out.append({"ph": "X", "name": f"ProfilerStep#{step}", "cat": "user_annotation", "pid": rank, "tid": STEP_TID,
+                    "ts": starts[step], "dur": max(0.0, end - starts[step]), "args": {"step": step}})
+    return out
 
 
 def merge(out_dir: Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from zsim.config.hardware import load_cluster
 from zsim.config.profiles import Profiles
 from zsim.errors import ConfigError
 from zsim.trace.inputs import kind_of, read_inputs
-from zsim.trace.kineto import read_kineto
+from zsim.trace.kineto_run import read_kineto
 from zsim.trace.run_reader import collective_samples, read_run
 from zsim.trace.schema import SCHEMA, complete
 

@@ -111,7 +111,7 @@ def test_kineto_trace_driven_replay_reproduces_the_dlrm_step(shared_data, tmp_pa
     """The dependencies inferred from the trace's timing, with the measured transfers put back, give
     the measured span of the 8×V100 DLRM step; on the DGX-1 profile only the collectives change."""
     from zsim.calibrate.kineto_replay import replay_kineto
-    from zsim.trace.kineto import read_kineto
+    from zsim.trace.kineto_run import read_kineto
 
     run = read_kineto([shared_data / "kineto/dlrm-8xv100"])
     identity = replay_kineto(run, None)

@@ -19,6 +19,9 @@ the measured time or above it: the framework issuing small kernels) say nothing 
 counted. A term the data cannot determine (no op with reductions, or a design matrix of rank below
 the terms) is kept from the base and listed as kept; a fit with a term ≤ 0 or η > 1 is refused.
 
+A runtime run recorded with Kineto traces on a GPU (`rank<R>.kineto.json` with kernels) is timed by
+its GPU kernels instead of its host spans (zsim.calibrate.kineto_compute); nothing is then host-bound.
+
 Held out: with two or more runs, each run is predicted by a fit of the others; with one, even steps
 predict odd ones and back (2-fold).
 """
@@ -63,9 +66,10 @@ class PhaseFit:
     heldout_max: float | None
     folds: str
     residuals: list[float] = field(default_factory=list)
+    timing: str = "host spans"  # what measured each op: host spans, or its GPU kernels (Kineto)
 
     def summary(self) -> dict[str, Any]:
-        return {"ops": self.ops, "host_bound_ops_left_out": self.host_bound, "kept_from_base": self.kept,
+        return {"ops": self.ops, "timing": self.timing, "host_bound_ops_left_out": self.host_bound, "kept_from_base": self.kept,
                 "median_error": round(self.median_error, 4), "max_error": round(self.max_error, 4),
                 "heldout": {"folds": self.folds,
                             "median_error": None if self.heldout_median is None else round(self.heldout_median, 4),
@@ -109,15 +113,17 @@ def _predict(rows: list[PhaseRow], p: np.ndarray) -> np.ndarray:
     return np.array([r.known_s + r.n_mem * p[0] + r.n_reduce * p[1] + r.bytes * p[2] for r in rows])
 
 
-def fit(rows: list[PhaseRow], terms: ComputeTerms, hbm_bytes_per_s: float, folds: str) -> PhaseFit:
-    """Fit the memory-bound terms to `rows`.
+def fit(rows: list[PhaseRow], terms: ComputeTerms, hbm_bytes_per_s: float, folds: str,
+        host_paced: bool = True) -> PhaseFit:
+    """Fit the memory-bound terms to `rows`. `host_paced`: the rows are host spans, which the host's
+    launch pace bounds below (the host-bound ones are left out); GPU kernel times (Kineto) are not.
 
     Raises:
         CalibrationError: too few GPU-bound ops or distinct shapes for the terms, or fitted terms that
         are not physical (a fixed time ≤ 0, η outside (0, 1]).
     """
     # within 0.1% of the host's pace counts as host-bound (trace times are rounded to 1 ns-1 us)
-    gpu_bound = [r for r in rows if r.launches * terms.host_op_s < r.seconds * (1.0 - 1e-3)]
+    gpu_bound = [r for r in rows if not host_paced or r.launches * terms.host_op_s < r.seconds * (1.0 - 1e-3)]
     host_bound = len(rows) - len(gpu_bound)
     base = np.array([terms.kernel_s, terms.reduce_kernel_s if terms.reduce_kernel_s is not None else terms.kernel_s,
                      1.0 / (hbm_bytes_per_s * terms.hbm_efficiency)])
@@ -165,6 +171,7 @@ def calibrate_phases(cluster: Any, runs: list[Any], profile: str, profiles: Any 
         determine the terms (fit).
     """
     from zsim.calibrate.host_calibration import aligned_ops
+    from zsim.calibrate.kineto_compute import gpu_aligned_ops
 
     terms = cluster.gpu.compute
     if terms is None:
@@ -176,10 +183,30 @@ def calibrate_phases(cluster: Any, runs: list[Any], profile: str, profiles: Any 
     if dtype not in cluster.gpu.peak_flops:
         raise CalibrationError(f"runs in {dtype}, but {cluster.gpu.name} has no {dtype} peak")
     peak, hbm = cluster.gpu.peak_flops[dtype], cluster.gpu.hbm_bytes_per_s
+    timed = {id(run): _gpu_timed(run) for run in runs}
+    if len({t is not None for t in timed.values()}) > 1:
+        raise CalibrationError("some runs have Kineto traces with GPU kernels and some do not: GPU kernel times and "
+                               "host spans are different measures; calibrate each kind separately")
     rows = []
     for i, run in enumerate(runs):
-        for op, seconds in aligned_ops(run, profile, profiles):
+        traces = timed[id(run)]
+        pairs = gpu_aligned_ops(run, traces, profile, profiles) if traces else aligned_ops(run, profile, profiles)
+        for op, seconds in pairs:
             group = f"run {i}" if len(runs) > 1 else f"step parity {op.step % 2}"
             rows.append(op_row(op, seconds, terms, peak, hbm, dtype, group))
     folds = "one run per fold" if len(runs) > 1 else "even and odd steps"
-    return fit(rows, terms, hbm, folds)
+    on_gpu = any(t is not None for t in timed.values())
+    result = fit(rows, terms, hbm, folds, host_paced=not on_gpu)
+    result.timing = "GPU kernels (Kineto)" if on_gpu else "host spans"
+    return result
+
+
+def _gpu_timed(run: Any) -> Any:
+    """The labelled Kineto traces of a runtime run when they time compute on a GPU, else None (no
+    Kineto files, a CPU run's, or a simulated trace)."""
+    from zsim.calibrate.kineto_compute import has_gpu_compute, read_labelled
+
+    if run.metadata.get("source") == "simulated":
+        return None
+    traces = read_labelled(run.folder)
+    return traces if traces and has_gpu_compute(traces) else None

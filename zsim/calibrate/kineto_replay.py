@@ -18,7 +18,7 @@ from typing import Any
 
 from zsim.config.hardware import Cluster
 from zsim.errors import ConfigError
-from zsim.trace.kineto import KinetoRun
+from zsim.trace.kineto_run import KinetoRun
 from zsim.trace.samples import CollectiveSample
 
 _DEPENDENCY_US = 20.0  # a kernel launch after a stream wait lands within ~10 µs of the event (V100 trace: p90 8 µs)
@@ -42,14 +42,17 @@ def _kernels(run: KinetoRun) -> list[list[Kernel]]:
     """Per rank, every GPU kernel (compute and NCCL) in measured order, with gaps and inferred waits."""
     out = []
     transfers = [max(members, key=lambda c: c.start_us).dur_us for members in run.matched()]
-    origin = min([float(e["ts"]) for r in run.ranks for e in r.kernels] + [c.start_us for r in run.ranks
-                                                                         for c in r.collectives])
-    for r in run.ranks:
+    index = {member: k for k, members in enumerate(run.members()) for member in members}
+    origin = min([float(e["ts"]) for r in run.ranks for e in r.kernels + r.p2p] + [c.start_us for r in run.ranks
+                                                                                   for c in r.collectives])
+    for i, r in enumerate(run.ranks):
+        # point-to-point NCCL kernels keep their measured time, as compute kernels do (no model re-times them)
         ks = [Kernel(r.rank, int(e.get("args", {}).get("stream", e.get("tid", 0))), str(e["name"]), float(e["ts"]),
-                     float(e["dur"])) for e in r.kernels]
+                     float(e["dur"])) for e in r.kernels + r.p2p]
         nccl_stream = {}
-        for k, c in enumerate(r.collectives):
-            ks.append(Kernel(r.rank, -1, c.op, c.start_us, transfers[k], collective=k))
+        for pos, c in enumerate(r.collectives):
+            k = index[(i, pos)]
+            ks.append(Kernel(r.rank, -1 - c.stream, c.op, c.start_us, transfers[k], collective=k))  # its group's stream
             nccl_stream[k] = c
         ks.sort(key=lambda k: (k.start, k.collective))
         last_on: dict[int, int] = {}
@@ -115,7 +118,7 @@ def replay_kineto(run: KinetoRun, cluster: Cluster | None) -> dict[str, Any]:
                     progressed = True
                     continue
                 ready[k.collective].setdefault(r, t)
-                if len(ready[k.collective]) < len(per_rank):
+                if len(ready[k.collective]) < len(matched[k.collective]):
                     break  # wait for the other members
                 start = max(ready[k.collective].values())  # NCCL: the transfer starts with the last member
                 for rr, other in enumerate(per_rank):

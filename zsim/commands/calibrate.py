@@ -84,7 +84,9 @@ def run_command(args: argparse.Namespace) -> int:
     out = text_stream(args)
     print(f"zsim calibrate · {args.profile} → {args.output}", file=out)
     for source in report["inputs"]:
-        skipped = "; ".join(f"{n} skipped: {why}" for why, n in source.get("skipped", {}).items())
+        skipped = "; ".join([f"{n} skipped: {why}" for why, n in source.get("skipped", {}).items()]
+                            + (["GPU kernels " + ", ".join(f"{k} {n}" for k, n in source["gpu_kernels"].items())]
+                               if source.get("gpu_kernels") else []))
         print(f"  input     {source['path']} ({source['kind']}: {source['collectives']} collectives, "
               f"{source['compute']} compute samples{'; ' + skipped if skipped else ''})", file=out)
     if report.get("unused"):
@@ -103,7 +105,8 @@ def run_command(args: argparse.Namespace) -> int:
         held = ph["heldout"]
         held_text = (f"held out ({held['folds']}): median {held['median_error']:.1%}, worst {held['max_error']:.1%}"
                      if held["median_error"] is not None else "no held-out check (one fold)")
-        print(f"  phases    {ph['fitted']} from {ph['ops']} GPU-bound ops ({ph['host_bound_ops_left_out']} host-bound "
+        print(f"  phases    {ph['fitted']} from {ph['ops']} GPU-bound ops timed by {ph['timing']} "
+              f"({ph['host_bound_ops_left_out']} host-bound "
               f"left out); median error {ph['median_error']:.1%}, worst {ph['max_error']:.1%}; {held_text}"
               + (f"; kept from the base: {', '.join(ph['kept_from_base'])}" if ph["kept_from_base"] else ""), file=out)
     if coll:

@@ -181,7 +181,7 @@ def replay_kineto_dir(trace_dir: Path, profile: str, allow_missing_ranks: bool =
     from zsim.config.hardware import load_cluster
     from zsim.config.profiles import Profiles
     from zsim.trace import schema
-    from zsim.trace.kineto import read_kineto
+    from zsim.trace.kineto_run import read_kineto
 
     profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
     run = read_kineto([trace_dir], allow_missing_ranks)

@@ -3,7 +3,7 @@
 | input | recognised by | gives |
 |---|---|---|
 | runtime traces (`zsim trace -o DIR`) | a folder of `rank<R>.trace.json` | collectives (transfer, waiting excluded) and compute phases |
-| Kineto traces (torch.profiler) | `*.json[.gz]` files (or a folder of them) with `traceEvents` and `distributedInfo` | NCCL collectives (transfer, waiting excluded across ranks) |
+| Kineto traces (torch.profiler) | `*.json[.gz]` files (or a folder of them) with `traceEvents` and `distributedInfo` | NCCL collectives (transfer, waiting excluded across the members of each process group; send/recv counted, not fitted); GEMM timings by shape (`aten::mm`/`aten::addmm` with Input Dims) |
 | nccl-tests output | a folder of `<collective>.txt`, or one such file | collectives (time per call; GPUs and `-g` from the header) |
 | GEMM tables (DeepBench) | a `.csv` with M, N, K, time_ms columns | GEMM timings by shape |
 | a simulated trace (`zsim run`) | one `trace.json` in the zsim schema with `source: simulated` | its collectives and compute ops (round trips: calibrating from a simulation must give back its profile) |
@@ -86,7 +86,7 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
         ConfigError: an input of unknown format, or one that fails its own checks (see the readers).
     """
     from zsim.trace.deepbench import read_gemm_table
-    from zsim.trace.kineto import read_kineto
+    from zsim.trace.kineto_run import read_kineto
     from zsim.trace.nccl_tests import read_nccl_tests, recording_of
     from zsim.trace.run_reader import collective_samples, compute_samples, read_run
 
@@ -95,6 +95,7 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
         kind = kind_of(path)
         before = (len(out.collectives), len(out.compute))
         skipped: dict[str, int] = {}
+        kernels: dict[str, int] = {}  # a Kineto input's GPU kernels by kind (zsim.trace.kineto_ops.KINDS)
         if kind == "runtime":
             run = read_run(path)
             out.runs.append(run)
@@ -106,6 +107,13 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
             out.collectives += [s for s in samples if s.nbytes > 0]
             if any(s.nbytes <= 0 for s in samples):
                 skipped["zero bytes"] = sum(1 for s in samples if s.nbytes <= 0)
+            out.compute += [g for r in run.ranks for g in r.gemms]  # GEMMs by their ATen op's shape
+            for r in run.ranks:
+                for what, n in r.kinds.items():
+                    kernels[what] = kernels.get(what, 0) + n
+            p2p = sum(len(r.p2p) for r in run.ranks)
+            if p2p:  # communication, but no collective of a group: nothing in the model prices it
+                skipped["point-to-point send/recv kernels"] = p2p
         elif kind == "nccl-tests":
             files = [path / f"{fn}.txt" for fn in FUNCTIONS if (path / f"{fn}.txt").is_file()] if path.is_dir() else [path]
             for f in files:
@@ -138,6 +146,8 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
             out.compute += read_gemm_table(path)
         source = {"path": str(path), "kind": kind, "collectives": len(out.collectives) - before[0],
                   "compute": len(out.compute) - before[1]}
+        if kernels:
+            source["gpu_kernels"] = dict(sorted(kernels.items()))
         if skipped:
             source["skipped"] = skipped  # calls that say nothing about the link, counted rather than dropped
         out.sources.append(source)
