@@ -28,6 +28,16 @@ class CalibrationError(ZsimError):
     """The data cannot determine the model (exit 2): the message says which term and why."""
 
 
+class Refusal(CalibrationError):
+    """A fit refused for one or more named causes (exit 2): `headline` says what was refused, `causes`
+    each reason in a line; the message holds both (the CLI prints every cause on its own line)."""
+
+    def __init__(self, headline: str, causes: list[str]) -> None:
+        super().__init__(f"{headline}: {'; '.join(causes)}")
+        self.headline = headline
+        self.causes = list(causes)
+
+
 @dataclass(slots=True)
 class CollectiveCalibration:
     """The fitted `nccl:` values (profile units), what was fitted and kept, and per-sample errors."""

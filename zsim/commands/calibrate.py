@@ -5,6 +5,7 @@ provenance, or refuse (exit 2) when the data cannot determine what would be writ
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
         CalibrationError: the data cannot determine the model (nothing is written).
     """
     from zsim.calibrate.collectives import CalibrationError
+    from zsim.calibrate.machines import check_machines
     from zsim.calibrate.profile_writer import provenance, write_profile
     from zsim.config.hardware import load_cluster
     from zsim.config.profiles import Profiles
@@ -54,6 +56,7 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
     profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
     data = read_inputs(inputs, allow_missing_ranks)
     cluster = load_cluster(name, 1, profiles)
+    check_machines(data.machines, cluster, profile)  # one machine per fit, the base's
     replace: dict[str, Any] = {}
     sections: dict[str, Any] = {}
     report: dict[str, Any] = {"profile": str(output), "base": profile, "inputs": data.sources}
@@ -79,8 +82,17 @@ def run_command(args: argparse.Namespace) -> int:
     check_dir(args.output.parent, flag="-o")
     if args.json and args.json != "-":
         check_file(args.json)
-    report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
-                       profiles=profiles)
+    from zsim.calibrate.collectives import Refusal
+
+    try:
+        report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
+                           profiles=profiles)
+    except Refusal as exc:  # every cause on its own line (the CLI prints two lines of an error)
+        from zsim.cli import error_text
+
+        print(error_text(f"zsim: {exc.headline}:\n" + "\n".join(f"  - {c}" for c in exc.causes),
+                         lines=1 + len(exc.causes)), file=sys.stderr)
+        return exc.exit_code
     out = text_stream(args)
     print(f"zsim calibrate · {args.profile} → {args.output}", file=out)
     for source in report["inputs"]:

@@ -105,6 +105,10 @@ class GpuFile(_Profile, kw_only=True):
     compute_capability: Annotated[int, Meta(gt=0, le=1000)]
     nccl_nvlink_GBps: Annotated[float, _GBPS]
     compute: ComputeSection
+    # The names CUDA reports for this part (cudaDeviceProp.name: nvidia-smi, Kineto's deviceProperties,
+    # nccl-tests' Rank lines) where they are not `name` with an 'NVIDIA '/'Tesla ' prefix: zsim calibrate
+    # refuses measurements of another GPU (zsim.calibrate.machines).
+    device_names: list[Annotated[str, Meta(min_length=1, max_length=100)]] = []
 
 
 class NetworkFile(_Profile, kw_only=True):
@@ -196,6 +200,7 @@ class Gpu:
     nccl_nvlink_GBps: float  # NCCL's per-NVLink speed for its tuner (topo.h SMxx_NVLINK_BW)
     compute: ComputeTerms | None  # the kernel-level compute model's terms (docs/compute.md); None on a CPU
     # host, whose profile gives achieved rates (zsim.config.host): its ops are priced by flops and bytes
+    device_names: tuple[str, ...] = ()  # names CUDA reports for the part besides `name` (GpuFile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +376,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             # The system's own `compute:` terms were fitted on its GPU: another GPU keeps its own.
             compute=compute_terms(gpu_file.compute, system.compute if gpu in (None, system.gpu) else None,
                                   f"system profile '{profile}'"),
+            device_names=tuple(gpu_file.device_names),
         ),
         gpus_per_node=per_node,
         nodes=nodes,
