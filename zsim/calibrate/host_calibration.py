@@ -116,19 +116,25 @@ def plan_rows(run: Any, profile: str, profiles: Any = None, rank_steps: dict[tup
 
 
 def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dict, sections: dict,
-                   report: dict, profiles: Any = None) -> None:
+                   report: dict, profiles: Any = None, causes: list[str] | None = None) -> None:
     """Fit the host's collective and compute terms from `data` into `replace` (profile sections),
-    `sections` (provenance) and `report`.
+    `sections` (provenance) and `report`; the causes of a poor fit go to `causes`
+    (zsim.calibrate.fit_quality: in-sample medians, terms more than 3x from the probe's, which the base
+    host profile holds). A gloo line the data do not determine keeps the base's terms, listed under the
+    collectives' `kept_from_base` with the reason.
 
     Raises:
         CalibrationError: non-gloo collectives, compute samples that are not runtime traces, or data
-        that do not determine the terms.
+        that do not determine the compute terms.
     """
+    from zsim.calibrate.fit_quality import far_terms, high_error
+
+    causes = [] if causes is None else causes
     host = cluster.host
     base = read_yaml_mapping(base_file(profile, profiles))
     if data.collectives and fit != "compute":
         check_backend(data.collectives, "gloo", profile)
-        fits = fit_collectives(alone_samples(data, profile, profiles), host.collectives, profile)
+        fits, undetermined = fit_collectives(alone_samples(data, profile, profiles), host.collectives, profile)
         merged = {op: dict(by_size) for op, by_size in (base.get("collectives") or {}).items()}
         summary = {}
         for (op, group), (line, sizes) in fits.items():
@@ -138,8 +144,18 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
             merged.setdefault(op, {})[group] = entry
             summary[f"{op}/{group}"] = {**entry, "latency": "kept from the base (too few sizes)"
                                         if line.intercept_kept else "fitted"}
-        replace["collectives"] = merged
-        sections["collectives"] = {"model": "gloo latency-bandwidth", "fitted": summary}
+            causes += high_error(f"gloo {op}/{group}", line.median_error)
+            probe = host.collectives.get((op, group))
+            if probe is not None:
+                fitted = {"GBps": entry["GBps"], **({} if line.intercept_kept else {"latency_us": entry["latency_us"]})}
+                causes += far_terms(f"gloo {op}/{group}", fitted, {"latency_us": probe[0] * 1e6, "GBps": probe[1] / 1e9},
+                                    "the probe")
+        kept = {f"{op}/{group}": why + ("; the base's terms kept" if (op, group) in host.collectives
+                                        else "; the base has none: not in the profile")
+                for (op, group), why in undetermined.items()}
+        if fits:
+            replace["collectives"] = merged
+        sections["collectives"] = {"model": "gloo latency-bandwidth", "fitted": summary, "kept_from_base": kept}
         report["collectives"] = sections["collectives"]
     if fit == "collectives":
         return
@@ -183,6 +199,19 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
                                                        "how": "median of max/mean rank compute per step"
                                                        if factor is not None else "1: fewer than 3 steps of two or "
                                                        "more measured ranks (one rank, or simulated traces only)"}}
+        probe = base.get("compute") or {}
+        causes += high_error("host compute", line.median_error)
+        causes += high_error("host optimizer", None if opt is None else opt.median_error)
+        fitted = {f"matmul_GFLOPS.{dtype}": compute["matmul_GFLOPS"][dtype], "op_overhead_us": compute["op_overhead_us"],
+                  **({} if bandwidth_kept else {"memory_GBps": compute["memory_GBps"]})}
+        reference = {f"matmul_GFLOPS.{dtype}": (probe.get("matmul_GFLOPS") or {}).get(dtype),
+                     "op_overhead_us": probe.get("op_overhead_us"), "memory_GBps": probe.get("memory_GBps")}
+        if opt is not None:  # the optimizer's own terms, against the base's (the general ones where it has none)
+            fitted.update(optimizer_op_overhead_us=compute["optimizer_op_overhead_us"],
+                          optimizer_memory_GBps=compute["optimizer_memory_GBps"])
+            reference.update(optimizer_op_overhead_us=probe.get("optimizer_op_overhead_us", probe.get("op_overhead_us")),
+                             optimizer_memory_GBps=probe.get("optimizer_memory_GBps", probe.get("memory_GBps")))
+        causes += far_terms("host compute", fitted, reference, "the probe")
         report["compute"] = {**sections["compute"], "values": {k: compute[k] for k in (
             "matmul_GFLOPS", "memory_GBps", "op_overhead_us", "optimizer_op_overhead_us", "optimizer_memory_GBps",
             "slowest_rank_factor")

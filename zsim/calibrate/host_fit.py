@@ -21,8 +21,10 @@ is a sum of op times (a step), so both compute fits end by scaling their fitted 
 Σ measured / Σ fitted over the fitted ops (`match_total`): the relative fit sets the shape across op
 sizes, the factor the level. Noiseless times (a simulated trace) give a factor of 1.
 
-Refusals (CalibrationError): fewer distinct samples than twice the terms, a rate whose inverse hits 0
-(time does not grow with the work: the term is not determined), no samples of a kind at all.
+A gloo line the samples do not determine (one size and no base latency, or a time that does not grow
+with the size) is returned as undetermined, for the caller to keep from the base and list. Refusals
+(CalibrationError) of the compute fit: fewer distinct samples than twice the terms, a rate whose
+inverse hits 0 (time does not grow with the work) with no base to keep, no samples at all.
 """
 
 from __future__ import annotations
@@ -76,34 +78,33 @@ def relative_line(xs: np.ndarray, ts: np.ndarray, intercept: float | None = None
 
 
 def fit_collectives(samples: list[CollectiveSample], base: dict[tuple[str, int], tuple[float, float]],
-                    profile: str) -> dict[tuple[str, int], tuple[LineFit, int]]:
-    """(op, group) → (fit of t = α + S/β, distinct sizes) for every (op, group) the samples hold.
-
-    Raises:
-        CalibrationError: one distinct size and no base latency; a bandwidth the data leave
-        undetermined (time not growing with size).
-    """
+                    profile: str) -> tuple[dict[tuple[str, int], tuple[LineFit, int]], dict[tuple[str, int], str]]:
+    """({(op, group): (fit of t = α + S/β, distinct sizes)} for every (op, group) the samples determine,
+    {(op, group): why not} for the others). An (op, group) the samples do not determine (one distinct
+    size and no base latency to keep; a time that does not grow with the size, e.g. the 4-byte loss
+    all_reduce that is a run's only all_reduce) is not fitted: the caller keeps the base profile's
+    terms for it (if any) and lists it, instead of refusing the whole calibration."""
     by_key: dict[tuple[str, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in samples:
         by_key[(s.op, s.group)][s.nbytes].append(s.seconds)
-    out = {}
+    out, undetermined = {}, {}
     for (op, group), sizes in sorted(by_key.items()):
         xs = np.array(sorted(sizes), dtype=float)
         ts = np.array([np.median(sizes[int(x)]) for x in xs])
+        span = f"{int(xs[0])} B" if len(xs) == 1 else f"{int(xs[0])}-{int(xs[-1])} B"
         if len(xs) < SAMPLES_PER_TERM * 2:
             if (op, group) not in base:
-                raise CalibrationError(f"{op} on {group} ranks: {len(xs)} distinct size(s) cannot separate latency "
-                                       f"from bandwidth, and profile '{profile}' has no {op} terms for {group} ranks "
-                                       "to keep the latency from: record more sizes (python -m zsim.runtime.hostprobe, or "
-                                       "runs of other model shapes)")
+                undetermined[(op, group)] = (f"{len(xs)} distinct size(s) ({span}) cannot separate latency from "
+                                             f"bandwidth, and profile '{profile}' has no latency to keep")
+                continue
             fit = relative_line(xs, ts, intercept=base[(op, group)][0])
         else:
             fit = relative_line(xs, ts)
         if fit.slopes[0] <= 0:
-            raise CalibrationError(f"{op} on {group} ranks: the time does not grow with the size over "
-                                   f"{int(xs[0])}-{int(xs[-1])} B, so the bandwidth is not determined by these data")
+            undetermined[(op, group)] = f"the time does not grow with the size over {span}: bandwidth not determined"
+            continue
         out[(op, group)] = (fit, len(xs))
-    return out
+    return out, undetermined
 
 
 COMPUTE_TERMS = ("op_overhead_us", "matmul_GFLOPS", "memory_GBps")

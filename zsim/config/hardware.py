@@ -213,6 +213,35 @@ class Tier:
 
 
 @dataclass(frozen=True, slots=True)
+class CalibrationNote:
+    """What `zsim calibrate` wrote into a profile's `provenance`, for the run summary: the base it started
+    from, when, the dotted terms it fitted, those it kept from the base unmeasured (with their values,
+    profile units), and the causes of a poor fit it was told to accept (empty for a good fit)."""
+
+    base: str
+    date: str
+    fitted: tuple[str, ...] = ()
+    kept: tuple[tuple[str, float], ...] = ()
+    warning: tuple[str, ...] = ()
+
+
+def calibration_note(provenance: dict[str, Any] | None) -> CalibrationNote | None:
+    """The CalibrationNote of a profile's `provenance` block; None for a profile `zsim calibrate` did not
+    write. Entries of unexpected types are left out (the block is provenance, not a term)."""
+    if not isinstance(provenance, dict) or provenance.get("tool") != "zsim calibrate":
+        return None
+    kept = provenance.get("kept_from_base")
+    warning = (provenance.get("warning") or {}).get("poor_fit") if isinstance(provenance.get("warning"), dict) else None
+    fitted = provenance.get("fitted_terms")
+    return CalibrationNote(
+        str(provenance.get("base", "?")), str(provenance.get("date", "?")),
+        tuple(str(t) for t in fitted) if isinstance(fitted, list) else (),
+        tuple((str(k), float(v)) for k, v in kept.items() if isinstance(v, (int, float)))
+        if isinstance(kept, dict) else (),
+        tuple(str(w) for w in warning) if isinstance(warning, list) else ())
+
+
+@dataclass(frozen=True, slots=True)
 class Cluster:
     """A cluster of identical nodes. `nvlink` and `nic_pool` are raw capacities per direction (the
     protocol's efficiency is applied per collective, zsim.fabric.nccl); latencies live in `nccl`."""
@@ -236,6 +265,7 @@ class Cluster:
     nccl: NcclKernel
     host: HostModel | None = None  # a CPU host (hwprofiles/hosts/): gloo collectives, no NVLink fabric
     nccl_tuner: str = "2.7"  # the NCCL release whose tuner chooses (zsim.fabric.nccl.TUNERS)
+    calibration: CalibrationNote | None = None  # a profile written by `zsim calibrate`: what it fitted and kept
 
     @property
     def world(self) -> int:
@@ -402,6 +432,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             unaligned_reduce_Bps=system.nccl.unaligned_reduce_GBps * GB,
         ),
         nccl_tuner=system.nccl.tuner,
+        calibration=calibration_note(system.provenance),
     )
 
 
@@ -440,4 +471,5 @@ def host_cluster(spec: HostFile, profile: str, nodes: int) -> Cluster:
         nccl=NcclKernel(efficiency={}, latency_s={}, step_latency_s={}, launch_s=0.0, unaligned_copy_Bps=1.0,
                         unaligned_reduce_Bps={}),
         host=host_model(spec),
+        calibration=calibration_note(spec.provenance),
     )
