@@ -170,12 +170,15 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
             if run.metadata.get("source") != "simulated":
                 ratios += step_ratios(rank_steps)
         model = [r[1:] for r in rows if not r[0].startswith("optimizer/")]
-        line, bandwidth_kept = fit_compute(model, float((base.get("compute") or {}).get("memory_GBps") or 0) * 1e9)
         dtypes = {str(run.metadata.get("precision", "fp32")) for run in data.runs}
         if len(dtypes) > 1:
             raise CalibrationError(f"runs of different precisions ({', '.join(sorted(dtypes))}) share one matmul rate "
                                    "in this fit: calibrate each precision separately")
         dtype = dtypes.pop()
+        probe = base.get("compute") or {}  # the base's terms, which the host probe measured: kept where undetermined
+        line, kept_terms = fit_compute(model, float(probe.get("memory_GBps") or 0) * 1e9 or None,
+                                       float(probe.get("op_overhead_us") or 0) * 1e-6 or None,
+                                       float((probe.get("matmul_GFLOPS") or {}).get(dtype) or 0) * 1e9 or None)
         compute = dict(base.get("compute") or {})
         compute["matmul_GFLOPS"] = {**(compute.get("matmul_GFLOPS") or {}),
                                     dtype: round(1.0 / line.slopes[1] / 1e9, 3)}
@@ -192,18 +195,18 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         sections["compute"] = {"model": "host: launches × overhead + FLOPs/matmul rate + bytes/memory bandwidth; "
                                         "the optimizer's ops: launches × their overhead + bytes/their bandwidth",
                                "ops": len(model), "optimizer_ops": len(optimizer), "dtype": dtype,
-                               "kept_from_base": ["memory_GBps"] if bandwidth_kept else [],
+                               "kept_from_base": list(kept_terms),
                                "median_error": round(line.median_error, 4), "max_error": round(line.max_error, 4),
                                "optimizer_median_error": None if opt is None else round(opt.median_error, 4),
                                "slowest_rank_factor": {"steps": len(ratios), "value": compute["slowest_rank_factor"],
                                                        "how": "median of max/mean rank compute per step"
                                                        if factor is not None else "1: fewer than 3 steps of two or "
                                                        "more measured ranks (one rank, or simulated traces only)"}}
-        probe = base.get("compute") or {}
         causes += high_error("host compute", line.median_error)
         causes += high_error("host optimizer", None if opt is None else opt.median_error)
-        fitted = {f"matmul_GFLOPS.{dtype}": compute["matmul_GFLOPS"][dtype], "op_overhead_us": compute["op_overhead_us"],
-                  **({} if bandwidth_kept else {"memory_GBps": compute["memory_GBps"]})}
+        fitted = {k: v for k, v in ((f"matmul_GFLOPS.{dtype}", compute["matmul_GFLOPS"][dtype]),
+                                    ("op_overhead_us", compute["op_overhead_us"]), ("memory_GBps", compute["memory_GBps"]))
+                  if k.split(".")[0] not in kept_terms}
         reference = {f"matmul_GFLOPS.{dtype}": (probe.get("matmul_GFLOPS") or {}).get(dtype),
                      "op_overhead_us": probe.get("op_overhead_us"), "memory_GBps": probe.get("memory_GBps")}
         if opt is not None:  # the optimizer's own terms, against the base's (the general ones where it has none)

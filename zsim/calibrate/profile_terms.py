@@ -104,9 +104,10 @@ def touched(sections: dict[str, Any]) -> set[str]:
             out |= {f"compute.gemm.{dtype}.{k}" for k in ("efficiency", "tile_TBps", "k_overhead", "fixed_us",
                                                           "hbm_efficiency")}
     elif comp:  # host compute
-        out |= {f"compute.matmul_GFLOPS.{comp.get('dtype', 'fp32')}", "compute.op_overhead_us"}
-        if "memory_GBps" not in comp.get("kept_from_base", ()):
-            out.add("compute.memory_GBps")
+        kept = comp.get("kept_from_base", ())
+        for term in ("op_overhead_us", "matmul_GFLOPS", "memory_GBps"):
+            if term not in kept:
+                out.add(f"compute.{term}.{comp.get('dtype', 'fp32')}" if term == "matmul_GFLOPS" else f"compute.{term}")
         if comp.get("optimizer_median_error") is not None:
             out |= {"compute.optimizer_op_overhead_us", "compute.optimizer_memory_GBps"}
         if (comp.get("slowest_rank_factor") or {}).get("how", "").startswith("median"):

@@ -126,10 +126,15 @@ def run_command(args: argparse.Namespace) -> int:
         for key, entry in coll["fitted"].items():
             print(f"  fitted    {key}: latency {entry['latency_us']:.1f} us ({entry['latency']}), {entry['GBps']:.4g} GB/s; "
                   f"{entry['fit']['points']} sizes, median error {entry['fit']['median_rel_error']:.1%}", file=out)
+        for key, why in coll.get("kept_from_base", {}).items():
+            print(f"  kept      {key}: {why}", file=out)
         coll = None
     if report.get("compute"):
         c = report["compute"]
         print(f"  compute   {c['values'] if 'values' in c else ''} ({c.get('model', '')})", file=out)
+        if isinstance(c.get("kept_from_base"), list) and c["kept_from_base"]:
+            print(f"  kept      compute {', '.join(c['kept_from_base'])}: not determined by these traces (no op's time "
+                  "moves 1% with it); the base's kept", file=out)
     if report.get("phases"):
         ph = report["phases"]
         held = ph["heldout"]
@@ -152,6 +157,11 @@ def run_command(args: argparse.Namespace) -> int:
             for r in coll["samples"]:
                 print(f"    {r['op']:<15} {r['bytes']:>12} B  n={r['group']:<3} {r['measured_busbw']:8.2f} "
                       f"{r['simulated_busbw']:8.2f} GB/s {r['error']:+7.1%}  {r['algorithm']}", file=out)
+    kept = report.get("kept_from_base") or {}
+    print(f"  terms     {len(report.get('fitted_terms') or [])} fitted; {len(kept)} never touched by the inputs, kept "
+          f"from the base: {', '.join(kept) or 'none'}", file=out)
+    for cause in (report.get("warning") or {}).get("poor_fit", []):
+        print(f"  warning   {cause} (accepted: --accept-poor-fit)", file=out)
     emit_json(args, report, indent=1)
     return EXIT_OK
 
