@@ -250,3 +250,16 @@ def test_copied_runs_are_one_machine(stage3_runs, tmp_path):
 
     data = read_inputs([stage3_runs[0], copy])
     assert data.machines[0].cpu and mismatches(data.machines, load_cluster("dev-2core", 1), "dev-2core") == []
+
+
+def test_replay_on_a_poor_profile_says_so(stage3_runs, tmp_path, capsys):
+    """A host profile written with --accept-poor-fit: `zsim replay` on it cautions with the causes."""
+    base = yaml.safe_load(open(ROOT / "hwprofiles/hosts/dev-2core.yaml"))
+    base["provenance"] = {"tool": "zsim calibrate", "base": "dev-2core", "date": "2026-11-26",
+                          "warning": {"poor_fit": ["host compute: in-sample median error 82% > 15%"],
+                                      "accepted": "--accept-poor-fit"}}
+    poor = tmp_path / "poor.yaml"
+    poor.write_text(yaml.safe_dump(base))
+    assert main(["replay", str(stage3_runs[0]), "--profile", str(poor), "-o", str(tmp_path / "r")]) == 0
+    caution = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  caution"))
+    assert "poor fit, written with --accept-poor-fit: host compute: in-sample median error 82% > 15%" in caution
