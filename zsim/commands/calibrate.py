@@ -1,6 +1,8 @@
 """`zsim calibrate INPUT... --profile BASE -o PROFILE.yaml`: fit a hardware profile's terms to
 measurements (runtime traces, Kineto traces, nccl-tests tables, GEMM tables) and write it, with
-provenance, or refuse (exit 2) when the data cannot determine what would be written."""
+provenance (the fitted terms, every term kept from the base, and the warning of an accepted poor fit),
+or refuse (exit 2, every cause named): inputs of another or of several machines, too few samples, or
+a poor fit not accepted."""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "model of a base profile, and write a calibrated profile with provenance (inputs, date, "
                     "fitted and kept terms, residuals). Inputs: runtime trace folders (rank<R>.trace.json), "
                     "PyTorch profiler (Kineto) traces, nccl-tests tables (<collective>.txt), GEMM tables (.csv). "
-                    "Exit 2, writing nothing, when the data cannot determine a term (docs/calibrate.md).")
+                    "A term the data do not determine is kept from the base and listed. Exit 2, writing nothing, "
+                    "for inputs of another machine than the base's (or of several), too few samples for the terms "
+                    "they touch, or a poor fit unless --accept-poor-fit, every cause named (docs/calibrate.md).")
     p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="files or folders of measurements")
     add_profile_options(p, required=True, what="the base profile (unfitted terms come from it)")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="PROFILE.yaml", help="the profile to write")
