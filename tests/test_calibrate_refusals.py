@@ -263,3 +263,14 @@ def test_replay_on_a_poor_profile_says_so(stage3_runs, tmp_path, capsys):
     assert main(["replay", str(stage3_runs[0]), "--profile", str(poor), "-o", str(tmp_path / "r")]) == 0
     caution = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  caution"))
     assert "poor fit, written with --accept-poor-fit: host compute: in-sample median error 82% > 15%" in caution
+
+
+def test_a_profile_calibrated_before_terms_were_listed_says_so():
+    from zsim.config.hardware import calibration_note
+    from zsim.report.facts import _calibration as as_json
+    from zsim.report.summary import _calibration as lines
+
+    old = calibration_note({"tool": "zsim calibrate", "base": "dgx2", "date": "2026-11-01"})
+    assert lines(as_json(old)) == ["  profile   calibrated from 'dgx2' on 2026-11-01 by an earlier zsim, which did not "
+                                   "list the terms it fitted and kept: calibrate again to see them"]
+    assert calibration_note({"name": "hand-written"}) is None and lines(as_json(None)) == []

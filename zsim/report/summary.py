@@ -84,8 +84,13 @@ def _calibration(cal: dict[str, Any] | None) -> list[str]:
         elif head == "inter_node":
             head = "inter-node"
         by_section.setdefault(head, []).append(f"{rest} {value:g}")
-    lines = [f"  profile   calibrated from '{cal['base']}' on {cal['date']}: {len(cal['fitted_terms'])} terms fitted; "
-             f"{len(cal['kept_from_base'])} never measured, carried over from the base:"]
+    if not cal["fitted_terms"] and not cal["kept_from_base"]:  # written before profiles listed their terms
+        lines = [f"  profile   calibrated from '{cal['base']}' on {cal['date']} by an earlier zsim, which did not list "
+                 "the terms it fitted and kept: calibrate again to see them"]
+    else:
+        lines = [f"  profile   calibrated from '{cal['base']}' on {cal['date']}: {len(cal['fitted_terms'])} terms fitted; "
+                 f"{len(cal['kept_from_base'])} never measured, carried over from the base"
+                 + (":" if cal["kept_from_base"] else "")]
     lines += [f"            {section}: {', '.join(terms)}" for section, terms in by_section.items()]
     if cal["warning"]:
         lines.append(f"  warning   a poor fit, written with --accept-poor-fit: {'; '.join(cal['warning'])}")
