@@ -82,7 +82,9 @@ def test_real_ranks_give_a_measured_factor(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         runs.append(str(run))
     out = tmp_path / "host.yaml"
-    assert main(["calibrate", *runs, "--profile", "dev-2core", "-o", str(out), "--fit", "compute"]) == 0
+    # the factor is what is tested; on a shared machine the compute fit may be poor (and say so): accept it
+    assert main(["calibrate", *runs, "--profile", "dev-2core", "-o", str(out), "--fit", "compute",
+                 "--accept-poor-fit"]) == 0
     written = yaml.safe_load(out.read_text())
     how = written["provenance"]["compute"]["slowest_rank_factor"]
     assert how["steps"] == 12 and how["how"] == "median of max/mean rank compute per step"

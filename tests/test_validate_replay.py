@@ -110,3 +110,19 @@ def test_stolen_cpu_time_is_the_share_of_field_8():
         assert len(now) >= 8
         share = steal_share(now, cpu_times())
         assert share is None or 0.0 <= share <= 1.0  # None: no CPU time passed between the readings
+
+
+def test_a_poor_calibration_is_printed_beside_the_verdict(tmp_path):
+    """The suite writes a poor fit rather than stopping (the held-out replays judge it), and prints its
+    causes next to the verdict as a warning that the machine, not only the model, was measured."""
+    from zsim.validate.replay import Criteria, Outcome, SuiteResult
+
+    poor = {"warning": {"poor_fit": ["host compute: in-sample median error 82% > 15%"]}}
+    result = SuiteResult(tmp_path / "suite.yaml", tmp_path / "p.yaml", [Outcome("a", 0.2, 0.19, True, 10, 0, True)],
+                         Criteria(median_step_error=0.1, max_step_error=0.25), (0.1, 0.1, 0.1), 2, calibration=poor)
+    text = result.table()
+    assert "calibration: a poor fit (1 cause): host compute: in-sample median error 82% > 15%" in text
+    assert "the calibration was a poor fit" in text and result.passed  # the verdict is printed as measured
+    clean = SuiteResult(tmp_path / "suite.yaml", tmp_path / "p.yaml", [Outcome("a", 0.2, 0.19, True, 10, 0, True)],
+                        Criteria(median_step_error=0.1, max_step_error=0.25), (0.1, 0.1, 0.1), 2, calibration={})
+    assert "poor fit" not in clean.table()

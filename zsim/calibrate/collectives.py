@@ -7,8 +7,10 @@ Two model kinds, one per backend:
   (it implements reduce_scatter as a whole all_reduce, DESIGN.md).
 
 A profile is written only when the data determine what is fitted. Refusals (CalibrationError, exit 2):
-a backend that does not match the model kind, fewer distinct samples than twice the free terms, and
-fitted terms that end on an artificial bound.
+a backend that does not match the model kind, and fewer distinct samples than twice the free terms.
+Terms no sample moves are kept from the base and listed (all of them, when the samples sit under the
+launch floor). Fitted terms on an artificial bound are returned (`at_bounds`) for the poor-fit verdict
+(zsim.calibrate.fit_quality), which refuses them unless accepted.
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ class CalibrationError(ZsimError):
     """The data cannot determine the model (exit 2): the message says which term and why."""
 
 
+class Refusal(CalibrationError):
+    """A fit refused for one or more named causes (exit 2): `headline` says what was refused, `causes`
+    each reason in a line; the message holds both (the CLI prints every cause on its own line)."""
+
+    def __init__(self, headline: str, causes: list[str]) -> None:
+        super().__init__(f"{headline}: {'; '.join(causes)}")
+        self.headline = headline
+        self.causes = list(causes)
+
+
 @dataclass(slots=True)
 class CollectiveCalibration:
     """The fitted `nccl:` values (profile units), what was fitted and kept, and per-sample errors."""
@@ -37,6 +49,7 @@ class CollectiveCalibration:
     kept: tuple[str, ...]
     at_zero: tuple[str, ...]
     residuals: list = field(default_factory=list)  # nccl_fit.Residual
+    at_bounds: tuple[str, ...] = ()  # fitted terms on an artificial bound: the model does not fit these data
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per collective: samples, median and max |busbw error| (sizes ≥ 1 MiB where there are any)."""
@@ -63,29 +76,25 @@ def check_backend(samples: list[CollectiveSample], model_kind: str, profile: str
 
 
 def calibrate_nccl(cluster: Cluster, samples: list[CollectiveSample], profile: str) -> CollectiveCalibration:
-    """Fit the NCCL kernel terms the samples determine; keep the base profile's others.
+    """Fit the NCCL kernel terms the samples determine; keep the base profile's others (all of them,
+    listed as kept, when no term moves any sample's time: every sample under the launch floor).
 
     Raises:
-        CalibrationError: a non-NCCL backend, too few distinct samples for the terms they touch, or
-        a fitted term on an artificial bound (the model does not fit these data).
+        CalibrationError: a non-NCCL backend, or too few distinct samples for the terms they touch.
     """
-    from zsim.calibrate.nccl_fit import fit_samples, sensitive_terms, values_of
+    from zsim.calibrate.nccl_fit import NAMES, fit_samples, residuals_of, sensitive_terms, values_of
 
     check_backend(samples, "nccl", profile)
-    free = sensitive_terms(cluster, samples, values_of(cluster.nccl))
+    base = values_of(cluster.nccl)
+    free = sensitive_terms(cluster, samples, base)
     distinct = len({(s.op, s.nbytes, s.group, s.gpus_per_process) for s in samples})
-    if not free:
-        raise CalibrationError(f"no NCCL term changes the predicted time of any of the {len(samples)} collectives "
-                               "(all under the launch floor?): nothing can be fitted")
+    if not free:  # the data determine no term: keep and list them all, do not refuse the other fits
+        return CollectiveCalibration(base, (), NAMES, (), residuals_of(cluster, samples))
     if distinct < SAMPLES_PER_TERM * len(free):
         raise CalibrationError(f"{distinct} distinct collectives (op, size, group) cannot determine the {len(free)} "
                                f"NCCL terms they touch ({', '.join(free)}); need at least {SAMPLES_PER_TERM * len(free)}: "
                                "add nccl-tests tables or traces with more sizes")
     result = fit_samples(cluster, samples, free=free)
-    if result.at_bounds:
-        terms = ", ".join(f"{n} = {result.values[n]:.4g}" for n in result.at_bounds)
-        raise CalibrationError(f"fitted terms ended on their bounds ({terms}): the NCCL model of '{profile}' does "
-                               "not fit these measurements (another machine, another backend, or waiting left in "
-                               "the times?); no profile written")
     at_zero = tuple(n for n in result.fitted if result.values[n] == 0.0)
-    return CollectiveCalibration(result.values, result.fitted, result.kept, at_zero, result.residuals)
+    return CollectiveCalibration(result.values, result.fitted, result.kept, at_zero, result.residuals,
+                                 result.at_bounds)

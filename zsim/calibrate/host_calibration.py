@@ -116,19 +116,25 @@ def plan_rows(run: Any, profile: str, profiles: Any = None, rank_steps: dict[tup
 
 
 def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dict, sections: dict,
-                   report: dict, profiles: Any = None) -> None:
+                   report: dict, profiles: Any = None, causes: list[str] | None = None) -> None:
     """Fit the host's collective and compute terms from `data` into `replace` (profile sections),
-    `sections` (provenance) and `report`.
+    `sections` (provenance) and `report`; the causes of a poor fit go to `causes`
+    (zsim.calibrate.fit_quality: in-sample medians, terms more than 3x from the probe's, which the base
+    host profile holds). A gloo line the data do not determine keeps the base's terms, listed under the
+    collectives' `kept_from_base` with the reason.
 
     Raises:
         CalibrationError: non-gloo collectives, compute samples that are not runtime traces, or data
-        that do not determine the terms.
+        that do not determine the compute terms.
     """
+    from zsim.calibrate.fit_quality import far_terms, high_error
+
+    causes = [] if causes is None else causes
     host = cluster.host
     base = read_yaml_mapping(base_file(profile, profiles))
     if data.collectives and fit != "compute":
         check_backend(data.collectives, "gloo", profile)
-        fits = fit_collectives(alone_samples(data, profile, profiles), host.collectives, profile)
+        fits, undetermined = fit_collectives(alone_samples(data, profile, profiles), host.collectives, profile)
         merged = {op: dict(by_size) for op, by_size in (base.get("collectives") or {}).items()}
         summary = {}
         for (op, group), (line, sizes) in fits.items():
@@ -138,8 +144,18 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
             merged.setdefault(op, {})[group] = entry
             summary[f"{op}/{group}"] = {**entry, "latency": "kept from the base (too few sizes)"
                                         if line.intercept_kept else "fitted"}
-        replace["collectives"] = merged
-        sections["collectives"] = {"model": "gloo latency-bandwidth", "fitted": summary}
+            causes += high_error(f"gloo {op}/{group}", line.median_error)
+            probe = host.collectives.get((op, group))
+            if probe is not None:
+                fitted = {"GBps": entry["GBps"], **({} if line.intercept_kept else {"latency_us": entry["latency_us"]})}
+                causes += far_terms(f"gloo {op}/{group}", fitted, {"latency_us": probe[0] * 1e6, "GBps": probe[1] / 1e9},
+                                    "the probe")
+        kept = {f"{op}/{group}": why + ("; the base's terms kept" if (op, group) in host.collectives
+                                        else "; the base has none: not in the profile")
+                for (op, group), why in undetermined.items()}
+        if fits:
+            replace["collectives"] = merged
+        sections["collectives"] = {"model": "gloo latency-bandwidth", "fitted": summary, "kept_from_base": kept}
         report["collectives"] = sections["collectives"]
     if fit == "collectives":
         return
@@ -154,12 +170,15 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
             if run.metadata.get("source") != "simulated":
                 ratios += step_ratios(rank_steps)
         model = [r[1:] for r in rows if not r[0].startswith("optimizer/")]
-        line, bandwidth_kept = fit_compute(model, float((base.get("compute") or {}).get("memory_GBps") or 0) * 1e9)
         dtypes = {str(run.metadata.get("precision", "fp32")) for run in data.runs}
         if len(dtypes) > 1:
             raise CalibrationError(f"runs of different precisions ({', '.join(sorted(dtypes))}) share one matmul rate "
                                    "in this fit: calibrate each precision separately")
         dtype = dtypes.pop()
+        probe = base.get("compute") or {}  # the base's terms, which the host probe measured: kept where undetermined
+        line, kept_terms = fit_compute(model, float(probe.get("memory_GBps") or 0) * 1e9 or None,
+                                       float(probe.get("op_overhead_us") or 0) * 1e-6 or None,
+                                       float((probe.get("matmul_GFLOPS") or {}).get(dtype) or 0) * 1e9 or None)
         compute = dict(base.get("compute") or {})
         compute["matmul_GFLOPS"] = {**(compute.get("matmul_GFLOPS") or {}),
                                     dtype: round(1.0 / line.slopes[1] / 1e9, 3)}
@@ -176,13 +195,26 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         sections["compute"] = {"model": "host: launches × overhead + FLOPs/matmul rate + bytes/memory bandwidth; "
                                         "the optimizer's ops: launches × their overhead + bytes/their bandwidth",
                                "ops": len(model), "optimizer_ops": len(optimizer), "dtype": dtype,
-                               "kept_from_base": ["memory_GBps"] if bandwidth_kept else [],
+                               "kept_from_base": list(kept_terms),
                                "median_error": round(line.median_error, 4), "max_error": round(line.max_error, 4),
                                "optimizer_median_error": None if opt is None else round(opt.median_error, 4),
                                "slowest_rank_factor": {"steps": len(ratios), "value": compute["slowest_rank_factor"],
                                                        "how": "median of max/mean rank compute per step"
                                                        if factor is not None else "1: fewer than 3 steps of two or "
                                                        "more measured ranks (one rank, or simulated traces only)"}}
+        causes += high_error("host compute", line.median_error)
+        causes += high_error("host optimizer", None if opt is None else opt.median_error)
+        fitted = {k: v for k, v in ((f"matmul_GFLOPS.{dtype}", compute["matmul_GFLOPS"][dtype]),
+                                    ("op_overhead_us", compute["op_overhead_us"]), ("memory_GBps", compute["memory_GBps"]))
+                  if k.split(".")[0] not in kept_terms}
+        reference = {f"matmul_GFLOPS.{dtype}": (probe.get("matmul_GFLOPS") or {}).get(dtype),
+                     "op_overhead_us": probe.get("op_overhead_us"), "memory_GBps": probe.get("memory_GBps")}
+        if opt is not None:  # the optimizer's own terms, against the base's (the general ones where it has none)
+            fitted.update(optimizer_op_overhead_us=compute["optimizer_op_overhead_us"],
+                          optimizer_memory_GBps=compute["optimizer_memory_GBps"])
+            reference.update(optimizer_op_overhead_us=probe.get("optimizer_op_overhead_us", probe.get("op_overhead_us")),
+                             optimizer_memory_GBps=probe.get("optimizer_memory_GBps", probe.get("memory_GBps")))
+        causes += far_terms("host compute", fitted, reference, "the probe")
         report["compute"] = {**sections["compute"], "values": {k: compute[k] for k in (
             "matmul_GFLOPS", "memory_GBps", "op_overhead_us", "optimizer_op_overhead_us", "optimizer_memory_GBps",
             "slowest_rank_factor")

@@ -21,8 +21,10 @@ is a sum of op times (a step), so both compute fits end by scaling their fitted 
 Σ measured / Σ fitted over the fitted ops (`match_total`): the relative fit sets the shape across op
 sizes, the factor the level. Noiseless times (a simulated trace) give a factor of 1.
 
-Refusals (CalibrationError): fewer distinct samples than twice the terms, a rate whose inverse hits 0
-(time does not grow with the work: the term is not determined), no samples of a kind at all.
+A gloo line the samples do not determine (one size and no base latency, or a time that does not grow
+with the size) is returned as undetermined, for the caller to keep from the base and list. Refusals
+(CalibrationError) of the compute fit: fewer distinct samples than twice the terms, a rate whose
+inverse hits 0 (time does not grow with the work) with no base to keep, no samples at all.
 """
 
 from __future__ import annotations
@@ -75,35 +77,47 @@ def relative_line(xs: np.ndarray, ts: np.ndarray, intercept: float | None = None
                    intercept is not None)
 
 
-def fit_collectives(samples: list[CollectiveSample], base: dict[tuple[str, int], tuple[float, float]],
-                    profile: str) -> dict[tuple[str, int], tuple[LineFit, int]]:
-    """(op, group) → (fit of t = α + S/β, distinct sizes) for every (op, group) the samples hold.
+# A term is determined by data whose time it moves: the bytes term of a gloo line must be at least this
+# share of some size's time (the sensitivity rule of zsim.calibrate.nccl_fit, _SENSITIVITY = 1e-3).
+MOVES = 1e-3
 
-    Raises:
-        CalibrationError: one distinct size and no base latency; a bandwidth the data leave
-        undetermined (time not growing with size).
-    """
+
+def fit_collectives(samples: list[CollectiveSample], base: dict[tuple[str, int], tuple[float, float]],
+                    profile: str) -> tuple[dict[tuple[str, int], tuple[LineFit, int]], dict[tuple[str, int], str]]:
+    """({(op, group): (fit of t = α + S/β, distinct sizes)} for every (op, group) the samples determine,
+    {(op, group): why not} for the others). An (op, group) the samples do not determine (one distinct
+    size and no base latency to keep; a time that does not grow with the size, e.g. the 4-byte loss
+    all_reduce that is a run's only all_reduce) is not fitted: the caller keeps the base profile's
+    terms for it (if any) and lists it, instead of refusing the whole calibration."""
     by_key: dict[tuple[str, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in samples:
         by_key[(s.op, s.group)][s.nbytes].append(s.seconds)
-    out = {}
+    out, undetermined = {}, {}
     for (op, group), sizes in sorted(by_key.items()):
         xs = np.array(sorted(sizes), dtype=float)
         ts = np.array([np.median(sizes[int(x)]) for x in xs])
+        span = f"{int(xs[0])} B" if len(xs) == 1 else f"{int(xs[0])}-{int(xs[-1])} B"
+        probe = base.get((op, group))
+        alpha, beta = probe if probe is not None else (0.0, 0.0)
+        if probe is not None and beta > 0 and xs[-1] / beta < MOVES * (alpha + xs[-1] / beta):
+            # at the base's terms the bytes are under 0.1% of even the largest size's time: noise in the
+            # latency, not the bandwidth, is what a fit would read (the 4-byte loss all_reduce)
+            undetermined[(op, group)] = (f"at {span} the bytes are under {MOVES:.1%} of the time (latency-bound): "
+                                         "bandwidth not determined")
+            continue
         if len(xs) < SAMPLES_PER_TERM * 2:
             if (op, group) not in base:
-                raise CalibrationError(f"{op} on {group} ranks: {len(xs)} distinct size(s) cannot separate latency "
-                                       f"from bandwidth, and profile '{profile}' has no {op} terms for {group} ranks "
-                                       "to keep the latency from: record more sizes (python -m zsim.runtime.hostprobe, or "
-                                       "runs of other model shapes)")
+                undetermined[(op, group)] = (f"{len(xs)} distinct size(s) ({span}) cannot separate latency from "
+                                             f"bandwidth, and profile '{profile}' has no latency to keep")
+                continue
             fit = relative_line(xs, ts, intercept=base[(op, group)][0])
         else:
             fit = relative_line(xs, ts)
         if fit.slopes[0] <= 0:
-            raise CalibrationError(f"{op} on {group} ranks: the time does not grow with the size over "
-                                   f"{int(xs[0])}-{int(xs[-1])} B, so the bandwidth is not determined by these data")
+            undetermined[(op, group)] = f"the time does not grow with the size over {span}: bandwidth not determined"
+            continue
         out[(op, group)] = (fit, len(xs))
-    return out
+    return out, undetermined
 
 
 COMPUTE_TERMS = ("op_overhead_us", "matmul_GFLOPS", "memory_GBps")
@@ -123,24 +137,26 @@ def match_total(fit: LineFit, xs: np.ndarray, ts: np.ndarray, fixed: np.ndarray 
     return LineFit(fit.intercept, slopes, tuple(float(v) for v in predicted / ts - 1.0), fit.intercept_kept)
 
 
-def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: float | None = None
-                ) -> tuple[LineFit, bool]:
-    """(fit, bandwidth kept) of t = launches·o + flops/T + bytes/M over (launches, flops, bytes, seconds)
-    rows: o is the framework's time per aten op (what `python -m zsim.runtime.hostprobe` measures as
-    one tiny op's dispatch), paid once per kernel of the op's kernel list, so a layer of 28 ops pays it
-    28 times and an optimizer copy once. Relative weighting: every op's relative error counts alike.
-    Where the bytes do not explain the times (the term at its bound, or moving no op's time by 1%: a
-    model's layers of two widths can stream the same bytes), the bandwidth is not determined: it is
-    kept at `base_bytes_per_s` (the base profile's) and said so;
-    the slopes are then (o, 1/T, 1/base).
+def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: float | None = None,
+                base_overhead_s: float | None = None, base_flops_per_s: float | None = None
+                ) -> tuple[LineFit, tuple[str, ...]]:
+    """(fit, names of the terms kept from the base) of t = launches·o + flops/T + bytes/M over
+    (launches, flops, bytes, seconds) rows: o is the framework's time per aten op (what
+    `python -m zsim.runtime.hostprobe` measures as one tiny op's dispatch), paid once per kernel of the
+    op's kernel list, so a layer of 28 ops pays it 28 times and an optimizer copy once. Relative
+    weighting: every op's relative error counts alike. A term the data do not determine (at its bound
+    of 0, or moving no op's time by 1%: a model's layers of two widths can stream the same bytes; a
+    noisy machine can hide the FLOPs) is kept at the base profile's value (`base_overhead_s`,
+    `base_flops_per_s`, `base_bytes_per_s`) and named; the others are fitted again without it. The
+    slopes are always (o, 1/T, 1/M), kept ones included.
 
     (Two earlier forms failed on this machine's traces: one overhead per plan op, relatively weighted,
     let the 0.5-ms embedding and optimizer ops pull the matmul rate to 4x what the layers achieve; the
     same weighted by seconds made the overhead 3.4 ms a plan op and small ops 20x too slow.)
 
     Raises:
-        CalibrationError: too few distinct ops, or a term the data leave undetermined (the bandwidth:
-        only without a base to keep).
+        CalibrationError: too few distinct ops, or a term the data leave undetermined and the base
+        has no value to keep.
     """
     groups: dict[tuple[int, float, float], list[float]] = defaultdict(list)
     for launches, flops, nbytes, seconds in rows:
@@ -150,27 +166,35 @@ def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: f
         raise CalibrationError(f"{len(groups)} distinct compute ops (launches, FLOPs, bytes) cannot determine the 3 "
                                f"compute terms ({', '.join(COMPUTE_TERMS)}); need {SAMPLES_PER_TERM * 3}: trace more "
                                "model shapes")
-    kept = [r for r in rows if r[3] > 0]
-    xs = np.array([r[:3] for r in kept], dtype=float)
-    ts = np.array([r[3] for r in kept])
-    fit, bandwidth_kept = relative_line(xs, ts, intercept=0.0), False
-    # undetermined: the bytes term is at its bound or moves no op's time by 1%
-    undetermined = fit.slopes[2] <= 0 or float(np.max(xs[:, 2] * fit.slopes[2] / ts)) < 0.01
-    if undetermined and not base_bytes_per_s:
-        raise CalibrationError("memory_GBps: the compute times do not grow with the bytes of the ops, so it is not "
-                               "determined by these traces, and the base profile has none to keep")
-    if undetermined:
-        kept = xs[:, 2] / base_bytes_per_s
-        inner = match_total(relative_line(xs[:, :2], ts - kept, intercept=0.0), xs[:, :2], ts, fixed=kept)
-        fit = LineFit(0.0, (*inner.slopes, 1.0 / base_bytes_per_s), inner.errors, True)
-        bandwidth_kept = True
-    else:
-        fit = match_total(fit, xs, ts)
-    for name, slope, what in zip(COMPUTE_TERMS, fit.slopes, ("kernel launches", "FLOPs", "bytes")):
-        if slope <= 0:
-            raise CalibrationError(f"{name}: the compute times do not grow with the {what} of the ops, so it is "
-                                   "not determined by these traces (trace model shapes that differ in it)")
-    return fit, bandwidth_kept
+    used = [r for r in rows if r[3] > 0]
+    xs = np.array([r[:3] for r in used], dtype=float)
+    ts = np.array([r[3] for r in used])
+    base = (base_overhead_s, 1.0 / base_flops_per_s if base_flops_per_s else None,
+            1.0 / base_bytes_per_s if base_bytes_per_s else None)
+    what = ("kernel launches", "FLOPs", "bytes")
+    kept: list[int] = []
+    while True:
+        free = [i for i in range(3) if i not in kept]
+        fixed = xs[:, kept] @ np.array([base[i] for i in kept]) if kept else np.zeros(len(ts))
+        inner = match_total(relative_line(xs[:, free], ts - fixed, intercept=0.0), xs[:, free], ts, fixed=fixed)
+        slopes = dict(zip(free, inner.slopes))
+        # undetermined: at its bound (0), or moving no op's time by 1%
+        stuck = [i for i in free if slopes[i] <= 0 or float(np.max(xs[:, i] * slopes[i] / ts)) < 0.01]
+        if not stuck:
+            break
+        missing = [i for i in stuck if base[i] is None or base[i] <= 0]
+        if missing:
+            i = missing[0]
+            raise CalibrationError(f"{COMPUTE_TERMS[i]}: the compute times do not grow with the {what[i]} of the ops, "
+                                   "so it is not determined by these traces, and the base profile has none to keep "
+                                   "(trace model shapes that differ in it)")
+        kept += stuck
+        if len(kept) == 3:
+            break
+    full = tuple(slopes[i] if i in slopes and i not in kept else base[i] for i in range(3))
+    predicted = xs @ np.array(full)
+    fit = LineFit(0.0, full, tuple(float(v) for v in predicted / ts - 1.0), bool(kept))
+    return fit, tuple(COMPUTE_TERMS[i] for i in sorted(kept))
 
 
 def fit_optimizer(rows: list[tuple[int, float, float]]) -> LineFit | None:

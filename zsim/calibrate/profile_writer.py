@@ -80,7 +80,10 @@ def write_profile(base: str, replace: dict[str, Any], prov: dict[str, Any], out:
     header = (f"# Calibrated by `zsim calibrate` from profile '{base}' on {prov['date']}.\n"
               "# Fitted sections replace the base's; `provenance` lists the inputs, the fitted and kept terms\n"
               "# and the residuals. Load it with --profile " + str(out) + "\n")
-    text = header + yaml.dump(data, Dumper=_NoAliases, sort_keys=False, default_flow_style=None, width=110)
+    if prov.get("warning"):  # a poor fit written with --accept-poor-fit (zsim.calibrate.fit_quality)
+        header += "# WARNING: a poor fit, written with --accept-poor-fit; the causes are in provenance.warning\n"
+    text = header + yaml.dump(data, Dumper=_NoAliases, sort_keys=False, default_flow_style=None, width=110,
+                              allow_unicode=True)
     from zsim.report.outputs import write_atomic
 
     try:

@@ -1,10 +1,13 @@
 """`zsim calibrate INPUT... --profile BASE -o PROFILE.yaml`: fit a hardware profile's terms to
 measurements (runtime traces, Kineto traces, nccl-tests tables, GEMM tables) and write it, with
-provenance, or refuse (exit 2) when the data cannot determine what would be written."""
+provenance (the fitted terms, every term kept from the base, and the warning of an accepted poor fit),
+or refuse (exit 2, every cause named): inputs of another or of several machines, too few samples, or
+a poor fit not accepted."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "model of a base profile, and write a calibrated profile with provenance (inputs, date, "
                     "fitted and kept terms, residuals). Inputs: runtime trace folders (rank<R>.trace.json), "
                     "PyTorch profiler (Kineto) traces, nccl-tests tables (<collective>.txt), GEMM tables (.csv). "
-                    "Exit 2, writing nothing, when the data cannot determine a term (docs/calibrate.md).")
+                    "A term the data do not determine is kept from the base and listed. Exit 2, writing nothing, "
+                    "for inputs of another machine than the base's (or of several), too few samples for the terms "
+                    "they touch, or a poor fit unless --accept-poor-fit, every cause named (docs/calibrate.md).")
     p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="files or folders of measurements")
     add_profile_options(p, required=True, what="the base profile (unfitted terms come from it)")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="PROFILE.yaml", help="the profile to write")
@@ -31,22 +36,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--residuals", action="store_true", help="print every sample's residual")
     p.add_argument("--fit", choices=("all", "collectives", "compute"), default="all",
                    help="which models to fit (default all the inputs inform); samples of the other are reported unused")
+    p.add_argument("--accept-poor-fit", action="store_true",
+                   help="write a fit with terms at bounds, an in-sample median error above 15%% or terms more than "
+                        "3x from the probe or the base (refused otherwise); the profile carries the causes as its "
+                        "warning, and `zsim run` prints it")
     p.add_argument("--allow-missing-ranks", action="store_true",
                    help="accept Kineto traces of some ranks only (their collective times then include waiting)")
     p.set_defaults(func=run_command)
 
 
 def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_ranks: bool = False,
-              fit: str = "all", profiles: Profiles | None = None) -> dict[str, Any]:
+              fit: str = "all", profiles: Profiles | None = None, accept_poor_fit: bool = False) -> dict[str, Any]:
     """Fit, write `output`, and return the report (what `--json` prints). `profile`: the base profile, a
     name found by `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in ones) or a .yaml file.
+    A poor fit (zsim.calibrate.fit_quality) is written only with `accept_poor_fit`, and then carries its
+    causes as `provenance.warning` (and the report's `warning`).
 
     Raises:
         ConfigError: an input or the base profile is invalid.
-        CalibrationError: the data cannot determine the model (nothing is written).
+        CalibrationError: the data cannot determine the model (nothing is written); Refusal (one of
+        them): inputs of another or of several machines, or a poor fit not accepted, every cause named.
     """
     from zsim.calibrate.collectives import CalibrationError
-    from zsim.calibrate.profile_writer import provenance, write_profile
+    from zsim.calibrate.fit_quality import verdict
+    from zsim.calibrate.machines import check_machines
+    from zsim.calibrate.profile_terms import host_terms, kept_terms, system_terms, touched
+    from zsim.calibrate.profile_writer import base_file, provenance, write_profile
+    from zsim.config.yamlfile import read_yaml_mapping
     from zsim.config.hardware import load_cluster
     from zsim.config.profiles import Profiles
     from zsim.trace.inputs import read_inputs
@@ -54,18 +70,29 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
     profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
     data = read_inputs(inputs, allow_missing_ranks)
     cluster = load_cluster(name, 1, profiles)
+    check_machines(data.machines, cluster, profile)  # one machine per fit, the base's
     replace: dict[str, Any] = {}
     sections: dict[str, Any] = {}
     report: dict[str, Any] = {"profile": str(output), "base": profile, "inputs": data.sources}
+    causes: list[str] = []  # of a poor fit (zsim.calibrate.fit_quality)
     if getattr(cluster, "host", None) is not None:  # a CPU host profile: gloo collectives and host compute terms
         from zsim.calibrate.host_calibration import calibrate_host
 
-        calibrate_host(cluster, name, data, fit, replace, sections, report, profiles)
+        calibrate_host(cluster, name, data, fit, replace, sections, report, profiles, causes)
     else:
-        _calibrate_gpu(cluster, name, data, fit, replace, sections, report, profiles)
+        _calibrate_gpu(cluster, name, data, fit, replace, sections, report, profiles, causes)
     if not replace:
         raise CalibrationError("the inputs hold nothing to fit")
-    write_profile(name, replace, provenance(profile, data.sources, sections), output, profiles)
+    prov = provenance(profile, data.sources, sections)
+    terms = (host_terms if cluster.host is not None else lambda b: system_terms(b, profiles))(
+        read_yaml_mapping(base_file(name, profiles)))
+    fitted = touched(sections)
+    prov["fitted_terms"] = report["fitted_terms"] = [t for t in terms if t in fitted] + sorted(fitted - set(terms))
+    prov["kept_from_base"] = report["kept_from_base"] = kept_terms(terms, fitted)  # never touched by the inputs
+    warning = verdict(causes, accept_poor_fit)
+    if warning:
+        prov["warning"] = report["warning"] = warning
+    write_profile(name, replace, prov, output, profiles)
     return report
 
 
@@ -79,8 +106,17 @@ def run_command(args: argparse.Namespace) -> int:
     check_dir(args.output.parent, flag="-o")
     if args.json and args.json != "-":
         check_file(args.json)
-    report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
-                       profiles=profiles)
+    from zsim.calibrate.collectives import Refusal
+
+    try:
+        report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
+                           profiles=profiles, accept_poor_fit=args.accept_poor_fit)
+    except Refusal as exc:  # every cause on its own line (the CLI prints two lines of an error)
+        from zsim.cli import error_text
+
+        print(error_text(f"zsim: {exc.headline}:\n" + "\n".join(f"  - {c}" for c in exc.causes),
+                         lines=1 + len(exc.causes)), file=sys.stderr)
+        return exc.exit_code
     out = text_stream(args)
     print(f"zsim calibrate · {args.profile} → {args.output}", file=out)
     for source in report["inputs"]:
@@ -96,10 +132,15 @@ def run_command(args: argparse.Namespace) -> int:
         for key, entry in coll["fitted"].items():
             print(f"  fitted    {key}: latency {entry['latency_us']:.1f} us ({entry['latency']}), {entry['GBps']:.4g} GB/s; "
                   f"{entry['fit']['points']} sizes, median error {entry['fit']['median_rel_error']:.1%}", file=out)
+        for key, why in coll.get("kept_from_base", {}).items():
+            print(f"  kept      {key}: {why}", file=out)
         coll = None
     if report.get("compute"):
         c = report["compute"]
         print(f"  compute   {c['values'] if 'values' in c else ''} ({c.get('model', '')})", file=out)
+        if isinstance(c.get("kept_from_base"), list) and c["kept_from_base"]:
+            print(f"  kept      compute {', '.join(c['kept_from_base'])}: not determined by these traces (no op's time "
+                  "moves 1% with it); the base's kept", file=out)
     if report.get("phases"):
         ph = report["phases"]
         held = ph["heldout"]
@@ -123,49 +164,88 @@ def run_command(args: argparse.Namespace) -> int:
             for r in coll["samples"]:
                 print(f"    {r['op']:<15} {r['bytes']:>12} B  n={r['group']:<3} {r['measured_busbw']:8.2f} "
                       f"{r['simulated_busbw']:8.2f} GB/s {r['error']:+7.1%}  {r['algorithm']}", file=out)
+    kept = report.get("kept_from_base") or {}
+    print(f"  terms     {len(report.get('fitted_terms') or [])} fitted; {len(kept)} never touched by the inputs, kept "
+          f"from the base: {', '.join(kept) or 'none'}", file=out)
+    for cause in (report.get("warning") or {}).get("poor_fit", []):
+        print(f"  warning   {cause} (accepted: --accept-poor-fit)", file=out)
     emit_json(args, report, indent=1)
     return EXIT_OK
 
 
 def _calibrate_gpu(cluster, profile: str, data, fit: str, replace: dict, sections: dict, report: dict,
-                   profiles=None) -> None:
+                   profiles=None, causes: list[str] | None = None) -> None:
     """A GPU system profile: the NCCL kernel terms from the collectives; the GEMM terms from GEMM tables;
-    the memory-bound compute terms from the phase timings of runtime or simulated traces."""
-    from zsim.calibrate.collectives import calibrate_nccl
-    from zsim.calibrate.profile_writer import nccl_section
-
+    the memory-bound compute terms from the phase timings of runtime or simulated traces. The causes of
+    a poor fit are appended to `causes` (zsim.calibrate.fit_quality)."""
+    causes = [] if causes is None else causes
     if data.collectives and fit != "compute":
-        fitted = calibrate_nccl(cluster, data.collectives, profile)
-        replace["nccl"] = nccl_section(fitted.values, cluster.nccl_tuner)
-        sections["collectives"] = {"model": "nccl", "fitted": list(fitted.fitted), "kept_from_base": list(fitted.kept),
-                                   "at_zero": list(fitted.at_zero), "residuals": fitted.summary()}
-        report["collectives"] = {**sections["collectives"], "values": fitted.values,
-                                 "samples": [{"op": r.fn, "bytes": r.size, "group": r.group, "source": r.source,
-                                              "measured_busbw": r.measured_busbw, "simulated_busbw": r.simulated_busbw,
-                                              "error": r.error, "algorithm": r.algorithm} for r in fitted.residuals]}
+        _collectives(cluster, profile, data, replace, sections, report, causes)
     elif data.collectives:
         report["unused"] = f"{len(data.collectives)} collective samples (--fit {fit})"
     if data.compute and fit == "collectives":
         report["unused"] = f"{len(data.compute)} compute samples (--fit collectives)"
     elif data.compute:
-        from zsim.calibrate.gpu_compute import calibrate_gemms, with_gemm_terms
+        _compute(cluster, profile, data, replace, sections, report, profiles, causes)
 
-        gemms = [s for s in data.compute if s.kind == "gemm"]
-        phases = [s for s in data.compute if s.kind != "gemm"]
-        compute: dict = {}
-        if gemms:
-            gemm, summary = calibrate_gemms(cluster, gemms)
-            compute["gemm"] = gemm
-            sections["compute"] = {"model": "GEMM tile-and-wave model (docs/compute.md)", "fitted": summary}
-            report["compute"] = {**sections["compute"], "values": gemm}
-            cluster = with_gemm_terms(cluster, gemm)  # the phase fit below prices GEMMs with the new terms
-        if phases:
-            from zsim.calibrate.gpu_phase_fit import calibrate_phases
 
-            pf = calibrate_phases(cluster, data.runs, profile, profiles)
-            fitted = {k: round(v, 4) for k, v in pf.values.items() if k not in pf.kept}
-            compute.update(fitted)
-            sections["phases"] = {"model": "memory-bound kernel terms from phase timings (docs/calibrate.md)",
-                                  "fitted": fitted, **pf.summary()}
-            report["phases"] = sections["phases"]
+def _collectives(cluster, profile: str, data, replace: dict, sections: dict, report: dict, causes: list[str]) -> None:
+    """The NCCL kernel terms (zsim.calibrate.collectives), written only where the data moved one."""
+    from zsim.calibrate.collectives import calibrate_nccl
+    from zsim.calibrate.fit_quality import at_bounds, far_terms, high_error
+    from zsim.calibrate.nccl_fit import values_of
+    from zsim.calibrate.profile_writer import nccl_section
+
+    fitted = calibrate_nccl(cluster, data.collectives, profile)
+    if fitted.fitted:
+        replace["nccl"] = nccl_section(fitted.values, cluster.nccl_tuner)
+    sections["collectives"] = {"model": "nccl", "fitted": list(fitted.fitted), "kept_from_base": list(fitted.kept),
+                               "at_zero": list(fitted.at_zero), "residuals": fitted.summary()}
+    report["collectives"] = {**sections["collectives"], "values": fitted.values,
+                             "samples": [{"op": r.fn, "bytes": r.size, "group": r.group, "source": r.source,
+                                          "measured_busbw": r.measured_busbw, "simulated_busbw": r.simulated_busbw,
+                                          "error": r.error, "algorithm": r.algorithm} for r in fitted.residuals]}
+    if not fitted.fitted:
+        return
+    causes += at_bounds("NCCL", (f"{n} = {fitted.values[n]:.4g}" for n in fitted.at_bounds))
+    for fn, s in fitted.summary().items():
+        causes += high_error(f"NCCL {fn}", s["median_error"])
+    rates = {n: fitted.values[n] for n in fitted.fitted if n.startswith(("efficiency", "unaligned"))}
+    causes += far_terms("NCCL", rates, values_of(cluster.nccl), "the base")
+
+
+def _compute(cluster, profile: str, data, replace: dict, sections: dict, report: dict, profiles,
+             causes: list[str]) -> None:
+    """The GEMM terms from GEMM tables, then the memory-bound terms from phase timings."""
+    from zsim.calibrate.fit_quality import at_bounds, far_terms, high_error
+    from zsim.calibrate.gpu_compute import calibrate_gemms, gemm_reference, with_gemm_terms
+
+    gemms = [s for s in data.compute if s.kind == "gemm"]
+    phases = [s for s in data.compute if s.kind != "gemm"]
+    compute: dict = {}
+    if gemms:
+        gemm, summary = calibrate_gemms(cluster, gemms)
+        for dtype, s in summary.items():
+            causes += at_bounds(f"GEMM {dtype}", s.get("at_bounds", ()))
+            causes += high_error(f"GEMM {dtype}", s.get("insample_median"))
+            rates = {k: v for k, v in gemm[dtype].items() if k != "k_overhead"}  # k_overhead may be 0
+            causes += far_terms(f"GEMM {dtype}", rates, gemm_reference(cluster, dtype), "the base")
+        compute["gemm"] = gemm
+        sections["compute"] = {"model": "GEMM tile-and-wave model (docs/compute.md)", "fitted": summary}
+        report["compute"] = {**sections["compute"], "values": gemm}
+        cluster = with_gemm_terms(cluster, gemm)  # the phase fit below prices GEMMs with the new terms
+    if phases:
+        from zsim.calibrate.gpu_phase_fit import calibrate_phases
+
+        pf = calibrate_phases(cluster, data.runs, profile, profiles)
+        fitted = {k: round(v, 4) for k, v in pf.values.items() if k not in pf.kept}
+        compute.update(fitted)
+        sections["phases"] = {"model": "memory-bound kernel terms from phase timings (docs/calibrate.md)",
+                              "fitted": fitted, **pf.summary()}
+        report["phases"] = sections["phases"]
+        terms = cluster.gpu.compute
+        causes += high_error("GPU phases", pf.median_error)
+        causes += far_terms("GPU phases", fitted, {"kernel_us": terms.kernel_s * 1e6, "hbm_efficiency": terms.hbm_efficiency,
+                                                   "reduce_kernel_us": terms.reduce_kernel_s * 1e6}, "the base")
+    if compute:
         replace["compute"] = compute

@@ -85,6 +85,10 @@ def replay(trace_dir: Path, profile: str, trace_driven: bool = False,
         caution = (f"the run's collectives ran on {backend}, the profile models "
                    f"{'gloo on a CPU host' if host_profile else 'NCCL on GPUs'}: the errors below compare two "
                    "different machines, not the simulator with this run")
+    note = getattr(scenario.cluster, "calibration", None)
+    if note is not None and note.warning:  # a poor fit written with --accept-poor-fit (zsim.calibrate.fit_quality)
+        caution = "; ".join(filter(None, [caution, "the profile is a poor fit, written with --accept-poor-fit: "
+                                          + "; ".join(note.warning)]))
     report = {
         "trace_dir": str(trace_dir), "profile": profile, "trace_driven": trace_driven,
         "run": {"world_size": run.world_size, "stage": run.metadata["zero"].get("stage"), "dp": run.metadata["dp"],

@@ -106,6 +106,10 @@ class GpuFile(_Profile, kw_only=True):
     compute_capability: Annotated[int, Meta(gt=0, le=1000)]
     nccl_nvlink_GBps: Annotated[float, _GBPS]
     compute: ComputeSection
+    # The names CUDA reports for this part (cudaDeviceProp.name: nvidia-smi, Kineto's deviceProperties,
+    # nccl-tests' Rank lines) where they are not `name` with an 'NVIDIA '/'Tesla ' prefix: zsim calibrate
+    # refuses measurements of another GPU (zsim.calibrate.machines).
+    device_names: list[Annotated[str, Meta(min_length=1, max_length=100)]] = []
 
 
 class NetworkFit(_Profile, kw_only=True):
@@ -218,6 +222,7 @@ class Gpu:
     nccl_nvlink_GBps: float  # NCCL's per-NVLink speed for its tuner (topo.h SMxx_NVLINK_BW)
     compute: ComputeTerms | None  # the kernel-level compute model's terms (docs/compute.md); None on a CPU
     # host, whose profile gives achieved rates (zsim.config.host): its ops are priced by flops and bytes
+    device_names: tuple[str, ...] = ()  # names CUDA reports for the part besides `name` (GpuFile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +232,35 @@ class Tier:
     name: str
     bytes_per_s: float  # achievable, per direction, per link instance
     latency_s: float  # per algorithm step (α)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationNote:
+    """What `zsim calibrate` wrote into a profile's `provenance`, for the run summary: the base it started
+    from, when, the dotted terms it fitted, those it kept from the base unmeasured (with their values,
+    profile units), and the causes of a poor fit it was told to accept (empty for a good fit)."""
+
+    base: str
+    date: str
+    fitted: tuple[str, ...] = ()
+    kept: tuple[tuple[str, float], ...] = ()
+    warning: tuple[str, ...] = ()
+
+
+def calibration_note(provenance: dict[str, Any] | None) -> CalibrationNote | None:
+    """The CalibrationNote of a profile's `provenance` block; None for a profile `zsim calibrate` did not
+    write. Entries of unexpected types are left out (the block is provenance, not a term)."""
+    if not isinstance(provenance, dict) or provenance.get("tool") != "zsim calibrate":
+        return None
+    kept = provenance.get("kept_from_base")
+    warning = (provenance.get("warning") or {}).get("poor_fit") if isinstance(provenance.get("warning"), dict) else None
+    fitted = provenance.get("fitted_terms")
+    return CalibrationNote(
+        str(provenance.get("base", "?")), str(provenance.get("date", "?")),
+        tuple(str(t) for t in fitted) if isinstance(fitted, list) else (),
+        tuple((str(k), float(v)) for k, v in kept.items() if isinstance(v, (int, float)))
+        if isinstance(kept, dict) else (),
+        tuple(str(w) for w in warning) if isinstance(warning, list) else ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +305,7 @@ class Cluster:
         net = HW_LAT_US[self.nccl_tuner]["net"]
         ratio = net[algo][PROTOCOLS.index(proto)] / net["ring"][PROTOCOLS.index("Simple")]
         return self.nic_pool.latency_s * ratio + self.nic_latency_growth_s * math.log2(max(nodes, 2) / 2)
+    calibration: CalibrationNote | None = None  # a profile written by `zsim calibrate`: what it fitted and kept
 
     @property
     def world(self) -> int:
@@ -412,6 +447,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             # The system's own `compute:` terms were fitted on its GPU: another GPU keeps its own.
             compute=compute_terms(gpu_file.compute, system.compute if gpu in (None, system.gpu) else None,
                                   f"system profile '{profile}'"),
+            device_names=tuple(gpu_file.device_names),
         ),
         gpus_per_node=per_node,
         nodes=nodes,
@@ -442,6 +478,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         network_profile=system.inter_node.network,
         network_efficiency=net.efficiency,
         tree_efficiency=net.tree_efficiency,
+        calibration=calibration_note(system.provenance),
     )
 
 
@@ -480,4 +517,5 @@ def host_cluster(spec: HostFile, profile: str, nodes: int) -> Cluster:
         nccl=NcclKernel(efficiency={}, latency_s={}, step_latency_s={}, launch_s=0.0, unaligned_copy_Bps=1.0,
                         unaligned_reduce_Bps={}),
         host=host_model(spec),
+        calibration=calibration_note(spec.provenance),
     )

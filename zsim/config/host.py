@@ -102,6 +102,7 @@ class HostModel:
     optimizer_overhead_s: float  # the optimizer's ops' own terms (the general ones where the file has none)
     optimizer_bytes_per_s: float
     slowest_rank_factor: float = 1.0  # every compute op × this (zsim.calibrate.stragglers)
+    cpu: str = ""  # the CPU model the profile was measured on (HostFile.cpu)
 
     @property
     def ranks_share_cores(self) -> bool:
@@ -136,4 +137,5 @@ def host_model(spec: HostFile) -> HostModel:
         optimizer_bytes_per_s=(spec.compute.memory_GBps if spec.compute.optimizer_memory_GBps is None
                                else spec.compute.optimizer_memory_GBps) * 1e9,
         slowest_rank_factor=spec.compute.slowest_rank_factor,
+        cpu=spec.cpu,
     )

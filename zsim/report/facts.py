@@ -46,6 +46,15 @@ def _fragmentation_at_reserved_peak(ledger) -> int:
     return ledger.peak_reserved - sum(ledger.rows[i]) if ledger.rows else 0
 
 
+def _calibration(note: Any) -> dict[str, Any] | None:
+    """The profile's calibration (zsim.config.hardware.CalibrationNote) as JSON; None for a profile
+    `zsim calibrate` did not write."""
+    if note is None:
+        return None
+    return {"base": note.base, "date": note.date, "fitted_terms": list(note.fitted),
+            "kept_from_base": dict(note.kept), "warning": list(note.warning)}
+
+
 def facts(result: Result) -> dict[str, Any]:
     s, w, ledger = result.scenario, result.workload, result.ledger
     steps = len(result.step_seconds)
@@ -127,6 +136,7 @@ def facts(result: Result) -> dict[str, Any]:
                 for (group, op), st in sorted(result.comm.items())
             ],
         },
+        "calibration": _calibration(s.cluster.calibration),
         "simulation": {
             "mode": result.mode,
             "rank_classes": [{"pid": 0, "ranks": f"0-{gpus - 1}", "count": gpus}],

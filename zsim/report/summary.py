@@ -71,6 +71,32 @@ def _cautions(fits: bool, mem: dict[str, Any], gpu: bool) -> list[str]:
     return lines
 
 
+def _calibration(cal: dict[str, Any] | None) -> list[str]:
+    """What a calibrated profile measured and what it carried over unmeasured, by section, and the
+    warning of a poor fit accepted (zsim.calibrate.fit_quality)."""
+    if not cal:
+        return []
+    by_section: dict[str, list[str]] = {}
+    for name, value in cal["kept_from_base"].items():
+        head, _, rest = name.partition(".")
+        if head == "inter_node" and rest.startswith("network."):
+            head, rest = "inter-node", rest[len("network."):]
+        elif head == "inter_node":
+            head = "inter-node"
+        by_section.setdefault(head, []).append(f"{rest} {value:g}")
+    if not cal["fitted_terms"] and not cal["kept_from_base"]:  # written before profiles listed their terms
+        lines = [f"  profile   calibrated from '{cal['base']}' on {cal['date']} by an earlier zsim, which did not list "
+                 "the terms it fitted and kept: calibrate again to see them"]
+    else:
+        lines = [f"  profile   calibrated from '{cal['base']}' on {cal['date']}: {len(cal['fitted_terms'])} terms fitted; "
+                 f"{len(cal['kept_from_base'])} never measured, carried over from the base"
+                 + (":" if cal["kept_from_base"] else "")]
+    lines += [f"            {section}: {', '.join(terms)}" for section, terms in by_section.items()]
+    if cal["warning"]:
+        lines.append(f"  warning   a poor fit, written with --accept-poor-fit: {'; '.join(cal['warning'])}")
+    return lines
+
+
 def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     """Format `facts(result)` as a few aligned lines."""
     m, lay, z, mem, t, th, c = f["model"], f["layout"], f["zero"], f["memory"], f["time"], f["throughput"], f["comm"]
@@ -112,6 +138,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "") + ")",
         _speed(th),
         *_cautions(f["fits"], mem, gpu=_is_gpu(th)),
+        *_calibration(f.get("calibration")),
         f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
         f"MP {mp_bytes / GB:.1f} GB/step",
     ]

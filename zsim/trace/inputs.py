@@ -33,6 +33,7 @@ class Inputs:
     compute: list[ComputeSample] = field(default_factory=list)
     sources: list[dict[str, Any]] = field(default_factory=list)
     runs: list[Any] = field(default_factory=list)  # MeasuredRun of runtime and simulated traces (phase fits)
+    machines: list[Any] = field(default_factory=list)  # zsim.calibrate.machines.Machine, one per input or table
 
 
 def kind_of(path: Path) -> str:
@@ -85,15 +86,17 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
     Raises:
         ConfigError: an input of unknown format, or one that fails its own checks (see the readers).
     """
+    from zsim.calibrate.machines import Machine, kineto_machine, run_machine, table_machine
+    from zsim.config.yamlfile import read_text
     from zsim.trace.deepbench import read_gemm_table
     from zsim.trace.kineto_run import read_kineto
-    from zsim.trace.nccl_tests import read_nccl_tests, recording_of
+    from zsim.trace.nccl_tests import MAX_TABLE_BYTES, read_nccl_tests, recording_of
     from zsim.trace.run_reader import collective_samples, compute_samples, read_run
 
     out = Inputs()
     for path in paths:
         kind = kind_of(path)
-        before = (len(out.collectives), len(out.compute))
+        before = (len(out.collectives), len(out.compute), len(out.machines))
         skipped: dict[str, int] = {}
         kernels: dict[str, int] = {}  # a Kineto input's GPU kernels by kind (zsim.trace.kineto_ops.KINDS)
         if kind == "runtime":
@@ -101,8 +104,10 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
             out.runs.append(run)
             out.collectives += collective_samples(run, skipped)
             out.compute += compute_samples(run)
+            out.machines.append(run_machine(str(path), run.metadata))
         elif kind == "kineto":
             run = read_kineto([path], allow_missing_ranks)
+            out.machines.append(kineto_machine(str(path), [r.device for r in run.ranks]))
             samples = run.samples()
             out.collectives += [s for s in samples if s.nbytes > 0]
             if any(s.nbytes <= 0 for s in samples):
@@ -127,6 +132,7 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
                                       "how many GPUs ran it is unknown", source=str(f))
                 gpus, per_process = recorded
                 rows = read_nccl_tests(f)
+                out.machines.append(table_machine(f, read_text(f, what="nccl-tests table", max_bytes=MAX_TABLE_BYTES)))
                 out.collectives += [CollectiveSample(op, r.size, gpus, r.time_us * 1e-6, "nccl", str(f), per_process)
                                     for r in rows if r.size > 0 and r.time_us > 0]
                 empty = sum(1 for r in rows if r.size <= 0 or r.time_us <= 0)
@@ -142,12 +148,16 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
             out.collectives += collectives
             out.compute += compute
             out.runs.append(simulated_run(path, doc))
+            out.machines.append(run_machine(str(path), doc.get("metadata") or {}))
         else:
             out.compute += read_gemm_table(path)
+            out.machines.append(Machine(str(path)))  # a DeepBench table names no GPU
         source = {"path": str(path), "kind": kind, "collectives": len(out.collectives) - before[0],
                   "compute": len(out.compute) - before[1]}
         if kernels:
             source["gpu_kernels"] = dict(sorted(kernels.items()))
+        source["machine"] = {m.source: m.facts() for m in out.machines[before[2]:]} if kind == "nccl-tests" \
+            else out.machines[-1].facts()
         if skipped:
             source["skipped"] = skipped  # calls that say nothing about the link, counted rather than dropped
         out.sources.append(source)
