@@ -97,6 +97,9 @@ def run_machine(source: str, metadata: dict[str, Any]) -> Machine:
     """The machine of a runtime (or simulated) trace from its metadata (see the module docstring)."""
     gpu = metadata.get("gpu")
     gpu = gpu.get("name") if isinstance(gpu, dict) else gpu
+    device = metadata.get("device_facts")  # the runtime's (runtime/device_facts.py): {"gpu": cudaDeviceProp.name}
+    if gpu is None and isinstance(device, dict):
+        gpu = device.get("gpu")
     hardware = metadata.get("hardware")
     if gpu is None and isinstance(hardware, dict):  # a simulated trace: the GPU of the profile it ran on
         gpu = hardware.get("gpu")
