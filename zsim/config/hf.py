@@ -122,8 +122,14 @@ def _llama_family(c: _Config) -> dict[str, Any]:
                 kv_heads=c.positive("num_key_value_heads", default=heads), vocab=c.positive("vocab_size"),
                 seq_len=c.positive("max_position_embeddings"), ffn_hidden=c.positive("intermediate_size"),
                 tied_head=c.flag("tie_word_embeddings", False), norm="rmsnorm", position="rotary",
-                gated_mlp=True, dropout=c.rate("attention_dropout", 0.0) > 0, **bias)
+                gated_mlp=True, dropout=c.rate("attention_dropout", 0.0) > 0, attention=FLASH_DEFAULT, **bias)
 
+
+# The families trained with FlashAttention (LLaMA 2/3, Mistral, Qwen2 and every later one: their
+# modeling code's attn_implementation "flash_attention_2", and their reports) import with it where the
+# GPU runs it: "auto" is FA2 on Ampere and newer in fp16/bf16, the unfused attention elsewhere (as
+# transformers falls back to "eager"/"sdpa"); write model.attention: flash3 for Hopper's FA3.
+FLASH_DEFAULT = "auto"
 
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
@@ -134,7 +140,7 @@ FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
 # dumped from a resolved scenario, e.g. in a trace's metadata) takes nothing from the file.
 IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
                            "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
-                           "vocab_padding"})
+                           "vocab_padding", "attention"})
 
 
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:

@@ -19,6 +19,7 @@ from zsim.config.schema import (
     ScenarioFile,
     ZeroSection,
 )
+from zsim.config.struct import replace as replace_struct
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError
@@ -168,11 +169,12 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     grad_accum = _grad_accum(model, par.dp, fail)
     _check_fabric(spec, cluster, fail)
     _check_zero_r(spec.zero, fail)
+    _check_modern(spec, cluster, fail)
     _check_model_states_fit(spec, cluster, fail)
     return Scenario(
         name=spec.name or default_name,
         description=spec.description,
-        model=model,
+        model=_resolve_attention(model, spec.precision.dtype, cluster),
         parallel=par,
         zero=spec.zero,
         precision=spec.precision,
@@ -226,6 +228,47 @@ def _check_zero_r(zero: ZeroSection, fail) -> None:
                    "(Pa+cpu offloads the partitioned checkpoints)")
     if zero.checkpoint_every > 1 and not zero.activation_checkpointing:
         raise fail("zero.checkpoint_every", f"{zero.checkpoint_every} needs zero.activation_checkpointing: true")
+
+
+def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
+    """FlashAttention where it runs (zsim.compute.flash.supported: FA2 Ampere+, FA3 Hopper; 16-bit
+    only), selective recompute with checkpointing on, sequence parallelism without Pa (both split the
+    layer inputs across the MP group; Megatron-LM's sequence parallelism keeps them sharded)."""
+    from zsim.compute.flash import supported
+
+    model, zero = spec.model, spec.zero
+    if model.attention not in ("standard", "auto"):
+        version = int(model.attention[-1])
+        if spec.precision.dtype == "fp32":
+            raise fail("model.attention", f"{model.attention} computes in fp16 or bf16 only (flash-attn README), "
+                       "but precision.dtype is fp32")
+        cc = cluster.gpu.compute_capability
+        if cluster.host is None and (why := supported(version, cc)):
+            raise fail("model.attention", f"{model.attention} on {cluster.gpu.name} (compute capability "
+                       f"{cc / 10:.1f}): {why}")
+    if zero.recompute_granularity == "selective" and not zero.activation_checkpointing:
+        raise fail("zero.recompute_granularity", "selective needs zero.activation_checkpointing: true (it chooses "
+                   "what the checkpointing recomputes)")
+    if zero.recompute_granularity == "selective" and zero.checkpoint_every > 1:
+        raise fail("zero.checkpoint_every", f"{zero.checkpoint_every} groups layers for full recompute, but "
+                   "zero.recompute_granularity is selective (each layer recomputes its own attention core)")
+    if zero.recompute_granularity == "selective" and zero.partition_activations:
+        raise fail("zero.partition_activations", "true partitions full-recompute checkpoints, but "
+                   "zero.recompute_granularity is selective (no layer checkpoint to partition)")
+    if spec.parallel.sequence_parallel and zero.partition_activations and spec.parallel.mp > 1:
+        raise fail("zero.partition_activations", "true with parallel.sequence_parallel: sequence parallelism "
+                   "already keeps 1/mp of every layer input per MP rank (Korthikanti et al. 2022 §4.2.2)")
+
+
+def _resolve_attention(model: ModelSection, dtype: str, cluster: Cluster) -> ModelSection:
+    """`model` with attention 'auto' made 'flash2' where FlashAttention-2 runs (Ampere or newer, fp16/bf16;
+    zsim.compute.flash.supported) and 'standard' elsewhere (a CPU host, a V100, fp32)."""
+    from zsim.compute.flash import supported
+
+    if model.attention != "auto":
+        return model
+    runs = cluster.host is None and dtype != "fp32" and not supported(2, cluster.gpu.compute_capability)
+    return replace_struct(model, attention="flash2" if runs else "standard")
 
 
 def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:

@@ -100,6 +100,13 @@ class ModelSection(Section, kw_only=True):
     dropout: Annotated[bool, Meta(description=(
         "dropout on the attention probabilities and the residual branches, whose masks backward keeps "
         "(Korthikanti et al. 2022); false for models trained without (LLaMA, Mistral, Qwen2, GPT-NeoX-20B)"))] = True
+    # FlashAttention (Dao 2023; Shah et al. 2024): the fused kernel keeps no s×s scores (it recomputes them
+    # in backward from Q, K, V and the per-row log-sum-exp); zsim.compute.flash prices it.
+    attention: Annotated[Literal["standard", "flash2", "flash3", "auto"], Meta(description=(
+        "standard: unfused attention that keeps the s×s scores for backward (Megatron-LM 2019-20); flash2 / "
+        "flash3: FlashAttention-2 (Ampere+) or -3 (Hopper): no s×s memory, one fused kernel priced from "
+        "the published benchmarks; auto: flash2 where it runs (a 16-bit dtype on Ampere or newer), else "
+        "standard (what from_hf imports of the families trained with FlashAttention set)"))] = "standard"
     from_hf: Annotated[Text, Meta(description=(
         "a Hugging Face config.json (or the folder holding one) giving the shape; keys written here override "
         "it; a relative path is relative to the scenario file"))] | None = None
@@ -129,6 +136,11 @@ class ParallelSection(Section, kw_only=True):
     mp: Annotated[int, Meta(gt=0, le=MAX_MP, description=(
         "model (tensor) parallel degree: divides the GPUs of a node, or is a multiple of them (the group "
         "spans whole nodes, its all-reduces on the network)"))] = 1
+    # Korthikanti et al. 2022 §4.2.2; Megatron-LM --sequence-parallel.
+    sequence_parallel: Annotated[bool, Meta(description=(
+        "Megatron sequence parallelism: the layer norms, dropouts and residuals run on s/mp tokens per MP "
+        "rank, each MP all-reduce becomes a reduce-scatter and an all-gather, and the activations they keep "
+        "are divided by mp (no effect at mp 1, as Megatron-LM turns it off there)"))] = False
 
 
 class ZeroSection(Section, kw_only=True):
@@ -140,6 +152,12 @@ class ZeroSection(Section, kw_only=True):
     checkpoint_every: Annotated[int, Meta(gt=0, le=MAX_LAYERS, description=(
         "with checkpointing: keep one checkpoint every k layers and recompute k layers at a time in backward "
         "(Megatron-LM checkpoint_num_layers; Chen et al. 2016)"))] = 1
+    # Korthikanti et al. 2022 §5 (selective activation recomputation); Megatron-LM --recompute-granularity.
+    recompute_granularity: Annotated[Literal["full", "selective"], Meta(description=(
+        "with checkpointing: full keeps each layer's input and recomputes the layer (Megatron 'full'); "
+        "selective keeps every activation but the attention core's s×s ones (softmax, its dropout mask and "
+        "output) and recomputes only QKᵀ, softmax, dropout and attention·V in backward (Megatron "
+        "'selective')"))] = "full"
     reduce_bucket_elements: Annotated[int, Meta(gt=0, le=MAX_ELEMENTS, description=(
         "gradient elements per reduction bucket (DeepSpeed reduce_bucket_size); the constant buffer size when"
         " constant_buffers is true"))] = 500000000

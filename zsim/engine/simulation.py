@@ -31,9 +31,9 @@ from zsim.fabric.sharing import Fabric
 from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade, healthy_capacities
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
-from zsim.workload.transformer import Workload, build_workload
+from zsim.workload.transformer import Workload
 from zsim.zero.ops import Op, Plan
-from zsim.zero.plan import build_plan, rank_model_states
+from zsim.zero.plan import build_plan, rank_model_states, scenario_workload
 
 STREAMS = ("compute", "comm", "offload")
 
@@ -389,7 +389,7 @@ def workload_and_plan(scenario: Scenario, plans: dict[str, tuple[Workload, Plan]
     key = plan_key(scenario) if plans is not None else ""
     if plans is not None and key in plans:
         return plans[key]
-    workload = build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
+    workload = scenario_workload(scenario)
     planned = workload, build_plan(scenario, workload)
     if plans is not None:
         plans[key] = planned

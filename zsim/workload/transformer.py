@@ -13,6 +13,9 @@ some activations, by the MP degree t). Sources:
         (LlamaMLP: down(act(gate(x)) · up(x)); q/k/v/o projections without bias; untied lm_head).
   [A23] Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models from Multi-Head
         Checkpoints" (kv_heads key/value heads shared by groups of query heads: K and V are h × kv_heads·d).
+  [D23] Dao 2023, "FlashAttention-2", §2-3 (the fused kernel saves Q, K, V, its output and the fp32
+        row log-sum-exp, b·a·s values, and recomputes the s×s scores in backward; dropout from the RNG
+        state, no mask); GQA's K and V stay kv_heads wide (flash-attn: "MQA/GQA ... nheads_k").
   [MC]  Megatron-Core transformer/attention.py and mlp.py: GQA's query groups split across MP
         (num_query_groups % tensor_model_parallel_size == 0); the gated MLP's gate and up fused in one
         column-parallel linear_fc1 of width 2f; fusions/fused_bias_swiglu.py saves that 2f-wide input.
@@ -22,7 +25,7 @@ The GPT shape is the default; docs/models.md derives the general formulas from t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from zsim.config.schema import ModelSection
 
@@ -51,6 +54,7 @@ class Shape:
     positions: int  # rows of the learned position table (0 when rotary)
     tied_head: bool  # the LM head reuses the word embedding
     dropout: bool = True  # dropout on attention probabilities and residual branches (K22 saves its masks)
+    attention: str = "standard"  # "standard" (s×s scores kept) or "flash2"/"flash3" (FlashAttention) [D23]
 
     @classmethod
     def of(cls, model: ModelSection) -> Shape:
@@ -61,7 +65,7 @@ class Shape:
             qkv_bias=model.linear_bias if model.qkv_bias is None else model.qkv_bias, norm=model.norm,
             position=model.position,
             positions=0 if model.position == "rotary" else (model.max_positions or model.seq_len),
-            tied_head=model.tied_head, dropout=model.dropout,
+            tied_head=model.tied_head, dropout=model.dropout, attention=model.attention,
         )
 
     @classmethod
@@ -75,6 +79,11 @@ class Shape:
     def head_dim(self) -> int:
         """d = h / a."""
         return self.hidden // self.heads
+
+    @property
+    def flash(self) -> bool:
+        """FlashAttention: no s×s tensor is kept [D23]."""
+        return self.attention != "standard"
 
     @property
     def kv_dim(self) -> int:
@@ -133,6 +142,13 @@ class Module:
     # the head's copies of the logits in Megatron-LM's loss (see build_workload); none for a block,
     # whose transients within the layer are below zsim's unit (docs/memory.md).
     fwd_work_tensors: tuple[int, ...] = ()
+    # Sequence parallelism [K22 §4.2.2]: the MP collectives (op, bytes of the whole tensor) in forward and
+    # in backward, in place of the all-reduces (whose counts are then 0).
+    mp_collectives_fwd: tuple[tuple[str, int], ...] = ()
+    mp_collectives_bwd: tuple[tuple[str, int], ...] = ()
+    # FLOPs the backward recomputes of the forward, beyond the model's: the attention core under
+    # selective recompute [K22 §5], FlashAttention's QKᵀ [D23 §3.1.2] (hardware FLOPs, not model FLOPs).
+    bwd_recompute_flops: float = 0.0
 
     @property
     def bwd_flops(self) -> float:
@@ -229,7 +245,8 @@ def block_tensors(h: int, t: int = 1) -> tuple[int, ...]:
     return layer_tensors(Shape.gpt(h), t)
 
 
-def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2) -> tuple[int, ...]:
+def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp: bool = False,
+                        selective: bool = False) -> tuple[int, ...]:
     """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
     activations: K22 §4.1-4.2 with the MLP f wide.
 
@@ -245,16 +262,30 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2) -> tup
     RMSNorm saves its input as a LayerNorm does. Without dropout (shape.dropout false: LLaMA,
     Mistral, Qwen2 train without) the three masks and the dropout output are not there: for the GPT
     widths at e = 2, sbh(8 + 24/t + 2as/(ht)).
+
+    Options: `sp` (sequence parallelism [K22 §4.2.2]) divides the tensors MP replicates (norm inputs,
+    QKV and fc1 inputs, residual dropout masks) by t: K22 Table 2, sbh(34/t + 5as/(ht)). `selective`
+    (selective recompute [K22 §5]) drops the attention core's s×s tensors (softmax output, its mask and
+    dropout output), recomputed in backward: K22 Table 2, sbh(10 + 24/t), or sbh·34/t with sp.
+    FlashAttention (shape.flash [D23]) keeps Q (e·sbh/t), K and V (e·sb·kv_dim/t each, not repeated),
+    the fp32 log-sum-exp (4·a·s·b/t) and its output (the output projection's input), and no s×s
+    tensor; with `selective` as well, Megatron recomputes the fused kernel and the log-sum-exp goes.
     """
     h, a, f = shape.hidden, shape.heads, shape.ffn
     sbh, sbf, as2b = s * b * h, s * b * f, a * s * s * b
+    r = t if sp else 1  # what MP replicates, SP splits
     inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
-    if not shape.dropout:  # no masks, and attention·V reads the softmax output itself
-        return (e * sbh, e * sbh, 2 * e * sbh // t, e * as2b // t, e * sbh // t, e * sbh // t,
-                e * sbh, e * sbh, *inner)
-    attention = (e * sbh, e * sbh, 2 * e * sbh // t, e * as2b // t, as2b // t, e * as2b // t, e * sbh // t,
-                 e * sbh // t, sbh)
-    return (*attention, e * sbh, e * sbh, *inner, sbh)
+    attention = [e * sbh // r, e * sbh // r]
+    if shape.flash:
+        kv = e * s * b * shape.kv_dim // t
+        attention += [e * sbh // t, kv, kv, *(() if selective else (4 * a * s * b // t,)), e * sbh // t]
+    else:
+        attention.append(2 * e * sbh // t)
+        if not selective:  # the softmax output; with dropout, its mask and the dropout's output
+            attention += [e * as2b // t, as2b // t, e * as2b // t] if shape.dropout else [e * as2b // t]
+        attention += [e * sbh // t, e * sbh // t]
+    masks = (sbh // r,) if shape.dropout else ()
+    return (*attention, *masks, e * sbh // r, e * sbh // r, *inner, *masks)
 
 
 def block_saved_tensors(s: int, b: int, h: int, a: int, t: int, e: int = 2) -> tuple[int, ...]:
@@ -300,50 +331,97 @@ def total_params(model: ModelSection, vocab: int | None = None) -> int:
     return model.layers * shape.layer_params + v * h + head + shape.positions * h + sum(shape.norm_tensors)
 
 
-def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workload:
+# Sequence parallelism's MP collectives per module [K22 §4.2.2, Fig. 5; Megatron-Core
+# tensor_parallel/mappings.py and layers.py]: a block's forward all-gathers the sequence-split input of
+# attention and of the MLP ('g') and reduce-scatters their outputs ('ḡ'); its backward reduce-scatters the
+# two input gradients and all-gathers the two output gradients. (Its backward also all-gathers the two
+# sequence-split inputs again for the weight gradients, LinearWithGradAccumulationAndAsyncCommunication
+# .backward, asynchronously under the input-gradient GEMM, which hides them: not priced.) The embedding reduce-scatters its output
+# (VocabParallelEmbedding with reduce_scatter_embeddings) and all-gathers the gradient; the head
+# all-gathers its input (gather_from_sequence_parallel_region) and reduce-scatters the gradient.
+SP_COLLECTIVES = {
+    "block": (("all_gather", "reduce_scatter") * 2, ("all_gather", "reduce_scatter") * 2),
+    "embed": (("reduce_scatter",), ("all_gather",)),
+    "head": (("all_gather",), ("reduce_scatter",)),
+}
+
+
+def _sp_collectives(kind: str, nbytes: int) -> dict:
+    """Module fields for sequence parallelism: SP_COLLECTIVES[kind] of `nbytes` each (build_workload then
+    sets the all-reduce counts to 0)."""
+    fwd, bwd = SP_COLLECTIVES[kind]
+    return dict(mp_collectives_fwd=tuple((op, nbytes) for op in fwd), mp_collectives_bwd=tuple((op, nbytes) for op in bwd))
+
+
+def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
+    """Forward FLOPs of QKᵀ and attention·V on one of t MP ranks: 4bs²h/t [N21 §5.1]."""
+    return 4 * b * s * s * shape.hidden / t
+
+
+def attention_score_bytes(shape: Shape, s: int, b: int, t: int, e: int = 2) -> int:
+    """Bytes of one layer's s×s attention tensors on one of t MP ranks, as layer_saved_tensors keeps them
+    without FlashAttention or selective recompute: the softmax output and, with dropout, its mask and
+    output [K22 §4.1]; 0 with FlashAttention."""
+    if shape.flash:
+        return 0
+    as2b = shape.heads * s * s * b
+    return e * as2b // t + as2b // t + e * as2b // t if shape.dropout else e * as2b // t
+
+
+def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
+                   selective: bool = False) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
-    bf16: 2 bytes, fp32: 4); see the module docstring for sources."""
+    bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
+    sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
+    selective activation recompute [K22 §5]."""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
     t = mp
+    sp = sequence_parallel and t > 1
+    r = t if sp else 1  # SP splits what MP replicates
     e = 4 if dtype == "fp32" else 2  # activation element bytes
     v = model_vocab(model, t)
     sbh = s * b * h
     mp_bytes = e * sbh if t > 1 else 0  # activations of shape (s, b, h) [S19 §3]
 
     block_flops = layer_fwd_flops(shape, s, b, t)  # 24bsh² + 4bs²h for GPT [N21 §5.1], split t ways
-    saved_tensors = layer_saved_tensors(shape, s, b, t, e)  # [K22 §4.2, eq. 2], generalised
+    saved_tensors = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective)  # [K22 §4.2, eq. 2]
     block_saved = sum(saved_tensors)
     tensors = layer_tensors(shape, t)
+    core = attention_core_flops(shape, s, b, t)
+    # Backward recomputes the attention core's forward under selective recompute [K22 §5]; FlashAttention's
+    # backward recomputes QKᵀ, half the core [D23 §3.1.2] (with selective as well, its whole forward again).
+    recompute = core * ((1.0 if selective else 0.0) + (0.5 if shape.flash else 0.0))
+    block_sp = _sp_collectives("block", mp_bytes) if sp else {}
     block = [
         Module(
             name=f"layer.{i}", params=sum(tensors), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved,
             saved_bytes=block_saved,
-            checkpoint_bytes=e * sbh,  # the block's input, replicated across MP [K22 §5]
+            checkpoint_bytes=e * sbh // r,  # the block's input, replicated across MP [K22 §5] (split by SP)
             mp_allreduce_bytes=mp_bytes,
             # Two all-reduces in forward (after attention and after the MLP) and two in backward
             # (the 'f' operators of the column-parallel inputs) [S19 §3, Fig. 4].
             mp_allreduces_fwd=2 if t > 1 else 0, mp_allreduces_bwd=2 if t > 1 else 0, layer=i,
-            tensors=tensors, saved_tensors=saved_tensors,
+            tensors=tensors, saved_tensors=saved_tensors, bwd_recompute_flops=recompute, **block_sp,
         )
         for i in range(L)
     ]
     # Vocab-parallel word embedding (V/t rows) + replicated learned position table [S19 §3]; a rotary
     # model has no position parameters [T23].
     embed_tensors = (v * h // t, shape.positions * h) if shape.positions else (v * h // t,)
-    embed_saved = (sbh,) if shape.dropout else ()  # dropout mask, 1 byte per element [K22 §4.3]
+    embed_saved = (sbh // r,) if shape.dropout else ()  # dropout mask, 1 byte per element [K22 §4.3]
     embed = Module(
         name="embed", params=sum(embed_tensors), fwd_flops=0.0, fwd_hbm_bytes=2.0 * 2 * sbh,
         saved_bytes=sum(embed_saved),
         checkpoint_bytes=0,
         # Vocab-parallel embedding all-reduces its output in forward only [S19 §3].
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=1 if t > 1 else 0, mp_allreduces_bwd=0,
-        tensors=embed_tensors, saved_tensors=embed_saved,
+        tensors=embed_tensors, saved_tensors=embed_saved, **(_sp_collectives("embed", mp_bytes) if sp else {}),
     )
     # The head: final norm, logits against the word embedding or, untied, its own vocab-parallel
     # V/t × h output layer (Megatron untie_embeddings_and_output_weights) (2bshV/t FLOPs [N21 §5.1]),
     # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input.
-    head_saved = 4 * s * b * v // t + e * sbh
+    head_saved = 4 * s * b * v // t + e * sbh // r  # the final norm's input is sequence-split under SP
     head_tensors = shape.norm_tensors + (() if shape.tied_head else (v * h // t,))
     head = Module(
         name="head", params=sum(head_tensors), fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
@@ -351,14 +429,17 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
         # Its input gradient is all-reduced across MP in backward (the 'f' operator) [S19 §3].
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=0, mp_allreduces_bwd=1 if t > 1 else 0,
         tensors=head_tensors,  # the final norm's weight (and bias); the untied output layer
-        saved_tensors=(e * sbh, 4 * s * b * v // t),
+        saved_tensors=(e * sbh // r, 4 * s * b * v // t),
         # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
         # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
         mp_loss_allreduce_bytes=(4 * s * b,) * 3 if t > 1 else (),
-        fwd_work_tensors=loss_work_tensors(s * b, v, t, e),
+        fwd_work_tensors=loss_work_tensors(s * b, v, t, e), **(_sp_collectives("head", mp_bytes) if sp else {}),
     )
+    modules = (embed, *block, head)
+    if sp:  # the reduce-scatters and all-gathers replace every MP all-reduce but the loss's
+        modules = tuple(replace(m, mp_allreduces_fwd=0, mp_allreduces_bwd=0) for m in modules)
     return Workload(
-        modules=(embed, *block, head),
+        modules=modules,
         total_params=total_params(model, v),
         padded_vocab=v,
         tokens_per_micro_batch=b * s,

@@ -44,7 +44,7 @@ from zsim.compute.kernels import (KernelList, Shape, host_adam_kernels, module_k
 from zsim.config.scenario import Scenario
 from zsim.config.schema import ZeroSection
 from zsim.memory.context import context_memory
-from zsim.workload.transformer import Module, Workload
+from zsim.workload.transformer import Module, Workload, build_workload
 from zsim.zero.buckets import allgather_shards, flat_pieces, padded_bucket, padded_tensors, plan_buckets
 from zsim.zero.model_states import PARAM_BYTES, ModelStates, model_states, stage_partition
 from zsim.zero.ops import Alloc, Op, Plan
@@ -109,6 +109,19 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
     arenas = _arenas(scenario, workload) if zero.defragment else {}
     return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()),
                 context=tuple(context))
+
+
+def selective(scenario: Scenario) -> bool:
+    """Selective activation recompute [K22 §5] in effect: checkpointing on at 'selective' granularity."""
+    z = scenario.zero
+    return z.activation_checkpointing and z.recompute_granularity == "selective"
+
+
+def scenario_workload(scenario: Scenario) -> Workload:
+    """The workload of `scenario`: its model under its MP degree, dtype, sequence parallelism and
+    recompute granularity (zsim.workload.transformer.build_workload)."""
+    return build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype,
+                          sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario))
 
 
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
@@ -176,7 +189,10 @@ class _StepPass:
         self.step, self.mb = step, mb
         self.first_dep = first_dep
         self.stage = scenario.zero.stage
-        self.ckpt = scenario.zero.activation_checkpointing
+        # Full recompute keeps one input per segment; selective keeps the layer's activations but the
+        # attention core's (zsim.workload.transformer.layer_saved_tensors) and recomputes the core in the
+        # block's backward kernels (zsim.compute.kernels.block_backward) [K22 §5].
+        self.ckpt = scenario.zero.activation_checkpointing and scenario.zero.recompute_granularity == "full"
         self.k = scenario.zero.checkpoint_every
         self.e = PARAM_BYTES[scenario.precision.dtype]
         self.md = scenario.zero.defragment
@@ -191,7 +207,9 @@ class _StepPass:
         self.bucket_elements_of = {mods[i].name: sum(sizes[j] for j in b)
                                    for b in plan_buckets(sizes, scenario.zero.reduce_bucket_elements) for i in b}
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
-        self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype)
+        self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype,
+                              arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
+                              sp=scenario.parallel.sequence_parallel)
 
     # ---- naming and small helpers -------------------------------------------------------------
     def _tags(self, kind: str, name: str) -> str:
@@ -222,10 +240,13 @@ class _StepPass:
         kind = "block" if m.layer is not None else m.name
         return module_kernels(kind, phase, self.shape)
 
-    def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = ()) -> None:
-        for nbytes in (m.mp_allreduce_bytes,) * count + extra:
-            self._add(name=f"all_reduce/mp.{m.name}", stream="compute", collective="all_reduce", group="mp",
-                      nbytes=nbytes)
+    def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = (),
+                       collectives: tuple[tuple[str, int], ...] = ()) -> None:
+        """The module's MP collectives in line on the compute stream: its all-reduces, or under sequence
+        parallelism its all-gathers and reduce-scatters (`collectives`), then `extra` all-reduces."""
+        ops = (("all_reduce", m.mp_allreduce_bytes),) * count + collectives + tuple(("all_reduce", n) for n in extra)
+        for op, nbytes in ops:
+            self._add(name=f"{op}/mp.{m.name}", stream="compute", collective=op, group="mp", nbytes=nbytes)
 
     # ---- the schedule ---------------------------------------------------------------------------
     def run(self, reduce: bool) -> None:
@@ -346,7 +367,7 @@ class _StepPass:
                            for b in self.w.blocks if b.layer % self.k == 0]
         op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
                        allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
-        self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes)
+        self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes, m.mp_collectives_fwd)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
             self._offload_out(m, op)
         return op
@@ -380,7 +401,7 @@ class _StepPass:
         op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops,
                        hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees,
                        kernels=self._kernels(m, "recompute"))
-        self._mp_allreduces(m, m.mp_allreduces_fwd)
+        self._mp_allreduces(m, m.mp_allreduces_fwd, collectives=m.mp_collectives_fwd)
         return op
 
     def _gather_checkpoint(self, m: Module) -> int:
@@ -459,9 +480,9 @@ class _StepPass:
             # the gradient is copied into its bucket in the backward hook (zsim.compute.kernels.with_bucket_copy)
             kernels = with_bucket_copy(kernels, m.params, self.e)
             nbytes += 2 * self.e * m.params
-        op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
+        op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops + m.bwd_recompute_flops,
                        hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
-        self._mp_allreduces(m, m.mp_allreduces_bwd)
+        self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
         if reduce:
             self.bucket.append(m)
             self.bucket_elems += m.params
