@@ -168,3 +168,19 @@ def test_auto_attention_is_flash2_where_it_runs_and_standard_elsewhere():
     assert h100.model.attention == "flash2"
     llama = load_scenario(ROOT / "scenarios" / "llama-3-70b-dgx-h100.yaml")  # imported: auto
     assert llama.model.attention == "flash2"
+
+
+def test_shipped_128k_scenario_fits_with_flash_and_sp_and_not_without_flash():
+    path = ROOT / "scenarios" / "llama-3.1-8b-128k-flash-sp.yaml"
+    sc = load_scenario(path)
+    assert sc.model.seq_len == 131072 and sc.model.attention == "flash3" and sc.parallel.sequence_parallel
+    f = facts(simulate(sc, mode="class"))
+    assert f["fits"] and f["memory"]["attention"]["score_bytes_per_layer"] == 0
+    m, t = sc.model, sc.layout.mp
+    # a full-recompute checkpoint under SP: e·s·b·h/t per layer; all L of them are held at the peak
+    assert f["memory"]["peak_by_category"]["activations"] >= m.layers * 2 * m.seq_len * m.hidden // t
+    std = load_scenario(path, overrides=["model.attention=standard"])
+    scores = attention_score_bytes(Shape.of(std.model), m.seq_len, m.micro_batch, t, 2)
+    assert scores == 32 * 131072 ** 2 * 2 // 8  # no dropout: the bf16 softmax output only
+    oom = facts(simulate(std, mode="class"))
+    assert not oom["fits"] and oom["memory"]["attention"]["share_of_peak_activations"] > 0.5

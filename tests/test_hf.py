@@ -32,6 +32,8 @@ PUBLISHED = {
     "gpt-neox-20b.json": 20_554_567_680,  # EleutherAI/gpt-neox-20b
     "qwen2-7b.json": 7_615_616_512,  # Qwen/Qwen2-7B (the same shape as Qwen2.5-7B)
     "qwen2-0.5b.json": 494_032_768,  # Qwen/Qwen2-0.5B (tied head)
+    "llama-3.1-8b.json": 8_030_261_248,  # meta-llama/Llama-3.1-8B
+    "phi-3-mini.json": 3_821_079_552,  # microsoft/Phi-3-mini-4k-instruct (untied)
 }
 
 
@@ -198,3 +200,20 @@ def test_imports_set_only_keys_listed_as_importable(name):
     from zsim.config.hf import IMPORTED_KEYS
 
     assert read_hf_config(HF / name).keys() <= IMPORTED_KEYS
+
+
+def test_mixture_of_experts_is_refused_naming_moe(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        read_hf_config(HF / "mixtral-8x7b.json")
+    assert err.value.path == "num_local_experts" and "mixture-of-experts" in str(err.value)
+    deepseek = tmp_path / "config.json"
+    deepseek.write_text('{"model_type": "deepseek_v3", "hidden_size": 7168}')
+    with pytest.raises(ConfigError, match="mixture-of-experts model .model_type 'deepseek_v3'"):
+        read_hf_config(deepseek)
+
+
+def test_a_dense_family_not_imported_names_the_nearest_and_what_it_lacks(tmp_path):
+    falcon = tmp_path / "config.json"
+    falcon.write_text('{"model_type": "falcon", "hidden_size": 4544}')
+    with pytest.raises(ConfigError, match="nearest supported family gpt_neox, which lacks multi-query"):
+        read_hf_config(falcon)

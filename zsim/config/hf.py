@@ -9,7 +9,7 @@ modeling_<type>.py for which tensors exist); docs/models.md has the table.
             LayerNorm, biases everywhere, tie_word_embeddings (default true).
   gpt_neox  hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
             max_position_embeddings; rotary, LayerNorm, biases, untied embed_out (default false).
-  llama, mistral, qwen2
+  llama, mistral, qwen2, phi3
             hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads (default the
             heads), intermediate_size, vocab_size, max_position_embeddings; gated MLP (gate_proj,
             up_proj, down_proj whatever hidden_act is), RMSNorm, rotary, tie_word_embeddings
@@ -116,13 +116,16 @@ def _llama_family(c: _Config) -> dict[str, Any]:
         bias = dict(qkv_bias=qkv_bias, linear_bias=mlp_bias)
     elif c.model_type == "qwen2":  # Qwen2Attention: bias=True on q, k, v; o_proj and the MLP without
         bias = dict(qkv_bias=True, linear_bias=False)
-    else:  # MistralAttention and MistralMLP: no biases
+    else:  # MistralAttention and MistralMLP; Phi3Attention (fused qkv_proj) and Phi3MLP (fused gate_up_proj): no biases
         bias = dict(qkv_bias=False, linear_bias=False)
+    # Phi3Config: resid_pdrop, embd_pdrop and attention_dropout (default 0.0)
+    dropout_keys = ("attention_dropout", "resid_pdrop", "embd_pdrop") if c.model_type == "phi3" else ("attention_dropout",)
     return dict(layers=c.positive("num_hidden_layers"), hidden=hidden, heads=heads,
                 kv_heads=c.positive("num_key_value_heads", default=heads), vocab=c.positive("vocab_size"),
                 seq_len=c.positive("max_position_embeddings"), ffn_hidden=c.positive("intermediate_size"),
                 tied_head=c.flag("tie_word_embeddings", False), norm="rmsnorm", position="rotary",
-                gated_mlp=True, dropout=c.rate("attention_dropout", 0.0) > 0, attention=FLASH_DEFAULT, **bias)
+                gated_mlp=True, dropout=any(c.rate(key, 0.0) > 0 for key in dropout_keys), attention=FLASH_DEFAULT,
+                **bias)
 
 
 # The families trained with FlashAttention (LLaMA 2/3, Mistral, Qwen2 and every later one: their
@@ -133,6 +136,28 @@ FLASH_DEFAULT = "auto"
 
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
+    "phi3": _llama_family,
+}
+
+# Mixture-of-experts types (transformers' configuration classes), and the keys that say a config routes
+# tokens to experts: refused with a message that names MoE until zsim models it (issue 27 item 6).
+MOE_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
+                       "granitemoe", "jamba", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss"})
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+# Dense types zsim does not import yet: what they have that the nearest supported family lacks
+# (transformers' modeling_<type>.py), so a refusal says what is missing.
+NEAREST = {
+    "gemma": ("llama", "head_dim × heads ≠ hidden (Gemma-7B: 256 × 16 ≠ 3072) and a tied, √h-scaled embedding"),
+    "gemma2": ("llama", "head_dim × heads ≠ hidden, pre- and post-feedforward norms (four per layer) and logit soft-capping"),
+    "gemma3": ("llama", "head_dim × heads ≠ hidden, QK-norm weights and four norms per layer"),
+    "olmo": ("llama", "a LayerNorm without weights (OLMo's non-parametric norm)"),
+    "olmo2": ("llama", "QK-norm weights on q and k"),
+    "falcon": ("gpt_neox", "multi-query attention beside a parallel MLP, one LayerNorm per layer (7B) or two (40B)"),
+    "opt": ("gpt2", "a ReLU MLP, a learned position table of max_position_embeddings + 2 rows, and project_in/out "
+            "where word_embed_proj_dim ≠ hidden_size (OPT-350m)"),
+    "bloom": ("gpt2", "ALiBi positions (no table) and a LayerNorm after the word embedding"),
+    "phi": ("gpt_neox", "a parallel attention and MLP block with one LayerNorm, partial rotary"),
 }
 
 
@@ -167,10 +192,19 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"expected a JSON object, got {type(data).__name__}", source=str(path))
     config = _Config(data, path)
     family = FAMILIES.get(config.model_type) if isinstance(config.model_type, str) else None
+    experts = next((k for k in MOE_KEYS if isinstance(data.get(k), int) and data[k] > 1), None)
+    if (isinstance(config.model_type, str) and config.model_type in MOE_TYPES) or experts:
+        what = f"{experts} {data[experts]}" if experts else f"model_type {config.model_type!r}"
+        raise config.fail("model_type" if not experts else experts,
+                          f"a mixture-of-experts model ({what}): zsim does not model MoE yet (expert FFNs, "
+                          "top-k routing, expert parallelism's all-to-all); a dense model of the same attention "
+                          "can be written by hand with the shape keys (docs/models.md)")
     if family is None:
         got = "missing" if config.model_type is None else repr(config.model_type)
+        near = NEAREST.get(config.model_type) if isinstance(config.model_type, str) else None
+        why = f"; nearest supported family {near[0]}, which lacks {near[1]}" if near else ""
         raise config.fail("model_type", f"{got} is not a model type zsim can import "
-                          f"(known: {', '.join(FAMILIES)})")
+                          f"(known: {', '.join(FAMILIES)}){why}")
     return family(config) | {"vocab_padding": 1}
 
 

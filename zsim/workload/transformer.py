@@ -146,9 +146,21 @@ class Module:
     # in backward, in place of the all-reduces (whose counts are then 0).
     mp_collectives_fwd: tuple[tuple[str, int], ...] = ()
     mp_collectives_bwd: tuple[tuple[str, int], ...] = ()
-    # FLOPs the backward recomputes of the forward, beyond the model's: the attention core under
-    # selective recompute [K22 §5], FlashAttention's QKᵀ [D23 §3.1.2] (hardware FLOPs, not model FLOPs).
-    bwd_recompute_flops: float = 0.0
+    # Hardware FLOPs beyond (or short of) the model's, in forward and in backward: FlashAttention's causal
+    # kernel skips the masked half of QKᵀ and attention·V, and its backward recomputes QKᵀ [D23 §3.1.2];
+    # selective recompute runs the attention core's forward again in backward [K22 §5].
+    fwd_hw_extra_flops: float = 0.0
+    bwd_hw_extra_flops: float = 0.0
+
+    @property
+    def hw_fwd_flops(self) -> float:
+        """FLOPs the GPU runs in forward (the model's, less what a causal fused kernel skips)."""
+        return self.fwd_flops + self.fwd_hw_extra_flops
+
+    @property
+    def hw_bwd_flops(self) -> float:
+        """FLOPs the GPU runs in backward, recompute inside the backward included."""
+        return self.bwd_flops + self.bwd_hw_extra_flops
 
     @property
     def bwd_flops(self) -> float:
@@ -389,9 +401,12 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     block_saved = sum(saved_tensors)
     tensors = layer_tensors(shape, t)
     core = attention_core_flops(shape, s, b, t)
-    # Backward recomputes the attention core's forward under selective recompute [K22 §5]; FlashAttention's
-    # backward recomputes QKᵀ, half the core [D23 §3.1.2] (with selective as well, its whole forward again).
-    recompute = core * ((1.0 if selective else 0.0) + (0.5 if shape.flash else 0.0))
+    # The core's model FLOPs: `core` forward, 2·core backward [N21]. FlashAttention runs causal: core/2
+    # forward, 2.5 × that backward (QKᵀ recomputed) [D23; flash-attn benchmarks' count]; selective
+    # recompute adds the core's forward again in backward [K22 §5] (with FlashAttention, its causal one).
+    fwd_core = core / 2 if shape.flash else core
+    fwd_extra = fwd_core - core
+    bwd_extra = (2.5 * fwd_core if shape.flash else 2 * core) - 2 * core + (fwd_core if selective else 0.0)
     block_sp = _sp_collectives("block", mp_bytes) if sp else {}
     block = [
         Module(
@@ -402,7 +417,8 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
             # Two all-reduces in forward (after attention and after the MLP) and two in backward
             # (the 'f' operators of the column-parallel inputs) [S19 §3, Fig. 4].
             mp_allreduces_fwd=2 if t > 1 else 0, mp_allreduces_bwd=2 if t > 1 else 0, layer=i,
-            tensors=tensors, saved_tensors=saved_tensors, bwd_recompute_flops=recompute, **block_sp,
+            tensors=tensors, saved_tensors=saved_tensors, fwd_hw_extra_flops=fwd_extra,
+            bwd_hw_extra_flops=bwd_extra, **block_sp,
         )
         for i in range(L)
     ]

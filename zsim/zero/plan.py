@@ -365,7 +365,7 @@ class _StepPass:
                 # contiguous_data_buffers list is made when empty, then dropped in the first backward).
                 allocs += [Alloc("activations", self._checkpoint_bytes(b), self._tags("ckpt", b.name))
                            for b in self.w.blocks if b.layer % self.k == 0]
-        op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
+        op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
                        allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
         self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes, m.mp_collectives_fwd)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
@@ -398,7 +398,7 @@ class _StepPass:
                 deps = deps + (self._gather_checkpoint(m),)
                 ckpt = self._tags("ckpt.full", m.name)
             frees = frees + (ckpt,)
-        op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops,
+        op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops,
                        hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees,
                        kernels=self._kernels(m, "recompute"))
         self._mp_allreduces(m, m.mp_allreduces_fwd, collectives=m.mp_collectives_fwd)
@@ -480,7 +480,7 @@ class _StepPass:
             # the gradient is copied into its bucket in the backward hook (zsim.compute.kernels.with_bucket_copy)
             kernels = with_bucket_copy(kernels, m.params, self.e)
             nbytes += 2 * self.e * m.params
-        op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops + m.bwd_recompute_flops,
+        op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
                        hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
         self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
         if reduce:
