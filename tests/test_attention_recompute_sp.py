@@ -184,3 +184,11 @@ def test_shipped_128k_scenario_fits_with_flash_and_sp_and_not_without_flash():
     assert scores == 32 * 131072 ** 2 * 2 // 8  # no dropout: the bf16 softmax output only
     oom = facts(simulate(std, mode="class"))
     assert not oom["fits"] and oom["memory"]["attention"]["share_of_peak_activations"] > 0.5
+
+
+def test_class_and_per_rank_modes_agree_with_every_new_option():
+    sc = build_scenario(_h100(model={"attention": "flash3"}, parallel={"dp": 2, "mp": 4, "sequence_parallel": True},
+                              zero={"recompute_granularity": "selective"}), source="<t>")
+    a, b = simulate(sc, mode="class"), simulate(sc, mode="per_rank")
+    assert a.step_seconds == pytest.approx(b.step_seconds, rel=1e-9)
+    assert a.ledger.peak == b.ledger.peak
