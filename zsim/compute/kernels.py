@@ -99,10 +99,13 @@ class Shape:
     arch: int = 0  # the GPU's compute capability (FlashAttention's speed depends on it)
     selective: bool = False  # selective recompute of the attention core in backward
     sp: bool = False  # sequence parallelism (mp > 1)
+    # MoE MLP on this rank (zsim.workload.moe): (experts E, local experts, tokens per local expert,
+    # expert width per MP rank, shared experts' width per MP rank, top_k); None for a dense MLP
+    moe: tuple[int, int, int, int, int, int] | None = None
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
-           sp: bool = False) -> "Shape":
+           sp: bool = False, ep: int = 1) -> "Shape":
         """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
         `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
         and sequence parallelism (ignored at mp 1)."""
@@ -116,8 +119,21 @@ class Shape:
                      gated=bool(getattr(model, "gated_mlp", False)), linear_bias=bool(linear_bias),
                      qkv_bias=bool(linear_bias if qkv_bias is None else qkv_bias),
                      e=4 if dtype == "fp32" else 2, rotary=getattr(model, "position", "learned") == "rotary",
-                     flash=0 if attention == "standard" else int(attention[-1]), arch=arch if attention != "standard" else 0,
-                     selective=selective, sp=sp and mp > 1)
+                     flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
+                     arch=arch if attention in ("flash2", "flash3") else 0,
+                     selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep))
+
+
+def _moe_dims(model, mp: int, ep: int) -> tuple[int, int, int, int, int, int] | None:
+    """Shape.moe of a model with model.moe (zsim.workload.moe.Moe), else None."""
+    from zsim.workload.moe import Moe
+
+    moe = Moe.of(model) if getattr(model, "moe", None) is not None else None
+    if moe is None:
+        return None
+    tokens = model.seq_len * model.micro_batch
+    return (moe.experts, moe.experts // ep, moe.tokens_per_expert(tokens, ep), moe.ffn // mp,
+            moe.shared * moe.shared_ffn // mp, moe.top_k)
 
 
 def _gemm(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
@@ -315,7 +331,67 @@ def head_backward(x: Shape) -> tuple[Kernel, ...]:
                        _mem("final_layernorm.bwd", 5 * e * th, count=2)])
 
 
+def _moe_mlp_forward(x: Shape) -> list[Kernel]:
+    """A MoE MLP's forward on one rank (Megatron-Core moe/: router.py, token_dispatcher.py alltoall,
+    experts.py GroupedMLP): the router GEMM (T × E × h) and its fp32 softmax and top-k, the permute of
+    the T·top_k token copies, the local experts' GEMMs batched (each on its tokens_per_expert rows, the
+    busiest rank's), their activation, the unpermute and the weighted combine; shared experts as a
+    dense MLP. The all-to-alls run between (zsim.zero.plan)."""
+    E, local, m, f, fs, k = x.moe
+    T, e, h = x.s * x.b, x.e, x.h
+    R = m * local  # token copies this rank's experts compute
+    width = 2 * f if x.gated else f
+    ks = [_gemm("moe.router", T, E, h), _mem("moe.router.softmax_topk", 2 * 4 * T * E), _mem("moe.permute", 2 * e * T * k * h),
+          _gemm("moe.experts.fc1", m, width, h, local), _mem("moe.experts.act", (3 if x.gated else 2) * e * R * f),
+          _gemm("moe.experts.fc2", m, h, f, local), _mem("moe.unpermute", 2 * e * T * k * h),
+          _mem("moe.combine", (k + 1) * e * T * h)]
+    if fs:
+        ks += [_gemm("moe.shared.fc1", T, 2 * fs if x.gated else fs, h), _mem("moe.shared.act", (3 if x.gated else 2) * e * T * fs),
+               _gemm("moe.shared.fc2", T, h, fs)]
+    return ks
+
+
+def _moe_mlp_backward(x: Shape) -> list[Kernel]:
+    """The MoE MLP's backward: every forward GEMM's input and weight gradients, the elementwise
+    kernels' backward, in reverse."""
+    E, local, m, f, fs, k = x.moe
+    T, e, h = x.s * x.b, x.e, x.h
+    R = m * local
+    width = 2 * f if x.gated else f
+    ks = []
+    if fs:
+        ks += [_gemm("moe.shared.fc2.dgrad", T, fs, h), _gemm("moe.shared.fc2.wgrad", h, fs, T),
+               _mem("moe.shared.act.bwd", (5 if x.gated else 3) * e * T * fs),
+               _gemm("moe.shared.fc1.dgrad", T, h, 2 * fs if x.gated else fs), _gemm("moe.shared.fc1.wgrad", 2 * fs if x.gated else fs, h, T)]
+    return ks + [_mem("moe.combine.bwd", (k + 1) * e * T * h), _mem("moe.unpermute.bwd", 2 * e * T * k * h),
+                 _gemm("moe.experts.fc2.dgrad", m, f, h, local), _gemm("moe.experts.fc2.wgrad", h, f, m, local),
+                 _mem("moe.experts.act.bwd", (5 if x.gated else 3) * e * R * f),
+                 _gemm("moe.experts.fc1.dgrad", m, h, width, local), _gemm("moe.experts.fc1.wgrad", width, h, m, local),
+                 _mem("moe.permute.bwd", 2 * e * T * k * h), _mem("moe.router.softmax_topk.bwd", 3 * 4 * T * E),
+                 _gemm("moe.router.dgrad", T, h, E), _gemm("moe.router.wgrad", E, h, T)]
+
+
+def _replace_mlp(ks: tuple[Kernel, ...], first: str, last: str, moe: list[Kernel]) -> tuple[Kernel, ...]:
+    """`ks` with the dense MLP's kernels from `first` through `last` (names) replaced by `moe`."""
+    names = [k.name for k in ks]
+    i, j = names.index(first), names.index(last)
+    return ks[:i] + tuple(moe) + ks[j + 1:]
+
+
+def moe_block_forward(x: Shape) -> tuple[Kernel, ...]:
+    """A MoE block's forward: block_forward with the MLP's GEMMs replaced by _moe_mlp_forward."""
+    return _replace_mlp(block_forward(x), "mlp.h_to_4h", "mlp.4h_to_h", _moe_mlp_forward(x))
+
+
+def moe_block_backward(x: Shape) -> tuple[Kernel, ...]:
+    """A MoE block's backward: block_backward with the MLP's GEMMs replaced by _moe_mlp_backward."""
+    ks = block_backward(x)
+    last = "mlp.h_to_4h.bias_grad" if x.linear_bias else "mlp.h_to_4h.wgrad"
+    return _replace_mlp(ks, "mlp.4h_to_h.dgrad", last, _moe_mlp_backward(x))
+
+
 _BUILDERS = {("block", "fwd"): block_forward, ("block", "bwd"): block_backward,
+             ("moe_block", "fwd"): moe_block_forward, ("moe_block", "bwd"): moe_block_backward,
              ("embed", "fwd"): embed_forward, ("embed", "bwd"): embed_backward,
              ("head", "fwd"): head_forward, ("head", "bwd"): head_backward}
 

@@ -134,14 +134,24 @@ def _llama_family(c: _Config) -> dict[str, Any]:
 # transformers falls back to "eager"/"sdpa"); write model.attention: flash3 for Hopper's FA3.
 FLASH_DEFAULT = "auto"
 
+def _mixtral(c: _Config) -> dict[str, Any]:
+    # MixtralConfig: a Mistral decoder whose MLP is num_local_experts SwiGLU experts of intermediate_size
+    # (MixtralSparseMoeBlock: gate h × E without bias, experts w1/w3 h × f and w2 f × h), top
+    # num_experts_per_tok (default 2); router_jitter_noise and aux-loss keys change no FLOP.
+    keys = _llama_family(c)
+    experts = c.positive("num_local_experts", default=8)
+    return keys | {"moe": {"experts": experts, "top_k": c.positive("num_experts_per_tok", default=2)}}
+
+
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
-    "phi3": _llama_family,
+    "phi3": _llama_family, "mixtral": _mixtral,
 }
 
-# Mixture-of-experts types (transformers' configuration classes), and the keys that say a config routes
+# Mixture-of-experts types that import (mixtral) and those refused (transformers' configuration classes,
+# with shared-expert gates, multi-head latent attention or hybrid layers zsim does not model), and the keys that say a config routes
 # tokens to experts: refused with a message that names MoE until zsim models it (issue 27 item 6).
-MOE_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
+MOE_TYPES = frozenset({"qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
                        "granitemoe", "jamba", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss"})
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
@@ -165,7 +175,7 @@ NEAREST = {
 # dumped from a resolved scenario, e.g. in a trace's metadata) takes nothing from the file.
 IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
                            "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
-                           "vocab_padding", "attention"})
+                           "vocab_padding", "attention", "moe"})
 
 
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:
@@ -193,7 +203,7 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     config = _Config(data, path)
     family = FAMILIES.get(config.model_type) if isinstance(config.model_type, str) else None
     experts = next((k for k in MOE_KEYS if isinstance(data.get(k), int) and data[k] > 1), None)
-    if (isinstance(config.model_type, str) and config.model_type in MOE_TYPES) or experts:
+    if (isinstance(config.model_type, str) and config.model_type in MOE_TYPES) or (experts and family is None):
         what = f"{experts} {data[experts]}" if experts else f"model_type {config.model_type!r}"
         raise config.fail("model_type" if not experts else experts,
                           f"a mixture-of-experts model ({what}): zsim does not model MoE yet (expert FFNs, "
@@ -231,4 +241,7 @@ def resolve_from_hf(data: dict[str, Any], *, source: str, base_dir: str | Path |
         imported = read_hf_config(path)
     except ConfigError as exc:
         raise ConfigError(str(exc), source=source, path="model.from_hf") from None
-    return {**data, "model": imported | model | {"from_hf": str(path.absolute())}}
+    merged = imported | model | {"from_hf": str(path.absolute())}
+    if isinstance(imported.get("moe"), dict) and isinstance(model.get("moe"), dict):  # moe keys written win one by one
+        merged["moe"] = imported["moe"] | model["moe"]
+    return {**data, "model": merged}

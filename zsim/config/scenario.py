@@ -182,7 +182,7 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         fabric=spec.fabric,
         run=spec.run,
         cluster=cluster,
-        layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes),
+        layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes, ep=par.ep),
         grad_accum=grad_accum,
         source=source,
     )
@@ -255,9 +255,37 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     if zero.recompute_granularity == "selective" and zero.partition_activations:
         raise fail("zero.partition_activations", "true partitions full-recompute checkpoints, but "
                    "zero.recompute_granularity is selective (no layer checkpoint to partition)")
+    _check_moe(spec, fail)
     if spec.parallel.sequence_parallel and zero.partition_activations and spec.parallel.mp > 1:
         raise fail("zero.partition_activations", "true with parallel.sequence_parallel: sequence parallelism "
                    "already keeps 1/mp of every layer input per MP rank (Korthikanti et al. 2022 §4.2.2)")
+
+
+def _check_moe(spec: ScenarioFile, fail) -> None:
+    """Expert parallelism as Megatron-Core lays it out (zsim.parallel.layout): ep divides dp and the
+    experts; each expert's FFN splits across MP as the dense MLP does. ZeRO stage 3 with experts is
+    not modelled (its per-module gathers would need the expert-data-parallel group)."""
+    moe, par = spec.model.moe, spec.parallel
+    if moe is None:
+        if par.ep > 1:
+            raise fail("parallel.ep", f"{par.ep} splits experts, but the model has none (model.moe)")
+        return
+    if par.dp % par.ep:
+        raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp} (expert parallelism is carved out of DP)")
+    if par.mp > 1 and not par.sequence_parallel:
+        raise fail("parallel.sequence_parallel", "false with model.moe and mp > 1: Megatron-LM requires sequence "
+                   "parallelism for MoE with tensor parallelism (megatron/training/arguments.py: 'When using MoE "
+                   "and tensor parallelism, sequence parallelism must be used')")
+    if moe.experts % par.ep:
+        raise fail("parallel.ep", f"{par.ep} must divide model.moe.experts {moe.experts} (each EP rank holds "
+                   "experts / ep of them)")
+    ffn = moe.expert_ffn_hidden or spec.model.ffn_hidden or 4 * spec.model.hidden
+    for key, width in (("model.moe.expert_ffn_hidden", ffn), ("model.moe.shared_ffn_hidden", moe.shared_ffn_hidden or ffn)):
+        if width % par.mp:
+            raise fail(key, f"{width} cannot be split evenly across mp {par.mp}")
+    if spec.zero.stage == 3:
+        raise fail("zero.stage", "3 with model.moe is not modelled by zsim (stage 3's parameter gathers of the "
+                   "experts run over the expert-data-parallel group); use stage 0-2")
 
 
 def _resolve_attention(model: ModelSection, dtype: str, cluster: Cluster) -> ModelSection:

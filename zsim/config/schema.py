@@ -57,6 +57,35 @@ def _model_json_schema(schema: dict) -> None:
     schema["anyOf"] = [{"required": ["from_hf"]}, {"required": list(HF_SHAPE_KEYS)}]
 
 
+class MoeSection(Section, kw_only=True):
+    """Mixture-of-experts MLPs (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch, Fedus et al.
+    2022; Mixtral, Jiang et al. 2024; DeepSeekMoE, Dai et al. 2024): each MoE layer's MLP is `experts`
+    routed expert FFNs, of which a router picks `top_k` per token, beside `shared_experts` every token
+    passes through (docs/moe.md)."""
+
+    experts: Annotated[int, Meta(ge=2, le=MAX_HIDDEN, description="routed experts per MoE layer E")]
+    top_k: Annotated[int, Meta(ge=1, le=MAX_HIDDEN, description="experts each token is routed to (Mixtral 2)")]
+    expert_ffn_hidden: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description=(
+        "one routed expert's inner width (HF moe_intermediate_size); default model.ffn_hidden"))] | None = None
+    shared_experts: Annotated[int, Meta(ge=0, le=MAX_HIDDEN, description=(
+        "experts every token passes through (DeepSeekMoE, Qwen-MoE); 0: none"))] = 0
+    shared_ffn_hidden: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description=(
+        "one shared expert's inner width; default expert_ffn_hidden"))] | None = None
+    capacity_factor: Annotated[float, Meta(gt=0, le=1000, description=(
+        "GShard/Switch capacity: each expert takes at most capacity_factor × the mean tokens, padded to it "
+        "(tokens beyond are dropped); absent: dropless (every token computed, the busiest expert sets the pace)"))] | None = None
+    imbalance: Annotated[float, Meta(ge=1, le=1000, description=(
+        "load imbalance: the busiest expert's tokens over the mean (1.0: perfectly balanced); dropless "
+        "routing computes and sends that many on the busiest rank"))] = 1.0
+    dense_layers: Annotated[int, Meta(ge=0, le=MAX_LAYERS, description=(
+        "the first dense_layers blocks keep a dense MLP (DeepSeek first_k_dense_replace)"))] = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k {self.top_k} is more than the {self.experts} experts")
+
+
 class ModelSection(Section, kw_only=True):
     """A decoder-only transformer. The defaults are GPT's (Megatron-LM, the ZeRO paper); the shape
     options describe LLaMA, Mistral, Qwen2 and GPT-NeoX too, and `from_hf` reads them from a Hugging
@@ -107,6 +136,8 @@ class ModelSection(Section, kw_only=True):
         "flash3: FlashAttention-2 (Ampere+) or -3 (Hopper): no s×s memory, one fused kernel priced from "
         "the published benchmarks; auto: flash2 where it runs (a 16-bit dtype on Ampere or newer), else "
         "standard (what from_hf imports of the families trained with FlashAttention set)"))] = "standard"
+    moe: Annotated[MoeSection, Meta(description=(
+        "mixture-of-experts MLPs (docs/moe.md); absent: every MLP dense"))] | None = None
     from_hf: Annotated[Text, Meta(description=(
         "a Hugging Face config.json (or the folder holding one) giving the shape; keys written here override "
         "it; a relative path is relative to the scenario file"))] | None = None
@@ -124,6 +155,8 @@ class ModelSection(Section, kw_only=True):
         if self.position == "rotary" and self.max_positions is not None:
             raise ValueError(f"max_positions {self.max_positions} sizes a learned position table, but position "
                              "is rotary (no table)")
+        if self.moe is not None and self.moe.dense_layers > self.layers:
+            raise ValueError(f"moe.dense_layers {self.moe.dense_layers} is more than the {self.layers} layers")
         if self.max_positions is not None and self.max_positions < self.seq_len:
             raise ValueError(f"seq_len {self.seq_len} is longer than the {self.max_positions} rows of the learned "
                              "position table (max_positions)")
@@ -136,6 +169,9 @@ class ParallelSection(Section, kw_only=True):
     mp: Annotated[int, Meta(gt=0, le=MAX_MP, description=(
         "model (tensor) parallel degree: divides the GPUs of a node, or is a multiple of them (the group "
         "spans whole nodes, its all-reduces on the network)"))] = 1
+    ep: Annotated[int, Meta(gt=0, le=MAX_GPUS, description=(
+        "expert-parallel degree (mixture-of-experts): each group of ep DP ranks splits the experts among "
+        "its members and exchanges tokens by all-to-all; divides dp and model.moe.experts"))] = 1
     # Korthikanti et al. 2022 §4.2.2; Megatron-LM --sequence-parallel.
     sequence_parallel: Annotated[bool, Meta(description=(
         "Megatron sequence parallelism: the layer norms, dropouts and residuals run on s/mp tokens per MP "
@@ -325,5 +361,7 @@ def scenario_json_schema() -> dict:
                 prop["description"] = described[0].pop("description")
     root = defs.pop("ScenarioFile")
     _model_json_schema(defs["ModelSection"])
+    # model.moe's experts and top_k may come from from_hf (a Mixtral config.json): the loader checks them
+    defs["MoeSection"].pop("required", None)
     return {"$schema": JSON_SCHEMA_DRAFT, "title": "zsim scenario",
             **{k: v for k, v in root.items() if k != "title"}, "$defs": defs}

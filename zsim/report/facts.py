@@ -11,7 +11,7 @@ from zsim.config.struct import dump
 from zsim.engine.result import Result
 from zsim.memory.ledger import CATEGORIES
 from zsim.memory.timeline import timeline_facts
-from zsim.workload.transformer import attention_score_bytes
+from zsim.workload.transformer import active_params, attention_score_bytes
 from zsim.zero.model_states import PARAM_BYTES
 
 RESULT_SCHEMA = "zsim-result/1"
@@ -79,6 +79,9 @@ def facts(result: Result) -> dict[str, Any]:
         "model": {
             "params": w.total_params,
             "params_per_mp_rank": w.params_per_mp_rank,
+            # MoE: parameters one token passes through (model FLOPs count these: 6 per token, + attention)
+            "active_params": active_params(s.model),
+            "expert_params_per_rank": w.expert_params_per_rank,
             **dump(s.model),
             "padded_vocab": w.padded_vocab,
             "grad_accum": s.grad_accum,
@@ -87,7 +90,7 @@ def facts(result: Result) -> dict[str, Any]:
         "layout": {
             "gpus": gpus, "nodes": s.cluster.nodes, "gpus_per_node": s.cluster.gpus_per_node,
             "dp": s.layout.dp, "mp": s.layout.mp, "hardware": s.cluster.name, "gpu": s.cluster.gpu.name,
-            "sequence_parallel": s.parallel.sequence_parallel and s.layout.mp > 1,
+            "sequence_parallel": s.parallel.sequence_parallel and s.layout.mp > 1, "ep": s.layout.ep,
         },
         "zero": dump(s.zero),
         "precision": dump(s.precision),
@@ -124,6 +127,7 @@ def facts(result: Result) -> dict[str, Any]:
             "mp_comm_seconds_per_step": result.mp_comm_seconds / steps,
             "exposed_comm_seconds_per_step": mean_step - result.compute_seconds / steps,
             "offload_seconds_per_step": result.offload_seconds / steps,
+            "ep_comm_seconds_per_step": result.ep_comm_seconds / steps,
         },
         "throughput": {
             "tflops_per_gpu": hw_tflops,

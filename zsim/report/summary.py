@@ -64,7 +64,10 @@ def _shape(m: dict[str, Any]) -> str:
              ("SwiGLU" if m.get("gated_mlp") else ""),
              f"{m['kv_heads']} KV heads" if m.get("kv_heads") not in (None, m["heads"]) else "",
              "RMSNorm" if m.get("norm") == "rmsnorm" else "", "rotary" if m.get("position") == "rotary" else "",
-             "untied head" if m.get("tied_head") is False else ""]
+             "untied head" if m.get("tied_head") is False else "",
+             (f"MoE {m['moe']['experts']} experts top {m['moe']['top_k']}"
+              + (f" + {m['moe']['shared_experts']} shared" if m["moe"].get("shared_experts") else "")
+              + f" ({_params(m['active_params'])} active per token: model FLOPs count these)") if m.get("moe") else ""]
     return "".join(f", {p}" for p in parts if p)
 
 
@@ -110,6 +113,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     per_op = ", ".join(f"{x['op']} {x['payload_bytes_per_step'] * (2 if x['op'] == 'all_reduce' else 1) / c['psi_bytes']:.2f}Ψ"
                        for x in c["collectives"] if x["group"] == "dp") if lay["dp"] > 1 else "no DP group"
     mp_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "mp")
+    ep_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "ep")
     overrides = f["scenario"].get("overrides")
     lines = [
         f"zsim · {title}",
@@ -118,7 +122,8 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"seq {m['seq_len']}, "
         f"micro-batch {m['micro_batch']}, global batch {m['global_batch']}",
         f"  layout    {lay['gpus']} × {lay['gpu']} = {lay['nodes']} {lay['hardware']} nodes; "
-        f"DP {lay['dp']} × MP {lay['mp']}; ZeRO stage {z['stage']}, {ckpt}",
+        f"DP {lay['dp']} × MP {lay['mp']}" + (f" (EP {lay['ep']} within DP)" if lay.get("ep", 1) > 1 else "")
+        + f"; ZeRO stage {z['stage']}, {ckpt}",
         f"  memory    {fit}",
         "            at peak: " + "  ".join(f"{k} {v / GB:.2f}" for k, v in peak.items()) + " GB",
         f"            model states {states['total'] / GB:.2f} GB/GPU (params {states['params'] / GB:.2f}, "
@@ -128,12 +133,14 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP "
         f"{'all-gather/reduce-scatter' if lay.get('sequence_parallel') else 'all-reduce'} in line "
         f"{t['mp_comm_seconds_per_step']:.3f} s"
-        + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "") + ")",
+        + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "")
+        + (f"; EP all-to-all in line {t['ep_comm_seconds_per_step']:.3f} s" if t.get("ep_comm_seconds_per_step") else "")
+        + ")",
         *_attention_line(mem, m),
         _speed(th, f["fits"]),
         *_cautions(f["fits"], mem, gpu=_is_gpu(th)),
         f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
-        f"MP {mp_bytes / GB:.1f} GB/step",
+        f"MP {mp_bytes / GB:.1f} GB/step" + (f"; EP all-to-all {ep_bytes / GB:.1f} GB/step" if ep_bytes else ""),
     ]
     fab = f.get("fabric", {})
     algos = ", ".join(f"{g.upper()} {a}" for g, a in sorted(c["algorithms"].items()))

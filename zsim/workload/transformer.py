@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from zsim.config.schema import ModelSection
+from zsim.workload.moe import Moe
 
 # Megatron-LM pads the vocabulary to a multiple of 128 × t (arguments.make_vocab_size_divisible_by,
 # megatron/training/tokenizer: _vocab_size_with_padding) so the embedding splits evenly over MP.
@@ -82,8 +83,8 @@ class Shape:
 
     @property
     def flash(self) -> bool:
-        """FlashAttention: no s×s tensor is kept [D23]."""
-        return self.attention != "standard"
+        """FlashAttention: no s×s tensor is kept [D23] ('auto' unresolved, without a GPU: the unfused one)."""
+        return self.attention in ("flash2", "flash3")
 
     @property
     def kv_dim(self) -> int:
@@ -151,6 +152,16 @@ class Module:
     # selective recompute runs the attention core's forward again in backward [K22 §5].
     fwd_hw_extra_flops: float = 0.0
     bwd_hw_extra_flops: float = 0.0
+    # Mixture-of-experts (zsim.workload.moe): the routed experts this rank holds (their states are
+    # partitioned over the expert-data-parallel group, not DP: not in `params`/`tensors`), and the bytes
+    # of each all-to-all (dispatch, combine) over the EP group; forward runs two, backward two.
+    expert_tensors: tuple[int, ...] = ()
+    ep_all_to_all_bytes: int = 0
+    moe: bool = False
+
+    @property
+    def expert_params(self) -> int:
+        return sum(self.expert_tensors)
 
     @property
     def hw_fwd_flops(self) -> float:
@@ -179,12 +190,15 @@ class Workload:
     shape: Shape | None = field(default=None, compare=False)  # the resolved shape (None: built elsewhere)
     # Derived from `modules` once (the plan asks for them per module: hundreds of times a simulation).
     params_per_mp_rank: int = field(init=False, compare=False, repr=False)
+    expert_params_per_rank: int = field(init=False, compare=False, repr=False)
     blocks: tuple[Module, ...] = field(init=False, compare=False, repr=False)
     tensors: tuple[int, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        # Ψ as the DP group sees it: the parameters one MP rank holds (what ZeRO partitions).
+        # Ψ as the DP group sees it: the parameters one MP rank holds (what ZeRO partitions); a MoE
+        # model's routed experts are apart, in expert_params_per_rank.
         object.__setattr__(self, "params_per_mp_rank", sum(m.params for m in self.modules))
+        object.__setattr__(self, "expert_params_per_rank", sum(m.expert_params for m in self.modules))
         object.__setattr__(self, "blocks", tuple(m for m in self.modules if m.layer is not None))
         # Element counts of every parameter tensor of this MP rank (they sum to params_per_mp_rank).
         object.__setattr__(self, "tensors", tuple(n for m in self.modules for n in m.tensors))
@@ -239,6 +253,15 @@ def layer_tensors(shape: Shape, t: int = 1) -> tuple[int, ...]:
             *shape.norm_tensors, *shape.norm_tensors)
 
 
+def moe_layer_tensors(shape: Shape, moe: Moe, t: int = 1) -> tuple[int, ...]:
+    """A MoE block's tensors every DP rank holds on one of t MP ranks: layer_tensors with the MLP
+    replaced by the router and the shared experts (zsim.workload.moe); the routed experts are apart."""
+    dense = layer_tensors(shape, t)
+    mlp = (2 if shape.linear_bias else 0) + 2  # fc1, [its bias], fc2, [its bias]
+    norms = len(shape.norm_tensors) * 2
+    return dense[:len(dense) - norms - mlp] + moe.dense_tensors(shape.hidden, t) + dense[len(dense) - norms:]
+
+
 def block_params(h: int, t: int = 1) -> int:
     """Parameters of one GPT block held by one of t MP ranks.
 
@@ -258,7 +281,7 @@ def block_tensors(h: int, t: int = 1) -> tuple[int, ...]:
 
 
 def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp: bool = False,
-                        selective: bool = False) -> tuple[int, ...]:
+                        selective: bool = False, mlp_inner: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
     activations: K22 §4.1-4.2 with the MLP f wide.
 
@@ -282,11 +305,14 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     FlashAttention (shape.flash [D23]) keeps Q (e·sbh/t), K and V (e·sb·kv_dim/t each, not repeated),
     the fp32 log-sum-exp (4·a·s·b/t) and its output (the output projection's input), and no s×s
     tensor; with `selective` as well, Megatron recomputes the fused kernel and the log-sum-exp goes.
+    `mlp_inner` replaces the MLP's inner tensors (a MoE MLP's, zsim.workload.moe.Moe.saved_tensors).
     """
     h, a, f = shape.hidden, shape.heads, shape.ffn
     sbh, sbf, as2b = s * b * h, s * b * f, a * s * s * b
     r = t if sp else 1  # what MP replicates, SP splits
     inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
+    if mlp_inner is not None:
+        inner = mlp_inner
     attention = [e * sbh // r, e * sbh // r]
     if shape.flash:
         kv = e * s * b * shape.kv_dim // t
@@ -340,7 +366,13 @@ def total_params(model: ModelSection, vocab: int | None = None) -> int:
     shape = Shape.of(model)
     v, h = model.vocab if vocab is None else vocab, model.hidden
     head = 0 if shape.tied_head else v * h
-    return model.layers * shape.layer_params + v * h + head + shape.positions * h + sum(shape.norm_tensors)
+    moe = Moe.of(model)
+    if moe is None:
+        blocks = model.layers * shape.layer_params
+    else:  # dense_layers dense blocks, then MoE blocks holding all E experts (zsim.workload.moe)
+        moe_block = sum(moe_layer_tensors(shape, moe)) + sum(moe.expert_tensors(h, moe.ffn, 1)) * moe.experts
+        blocks = moe.dense_layers * shape.layer_params + (model.layers - moe.dense_layers) * moe_block
+    return blocks + v * h + head + shape.positions * h + sum(shape.norm_tensors)
 
 
 # Sequence parallelism's MP collectives per module [K22 §4.2.2, Fig. 5; Megatron-Core
@@ -370,6 +402,24 @@ def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
     return 4 * b * s * s * shape.hidden / t
 
 
+def _moe_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep: int, sp: bool, selective: bool,
+                dense_flops: float, fwd_extra: float, bwd_extra: float) -> dict:
+    """The Module fields of a MoE block (zsim.workload.moe): its dense tensors and local experts, its
+    FLOPs (the dense MLP's replaced by the MoE MLP's model FLOPs; the busiest rank computes `load` × the
+    routed part: hardware FLOPs), its saved tensors and all-to-all bytes."""
+    h, tokens = shape.hidden, s * b
+    dense_mlp = (3 if shape.gated else 2) * 2 * tokens * h * shape.ffn / t
+    routed = moe.routed_flops(tokens, h, t)
+    saved = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective,
+                                mlp_inner=moe.saved_tensors(tokens, h, t, e, ep))
+    tensors = moe_layer_tensors(shape, moe, t)
+    return dict(params=sum(tensors), fwd_flops=dense_flops - dense_mlp + moe.fwd_flops(tokens, h, t),
+                fwd_hbm_bytes=2.0 * sum(saved), saved_bytes=sum(saved), tensors=tensors, saved_tensors=saved,
+                fwd_hw_extra_flops=fwd_extra + (moe.load - 1) * routed, bwd_hw_extra_flops=bwd_extra + 2 * (moe.load - 1) * routed,
+                expert_tensors=moe.local_expert_tensors(h, t, ep), ep_all_to_all_bytes=moe.all_to_all_bytes(tokens, h, e, ep, t),
+                moe=True)
+
+
 def attention_score_bytes(shape: Shape, s: int, b: int, t: int, e: int = 2) -> int:
     """Bytes of one layer's s×s attention tensors on one of t MP ranks, as layer_saved_tensors keeps them
     without FlashAttention or selective recompute: the softmax output and, with dropout, its mask and
@@ -380,12 +430,23 @@ def attention_score_bytes(shape: Shape, s: int, b: int, t: int, e: int = 2) -> i
     return e * as2b // t + as2b // t + e * as2b // t if shape.dropout else e * as2b // t
 
 
+def active_params(model: ModelSection) -> int:
+    """Parameters one token passes through: Ψ less the routed experts it is not sent to, (E − top_k)
+    experts in each MoE block (zsim.workload.moe); Ψ for a dense model."""
+    moe = Moe.of(model)
+    if moe is None:
+        return total_params(model)
+    idle = (moe.experts - moe.top_k) * sum(moe.expert_tensors(model.hidden, moe.ffn, 1))
+    return total_params(model) - (model.layers - moe.dense_layers) * idle
+
+
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
-                   selective: bool = False) -> Workload:
+                   selective: bool = False, ep: int = 1) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
     bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
-    selective activation recompute [K22 §5]."""
+    selective activation recompute [K22 §5]; `ep`: the expert-parallel degree of a MoE model
+    (zsim.workload.moe)."""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
     t = mp
@@ -408,17 +469,24 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     fwd_extra = fwd_core - core
     bwd_extra = (2.5 * fwd_core if shape.flash else 2 * core) - 2 * core + (fwd_core if selective else 0.0)
     block_sp = _sp_collectives("block", mp_bytes) if sp else {}
+    moe = Moe.of(model)
+    moe_fields = _moe_fields(shape, moe, s, b, t, e, ep, sp, selective, block_flops, fwd_extra, bwd_extra) if moe else {}
+
+    def fields(i: int) -> dict:
+        if moe is not None and moe.is_moe(i):
+            return moe_fields
+        return dict(params=sum(tensors), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,
+                    tensors=tensors, saved_tensors=saved_tensors)
+
     block = [
         Module(
-            name=f"layer.{i}", params=sum(tensors), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved,
-            saved_bytes=block_saved,
+            name=f"layer.{i}",
             checkpoint_bytes=e * sbh // r,  # the block's input, replicated across MP [K22 §5] (split by SP)
             mp_allreduce_bytes=mp_bytes,
             # Two all-reduces in forward (after attention and after the MLP) and two in backward
             # (the 'f' operators of the column-parallel inputs) [S19 §3, Fig. 4].
             mp_allreduces_fwd=2 if t > 1 else 0, mp_allreduces_bwd=2 if t > 1 else 0, layer=i,
-            tensors=tensors, saved_tensors=saved_tensors, fwd_hw_extra_flops=fwd_extra,
-            bwd_hw_extra_flops=bwd_extra, **block_sp,
+            **{"fwd_hw_extra_flops": fwd_extra, "bwd_hw_extra_flops": bwd_extra, **fields(i)}, **block_sp,
         )
         for i in range(L)
     ]

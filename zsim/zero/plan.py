@@ -121,7 +121,8 @@ def scenario_workload(scenario: Scenario) -> Workload:
     """The workload of `scenario`: its model under its MP degree, dtype, sequence parallelism and
     recompute granularity (zsim.workload.transformer.build_workload)."""
     return build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype,
-                          sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario))
+                          sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario),
+                          ep=scenario.parallel.ep)
 
 
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
@@ -136,14 +137,32 @@ def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
 def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
     """Model-state bytes of one rank as the plan lays them out (padding included, as the runtime
     allocates them): zsim.zero.model_states with the plan's stage 1-2 pieces and stage 3 tensors."""
-    return model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
-                        scenario.precision.dtype, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
+    dense = model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
+                         scenario.precision.dtype, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
+    if not workload.expert_params_per_rank:
+        return dense
+    # a MoE model's local experts: ZeRO partitions them over the expert-data-parallel group (dp/ep ranks)
+    experts = model_states(workload.expert_params_per_rank, expert_dp(scenario), scenario.zero.stage,
+                           scenario.precision.dtype)
+    return ModelStates(params=dense.params + experts.params, grads=dense.grads + experts.grads,
+                       optimizer=dense.optimizer + experts.optimizer)
+
+
+def expert_dp(scenario: Scenario) -> int:
+    """Ranks of the expert-data-parallel group: dp / ep (Megatron-Core; DeepSpeed-MoE's expert data parallel)."""
+    return scenario.layout.dp // scenario.layout.ep
+
+
+def expert_partition(scenario: Scenario, workload: Workload) -> int:
+    """Elements of this rank's partition of its local experts' states (zsim.zero.model_states)."""
+    return stage_partition(workload.expert_params_per_rank, expert_dp(scenario), scenario.zero.stage)
 
 
 def rank_partition(scenario: Scenario, workload: Workload) -> int:
     """Elements of this rank's model-state partition (Ψ at stage 0), as rank_model_states lays it out."""
-    return stage_partition(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage, workload.tensors,
-                           rank_pieces(scenario, workload))
+    dense = stage_partition(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage, workload.tensors,
+                            rank_pieces(scenario, workload))
+    return dense + (expert_partition(scenario, workload) if workload.expert_params_per_rank else 0)
 
 
 def _md_checkpoints(z: ZeroSection) -> str:
@@ -209,7 +228,8 @@ class _StepPass:
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
         self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype,
                               arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
-                              sp=scenario.parallel.sequence_parallel)
+                              sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep)
+        self.expert_group = "edp"  # = the DP group's ranks when ep is 1
 
     # ---- naming and small helpers -------------------------------------------------------------
     def _tags(self, kind: str, name: str) -> str:
@@ -237,8 +257,15 @@ class _StepPass:
 
     def _kernels(self, m: Module, phase: str) -> KernelList:
         """The kernels module `m` launches in `phase` (zsim.compute.kernels; shared per shape and phase)."""
-        kind = "block" if m.layer is not None else m.name
+        kind = ("moe_block" if m.moe else "block") if m.layer is not None else m.name
         return module_kernels(kind, phase, self.shape)
+
+    def _all_to_alls(self, m: Module) -> None:
+        """A MoE block's dispatch and combine all-to-alls over the EP group, in line on the compute
+        stream (Megatron-Core's alltoall token dispatcher); backward runs their two mirrors."""
+        for what in ("dispatch", "combine") if m.ep_all_to_all_bytes else ():
+            self._add(name=f"all_to_all/ep.{m.name}.{what}", stream="compute", collective="all_to_all", group="ep",
+                      nbytes=m.ep_all_to_all_bytes)
 
     def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = (),
                        collectives: tuple[tuple[str, int], ...] = ()) -> None:
@@ -368,6 +395,7 @@ class _StepPass:
         op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
                        allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
         self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes, m.mp_collectives_fwd)
+        self._all_to_alls(m)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
             self._offload_out(m, op)
         return op
@@ -402,6 +430,7 @@ class _StepPass:
                        hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees,
                        kernels=self._kernels(m, "recompute"))
         self._mp_allreduces(m, m.mp_allreduces_fwd, collectives=m.mp_collectives_fwd)
+        self._all_to_alls(m)
         return op
 
     def _gather_checkpoint(self, m: Module) -> int:
@@ -466,6 +495,8 @@ class _StepPass:
         elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
             allocs.append(Alloc("grads", self.e * m.params, _full_grad_tag(m.name, self.step)))
         frees = frees + self._activation_tags(m, "act") + (work,)
+        if m.expert_params and (self.stage >= 2 or self.mb == 0):  # the local experts' gradients (_expert_grads)
+            allocs.append(Alloc("grads", self.e * m.expert_params, self._expert_grad_tag(m)))
         if self.stage == 3 and reduce:
             # Stage 3 copies each module's gradient into its bucket's buffer as soon as it is complete
             # and frees it (DeepSpeed contiguous_gradients: __add_grad_to_ipg_bucket; the runtime's
@@ -483,6 +514,9 @@ class _StepPass:
         op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
                        hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
         self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
+        self._all_to_alls(m)
+        if m.expert_params:
+            self._expert_grads(m, op, reduce)
         if reduce:
             self.bucket.append(m)
             self.bucket_elems += m.params
@@ -493,6 +527,26 @@ class _StepPass:
                 self._reduce(self.bucket, op)
                 self.bucket, self.bucket_elems = [], 0
         return op
+
+    def _expert_grads(self, m: Module, after: int, reduce: bool) -> None:
+        """A MoE block's local expert gradients: made by its backward (stages 0/1: kept, accumulated,
+        until the step; stage 2: until reduced), reduced on the reduction stream over the
+        expert-data-parallel group right after the backward that makes them: an all-reduce at stage 0,
+        a reduce-scatter at stages 1-2 (Megatron-Core's expert gradient buffers; DeepSpeed-MoE's
+        expert_data_parallel_group)."""
+        e, n = self.e, m.expert_params
+        tag = self._expert_grad_tag(m)
+        if not reduce:
+            return
+        edp = expert_dp(self.s)
+        op = "all_reduce" if self.stage == 0 else "reduce_scatter"
+        nbytes = e * (n if self.stage == 0 else padded_bucket(n, edp))
+        self.b.add(name=f"{op}/grads.experts.{m.name}", stream=self._reduction_stream(), deps=(after,),
+                   collective=op, group=self.expert_group, nbytes=nbytes, frees=(tag,) if self.stage >= 2 else (),
+                   step=self.step, micro_batch=self.mb)
+
+    def _expert_grad_tag(self, m: Module) -> str:
+        return self._tags("egrad", m.name) if self.stage >= 2 else _full_grad_tag(f"{m.name}.experts", self.step)
 
     def _reduction_stream(self) -> str:
         """The stream of the DP gradient reductions: their own ('comm') with overlap_comm; without it the
@@ -624,6 +678,8 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     e = PARAM_BYTES[dtype]
     held, transient = f"optimizer.grads_copy.s{step}", f"optimizer.grads_pieces.s{step}"
     grad_tags = tuple(_full_grad_tag(m.name, step) for m in w.modules) if z.stage <= 1 else (_partition_grad_tag(step),)
+    if z.stage <= 1:  # a MoE model's expert gradients (_StepPass._expert_grads)
+        grad_tags += tuple(_full_grad_tag(f"{m.name}.experts", step) for m in w.modules if m.expert_params)
     converted = min(elements, sub_group) if z.stage == 3 else elements
     # fp32 training holds no copy (Adam reads the gradients in place): no pass, no bytes.
     copy_bytes = (e + grads.held / max(1, converted)) * converted if grads.held else 0.0
@@ -643,6 +699,10 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
         else:
             shard_bucket = z.allgather_bucket_elements if z.constant_buffers else nd * elements
             gathers = [nd * n for n in allgather_shards(elements, nd, shard_bucket)]
+        if w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group
+            edp = expert_dp(s)
+            b.add(name="all_gather/params.experts", stream="comm", deps=(opt,), collective="all_gather", group="edp",
+                  nbytes=e * edp * expert_partition(s, w), step=step, micro_batch=last_mb)
         for j, n in enumerate(gathers):
             stage_buf = Alloc("buffers", list_collective_staging_bytes(n, e), f"ag_list.step.{j}.s{step}",
                               stream="compute")
