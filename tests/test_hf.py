@@ -34,6 +34,8 @@ PUBLISHED = {
     "qwen2-0.5b.json": 494_032_768,  # Qwen/Qwen2-0.5B (tied head)
     "llama-3.1-8b.json": 8_030_261_248,  # meta-llama/Llama-3.1-8B
     "phi-3-mini.json": 3_821_079_552,  # microsoft/Phi-3-mini-4k-instruct (untied)
+    "mistral-nemo-12b.json": 12_247_782_400,  # mistralai/Mistral-Nemo-Base-2407 (head_dim 128 × 32 ≠ 5120)
+    "gemma-7b.json": 8_537_680_896,  # google/gemma-7b (head_dim 256 × 16 ≠ 3072; tied head)
 }
 
 
@@ -145,8 +147,26 @@ def test_bad_json_unknown_type_missing_and_wrong_keys(tmp_path):
     assert "intermediate_size: expected a positive integer, got '11008'" in hf_error(tmp_path, llama)
     llama.update(intermediate_size=11008, tie_word_embeddings="no")
     assert "tie_word_embeddings: expected true or false, got 'no'" in hf_error(tmp_path, llama)
-    llama.update(tie_word_embeddings=False, head_dim=256)
-    assert "head_dim: 256 × 32 heads ≠ hidden_size 4096" in hf_error(tmp_path, llama)
+    llama.update(tie_word_embeddings=False, head_dim=0)
+    assert "head_dim: expected a positive integer, got 0" in hf_error(tmp_path, llama)
+
+
+def test_head_dim_times_heads_other_than_hidden_imports_and_prices_its_widths():
+    # Mistral-Nemo: 32 heads × 128 = 4096 ≠ hidden 5120; Q and the output projection are 4096 wide.
+    nemo = imported("mistral-nemo-12b.json")
+    assert nemo.head_dim == 128 and total_params(nemo) == PUBLISHED["mistral-nemo-12b.json"]
+    from zsim.workload.transformer import Shape, layer_tensors
+    assert layer_tensors(Shape.of(nemo))[:2] == (5120 * (4096 + 2 * 1024), 4096 * 5120)
+    assert "head_dim" not in read_hf_config(HF / "llama-2-7b.json")  # 128 × 32 = 4096: the default, not written
+    # the kernels the compute model prices do the workload's FLOPs: 2bsh(q + 2kv) + 4bs²q + 2bsqh + 6bshf
+    from zsim.compute.kernels import Shape as KShape
+    from zsim.compute.kernels import block_forward
+    from zsim.workload.transformer import layer_fwd_flops
+    small = imported("mistral-nemo-12b.json", seq_len=256, attention="standard")
+    s, h, q, kv, f = 256, 5120, 4096, 1024, 14336
+    closed = 2 * s * h * (q + 2 * kv) + 4 * s * s * q + 2 * s * q * h + 6 * s * h * f
+    assert layer_fwd_flops(Shape.of(small), s, 1) == closed
+    assert sum(k.flops for k in block_forward(KShape.of(small, 1, 131072, "bf16"))) == closed
 
 
 def test_a_config_that_is_not_text_or_not_a_file_is_refused(tmp_path):

@@ -102,6 +102,7 @@ class Shape:
     # MoE MLP on this rank (zsim.workload.moe): (experts E, local experts, tokens per local expert,
     # expert width per MP rank, shared experts' width per MP rank, top_k); None for a dense MLP
     moe: tuple[int, int, int, int, int, int] | None = None
+    d: int = 0  # head dim when the model gives one (heads·d ≠ h); 0: h / a
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
@@ -121,7 +122,8 @@ class Shape:
                      e=4 if dtype == "fp32" else 2, rotary=getattr(model, "position", "learned") == "rotary",
                      flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
                      arch=arch if attention in ("flash2", "flash3") else 0,
-                     selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep))
+                     selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep),
+                     d=getattr(model, "head_dim", None) or 0)
 
 
 def _moe_dims(model, mp: int, ep: int) -> tuple[int, int, int, int, int, int] | None:
@@ -168,7 +170,7 @@ def _linear_bwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: in
 def _block_dims(x: Shape) -> tuple[int, int, int, int, int, int]:
     """T, hn (head dim), heads per rank, QKV width per rank, MLP width per rank, score elements."""
     tokens = x.s * x.b
-    hn = x.h // x.a
+    hn = x.d or x.h // x.a
     heads = max(1, x.a // x.t)
     kv = max(1, x.kv_heads // x.t)  # GQA/MQA: K/V heads are replicated when fewer than t
     qkv = heads * hn + 2 * kv * hn
@@ -183,7 +185,7 @@ def _flash(x: Shape, phase: str, name: str) -> Kernel:
     rate for this GPU, version and sequence length (zsim.compute.flash)."""
     from zsim.compute.flash import efficiency
 
-    hn, heads = x.h // x.a, max(1, x.a // x.t)
+    hn, heads = x.d or x.h // x.a, max(1, x.a // x.t)
     return Kernel(name, "flash", m=x.s, n=max(1, x.s // 2), k=(2 if phase == "fwd" else 5) * hn, batch=x.b * heads,
                   efficiency=efficiency(x.flash, phase, x.arch, x.s))
 

@@ -9,7 +9,7 @@ modeling_<type>.py for which tensors exist); docs/models.md has the table.
             LayerNorm, biases everywhere, tie_word_embeddings (default true).
   gpt_neox  hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
             max_position_embeddings; rotary, LayerNorm, biases, untied embed_out (default false).
-  llama, mistral, qwen2, phi3
+  llama, mistral, qwen2, phi3, gemma, mixtral (+ its experts: docs/moe.md)
             hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads (default the
             heads), intermediate_size, vocab_size, max_position_embeddings; gated MLP (gate_proj,
             up_proj, down_proj whatever hidden_act is), RMSNorm, rotary, tie_word_embeddings
@@ -105,9 +105,8 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
 def _llama_family(c: _Config) -> dict[str, Any]:
     hidden, heads = c.positive("hidden_size"), c.positive("num_attention_heads")
     head_dim = c.positive("head_dim", default=None)
-    if head_dim is not None and head_dim * heads != hidden:
-        raise c.fail("head_dim", f"{head_dim} × {heads} heads ≠ hidden_size {hidden}: zsim's attention has "
-                     "head_dim = hidden / heads")
+    if head_dim is not None and head_dim * heads == hidden:
+        head_dim = None  # the default: written only where it differs (Mistral-Nemo, Gemma)
     if c.model_type == "llama":  # LlamaConfig: attention_bias on q, k, v and o; mlp_bias on the MLP
         qkv_bias, mlp_bias = c.flag("attention_bias", False), c.flag("mlp_bias", False)
         if qkv_bias and not mlp_bias:
@@ -116,16 +115,17 @@ def _llama_family(c: _Config) -> dict[str, Any]:
         bias = dict(qkv_bias=qkv_bias, linear_bias=mlp_bias)
     elif c.model_type == "qwen2":  # Qwen2Attention: bias=True on q, k, v; o_proj and the MLP without
         bias = dict(qkv_bias=True, linear_bias=False)
-    else:  # MistralAttention and MistralMLP; Phi3Attention (fused qkv_proj) and Phi3MLP (fused gate_up_proj): no biases
+    else:  # MistralAttention and MistralMLP; GemmaAttention and GemmaMLP (GeGLU: gate, up, down); Phi3Attention (fused qkv_proj) and Phi3MLP (fused gate_up_proj): no biases
         bias = dict(qkv_bias=False, linear_bias=False)
     # Phi3Config: resid_pdrop, embd_pdrop and attention_dropout (default 0.0)
     dropout_keys = ("attention_dropout", "resid_pdrop", "embd_pdrop") if c.model_type == "phi3" else ("attention_dropout",)
     return dict(layers=c.positive("num_hidden_layers"), hidden=hidden, heads=heads,
                 kv_heads=c.positive("num_key_value_heads", default=heads), vocab=c.positive("vocab_size"),
                 seq_len=c.positive("max_position_embeddings"), ffn_hidden=c.positive("intermediate_size"),
-                tied_head=c.flag("tie_word_embeddings", False), norm="rmsnorm", position="rotary",
+                # GemmaConfig ties the head to the embedding by default; the LLaMA family does not
+                tied_head=c.flag("tie_word_embeddings", c.model_type == "gemma"), norm="rmsnorm", position="rotary",
                 gated_mlp=True, dropout=any(c.rate(key, 0.0) > 0 for key in dropout_keys), attention=FLASH_DEFAULT,
-                **bias)
+                **({"head_dim": head_dim} if head_dim else {}), **bias)
 
 
 # The families trained with FlashAttention (LLaMA 2/3, Mistral, Qwen2 and every later one: their
@@ -145,7 +145,7 @@ def _mixtral(c: _Config) -> dict[str, Any]:
 
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
-    "phi3": _llama_family, "mixtral": _mixtral,
+    "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family,
 }
 
 # Mixture-of-experts types that import (mixtral) and those refused (transformers' configuration classes,
@@ -158,7 +158,6 @@ MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_exp
 # Dense types zsim does not import yet: what they have that the nearest supported family lacks
 # (transformers' modeling_<type>.py), so a refusal says what is missing.
 NEAREST = {
-    "gemma": ("llama", "head_dim × heads ≠ hidden (Gemma-7B: 256 × 16 ≠ 3072) and a tied, √h-scaled embedding"),
     "gemma2": ("llama", "head_dim × heads ≠ hidden, pre- and post-feedforward norms (four per layer) and logit soft-capping"),
     "gemma3": ("llama", "head_dim × heads ≠ hidden, QK-norm weights and four norms per layer"),
     "olmo": ("llama", "a LayerNorm without weights (OLMo's non-parametric norm)"),
@@ -175,7 +174,7 @@ NEAREST = {
 # dumped from a resolved scenario, e.g. in a trace's metadata) takes nothing from the file.
 IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
                            "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
-                           "vocab_padding", "attention", "moe"})
+                           "vocab_padding", "attention", "moe", "head_dim"})
 
 
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:

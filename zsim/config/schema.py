@@ -126,6 +126,9 @@ class ModelSection(Section, kw_only=True):
     vocab_padding: Annotated[int, Meta(gt=0, le=MAX_VOCAB, description=(
         "pad vocab to a multiple of vocab_padding × mp (Megatron-LM make_vocab_size_divisible_by); default "
         "128, or 1 with from_hf (the checkpoint's vocabulary, padded only as far as MP needs)"))] | None = None
+    head_dim: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description=(
+        "attention head width d; default hidden / heads (Gemma, Mistral-Nemo: heads × head_dim ≠ hidden, "
+        "Q and the output projection are heads·head_dim wide)"))] | None = None
     dropout: Annotated[bool, Meta(description=(
         "dropout on the attention probabilities and the residual branches, whose masks backward keeps "
         "(Korthikanti et al. 2022); false for models trained without (LLaMA, Mistral, Qwen2, GPT-NeoX-20B)"))] = True
@@ -144,14 +147,15 @@ class ModelSection(Section, kw_only=True):
 
     def __post_init__(self) -> None:  # shape is consistent
         super().__post_init__()
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads} (or give head_dim)")
         if self.kv_heads is not None and (self.kv_heads > self.heads or self.heads % self.kv_heads):
             raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads} (each KV head serves "
                              "heads / kv_heads query heads)")
-        if self.position == "rotary" and (self.hidden // self.heads) % 2:
-            raise ValueError(f"rotary positions rotate pairs of a head's dimensions, but hidden {self.hidden} / "
-                             f"heads {self.heads} = {self.hidden // self.heads} is odd")
+        d = self.head_dim or self.hidden // self.heads
+        if self.position == "rotary" and d % 2:
+            what = f"head_dim {d}" if self.head_dim else f"hidden {self.hidden} / heads {self.heads} = {d}"
+            raise ValueError(f"rotary positions rotate pairs of a head's dimensions, but {what} is odd")
         if self.position == "rotary" and self.max_positions is not None:
             raise ValueError(f"max_positions {self.max_positions} sizes a learned position table, but position "
                              "is rotary (no table)")

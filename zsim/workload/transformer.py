@@ -56,6 +56,7 @@ class Shape:
     tied_head: bool  # the LM head reuses the word embedding
     dropout: bool = True  # dropout on attention probabilities and residual branches (K22 saves its masks)
     attention: str = "standard"  # "standard" (s×s scores kept) or "flash2"/"flash3" (FlashAttention) [D23]
+    head_width: int = 0  # d when given (heads·d ≠ h: Gemma, Mistral-Nemo); 0: h / a
 
     @classmethod
     def of(cls, model: ModelSection) -> Shape:
@@ -67,6 +68,7 @@ class Shape:
             position=model.position,
             positions=0 if model.position == "rotary" else (model.max_positions or model.seq_len),
             tied_head=model.tied_head, dropout=model.dropout, attention=model.attention,
+            head_width=model.head_dim or 0,
         )
 
     @classmethod
@@ -78,8 +80,14 @@ class Shape:
 
     @property
     def head_dim(self) -> int:
-        """d = h / a."""
-        return self.hidden // self.heads
+        """d: h / a, or the model's head_dim."""
+        return self.head_width or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of Q, of the attention's output and of the output projection's input: a·d (h unless
+        head_dim says otherwise)."""
+        return self.heads * self.head_dim
 
     @property
     def flash(self) -> bool:
@@ -244,12 +252,12 @@ def layer_tensors(shape: Shape, t: int = 1) -> tuple[int, ...]:
     MLP linear_fc1 h × f (h × 2f when gated: gate and up fused [MC]) and bias, linear_fc2 f × h and
     bias, two norms. Under MP [S19 §3] QKV and fc1 are column-parallel (weights and biases split), the
     output projection and fc2 row-parallel (weights split, biases whole), norms replicated."""
-    h, f, kv = shape.hidden, shape.ffn, shape.kv_dim
-    qkv, fc1 = h + 2 * kv, (2 if shape.gated else 1) * f
-    assert (h * qkv) % t == 0 and qkv % t == 0 and f % t == 0 and (h * h) % t == 0, "checked by mp_problems"
+    h, f, kv, q = shape.hidden, shape.ffn, shape.kv_dim, shape.q_dim
+    qkv, fc1 = q + 2 * kv, (2 if shape.gated else 1) * f
+    assert (h * qkv) % t == 0 and qkv % t == 0 and f % t == 0 and (h * q) % t == 0, "checked by mp_problems"
     qkv_b, row_b, fc1_b = (qkv // t,) if shape.qkv_bias else (), (h,) if shape.linear_bias else (), \
         (fc1 // t,) if shape.linear_bias else ()
-    return (h * qkv // t, *qkv_b, h * h // t, *row_b, h * fc1 // t, *fc1_b, f * h // t, *row_b,
+    return (h * qkv // t, *qkv_b, q * h // t, *row_b, h * fc1 // t, *fc1_b, f * h // t, *row_b,
             *shape.norm_tensors, *shape.norm_tensors)
 
 
@@ -309,6 +317,7 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     """
     h, a, f = shape.hidden, shape.heads, shape.ffn
     sbh, sbf, as2b = s * b * h, s * b * f, a * s * s * b
+    sbq = s * b * shape.q_dim  # Q, repeated K and V, the attention's output: a·d wide (= sbh unless head_dim)
     r = t if sp else 1  # what MP replicates, SP splits
     inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
     if mlp_inner is not None:
@@ -316,12 +325,12 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     attention = [e * sbh // r, e * sbh // r]
     if shape.flash:
         kv = e * s * b * shape.kv_dim // t
-        attention += [e * sbh // t, kv, kv, *(() if selective else (4 * a * s * b // t,)), e * sbh // t]
+        attention += [e * sbq // t, kv, kv, *(() if selective else (4 * a * s * b // t,)), e * sbq // t]
     else:
-        attention.append(2 * e * sbh // t)
+        attention.append(2 * e * sbq // t)
         if not selective:  # the softmax output; with dropout, its mask and the dropout's output
             attention += [e * as2b // t, as2b // t, e * as2b // t] if shape.dropout else [e * as2b // t]
-        attention += [e * sbh // t, e * sbh // t]
+        attention += [e * sbq // t, e * sbq // t]
     masks = (sbh // r,) if shape.dropout else ()
     return (*attention, *masks, e * sbh // r, e * sbh // r, *inner, *masks)
 
@@ -343,9 +352,9 @@ def layer_fwd_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
     """Forward FLOPs of one block on one of t MP ranks: 2 FLOPs per multiply-add of each GEMM [N21 §5.1].
     QKV 2bsh(h + 2·kv_dim) [A23], QKᵀ and attention·V 4bs²h, output projection 2bsh², MLP 4bshf, or
     6bshf gated (three h×f matmuls [T23]). The GPT shape gives N21's 24bsh² + 4bs²h."""
-    h, f, kv = shape.hidden, shape.ffn, shape.kv_dim
+    h, f, kv, q = shape.hidden, shape.ffn, shape.kv_dim, shape.q_dim
     mlp = (3 if shape.gated else 2) * 2 * b * s * h * f
-    return (2 * b * s * h * (h + 2 * kv) + 4 * b * s * s * h + 2 * b * s * h * h + mlp) / t
+    return (2 * b * s * h * (q + 2 * kv) + 4 * b * s * s * q + 2 * b * s * q * h + mlp) / t
 
 
 def loss_work_tensors(tokens: int, vocab: int, t: int, e: int) -> tuple[int, ...]:
@@ -398,8 +407,8 @@ def _sp_collectives(kind: str, nbytes: int) -> dict:
 
 
 def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
-    """Forward FLOPs of QKᵀ and attention·V on one of t MP ranks: 4bs²h/t [N21 §5.1]."""
-    return 4 * b * s * s * shape.hidden / t
+    """Forward FLOPs of QKᵀ and attention·V on one of t MP ranks: 4bs²h/t [N21 §5.1] (4bs²·a·d)."""
+    return 4 * b * s * s * shape.q_dim / t
 
 
 def _moe_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep: int, sp: bool, selective: bool,
