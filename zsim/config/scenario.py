@@ -307,12 +307,14 @@ def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     cap = cluster.gpu.memory_bytes
 
     def states_at(stage: int):  # closed form: a huge `layers` is not expanded layer by layer (issue 13)
-        return model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype)
+        return model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype,
+                                        spec.parallel.ep)
 
     states = states_at(spec.zero.stage)
     if states.total <= cap:
         return
-    fitting = [st for st in (1, 2, 3) if states_at(st).total <= cap]
+    stages = (1, 2) if spec.model.moe is not None else (1, 2, 3)  # MoE with stage 3 is refused (_check_moe)
+    fitting = [st for st in stages if states_at(st).total <= cap]
     advice = f"ZeRO stage {fitting[0]} would need {states_at(fitting[0]).total / 1e9:.1f} GB" \
              if fitting and fitting[0] > spec.zero.stage else "more GPUs (dp) or more model parallelism (mp) are needed"
     raise fail("zero.stage", f"{spec.zero.stage}: the model does not fit: model states alone need "
