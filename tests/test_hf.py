@@ -34,6 +34,10 @@ PUBLISHED = {
     "qwen2-0.5b.json": 494_032_768,  # Qwen/Qwen2-0.5B (tied head)
     "llama-3.1-8b.json": 8_030_261_248,  # meta-llama/Llama-3.1-8B
     "phi-3-mini.json": 3_821_079_552,  # microsoft/Phi-3-mini-4k-instruct (untied)
+}
+# heads × head_dim ≠ hidden: the simulator's counts (the runtime's GPT model has d = h / a:
+# tests/runtime/test_shapes.py checks PUBLISHED only)
+PUBLISHED_HEAD_DIM = {
     "mistral-nemo-12b.json": 12_247_782_400,  # mistralai/Mistral-Nemo-Base-2407 (head_dim 128 × 32 ≠ 5120)
     "gemma-7b.json": 8_537_680_896,  # google/gemma-7b (head_dim 256 × 16 ≠ 3072; tied head)
 }
@@ -154,7 +158,9 @@ def test_bad_json_unknown_type_missing_and_wrong_keys(tmp_path):
 def test_head_dim_times_heads_other_than_hidden_imports_and_prices_its_widths():
     # Mistral-Nemo: 32 heads × 128 = 4096 ≠ hidden 5120; Q and the output projection are 4096 wide.
     nemo = imported("mistral-nemo-12b.json")
-    assert nemo.head_dim == 128 and total_params(nemo) == PUBLISHED["mistral-nemo-12b.json"]
+    assert nemo.head_dim == 128 and total_params(nemo) == PUBLISHED_HEAD_DIM["mistral-nemo-12b.json"]
+    gemma = imported("gemma-7b.json")
+    assert gemma.head_dim == 256 and gemma.tied_head and total_params(gemma) == PUBLISHED_HEAD_DIM["gemma-7b.json"]
     from zsim.workload.transformer import Shape, layer_tensors
     assert layer_tensors(Shape.of(nemo))[:2] == (5120 * (4096 + 2 * 1024), 4096 * 5120)
     assert "head_dim" not in read_hf_config(HF / "llama-2-7b.json")  # 128 × 32 = 4096: the default, not written
