@@ -35,12 +35,19 @@ PUBLISHED = {
     "llama-3.1-8b.json": 8_030_261_248,  # meta-llama/Llama-3.1-8B
     "phi-3-mini.json": 3_821_079_552,  # microsoft/Phi-3-mini-4k-instruct (untied)
 }
-# heads × head_dim ≠ hidden: the simulator's counts (the runtime's GPT model has d = h / a:
-# tests/runtime/test_shapes.py checks PUBLISHED only)
-PUBLISHED_HEAD_DIM = {
+# Shapes the runtime's GPT does not build (heads × head_dim ≠ hidden; OLMo's norm without weights; OPT's
+# offset position rows): the simulator's counts only (tests/runtime/test_shapes.py checks PUBLISHED).
+PUBLISHED_SIMULATOR_ONLY = {
     "mistral-nemo-12b.json": 12_247_782_400,  # mistralai/Mistral-Nemo-Base-2407 (head_dim 128 × 32 ≠ 5120)
     "gemma-7b.json": 8_537_680_896,  # google/gemma-7b (head_dim 256 × 16 ≠ 3072; tied head)
+    "olmo-7b.json": 6_888_095_744,  # allenai/OLMo-7B-hf (no norm parameters)
+    "opt-1.3b.json": 1_315_758_080,  # facebook/opt-1.3b (2050 position rows; tied head)
 }
+
+
+@pytest.mark.parametrize("name, count", PUBLISHED_SIMULATOR_ONLY.items())
+def test_simulator_only_families_match_the_released_checkpoint(name, count):
+    assert total_params(imported(name)) == count
 
 
 def imported(name: str, **keys) -> ModelSection:
@@ -158,9 +165,9 @@ def test_bad_json_unknown_type_missing_and_wrong_keys(tmp_path):
 def test_head_dim_times_heads_other_than_hidden_imports_and_prices_its_widths():
     # Mistral-Nemo: 32 heads × 128 = 4096 ≠ hidden 5120; Q and the output projection are 4096 wide.
     nemo = imported("mistral-nemo-12b.json")
-    assert nemo.head_dim == 128 and total_params(nemo) == PUBLISHED_HEAD_DIM["mistral-nemo-12b.json"]
+    assert nemo.head_dim == 128 and total_params(nemo) == PUBLISHED_SIMULATOR_ONLY["mistral-nemo-12b.json"]
     gemma = imported("gemma-7b.json")
-    assert gemma.head_dim == 256 and gemma.tied_head and total_params(gemma) == PUBLISHED_HEAD_DIM["gemma-7b.json"]
+    assert gemma.head_dim == 256 and gemma.tied_head and total_params(gemma) == PUBLISHED_SIMULATOR_ONLY["gemma-7b.json"]
     from zsim.workload.transformer import Shape, layer_tensors
     assert layer_tensors(Shape.of(nemo))[:2] == (5120 * (4096 + 2 * 1024), 4096 * 5120)
     assert "head_dim" not in read_hf_config(HF / "llama-2-7b.json")  # 128 × 32 = 4096: the default, not written
@@ -245,3 +252,15 @@ def test_a_dense_family_not_imported_names_the_nearest_and_what_it_lacks(tmp_pat
     falcon.write_text('{"model_type": "falcon", "hidden_size": 4544}')
     with pytest.raises(ConfigError, match="nearest supported family gpt_neox, which lacks multi-query"):
         read_hf_config(falcon)
+
+
+def test_opt_variants_zsim_does_not_model_are_refused(tmp_path):
+    opt = json.loads((HF / "opt-1.3b.json").read_text())
+    for key, value, words in (("word_embed_proj_dim", 512, "project_in/project_out"),
+                              ("do_layer_norm_before", False, "post-LayerNorm")):
+        with pytest.raises(ConfigError, match=words) as err:
+            path = tmp_path / f"{key}.json"
+            path.write_text(json.dumps({**opt, key: value}))
+            read_hf_config(path)
+        assert err.value.path == key
+    assert imported("opt-1.3b.json").max_positions == 2050 and imported("olmo-7b.json").norm == "nonparametric"

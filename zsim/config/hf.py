@@ -85,6 +85,35 @@ def _gpt2(c: _Config) -> dict[str, Any]:
     return keys | ({"ffn_hidden": inner} if inner else {})
 
 
+def _opt(c: _Config) -> dict[str, Any]:
+    # OPTConfig / modeling_opt.py: a GPT shape with ReLU (ffn_dim wide, biases everywhere: enable_bias),
+    # a learned position table of max_position_embeddings + 2 rows (OPTLearnedPositionalEmbedding's
+    # offset of 2), pre-LayerNorm and a final LayerNorm, the head tied to the embedding.
+    hidden = c.positive("hidden_size")
+    if c.positive("word_embed_proj_dim", default=hidden) != hidden:
+        raise c.fail("word_embed_proj_dim", "≠ hidden_size adds project_in/project_out matrices (OPT-350m) that zsim "
+                     "does not model")
+    if not c.flag("do_layer_norm_before", True):
+        raise c.fail("do_layer_norm_before", "false (post-LayerNorm, no final norm: OPT-350m) is not modelled")
+    if not c.flag("enable_bias", True):
+        raise c.fail("enable_bias", "false is not modelled (zsim's GPT shape has the OPT biases)")
+    positions = c.positive("max_position_embeddings")
+    dropout = any(c.rate(key, 0.1) > 0 for key in ("dropout", "attention_dropout"))
+    return dict(layers=c.positive("num_hidden_layers"), hidden=hidden, heads=c.positive("num_attention_heads"),
+                vocab=c.positive("vocab_size"), seq_len=positions, max_positions=positions + 2,
+                ffn_hidden=c.positive("ffn_dim"), tied_head=c.flag("tie_word_embeddings", True), norm="layernorm",
+                position="learned", gated_mlp=False, linear_bias=True, dropout=dropout)
+
+
+def _olmo(c: _Config) -> dict[str, Any]:
+    # OlmoConfig / modeling_olmo.py: the LLaMA layout (SwiGLU, rotary, no biases unless attention_bias)
+    # with OlmoLayerNorm, a LayerNorm without weight or bias (Groeneveld et al. 2024, "OLMo", §2.1).
+    if c.flag("attention_bias", False):
+        raise c.fail("attention_bias", "true is not modelled for olmo")
+    keys = _llama_family(c)
+    return keys | {"norm": "nonparametric"}
+
+
 def _gpt_neox(c: _Config) -> dict[str, Any]:
     # GPTNeoXConfig: attention_bias (default true) covers query_key_value and dense; the MLP always has
     # biases. zsim's linear_bias covers dense and the MLP together, so they must agree.
@@ -145,7 +174,7 @@ def _mixtral(c: _Config) -> dict[str, Any]:
 
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
-    "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family,
+    "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family, "olmo": _olmo, "opt": _opt,
 }
 
 # Mixture-of-experts types that import (mixtral) and those refused (transformers' configuration classes,
@@ -160,11 +189,8 @@ MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_exp
 NEAREST = {
     "gemma2": ("llama", "head_dim × heads ≠ hidden, pre- and post-feedforward norms (four per layer) and logit soft-capping"),
     "gemma3": ("llama", "head_dim × heads ≠ hidden, QK-norm weights and four norms per layer"),
-    "olmo": ("llama", "a LayerNorm without weights (OLMo's non-parametric norm)"),
     "olmo2": ("llama", "QK-norm weights on q and k"),
     "falcon": ("gpt_neox", "multi-query attention beside a parallel MLP, one LayerNorm per layer (7B) or two (40B)"),
-    "opt": ("gpt2", "a ReLU MLP, a learned position table of max_position_embeddings + 2 rows, and project_in/out "
-            "where word_embed_proj_dim ≠ hidden_size (OPT-350m)"),
     "bloom": ("gpt2", "ALiBi positions (no table) and a LayerNorm after the word embedding"),
     "phi": ("gpt_neox", "a parallel attention and MLP block with one LayerNorm, partial rotary"),
 }

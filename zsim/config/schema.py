@@ -117,8 +117,9 @@ class ModelSection(Section, kw_only=True):
         "biases on the attention output projection and the MLP's linears (false for LLaMA, Mistral, Qwen2)"))] = True
     qkv_bias: Annotated[bool, Meta(description=(
         "biases on the Q, K and V projections; default linear_bias (Qwen2: true while linear_bias is false)"))] | None = None
-    norm: Annotated[Literal["layernorm", "rmsnorm"], Meta(description=(
-        "layernorm: weight and bias (2h per norm); rmsnorm: weight only (h)"))] = "layernorm"
+    norm: Annotated[Literal["layernorm", "rmsnorm", "nonparametric"], Meta(description=(
+        "layernorm: weight and bias (2h per norm); rmsnorm: weight only (h); nonparametric: a LayerNorm "
+        "without weight or bias (OLMo-1)"))] = "layernorm"
     position: Annotated[Literal["learned", "rotary"], Meta(description=(
         "learned: a table of max_positions × hidden parameters; rotary: RoPE, no parameters"))] = "learned"
     max_positions: Annotated[int, Meta(gt=0, le=MAX_SEQ, description=(

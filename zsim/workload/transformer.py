@@ -50,7 +50,7 @@ class Shape:
     gated: bool  # gated (SwiGLU) MLP: gate and up h×f, down f×h [T23]
     linear_bias: bool  # biases on the attention output and MLP linears
     qkv_bias: bool  # biases on Q, K, V
-    norm: str  # "layernorm" (weight + bias) or "rmsnorm" (weight)
+    norm: str  # "layernorm" (weight + bias), "rmsnorm" (weight) or "nonparametric" (none: OLMo-1)
     position: str  # "learned" or "rotary"
     positions: int  # rows of the learned position table (0 when rotary)
     tied_head: bool  # the LM head reuses the word embedding
@@ -102,6 +102,8 @@ class Shape:
     @property
     def norm_tensors(self) -> tuple[int, ...]:
         """One norm's parameter tensors: LayerNorm's weight and bias, RMSNorm's weight [T23]."""
+        if self.norm == "nonparametric":  # OLMo's LayerNorm without affine parameters (Groeneveld et al. 2024 §2.1)
+            return ()
         return (self.hidden, self.hidden) if self.norm == "layernorm" else (self.hidden,)
 
     @property
