@@ -42,6 +42,7 @@ PUBLISHED_SIMULATOR_ONLY = {
     "gemma-7b.json": 8_537_680_896,  # google/gemma-7b (head_dim 256 × 16 ≠ 3072; tied head)
     "olmo-7b.json": 6_888_095_744,  # allenai/OLMo-7B-hf (no norm parameters)
     "opt-1.3b.json": 1_315_758_080,  # facebook/opt-1.3b (2050 position rows; tied head)
+    "bloom-560m.json": 559_214_592,  # bigscience/bloom-560m (ALiBi, embedding LayerNorm; tied head)
 }
 
 

@@ -95,6 +95,8 @@ class Shape:
     qkv_bias: bool
     e: int  # activation element bytes
     rotary: bool = False  # rotary position embedding on Q and K instead of a learned table
+    alibi: bool = False  # ALiBi: no position table (its score bias rides the mask kernels)
+    embedding_norm: bool = False  # a LayerNorm after the word embedding (BLOOM)
     flash: int = 0  # FlashAttention version (2, 3), 0 for the unfused attention
     arch: int = 0  # the GPU's compute capability (FlashAttention's speed depends on it)
     selective: bool = False  # selective recompute of the attention core in backward
@@ -120,6 +122,8 @@ class Shape:
                      gated=bool(getattr(model, "gated_mlp", False)), linear_bias=bool(linear_bias),
                      qkv_bias=bool(linear_bias if qkv_bias is None else qkv_bias),
                      e=4 if dtype == "fp32" else 2, rotary=getattr(model, "position", "learned") == "rotary",
+                     alibi=getattr(model, "position", "learned") == "alibi",
+                     embedding_norm=bool(getattr(model, "embedding_norm", False)),
                      flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
                      arch=arch if attention in ("flash2", "flash3") else 0,
                      selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep),
@@ -291,8 +295,10 @@ def embed_forward(x: Shape) -> tuple[Kernel, ...]:
     rows), position embedding, their sum, dropout (mpu/layers.py VocabParallelEmbedding)."""
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
     ks = [_mem("embed.mask_ids", 8 * 4 * T, count=4), _mem("embed.word", 2 * e * th), _mem("embed.zero_masked", 2 * e * th)]
-    if not x.rotary:  # a learned position table: gather and add
+    if not x.rotary and not x.alibi:  # a learned position table: gather and add
         ks += [_mem("embed.position", 2 * e * th), _mem("embed.add", 3 * e * th)]
+    if x.embedding_norm:
+        ks.append(_mem("embed.layernorm", 2 * e * th))
     return tuple(ks + [_mem("embed.dropout", (2 * e + 1) * (th // x.t if x.sp else th))])
 
 
@@ -302,7 +308,9 @@ def embed_backward(x: Shape) -> tuple[Kernel, ...]:
     th, e = x.s * x.b * x.h, x.e
     ks = [_mem("embed.dropout.bwd", (2 * e + 1) * th), _mem("embed.mask.bwd", 2 * e * th),
           _mem("embed.word.zero_grad", e * x.v // x.t * x.h), _mem("embed.word.scatter_add", 3 * e * th)]
-    if not x.rotary:
+    if x.embedding_norm:
+        ks.insert(1, _mem("embed.layernorm.bwd", 5 * e * th, count=2))
+    if not x.rotary and not x.alibi:
         ks += [_mem("embed.position.zero_grad", e * x.s * x.h), _mem("embed.position.scatter_add", 3 * e * th)]
     return tuple(ks)
 

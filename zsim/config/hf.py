@@ -114,6 +114,19 @@ def _olmo(c: _Config) -> dict[str, Any]:
     return keys | {"norm": "nonparametric"}
 
 
+def _bloom(c: _Config) -> dict[str, Any]:
+    # BloomConfig / modeling_bloom.py: ALiBi (no position table), word_embeddings_layernorm after the
+    # embedding, LayerNorm, biases everywhere, a 4h GeLU MLP, the head tied to the embedding. No
+    # max_position_embeddings (ALiBi): seq_len defaults to `seq_length` or BLOOM's 2048 (Scao et al.
+    # 2022 §3.3).
+    dropout = any(c.rate(key, 0.0) > 0 for key in ("hidden_dropout", "attention_dropout"))
+    return dict(layers=c.positive("n_layer", "num_hidden_layers"), hidden=c.positive("hidden_size", "n_embed"),
+                heads=c.positive("n_head", "num_attention_heads"), vocab=c.positive("vocab_size"),
+                seq_len=c.positive("seq_length", default=2048), tied_head=c.flag("tie_word_embeddings", True),
+                norm="layernorm", position="alibi", embedding_norm=True, gated_mlp=False, linear_bias=True,
+                dropout=dropout)
+
+
 def _gpt_neox(c: _Config) -> dict[str, Any]:
     # GPTNeoXConfig: attention_bias (default true) covers query_key_value and dense; the MLP always has
     # biases. zsim's linear_bias covers dense and the MLP together, so they must agree.
@@ -174,7 +187,7 @@ def _mixtral(c: _Config) -> dict[str, Any]:
 
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
-    "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family, "olmo": _olmo, "opt": _opt,
+    "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family, "olmo": _olmo, "opt": _opt, "bloom": _bloom,
 }
 
 # Mixture-of-experts types that import (mixtral) and those refused (transformers' configuration classes,
@@ -191,7 +204,6 @@ NEAREST = {
     "gemma3": ("llama", "head_dim × heads ≠ hidden, QK-norm weights and four norms per layer"),
     "olmo2": ("llama", "QK-norm weights on q and k"),
     "falcon": ("gpt_neox", "multi-query attention beside a parallel MLP, one LayerNorm per layer (7B) or two (40B)"),
-    "bloom": ("gpt2", "ALiBi positions (no table) and a LayerNorm after the word embedding"),
     "phi": ("gpt_neox", "a parallel attention and MLP block with one LayerNorm, partial rotary"),
 }
 
@@ -200,7 +212,7 @@ NEAREST = {
 # dumped from a resolved scenario, e.g. in a trace's metadata) takes nothing from the file.
 IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
                            "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
-                           "vocab_padding", "attention", "moe", "head_dim"})
+                           "vocab_padding", "attention", "moe", "head_dim", "embedding_norm"})
 
 
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:

@@ -120,8 +120,11 @@ class ModelSection(Section, kw_only=True):
     norm: Annotated[Literal["layernorm", "rmsnorm", "nonparametric"], Meta(description=(
         "layernorm: weight and bias (2h per norm); rmsnorm: weight only (h); nonparametric: a LayerNorm "
         "without weight or bias (OLMo-1)"))] = "layernorm"
-    position: Annotated[Literal["learned", "rotary"], Meta(description=(
-        "learned: a table of max_positions × hidden parameters; rotary: RoPE, no parameters"))] = "learned"
+    position: Annotated[Literal["learned", "rotary", "alibi"], Meta(description=(
+        "learned: a table of max_positions × hidden parameters; rotary: RoPE, no parameters; alibi: ALiBi "
+        "(Press et al. 2022; BLOOM), a bias on the attention scores, no parameters"))] = "learned"
+    embedding_norm: Annotated[bool, Meta(description=(
+        "a LayerNorm after the word embedding (BLOOM's word_embeddings_layernorm: 2h parameters)"))] = False
     max_positions: Annotated[int, Meta(gt=0, le=MAX_SEQ, description=(
         "rows of the learned position table (HF n_positions); default seq_len"))] | None = None
     vocab_padding: Annotated[int, Meta(gt=0, le=MAX_VOCAB, description=(
@@ -157,6 +160,9 @@ class ModelSection(Section, kw_only=True):
         if self.position == "rotary" and d % 2:
             what = f"head_dim {d}" if self.head_dim else f"hidden {self.hidden} / heads {self.heads} = {d}"
             raise ValueError(f"rotary positions rotate pairs of a head's dimensions, but {what} is odd")
+        if self.position == "alibi" and self.max_positions is not None:
+            raise ValueError(f"max_positions {self.max_positions} sizes a learned position table, but position "
+                             "is alibi (no table)")
         if self.position == "rotary" and self.max_positions is not None:
             raise ValueError(f"max_positions {self.max_positions} sizes a learned position table, but position "
                              "is rotary (no table)")

@@ -63,7 +63,8 @@ def _shape(m: dict[str, Any]) -> str:
     parts = [f"{'SwiGLU' if m.get('gated_mlp') else 'MLP'} {m['ffn_hidden']}" if m.get("ffn_hidden") else
              ("SwiGLU" if m.get("gated_mlp") else ""),
              f"{m['kv_heads']} KV heads" if m.get("kv_heads") not in (None, m["heads"]) else "",
-             {"rmsnorm": "RMSNorm", "nonparametric": "LayerNorm without weights"}.get(m.get("norm"), ""), "rotary" if m.get("position") == "rotary" else "",
+             {"rmsnorm": "RMSNorm", "nonparametric": "LayerNorm without weights"}.get(m.get("norm"), ""), {"rotary": "rotary", "alibi": "ALiBi"}.get(m.get("position"), ""),
+             "embedding LayerNorm" if m.get("embedding_norm") else "",
              "untied head" if m.get("tied_head") is False else "",
              (f"MoE {m['moe']['experts']} experts top {m['moe']['top_k']}"
               + (f" + {m['moe']['shared_experts']} shared" if m["moe"].get("shared_experts") else "")

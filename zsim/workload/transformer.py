@@ -51,8 +51,8 @@ class Shape:
     linear_bias: bool  # biases on the attention output and MLP linears
     qkv_bias: bool  # biases on Q, K, V
     norm: str  # "layernorm" (weight + bias), "rmsnorm" (weight) or "nonparametric" (none: OLMo-1)
-    position: str  # "learned" or "rotary"
-    positions: int  # rows of the learned position table (0 when rotary)
+    position: str  # "learned", "rotary" or "alibi"
+    positions: int  # rows of the learned position table (0 when rotary or alibi)
     tied_head: bool  # the LM head reuses the word embedding
     dropout: bool = True  # dropout on attention probabilities and residual branches (K22 saves its masks)
     attention: str = "standard"  # "standard" (s×s scores kept) or "flash2"/"flash3" (FlashAttention) [D23]
@@ -66,7 +66,7 @@ class Shape:
             ffn=model.ffn_hidden or 4 * h, gated=model.gated_mlp, linear_bias=model.linear_bias,
             qkv_bias=model.linear_bias if model.qkv_bias is None else model.qkv_bias, norm=model.norm,
             position=model.position,
-            positions=0 if model.position == "rotary" else (model.max_positions or model.seq_len),
+            positions=0 if model.position in ("rotary", "alibi") else (model.max_positions or model.seq_len),
             tied_head=model.tied_head, dropout=model.dropout, attention=model.attention,
             head_width=model.head_dim or 0,
         )
@@ -383,7 +383,8 @@ def total_params(model: ModelSection, vocab: int | None = None) -> int:
     else:  # dense_layers dense blocks, then MoE blocks holding all E experts (zsim.workload.moe)
         moe_block = sum(moe_layer_tensors(shape, moe)) + sum(moe.expert_tensors(h, moe.ffn, 1)) * moe.experts
         blocks = moe.dense_layers * shape.layer_params + (model.layers - moe.dense_layers) * moe_block
-    return blocks + v * h + head + shape.positions * h + sum(shape.norm_tensors)
+    embed_norm = 2 * h if getattr(model, "embedding_norm", False) else 0  # BLOOM's word_embeddings_layernorm
+    return blocks + v * h + head + shape.positions * h + sum(shape.norm_tensors) + embed_norm
 
 
 # Sequence parallelism's MP collectives per module [K22 §4.2.2, Fig. 5; Megatron-Core
@@ -502,9 +503,12 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         for i in range(L)
     ]
     # Vocab-parallel word embedding (V/t rows) + replicated learned position table [S19 §3]; a rotary
-    # model has no position parameters [T23].
+    # or ALiBi model has no position parameters [T23]; BLOOM's LayerNorm after the embedding (weight and
+    # bias, replicated) saves its input (Scao et al. 2022, "BLOOM", §3.2.2 "Embedding LayerNorm").
     embed_tensors = (v * h // t, shape.positions * h) if shape.positions else (v * h // t,)
-    embed_saved = (sbh // r,) if shape.dropout else ()  # dropout mask, 1 byte per element [K22 §4.3]
+    embed_norm = getattr(model, "embedding_norm", False)
+    embed_tensors += (h, h) if embed_norm else ()
+    embed_saved = ((e * sbh,) if embed_norm else ()) + ((sbh // r,) if shape.dropout else ())  # + dropout mask [K22 §4.3]
     embed = Module(
         name="embed", params=sum(embed_tensors), fwd_flops=0.0, fwd_hbm_bytes=2.0 * 2 * sbh,
         saved_bytes=sum(embed_saved),
