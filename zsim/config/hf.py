@@ -200,9 +200,9 @@ MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_exp
 # Dense types zsim does not import yet: what they have that the nearest supported family lacks
 # (transformers' modeling_<type>.py), so a refusal says what is missing.
 NEAREST = {
-    "gemma2": ("llama", "head_dim × heads ≠ hidden, pre- and post-feedforward norms (four per layer) and logit soft-capping"),
-    "gemma3": ("llama", "head_dim × heads ≠ hidden, QK-norm weights and four norms per layer"),
-    "olmo2": ("llama", "QK-norm weights on q and k"),
+    "gemma2": ("gemma", "pre- and post-feedforward norms (four per layer) and logit soft-capping"),
+    "gemma3": ("gemma", "QK-norm weights and four norms per layer"),
+    "olmo2": ("olmo", "QK-norm weights on q and k, and RMSNorm weights"),
     "falcon": ("gpt_neox", "multi-query attention beside a parallel MLP, one LayerNorm per layer (7B) or two (40B)"),
     "phi": ("gpt_neox", "a parallel attention and MLP block with one LayerNorm, partial rotary"),
 }
