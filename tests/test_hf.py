@@ -32,7 +32,23 @@ PUBLISHED = {
     "gpt-neox-20b.json": 20_554_567_680,  # EleutherAI/gpt-neox-20b
     "qwen2-7b.json": 7_615_616_512,  # Qwen/Qwen2-7B (the same shape as Qwen2.5-7B)
     "qwen2-0.5b.json": 494_032_768,  # Qwen/Qwen2-0.5B (tied head)
+    "llama-3.1-8b.json": 8_030_261_248,  # meta-llama/Llama-3.1-8B
+    "phi-3-mini.json": 3_821_079_552,  # microsoft/Phi-3-mini-4k-instruct (untied)
 }
+# Shapes the runtime's GPT does not build (heads × head_dim ≠ hidden; OLMo's norm without weights; OPT's
+# offset position rows): the simulator's counts only (tests/runtime/test_shapes.py checks PUBLISHED).
+PUBLISHED_SIMULATOR_ONLY = {
+    "mistral-nemo-12b.json": 12_247_782_400,  # mistralai/Mistral-Nemo-Base-2407 (head_dim 128 × 32 ≠ 5120)
+    "gemma-7b.json": 8_537_680_896,  # google/gemma-7b (head_dim 256 × 16 ≠ 3072; tied head)
+    "olmo-7b.json": 6_888_095_744,  # allenai/OLMo-7B-hf (no norm parameters)
+    "opt-1.3b.json": 1_315_758_080,  # facebook/opt-1.3b (2050 position rows; tied head)
+    "bloom-560m.json": 559_214_592,  # bigscience/bloom-560m (ALiBi, embedding LayerNorm; tied head)
+}
+
+
+@pytest.mark.parametrize("name, count", PUBLISHED_SIMULATOR_ONLY.items())
+def test_simulator_only_families_match_the_released_checkpoint(name, count):
+    assert total_params(imported(name)) == count
 
 
 def imported(name: str, **keys) -> ModelSection:
@@ -143,8 +159,28 @@ def test_bad_json_unknown_type_missing_and_wrong_keys(tmp_path):
     assert "intermediate_size: expected a positive integer, got '11008'" in hf_error(tmp_path, llama)
     llama.update(intermediate_size=11008, tie_word_embeddings="no")
     assert "tie_word_embeddings: expected true or false, got 'no'" in hf_error(tmp_path, llama)
-    llama.update(tie_word_embeddings=False, head_dim=256)
-    assert "head_dim: 256 × 32 heads ≠ hidden_size 4096" in hf_error(tmp_path, llama)
+    llama.update(tie_word_embeddings=False, head_dim=0)
+    assert "head_dim: expected a positive integer, got 0" in hf_error(tmp_path, llama)
+
+
+def test_head_dim_times_heads_other_than_hidden_imports_and_prices_its_widths():
+    # Mistral-Nemo: 32 heads × 128 = 4096 ≠ hidden 5120; Q and the output projection are 4096 wide.
+    nemo = imported("mistral-nemo-12b.json")
+    assert nemo.head_dim == 128 and total_params(nemo) == PUBLISHED_SIMULATOR_ONLY["mistral-nemo-12b.json"]
+    gemma = imported("gemma-7b.json")
+    assert gemma.head_dim == 256 and gemma.tied_head and total_params(gemma) == PUBLISHED_SIMULATOR_ONLY["gemma-7b.json"]
+    from zsim.workload.transformer import Shape, layer_tensors
+    assert layer_tensors(Shape.of(nemo))[:2] == (5120 * (4096 + 2 * 1024), 4096 * 5120)
+    assert "head_dim" not in read_hf_config(HF / "llama-2-7b.json")  # 128 × 32 = 4096: the default, not written
+    # the kernels the compute model prices do the workload's FLOPs: 2bsh(q + 2kv) + 4bs²q + 2bsqh + 6bshf
+    from zsim.compute.kernels import Shape as KShape
+    from zsim.compute.kernels import block_forward
+    from zsim.workload.transformer import layer_fwd_flops
+    small = imported("mistral-nemo-12b.json", seq_len=256, attention="standard")
+    s, h, q, kv, f = 256, 5120, 4096, 1024, 14336
+    closed = 2 * s * h * (q + 2 * kv) + 4 * s * s * q + 2 * s * q * h + 6 * s * h * f
+    assert layer_fwd_flops(Shape.of(small), s, 1) == closed
+    assert sum(k.flops for k in block_forward(KShape.of(small, 1, 131072, "bf16"))) == closed
 
 
 def test_a_config_that_is_not_text_or_not_a_file_is_refused(tmp_path):
@@ -198,3 +234,34 @@ def test_imports_set_only_keys_listed_as_importable(name):
     from zsim.config.hf import IMPORTED_KEYS
 
     assert read_hf_config(HF / name).keys() <= IMPORTED_KEYS
+
+
+def test_mixture_of_experts_not_modelled_is_refused_naming_moe(tmp_path):
+    qwen = tmp_path / "qwen.json"
+    qwen.write_text('{"model_type": "some_new_moe", "num_experts": 60}')
+    with pytest.raises(ConfigError) as err:
+        read_hf_config(qwen)
+    assert err.value.path == "num_experts" and "mixture-of-experts" in str(err.value)
+    deepseek = tmp_path / "config.json"
+    deepseek.write_text('{"model_type": "deepseek_v3", "hidden_size": 7168}')
+    with pytest.raises(ConfigError, match="mixture-of-experts model .model_type 'deepseek_v3'"):
+        read_hf_config(deepseek)
+
+
+def test_a_dense_family_not_imported_names_the_nearest_and_what_it_lacks(tmp_path):
+    falcon = tmp_path / "config.json"
+    falcon.write_text('{"model_type": "falcon", "hidden_size": 4544}')
+    with pytest.raises(ConfigError, match="nearest supported family gpt_neox, which lacks multi-query"):
+        read_hf_config(falcon)
+
+
+def test_opt_variants_zsim_does_not_model_are_refused(tmp_path):
+    opt = json.loads((HF / "opt-1.3b.json").read_text())
+    for key, value, words in (("word_embed_proj_dim", 512, "project_in/project_out"),
+                              ("do_layer_norm_before", False, "post-LayerNorm")):
+        with pytest.raises(ConfigError, match=words) as err:
+            path = tmp_path / f"{key}.json"
+            path.write_text(json.dumps({**opt, key: value}))
+            read_hf_config(path)
+        assert err.value.path == key
+    assert imported("opt-1.3b.json").max_positions == 2050 and imported("olmo-7b.json").norm == "nonparametric"

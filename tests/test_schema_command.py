@@ -42,7 +42,8 @@ def test_schema_documents_every_model_key(schema):
     model = schema["$defs"]["ModelSection"]["properties"]
     for key in ("from_hf", "kv_heads", "ffn_hidden", "gated_mlp", "tied_head", "norm", "position", "dropout"):
         assert model[key]["description"], key
-    assert model["norm"]["enum"] == ["layernorm", "rmsnorm"]
+    assert model["norm"]["enum"] == ["layernorm", "nonparametric", "rmsnorm"]
+    assert model["position"]["enum"] == ["alibi", "learned", "rotary"]
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.relative_to(ROOT / "scenarios").as_posix() for p in SCENARIOS])

@@ -19,13 +19,19 @@ did then, and these lists follow:
 Shape fields beyond the 2020 GPT (ffn_hidden, gated_mlp, kv_heads, linear_bias, qkv_bias, position)
 follow the model-shape contract (COORDINATION.md) with today's defaults; tied_head and norm change no
 kernel (an untied head has the same GEMMs; an RMSNorm is priced as one fused norm kernel).
+
+Today's options (docs/models.md): FlashAttention (`attention` flash2/flash3) replaces everything from
+the Q/K/V copies to the context copy with one fused kernel each way, priced at the published rate of
+zsim.compute.flash (kind 'flash'); selective recompute (Korthikanti et al. 2022 §5) launches the
+attention core's forward again at the start of the block's backward; sequence parallelism (same
+paper, §4.2.2) runs the norms, dropouts, residual adds and row-parallel bias adds on T/t tokens.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,17 +40,20 @@ class Kernel:
     moved by all `count` launches together."""
 
     name: str
-    kind: str  # 'gemm', 'mem' (elementwise) or 'reduce' (a reduction: sum, max, norm)
+    kind: str  # 'gemm', 'mem' (elementwise), 'reduce' (a reduction: sum, max, norm) or 'flash' (FlashAttention)
     m: int = 0
     n: int = 0
     k: int = 0
     batch: int = 1
     bytes: float = 0.0
     count: int = 1
+    efficiency: float = 0.0  # 'flash': the fraction of the 16-bit peak it runs at (zsim.compute.flash)
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k * self.batch * self.count if self.kind == "gemm" else 0.0
+        """2·m·n·k·batch per launch: a GEMM's; a 'flash' kernel is written as one GEMM of m queries × n
+        keys × k (head dim × its s×s×d matmuls: 2 forward, 5 backward), flash-attn's FLOP count."""
+        return 2.0 * self.m * self.n * self.k * self.batch * self.count if self.kind in ("gemm", "flash") else 0.0
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -86,19 +95,51 @@ class Shape:
     qkv_bias: bool
     e: int  # activation element bytes
     rotary: bool = False  # rotary position embedding on Q and K instead of a learned table
+    alibi: bool = False  # ALiBi: no position table (its score bias rides the mask kernels)
+    embedding_norm: bool = False  # a LayerNorm after the word embedding (BLOOM)
+    flash: int = 0  # FlashAttention version (2, 3), 0 for the unfused attention
+    arch: int = 0  # the GPU's compute capability (FlashAttention's speed depends on it)
+    selective: bool = False  # selective recompute of the attention core in backward
+    sp: bool = False  # sequence parallelism (mp > 1)
+    # MoE MLP on this rank (zsim.workload.moe): (experts E, local experts, tokens per local expert,
+    # expert width per MP rank, shared experts' width per MP rank, top_k); None for a dense MLP
+    moe: tuple[int, int, int, int, int, int] | None = None
+    d: int = 0  # head dim when the model gives one (heads·d ≠ h); 0: h / a
 
     @staticmethod
-    def of(model, mp: int, padded_vocab: int, dtype: str) -> "Shape":
-        """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT)."""
+    def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
+           sp: bool = False, ep: int = 1) -> "Shape":
+        """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
+        `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
+        and sequence parallelism (ignored at mp 1)."""
         h = model.hidden
         linear_bias = getattr(model, "linear_bias", True)
         qkv_bias = getattr(model, "qkv_bias", None)
+        attention = getattr(model, "attention", "standard")
         return Shape(s=model.seq_len, b=model.micro_batch, h=h, a=model.heads, t=mp, v=padded_vocab,
                      ffn=getattr(model, "ffn_hidden", None) or 4 * h,
                      kv_heads=getattr(model, "kv_heads", None) or model.heads,
                      gated=bool(getattr(model, "gated_mlp", False)), linear_bias=bool(linear_bias),
                      qkv_bias=bool(linear_bias if qkv_bias is None else qkv_bias),
-                     e=4 if dtype == "fp32" else 2, rotary=getattr(model, "position", "learned") == "rotary")
+                     e=4 if dtype == "fp32" else 2, rotary=getattr(model, "position", "learned") == "rotary",
+                     alibi=getattr(model, "position", "learned") == "alibi",
+                     embedding_norm=bool(getattr(model, "embedding_norm", False)),
+                     flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
+                     arch=arch if attention in ("flash2", "flash3") else 0,
+                     selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep),
+                     d=getattr(model, "head_dim", None) or 0)
+
+
+def _moe_dims(model, mp: int, ep: int) -> tuple[int, int, int, int, int, int] | None:
+    """Shape.moe of a model with model.moe (zsim.workload.moe.Moe), else None."""
+    from zsim.workload.moe import Moe
+
+    moe = Moe.of(model) if getattr(model, "moe", None) is not None else None
+    if moe is None:
+        return None
+    tokens = model.seq_len * model.micro_batch
+    return (moe.experts, moe.experts // ep, moe.tokens_per_expert(tokens, ep), moe.ffn // mp,
+            moe.shared * moe.shared_ffn // mp, moe.top_k)
 
 
 def _gemm(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
@@ -133,7 +174,7 @@ def _linear_bwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: in
 def _block_dims(x: Shape) -> tuple[int, int, int, int, int, int]:
     """T, hn (head dim), heads per rank, QKV width per rank, MLP width per rank, score elements."""
     tokens = x.s * x.b
-    hn = x.h // x.a
+    hn = x.d or x.h // x.a
     heads = max(1, x.a // x.t)
     kv = max(1, x.kv_heads // x.t)  # GQA/MQA: K/V heads are replicated when fewer than t
     qkv = heads * hn + 2 * kv * hn
@@ -142,32 +183,54 @@ def _block_dims(x: Shape) -> tuple[int, int, int, int, int, int]:
     return tokens, hn, heads, qkv, ffn, scores
 
 
+def _flash(x: Shape, phase: str, name: str) -> Kernel:
+    """FlashAttention's fused kernel on one MP rank, causal: m = s queries, n = s/2 keys on average,
+    k = head dim × its s×s×d matmuls (2 forward; 5 backward, QKᵀ recomputed), at the published
+    rate for this GPU, version and sequence length (zsim.compute.flash)."""
+    from zsim.compute.flash import efficiency
+
+    hn, heads = x.d or x.h // x.a, max(1, x.a // x.t)
+    return Kernel(name, "flash", m=x.s, n=max(1, x.s // 2), k=(2 if phase == "fwd" else 5) * hn, batch=x.b * heads,
+                  efficiency=efficiency(x.flash, phase, x.arch, x.s))
+
+
+def _attention_core(x: Shape) -> list[Kernel]:
+    """From the Q, K, V copies to the context copy (what selective recompute recomputes [K22 §5]); with
+    FlashAttention, its one fused kernel (Q, K, V in place in the fused QKV output)."""
+    T, hn, heads, qkv, ffn, S = _block_dims(x)
+    e = x.e
+    if x.flash:
+        return [_flash(x, "fwd", "attention.flash")]
+    return [_gemm("attention.scores", x.s, x.s, hn, x.b * heads), _mem("attention.scale", 2 * e * S),
+            _mem("attention.mask_const", 2 * e * x.s * x.s, count=2),  # 1 − mask, 10000·(…)
+            _mem("attention.mask", 4 * e * S, count=2),  # scores·mask, − 10000(1 − mask)
+            _mem("attention.softmax", 2 * e * S), _mem("attention.dropout", (2 * e + 1) * S),
+            _gemm("attention.context", x.s, hn, x.s, x.b * heads)]
+
+
 def block_forward(x: Shape) -> tuple[Kernel, ...]:
     """One transformer block's forward on one MP rank (also its recompute under checkpointing)."""
     T, hn, heads, qkv, ffn, S = _block_dims(x)
     e, h = x.e, x.h
     th = T * h
-    ks: list[Kernel] = [_mem("input_layernorm", 2 * e * th)]
+    tr = th // x.t if x.sp else th  # the elementwise kernels outside attention and MLP: T/t tokens under SP
+    ks: list[Kernel] = [_mem("input_layernorm", 2 * e * tr)]
     ks += _linear_fwd("qkv", T, qkv, h, x.qkv_bias, e)
-    ks.append(_mem("qkv.contiguous", 2 * e * T * qkv, count=3))  # Q, K, V permuted copies for matmul
+    if not x.flash:
+        ks.append(_mem("qkv.contiguous", 2 * e * T * qkv, count=3))  # Q, K, V permuted copies for matmul
     if x.rotary:  # rotate Q and K (cos/sin tables read once): read and write both
         ks.append(_mem("attention.rotary", 2 * e * T * (qkv - (qkv - heads * hn) // 2), count=2))
-    ks.append(_gemm("attention.scores", x.s, x.s, hn, x.b * heads))
-    ks.append(_mem("attention.scale", 2 * e * S))
-    ks.append(_mem("attention.mask_const", 2 * e * x.s * x.s, count=2))  # 1 − mask, 10000·(…)
-    ks.append(_mem("attention.mask", 4 * e * S, count=2))  # scores·mask, − 10000(1 − mask)
-    ks.append(_mem("attention.softmax", 2 * e * S))
-    ks.append(_mem("attention.dropout", (2 * e + 1) * S))
-    ks.append(_gemm("attention.context", x.s, hn, x.s, x.b * heads))
-    ks.append(_mem("attention.context.contiguous", 2 * e * T * heads * hn))
+    ks += _attention_core(x)
+    if not x.flash:
+        ks.append(_mem("attention.context.contiguous", 2 * e * T * heads * hn))
     ks.append(_gemm("attention.dense", T, h, heads * hn))
-    ks += _residual_tail("attention", th, x.linear_bias, e)
-    ks.append(_mem("post_attention_layernorm", 2 * e * th))
+    ks += _residual_tail("attention", tr, x.linear_bias, e)
+    ks.append(_mem("post_attention_layernorm", 2 * e * tr))
     width = 2 * ffn if x.gated else ffn
     ks += _linear_fwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
     ks.append(_mem("mlp.swiglu" if x.gated else "mlp.gelu", (3 if x.gated else 2) * e * T * ffn))
     ks.append(_gemm("mlp.4h_to_h", T, h, ffn))
-    ks += _residual_tail("mlp", th, x.linear_bias, e)
+    ks += _residual_tail("mlp", tr, x.linear_bias, e)
     return tuple(ks)
 
 
@@ -182,34 +245,49 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
     T, hn, heads, qkv, ffn, S = _block_dims(x)
     e, h = x.e, x.h
     th = T * h
-    ks: list[Kernel] = [_mem("mlp.residual_grad_sum", 3 * e * th), _mem("mlp.dropout.bwd", (2 * e + 1) * th)]
+    tr = th // x.t if x.sp else th  # T/t tokens under SP (block_forward)
+    # selective recompute: the attention core's forward again, first [K22 §5; Megatron-Core
+    # CheckpointWithoutOutput of core_attention runs when backward reaches the layer]
+    ks: list[Kernel] = [replace(k, name=f"recompute.{k.name}") for k in _attention_core(x)] if x.selective else []
+    ks += [_mem("mlp.residual_grad_sum", 3 * e * tr), _mem("mlp.dropout.bwd", (2 * e + 1) * tr)]
     if x.linear_bias:
-        ks.append(_red("mlp.bias_grad", e * th))
+        ks.append(_red("mlp.bias_grad", e * tr))
     ks += [_gemm("mlp.4h_to_h.dgrad", T, ffn, h), _gemm("mlp.4h_to_h.wgrad", h, ffn, T)]
     ks.append(_mem("mlp.swiglu.bwd" if x.gated else "mlp.gelu.bwd", (5 if x.gated else 3) * e * T * ffn))
     width = 2 * ffn if x.gated else ffn
     ks += _linear_bwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
-    ks.append(_mem("post_attention_layernorm.bwd", 5 * e * th, count=2))
-    ks += [_mem("attention.residual_grad_sum", 3 * e * th), _mem("attention.dropout.bwd", (2 * e + 1) * th)]
+    ks.append(_mem("post_attention_layernorm.bwd", 5 * e * tr, count=2))
+    ks += [_mem("attention.residual_grad_sum", 3 * e * tr), _mem("attention.dropout.bwd", (2 * e + 1) * tr)]
     if x.linear_bias:
-        ks.append(_red("attention.bias_grad", e * th))
+        ks.append(_red("attention.bias_grad", e * tr))
     ks += [_gemm("attention.dense.dgrad", T, heads * hn, h), _gemm("attention.dense.wgrad", h, heads * hn, T)]
-    ks.append(_mem("attention.context.contiguous.bwd", 2 * e * T * heads * hn))
+    if x.flash:
+        ks.append(_flash(x, "bwd", "attention.flash.bwd"))
+    else:
+        ks += _attention_core_bwd(x)
+    if x.rotary:
+        ks.append(_mem("attention.rotary.bwd", 2 * e * T * (qkv - (qkv - heads * hn) // 2), count=2))
+    if not x.flash:
+        ks.append(_mem("qkv.contiguous.bwd", 2 * e * T * qkv, count=3))
+    ks.append(_mem("qkv.split.bwd", 2 * e * T * qkv))  # the three gradients gathered into one
+    ks += _linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
+    ks.append(_mem("input_layernorm.bwd", 5 * e * tr, count=2))
+    return tuple(ks)
+
+
+def _attention_core_bwd(x: Shape) -> list[Kernel]:
+    """The unfused attention's backward, from the context copy to the scores' gradients."""
+    T, hn, heads, qkv, ffn, S = _block_dims(x)
+    e = x.e
+    ks = [_mem("attention.context.contiguous.bwd", 2 * e * T * heads * hn)]
     ks += [_gemm("attention.context.dgrad_probs", x.s, x.s, hn, x.b * heads),
            _gemm("attention.context.dgrad_value", x.s, hn, x.s, x.b * heads)]
     ks.append(_mem("attention.dropout.bwd", (2 * e + 1) * S))
     ks.append(_mem("attention.softmax.bwd", 3 * e * S))
     ks.append(_mem("attention.mask.bwd", 2 * e * S))
     ks.append(_mem("attention.scale.bwd", 2 * e * S))
-    ks += [_gemm("attention.scores.dgrad_q", x.s, hn, x.s, x.b * heads),
-           _gemm("attention.scores.dgrad_k", x.s, hn, x.s, x.b * heads)]
-    if x.rotary:
-        ks.append(_mem("attention.rotary.bwd", 2 * e * T * (qkv - (qkv - heads * hn) // 2), count=2))
-    ks.append(_mem("qkv.contiguous.bwd", 2 * e * T * qkv, count=3))
-    ks.append(_mem("qkv.split.bwd", 2 * e * T * qkv))  # the three gradients gathered into one
-    ks += _linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
-    ks.append(_mem("input_layernorm.bwd", 5 * e * th, count=2))
-    return tuple(ks)
+    return ks + [_gemm("attention.scores.dgrad_q", x.s, hn, x.s, x.b * heads),
+                 _gemm("attention.scores.dgrad_k", x.s, hn, x.s, x.b * heads)]
 
 
 def embed_forward(x: Shape) -> tuple[Kernel, ...]:
@@ -217,9 +295,11 @@ def embed_forward(x: Shape) -> tuple[Kernel, ...]:
     rows), position embedding, their sum, dropout (mpu/layers.py VocabParallelEmbedding)."""
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
     ks = [_mem("embed.mask_ids", 8 * 4 * T, count=4), _mem("embed.word", 2 * e * th), _mem("embed.zero_masked", 2 * e * th)]
-    if not x.rotary:  # a learned position table: gather and add
+    if not x.rotary and not x.alibi:  # a learned position table: gather and add
         ks += [_mem("embed.position", 2 * e * th), _mem("embed.add", 3 * e * th)]
-    return tuple(ks + [_mem("embed.dropout", (2 * e + 1) * th)])
+    if x.embedding_norm:
+        ks.append(_mem("embed.layernorm", 2 * e * th))
+    return tuple(ks + [_mem("embed.dropout", (2 * e + 1) * (th // x.t if x.sp else th))])
 
 
 def embed_backward(x: Shape) -> tuple[Kernel, ...]:
@@ -228,7 +308,9 @@ def embed_backward(x: Shape) -> tuple[Kernel, ...]:
     th, e = x.s * x.b * x.h, x.e
     ks = [_mem("embed.dropout.bwd", (2 * e + 1) * th), _mem("embed.mask.bwd", 2 * e * th),
           _mem("embed.word.zero_grad", e * x.v // x.t * x.h), _mem("embed.word.scatter_add", 3 * e * th)]
-    if not x.rotary:
+    if x.embedding_norm:
+        ks.insert(1, _mem("embed.layernorm.bwd", 5 * e * th, count=2))
+    if not x.rotary and not x.alibi:
         ks += [_mem("embed.position.zero_grad", e * x.s * x.h), _mem("embed.position.scatter_add", 3 * e * th)]
     return tuple(ks)
 
@@ -239,7 +321,7 @@ def head_forward(x: Shape) -> tuple[Kernel, ...]:
     (mpu/cross_entropy.py: `logits = vocab_parallel_logits.clone()`)."""
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
     tv = T * x.v // x.t
-    ks = [_mem("final_layernorm", 2 * e * th), _gemm("logits", T, x.v // x.t, x.h)]
+    ks = [_mem("final_layernorm", 2 * e * (th // x.t if x.sp else th)), _gemm("logits", T, x.v // x.t, x.h)]
     if e != 4:
         ks.append(_mem("logits.float", 6 * tv))
     return tuple(ks + [_mem("cross_entropy.clone", 8 * tv), _red("cross_entropy.max", 4 * tv), _mem("cross_entropy.sub", 8 * tv),
@@ -259,7 +341,67 @@ def head_backward(x: Shape) -> tuple[Kernel, ...]:
                        _mem("final_layernorm.bwd", 5 * e * th, count=2)])
 
 
+def _moe_mlp_forward(x: Shape) -> list[Kernel]:
+    """A MoE MLP's forward on one rank (Megatron-Core moe/: router.py, token_dispatcher.py alltoall,
+    experts.py GroupedMLP): the router GEMM (T × E × h) and its fp32 softmax and top-k, the permute of
+    the T·top_k token copies, the local experts' GEMMs batched (each on its tokens_per_expert rows, the
+    busiest rank's), their activation, the unpermute and the weighted combine; shared experts as a
+    dense MLP. The all-to-alls run between (zsim.zero.plan)."""
+    E, local, m, f, fs, k = x.moe
+    T, e, h = x.s * x.b, x.e, x.h
+    R = m * local  # token copies this rank's experts compute
+    width = 2 * f if x.gated else f
+    ks = [_gemm("moe.router", T, E, h), _mem("moe.router.softmax_topk", 2 * 4 * T * E), _mem("moe.permute", 2 * e * T * k * h),
+          _gemm("moe.experts.fc1", m, width, h, local), _mem("moe.experts.act", (3 if x.gated else 2) * e * R * f),
+          _gemm("moe.experts.fc2", m, h, f, local), _mem("moe.unpermute", 2 * e * T * k * h),
+          _mem("moe.combine", (k + 1) * e * T * h)]
+    if fs:
+        ks += [_gemm("moe.shared.fc1", T, 2 * fs if x.gated else fs, h), _mem("moe.shared.act", (3 if x.gated else 2) * e * T * fs),
+               _gemm("moe.shared.fc2", T, h, fs)]
+    return ks
+
+
+def _moe_mlp_backward(x: Shape) -> list[Kernel]:
+    """The MoE MLP's backward: every forward GEMM's input and weight gradients, the elementwise
+    kernels' backward, in reverse."""
+    E, local, m, f, fs, k = x.moe
+    T, e, h = x.s * x.b, x.e, x.h
+    R = m * local
+    width = 2 * f if x.gated else f
+    ks = []
+    if fs:
+        ks += [_gemm("moe.shared.fc2.dgrad", T, fs, h), _gemm("moe.shared.fc2.wgrad", h, fs, T),
+               _mem("moe.shared.act.bwd", (5 if x.gated else 3) * e * T * fs),
+               _gemm("moe.shared.fc1.dgrad", T, h, 2 * fs if x.gated else fs), _gemm("moe.shared.fc1.wgrad", 2 * fs if x.gated else fs, h, T)]
+    return ks + [_mem("moe.combine.bwd", (k + 1) * e * T * h), _mem("moe.unpermute.bwd", 2 * e * T * k * h),
+                 _gemm("moe.experts.fc2.dgrad", m, f, h, local), _gemm("moe.experts.fc2.wgrad", h, f, m, local),
+                 _mem("moe.experts.act.bwd", (5 if x.gated else 3) * e * R * f),
+                 _gemm("moe.experts.fc1.dgrad", m, h, width, local), _gemm("moe.experts.fc1.wgrad", width, h, m, local),
+                 _mem("moe.permute.bwd", 2 * e * T * k * h), _mem("moe.router.softmax_topk.bwd", 3 * 4 * T * E),
+                 _gemm("moe.router.dgrad", T, h, E), _gemm("moe.router.wgrad", E, h, T)]
+
+
+def _replace_mlp(ks: tuple[Kernel, ...], first: str, last: str, moe: list[Kernel]) -> tuple[Kernel, ...]:
+    """`ks` with the dense MLP's kernels from `first` through `last` (names) replaced by `moe`."""
+    names = [k.name for k in ks]
+    i, j = names.index(first), names.index(last)
+    return ks[:i] + tuple(moe) + ks[j + 1:]
+
+
+def moe_block_forward(x: Shape) -> tuple[Kernel, ...]:
+    """A MoE block's forward: block_forward with the MLP's GEMMs replaced by _moe_mlp_forward."""
+    return _replace_mlp(block_forward(x), "mlp.h_to_4h", "mlp.4h_to_h", _moe_mlp_forward(x))
+
+
+def moe_block_backward(x: Shape) -> tuple[Kernel, ...]:
+    """A MoE block's backward: block_backward with the MLP's GEMMs replaced by _moe_mlp_backward."""
+    ks = block_backward(x)
+    last = "mlp.h_to_4h.bias_grad" if x.linear_bias else "mlp.h_to_4h.wgrad"
+    return _replace_mlp(ks, "mlp.4h_to_h.dgrad", last, _moe_mlp_backward(x))
+
+
 _BUILDERS = {("block", "fwd"): block_forward, ("block", "bwd"): block_backward,
+             ("moe_block", "fwd"): moe_block_forward, ("moe_block", "bwd"): moe_block_backward,
              ("embed", "fwd"): embed_forward, ("embed", "bwd"): embed_backward,
              ("head", "fwd"): head_forward, ("head", "bwd"): head_backward}
 

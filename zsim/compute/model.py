@@ -14,6 +14,8 @@ from zsim.compute.terms import ComputeTerms
 def kernel_seconds(k: Kernel, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float, dtype: str,
                    elem_bytes: int) -> float:
     """GPU seconds of kernel `k` (all `k.count` launches)."""
+    if k.kind == "flash":  # FlashAttention: its FLOPs at the published rate (zsim.compute.flash)
+        return k.count * terms.kernel_s + k.flops / (peak_flops * k.efficiency)
     if k.kind == "gemm":
         g = terms.gemm_terms(dtype)
         return k.count * gemm_seconds(k.m, k.n, k.k, k.batch, elem_bytes, g, terms.sms, terms.tiles, peak_flops,

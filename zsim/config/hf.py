@@ -9,7 +9,7 @@ modeling_<type>.py for which tensors exist); docs/models.md has the table.
             LayerNorm, biases everywhere, tie_word_embeddings (default true).
   gpt_neox  hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
             max_position_embeddings; rotary, LayerNorm, biases, untied embed_out (default false).
-  llama, mistral, qwen2
+  llama, mistral, qwen2, phi3, gemma, mixtral (+ its experts: docs/moe.md)
             hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads (default the
             heads), intermediate_size, vocab_size, max_position_embeddings; gated MLP (gate_proj,
             up_proj, down_proj whatever hidden_act is), RMSNorm, rotary, tie_word_embeddings
@@ -85,6 +85,48 @@ def _gpt2(c: _Config) -> dict[str, Any]:
     return keys | ({"ffn_hidden": inner} if inner else {})
 
 
+def _opt(c: _Config) -> dict[str, Any]:
+    # OPTConfig / modeling_opt.py: a GPT shape with ReLU (ffn_dim wide, biases everywhere: enable_bias),
+    # a learned position table of max_position_embeddings + 2 rows (OPTLearnedPositionalEmbedding's
+    # offset of 2), pre-LayerNorm and a final LayerNorm, the head tied to the embedding.
+    hidden = c.positive("hidden_size")
+    if c.positive("word_embed_proj_dim", default=hidden) != hidden:
+        raise c.fail("word_embed_proj_dim", "≠ hidden_size adds project_in/project_out matrices (OPT-350m) that zsim "
+                     "does not model")
+    if not c.flag("do_layer_norm_before", True):
+        raise c.fail("do_layer_norm_before", "false (post-LayerNorm, no final norm: OPT-350m) is not modelled")
+    if not c.flag("enable_bias", True):
+        raise c.fail("enable_bias", "false is not modelled (zsim's GPT shape has the OPT biases)")
+    positions = c.positive("max_position_embeddings")
+    dropout = any(c.rate(key, 0.1) > 0 for key in ("dropout", "attention_dropout"))
+    return dict(layers=c.positive("num_hidden_layers"), hidden=hidden, heads=c.positive("num_attention_heads"),
+                vocab=c.positive("vocab_size"), seq_len=positions, max_positions=positions + 2,
+                ffn_hidden=c.positive("ffn_dim"), tied_head=c.flag("tie_word_embeddings", True), norm="layernorm",
+                position="learned", gated_mlp=False, linear_bias=True, dropout=dropout)
+
+
+def _olmo(c: _Config) -> dict[str, Any]:
+    # OlmoConfig / modeling_olmo.py: the LLaMA layout (SwiGLU, rotary, no biases unless attention_bias)
+    # with OlmoLayerNorm, a LayerNorm without weight or bias (Groeneveld et al. 2024, "OLMo", §2.1).
+    if c.flag("attention_bias", False):
+        raise c.fail("attention_bias", "true is not modelled for olmo")
+    keys = _llama_family(c)
+    return keys | {"norm": "nonparametric"}
+
+
+def _bloom(c: _Config) -> dict[str, Any]:
+    # BloomConfig / modeling_bloom.py: ALiBi (no position table), word_embeddings_layernorm after the
+    # embedding, LayerNorm, biases everywhere, a 4h GeLU MLP, the head tied to the embedding. No
+    # max_position_embeddings (ALiBi): seq_len defaults to `seq_length` or BLOOM's 2048 (Scao et al.
+    # 2022 §3.3).
+    dropout = any(c.rate(key, 0.0) > 0 for key in ("hidden_dropout", "attention_dropout"))
+    return dict(layers=c.positive("n_layer", "num_hidden_layers"), hidden=c.positive("hidden_size", "n_embed"),
+                heads=c.positive("n_head", "num_attention_heads"), vocab=c.positive("vocab_size"),
+                seq_len=c.positive("seq_length", default=2048), tied_head=c.flag("tie_word_embeddings", True),
+                norm="layernorm", position="alibi", embedding_norm=True, gated_mlp=False, linear_bias=True,
+                dropout=dropout)
+
+
 def _gpt_neox(c: _Config) -> dict[str, Any]:
     # GPTNeoXConfig: attention_bias (default true) covers query_key_value and dense; the MLP always has
     # biases. zsim's linear_bias covers dense and the MLP together, so they must agree.
@@ -105,9 +147,8 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
 def _llama_family(c: _Config) -> dict[str, Any]:
     hidden, heads = c.positive("hidden_size"), c.positive("num_attention_heads")
     head_dim = c.positive("head_dim", default=None)
-    if head_dim is not None and head_dim * heads != hidden:
-        raise c.fail("head_dim", f"{head_dim} × {heads} heads ≠ hidden_size {hidden}: zsim's attention has "
-                     "head_dim = hidden / heads")
+    if head_dim is not None and head_dim * heads == hidden:
+        head_dim = None  # the default: written only where it differs (Mistral-Nemo, Gemma)
     if c.model_type == "llama":  # LlamaConfig: attention_bias on q, k, v and o; mlp_bias on the MLP
         qkv_bias, mlp_bias = c.flag("attention_bias", False), c.flag("mlp_bias", False)
         if qkv_bias and not mlp_bias:
@@ -116,17 +157,54 @@ def _llama_family(c: _Config) -> dict[str, Any]:
         bias = dict(qkv_bias=qkv_bias, linear_bias=mlp_bias)
     elif c.model_type == "qwen2":  # Qwen2Attention: bias=True on q, k, v; o_proj and the MLP without
         bias = dict(qkv_bias=True, linear_bias=False)
-    else:  # MistralAttention and MistralMLP: no biases
+    else:  # MistralAttention and MistralMLP; GemmaAttention and GemmaMLP (GeGLU: gate, up, down); Phi3Attention (fused qkv_proj) and Phi3MLP (fused gate_up_proj): no biases
         bias = dict(qkv_bias=False, linear_bias=False)
+    # Phi3Config: resid_pdrop, embd_pdrop and attention_dropout (default 0.0)
+    dropout_keys = ("attention_dropout", "resid_pdrop", "embd_pdrop") if c.model_type == "phi3" else ("attention_dropout",)
     return dict(layers=c.positive("num_hidden_layers"), hidden=hidden, heads=heads,
                 kv_heads=c.positive("num_key_value_heads", default=heads), vocab=c.positive("vocab_size"),
                 seq_len=c.positive("max_position_embeddings"), ffn_hidden=c.positive("intermediate_size"),
-                tied_head=c.flag("tie_word_embeddings", False), norm="rmsnorm", position="rotary",
-                gated_mlp=True, dropout=c.rate("attention_dropout", 0.0) > 0, **bias)
+                # GemmaConfig ties the head to the embedding by default; the LLaMA family does not
+                tied_head=c.flag("tie_word_embeddings", c.model_type == "gemma"), norm="rmsnorm", position="rotary",
+                gated_mlp=True, dropout=any(c.rate(key, 0.0) > 0 for key in dropout_keys), attention=FLASH_DEFAULT,
+                **({"head_dim": head_dim} if head_dim else {}), **bias)
+
+
+# The families trained with FlashAttention (LLaMA 2/3, Mistral, Qwen2 and every later one: their
+# modeling code's attn_implementation "flash_attention_2", and their reports) import with it where the
+# GPU runs it: "auto" is FA2 on Ampere and newer in fp16/bf16, the unfused attention elsewhere (as
+# transformers falls back to "eager"/"sdpa"); write model.attention: flash3 for Hopper's FA3.
+FLASH_DEFAULT = "auto"
+
+def _mixtral(c: _Config) -> dict[str, Any]:
+    # MixtralConfig: a Mistral decoder whose MLP is num_local_experts SwiGLU experts of intermediate_size
+    # (MixtralSparseMoeBlock: gate h × E without bias, experts w1/w3 h × f and w2 f × h), top
+    # num_experts_per_tok (default 2); router_jitter_noise and aux-loss keys change no FLOP.
+    keys = _llama_family(c)
+    experts = c.positive("num_local_experts", default=8)
+    return keys | {"moe": {"experts": experts, "top_k": c.positive("num_experts_per_tok", default=2)}}
 
 
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
+    "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family, "olmo": _olmo, "opt": _opt, "bloom": _bloom,
+}
+
+# Mixture-of-experts types that import (mixtral) and those refused (transformers' configuration classes,
+# with shared-expert gates, multi-head latent attention or hybrid layers zsim does not model), and the keys that say a config routes
+# tokens to experts: refused with a message that names MoE until zsim models it (issue 27 item 6).
+MOE_TYPES = frozenset({"qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
+                       "granitemoe", "jamba", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss"})
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+# Dense types zsim does not import yet: what they have that the nearest supported family lacks
+# (transformers' modeling_<type>.py), so a refusal says what is missing.
+NEAREST = {
+    "gemma2": ("gemma", "pre- and post-feedforward norms (four per layer) and logit soft-capping"),
+    "gemma3": ("gemma", "QK-norm weights and four norms per layer"),
+    "olmo2": ("olmo", "QK-norm weights on q and k, and RMSNorm weights"),
+    "falcon": ("gpt_neox", "multi-query attention beside a parallel MLP, one LayerNorm per layer (7B) or two (40B)"),
+    "phi": ("gpt_neox", "a parallel attention and MLP block with one LayerNorm, partial rotary"),
 }
 
 
@@ -134,7 +212,7 @@ FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
 # dumped from a resolved scenario, e.g. in a trace's metadata) takes nothing from the file.
 IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
                            "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
-                           "vocab_padding"})
+                           "vocab_padding", "attention", "moe", "head_dim", "embedding_norm"})
 
 
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:
@@ -161,10 +239,19 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"expected a JSON object, got {type(data).__name__}", source=str(path))
     config = _Config(data, path)
     family = FAMILIES.get(config.model_type) if isinstance(config.model_type, str) else None
+    experts = next((k for k in MOE_KEYS if isinstance(data.get(k), int) and data[k] > 1), None)
+    if (isinstance(config.model_type, str) and config.model_type in MOE_TYPES) or (experts and family is None):
+        what = f"{experts} {data[experts]}" if experts else f"model_type {config.model_type!r}"
+        raise config.fail("model_type" if not experts else experts,
+                          f"a mixture-of-experts model ({what}): zsim does not model MoE yet (expert FFNs, "
+                          "top-k routing, expert parallelism's all-to-all); a dense model of the same attention "
+                          "can be written by hand with the shape keys (docs/models.md)")
     if family is None:
         got = "missing" if config.model_type is None else repr(config.model_type)
+        near = NEAREST.get(config.model_type) if isinstance(config.model_type, str) else None
+        why = f"; nearest supported family {near[0]}, which lacks {near[1]}" if near else ""
         raise config.fail("model_type", f"{got} is not a model type zsim can import "
-                          f"(known: {', '.join(FAMILIES)})")
+                          f"(known: {', '.join(FAMILIES)}){why}")
     return family(config) | {"vocab_padding": 1}
 
 
@@ -191,4 +278,7 @@ def resolve_from_hf(data: dict[str, Any], *, source: str, base_dir: str | Path |
         imported = read_hf_config(path)
     except ConfigError as exc:
         raise ConfigError(str(exc), source=source, path="model.from_hf") from None
-    return {**data, "model": imported | model | {"from_hf": str(path.absolute())}}
+    merged = imported | model | {"from_hf": str(path.absolute())}
+    if isinstance(imported.get("moe"), dict) and isinstance(model.get("moe"), dict):  # moe keys written win one by one
+        merged["moe"] = imported["moe"] | model["moe"]
+    return {**data, "model": merged}

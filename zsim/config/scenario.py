@@ -19,6 +19,7 @@ from zsim.config.schema import (
     ScenarioFile,
     ZeroSection,
 )
+from zsim.config.struct import replace as replace_struct
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError
@@ -168,11 +169,12 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     grad_accum = _grad_accum(model, par.dp, fail)
     _check_fabric(spec, cluster, fail)
     _check_zero_r(spec.zero, fail)
+    _check_modern(spec, cluster, fail)
     _check_model_states_fit(spec, cluster, fail)
     return Scenario(
         name=spec.name or default_name,
         description=spec.description,
-        model=model,
+        model=_resolve_attention(model, spec.precision.dtype, cluster),
         parallel=par,
         zero=spec.zero,
         precision=spec.precision,
@@ -180,7 +182,7 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         fabric=spec.fabric,
         run=spec.run,
         cluster=cluster,
-        layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes),
+        layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes, ep=par.ep),
         grad_accum=grad_accum,
         source=source,
     )
@@ -228,6 +230,75 @@ def _check_zero_r(zero: ZeroSection, fail) -> None:
         raise fail("zero.checkpoint_every", f"{zero.checkpoint_every} needs zero.activation_checkpointing: true")
 
 
+def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
+    """FlashAttention where it runs (zsim.compute.flash.supported: FA2 Ampere+, FA3 Hopper; 16-bit
+    only), selective recompute with checkpointing on, sequence parallelism without Pa (both split the
+    layer inputs across the MP group; Megatron-LM's sequence parallelism keeps them sharded)."""
+    from zsim.compute.flash import supported
+
+    model, zero = spec.model, spec.zero
+    if model.attention not in ("standard", "auto"):
+        version = int(model.attention[-1])
+        if spec.precision.dtype == "fp32":
+            raise fail("model.attention", f"{model.attention} computes in fp16 or bf16 only (flash-attn README), "
+                       "but precision.dtype is fp32")
+        cc = cluster.gpu.compute_capability
+        if cluster.host is None and (why := supported(version, cc)):
+            raise fail("model.attention", f"{model.attention} on {cluster.gpu.name} (compute capability "
+                       f"{cc / 10:.1f}): {why}")
+    if zero.recompute_granularity == "selective" and not zero.activation_checkpointing:
+        raise fail("zero.recompute_granularity", "selective needs zero.activation_checkpointing: true (it chooses "
+                   "what the checkpointing recomputes)")
+    if zero.recompute_granularity == "selective" and zero.checkpoint_every > 1:
+        raise fail("zero.checkpoint_every", f"{zero.checkpoint_every} groups layers for full recompute, but "
+                   "zero.recompute_granularity is selective (each layer recomputes its own attention core)")
+    if zero.recompute_granularity == "selective" and zero.partition_activations:
+        raise fail("zero.partition_activations", "true partitions full-recompute checkpoints, but "
+                   "zero.recompute_granularity is selective (no layer checkpoint to partition)")
+    _check_moe(spec, fail)
+    if spec.parallel.sequence_parallel and zero.partition_activations and spec.parallel.mp > 1:
+        raise fail("zero.partition_activations", "true with parallel.sequence_parallel: sequence parallelism "
+                   "already keeps 1/mp of every layer input per MP rank (Korthikanti et al. 2022 §4.2.2)")
+
+
+def _check_moe(spec: ScenarioFile, fail) -> None:
+    """Expert parallelism as Megatron-Core lays it out (zsim.parallel.layout): ep divides dp and the
+    experts; each expert's FFN splits across MP as the dense MLP does. ZeRO stage 3 with experts is
+    not modelled (its per-module gathers would need the expert-data-parallel group)."""
+    moe, par = spec.model.moe, spec.parallel
+    if moe is None:
+        if par.ep > 1:
+            raise fail("parallel.ep", f"{par.ep} splits experts, but the model has none (model.moe)")
+        return
+    if par.dp % par.ep:
+        raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp} (expert parallelism is carved out of DP)")
+    if par.mp > 1 and not par.sequence_parallel:
+        raise fail("parallel.sequence_parallel", "false with model.moe and mp > 1: Megatron-LM requires sequence "
+                   "parallelism for MoE with tensor parallelism (megatron/training/arguments.py: 'When using MoE "
+                   "and tensor parallelism, sequence parallelism must be used')")
+    if moe.experts % par.ep:
+        raise fail("parallel.ep", f"{par.ep} must divide model.moe.experts {moe.experts} (each EP rank holds "
+                   "experts / ep of them)")
+    ffn = moe.expert_ffn_hidden or spec.model.ffn_hidden or 4 * spec.model.hidden
+    for key, width in (("model.moe.expert_ffn_hidden", ffn), ("model.moe.shared_ffn_hidden", moe.shared_ffn_hidden or ffn)):
+        if width % par.mp:
+            raise fail(key, f"{width} cannot be split evenly across mp {par.mp}")
+    if spec.zero.stage == 3:
+        raise fail("zero.stage", "3 with model.moe is not modelled by zsim (stage 3's parameter gathers of the "
+                   "experts run over the expert-data-parallel group); use stage 0-2")
+
+
+def _resolve_attention(model: ModelSection, dtype: str, cluster: Cluster) -> ModelSection:
+    """`model` with attention 'auto' made 'flash2' where FlashAttention-2 runs (Ampere or newer, fp16/bf16;
+    zsim.compute.flash.supported) and 'standard' elsewhere (a CPU host, a V100, fp32)."""
+    from zsim.compute.flash import supported
+
+    if model.attention != "auto":
+        return model
+    runs = cluster.host is None and dtype != "fp32" and not supported(2, cluster.gpu.compute_capability)
+    return replace_struct(model, attention="flash2" if runs else "standard")
+
+
 def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     """A model whose model states alone exceed the GPU (ZeRO Table 1) cannot fit at any batch size:
     that is a scenario error, reported before simulating, with the stage that would fit."""
@@ -236,12 +307,14 @@ def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     cap = cluster.gpu.memory_bytes
 
     def states_at(stage: int):  # closed form: a huge `layers` is not expanded layer by layer (issue 13)
-        return model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype)
+        return model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype,
+                                        spec.parallel.ep)
 
     states = states_at(spec.zero.stage)
     if states.total <= cap:
         return
-    fitting = [st for st in (1, 2, 3) if states_at(st).total <= cap]
+    stages = (1, 2) if spec.model.moe is not None else (1, 2, 3)  # MoE with stage 3 is refused (_check_moe)
+    fitting = [st for st in stages if states_at(st).total <= cap]
     advice = f"ZeRO stage {fitting[0]} would need {states_at(fitting[0]).total / 1e9:.1f} GB" \
              if fitting and fitting[0] > spec.zero.stage else "more GPUs (dp) or more model parallelism (mp) are needed"
     raise fail("zero.stage", f"{spec.zero.stage}: the model does not fit: model states alone need "

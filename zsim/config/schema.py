@@ -57,6 +57,35 @@ def _model_json_schema(schema: dict) -> None:
     schema["anyOf"] = [{"required": ["from_hf"]}, {"required": list(HF_SHAPE_KEYS)}]
 
 
+class MoeSection(Section, kw_only=True):
+    """Mixture-of-experts MLPs (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch, Fedus et al.
+    2022; Mixtral, Jiang et al. 2024; DeepSeekMoE, Dai et al. 2024): each MoE layer's MLP is `experts`
+    routed expert FFNs, of which a router picks `top_k` per token, beside `shared_experts` every token
+    passes through (docs/moe.md)."""
+
+    experts: Annotated[int, Meta(ge=2, le=MAX_HIDDEN, description="routed experts per MoE layer E")]
+    top_k: Annotated[int, Meta(ge=1, le=MAX_HIDDEN, description="experts each token is routed to (Mixtral 2)")]
+    expert_ffn_hidden: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description=(
+        "one routed expert's inner width (HF moe_intermediate_size); default model.ffn_hidden"))] | None = None
+    shared_experts: Annotated[int, Meta(ge=0, le=MAX_HIDDEN, description=(
+        "experts every token passes through (DeepSeekMoE, Qwen-MoE); 0: none"))] = 0
+    shared_ffn_hidden: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description=(
+        "one shared expert's inner width; default expert_ffn_hidden"))] | None = None
+    capacity_factor: Annotated[float, Meta(gt=0, le=1000, description=(
+        "GShard/Switch capacity: each expert takes at most capacity_factor × the mean tokens, padded to it "
+        "(tokens beyond are dropped); absent: dropless (every token computed, the busiest expert sets the pace)"))] | None = None
+    imbalance: Annotated[float, Meta(ge=1, le=1000, description=(
+        "load imbalance: the busiest expert's tokens over the mean (1.0: perfectly balanced); dropless "
+        "routing computes and sends that many on the busiest rank"))] = 1.0
+    dense_layers: Annotated[int, Meta(ge=0, le=MAX_LAYERS, description=(
+        "the first dense_layers blocks keep a dense MLP (DeepSeek first_k_dense_replace)"))] = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k {self.top_k} is more than the {self.experts} experts")
+
+
 class ModelSection(Section, kw_only=True):
     """A decoder-only transformer. The defaults are GPT's (Megatron-LM, the ZeRO paper); the shape
     options describe LLaMA, Mistral, Qwen2 and GPT-NeoX too, and `from_hf` reads them from a Hugging
@@ -88,35 +117,57 @@ class ModelSection(Section, kw_only=True):
         "biases on the attention output projection and the MLP's linears (false for LLaMA, Mistral, Qwen2)"))] = True
     qkv_bias: Annotated[bool, Meta(description=(
         "biases on the Q, K and V projections; default linear_bias (Qwen2: true while linear_bias is false)"))] | None = None
-    norm: Annotated[Literal["layernorm", "rmsnorm"], Meta(description=(
-        "layernorm: weight and bias (2h per norm); rmsnorm: weight only (h)"))] = "layernorm"
-    position: Annotated[Literal["learned", "rotary"], Meta(description=(
-        "learned: a table of max_positions × hidden parameters; rotary: RoPE, no parameters"))] = "learned"
+    norm: Annotated[Literal["layernorm", "rmsnorm", "nonparametric"], Meta(description=(
+        "layernorm: weight and bias (2h per norm); rmsnorm: weight only (h); nonparametric: a LayerNorm "
+        "without weight or bias (OLMo-1)"))] = "layernorm"
+    position: Annotated[Literal["learned", "rotary", "alibi"], Meta(description=(
+        "learned: a table of max_positions × hidden parameters; rotary: RoPE, no parameters; alibi: ALiBi "
+        "(Press et al. 2022; BLOOM), a bias on the attention scores, no parameters"))] = "learned"
+    embedding_norm: Annotated[bool, Meta(description=(
+        "a LayerNorm after the word embedding (BLOOM's word_embeddings_layernorm: 2h parameters)"))] = False
     max_positions: Annotated[int, Meta(gt=0, le=MAX_SEQ, description=(
         "rows of the learned position table (HF n_positions); default seq_len"))] | None = None
     vocab_padding: Annotated[int, Meta(gt=0, le=MAX_VOCAB, description=(
         "pad vocab to a multiple of vocab_padding × mp (Megatron-LM make_vocab_size_divisible_by); default "
         "128, or 1 with from_hf (the checkpoint's vocabulary, padded only as far as MP needs)"))] | None = None
+    head_dim: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description=(
+        "attention head width d; default hidden / heads (Gemma, Mistral-Nemo: heads × head_dim ≠ hidden, "
+        "Q and the output projection are heads·head_dim wide)"))] | None = None
     dropout: Annotated[bool, Meta(description=(
         "dropout on the attention probabilities and the residual branches, whose masks backward keeps "
         "(Korthikanti et al. 2022); false for models trained without (LLaMA, Mistral, Qwen2, GPT-NeoX-20B)"))] = True
+    # FlashAttention (Dao 2023; Shah et al. 2024): the fused kernel keeps no s×s scores (it recomputes them
+    # in backward from Q, K, V and the per-row log-sum-exp); zsim.compute.flash prices it.
+    attention: Annotated[Literal["standard", "flash2", "flash3", "auto"], Meta(description=(
+        "standard: unfused attention that keeps the s×s scores for backward (Megatron-LM 2019-20); flash2 / "
+        "flash3: FlashAttention-2 (Ampere+) or -3 (Hopper): no s×s memory, one fused kernel priced from "
+        "the published benchmarks; auto: flash2 where it runs (a 16-bit dtype on Ampere or newer), else "
+        "standard (what from_hf imports of the families trained with FlashAttention set)"))] = "standard"
+    moe: Annotated[MoeSection, Meta(description=(
+        "mixture-of-experts MLPs (docs/moe.md); absent: every MLP dense"))] | None = None
     from_hf: Annotated[Text, Meta(description=(
         "a Hugging Face config.json (or the folder holding one) giving the shape; keys written here override "
         "it; a relative path is relative to the scenario file"))] | None = None
 
     def __post_init__(self) -> None:  # shape is consistent
         super().__post_init__()
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads} (or give head_dim)")
         if self.kv_heads is not None and (self.kv_heads > self.heads or self.heads % self.kv_heads):
             raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads} (each KV head serves "
                              "heads / kv_heads query heads)")
-        if self.position == "rotary" and (self.hidden // self.heads) % 2:
-            raise ValueError(f"rotary positions rotate pairs of a head's dimensions, but hidden {self.hidden} / "
-                             f"heads {self.heads} = {self.hidden // self.heads} is odd")
+        d = self.head_dim or self.hidden // self.heads
+        if self.position == "rotary" and d % 2:
+            what = f"head_dim {d}" if self.head_dim else f"hidden {self.hidden} / heads {self.heads} = {d}"
+            raise ValueError(f"rotary positions rotate pairs of a head's dimensions, but {what} is odd")
+        if self.position == "alibi" and self.max_positions is not None:
+            raise ValueError(f"max_positions {self.max_positions} sizes a learned position table, but position "
+                             "is alibi (no table)")
         if self.position == "rotary" and self.max_positions is not None:
             raise ValueError(f"max_positions {self.max_positions} sizes a learned position table, but position "
                              "is rotary (no table)")
+        if self.moe is not None and self.moe.dense_layers > self.layers:
+            raise ValueError(f"moe.dense_layers {self.moe.dense_layers} is more than the {self.layers} layers")
         if self.max_positions is not None and self.max_positions < self.seq_len:
             raise ValueError(f"seq_len {self.seq_len} is longer than the {self.max_positions} rows of the learned "
                              "position table (max_positions)")
@@ -129,6 +180,14 @@ class ParallelSection(Section, kw_only=True):
     mp: Annotated[int, Meta(gt=0, le=MAX_MP, description=(
         "model (tensor) parallel degree: divides the GPUs of a node, or is a multiple of them (the group "
         "spans whole nodes, its all-reduces on the network)"))] = 1
+    ep: Annotated[int, Meta(gt=0, le=MAX_GPUS, description=(
+        "expert-parallel degree (mixture-of-experts): each group of ep DP ranks splits the experts among "
+        "its members and exchanges tokens by all-to-all; divides dp and model.moe.experts"))] = 1
+    # Korthikanti et al. 2022 §4.2.2; Megatron-LM --sequence-parallel.
+    sequence_parallel: Annotated[bool, Meta(description=(
+        "Megatron sequence parallelism: the layer norms, dropouts and residuals run on s/mp tokens per MP "
+        "rank, each MP all-reduce becomes a reduce-scatter and an all-gather, and the activations they keep "
+        "are divided by mp (no effect at mp 1, as Megatron-LM turns it off there)"))] = False
 
 
 class ZeroSection(Section, kw_only=True):
@@ -140,6 +199,12 @@ class ZeroSection(Section, kw_only=True):
     checkpoint_every: Annotated[int, Meta(gt=0, le=MAX_LAYERS, description=(
         "with checkpointing: keep one checkpoint every k layers and recompute k layers at a time in backward "
         "(Megatron-LM checkpoint_num_layers; Chen et al. 2016)"))] = 1
+    # Korthikanti et al. 2022 §5 (selective activation recomputation); Megatron-LM --recompute-granularity.
+    recompute_granularity: Annotated[Literal["full", "selective"], Meta(description=(
+        "with checkpointing: full keeps each layer's input and recomputes the layer (Megatron 'full'); "
+        "selective keeps every activation but the attention core's s×s ones (softmax, its dropout mask and "
+        "output) and recomputes only QKᵀ, softmax, dropout and attention·V in backward (Megatron "
+        "'selective')"))] = "full"
     reduce_bucket_elements: Annotated[int, Meta(gt=0, le=MAX_ELEMENTS, description=(
         "gradient elements per reduction bucket (DeepSpeed reduce_bucket_size); the constant buffer size when"
         " constant_buffers is true"))] = 500000000
@@ -307,5 +372,7 @@ def scenario_json_schema() -> dict:
                 prop["description"] = described[0].pop("description")
     root = defs.pop("ScenarioFile")
     _model_json_schema(defs["ModelSection"])
+    # model.moe's experts and top_k may come from from_hf (a Mixtral config.json): the loader checks them
+    defs["MoeSection"].pop("required", None)
     return {"$schema": JSON_SCHEMA_DRAFT, "title": "zsim scenario",
             **{k: v for k, v in root.items() if k != "title"}, "$defs": defs}

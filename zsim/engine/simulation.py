@@ -31,9 +31,9 @@ from zsim.fabric.sharing import Fabric
 from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade, healthy_capacities
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
-from zsim.workload.transformer import Workload, build_workload
+from zsim.workload.transformer import Workload
 from zsim.zero.ops import Op, Plan
-from zsim.zero.plan import build_plan, rank_model_states
+from zsim.zero.plan import build_plan, rank_model_states, scenario_workload
 
 STREAMS = ("compute", "comm", "offload")
 
@@ -104,6 +104,7 @@ class _Run:
         self.comm: dict[tuple[str, str], CommStats] = {}
         self.compute_seconds = 0.0
         self.mp_seconds = 0.0
+        self.ep_seconds = 0.0
         self.flops = 0.0
         self.algorithms: dict[str, tuple[float, str]] = {}
         self._phases: dict[tuple[str, str, int, int], tuple[str, list[Phase], float]] = {}
@@ -136,14 +137,14 @@ class _Run:
         if self.s.cluster.host is not None:
             # gloo's thread works on the rank's cores for the whole call (zsim.engine.cores); in
             # per-rank mode on every member's, at the pace of the most loaded one
-            size = self.s.layout.dp if op.group == "dp" else self.s.layout.mp
+            size = self.s.layout.group_size(op.group)
             seconds = self.s.cluster.host.collective_seconds(op.collective, op.nbytes, size)
             ranks = (0,) if group < 0 else self.members(op.group, group)
             links = tuple((cpu_link(r), 1.0) for r in ranks)
             algorithm, phases = "gloo", [Phase(0.0, work(seconds, self.core_share, 1), links, 1.0)]
         else:
             layout = self.s.layout
-            shape = layout.dp_shape if op.group == "dp" else layout.mp_shape
+            shape = layout.group_shape(op.group)
             where = Placement() if group < 0 else Placement(self.members(op.group, group), class_mode=False)
             algorithm, phases = plan_collective(op.collective, op.nbytes, shape, self.s.cluster,
                                                 self.s.fabric.algorithm, where)
@@ -151,13 +152,12 @@ class _Run:
         return planned
 
     def members(self, kind: str, group: int) -> list[int]:
-        """Global ranks of DP group `group` (= the MP rank) or MP group `group` (= the DP rank)."""
-        layout = self.s.layout
-        return list(layout.dp_group(group) if kind == "dp" else layout.mp_group(group * layout.mp))
+        """Global ranks of DP group `group` (= the MP rank), MP group `group` (= the DP rank), or an
+        expert group (zsim.parallel.layout.Layout.group_members)."""
+        return self.s.layout.group_members(kind, group)
 
     def group_of(self, kind: str, rank: int) -> int:
-        layout = self.s.layout
-        return layout.mp_rank(rank) if kind == "dp" else layout.dp_rank(rank)
+        return self.s.layout.group_index(kind, rank)
 
     def run_collective(self, index: int, op: Op, rank: int) -> Generator[simpy.Event, None, tuple[str, float, float]]:
         """Run collective op `index` for `rank`; returns (algorithm, the time it started, bytes this
@@ -175,7 +175,7 @@ class _Run:
         if entry is None:
             entry = self.pending[key] = [0, self.env.event()]
         entry[0] += 1
-        if entry[0] == (self.s.layout.dp if op.group == "dp" else self.s.layout.mp):
+        if entry[0] == self.s.layout.group_size(op.group):
             del self.pending[key]
             self.env.process(_instance(self.env, self.fabric, phases, entry[1]))
         started = yield entry[1]
@@ -301,6 +301,8 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             stats.seconds += end - start
             if op.group == "mp":
                 run.mp_seconds += end - start
+            elif op.group == "ep":
+                run.ep_seconds += end - start
             best = run.algorithms.get(op.group)
             if best is None or op.nbytes > best[0]:
                 run.algorithms[op.group] = (op.nbytes, algorithm)
@@ -389,7 +391,7 @@ def workload_and_plan(scenario: Scenario, plans: dict[str, tuple[Workload, Plan]
     key = plan_key(scenario) if plans is not None else ""
     if plans is not None and key in plans:
         return plans[key]
-    workload = build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype)
+    workload = scenario_workload(scenario)
     planned = workload, build_plan(scenario, workload)
     if plans is not None:
         plans[key] = planned
@@ -447,6 +449,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         step_seconds=step_seconds,
         compute_seconds=run.compute_seconds,
         mp_comm_seconds=run.mp_seconds,
+        ep_comm_seconds=run.ep_seconds,
         hardware_flops=run.flops,
         model_flops=model_flops,
         comm=run.comm,

@@ -34,10 +34,15 @@ class Layout:
     mp: int
     gpus_per_node: int
     nodes: int
+    # Expert parallelism, carved out of DP as Megatron-Core and DeepSpeed-MoE do: an EP group is `ep`
+    # consecutive DP ranks of one MP rank (the experts' all-to-all runs in it); the expert-data-parallel
+    # group ("edp") is the dp/ep ranks of one MP rank holding the same experts (ZeRO partitions those).
+    ep: int = 1
 
     def __post_init__(self) -> None:
         assert self.dp * self.mp == self.gpus_per_node * self.nodes, "layout does not cover the cluster"
         assert self.gpus_per_node % self.mp == 0 or self.mp % self.gpus_per_node == 0, "MP group splits a node"
+        assert self.dp % self.ep == 0, "EP divides DP (checked by the scenario loader)"
 
     @property
     def world(self) -> int:
@@ -59,6 +64,45 @@ class Layout:
     def mp_group(self, rank: int) -> range:
         start = self.dp_rank(rank) * self.mp
         return range(start, start + self.mp)
+
+    def group_size(self, kind: str) -> int:
+        """Members of a group of `kind`: 'dp', 'mp', 'ep' (expert parallel) or 'edp' (expert data parallel)."""
+        return {"dp": self.dp, "mp": self.mp, "ep": self.ep, "edp": self.dp // self.ep}[kind]
+
+    def group_index(self, kind: str, rank: int) -> int:
+        """Which group of `kind` holds `rank` (0-based; groups of one kind are disjoint)."""
+        if kind == "dp":
+            return self.mp_rank(rank)
+        if kind == "mp":
+            return self.dp_rank(rank)
+        d, m = self.dp_rank(rank), self.mp_rank(rank)
+        if kind == "ep":  # consecutive DP ranks of one MP rank
+            return (d // self.ep) * self.mp + m
+        return (d % self.ep) * self.mp + m  # edp: DP ranks ep apart
+
+    def group_members(self, kind: str, index: int) -> list[int]:
+        """Global ranks of group `index` of `kind` (group_index's inverse)."""
+        if kind == "dp":
+            return list(self.dp_group(index))
+        if kind == "mp":
+            return list(self.mp_group(index * self.mp))
+        block, m = divmod(index, self.mp)
+        if kind == "ep":
+            return [(block * self.ep + i) * self.mp + m for i in range(self.ep)]
+        return [(k * self.ep + block) * self.mp + m for k in range(self.dp // self.ep)]
+
+    def group_shape(self, kind: str) -> GroupShape:
+        """Where a group of `kind` sits (see dp_shape, mp_shape); EP and EDP groups are DP groups' slices,
+        their members mp and ep·mp ranks apart."""
+        if kind == "dp":
+            return self.dp_shape
+        if kind == "mp":
+            return self.mp_shape
+        size = self.group_size(kind)
+        stride = self.mp * (1 if kind == "ep" else self.ep)
+        per_node = min(max(1, self.gpus_per_node // stride), size)
+        return GroupShape(size=size, per_node=per_node, nodes=max(1, size // per_node),
+                          concurrent_per_node=max(1, min(self.gpus_per_node, self.world) // per_node))
 
     @property
     def mp_spans_nodes(self) -> bool:

@@ -11,6 +11,7 @@ from zsim.config.struct import dump
 from zsim.engine.result import Result
 from zsim.memory.ledger import CATEGORIES
 from zsim.memory.timeline import timeline_facts
+from zsim.workload.transformer import active_params, attention_score_bytes
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.report.network import network_facts
 
@@ -55,6 +56,23 @@ def _calibration(note: Any) -> dict[str, Any] | None:
             "kept_from_base": dict(note.kept), "warning": list(note.warning)}
 
 
+def _attention_memory(result: Result) -> dict[str, Any]:
+    """One layer's s×s attention tensors (zsim.workload.transformer.attention_score_bytes: 0 with
+    FlashAttention or selective recompute), how many layers keep them at once (all L without
+    checkpointing, the k layers of a recomputed segment with full recompute), and that total's share
+    of the activations held at the allocated peak: the summary names it when it dominates."""
+    s, w = result.scenario, result.workload
+    z = s.zero
+    if w.shape is None or (z.activation_checkpointing and z.recompute_granularity == "selective"):
+        return {"score_bytes_per_layer": 0, "layers_holding": 0, "share_of_peak_activations": 0.0}
+    e = 4 if s.precision.dtype == "fp32" else 2
+    scores = attention_score_bytes(w.shape, s.model.seq_len, s.model.micro_batch, s.layout.mp, e)
+    layers = min(z.checkpoint_every, s.model.layers) if z.activation_checkpointing else s.model.layers
+    held = result.ledger.peak_by_category.get("activations", 0)
+    return {"score_bytes_per_layer": scores, "layers_holding": layers,
+            "share_of_peak_activations": min(1.0, layers * scores / held) if held else 0.0}
+
+
 def facts(result: Result) -> dict[str, Any]:
     s, w, ledger = result.scenario, result.workload, result.ledger
     steps = len(result.step_seconds)
@@ -71,6 +89,9 @@ def facts(result: Result) -> dict[str, Any]:
         "model": {
             "params": w.total_params,
             "params_per_mp_rank": w.params_per_mp_rank,
+            # MoE: parameters one token passes through (model FLOPs count these: 6 per token, + attention)
+            "active_params": active_params(s.model),
+            "expert_params_per_rank": w.expert_params_per_rank,
             **dump(s.model),
             "padded_vocab": w.padded_vocab,
             "grad_accum": s.grad_accum,
@@ -79,6 +100,7 @@ def facts(result: Result) -> dict[str, Any]:
         "layout": {
             "gpus": gpus, "nodes": s.cluster.nodes, "gpus_per_node": s.cluster.gpus_per_node,
             "dp": s.layout.dp, "mp": s.layout.mp, "hardware": s.cluster.name, "gpu": s.cluster.gpu.name,
+            "sequence_parallel": s.parallel.sequence_parallel and s.layout.mp > 1, "ep": s.layout.ep,
         },
         "zero": dump(s.zero),
         "precision": dump(s.precision),
@@ -107,6 +129,7 @@ def facts(result: Result) -> dict[str, Any]:
                 "reserved_bytes": oom.reserved_bytes, "rank_class": "all ranks",
             },
             "timeline": timeline_facts(ledger),
+            "attention": _attention_memory(result),
         },
         "time": {
             "step_seconds": result.step_seconds,
@@ -115,12 +138,16 @@ def facts(result: Result) -> dict[str, Any]:
             "mp_comm_seconds_per_step": result.mp_comm_seconds / steps,
             "exposed_comm_seconds_per_step": mean_step - result.compute_seconds / steps,
             "offload_seconds_per_step": result.offload_seconds / steps,
+            "ep_comm_seconds_per_step": result.ep_comm_seconds / steps,
         },
         "throughput": {
             "tflops_per_gpu": hw_tflops,
             "model_tflops_per_gpu": result.model_flops / result.total_seconds / 1e12,
             "peak_tflops_per_gpu": peak_flops / 1e12,
             "percent_of_peak": 100 * hw_tflops * 1e12 / peak_flops,
+            # Model FLOPs utilisation: the model's forward and backward FLOPs (no recompute) per second
+            # over the peak (Chowdhery et al. 2022, PaLM, appendix B); percent_of_peak counts recompute.
+            "mfu_percent": 100 * result.model_flops / result.total_seconds / peak_flops,
             "aggregate_pflops": hw_tflops * gpus / 1e3,
             "tokens_per_second": s.model.seq_len * s.model.micro_batch * s.layout.dp * s.grad_accum / mean_step,
         },

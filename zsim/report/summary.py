@@ -21,15 +21,32 @@ def _is_gpu(th: dict[str, Any]) -> bool:
     return th["peak_tflops_per_gpu"] >= 1.0
 
 
-def _speed(th: dict[str, Any]) -> str:
-    """The speed line: TFLOPS for a GPU; GFLOPS for a CPU host."""
+def _speed(th: dict[str, Any], fits: bool = True) -> str:
+    """The speed line: model FLOPs utilisation (PaLM appendix B) and hardware FLOPs (recompute included),
+    TFLOPS for a GPU, GFLOPS for a CPU host. A run that does not fit says its speed is what it would be
+    had the GPU had room."""
     if _is_gpu(th):
-        rate = (f"{th['tflops_per_gpu']:.1f} TFLOPS/GPU ({th['percent_of_peak']:.1f}% of "
-                f"{th['peak_tflops_per_gpu']:.0f}), {th['aggregate_pflops']:.2f} PFLOPS total")
+        rate = (f"model FLOPs utilisation (MFU) {th['mfu_percent']:.1f}%, hardware FLOPs {th['percent_of_peak']:.1f}% "
+                f"(recompute included): {th['tflops_per_gpu']:.1f} of {th['peak_tflops_per_gpu']:.0f} TFLOPS/GPU, "
+                f"{th['aggregate_pflops']:.2f} PFLOPS total")
     else:
-        rate = (f"{th['tflops_per_gpu'] * 1e3:.1f} GFLOPS/rank ({th['percent_of_peak']:.1f}% of "
-                f"{th['peak_tflops_per_gpu'] * 1e3:.1f}), {th['aggregate_pflops'] * 1e6:.1f} GFLOPS total")
-    return f"  speed     {rate}, {th['tokens_per_second']:,.0f} tokens/s"
+        rate = (f"MFU {th['mfu_percent']:.1f}%, hardware FLOPs {th['percent_of_peak']:.1f}% (recompute included): "
+                f"{th['tflops_per_gpu'] * 1e3:.1f} of {th['peak_tflops_per_gpu'] * 1e3:.1f} GFLOPS/rank, "
+                f"{th['aggregate_pflops'] * 1e6:.1f} GFLOPS total")
+    lead = "  speed     " if fits else "  speed     (had it fit, which it does not) "
+    return f"{lead}{rate}, {th['tokens_per_second']:,.0f} tokens/s"
+
+
+def _attention_line(mem: dict[str, Any], model: dict[str, Any]) -> list[str]:
+    """Names attention's share of the activations when one layer's s×s scores are most of them."""
+    att = mem.get("attention") or {}
+    if not att.get("score_bytes_per_layer") or att["share_of_peak_activations"] < 0.5:
+        return []
+    n = att["layers_holding"]
+    return [f"  attention the s×s attention scores ({model['heads']} heads × {model['seq_len']}² per sequence, "
+            f"{att['score_bytes_per_layer'] / GB:,.2f} GB/GPU per layer, {n} layer{'s' if n > 1 else ''} at once) are "
+            f"{att['share_of_peak_activations']:.0%} of the activations at the peak: "
+            "model.attention: flash2 (or flash3 on Hopper) keeps none"]
 
 
 def _zero_r(z: dict[str, Any], mem: dict[str, Any]) -> str:
@@ -46,8 +63,12 @@ def _shape(m: dict[str, Any]) -> str:
     parts = [f"{'SwiGLU' if m.get('gated_mlp') else 'MLP'} {m['ffn_hidden']}" if m.get("ffn_hidden") else
              ("SwiGLU" if m.get("gated_mlp") else ""),
              f"{m['kv_heads']} KV heads" if m.get("kv_heads") not in (None, m["heads"]) else "",
-             "RMSNorm" if m.get("norm") == "rmsnorm" else "", "rotary" if m.get("position") == "rotary" else "",
-             "untied head" if m.get("tied_head") is False else ""]
+             {"rmsnorm": "RMSNorm", "nonparametric": "LayerNorm without weights"}.get(m.get("norm"), ""), {"rotary": "rotary", "alibi": "ALiBi"}.get(m.get("position"), ""),
+             "embedding LayerNorm" if m.get("embedding_norm") else "",
+             "untied head" if m.get("tied_head") is False else "",
+             (f"MoE {m['moe']['experts']} experts top {m['moe']['top_k']}"
+              + (f" + {m['moe']['shared_experts']} shared" if m["moe"].get("shared_experts") else "")
+              + f" ({_params(m['active_params'])} active per token: model FLOPs count these)") if m.get("moe") else ""]
     return "".join(f", {p}" for p in parts if p)
 
 
@@ -119,6 +140,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     per_op = ", ".join(f"{x['op']} {x['payload_bytes_per_step'] * (2 if x['op'] == 'all_reduce' else 1) / c['psi_bytes']:.2f}Ψ"
                        for x in c["collectives"] if x["group"] == "dp") if lay["dp"] > 1 else "no DP group"
     mp_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "mp")
+    ep_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "ep")
     overrides = f["scenario"].get("overrides")
     lines = [
         f"zsim · {title}",
@@ -127,20 +149,26 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"seq {m['seq_len']}, "
         f"micro-batch {m['micro_batch']}, global batch {m['global_batch']}",
         f"  layout    {lay['gpus']} × {lay['gpu']} = {lay['nodes']} {lay['hardware']} nodes; "
-        f"DP {lay['dp']} × MP {lay['mp']}; ZeRO stage {z['stage']}, {ckpt}",
+        f"DP {lay['dp']} × MP {lay['mp']}" + (f" (EP {lay['ep']} within DP)" if lay.get("ep", 1) > 1 else "")
+        + f"; ZeRO stage {z['stage']}, {ckpt}",
         f"  memory    {fit}",
         "            at peak: " + "  ".join(f"{k} {v / GB:.2f}" for k, v in peak.items()) + " GB",
         f"            model states {states['total'] / GB:.2f} GB/GPU (params {states['params'] / GB:.2f}, "
         f"grads {states['grads'] / GB:.2f}, optimizer {states['optimizer'] / GB:.2f}); fragmentation at the "
         f"reserved peak {mem['fragmentation_at_reserved_peak_bytes'] / GB:.2f} GB" + _zero_r(z, mem),
         f"  time      step {t['mean_step_seconds']:.3f} s: compute {t['compute_seconds_per_step']:.3f} s, "
-        f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP all-reduce in line {t['mp_comm_seconds_per_step']:.3f} s"
-        + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "") + ")",
-        _speed(th),
+        f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP "
+        f"{'all-gather/reduce-scatter' if lay.get('sequence_parallel') else 'all-reduce'} in line "
+        f"{t['mp_comm_seconds_per_step']:.3f} s"
+        + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "")
+        + (f"; EP all-to-all in line {t['ep_comm_seconds_per_step']:.3f} s" if t.get("ep_comm_seconds_per_step") else "")
+        + ")",
+        *_attention_line(mem, m),
+        _speed(th, f["fits"]),
         *_cautions(f["fits"], mem, gpu=_is_gpu(th)),
         *_calibration(f.get("calibration")),
         f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
-        f"MP {mp_bytes / GB:.1f} GB/step",
+        f"MP {mp_bytes / GB:.1f} GB/step" + (f"; EP all-to-all {ep_bytes / GB:.1f} GB/step" if ep_bytes else ""),
     ]
     fab = f.get("fabric", {})
     algos = ", ".join(f"{g.upper()} {a}" for g, a in sorted(c["algorithms"].items()))

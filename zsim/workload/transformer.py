@@ -13,6 +13,9 @@ some activations, by the MP degree t). Sources:
         (LlamaMLP: down(act(gate(x)) · up(x)); q/k/v/o projections without bias; untied lm_head).
   [A23] Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models from Multi-Head
         Checkpoints" (kv_heads key/value heads shared by groups of query heads: K and V are h × kv_heads·d).
+  [D23] Dao 2023, "FlashAttention-2", §2-3 (the fused kernel saves Q, K, V, its output and the fp32
+        row log-sum-exp, b·a·s values, and recomputes the s×s scores in backward; dropout from the RNG
+        state, no mask); GQA's K and V stay kv_heads wide (flash-attn: "MQA/GQA ... nheads_k").
   [MC]  Megatron-Core transformer/attention.py and mlp.py: GQA's query groups split across MP
         (num_query_groups % tensor_model_parallel_size == 0); the gated MLP's gate and up fused in one
         column-parallel linear_fc1 of width 2f; fusions/fused_bias_swiglu.py saves that 2f-wide input.
@@ -22,9 +25,10 @@ The GPT shape is the default; docs/models.md derives the general formulas from t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from zsim.config.schema import ModelSection
+from zsim.workload.moe import Moe
 
 # Megatron-LM pads the vocabulary to a multiple of 128 × t (arguments.make_vocab_size_divisible_by,
 # megatron/training/tokenizer: _vocab_size_with_padding) so the embedding splits evenly over MP.
@@ -46,11 +50,13 @@ class Shape:
     gated: bool  # gated (SwiGLU) MLP: gate and up h×f, down f×h [T23]
     linear_bias: bool  # biases on the attention output and MLP linears
     qkv_bias: bool  # biases on Q, K, V
-    norm: str  # "layernorm" (weight + bias) or "rmsnorm" (weight)
-    position: str  # "learned" or "rotary"
-    positions: int  # rows of the learned position table (0 when rotary)
+    norm: str  # "layernorm" (weight + bias), "rmsnorm" (weight) or "nonparametric" (none: OLMo-1)
+    position: str  # "learned", "rotary" or "alibi"
+    positions: int  # rows of the learned position table (0 when rotary or alibi)
     tied_head: bool  # the LM head reuses the word embedding
     dropout: bool = True  # dropout on attention probabilities and residual branches (K22 saves its masks)
+    attention: str = "standard"  # "standard" (s×s scores kept) or "flash2"/"flash3" (FlashAttention) [D23]
+    head_width: int = 0  # d when given (heads·d ≠ h: Gemma, Mistral-Nemo); 0: h / a
 
     @classmethod
     def of(cls, model: ModelSection) -> Shape:
@@ -60,8 +66,9 @@ class Shape:
             ffn=model.ffn_hidden or 4 * h, gated=model.gated_mlp, linear_bias=model.linear_bias,
             qkv_bias=model.linear_bias if model.qkv_bias is None else model.qkv_bias, norm=model.norm,
             position=model.position,
-            positions=0 if model.position == "rotary" else (model.max_positions or model.seq_len),
-            tied_head=model.tied_head, dropout=model.dropout,
+            positions=0 if model.position in ("rotary", "alibi") else (model.max_positions or model.seq_len),
+            tied_head=model.tied_head, dropout=model.dropout, attention=model.attention,
+            head_width=model.head_dim or 0,
         )
 
     @classmethod
@@ -73,8 +80,19 @@ class Shape:
 
     @property
     def head_dim(self) -> int:
-        """d = h / a."""
-        return self.hidden // self.heads
+        """d: h / a, or the model's head_dim."""
+        return self.head_width or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of Q, of the attention's output and of the output projection's input: a·d (h unless
+        head_dim says otherwise)."""
+        return self.heads * self.head_dim
+
+    @property
+    def flash(self) -> bool:
+        """FlashAttention: no s×s tensor is kept [D23] ('auto' unresolved, without a GPU: the unfused one)."""
+        return self.attention in ("flash2", "flash3")
 
     @property
     def kv_dim(self) -> int:
@@ -84,6 +102,8 @@ class Shape:
     @property
     def norm_tensors(self) -> tuple[int, ...]:
         """One norm's parameter tensors: LayerNorm's weight and bias, RMSNorm's weight [T23]."""
+        if self.norm == "nonparametric":  # OLMo's LayerNorm without affine parameters (Groeneveld et al. 2024 §2.1)
+            return ()
         return (self.hidden, self.hidden) if self.norm == "layernorm" else (self.hidden,)
 
     @property
@@ -133,6 +153,35 @@ class Module:
     # the head's copies of the logits in Megatron-LM's loss (see build_workload); none for a block,
     # whose transients within the layer are below zsim's unit (docs/memory.md).
     fwd_work_tensors: tuple[int, ...] = ()
+    # Sequence parallelism [K22 §4.2.2]: the MP collectives (op, bytes of the whole tensor) in forward and
+    # in backward, in place of the all-reduces (whose counts are then 0).
+    mp_collectives_fwd: tuple[tuple[str, int], ...] = ()
+    mp_collectives_bwd: tuple[tuple[str, int], ...] = ()
+    # Hardware FLOPs beyond (or short of) the model's, in forward and in backward: FlashAttention's causal
+    # kernel skips the masked half of QKᵀ and attention·V, and its backward recomputes QKᵀ [D23 §3.1.2];
+    # selective recompute runs the attention core's forward again in backward [K22 §5].
+    fwd_hw_extra_flops: float = 0.0
+    bwd_hw_extra_flops: float = 0.0
+    # Mixture-of-experts (zsim.workload.moe): the routed experts this rank holds (their states are
+    # partitioned over the expert-data-parallel group, not DP: not in `params`/`tensors`), and the bytes
+    # of each all-to-all (dispatch, combine) over the EP group; forward runs two, backward two.
+    expert_tensors: tuple[int, ...] = ()
+    ep_all_to_all_bytes: int = 0
+    moe: bool = False
+
+    @property
+    def expert_params(self) -> int:
+        return sum(self.expert_tensors)
+
+    @property
+    def hw_fwd_flops(self) -> float:
+        """FLOPs the GPU runs in forward (the model's, less what a causal fused kernel skips)."""
+        return self.fwd_flops + self.fwd_hw_extra_flops
+
+    @property
+    def hw_bwd_flops(self) -> float:
+        """FLOPs the GPU runs in backward, recompute inside the backward included."""
+        return self.bwd_flops + self.bwd_hw_extra_flops
 
     @property
     def bwd_flops(self) -> float:
@@ -151,12 +200,15 @@ class Workload:
     shape: Shape | None = field(default=None, compare=False)  # the resolved shape (None: built elsewhere)
     # Derived from `modules` once (the plan asks for them per module: hundreds of times a simulation).
     params_per_mp_rank: int = field(init=False, compare=False, repr=False)
+    expert_params_per_rank: int = field(init=False, compare=False, repr=False)
     blocks: tuple[Module, ...] = field(init=False, compare=False, repr=False)
     tensors: tuple[int, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        # Ψ as the DP group sees it: the parameters one MP rank holds (what ZeRO partitions).
+        # Ψ as the DP group sees it: the parameters one MP rank holds (what ZeRO partitions); a MoE
+        # model's routed experts are apart, in expert_params_per_rank.
         object.__setattr__(self, "params_per_mp_rank", sum(m.params for m in self.modules))
+        object.__setattr__(self, "expert_params_per_rank", sum(m.expert_params for m in self.modules))
         object.__setattr__(self, "blocks", tuple(m for m in self.modules if m.layer is not None))
         # Element counts of every parameter tensor of this MP rank (they sum to params_per_mp_rank).
         object.__setattr__(self, "tensors", tuple(n for m in self.modules for n in m.tensors))
@@ -202,13 +254,22 @@ def layer_tensors(shape: Shape, t: int = 1) -> tuple[int, ...]:
     MLP linear_fc1 h × f (h × 2f when gated: gate and up fused [MC]) and bias, linear_fc2 f × h and
     bias, two norms. Under MP [S19 §3] QKV and fc1 are column-parallel (weights and biases split), the
     output projection and fc2 row-parallel (weights split, biases whole), norms replicated."""
-    h, f, kv = shape.hidden, shape.ffn, shape.kv_dim
-    qkv, fc1 = h + 2 * kv, (2 if shape.gated else 1) * f
-    assert (h * qkv) % t == 0 and qkv % t == 0 and f % t == 0 and (h * h) % t == 0, "checked by mp_problems"
+    h, f, kv, q = shape.hidden, shape.ffn, shape.kv_dim, shape.q_dim
+    qkv, fc1 = q + 2 * kv, (2 if shape.gated else 1) * f
+    assert (h * qkv) % t == 0 and qkv % t == 0 and f % t == 0 and (h * q) % t == 0, "checked by mp_problems"
     qkv_b, row_b, fc1_b = (qkv // t,) if shape.qkv_bias else (), (h,) if shape.linear_bias else (), \
         (fc1 // t,) if shape.linear_bias else ()
-    return (h * qkv // t, *qkv_b, h * h // t, *row_b, h * fc1 // t, *fc1_b, f * h // t, *row_b,
+    return (h * qkv // t, *qkv_b, q * h // t, *row_b, h * fc1 // t, *fc1_b, f * h // t, *row_b,
             *shape.norm_tensors, *shape.norm_tensors)
+
+
+def moe_layer_tensors(shape: Shape, moe: Moe, t: int = 1) -> tuple[int, ...]:
+    """A MoE block's tensors every DP rank holds on one of t MP ranks: layer_tensors with the MLP
+    replaced by the router and the shared experts (zsim.workload.moe); the routed experts are apart."""
+    dense = layer_tensors(shape, t)
+    mlp = (2 if shape.linear_bias else 0) + 2  # fc1, [its bias], fc2, [its bias]
+    norms = len(shape.norm_tensors) * 2
+    return dense[:len(dense) - norms - mlp] + moe.dense_tensors(shape.hidden, t) + dense[len(dense) - norms:]
 
 
 def block_params(h: int, t: int = 1) -> int:
@@ -229,7 +290,8 @@ def block_tensors(h: int, t: int = 1) -> tuple[int, ...]:
     return layer_tensors(Shape.gpt(h), t)
 
 
-def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2) -> tuple[int, ...]:
+def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp: bool = False,
+                        selective: bool = False, mlp_inner: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
     activations: K22 §4.1-4.2 with the MLP f wide.
 
@@ -245,16 +307,34 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2) -> tup
     RMSNorm saves its input as a LayerNorm does. Without dropout (shape.dropout false: LLaMA,
     Mistral, Qwen2 train without) the three masks and the dropout output are not there: for the GPT
     widths at e = 2, sbh(8 + 24/t + 2as/(ht)).
+
+    Options: `sp` (sequence parallelism [K22 §4.2.2]) divides the tensors MP replicates (norm inputs,
+    QKV and fc1 inputs, residual dropout masks) by t: K22 Table 2, sbh(34/t + 5as/(ht)). `selective`
+    (selective recompute [K22 §5]) drops the attention core's s×s tensors (softmax output, its mask and
+    dropout output), recomputed in backward: K22 Table 2, sbh(10 + 24/t), or sbh·34/t with sp.
+    FlashAttention (shape.flash [D23]) keeps Q (e·sbh/t), K and V (e·sb·kv_dim/t each, not repeated),
+    the fp32 log-sum-exp (4·a·s·b/t) and its output (the output projection's input), and no s×s
+    tensor; with `selective` as well, Megatron recomputes the fused kernel and the log-sum-exp goes.
+    `mlp_inner` replaces the MLP's inner tensors (a MoE MLP's, zsim.workload.moe.Moe.saved_tensors).
     """
     h, a, f = shape.hidden, shape.heads, shape.ffn
     sbh, sbf, as2b = s * b * h, s * b * f, a * s * s * b
+    sbq = s * b * shape.q_dim  # Q, repeated K and V, the attention's output: a·d wide (= sbh unless head_dim)
+    r = t if sp else 1  # what MP replicates, SP splits
     inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
-    if not shape.dropout:  # no masks, and attention·V reads the softmax output itself
-        return (e * sbh, e * sbh, 2 * e * sbh // t, e * as2b // t, e * sbh // t, e * sbh // t,
-                e * sbh, e * sbh, *inner)
-    attention = (e * sbh, e * sbh, 2 * e * sbh // t, e * as2b // t, as2b // t, e * as2b // t, e * sbh // t,
-                 e * sbh // t, sbh)
-    return (*attention, e * sbh, e * sbh, *inner, sbh)
+    if mlp_inner is not None:
+        inner = mlp_inner
+    attention = [e * sbh // r, e * sbh // r]
+    if shape.flash:
+        kv = e * s * b * shape.kv_dim // t
+        attention += [e * sbq // t, kv, kv, *(() if selective else (4 * a * s * b // t,)), e * sbq // t]
+    else:
+        attention.append(2 * e * sbq // t)
+        if not selective:  # the softmax output; with dropout, its mask and the dropout's output
+            attention += [e * as2b // t, as2b // t, e * as2b // t] if shape.dropout else [e * as2b // t]
+        attention += [e * sbq // t, e * sbq // t]
+    masks = (sbh // r,) if shape.dropout else ()
+    return (*attention, *masks, e * sbh // r, e * sbh // r, *inner, *masks)
 
 
 def block_saved_tensors(s: int, b: int, h: int, a: int, t: int, e: int = 2) -> tuple[int, ...]:
@@ -274,9 +354,9 @@ def layer_fwd_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
     """Forward FLOPs of one block on one of t MP ranks: 2 FLOPs per multiply-add of each GEMM [N21 §5.1].
     QKV 2bsh(h + 2·kv_dim) [A23], QKᵀ and attention·V 4bs²h, output projection 2bsh², MLP 4bshf, or
     6bshf gated (three h×f matmuls [T23]). The GPT shape gives N21's 24bsh² + 4bs²h."""
-    h, f, kv = shape.hidden, shape.ffn, shape.kv_dim
+    h, f, kv, q = shape.hidden, shape.ffn, shape.kv_dim, shape.q_dim
     mlp = (3 if shape.gated else 2) * 2 * b * s * h * f
-    return (2 * b * s * h * (h + 2 * kv) + 4 * b * s * s * h + 2 * b * s * h * h + mlp) / t
+    return (2 * b * s * h * (q + 2 * kv) + 4 * b * s * s * q + 2 * b * s * q * h + mlp) / t
 
 
 def loss_work_tensors(tokens: int, vocab: int, t: int, e: int) -> tuple[int, ...]:
@@ -297,53 +377,150 @@ def total_params(model: ModelSection, vocab: int | None = None) -> int:
     shape = Shape.of(model)
     v, h = model.vocab if vocab is None else vocab, model.hidden
     head = 0 if shape.tied_head else v * h
-    return model.layers * shape.layer_params + v * h + head + shape.positions * h + sum(shape.norm_tensors)
+    moe = Moe.of(model)
+    if moe is None:
+        blocks = model.layers * shape.layer_params
+    else:  # dense_layers dense blocks, then MoE blocks holding all E experts (zsim.workload.moe)
+        moe_block = sum(moe_layer_tensors(shape, moe)) + sum(moe.expert_tensors(h, moe.ffn, 1)) * moe.experts
+        blocks = moe.dense_layers * shape.layer_params + (model.layers - moe.dense_layers) * moe_block
+    embed_norm = 2 * h if getattr(model, "embedding_norm", False) else 0  # BLOOM's word_embeddings_layernorm
+    return blocks + v * h + head + shape.positions * h + sum(shape.norm_tensors) + embed_norm
 
 
-def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workload:
+# Sequence parallelism's MP collectives per module [K22 §4.2.2, Fig. 5; Megatron-Core
+# tensor_parallel/mappings.py and layers.py]: a block's forward all-gathers the sequence-split input of
+# attention and of the MLP ('g') and reduce-scatters their outputs ('ḡ'); its backward reduce-scatters the
+# two input gradients and all-gathers the two output gradients. (Its backward also all-gathers the two
+# sequence-split inputs again for the weight gradients, LinearWithGradAccumulationAndAsyncCommunication
+# .backward, asynchronously under the input-gradient GEMM, which hides them: not priced.) The embedding reduce-scatters its output
+# (VocabParallelEmbedding with reduce_scatter_embeddings) and all-gathers the gradient; the head
+# all-gathers its input (gather_from_sequence_parallel_region) and reduce-scatters the gradient.
+SP_COLLECTIVES = {
+    "block": (("all_gather", "reduce_scatter") * 2, ("all_gather", "reduce_scatter") * 2),
+    "embed": (("reduce_scatter",), ("all_gather",)),
+    "head": (("all_gather",), ("reduce_scatter",)),
+}
+
+
+def _sp_collectives(kind: str, nbytes: int) -> dict:
+    """Module fields for sequence parallelism: SP_COLLECTIVES[kind] of `nbytes` each (build_workload then
+    sets the all-reduce counts to 0)."""
+    fwd, bwd = SP_COLLECTIVES[kind]
+    return dict(mp_collectives_fwd=tuple((op, nbytes) for op in fwd), mp_collectives_bwd=tuple((op, nbytes) for op in bwd))
+
+
+def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
+    """Forward FLOPs of QKᵀ and attention·V on one of t MP ranks: 4bs²h/t [N21 §5.1] (4bs²·a·d)."""
+    return 4 * b * s * s * shape.q_dim / t
+
+
+def _moe_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep: int, sp: bool, selective: bool,
+                dense_flops: float, fwd_extra: float, bwd_extra: float) -> dict:
+    """The Module fields of a MoE block (zsim.workload.moe): its dense tensors and local experts, its
+    FLOPs (the dense MLP's replaced by the MoE MLP's model FLOPs; the busiest rank computes `load` × the
+    routed part: hardware FLOPs), its saved tensors and all-to-all bytes."""
+    h, tokens = shape.hidden, s * b
+    dense_mlp = (3 if shape.gated else 2) * 2 * tokens * h * shape.ffn / t
+    routed = moe.routed_flops(tokens, h, t)
+    saved = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective,
+                                mlp_inner=moe.saved_tensors(tokens, h, t, e, ep))
+    tensors = moe_layer_tensors(shape, moe, t)
+    return dict(params=sum(tensors), fwd_flops=dense_flops - dense_mlp + moe.fwd_flops(tokens, h, t),
+                fwd_hbm_bytes=2.0 * sum(saved), saved_bytes=sum(saved), tensors=tensors, saved_tensors=saved,
+                fwd_hw_extra_flops=fwd_extra + (moe.load - 1) * routed, bwd_hw_extra_flops=bwd_extra + 2 * (moe.load - 1) * routed,
+                expert_tensors=moe.local_expert_tensors(h, t, ep), ep_all_to_all_bytes=moe.all_to_all_bytes(tokens, h, e, ep, t),
+                moe=True)
+
+
+def attention_score_bytes(shape: Shape, s: int, b: int, t: int, e: int = 2) -> int:
+    """Bytes of one layer's s×s attention tensors on one of t MP ranks, as layer_saved_tensors keeps them
+    without FlashAttention or selective recompute: the softmax output and, with dropout, its mask and
+    output [K22 §4.1]; 0 with FlashAttention."""
+    if shape.flash:
+        return 0
+    as2b = shape.heads * s * s * b
+    return e * as2b // t + as2b // t + e * as2b // t if shape.dropout else e * as2b // t
+
+
+def active_params(model: ModelSection) -> int:
+    """Parameters one token passes through: Ψ less the routed experts it is not sent to, (E − top_k)
+    experts in each MoE block (zsim.workload.moe); Ψ for a dense model."""
+    moe = Moe.of(model)
+    if moe is None:
+        return total_params(model)
+    idle = (moe.experts - moe.top_k) * sum(moe.expert_tensors(model.hidden, moe.ffn, 1))
+    return total_params(model) - (model.layers - moe.dense_layers) * idle
+
+
+def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
+                   selective: bool = False, ep: int = 1) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
-    bf16: 2 bytes, fp32: 4); see the module docstring for sources."""
+    bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
+    sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
+    selective activation recompute [K22 §5]; `ep`: the expert-parallel degree of a MoE model
+    (zsim.workload.moe)."""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
     t = mp
+    sp = sequence_parallel and t > 1
+    r = t if sp else 1  # SP splits what MP replicates
     e = 4 if dtype == "fp32" else 2  # activation element bytes
     v = model_vocab(model, t)
     sbh = s * b * h
     mp_bytes = e * sbh if t > 1 else 0  # activations of shape (s, b, h) [S19 §3]
 
     block_flops = layer_fwd_flops(shape, s, b, t)  # 24bsh² + 4bs²h for GPT [N21 §5.1], split t ways
-    saved_tensors = layer_saved_tensors(shape, s, b, t, e)  # [K22 §4.2, eq. 2], generalised
+    saved_tensors = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective)  # [K22 §4.2, eq. 2]
     block_saved = sum(saved_tensors)
     tensors = layer_tensors(shape, t)
+    core = attention_core_flops(shape, s, b, t)
+    # The core's model FLOPs: `core` forward, 2·core backward [N21]. FlashAttention runs causal: core/2
+    # forward, 2.5 × that backward (QKᵀ recomputed) [D23; flash-attn benchmarks' count]; selective
+    # recompute adds the core's forward again in backward [K22 §5] (with FlashAttention, its causal one).
+    fwd_core = core / 2 if shape.flash else core
+    fwd_extra = fwd_core - core
+    bwd_extra = (2.5 * fwd_core if shape.flash else 2 * core) - 2 * core + (fwd_core if selective else 0.0)
+    block_sp = _sp_collectives("block", mp_bytes) if sp else {}
+    moe = Moe.of(model)
+    moe_fields = _moe_fields(shape, moe, s, b, t, e, ep, sp, selective, block_flops, fwd_extra, bwd_extra) if moe else {}
+
+    def fields(i: int) -> dict:
+        if moe is not None and moe.is_moe(i):
+            return moe_fields
+        return dict(params=sum(tensors), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,
+                    tensors=tensors, saved_tensors=saved_tensors)
+
     block = [
         Module(
-            name=f"layer.{i}", params=sum(tensors), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved,
-            saved_bytes=block_saved,
-            checkpoint_bytes=e * sbh,  # the block's input, replicated across MP [K22 §5]
+            name=f"layer.{i}",
+            checkpoint_bytes=e * sbh // r,  # the block's input, replicated across MP [K22 §5] (split by SP)
             mp_allreduce_bytes=mp_bytes,
             # Two all-reduces in forward (after attention and after the MLP) and two in backward
             # (the 'f' operators of the column-parallel inputs) [S19 §3, Fig. 4].
             mp_allreduces_fwd=2 if t > 1 else 0, mp_allreduces_bwd=2 if t > 1 else 0, layer=i,
-            tensors=tensors, saved_tensors=saved_tensors,
+            **{"fwd_hw_extra_flops": fwd_extra, "bwd_hw_extra_flops": bwd_extra, **fields(i)}, **block_sp,
         )
         for i in range(L)
     ]
     # Vocab-parallel word embedding (V/t rows) + replicated learned position table [S19 §3]; a rotary
-    # model has no position parameters [T23].
+    # or ALiBi model has no position parameters [T23]; BLOOM's LayerNorm after the embedding (weight and
+    # bias, replicated) saves its input (Scao et al. 2022, "BLOOM", §3.2.2 "Embedding LayerNorm").
     embed_tensors = (v * h // t, shape.positions * h) if shape.positions else (v * h // t,)
-    embed_saved = (sbh,) if shape.dropout else ()  # dropout mask, 1 byte per element [K22 §4.3]
+    embed_norm = getattr(model, "embedding_norm", False)
+    embed_tensors += (h, h) if embed_norm else ()
+    embed_saved = ((e * sbh,) if embed_norm else ()) + ((sbh // r,) if shape.dropout else ())  # + dropout mask [K22 §4.3]
     embed = Module(
         name="embed", params=sum(embed_tensors), fwd_flops=0.0, fwd_hbm_bytes=2.0 * 2 * sbh,
         saved_bytes=sum(embed_saved),
         checkpoint_bytes=0,
         # Vocab-parallel embedding all-reduces its output in forward only [S19 §3].
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=1 if t > 1 else 0, mp_allreduces_bwd=0,
-        tensors=embed_tensors, saved_tensors=embed_saved,
+        tensors=embed_tensors, saved_tensors=embed_saved, **(_sp_collectives("embed", mp_bytes) if sp else {}),
     )
     # The head: final norm, logits against the word embedding or, untied, its own vocab-parallel
     # V/t × h output layer (Megatron untie_embeddings_and_output_weights) (2bshV/t FLOPs [N21 §5.1]),
     # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input.
-    head_saved = 4 * s * b * v // t + e * sbh
+    head_saved = 4 * s * b * v // t + e * sbh // r  # the final norm's input is sequence-split under SP
     head_tensors = shape.norm_tensors + (() if shape.tied_head else (v * h // t,))
     head = Module(
         name="head", params=sum(head_tensors), fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
@@ -351,14 +528,17 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16") -> Workloa
         # Its input gradient is all-reduced across MP in backward (the 'f' operator) [S19 §3].
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=0, mp_allreduces_bwd=1 if t > 1 else 0,
         tensors=head_tensors,  # the final norm's weight (and bias); the untied output layer
-        saved_tensors=(e * sbh, 4 * s * b * v // t),
+        saved_tensors=(e * sbh // r, 4 * s * b * v // t),
         # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
         # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
         mp_loss_allreduce_bytes=(4 * s * b,) * 3 if t > 1 else (),
-        fwd_work_tensors=loss_work_tensors(s * b, v, t, e),
+        fwd_work_tensors=loss_work_tensors(s * b, v, t, e), **(_sp_collectives("head", mp_bytes) if sp else {}),
     )
+    modules = (embed, *block, head)
+    if sp:  # the reduce-scatters and all-gathers replace every MP all-reduce but the loss's
+        modules = tuple(replace(m, mp_allreduces_fwd=0, mp_allreduces_bwd=0) for m in modules)
     return Workload(
-        modules=(embed, *block, head),
+        modules=modules,
         total_params=total_params(model, v),
         padded_vocab=v,
         tokens_per_micro_batch=b * s,

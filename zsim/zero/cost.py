@@ -33,10 +33,20 @@ MAX_SECONDS = 1800.0  # refuse runs estimated longer than this (ZSIM_MAX_SECONDS
 MEMORY_SHARE = 0.5  # refuse runs estimated to need more than this share of the available memory
 
 
-def model_states_closed_form(model, mp: int, dp: int, stage: int, dtype: str) -> ModelStates:
+def model_states_closed_form(model, mp: int, dp: int, stage: int, dtype: str, ep: int = 1) -> ModelStates:
     """Per-GPU model states (ZeRO Table 1, with DeepSpeed's padding) of `model` with any number of
     layers, from the workloads of 1 and 2 layers: every block is the same, so Ψ(L) = Ψ(1) + (L-1)·Ψ_block
-    and stage 3's per-tensor partition grows by the block's partition per layer. Cost: O(1) in L."""
+    and stage 3's per-tensor partition grows by the block's partition per layer. Cost: O(1) in L.
+    A MoE model (whose first blocks may be dense) is built whole, O(L): its dense part over `dp`, its
+    local experts over the dp/ep ranks of the expert-data-parallel group (zsim.zero.plan)."""
+    if getattr(model, "moe", None) is not None:
+        from zsim.workload.transformer import build_workload
+
+        w = build_workload(model, mp, dtype, ep=ep)
+        dense = model_states(w.params_per_mp_rank, dp, stage, dtype)
+        experts = model_states(w.expert_params_per_rank, dp // ep, stage, dtype)
+        return ModelStates(params=dense.params + experts.params, grads=dense.grads + experts.grads,
+                           optimizer=dense.optimizer + experts.optimizer)
     one, block = _one_layer_and_block(model, mp, dtype)
     extra = model.layers - 1
     psi = one.params_per_mp_rank + extra * block.params

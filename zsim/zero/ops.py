@@ -26,7 +26,7 @@ class Op(NamedTuple):
     """One op on one stream. Ops on a stream run in order; `deps` are ops (by index) on any stream
     that must finish first. Compute ops have `flops` and `hbm_bytes` and, when built from the workload,
     `kernels` (the kernel list zsim.compute prices; ops without one are priced from flops and bytes);
-    collectives have `collective`, `group` ('dp' or 'mp') and `nbytes` (payload S as nccl-tests counts it); host copies (on the
+    collectives have `collective`, `group` ('dp', 'mp', or for experts 'ep', 'edp') and `nbytes` (payload S as nccl-tests counts it); host copies (on the
     'offload' stream) have `transfer` ('d2h' or 'h2d') and `nbytes`. Allocations happen when the op
     starts, frees when it ends. Immutable (a named tuple, as Alloc: a plan makes one per op)."""
 

@@ -44,7 +44,7 @@ from zsim.compute.kernels import (KernelList, Shape, host_adam_kernels, module_k
 from zsim.config.scenario import Scenario
 from zsim.config.schema import ZeroSection
 from zsim.memory.context import context_memory
-from zsim.workload.transformer import Module, Workload
+from zsim.workload.transformer import Module, Workload, build_workload
 from zsim.zero.buckets import allgather_shards, flat_pieces, padded_bucket, padded_tensors, plan_buckets
 from zsim.zero.model_states import PARAM_BYTES, ModelStates, model_states, stage_partition
 from zsim.zero.ops import Alloc, Op, Plan
@@ -111,6 +111,20 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
                 context=tuple(context))
 
 
+def selective(scenario: Scenario) -> bool:
+    """Selective activation recompute [K22 §5] in effect: checkpointing on at 'selective' granularity."""
+    z = scenario.zero
+    return z.activation_checkpointing and z.recompute_granularity == "selective"
+
+
+def scenario_workload(scenario: Scenario) -> Workload:
+    """The workload of `scenario`: its model under its MP degree, dtype, sequence parallelism and
+    recompute granularity (zsim.workload.transformer.build_workload)."""
+    return build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype,
+                          sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario),
+                          ep=scenario.parallel.ep)
+
+
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
     """Stages 1-2: the pieces of the flat buffer (zsim.zero.buckets.flat_pieces); None otherwise."""
     z = scenario.zero
@@ -123,14 +137,32 @@ def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
 def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
     """Model-state bytes of one rank as the plan lays them out (padding included, as the runtime
     allocates them): zsim.zero.model_states with the plan's stage 1-2 pieces and stage 3 tensors."""
-    return model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
-                        scenario.precision.dtype, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
+    dense = model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
+                         scenario.precision.dtype, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
+    if not workload.expert_params_per_rank:
+        return dense
+    # a MoE model's local experts: ZeRO partitions them over the expert-data-parallel group (dp/ep ranks)
+    experts = model_states(workload.expert_params_per_rank, expert_dp(scenario), scenario.zero.stage,
+                           scenario.precision.dtype)
+    return ModelStates(params=dense.params + experts.params, grads=dense.grads + experts.grads,
+                       optimizer=dense.optimizer + experts.optimizer)
+
+
+def expert_dp(scenario: Scenario) -> int:
+    """Ranks of the expert-data-parallel group: dp / ep (Megatron-Core; DeepSpeed-MoE's expert data parallel)."""
+    return scenario.layout.dp // scenario.layout.ep
+
+
+def expert_partition(scenario: Scenario, workload: Workload) -> int:
+    """Elements of this rank's partition of its local experts' states (zsim.zero.model_states)."""
+    return stage_partition(workload.expert_params_per_rank, expert_dp(scenario), scenario.zero.stage)
 
 
 def rank_partition(scenario: Scenario, workload: Workload) -> int:
     """Elements of this rank's model-state partition (Ψ at stage 0), as rank_model_states lays it out."""
-    return stage_partition(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage, workload.tensors,
-                           rank_pieces(scenario, workload))
+    dense = stage_partition(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage, workload.tensors,
+                            rank_pieces(scenario, workload))
+    return dense + (expert_partition(scenario, workload) if workload.expert_params_per_rank else 0)
 
 
 def _md_checkpoints(z: ZeroSection) -> str:
@@ -176,7 +208,10 @@ class _StepPass:
         self.step, self.mb = step, mb
         self.first_dep = first_dep
         self.stage = scenario.zero.stage
-        self.ckpt = scenario.zero.activation_checkpointing
+        # Full recompute keeps one input per segment; selective keeps the layer's activations but the
+        # attention core's (zsim.workload.transformer.layer_saved_tensors) and recomputes the core in the
+        # block's backward kernels (zsim.compute.kernels.block_backward) [K22 §5].
+        self.ckpt = scenario.zero.activation_checkpointing and scenario.zero.recompute_granularity == "full"
         self.k = scenario.zero.checkpoint_every
         self.e = PARAM_BYTES[scenario.precision.dtype]
         self.md = scenario.zero.defragment
@@ -191,7 +226,10 @@ class _StepPass:
         self.bucket_elements_of = {mods[i].name: sum(sizes[j] for j in b)
                                    for b in plan_buckets(sizes, scenario.zero.reduce_bucket_elements) for i in b}
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
-        self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype)
+        self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype,
+                              arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
+                              sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep)
+        self.expert_group = "edp"  # = the DP group's ranks when ep is 1
 
     # ---- naming and small helpers -------------------------------------------------------------
     def _tags(self, kind: str, name: str) -> str:
@@ -219,13 +257,23 @@ class _StepPass:
 
     def _kernels(self, m: Module, phase: str) -> KernelList:
         """The kernels module `m` launches in `phase` (zsim.compute.kernels; shared per shape and phase)."""
-        kind = "block" if m.layer is not None else m.name
+        kind = ("moe_block" if m.moe else "block") if m.layer is not None else m.name
         return module_kernels(kind, phase, self.shape)
 
-    def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = ()) -> None:
-        for nbytes in (m.mp_allreduce_bytes,) * count + extra:
-            self._add(name=f"all_reduce/mp.{m.name}", stream="compute", collective="all_reduce", group="mp",
-                      nbytes=nbytes)
+    def _all_to_alls(self, m: Module) -> None:
+        """A MoE block's dispatch and combine all-to-alls over the EP group, in line on the compute
+        stream (Megatron-Core's alltoall token dispatcher); backward runs their two mirrors."""
+        for what in ("dispatch", "combine") if m.ep_all_to_all_bytes else ():
+            self._add(name=f"all_to_all/ep.{m.name}.{what}", stream="compute", collective="all_to_all", group="ep",
+                      nbytes=m.ep_all_to_all_bytes)
+
+    def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = (),
+                       collectives: tuple[tuple[str, int], ...] = ()) -> None:
+        """The module's MP collectives in line on the compute stream: its all-reduces, or under sequence
+        parallelism its all-gathers and reduce-scatters (`collectives`), then `extra` all-reduces."""
+        ops = (("all_reduce", m.mp_allreduce_bytes),) * count + collectives + tuple(("all_reduce", n) for n in extra)
+        for op, nbytes in ops:
+            self._add(name=f"{op}/mp.{m.name}", stream="compute", collective=op, group="mp", nbytes=nbytes)
 
     # ---- the schedule ---------------------------------------------------------------------------
     def run(self, reduce: bool) -> None:
@@ -344,9 +392,10 @@ class _StepPass:
                 # contiguous_data_buffers list is made when empty, then dropped in the first backward).
                 allocs += [Alloc("activations", self._checkpoint_bytes(b), self._tags("ckpt", b.name))
                            for b in self.w.blocks if b.layer % self.k == 0]
-        op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
+        op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
                        allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
-        self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes)
+        self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes, m.mp_collectives_fwd)
+        self._all_to_alls(m)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
             self._offload_out(m, op)
         return op
@@ -377,10 +426,11 @@ class _StepPass:
                 deps = deps + (self._gather_checkpoint(m),)
                 ckpt = self._tags("ckpt.full", m.name)
             frees = frees + (ckpt,)
-        op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.fwd_flops,
+        op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops,
                        hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees,
                        kernels=self._kernels(m, "recompute"))
-        self._mp_allreduces(m, m.mp_allreduces_fwd)
+        self._mp_allreduces(m, m.mp_allreduces_fwd, collectives=m.mp_collectives_fwd)
+        self._all_to_alls(m)
         return op
 
     def _gather_checkpoint(self, m: Module) -> int:
@@ -445,6 +495,8 @@ class _StepPass:
         elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
             allocs.append(Alloc("grads", self.e * m.params, _full_grad_tag(m.name, self.step)))
         frees = frees + self._activation_tags(m, "act") + (work,)
+        if m.expert_params and (self.stage >= 2 or self.mb == 0):  # the local experts' gradients (_expert_grads)
+            allocs.append(Alloc("grads", self.e * m.expert_params, self._expert_grad_tag(m)))
         if self.stage == 3 and reduce:
             # Stage 3 copies each module's gradient into its bucket's buffer as soon as it is complete
             # and frees it (DeepSpeed contiguous_gradients: __add_grad_to_ipg_bucket; the runtime's
@@ -459,9 +511,12 @@ class _StepPass:
             # the gradient is copied into its bucket in the backward hook (zsim.compute.kernels.with_bucket_copy)
             kernels = with_bucket_copy(kernels, m.params, self.e)
             nbytes += 2 * self.e * m.params
-        op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.bwd_flops,
+        op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
                        hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
-        self._mp_allreduces(m, m.mp_allreduces_bwd)
+        self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
+        self._all_to_alls(m)
+        if m.expert_params:
+            self._expert_grads(m, op, reduce)
         if reduce:
             self.bucket.append(m)
             self.bucket_elems += m.params
@@ -472,6 +527,26 @@ class _StepPass:
                 self._reduce(self.bucket, op)
                 self.bucket, self.bucket_elems = [], 0
         return op
+
+    def _expert_grads(self, m: Module, after: int, reduce: bool) -> None:
+        """A MoE block's local expert gradients: made by its backward (stages 0/1: kept, accumulated,
+        until the step; stage 2: until reduced), reduced on the reduction stream over the
+        expert-data-parallel group right after the backward that makes them: an all-reduce at stage 0,
+        a reduce-scatter at stages 1-2 (Megatron-Core's expert gradient buffers; DeepSpeed-MoE's
+        expert_data_parallel_group)."""
+        e, n = self.e, m.expert_params
+        tag = self._expert_grad_tag(m)
+        if not reduce:
+            return
+        edp = expert_dp(self.s)
+        op = "all_reduce" if self.stage == 0 else "reduce_scatter"
+        nbytes = e * (n if self.stage == 0 else padded_bucket(n, edp))
+        self.b.add(name=f"{op}/grads.experts.{m.name}", stream=self._reduction_stream(), deps=(after,),
+                   collective=op, group=self.expert_group, nbytes=nbytes, frees=(tag,) if self.stage >= 2 else (),
+                   step=self.step, micro_batch=self.mb)
+
+    def _expert_grad_tag(self, m: Module) -> str:
+        return self._tags("egrad", m.name) if self.stage >= 2 else _full_grad_tag(f"{m.name}.experts", self.step)
 
     def _reduction_stream(self) -> str:
         """The stream of the DP gradient reductions: their own ('comm') with overlap_comm; without it the
@@ -603,6 +678,8 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
     e = PARAM_BYTES[dtype]
     held, transient = f"optimizer.grads_copy.s{step}", f"optimizer.grads_pieces.s{step}"
     grad_tags = tuple(_full_grad_tag(m.name, step) for m in w.modules) if z.stage <= 1 else (_partition_grad_tag(step),)
+    if z.stage <= 1:  # a MoE model's expert gradients (_StepPass._expert_grads)
+        grad_tags += tuple(_full_grad_tag(f"{m.name}.experts", step) for m in w.modules if m.expert_params)
     converted = min(elements, sub_group) if z.stage == 3 else elements
     # fp32 training holds no copy (Adam reads the gradients in place): no pass, no bytes.
     copy_bytes = (e + grads.held / max(1, converted)) * converted if grads.held else 0.0
@@ -622,6 +699,10 @@ def _optimizer(b: _Builder, s: Scenario, w: Workload, step: int) -> None:
         else:
             shard_bucket = z.allgather_bucket_elements if z.constant_buffers else nd * elements
             gathers = [nd * n for n in allgather_shards(elements, nd, shard_bucket)]
+        if w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group
+            edp = expert_dp(s)
+            b.add(name="all_gather/params.experts", stream="comm", deps=(opt,), collective="all_gather", group="edp",
+                  nbytes=e * edp * expert_partition(s, w), step=step, micro_batch=last_mb)
         for j, n in enumerate(gathers):
             stage_buf = Alloc("buffers", list_collective_staging_bytes(n, e), f"ag_list.step.{j}.s{step}",
                               stream="compute")

@@ -1,0 +1,103 @@
+"""Mixture-of-experts MLPs: parameters, FLOPs, activations and the all-to-all of one MoE block's MLP on
+one rank (MP rank t, EP rank of ep).
+
+Sources:
+  [L20] Lepikhin et al. 2020, "GShard", §2.2 (top-k gating, expert capacity, tokens over capacity
+        dropped, the all-to-all dispatch and combine).
+  [F22] Fedus, Zoph & Shazeer 2022, "Switch Transformers", §2.2 (capacity factor: capacity =
+        capacity_factor × tokens / experts, padded).
+  [J24] Jiang et al. 2024, "Mixtral of Experts", §2 (8 SwiGLU experts, top 2, a linear router h × E).
+  [D24] Dai et al. 2024, "DeepSeekMoE", §3 (fine-grained experts, shared experts every token passes).
+  [MC]  Megatron-Core transformer/moe/: experts split across EP ranks (num_local_experts = E / ep),
+        each expert's FFN split across TP as the dense MLP is (expert_tensor_parallel_size = tp), the
+        router's weight replicated (router.py TopKRouter: weight h × E), the alltoall token dispatcher
+        (token_dispatcher.py: permute, all-to-all, expert GEMMs, all-to-all back, unpermute).
+Model FLOPs count the active experts only (top_k per token: MoE FLOPs are active parameters per
+token); the busiest rank computes `load` × the mean (dropless: the imbalance factor; with a capacity
+factor: every expert padded to its capacity [F22]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Moe:
+    """A model's MoE MLP, defaults resolved (sizes in elements)."""
+
+    experts: int  # routed experts E
+    top_k: int
+    ffn: int  # one routed expert's inner width
+    shared: int  # shared experts
+    shared_ffn: int  # one shared expert's inner width
+    load: float  # the busiest expert's tokens over the mean: capacity_factor if set, else imbalance
+    dense_layers: int  # first blocks with a dense MLP
+    gated: bool
+    bias: bool
+
+    @classmethod
+    def of(cls, model) -> Moe | None:
+        """From a ModelSection (None without model.moe)."""
+        m = model.moe
+        if m is None:
+            return None
+        ffn = m.expert_ffn_hidden or model.ffn_hidden or 4 * model.hidden
+        return cls(experts=m.experts, top_k=m.top_k, ffn=ffn, shared=m.shared_experts, shared_ffn=m.shared_ffn_hidden or ffn,
+                   load=m.capacity_factor if m.capacity_factor is not None else m.imbalance,
+                   dense_layers=m.dense_layers, gated=model.gated_mlp, bias=model.linear_bias)
+
+    def is_moe(self, layer: int) -> bool:
+        return layer >= self.dense_layers
+
+    def expert_tensors(self, h: int, width: int, t: int) -> tuple[int, ...]:
+        """One expert FFN on one of t MP ranks [MC]: fc1 h × width (× 2 gated) and bias, fc2 width × h and bias."""
+        fc1 = (2 if self.gated else 1) * width
+        return (h * fc1 // t, *((fc1 // t,) if self.bias else ()), width * h // t, *((h,) if self.bias else ()))
+
+    def local_expert_tensors(self, h: int, t: int, ep: int) -> tuple[int, ...]:
+        """The routed experts this rank holds: E/ep of them [MC]."""
+        return self.expert_tensors(h, self.ffn, t) * (self.experts // ep)
+
+    def dense_tensors(self, h: int, t: int) -> tuple[int, ...]:
+        """The MoE MLP's parameters every DP rank holds: the router h × E [J24; MC: replicated over TP]
+        and the shared experts [D24]."""
+        return (h * self.experts,) + self.expert_tensors(h, self.shared_ffn, t) * self.shared
+
+    def fwd_flops(self, tokens: int, h: int, t: int) -> float:
+        """Model forward FLOPs of the MoE MLP on one MP rank: the router 2·T·h·E, then per token top_k
+        routed experts and every shared one, each 2·2·h·f (3 matmuls gated) [N21 §5.1 per matmul]."""
+        per_expert = (3 if self.gated else 2) * 2 * tokens * h
+        return 2 * tokens * h * self.experts + per_expert * (self.top_k * self.ffn + self.shared * self.shared_ffn) / t
+
+    def routed_flops(self, tokens: int, h: int, t: int) -> float:
+        """The routed experts' share of fwd_flops (what load scales on the busiest rank)."""
+        return (3 if self.gated else 2) * 2 * tokens * h * self.top_k * self.ffn / t
+
+    def tokens_per_expert(self, tokens: int, ep: int) -> int:
+        """Tokens one local expert computes on the busiest rank: load × the EP group's ep·T tokens × top_k
+        spread over E experts [L20 §2.2, F22 §2.2]."""
+        return max(1, round(self.load * ep * tokens * self.top_k / self.experts))
+
+    def routed_tokens(self, tokens: int, ep: int) -> int:
+        """Token copies this rank's local experts compute: tokens_per_expert × E/ep (= load · T · top_k)."""
+        return self.tokens_per_expert(tokens, ep) * (self.experts // ep)
+
+    def all_to_all_bytes(self, tokens: int, h: int, e: int, ep: int, t: int = 1) -> int:
+        """Bytes one rank's dispatch (and combine) all-to-all carries: its T·top_k token copies of h
+        elements, × load (padded to capacity, or the busiest receiver's share) [L20 §2.2; MC alltoall
+        dispatcher]; with MP t (which needs sequence parallelism) each MP rank sends its T/t tokens.
+        0 without EP."""
+        return round(self.load * tokens * self.top_k * h * e / t) if ep > 1 else 0
+
+    def saved_tensors(self, tokens: int, h: int, t: int, e: int, ep: int) -> tuple[int, ...]:
+        """What the MoE MLP keeps for backward, in bytes: the router's fp32 logits (4·T·E) and the top-k
+        probabilities and indices (8·T·k) [MC router.py], the permuted tokens (the experts' input,
+        e·R·h for R routed token copies), the experts' inner activations as the dense MLP's
+        (layer_saved_tensors), the experts' output before the weighted combine (e·R·h); shared experts
+        as a dense MLP of shared × shared_ffn."""
+        r = self.routed_tokens(tokens, ep)
+        f, fs = self.ffn // t, self.shared * self.shared_ffn // t
+        inner = (2 * e * r * f, e * r * f) if self.gated else (e * r * f, e * r * f)
+        shared = ((2 * e * tokens * fs, e * tokens * fs) if self.gated else (e * tokens * fs,) * 2) if self.shared else ()
+        return (4 * tokens * self.experts, 8 * tokens * self.top_k, e * r * h, *inner, e * r * h, *shared)
