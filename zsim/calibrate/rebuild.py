@@ -29,6 +29,8 @@ def scenario_dict(run: MeasuredRun, profile: str, profiles: Profiles | None = No
     model = {k: v for k, v in meta["model"].items() if k in fields(ModelSection) and v is not None}
     model.pop("global_batch", None)
     model["grad_accum"] = int(meta.get("grad_accum") or model.get("grad_accum") or 1)
+    if meta.get("source") == "measured":
+        model.update(runtime_model_options(meta))
     zero = {k: v for k, v in meta["zero"].items() if k in fields(ZeroSection)}
     cluster = load_cluster(profile, 1, profiles)
     world = int(meta["world_size"])
@@ -48,6 +50,25 @@ def scenario_dict(run: MeasuredRun, profile: str, profiles: Profiles | None = No
     return {"name": f"replay-{run.folder.name}", "model": model, "parallel": {"dp": meta["dp"], "mp": meta["mp"]},
             "zero": zero, "precision": {"dtype": meta["precision"]}, "hardware": hardware,
             "run": {"steps": len(run.steps)}}
+
+
+def runtime_model_options(meta: dict[str, Any]) -> dict[str, Any]:
+    """What zsim's runtime model (runtime/model.py) is, beyond the shape its metadata records: it has
+    no dropout, and its attention is `torch.nn.functional.scaled_dot_product_attention`, which on a GPU
+    runs a fused kernel that keeps no s×s scores (on the 2026-11-26 H200 run, cuDNN's sm90 flash kernels,
+    data/device/20261126-h200: Hopper's FlashAttention-3 class; FlashAttention-2 on Ampere, torch's own
+    flash backend). CPU runs keep zsim's standard attention: the host model prices them that way and
+    the CPU replay suite is calibrated on it."""
+    options: dict[str, Any] = {"dropout": False}
+    facts = meta.get("device_facts") if isinstance(meta.get("device_facts"), dict) else {}
+    capability = str(facts.get("capability", ""))
+    if facts.get("type") == "cuda" and capability[:1].isdigit():
+        major = int(capability.split(".")[0])
+        if major >= 9:
+            options["attention"] = "flash3"
+        elif major >= 8:
+            options["attention"] = "flash2"
+    return options
 
 
 def rebuild(run: MeasuredRun, profile: str, profiles: Profiles | None = None) -> Scenario:
