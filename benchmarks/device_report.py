@@ -46,7 +46,7 @@ def main() -> None:
                   f"{price['controls']} capped control(s))")
         if run.folder.name.endswith("-gemm"):
             for dtype in ("bf16", "fp16"):
-                g = dr.gemm_holdout(run, dtype, args.gpu)
+                g = dr.gemm_holdout(run, dtype, args.gpu, with_2fold=True)
                 print(f"  GEMM {dtype}: fitted on {g['train_rows']} DeepBench rows, {g['test_rows']} GPT rows held out: "
                       f"median |error| {g['heldout_median_abs']:.1%}, worst {g['heldout_max_abs']:.1%}; all rows 2-fold "
                       f"median {g['all_rows_2fold_median']:.1%}")

@@ -9,6 +9,7 @@ The criteria were fixed before the data were read: model states within 1% of wha
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -61,6 +62,11 @@ def test_a_flush_is_priced_from_runs_that_retried_against_capped_controls(run):
     assert any(r["exit"] != 0 for r in price["runs"]), "the tightest caps ran out of memory"
 
 
+@functools.lru_cache(maxsize=None)
+def _simulated(folder: Path, shape: str) -> dict:
+    return dr.simulated_memory(dr.DeviceRun.read(folder), shape, "hgx-h200")
+
+
 # zsim's caching allocator against the measured peaks, each run rebuilt as the runtime ran it (no dropout,
 # fused attention on the GPU: zsim.calibrate.rebuild.runtime_model_options). Every point is kept; the
 # ones that miss the 5% target are strict xfails with the measured error (docs/device-check.md).
@@ -79,7 +85,7 @@ def _miss(reason: str):
 @pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)
 def test_simulated_allocator_peaks_within_5_percent(run, shape, quantity):
     measured = dr.measured_memory(run, shape)[quantity]
-    simulated = dr.simulated_memory(run, shape, "hgx-h200")[quantity]
+    simulated = _simulated(run.folder, shape)[quantity]
     assert simulated == pytest.approx(measured, rel=0.05)
 
 
