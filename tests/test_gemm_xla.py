@@ -140,3 +140,13 @@ def test_h200_sustained_ratio_is_the_measured_one():
     measured = json.loads(summary.read_text())["ratio_last30_to_burst"]
     gpu = load_cluster("hgx-h200", 1).gpu
     assert gpu.compute.sustained_ratio == pytest.approx(measured, abs=0.005)
+
+
+def test_calibrate_fits_each_dtype_of_an_xla_table_with_its_batches(tmp_path):
+    from zsim.calibrate.gpu_compute import calibrate_gemms
+
+    cluster = load_cluster("dgx-h100", 1)
+    values, summary = calibrate_gemms(cluster, read_xla_table(_synthetic(tmp_path)))
+    assert set(values) == {"bf16", "tf32"} and summary["bf16"]["rows"] == 16
+    # the synthetic rates hold 6 µs of fixed time per call (batch 2 rows included): the fit finds it
+    assert values["bf16"]["fixed_us"] == pytest.approx(6.0, abs=1.5)
