@@ -77,10 +77,16 @@ def test_flash_kernel_runs_its_flops_at_the_published_rate():
     from zsim.compute.kernels import KernelList
     from zsim.config.hardware import load_cluster
 
+    import dataclasses
+
     gpu = load_cluster("dgx-h100", 1).gpu
-    seconds = list_seconds(KernelList("fa", tuple(fwd)), gpu.compute, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16")
+    burst = dataclasses.replace(gpu.compute, sustained_ratio=1.0)  # the benchmark's short runs
+    seconds = list_seconds(KernelList("fa", tuple(fwd)), burst, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16")
     published = dict(PUBLISHED[(3, "fwd")])[4096]  # held out of the fit
     assert fwd[0].flops / seconds / 1e12 == pytest.approx(published, rel=0.02)
+    # a training step runs it under the power cap: the profile's sustained_ratio (docs/compute.md)
+    held = list_seconds(KernelList("fa", tuple(fwd)), gpu.compute, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16")
+    assert held / seconds == pytest.approx(1 / gpu.compute.sustained_ratio, rel=0.01)
     assert fwd[0].efficiency * H100_PEAK_TFLOPS == pytest.approx(published, rel=0.02)
 
 

@@ -2,7 +2,9 @@
 the fit predicts shapes it never saw.
 
 Input: a DeepBench-style CSV (columns M, N, K, time_ms; optional `batch`; other columns ignored), e.g.
-../shared/data/deepbench-v100/gemm_fp16_tensorcore.csv. The structure (tiles, waves, split-K, the HBM
+../shared/data/deepbench-v100/gemm_fp16_tensorcore.csv, or an XLA GEMM table (b, m, n, k, dtype,
+flops_per_s; zsim.trace.xla_gemm), e.g. ../shared/data/gemm-xla/xla-sm_90.csv, of which the rows of one
+dtype are fitted. The structure (tiles, waves, split-K, the HBM
 roofline; zsim.compute.gemm) is fixed; five terms are free. They are fitted by robust least squares on
 log(time) (scipy.optimize.least_squares, trust-region reflective with bounds, soft-L1 loss with a 10%
 scale: one odd shape, such as a transposed memory-bound GEMM twice as slow as its twin, does not drag
@@ -11,6 +13,8 @@ the rest), so small and large GEMMs weigh alike.
 Held-out error: the rows are split by position, even rows and odd rows (2-fold, fixed and documented
 in docs/compute.md); each half is fitted and predicts the other; the report gives the median, 90th
 percentile and maximum |predicted/measured − 1| over the predictions of rows a fit never saw.
+A second split, by shape family (`family_holdout`), fits the single GEMMs (batch 1) and predicts the
+batched ones, which the tile model prices as batch × the tiles (XLA's tables have b = 1, 2, 4).
 """
 
 from __future__ import annotations
@@ -82,12 +86,24 @@ class GemmFit:
 MAX_DIM = 1 << 31  # M, N, K, batch: past any GEMM a GPU holds, and inside the model's float arithmetic
 
 
-def read_gemm_csv(path: Path) -> list[GemmRow]:
-    """Rows of a DeepBench-style CSV. Raises ZsimError naming the file, row and column when a value is
-    missing or not a positive number."""
+def read_gemm_csv(path: Path, dtype: str | None = None) -> list[GemmRow]:
+    """Rows of a DeepBench-style CSV, or the `dtype` rows of an XLA table (zsim.trace.xla_gemm; `dtype`
+    may be left out when the table holds one). Raises ZsimError naming the file, row and column when a
+    value is missing or not a positive number, and naming the table's dtypes when `dtype` is not one."""
     import io
 
     from zsim.config.yamlfile import read_text
+    from zsim.trace.xla_gemm import is_xla_table, read_xla_table
+
+    if is_xla_table(Path(path)):
+        samples = read_xla_table(Path(path))
+        present = sorted({s.dtype for s in samples})
+        if dtype is None and len(present) == 1:
+            dtype = present[0]
+        chosen = [s for s in samples if s.dtype == dtype]
+        if not chosen:
+            raise ZsimError(f"{path}: no {dtype} rows; the table holds {', '.join(present)} (choose with --dtype)")
+        return _enough([GemmRow(s.shape[0], s.shape[1], s.shape[2], s.shape[3], s.seconds) for s in chosen], path)
 
     text = read_text(Path(path), what="GEMM table (CSV)", max_bytes=64 << 20)  # decodes or fails with a message
     reader = csv.DictReader(io.StringIO(text, newline=""))
@@ -111,6 +127,11 @@ def read_gemm_csv(path: Path) -> list[GemmRow]:
             rows.append(GemmRow(m, n, k, batch, seconds))
     except csv.Error as exc:
         raise ZsimError(f"{path}: not a CSV table: {exc}") from None
+    return _enough(rows, path)
+
+
+def _enough(rows: list[GemmRow], path: Path) -> list[GemmRow]:
+    """`rows`, when they hold enough distinct shapes to fit PARAMS; ZsimError otherwise."""
     shapes = len({(r.m, r.n, r.k, r.batch) for r in rows})  # repeated timings of one shape add no information
     if shapes < 2 * len(PARAMS):
         raise ZsimError(f"{path}: {shapes} distinct GEMM shapes in {len(rows)} rows; a fit of {len(PARAMS)} terms "
@@ -157,6 +178,18 @@ def fit(rows: list[GemmRow], hw: GemmHardware) -> GemmFit:
     values = _fit_values(rows, hw)
     terms = terms_from(values)
     return GemmFit(values=values, terms=terms, heldout_errors=tuple(heldout), insample_errors=errors(rows, terms, hw))
+
+
+def family_holdout(rows: list[GemmRow], hw: GemmHardware) -> tuple[float, ...]:
+    """|predicted/measured − 1| of the batched rows (batch > 1) from a fit of the single ones (batch 1):
+    the shape-family split (module docstring), fixed before any table was fitted. Raises ZsimError when
+    either family is empty or the single ones are too few to fit."""
+    single = [r for r in rows if r.batch == 1]
+    batched = [r for r in rows if r.batch > 1]
+    if not batched or len({(r.m, r.n, r.k) for r in single}) < 2 * len(PARAMS):
+        raise ZsimError(f"a batch split needs batched rows and {2 * len(PARAMS)}+ single shapes "
+                        f"({len(batched)} batched, {len(single)} single rows)")
+    return errors(batched, terms_from(_fit_values(single, hw)), hw)
 
 
 def profile_yaml(dtype: str, values: dict[str, float]) -> str:

@@ -49,12 +49,13 @@ def calibrate_gemms(cluster: Any, samples: list[ComputeSample]) -> tuple[dict[st
         if dtype not in cluster.gpu.peak_flops:
             raise CalibrationError(f"GEMMs in {dtype}, but {cluster.gpu.name} has no {dtype} peak")
         hw = GemmHardware(sms=terms.sms, tiles=terms.tiles, peak_flops=cluster.gpu.peak_flops[dtype],
-                          hbm_bytes_per_s=cluster.gpu.hbm_bytes_per_s, elem_bytes=4 if dtype == "fp32" else 2)
+                          hbm_bytes_per_s=cluster.gpu.hbm_bytes_per_s, elem_bytes=4 if dtype in ("fp32", "tf32") else 2)
         shapes = len({s.shape for s in rows})  # repeated timings of one shape add no information
         if shapes < 2 * len(PARAMS):
             raise CalibrationError(f"{shapes} distinct {dtype} GEMM shapes ({len(rows)} samples); fitting the "
                                    f"{len(PARAMS)} GEMM terms needs at least {2 * len(PARAMS)} (or --fit collectives)")
-        result = fit([GemmRow(s.shape[0], s.shape[1], s.shape[2], 1, s.seconds) for s in rows], hw)
+        result = fit([GemmRow(s.shape[0], s.shape[1], s.shape[2], s.shape[3] if len(s.shape) > 3 else 1, s.seconds)
+                      for s in rows], hw)  # shape (m, n, k[, batch]): XLA tables carry the batch
         stuck = [f"{k} = {v:.4g}" for k, v in result.values.items() for side in _ARTIFICIAL.get(k, ())
                  if abs(v - bounds[k][0 if side == "lo" else 1]) <= 1e-6 * max(1.0, abs(bounds[k][1]))]
         values[dtype] = {k: round(v, 4) for k, v in result.values.items()}

@@ -12,14 +12,16 @@ from zsim.commands.options import add_json_option, add_profile_options, emit_jso
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "gemm-fit", help=HELP["gemm-fit"],
-        description="Read a DeepBench-style GEMM table (CSV with M, N, K, time_ms; optional batch), fit the "
+        description="Read a GEMM table (DeepBench-style CSV with M, N, K, time_ms and optional batch, or XLA's "
+                    "b, m, n, k, dtype, flops_per_s layout, of which the --dtype rows), fit the "
                     "five GEMM terms of the compute model (docs/compute.md) by robust least squares on "
                     "log(time), and print the `gemm.<dtype>` entry for a profile's `compute:` section with "
                     "the error on rows each fit never saw (even/odd 2-fold).")
     p.add_argument("csv", type=Path, help="GEMM table, e.g. ../shared/data/deepbench-v100/gemm_fp16_tensorcore.csv")
     p.add_argument("--gpu", required=True, help="GPU profile (hwprofiles/gpus/) the table was measured on")
-    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
-                   help="operand type of the table (default fp16)")
+    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32", "tf32"), default="fp16",
+                   help="operand type of the table (default fp16); tf32: fp32 operands on tensor cores, priced "
+                        "against the GPU's peak_tf32_tflops (XLA's f32 rows)")
     add_json_option(p, "the values and held-out errors")
     add_profile_options(p, profile=False)
     p.set_defaults(func=run_command)
@@ -34,13 +36,24 @@ def fit_table(csv: Path, gpu: str, dtype: str, folders: list[str] | None = None)
     from zsim.errors import ZsimError
 
     spec: GpuFile = load_profile(Profiles.from_environment(folders or []), "gpu", gpu, GpuFile)  # type: ignore[assignment]
-    peak = {"fp16": spec.peak_fp16_tflops, "bf16": spec.peak_bf16_tflops, "fp32": spec.peak_fp32_tflops}[dtype]
+    hw = table_hardware(spec, gpu, dtype)
+    return fit(read_gemm_csv(csv, dtype), hw)
+
+
+def table_hardware(spec, gpu: str, dtype: str):
+    """GemmHardware of GPU profile `spec` (named `gpu`) for `dtype`. Raises ZsimError when it has no
+    peak for `dtype`."""
+    from zsim.calibrate.gemm_fit import GemmHardware
+    from zsim.config.hardware import compute_terms
+    from zsim.errors import ZsimError
+
+    peak = {"fp16": spec.peak_fp16_tflops, "bf16": spec.peak_bf16_tflops, "fp32": spec.peak_fp32_tflops,
+            "tf32": spec.peak_tf32_tflops}[dtype]
     if peak is None:
-        raise ZsimError(f"GPU profile '{gpu}' has no {dtype} peak")
+        raise ZsimError(f"GPU profile '{gpu}' has no {dtype} peak (peak_{dtype}_tflops)")
     terms = compute_terms(spec.compute)
-    hw = GemmHardware(sms=terms.sms, tiles=terms.tiles, peak_flops=peak * 1e12, hbm_bytes_per_s=spec.hbm_GBps * 1e9,
-                      elem_bytes=4 if dtype == "fp32" else 2)
-    return fit(read_gemm_csv(csv), hw)
+    return GemmHardware(sms=terms.sms, tiles=terms.tiles, peak_flops=peak * 1e12, hbm_bytes_per_s=spec.hbm_GBps * 1e9,
+                        elem_bytes=4 if dtype in ("fp32", "tf32") else 2)
 
 
 def run_command(args: argparse.Namespace) -> int:

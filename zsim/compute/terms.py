@@ -41,6 +41,8 @@ class ComputeTerms:
             host has issued it: a stream of small kernels is host-bound), s.
         reduce_kernel_s: GPU-side fixed time of one reduction kernel (sum, max, norm: PyTorch's
             reduce_kernel), s; None: kernel_s.
+        sustained_ratio: tensor-core rate a GPU keeps under its power cap for minutes / the rate of the
+            short-burst GEMM tables the `gemm` terms were fitted to (fraction, 0-1; 1: none known).
     """
 
     sms: int
@@ -50,6 +52,7 @@ class ComputeTerms:
     kernel_s: float
     host_op_s: float
     reduce_kernel_s: float | None = None
+    sustained_ratio: float = 1.0
 
     def gemm_terms(self, dtype: str) -> GemmTerms:
         """The GEMM terms for `dtype` (bf16 uses fp16's when it has none of its own)."""

@@ -80,7 +80,9 @@ class ComputeSection(_Profile, kw_only=True):
     kernel_us: Annotated[float, Meta(ge=0)]
     reduce_kernel_us: Annotated[float, Meta(ge=0)] | None = None
     host_op_us: Annotated[float, Meta(ge=0)]
-    gemm: dict[Literal["fp16", "bf16", "fp32"], GemmSection]
+    # tensor-core rate kept under the power cap for minutes / the GEMM tables' short-burst rate (docs/compute.md)
+    sustained_ratio: Annotated[float, Meta(gt=0, le=1)] = 1.0
+    gemm: dict[Literal["fp16", "bf16", "fp32", "tf32"], GemmSection]
 
 
 class ComputeOverride(_Profile, kw_only=True):
@@ -93,7 +95,8 @@ class ComputeOverride(_Profile, kw_only=True):
     kernel_us: Annotated[float, Meta(ge=0)] | None = None
     reduce_kernel_us: Annotated[float, Meta(ge=0)] | None = None
     host_op_us: Annotated[float, Meta(ge=0)] | None = None
-    gemm: dict[Literal["fp16", "bf16", "fp32"], GemmOverride] = field(default_factory=dict)
+    sustained_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
+    gemm: dict[Literal["fp16", "bf16", "fp32", "tf32"], GemmOverride] = field(default_factory=dict)
 
 
 class GpuFile(_Profile, kw_only=True):
@@ -101,6 +104,8 @@ class GpuFile(_Profile, kw_only=True):
     peak_fp16_tflops: Annotated[float, _TFLOPS]
     peak_bf16_tflops: Annotated[float, Meta(gt=0, le=1e6)] | None = None
     peak_fp32_tflops: Annotated[float, _TFLOPS]
+    # TF32 tensor-core peak, dense: what fp32 GEMMs reach where the library allows TF32 (XLA's f32 rows)
+    peak_tf32_tflops: Annotated[float, Meta(gt=0, le=1e6)] | None = None
     hbm_GBps: Annotated[float, _GBPS]
     memory_GiB: Annotated[float, Meta(gt=0, le=1e6)]
     compute_capability: Annotated[int, Meta(gt=0, le=1000)]
@@ -368,7 +373,8 @@ def compute_terms(section: ComputeSection, override: ComputeOverride | None = No
                         hbm_efficiency=base["hbm_efficiency"], kernel_s=base["kernel_us"] * 1e-6,
                         host_op_s=base["host_op_us"] * 1e-6,
                         reduce_kernel_s=(base["kernel_us"] if base.get("reduce_kernel_us") is None
-                                         else base["reduce_kernel_us"]) * 1e-6)
+                                         else base["reduce_kernel_us"]) * 1e-6,
+                        sustained_ratio=base.get("sustained_ratio", 1.0))
 
 
 def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, gpu: str | None = None,
@@ -432,6 +438,8 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     peaks = {"fp16": gpu_file.peak_fp16_tflops * 1e12, "fp32": gpu_file.peak_fp32_tflops * 1e12}
     if gpu_file.peak_bf16_tflops is not None:
         peaks["bf16"] = gpu_file.peak_bf16_tflops * 1e12
+    if gpu_file.peak_tf32_tflops is not None:
+        peaks["tf32"] = gpu_file.peak_tf32_tflops * 1e12
     port = inter.port_Gbps if inter.port_Gbps is not None else net.port_Gbps
     nic = (nic_Gbps if nic_Gbps is not None else port) / 8 * GB * net.efficiency
     latency_s = (nic_latency_us if nic_latency_us is not None else net.latency_us) * 1e-6

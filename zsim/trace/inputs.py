@@ -43,6 +43,7 @@ def kind_of(path: Path) -> str:
         ConfigError: the path does not exist or is none of the known formats.
     """
     from zsim.trace.deepbench import is_gemm_table
+    from zsim.trace.xla_gemm import is_xla_table
     from zsim.trace.kineto import is_kineto, load_json
     from zsim.trace.nccl_tests import is_table
     from zsim.trace.run_reader import is_run_folder
@@ -62,7 +63,7 @@ def kind_of(path: Path) -> str:
         raise ConfigError("unknown input format: a folder with neither rank<R>.trace.json files, nor nccl-tests "
                           f"tables ({', '.join(f + '.txt' for f in FUNCTIONS[:3])}, ...), nor Kineto traces",
                           source=str(path))
-    if is_gemm_table(path):
+    if is_gemm_table(path) or is_xla_table(path):
         return "gemm-table"
     if is_table(path):
         return "nccl-tests"
@@ -150,8 +151,10 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
             out.runs.append(simulated_run(path, doc))
             out.machines.append(run_machine(str(path), doc.get("metadata") or {}))
         else:
-            out.compute += read_gemm_table(path)
-            out.machines.append(Machine(str(path)))  # a DeepBench table names no GPU
+            from zsim.trace.xla_gemm import is_xla_table, read_xla_table
+
+            out.compute += read_xla_table(path) if is_xla_table(path) else read_gemm_table(path)
+            out.machines.append(Machine(str(path)))  # neither a DeepBench nor an XLA table names its GPU
         source = {"path": str(path), "kind": kind, "collectives": len(out.collectives) - before[0],
                   "compute": len(out.compute) - before[1]}
         if kernels:
