@@ -20,6 +20,9 @@ import simpy
 
 # A transfer within this fraction of its size of the end is done (float round-off of rate × time).
 _REL_EPS = 1e-9
+# Solved components and links tuples kept (Fabric._solved, Fabric._keys): a bound on memory, far above
+# the shapes a run repeats.
+_MAX_SOLVED = 100_000
 
 
 @dataclass(eq=False, slots=True)
@@ -30,6 +33,8 @@ class Transfer:
     done: simpy.Event
     rate: float = 0.0  # bytes/s per stream
     cap: float | None = None  # bytes/s per stream the endpoints cannot exceed (a private link)
+    keys: tuple[Hashable, ...] = ()  # the links without their weights
+    mark: int = 0  # the last component search that reached this transfer (Fabric._component)
 
 
 @dataclass(slots=True)
@@ -47,6 +52,12 @@ class Fabric:
     _last: float = 0.0
     _version: int = 0
     transfers_started: int = 0
+    _searches: int = 0  # component searches so far (each marks the transfers it reaches)
+    # Solved components: (id of each transfer's links, its cap) in component order -> (rates, the links
+    # tuples themselves, held so that their ids stay theirs). Collectives repeat a few shapes (55,856
+    # solves, 176 shapes in the per-rank flagship, issue 28), and a solve is a function of exactly these.
+    _solved: dict[tuple, tuple[tuple[float, ...], list]] = field(default_factory=dict)
+    _keys: dict[int, tuple[tuple, tuple[Hashable, ...]]] = field(default_factory=dict)  # id(links) -> (links, keys)
 
     def transfer(self, links: tuple[tuple[Hashable, float], ...], nbytes: float,
                  cap: float | None = None) -> Generator[simpy.Event, None, None]:
@@ -63,10 +74,15 @@ class Fabric:
         yields the event itself rather than through one more generator."""
         if nbytes <= 0:
             return None
-        for link, weight in links:
-            assert link in self.capacity and weight > 0, (link, weight)
+        known = self._keys.get(id(links))
+        if known is None or known[0] is not links:  # a links tuple not seen before (collectives reuse theirs)
+            for link, weight in links:
+                assert link in self.capacity and weight > 0, (link, weight)
+            if len(self._keys) >= _MAX_SOLVED:  # a CPU host's compute makes a links tuple per op
+                self._keys.clear()
+            known = self._keys[id(links)] = (links, tuple(link for link, _ in links))
         self._advance()
-        t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap)
+        t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap, known[1])
         self.active.append(t)
         for link, _ in links:
             self.on_link.setdefault(link, []).append(t)
@@ -94,27 +110,43 @@ class Fabric:
                     break
             if alone:
                 return [seed] if seed.links and self.on_link.get(seed.links[0][0]) else []
-        seen: dict[int, Transfer] = {}
-        links = [link for t in seeds for link, _ in t.links]
+        # depth first from the seeds' links; transfers in the order first reached (max_min_rates's order)
+        self._searches += 1
+        search = self._searches
+        reached: list[Transfer] = []
+        links = [link for t in seeds for link in t.keys]
         done_links: set[Hashable] = set()
+        on_link = self.on_link
         while links:
             link = links.pop()
             if link in done_links:
                 continue
             done_links.add(link)
-            for t in self.on_link.get(link, ()):
-                if id(t) not in seen:
-                    seen[id(t)] = t
-                    links.extend(l for l, _ in t.links)
-        return list(seen.values())
+            for t in on_link.get(link, ()):
+                if t.mark != search:
+                    t.mark = search
+                    reached.append(t)
+                    links.extend(t.keys)
+        return reached
 
     def _reschedule(self, changed: list[Transfer]) -> None:
         self._version += 1
         if not self.active:
             return
         component = self._component(changed)
-        if component:
+        if len(component) == 1:
             max_min_rates(component, self.capacity)
+        elif component:
+            key = tuple([(id(t.links), t.cap) for t in component])
+            solved = self._solved.get(key)
+            if solved is None:
+                max_min_rates(component, self.capacity)
+                if len(self._solved) >= _MAX_SOLVED:
+                    self._solved.clear()
+                self._solved[key] = (tuple([t.rate for t in component]), [t.links for t in component])
+            else:
+                for t, rate in zip(component, solved[0]):
+                    t.rate = rate
         active = self.active
         wait = active[0].remaining / active[0].rate if len(active) == 1 else min(t.remaining / t.rate for t in active)
         timer = simpy.Timeout(self.env, max(wait, 0.0))  # = env.timeout(), without its bound-method lookup

@@ -1,0 +1,35 @@
+"""The engine's results are bit-exact across its speed work (issue 28, part 6): every case of
+tests/golden/engine_bits.py gives the fingerprint recorded from the engine before it, and per-rank mode
+with classes of identical ranks equals per-rank mode with one process per rank."""
+
+import json
+
+import pytest
+
+from tests.golden.engine_bits import CASES, FILE, ROOT, SLOW, fingerprint, run_case
+from zsim.config.scenario import load_scenario
+from zsim.engine.simulation import simulate
+
+GOLDEN = json.loads(FILE.read_text())
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n not in SLOW])
+def test_fingerprint_unchanged(name):
+    assert run_case(name) == GOLDEN[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SLOW))
+def test_fingerprint_unchanged_at_1024_gpus(name):
+    assert run_case(name) == GOLDEN[name]
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if "per_rank" in n and n not in SLOW])
+def test_rank_classes_equal_one_process_per_rank(name):
+    path, overrides, mode = CASES[name]
+    scenario = load_scenario(ROOT / path, list(overrides))
+    classes = simulate(scenario, mode=mode, rank_classes=True)
+    ranks = simulate(scenario, mode=mode, rank_classes=False)
+    assert fingerprint(classes) == fingerprint(ranks)
+    if scenario.cluster.host is None:
+        assert classes.sim_events < ranks.sim_events  # the classes did stand in for the ranks
