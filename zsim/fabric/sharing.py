@@ -12,6 +12,7 @@ long-lived flows of equal priority; NCCL's channels are such flows.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Generator, Hashable
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,6 +36,7 @@ class Transfer:
     cap: float | None = None  # bytes/s per stream the endpoints cannot exceed (a private link)
     keys: tuple[Hashable, ...] = ()  # the links without their weights
     mark: int = 0  # the last component search that reached this transfer (Fabric._component)
+    entry: int = -1  # the number of its valid entry in Fabric._due (-1: none)
 
 
 @dataclass(slots=True)
@@ -47,7 +49,7 @@ class Fabric:
 
     env: simpy.Environment
     capacity: dict[Hashable, float]
-    active: list[Transfer] = field(default_factory=list)
+    active: dict[Transfer, None] = field(default_factory=dict)  # in the order they started
     on_link: dict[Hashable, list[Transfer]] = field(default_factory=dict)
     _last: float = 0.0
     _version: int = 0
@@ -58,6 +60,12 @@ class Fabric:
     # solves, 176 shapes in the per-rank flagship, issue 28), and a solve is a function of exactly these.
     _solved: dict[tuple, tuple[tuple[float, ...], list]] = field(default_factory=dict)
     _keys: dict[int, tuple[tuple, tuple[Hashable, ...]]] = field(default_factory=dict)  # id(links) -> (links, keys)
+    # A heap of (seconds to finish at the current rates, entry number, transfer), so that the next end
+    # is found without a pass over thousands of transfers per start (per-rank mode at 16k GPUs); an entry
+    # is valid while the transfer's `entry` is its number. Stale after time passed: rebuilt on next use.
+    _due: list[tuple[float, int, Transfer]] = field(default_factory=list)
+    _entries: int = 0
+    _stale: bool = True
 
     def transfer(self, links: tuple[tuple[Hashable, float], ...], nbytes: float,
                  cap: float | None = None) -> Generator[simpy.Event, None, None]:
@@ -83,7 +91,7 @@ class Fabric:
             known = self._keys[id(links)] = (links, tuple(link for link, _ in links))
         self._advance()
         t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap, known[1])
-        self.active.append(t)
+        self.active[t] = None
         for link, _ in links:
             self.on_link.setdefault(link, []).append(t)
         self.transfers_started += 1
@@ -96,6 +104,7 @@ class Fabric:
         if dt > 0:
             for t in self.active:
                 t.remaining -= t.rate * dt
+            self._stale = True
         self._last = self.env.now
 
     def _component(self, seeds: list[Transfer]) -> list[Transfer]:
@@ -147,10 +156,34 @@ class Fabric:
             else:
                 for t, rate in zip(component, solved[0]):
                     t.rate = rate
-        active = self.active
-        wait = active[0].remaining / active[0].rate if len(active) == 1 else min(t.remaining / t.rate for t in active)
-        timer = simpy.Timeout(self.env, max(wait, 0.0))  # = env.timeout(), without its bound-method lookup
+        timer = simpy.Timeout(self.env, max(self._next_end(component), 0.0))  # = env.timeout(), without its lookup
         timer.callbacks.append(partial(self._on_timer, self._version))
+
+    def _next_end(self, changed: list[Transfer]) -> float:
+        """Seconds until the first active transfer ends at the current rates: the least remaining/rate,
+        from the heap of those values (`changed`: the transfers whose rates were just set)."""
+        active = self.active
+        if len(active) == 1:
+            self._stale = True
+            t = next(iter(active))
+            return t.remaining / t.rate
+        due = self._due
+        if self._stale:
+            due.clear()
+            for t in active:
+                self._entries += 1
+                t.entry = self._entries
+                due.append((t.remaining / t.rate, self._entries, t))
+            heapq.heapify(due)
+            self._stale = False
+        else:
+            for t in changed:
+                self._entries += 1
+                t.entry = self._entries
+                heapq.heappush(due, (t.remaining / t.rate, self._entries, t))
+        while due[0][2].entry != due[0][1]:
+            heapq.heappop(due)
+        return due[0][0]
 
     def _on_timer(self, version: int, _timer: simpy.Event | None = None) -> None:
         if version != self._version:
@@ -160,7 +193,8 @@ class Fabric:
         if not finished:  # round-off left a few bytes: finish the closest
             finished = [min(self.active, key=lambda t: t.remaining / t.rate)]
         for t in finished:
-            self.active.remove(t)
+            del self.active[t]
+            t.entry = -1
             for link, _ in t.links:
                 self.on_link[link].remove(t)
             t.done.succeed()
