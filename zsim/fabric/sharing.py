@@ -60,6 +60,7 @@ class Fabric:
     # solves, 176 shapes in the per-rank flagship, issue 28), and a solve is a function of exactly these.
     _solved: dict[tuple, tuple[tuple[float, ...], list]] = field(default_factory=dict)
     _keys: dict[int, tuple[tuple, tuple[Hashable, ...]]] = field(default_factory=dict)  # id(links) -> (links, keys)
+    _interned: dict[tuple[Hashable, ...], tuple[Hashable, ...]] = field(default_factory=dict)  # keys, one per value
     # A heap of (seconds to finish at the current rates, entry number, transfer), so that the next end
     # is found without a pass over thousands of transfers per start (per-rank mode at 16k GPUs); an entry
     # is valid while the transfer's `entry` is its number. Stale after time passed: rebuilt on next use.
@@ -88,7 +89,9 @@ class Fabric:
                 assert link in self.capacity and weight > 0, (link, weight)
             if len(self._keys) >= _MAX_SOLVED:  # a CPU host's compute makes a links tuple per op
                 self._keys.clear()
-            known = self._keys[id(links)] = (links, tuple(link for link, _ in links))
+                self._interned.clear()
+            keys = tuple(link for link, _ in links)
+            known = self._keys[id(links)] = (links, self._interned.setdefault(keys, keys))
         self._advance()
         t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap, known[1])
         self.active[t] = None
@@ -119,15 +122,28 @@ class Fabric:
                     break
             if alone:
                 return [seed] if seed.links and self.on_link.get(seed.links[0][0]) else []
-        # depth first from the seeds' links; transfers in the order first reached (max_min_rates's order)
+        # Depth first from the seeds' links; transfers in the order first reached (max_min_rates's order).
+        # The stack of links to visit is kept as segments [a transfer's keys, index of the next to pop],
+        # popped from the end: the order of a flat stack of links. Keys are interned by value, so once one
+        # segment of a keys tuple is used up every link of it is visited, and its other segments (the
+        # other flows of a collective over the same links) are dropped at once instead of link by link.
         self._searches += 1
         search = self._searches
         reached: list[Transfer] = []
-        links = [link for t in seeds for link in t.keys]
+        stack = [[t.keys, len(t.keys) - 1] for t in seeds]
         done_links: set[Hashable] = set()
+        used_up: set[int] = set()  # ids of keys tuples whose every link is visited
         on_link = self.on_link
-        while links:
-            link = links.pop()
+        while stack:
+            segment = stack[-1]
+            keys, i = segment
+            if i < 0 or id(keys) in used_up:
+                if i < 0:
+                    used_up.add(id(keys))
+                stack.pop()
+                continue
+            segment[1] = i - 1
+            link = keys[i]
             if link in done_links:
                 continue
             done_links.add(link)
@@ -135,7 +151,7 @@ class Fabric:
                 if t.mark != search:
                     t.mark = search
                     reached.append(t)
-                    links.extend(t.keys)
+                    stack.append([t.keys, len(t.keys) - 1])
         return reached
 
     def _reschedule(self, changed: list[Transfer]) -> None:
