@@ -33,3 +33,22 @@ def test_rank_classes_equal_one_process_per_rank(name):
     assert fingerprint(classes) == fingerprint(ranks)
     if scenario.cluster.host is None:
         assert classes.sim_events < ranks.sim_events  # the classes did stand in for the ranks
+
+
+def test_a_slow_link_splits_the_class_and_a_healthy_run_does_not(monkeypatch):
+    """The split path is exercised: GPU 37's slow NVLink slows its node's MP instances (MP 16), whose
+    members leave the class; on healthy links of the 7.5B example (one DP group) the class stays whole."""
+    import zsim.engine.rank_class as rank_class
+
+    splits = []
+    real = rank_class.split
+
+    def counted(env, run, cls, kind, groups, indices):
+        splits.append((kind, sorted(groups)))
+        return real(env, run, cls, kind, groups, indices)
+
+    monkeypatch.setattr(rank_class, "split", counted)
+    assert run_case("small-per_rank-stage3") == GOLDEN["small-per_rank-stage3"]
+    assert splits == []
+    assert run_case("mp16-per_rank-slow-gpu-link-ga2") == GOLDEN["mp16-per_rank-slow-gpu-link-ga2"]
+    assert ("mp", [2]) in splits  # node 2 (ranks 32-47, GPU 37's) is MP instance 2

@@ -23,6 +23,7 @@ FLAGSHIP = "scenarios/1T-1024gpu.yaml"
 SMALL = "scenarios/paper/7.5B-64gpu-stage3.yaml"
 SLOW_NIC = "fabric.degrade=[{link: nic, node: 2, index: 5, factor: 0.25}]"
 SLOW_GPU_LINK = "fabric.degrade=[{link: nvlink, gpu: 37, factor: 0.5}]"
+FOUR_NODES = ("model.layers=4", "hardware.nodes=4", "parallel.dp=4", "model.global_batch=4")  # the flagship's MP 16
 
 # name -> (scenario file, --set overrides, mode); `slow` ones take seconds to minutes (per-rank at 1024 GPUs)
 CASES: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -41,6 +42,10 @@ CASES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "small-per_rank-slow-gpu-link-stage2-ga4": (SMALL, (SLOW_GPU_LINK, "zero.stage=2", "model.global_batch=1024"),
                                                 "per_rank"),
     "small-per_rank-hierarchical": (SMALL, ("fabric.algorithm=hierarchical", "zero.stage=2"), "per_rank"),
+    "mp16-per_rank-slow-gpu-link-ga2": (FLAGSHIP, FOUR_NODES + ("model.global_batch=8", SLOW_GPU_LINK), "per_rank"),
+    "mp16-per_rank-slow-nic-2steps": (FLAGSHIP, FOUR_NODES + ("run.steps=2", SLOW_NIC), "per_rank"),
+    "mp16-per_rank-stage2-ga2-2steps": (FLAGSHIP, FOUR_NODES + ("zero.stage=2", "model.hidden=2560", "model.heads=16",
+                                                               "model.global_batch=8", "run.steps=2"), "per_rank"),
     "host-per_rank": ("scenarios/host/tiny-2rank-stage3.yaml", (), "per_rank"),
     "flagship-per_rank": (FLAGSHIP, (), "per_rank"),
     "flagship-per_rank-slow-nic": (FLAGSHIP, (SLOW_NIC,), "per_rank"),
