@@ -35,19 +35,15 @@ class RankClass:
 
     __slots__ = ("members", "counts", "done", "waiting", "pos", "inflight")
 
-    def __init__(self, run: _Run, members: list[int], done: bytearray, n_streams: int):
+    def __init__(self, run: _Run, members: set[int], done: bytearray, n_streams: int,
+                 counts: dict[str, dict[int, int]] | None = None):
         self.members = members
         self.done = done
         self.waiting: dict[int, simpy.Event] = {}
         self.pos = [0] * n_streams
         self.inflight: list[object] = [None] * n_streams
-        self.counts: dict[str, list[tuple[int, int]]] = {}
-        self.recount(run)
-
-    def recount(self, run: _Run) -> None:
-        """How many members each group instance of each kind holds, in instance order."""
-        self.counts = {kind: sorted(Counter(run.group_of(kind, r) for r in self.members).items())
-                       for kind in ("dp", "mp")}
+        # per kind ('dp', 'mp'): group instance -> how many members it holds, in instance order
+        self.counts = counts if counts is not None else {kind: count(run, kind, members) for kind in ("dp", "mp")}
 
     def finish(self, i: int) -> None:
         self.done[i] = 1
@@ -60,6 +56,11 @@ class RankClass:
         if event is None:
             event = self.waiting[i] = simpy.Event(env)
         return event
+
+
+def count(run: _Run, kind: str, members: set[int]) -> dict[int, int]:
+    """How many of `members` each `kind` group instance holds, in instance order."""
+    return dict(sorted(Counter(run.group_of(kind, r) for r in members).items()))
 
 
 def class_stream(env: simpy.Environment, run: _Run, cls: RankClass, stream: int,
@@ -123,16 +124,27 @@ def split(env: simpy.Environment, run: _Run, cls: RankClass, kind: str, groups: 
     """Move the members of `cls` in the `kind` group instances `groups` to a new class that resumes
     every stream where `cls` is; each keeps, of the collectives in flight, the instances of its own
     members."""
-    moved = [r for r in cls.members if run.group_of(kind, r) in groups]
-    cls.members = [r for r in cls.members if run.group_of(kind, r) not in groups]
-    clone = RankClass(run, moved, bytearray(cls.done), len(cls.pos))
+    moved: set[int] = set()
+    for group in groups:  # what it costs is the size of the instances that move, not of the class
+        moved.update(r for r in run.members(kind, group) if r in cls.members)
+    cls.members -= moved
+    other = "mp" if kind == "dp" else "dp"
+    counts = {kind: {g: n for g, n in cls.counts[kind].items() if g in groups}, other: count(run, other, moved)}
+    for group in groups:
+        del cls.counts[kind][group]
+    left = cls.counts[other]
+    for group, n in counts[other].items():
+        if left[group] == n:
+            del left[group]
+        else:
+            left[group] -= n
+    clone = RankClass(run, moved, bytearray(cls.done), len(cls.pos), counts)
     clone.pos = list(cls.pos)
-    cls.recount(run)
     for owner in (clone, cls):  # the clone first: it reads what `cls` had in flight before `cls` keeps its part
         for s, flight in enumerate(cls.inflight):
             if type(flight) is tuple:
                 flight_kind, ends = flight
-                mine = {g for g, _ in owner.counts[flight_kind]}
+                mine = owner.counts[flight_kind]
                 owner.inflight[s] = (flight_kind, {g: e for g, e in ends.items() if g in mine})
             else:
                 owner.inflight[s] = flight

@@ -183,13 +183,13 @@ class _Run:
         started = yield entry[1]
         return algorithm, started, sent
 
-    def arrive_class(self, index: int, op: Op, counts: list[tuple[int, int]]) -> dict[int, simpy.Event]:
+    def arrive_class(self, index: int, op: Op, counts: dict[int, int]) -> dict[int, simpy.Event]:
         """Per-rank mode: a class of ranks reaches collective op `index`; `counts` holds how many of its
         members each group instance has, in instance order. Each instance starts when its last member
         has arrived, as in run_collective. Returns {instance: the event of its start}."""
         size = self.s.layout.dp if op.group == "dp" else self.s.layout.mp
         ends = {}
-        for group, n in counts:
+        for group, n in counts.items():
             key = (index, group)
             entry = self.pending.get(key)
             if entry is None:
@@ -453,7 +453,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     if per_rank and rank_classes and scenario.cluster.host is None and scenario.layout.world > 1:
         # the quiet ranks as classes of identical ranks (zsim.engine.rank_class); a CPU host's ranks compute
         # on their own cores, shared with gloo through the fabric, so they run one by one below
-        quiet = RankClass(run, list(range(1, scenario.layout.world)), bytearray(len(plan.ops)), len(STREAMS))
+        quiet = RankClass(run, set(range(1, scenario.layout.world)), bytearray(len(plan.ops)), len(STREAMS))
         for s, indices in enumerate(run.by_stream):
             env.process(class_stream(env, run, quiet, s, indices))
     elif per_rank:
