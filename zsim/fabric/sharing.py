@@ -95,8 +95,13 @@ class Fabric:
         self._advance()
         t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap, known[1])
         self.active[t] = None
-        for link, _ in links:
-            self.on_link.setdefault(link, []).append(t)
+        on_link = self.on_link
+        for link in t.keys:
+            on = on_link.get(link)
+            if on is None:
+                on_link[link] = [t]
+            else:
+                on.append(t)
         self.transfers_started += 1
         self._reschedule([t])
         return t.done
@@ -159,9 +164,7 @@ class Fabric:
         if not self.active:
             return
         component = self._component(changed)
-        if len(component) == 1:
-            max_min_rates(component, self.capacity)
-        elif component:
+        if component:
             key = tuple([(id(t.links), t.cap) for t in component])
             solved = self._solved.get(key)
             if solved is None:
@@ -211,7 +214,7 @@ class Fabric:
         for t in finished:
             del self.active[t]
             t.entry = -1
-            for link, _ in t.links:
+            for link in t.keys:
                 self.on_link[link].remove(t)
             t.done.succeed()
         self._reschedule(finished)
