@@ -53,6 +53,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "flagship-per_rank-ga4-2steps": (FLAGSHIP, ("model.global_batch=256", "run.steps=2"), "per_rank"),
 }
 SLOW = {name for name in CASES if name.startswith("flagship-per_rank")}
+LONG = {"flagship-per_rank-ga4-2steps"}  # minutes: tests/test_engine_bits.py runs it only when asked
 
 
 def _digest(value: object) -> str:
