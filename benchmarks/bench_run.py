@@ -1,7 +1,10 @@
 """Speed of `zsim run`: wall time and simpy events for the flagship and scaled variants.
 
-Run: .venv/bin/python benchmarks/bench_run.py   (prints a table; not a timed test)
-Target (issue: the spine): the 1T-1024gpu scenario simulates one step in under 2 s on 2 cores.
+Run: .venv/bin/python benchmarks/bench_run.py [--full]   (prints tables; not a timed test)
+Targets: the 1T-1024gpu scenario simulates one step in under 2 s on 2 cores (issue: the spine); per-rank
+mode at 1024 GPUs under 2 s and at 16,384 GPUs under 30 s; gradient accumulation 64 within 1.5× of 1
+(issue 28). The machine is shared: compare the CPU seconds of rows of one run, not runs. `--full` adds
+per-rank mode at 16,384 GPUs (a minute or more of CPU).
 """
 
 from __future__ import annotations
@@ -28,6 +31,34 @@ def simulate_seconds(overrides: list[str], repeat: int = 3) -> tuple[float, int]
         times.append(time.perf_counter() - start)
         events = result.sim_events
     return statistics.median(times), events
+
+
+def timed(overrides: list[str], mode: str | None = None) -> tuple[float, float, int, list[float]]:
+    """(wall s, CPU s, simpy events, step seconds) of one simulation of the flagship with `overrides`."""
+    scenario = load_scenario(FLAGSHIP, overrides)
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = simulate(scenario, mode=mode, trace=False)
+    return time.perf_counter() - wall, time.process_time() - cpu, result.sim_events, result.step_seconds
+
+
+def per_rank_and_accumulation(full: bool) -> None:
+    """Per-rank mode at 1024 GPUs (healthy, one slow NIC, one slow NVLink) and 16,384 (`full`), and the
+    flagship's cost at gradient accumulation 1, 4 and 64 (class mode, without trace events)."""
+    print(f"\n{'case':<46}{'GPUs':>7}{'events':>11}{'wall s':>9}{'CPU s':>9}")
+    cases = [("per-rank, 1 step", [], 1024), ("per-rank, one NIC of node 2 at 25%",
+              ["fabric.degrade=[{link: nic, node: 2, index: 5, factor: 0.25}]"], 1024),
+             ("per-rank, GPU 37's NVLink at 50%", ["fabric.degrade=[{link: nvlink, gpu: 37, factor: 0.5}]"], 1024)]
+    if full:
+        cases.append(("per-rank, 1 step", ["hardware.nodes=1024", "parallel.dp=1024", "model.global_batch=1024"],
+                      16384))
+    for name, overrides, gpus in cases:
+        wall, cpu, events, _ = timed(overrides, "per_rank")
+        print(f"{name:<46}{gpus:>7}{events:>11,}{wall:>9.2f}{cpu:>9.2f}")
+    base = None
+    for accum in (1, 4, 64):
+        wall, cpu, events, _ = timed([f"model.global_batch={64 * accum}"], "class")
+        base = base or cpu
+        print(f"{f'class, grad_accum {accum} (CPU ×{cpu / base:.1f} of 1)':<46}{1024:>7}{events:>11,}{wall:>9.2f}{cpu:>9.2f}")
 
 
 def kernel_list_seconds(repeat: int = 5) -> tuple[float, int, int]:
@@ -73,6 +104,7 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "zsim.cli", "run", str(FLAGSHIP), "-o", "/tmp/zsim-bench", "--no-plot"],
                    check=True, capture_output=True, cwd=ROOT)
     print(f"{'  the same with --no-plot':<42}{1024:>7}{'':>10}{time.perf_counter() - start:>12.3f}")
+    per_rank_and_accumulation("--full" in sys.argv[1:])
 
 
 if __name__ == "__main__":

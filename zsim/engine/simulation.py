@@ -25,6 +25,7 @@ from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
 from zsim.engine.cores import core_capacities, cpu_link, work
 from zsim.engine.offload import transfer_seconds
+from zsim.engine.rank_class import RankClass, class_stream
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, Placement, plan_collective
 from zsim.fabric.sharing import Fabric
@@ -95,6 +96,7 @@ class _Run:
         self.trace = trace  # build the trace events (a sweep reads only the totals)
         self.fabric = Fabric(env, fabric_capacities(scenario, per_rank))
         self.pending: dict[tuple[int, int], list] = {}  # per-rank: (op, group) -> [arrived, started event]
+        self.by_stream: list[list[int]] = []  # plan indices of each stream's ops, in STREAMS order
         self.ledger = MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)  # with its caching allocator
         self.host_ledger = MemoryLedger(capacity=None)  # Pa+cpu's checkpoints in host memory
         self.offload_seconds = 0.0
@@ -180,6 +182,24 @@ class _Run:
             self.env.process(_instance(self.env, self.fabric, phases, entry[1]))
         started = yield entry[1]
         return algorithm, started, sent
+
+    def arrive_class(self, index: int, op: Op, counts: dict[int, int]) -> dict[int, simpy.Event]:
+        """Per-rank mode: a class of ranks reaches collective op `index`; `counts` holds how many of its
+        members each group instance has, in instance order. Each instance starts when its last member
+        has arrived, as in run_collective. Returns {instance: the event of its start}."""
+        size = self.s.layout.dp if op.group == "dp" else self.s.layout.mp
+        ends = {}
+        for group, n in counts.items():
+            key = (index, group)
+            entry = self.pending.get(key)
+            if entry is None:
+                entry = self.pending[key] = [0, self.env.event()]
+            entry[0] += n
+            if entry[0] == size:
+                del self.pending[key]
+                self.env.process(_instance(self.env, self.fabric, self.phases(op, group)[1], entry[1]))
+            ends[group] = entry[1]
+        return ends
 
     def compute_time(self, op: Op, index: int = -1) -> float:
         """Seconds of compute op `op` (plan index `index`) on this cluster's GPU (memoized: layers
@@ -400,14 +420,16 @@ def workload_and_plan(scenario: Scenario, plans: dict[str, tuple[Workload, Plan]
 
 def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False,
              compute_override: Callable[[list[Op]], dict[int, float]] | None = None, trace: bool = True,
-             plans: dict[str, tuple[Workload, Plan]] | None = None) -> Result:
+             plans: dict[str, tuple[Workload, Plan]] | None = None, rank_classes: bool = True) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
     'per_rank') overrides the scenario's fabric.mode. `progress`: show a progress bar on stderr in
     per-rank mode (seconds to minutes; class mode takes well under a second). `compute_override(plan.ops)`
     may give measured seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven).
     `trace=False` leaves `Result.events` empty (what a sweep does: its rows need only the totals, the
     ledger and its peaks; every number is the same). `plans`: a dict kept across calls that reuses
-    the workload and plan of scenarios differing only in speeds (a sweep's points; workload_and_plan)."""
+    the workload and plan of scenarios differing only in speeds (a sweep's points; workload_and_plan).
+    `rank_classes=False` runs per-rank mode one process per rank instead of one per class of identical
+    ranks (zsim.engine.rank_class): the same numbers, bit for bit, slower; the tests' reference."""
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
@@ -427,9 +449,16 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     if trace:
         run.record_memory()
     by_stream = {stream: [i for i, op in enumerate(plan.ops) if op.stream == stream] for stream in STREAMS}
+    run.by_stream = [by_stream[stream] for stream in STREAMS]
     for stream in STREAMS:
         env.process(stream_worker(env, run, by_stream[stream]))
-    if per_rank:
+    if per_rank and rank_classes and scenario.cluster.host is None and scenario.layout.world > 1:
+        # the quiet ranks as classes of identical ranks (zsim.engine.rank_class); a CPU host's ranks compute
+        # on their own cores, shared with gloo through the fabric, so they run one by one below
+        quiet = RankClass(run, set(range(1, scenario.layout.world)), bytearray(len(plan.ops)), len(STREAMS))
+        for s, indices in enumerate(run.by_stream):
+            env.process(class_stream(env, run, quiet, s, indices))
+    elif per_rank:
         for rank in range(1, scenario.layout.world):
             finished = _RankProgress(len(plan.ops))
             for stream in STREAMS:

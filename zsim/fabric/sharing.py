@@ -12,6 +12,7 @@ long-lived flows of equal priority; NCCL's channels are such flows.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Generator, Hashable
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,6 +21,9 @@ import simpy
 
 # A transfer within this fraction of its size of the end is done (float round-off of rate × time).
 _REL_EPS = 1e-9
+# Solved components and links tuples kept (Fabric._solved, Fabric._keys): a bound on memory, far above
+# the shapes a run repeats.
+_MAX_SOLVED = 100_000
 
 
 @dataclass(eq=False, slots=True)
@@ -30,6 +34,9 @@ class Transfer:
     done: simpy.Event
     rate: float = 0.0  # bytes/s per stream
     cap: float | None = None  # bytes/s per stream the endpoints cannot exceed (a private link)
+    keys: tuple[Hashable, ...] = ()  # the links without their weights
+    mark: int = 0  # the last component search that reached this transfer (Fabric._component)
+    entry: int = -1  # the number of its valid entry in Fabric._due (-1: none)
 
 
 @dataclass(slots=True)
@@ -42,11 +49,24 @@ class Fabric:
 
     env: simpy.Environment
     capacity: dict[Hashable, float]
-    active: list[Transfer] = field(default_factory=list)
+    active: dict[Transfer, None] = field(default_factory=dict)  # in the order they started
     on_link: dict[Hashable, list[Transfer]] = field(default_factory=dict)
     _last: float = 0.0
     _version: int = 0
     transfers_started: int = 0
+    _searches: int = 0  # component searches so far (each marks the transfers it reaches)
+    # Solved components: (id of each transfer's links, its cap) in component order -> (rates, the links
+    # tuples themselves, held so that their ids stay theirs). Collectives repeat a few shapes (55,856
+    # solves, 176 shapes in the per-rank flagship, issue 28), and a solve is a function of exactly these.
+    _solved: dict[tuple, tuple[tuple[float, ...], list]] = field(default_factory=dict)
+    _keys: dict[int, tuple[tuple, tuple[Hashable, ...]]] = field(default_factory=dict)  # id(links) -> (links, keys)
+    _interned: dict[tuple[Hashable, ...], tuple[Hashable, ...]] = field(default_factory=dict)  # keys, one per value
+    # A heap of (seconds to finish at the current rates, entry number, transfer), so that the next end
+    # is found without a pass over thousands of transfers per start (per-rank mode at 16k GPUs); an entry
+    # is valid while the transfer's `entry` is its number. Stale after time passed: rebuilt on next use.
+    _due: list[tuple[float, int, Transfer]] = field(default_factory=list)
+    _entries: int = 0
+    _stale: bool = True
 
     def transfer(self, links: tuple[tuple[Hashable, float], ...], nbytes: float,
                  cap: float | None = None) -> Generator[simpy.Event, None, None]:
@@ -63,13 +83,25 @@ class Fabric:
         yields the event itself rather than through one more generator."""
         if nbytes <= 0:
             return None
-        for link, weight in links:
-            assert link in self.capacity and weight > 0, (link, weight)
+        known = self._keys.get(id(links))
+        if known is None or known[0] is not links:  # a links tuple not seen before (collectives reuse theirs)
+            for link, weight in links:
+                assert link in self.capacity and weight > 0, (link, weight)
+            if len(self._keys) >= _MAX_SOLVED:  # a CPU host's compute makes a links tuple per op
+                self._keys.clear()
+                self._interned.clear()
+            keys = tuple(link for link, _ in links)
+            known = self._keys[id(links)] = (links, self._interned.setdefault(keys, keys))
         self._advance()
-        t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap)
-        self.active.append(t)
-        for link, _ in links:
-            self.on_link.setdefault(link, []).append(t)
+        t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap, known[1])
+        self.active[t] = None
+        on_link = self.on_link
+        for link in t.keys:
+            on = on_link.get(link)
+            if on is None:
+                on_link[link] = [t]
+            else:
+                on.append(t)
         self.transfers_started += 1
         self._reschedule([t])
         return t.done
@@ -80,6 +112,7 @@ class Fabric:
         if dt > 0:
             for t in self.active:
                 t.remaining -= t.rate * dt
+            self._stale = True
         self._last = self.env.now
 
     def _component(self, seeds: list[Transfer]) -> list[Transfer]:
@@ -94,19 +127,37 @@ class Fabric:
                     break
             if alone:
                 return [seed] if seed.links and self.on_link.get(seed.links[0][0]) else []
-        seen: dict[int, Transfer] = {}
-        links = [link for t in seeds for link, _ in t.links]
+        # Depth first from the seeds' links; transfers in the order first reached (max_min_rates's order).
+        # The stack of links to visit is kept as segments [a transfer's keys, index of the next to pop],
+        # popped from the end: the order of a flat stack of links. Keys are interned by value, so once one
+        # segment of a keys tuple is used up every link of it is visited, and its other segments (the
+        # other flows of a collective over the same links) are dropped at once instead of link by link.
+        self._searches += 1
+        search = self._searches
+        reached: list[Transfer] = []
+        stack = [[t.keys, len(t.keys) - 1] for t in seeds]
         done_links: set[Hashable] = set()
-        while links:
-            link = links.pop()
+        used_up: set[int] = set()  # ids of keys tuples whose every link is visited
+        on_link = self.on_link
+        while stack:
+            segment = stack[-1]
+            keys, i = segment
+            if i < 0 or id(keys) in used_up:
+                if i < 0:
+                    used_up.add(id(keys))
+                stack.pop()
+                continue
+            segment[1] = i - 1
+            link = keys[i]
             if link in done_links:
                 continue
             done_links.add(link)
-            for t in self.on_link.get(link, ()):
-                if id(t) not in seen:
-                    seen[id(t)] = t
-                    links.extend(l for l, _ in t.links)
-        return list(seen.values())
+            for t in on_link.get(link, ()):
+                if t.mark != search:
+                    t.mark = search
+                    reached.append(t)
+                    stack.append([t.keys, len(t.keys) - 1])
+        return reached
 
     def _reschedule(self, changed: list[Transfer]) -> None:
         self._version += 1
@@ -114,11 +165,44 @@ class Fabric:
             return
         component = self._component(changed)
         if component:
-            max_min_rates(component, self.capacity)
-        active = self.active
-        wait = active[0].remaining / active[0].rate if len(active) == 1 else min(t.remaining / t.rate for t in active)
-        timer = simpy.Timeout(self.env, max(wait, 0.0))  # = env.timeout(), without its bound-method lookup
+            key = tuple([(id(t.links), t.cap) for t in component])
+            solved = self._solved.get(key)
+            if solved is None:
+                max_min_rates(component, self.capacity)
+                if len(self._solved) >= _MAX_SOLVED:
+                    self._solved.clear()
+                self._solved[key] = (tuple([t.rate for t in component]), [t.links for t in component])
+            else:
+                for t, rate in zip(component, solved[0]):
+                    t.rate = rate
+        timer = simpy.Timeout(self.env, max(self._next_end(component), 0.0))  # = env.timeout(), without its lookup
         timer.callbacks.append(partial(self._on_timer, self._version))
+
+    def _next_end(self, changed: list[Transfer]) -> float:
+        """Seconds until the first active transfer ends at the current rates: the least remaining/rate,
+        from the heap of those values (`changed`: the transfers whose rates were just set)."""
+        active = self.active
+        if len(active) == 1:
+            self._stale = True
+            t = next(iter(active))
+            return t.remaining / t.rate
+        due = self._due
+        if self._stale:
+            due.clear()
+            for t in active:
+                self._entries += 1
+                t.entry = self._entries
+                due.append((t.remaining / t.rate, self._entries, t))
+            heapq.heapify(due)
+            self._stale = False
+        else:
+            for t in changed:
+                self._entries += 1
+                t.entry = self._entries
+                heapq.heappush(due, (t.remaining / t.rate, self._entries, t))
+        while due[0][2].entry != due[0][1]:
+            heapq.heappop(due)
+        return due[0][0]
 
     def _on_timer(self, version: int, _timer: simpy.Event | None = None) -> None:
         if version != self._version:
@@ -128,8 +212,9 @@ class Fabric:
         if not finished:  # round-off left a few bytes: finish the closest
             finished = [min(self.active, key=lambda t: t.remaining / t.rate)]
         for t in finished:
-            self.active.remove(t)
-            for link, _ in t.links:
+            del self.active[t]
+            t.entry = -1
+            for link in t.keys:
                 self.on_link[link].remove(t)
             t.done.succeed()
         self._reschedule(finished)
