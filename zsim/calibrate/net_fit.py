@@ -54,7 +54,7 @@ class TableRun:
 
 
 def read_run(path: Path) -> TableRun:
-    """A table named `<collective>[-<N>nodes].txt` with its header.
+    """A table named `<collective>[-<N>nodes].txt` (or `zsim collective`'s `.json`) with its header.
 
     Raises:
         ZsimError: the name does not start with a collective, or the header lists no ranks.
@@ -73,7 +73,7 @@ def read_run(path: Path) -> TableRun:
 def read_runs(folder: Path, max_nodes: int | None = None, min_nodes: int = 2) -> list[TableRun]:
     """Every multi-node table in `folder` (`<collective>-<N>nodes.txt`), those spanning
     `min_nodes`..`max_nodes` nodes. Raises ZsimError if there is none."""
-    runs = [read_run(p) for p in sorted(Path(folder).glob("*-*nodes.txt"))]
+    runs = [read_run(p) for p in sorted(Path(folder).glob("*-*nodes.*")) if p.suffix in (".txt", ".json")]
     runs = [r for r in runs if min_nodes <= r.header.nodes <= (max_nodes or r.header.nodes)]
     if not runs:
         raise ZsimError(f"{folder}: no multi-node nccl-tests tables (<collective>-<N>nodes.txt) in "
