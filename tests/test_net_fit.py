@@ -114,3 +114,21 @@ def test_flagship_summary_names_its_network(tmp_path, capsys):
     assert "fitted on ABCI" in line and "64 nodes: extrapolated" in line
     facts = json.loads((tmp_path / "result.json").read_text())
     assert facts["inter_node"]["status"] == "extrapolated" and facts["inter_node"]["fit_nodes"] == [2, 32]
+
+
+def test_calibrate_writes_the_fitted_network_beside_the_profile(tmp_path, capsys):
+    """`zsim calibrate` on a folder of multi-node tables fits the inter-node terms and writes them as
+    networks/<stem>-net.yaml, which the written system profile names and loads."""
+    write_tables(tmp_path / "tables", "abci-v100", [2, 4], 4)
+    capsys.readouterr()
+    out = tmp_path / "cal" / "mine.yaml"
+    assert main(["calibrate", str(tmp_path / "tables"), "--profile", "abci-v100", "-o", str(out)]) == 0
+    assert "network" in capsys.readouterr().out
+    assert (tmp_path / "cal" / "networks" / "mine-net.yaml").is_file()
+    from zsim.config.profiles import Profiles
+
+    profiles, name = Profiles().resolve_system(str(out))
+    cluster = load_cluster(name, 4, profiles)
+    shipped = load_cluster("abci-v100", 4)
+    assert cluster.network_profile == "mine-net" and cluster.network_fit.nodes == [2, 4]
+    assert cluster.network_efficiency == pytest.approx(shipped.network_efficiency, rel=0.01)
