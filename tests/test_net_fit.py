@@ -132,3 +132,15 @@ def test_calibrate_writes_the_fitted_network_beside_the_profile(tmp_path, capsys
     shipped = load_cluster("abci-v100", 4)
     assert cluster.network_profile == "mine-net" and cluster.network_fit.nodes == [2, 4]
     assert cluster.network_efficiency == pytest.approx(shipped.network_efficiency, rel=0.01)
+
+
+def test_a_large_simulated_table_lists_each_node_once(tmp_path, capsys):
+    """Beyond 64 GPUs the header lists each node's first rank and the last: 33 lines for 32 nodes."""
+    args = ["collective", "--profile", "alps-gh200", "--nodes", "32", "--gpus", "128", "--op", "all_reduce",
+            "-b", "1M", "-e", "1M"]
+    assert main(args) == 0
+    path = tmp_path / "all_reduce-32nodes.txt"
+    path.write_text(capsys.readouterr().out)
+    assert path.read_text().count("#  Rank") == 33
+    header = header_of(path)
+    assert (header.ranks, header.nodes, header.gpus_per_node) == (128, 32, 4)

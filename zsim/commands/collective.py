@@ -52,14 +52,16 @@ def collective_table(profile: str, nodes: int, gpus: int, op: str, sizes_: list[
 def format_table(rows: list[PerfRow], op: str, nodes: int | None = None, gpus: int | None = None,
                  gpus_per_process: int = 1) -> str:
     """nccl-tests' table; with `nodes` and `gpus`, also its `nGpus` and `# Rank r ... on HOST` header
-    lines (one simulated host per node), so that the table reads back as the run it simulates
+    lines (one simulated host per node; beyond 64 GPUs only each node's first rank and the last), so that
+    the table reads back as the run it simulates
     (zsim.trace.nccl_tests.header_of; `zsim nccl-fit` takes it)."""
     ranks: list[str] = []
     if nodes and gpus:
         per_node = gpus // nodes
         ranks = [f"# nThread 1 nGpus {gpus_per_process} (simulated by zsim)", "#", "# Using devices"]
+        listed = range(gpus) if gpus <= 64 else sorted({*range(0, gpus, per_node), gpus - 1})  # every host, once
         ranks += [f"#  Rank {r:4d} Pid {r // gpus_per_process:5d} on {'zsim-node' + str(r // per_node):>12} "
-                  f"device {r % per_node:2d} [0x00] simulated" for r in range(gpus)]
+                  f"device {r % per_node:2d} [0x00] simulated" for r in listed]
     head = (f"#{'size':>13} {'count':>12} {'type':>7} {'time':>10} {'algbw':>8} {'busbw':>8}  algorithm\n"
             f"#{'(B)':>13} {'(elements)':>12} {'':>7} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}")
     lines = [f"# zsim collective: {op} (simulated)", *ranks, head]

@@ -109,8 +109,7 @@ def header_of(path: Path) -> TableHeader | None:
     """The run a table's header describes; None when the header does not list the ranks.
 
     Ranks are the highest listed rank + 1 (a log may show only some Rank lines, e.g. 0, 7, 8, 15 of
-    16); nodes are the distinct hosts of the listed ranks, or, when only some ranks are listed, the
-    host changes in rank order scaled to every rank (ranks are placed node by node).
+    16); nodes are the distinct hosts of the listed ranks (a partial list must name every host).
 
     Raises:
         ZsimError: unreadable, not UTF-8 or too large; an nGpus that is not a count dividing the ranks;
@@ -149,10 +148,6 @@ def header_of(path: Path) -> TableHeader | None:
                           source=str(path))
     names = [hosts[r] for r in sorted(hosts)]
     nodes = len(set(names))
-    if len(hosts) < ranks and nodes > 1:  # some Rank lines only: the first host change gives the node size
-        first_other = next(r for r in sorted(hosts) if hosts[r] != names[0])
-        per_node = max(r for r in sorted(hosts) if r < first_other) + 1
-        nodes = max(1, ranks // per_node) if per_node and ranks % per_node == 0 else nodes
     counts = {names.count(h) for h in set(names)} if len(hosts) == ranks else {ranks // nodes}
     if ranks % nodes or len(counts) > 1:
         raise ConfigError(f"header: {ranks} ranks on {nodes} hosts do not split evenly into nodes", source=str(path))
