@@ -24,7 +24,7 @@ def _run(gpu_memory_gib: float) -> tuple[dict, str]:
 def test_a_run_near_capacity_is_flagged_and_one_with_room_is_not():
     near, text = _run(1.6)  # the small scenario reserves 1.38 GiB at its peak: a 13.5% margin
     assert near["fits"] and near["memory"]["reserved_margin_bytes"] < NEAR_CAPACITY * near["memory"]["capacity_bytes"]
-    assert "caution   reserved margin 14% of capacity" in text and "8-111% slower" in text
+    assert "caution   reserved margin 14% of capacity" in text and "9-128% slower" in text
     roomy, text = _run(4.0)
     assert roomy["memory"]["allocator_flushes"] == 0 and "caution" not in text
 

@@ -118,7 +118,8 @@ def test_collective_json_and_other_ops():
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["size"] for r in rows] == [1 << 20, 1 << 30]
-    assert set(rows[0]) == {"size", "count", "dtype", "time_us", "algbw", "busbw", "algorithm"}
+    assert set(rows[0]) == {"size", "count", "dtype", "time_us", "algbw", "busbw", "algorithm",
+                            "op", "nodes", "gpus", "gpus_per_process"}  # the run: the rows read back as a table
 
 
 @pytest.mark.parametrize("args,message", [

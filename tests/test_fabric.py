@@ -264,12 +264,12 @@ def test_an_unknown_tuner_release_is_a_clear_error(tmp_path, capsys):
     from zsim.cli import main
     from zsim.config.profiles import builtin_folder
 
-    text = (builtin_folder() / "dgx2.yaml").read_text().replace('tuner: "2.5"', 'tuner: "2.8"')
+    text = (builtin_folder() / "dgx2.yaml").read_text().replace('tuner: "2.5"', 'tuner: "2.6"')
     (tmp_path / "dgx2x.yaml").write_text(text.replace("name: DGX-2", "name: DGX-2x"))
     assert main(["run", "scenarios/paper/fig2-zero-1.5B.yaml", "--profile", str(tmp_path / "dgx2x.yaml"),
                  "--no-plot", "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "nccl.tuner" in err and "'2.5'" in err and "'2.7'" in err
+    assert "nccl.tuner" in err and "'2.5'" in err and "'2.7'" in err and "'2.23'" in err
 
 
 def test_the_plateau_factor_is_2_7s_only():

@@ -68,13 +68,16 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
     from zsim.trace.inputs import read_inputs
 
     profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
-    data = read_inputs(inputs, allow_missing_ranks)
+    multinode = [p for p in inputs if _is_multinode(p)]
+    data = read_inputs([p for p in inputs if p not in multinode], allow_missing_ranks)
     cluster = load_cluster(name, 1, profiles)
     check_machines(data.machines, cluster, profile)  # one machine per fit, the base's
     replace: dict[str, Any] = {}
     sections: dict[str, Any] = {}
     report: dict[str, Any] = {"profile": str(output), "base": profile, "inputs": data.sources}
     causes: list[str] = []  # of a poor fit (zsim.calibrate.fit_quality)
+    if multinode and fit != "compute":
+        _calibrate_network(name, multinode, output, replace, sections, report, profiles)
     if getattr(cluster, "host", None) is not None:  # a CPU host profile: gloo collectives and host compute terms
         from zsim.calibrate.host_calibration import calibrate_host
 
@@ -94,6 +97,47 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
         prov["warning"] = report["warning"] = warning
     write_profile(name, replace, prov, output, profiles)
     return report
+
+
+def _is_multinode(path: Path) -> bool:
+    """A folder of multi-node nccl-tests tables (`<collective>-<N>nodes.txt`, or zsim collective's .json)."""
+    return path.is_dir() and any(p.suffix in (".txt", ".json") for p in path.glob("*-*nodes.*"))
+
+
+def _calibrate_network(profile: str, folders: list[Path], output: Path, replace: dict, sections: dict,
+                       report: dict, profiles=None) -> None:
+    """Fit the inter-node terms to multi-node tables (the node's own held: zsim.calibrate.net_fit) and write
+    them as a network profile beside the output, `networks/<output stem>-net.yaml`, which the written
+    system profile names (a profile file's own folder is searched first for the networks it names)."""
+    import yaml
+
+    from zsim.calibrate.net_fit import error_summary, fit_network, read_runs
+    from zsim.config.hardware import load_cluster
+    from zsim.config.profiles import Profiles
+    from zsim.config.yamlfile import read_yaml_mapping
+    from zsim.report.outputs import write_atomic
+
+    runs = [run for folder in folders for run in read_runs(folder)]
+    result = fit_network(profile, runs, profiles)
+    base = load_cluster(profile, 2, profiles)
+    search = profiles or Profiles.from_environment()
+    net = read_yaml_mapping(search.path("network", base.network_profile))
+    net.update({k: round(v, 4) for k, v in result.values.items()})
+    net["fit"] = {"cluster": ", ".join(f.name for f in folders), "tables": ", ".join(str(f) for f in folders),
+                  "nodes": list(result.nodes), "terms": list(result.fitted)}
+    name = f"{output.stem}-net"
+    path = output.parent / "networks" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, f"# Fitted by `zsim calibrate` from network '{base.network_profile}' (zsim.calibrate.net_fit).\n"
+                 + yaml.safe_dump(net, sort_keys=False, default_flow_style=None, width=110))
+    system = read_yaml_mapping(search.path("system", profile))
+    replace["inter_node"] = {**system["inter_node"], "network": name}
+    median, worst, rows = error_summary(result.residuals)
+    sections["network"] = {"model": "inter-node terms (docs/fabric.md, Between nodes)", "file": str(path),
+                           "fitted": {k: result.values[k] for k in result.fitted}, "nodes": list(result.nodes),
+                           "kept_from_base": [k for k in result.values if k not in result.fitted],
+                           "residuals": {"rows_over_1MiB": rows, "median_error": median, "max_error": worst}}
+    report["network"] = sections["network"]
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -127,6 +171,11 @@ def run_command(args: argparse.Namespace) -> int:
               f"{source['compute']} compute samples{'; ' + skipped if skipped else ''})", file=out)
     if report.get("unused"):
         print(f"  unused    {report['unused']}", file=out)
+    if report.get("network"):
+        n = report["network"]
+        r = n["residuals"]
+        print(f"  network   {', '.join(f'{k} {v:.4g}' for k, v in n['fitted'].items())} on {n['nodes'][0]}-{n['nodes'][1]} "
+              f"nodes → {n['file']}; rows >= 1 MiB: median {r['median_error']:.1%}, worst {r['max_error']:.1%}", file=out)
     coll = report.get("collectives")
     if coll and coll.get("model", "").startswith("gloo"):
         for key, entry in coll["fitted"].items():

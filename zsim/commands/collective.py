@@ -49,10 +49,22 @@ def collective_table(profile: str, nodes: int, gpus: int, op: str, sizes_: list[
     return [run_collective(cluster, op, s, gpus, gpus_per_process, algorithm, dtype) for s in sizes_]
 
 
-def format_table(rows: list[PerfRow], op: str) -> str:
+def format_table(rows: list[PerfRow], op: str, nodes: int | None = None, gpus: int | None = None,
+                 gpus_per_process: int = 1) -> str:
+    """nccl-tests' table; with `nodes` and `gpus`, also its `nGpus` and `# Rank r ... on HOST` header
+    lines (one simulated host per node; beyond 64 GPUs only each node's first rank and the last), so that
+    the table reads back as the run it simulates
+    (zsim.trace.nccl_tests.header_of; `zsim nccl-fit` takes it)."""
+    ranks: list[str] = []
+    if nodes and gpus:
+        per_node = gpus // nodes
+        ranks = [f"# nThread 1 nGpus {gpus_per_process} (simulated by zsim)", "#", "# Using devices"]
+        listed = range(gpus) if gpus <= 64 else sorted({*range(0, gpus, per_node), gpus - 1})  # every host, once
+        ranks += [f"#  Rank {r:4d} Pid {r // gpus_per_process:5d} on {'zsim-node' + str(r // per_node):>12} "
+                  f"device {r % per_node:2d} [0x00] simulated" for r in listed]
     head = (f"#{'size':>13} {'count':>12} {'type':>7} {'time':>10} {'algbw':>8} {'busbw':>8}  algorithm\n"
             f"#{'(B)':>13} {'(elements)':>12} {'':>7} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}")
-    lines = [f"# zsim collective: {op} (simulated)", head]
+    lines = [f"# zsim collective: {op} (simulated)", *ranks, head]
     for r in rows:
         lines.append(f" {r.size:>13} {r.count:>12} {r.dtype:>7} {r.time_us:>10.2f} {r.algbw:>8.2f} {r.busbw:>8.2f}  "
                      f"{r.algorithm}")
@@ -93,7 +105,7 @@ def run_command(args: argparse.Namespace) -> int:
     rows = collective_table(profile, args.nodes, args.gpus, args.op, sizes(args.minbytes, args.maxbytes, args.stepfactor),
                             args.gpus_per_process, args.algorithm, args.datatype, profiles)
     stream = text_stream(args)
-    print(format_table(rows, args.op), file=stream)
+    print(format_table(rows, args.op, args.nodes, args.gpus, args.gpus_per_process), file=stream)
     if args.algorithm != "auto" and any(not r.algorithm.startswith(args.algorithm) for r in rows):
         # zsim.fabric.collective: what NCCL does when the algorithm has no implementation for the call
         where = ("all_reduce across nodes" if args.algorithm == "tree"
@@ -101,5 +113,6 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"# --algorithm {args.algorithm} applies to {where}; {args.op} on {args.gpus} GPUs over "
               f"{args.nodes} node{'s' if args.nodes > 1 else ''} runs as NCCL runs it there, the rows say which",
               file=stream)
-    emit_json(args, [asdict(r) for r in rows], indent=1)
+    run = {"op": args.op, "nodes": args.nodes, "gpus": args.gpus, "gpus_per_process": args.gpus_per_process}
+    emit_json(args, [{**asdict(r), **run} for r in rows], indent=1)  # reads back as a table (read_nccl_tests)
     return 0

@@ -129,7 +129,7 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import _PARAMS
 
     profiles, profile = profile_search(args)
-    if args.folder.is_dir() and any(args.folder.glob("*-*nodes.txt")):
+    if args.folder.is_dir() and any(p.suffix in (".txt", ".json") for p in args.folder.glob("*-*nodes.*")):
         return run_network(args, profiles, profile)
     if args.gpus is None:
         raise ZsimError(f"{args.folder}: single-node tables need --gpus (the GPUs the tests ran on)")

@@ -124,7 +124,7 @@ class NetworkFit(_Profile, kw_only=True):
     cluster: Annotated[str, Meta(max_length=200)]
     tables: Annotated[str, Meta(max_length=400)]
     nodes: Annotated[list[Annotated[int, Meta(gt=0, le=1 << 20)]], Meta(min_length=2, max_length=2)]
-    terms: list[Literal["efficiency", "tree_efficiency", "latency_us", "latency_growth_us"]]
+    terms: list[Literal["efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us"]]
 
 
 class NetworkFile(_Profile, kw_only=True):
@@ -138,6 +138,9 @@ class NetworkFile(_Profile, kw_only=True):
     tree_efficiency: Annotated[float, Meta(gt=0, le=1.0, description=(
         "NCCL's tree's share of the NICs relative to its ring (its kernels pipeline smaller chunks through "
         "more peers; NCCL's own tuner caps the tree per channel, tuning.cc perChMaxTreeBw)"))] = 1.0
+    ll128_share: Annotated[float, Meta(gt=0, le=1.0, description=(
+        "LL128's share of the NICs relative to Simple's (at most its 120/128 data share; NCCL's own tuner "
+        "gives 0.92); LL keeps its 8-of-16-byte wire share"))] = 0.9375
     fit: NetworkFit | None = None  # None: every term is an assumption
 
 
@@ -176,10 +179,11 @@ class NcclSection(_Profile, kw_only=True):
     step_latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
     unaligned_copy_GBps: Annotated[float, _GBPS]
     unaligned_reduce_GBps: Annotated[float, _GBPS]  # one element-wise reduce rate (zsim.fabric.nccl)
-    tuner: Annotated[Literal["2.5", "2.7", "2.23"], Meta(description=(
+    tuner: Annotated[Literal["2.5", "2.7", "2.8", "2.23"], Meta(description=(
         "the NCCL release whose tuner picks each call's algorithm and protocol (zsim.fabric.nccl): 2.5 "
-        "(v2.5.6/2.5.7, to March 2020), 2.7 (v2.7.3-2.7.8, mid 2020) or 2.23 (v2.23.4, 2024; stands for "
-        "2.19-2.26, zsim.fabric.nccl_223)"))] = "2.7"
+        "(v2.5.6/2.5.7, to March 2020), 2.7 (v2.7.3-2.7.8, mid 2020), 2.8 (2.8-2.9, 2021: 2.7's formulas "
+        "with 2.8.4's latencies) or 2.23 (v2.23.4, 2024; stands for "
+        "2.19-2.26, zsim.fabric.nccl_223; across nodes the cheapest cell)"))] = "2.7"
 
     def __post_init__(self) -> None:  # every protocol
         super().__post_init__()
@@ -297,6 +301,7 @@ class Cluster:
     network_profile: str = ""  # the network profile's name (hwprofiles/networks/)
     network_efficiency: float = 1.0  # the share of a NIC's line rate in `nic_bytes_per_s` (the profile's)
     tree_efficiency: float = 1.0  # the tree's share of the NICs relative to the ring's (fitted per network)
+    ll128_share: float = 0.9375  # LL128's share of the NICs relative to Simple's (fitted per network)
 
     def network_step_s(self, nodes: int, algo: str = "ring", proto: str = "Simple") -> float:
         """Latency of one inter-node step of a collective spanning `nodes` nodes, run as `algo`/`proto`.
@@ -487,6 +492,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         network_efficiency=net.efficiency,
         tree_efficiency=net.tree_efficiency,
         calibration=calibration_note(system.provenance),
+        ll128_share=net.ll128_share,
     )
 
 

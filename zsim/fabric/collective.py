@@ -57,7 +57,7 @@ def communicator(shape: GroupShape, cluster: Cluster) -> Communicator:
     return Communicator(
         n_ranks=shape.size, n_nodes=shape.nodes, channels=channels,
         speed_intra_GBps=speed, speed_inter_GBps=max(nic_share, 1e-3) / channels,
-        ll128=cc == 70 if tuner == "2.5" else cc in (70, 80) if tuner == "2.7" else cc in (70, 80, 90),
+        ll128=cc == 70 if tuner == "2.5" else cc in (70, 80) if tuner in ("2.7", "2.8") else cc in (70, 80, 90),
         tuner=tuner, compute_capability=cc,
     )
 
@@ -148,7 +148,8 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
     n, k, big_n = shape.size, shape.per_node, shape.nodes
     kern = cluster.nccl
     eff = kern.share(proto, fn)
-    eff_net = WIRE_SHARE[proto]  # the NIC's share for this protocol, relative to Simple
+    # the NIC's share for this protocol, relative to Simple: LL's wire share, LL128's fitted one
+    eff_net = cluster.ll128_share if proto == "LL128" else WIRE_SHARE[proto]
     net_lat = cluster.network_step_s(big_n, algo, proto)
     if algo == "tree":
         steps_intra, steps_inter = 2 * (k - 1), 2 * int(math.ceil(math.log2(big_n)))
@@ -185,7 +186,8 @@ def _hierarchical(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, w
     k, big_n = shape.per_node, shape.nodes
     kern = cluster.nccl
     eff = kern.share(proto, fn)
-    eff_net = WIRE_SHARE[proto]  # the NIC's share for this protocol, relative to Simple
+    # the NIC's share for this protocol, relative to Simple: LL's wire share, LL128's fitted one
+    eff_net = cluster.ll128_share if proto == "LL128" else WIRE_SHARE[proto]
     intra_lat = kern.latency_s[proto] + (k - 1) * kern.step_latency_s[proto]
     rs = Phase(intra_lat, (k - 1) / k * nbytes, _links(shape, cluster, where, eff, eff_net, True, 0.0))
     ag = Phase(intra_lat, (k - 1) / k * nbytes, _links(shape, cluster, where, eff, eff_net, True, 0.0))

@@ -32,7 +32,7 @@ FUNCTIONS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("tree", "ring")
 
-TUNERS = ("2.5", "2.7", "2.23")  # 2.23: zsim.fabric.nccl_223
+TUNERS = ("2.5", "2.7", "2.8", "2.23")  # 2.23: zsim.fabric.nccl_223; 2.8: see Communicator.tuner
 # The collectives a profile may give LL128 its own efficiency for (all_to_all runs as all_gather's ring).
 LL128_COLLECTIVES = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce")
 # LL128 moves 120 data bytes in each 128-byte line (NCCL src/collectives/device/prims_ll128.h:
@@ -47,12 +47,16 @@ WIRE_SHARE = {"LL": 0.5, "LL128": LL128_CEILING, "Simple": 1.0}
 # src/graph/tuning.cc: latencies in µs, baseLat[algo][proto] and hwLat[hw][algo][proto], per release.
 # 2.7: v2.7.8-1 (identical in v2.7.3-1); 2.5: v2.5.6-1 (identical in v2.5.7-1).
 BASE_LAT_US = {"2.23": {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)},  # v2.23.4-1 (nccl_223)
+               "2.8": {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)},  # v2.8.4-1 (as 2.7)
                "2.7": {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)},
                "2.5": {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 3.6, 8.4)}}
 HW_LAT_US = {
     "2.23": {"nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
              "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
              "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)}},
+    "2.8": {"nvlink": {"tree": (0.52, 1.25, 28.0), "ring": (0.47, 1.9, 3.4)},  # v2.8.4-1
+            "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
+            "net": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 9.6)}},
     "2.7": {"nvlink": {"tree": (0.52, 1.2, 28.0), "ring": (0.47, 1.9, 3.4)},
             "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
             "net": {"tree": (5.0, 8.5, 50.0), "ring": (2.7, 4.0, 9.6)}},
@@ -68,7 +72,7 @@ _LL128_MAX_BW_25 = {"broadcast": 113.0, "reduce": 72.0, "all_gather": 110.0, "re
                     "all_reduce": 100.0}
 # The per-NVLink speed each release's topology search assumes for Volta (src/graph/topo.h
 # VOLTA_NVLINK_WIDTH, 21.0 in both); None: the GPU profile's nccl_nvlink_GBps.
-NVLINK_WIDTH_GBPS = {"2.5": {70: 21.0}, "2.7": {}, "2.23": {}}
+NVLINK_WIDTH_GBPS = {"2.5": {70: 21.0}, "2.7": {}, "2.8": {}, "2.23": {}}
 
 
 def ring_steps(fn: str, n: int) -> int:
@@ -106,7 +110,8 @@ class Communicator:
     speed_inter_GBps: float
     intra_hw: str = "nvlink"  # 'nvlink' or 'pci'
     ll128: bool = True  # NCCL enables LL128 by default only on NVLink systems of some GPUs (see communicator)
-    tuner: str = "2.7"  # the NCCL release whose tuner chooses (TUNERS)
+    tuner: str = "2.7"  # the NCCL release whose tuner chooses (TUNERS); "2.8" (2.8-2.9) runs 2.7's
+    # formulas with 2.8.4's latencies (tuning.cc v2.8.4-1): 2.8's per-channel tree and LL caps are not ported
     compute_capability: int = 70  # 2.23's caps are per architecture (Volta, Ampere, Hopper)
 
     @property
@@ -135,7 +140,7 @@ class NcclTuner:
             from zsim.fabric.nccl_223 import predict
             return predict(c, fn_model, algo, proto)
         p = PROTOCOLS.index(proto)
-        base, hw = BASE_LAT_US["2.7"], HW_LAT_US["2.7"]
+        base, hw = BASE_LAT_US[c.tuner], HW_LAT_US[c.tuner]
         nsteps = ring_steps(fn_model, c.n_ranks)
         n_inter = {"all_reduce": 2 * (c.n_nodes - 1), "all_gather": c.n_nodes - 1,
                    "reduce_scatter": c.n_nodes - 1}.get(fn_model, c.n_nodes)

@@ -30,11 +30,13 @@ def read_nccl_tests(path: Path) -> list[NcclRow]:
     line (`size count type [redop] [root] time algbw busbw ...`), which differs between collectives.
 
     Rows whose numbers are not finite, or whose size or time is not positive, are skipped (a
-    truncated or edited line).
+    truncated or edited line). A `.json` file is `zsim collective --json`'s list of rows.
 
     Raises:
         ZsimError: unreadable, not UTF-8, too large, no header or no rows.
     """
+    if Path(path).suffix == ".json":
+        return _json_rows(Path(path))
     columns: list[str] | None = None
     rows: list[NcclRow] = []
     for line in read_text(Path(path), what="nccl-tests table", max_bytes=MAX_TABLE_BYTES).splitlines():
@@ -75,17 +77,53 @@ class TableHeader:
         return self.ranks // self.nodes
 
 
+def _json_records(path: Path) -> list[dict]:
+    """`zsim collective --json`'s rows. Raises ZsimError: not JSON, or not a list of row objects."""
+    import json
+
+    try:
+        data = json.loads(read_text(path, what="zsim collective JSON", max_bytes=MAX_TABLE_BYTES))
+    except json.JSONDecodeError as exc:
+        raise ZsimError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, list) or not data or not all(isinstance(r, dict) for r in data):
+        raise ZsimError(f"{path}: expected zsim collective --json output, a list of rows")
+    return data
+
+
+def _json_rows(path: Path) -> list[NcclRow]:
+    rows = []
+    for r in _json_records(path):
+        try:
+            row = NcclRow(int(r["size"]), int(r["count"]), str(r["dtype"])[:16], float(r["time_us"]),
+                          float(r["algbw"]), float(r["busbw"]))
+        except (KeyError, TypeError, ValueError):
+            continue  # as a damaged text row
+        if 0 < row.size <= MAX_SIZE and 0 < row.time_us < math.inf:
+            rows.append(row)
+    if not rows:
+        raise ZsimError(f"{path}: no rows with size, count, dtype, time_us, algbw and busbw")
+    return rows
+
+
 def header_of(path: Path) -> TableHeader | None:
     """The run a table's header describes; None when the header does not list the ranks.
 
     Ranks are the highest listed rank + 1 (a log may show only some Rank lines, e.g. 0, 7, 8, 15 of
-    16); nodes are the distinct hosts of the listed ranks, or, when only some ranks are listed, the
-    host changes in rank order scaled to every rank (ranks are placed node by node).
+    16); nodes are the distinct hosts of the listed ranks (a partial list must name every host).
 
     Raises:
         ZsimError: unreadable, not UTF-8 or too large; an nGpus that is not a count dividing the ranks;
             hosts that do not hold the ranks evenly.
     """
+    if Path(path).suffix == ".json":  # zsim collective --json: every row says its run
+        first = _json_records(Path(path))[0]
+        try:
+            ranks, nodes, g = int(first["gpus"]), int(first["nodes"]), int(first.get("gpus_per_process", 1))
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not (0 < nodes <= ranks and ranks % nodes == 0 and 0 < g and ranks % g == 0):
+            raise ConfigError(f"rows: {ranks} GPUs on {nodes} nodes, {g} per process, is not a run", source=str(path))
+        return TableHeader(ranks, g, nodes, "zsim")
     hosts: dict[int, str] = {}
     per_process, layout = None, "new"
     # the checked reader (regular file, bounded, UTF-8: ConfigError naming the file), as read_nccl_tests
@@ -110,10 +148,6 @@ def header_of(path: Path) -> TableHeader | None:
                           source=str(path))
     names = [hosts[r] for r in sorted(hosts)]
     nodes = len(set(names))
-    if len(hosts) < ranks and nodes > 1:  # some Rank lines only: the first host change gives the node size
-        first_other = next(r for r in sorted(hosts) if hosts[r] != names[0])
-        per_node = max(r for r in sorted(hosts) if r < first_other) + 1
-        nodes = max(1, ranks // per_node) if per_node and ranks % per_node == 0 else nodes
     counts = {names.count(h) for h in set(names)} if len(hosts) == ranks else {ranks // nodes}
     if ranks % nodes or len(counts) > 1:
         raise ConfigError(f"header: {ranks} ranks on {nodes} hosts do not split evenly into nodes", source=str(path))

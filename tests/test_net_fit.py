@@ -1,0 +1,146 @@
+"""Inter-node terms: the 2-node tree, the latency regime at thousands of ranks, the multi-node fit
+recovering known terms, `zsim collective` output read back as input, and what `zsim run` says."""
+
+import dataclasses
+import json
+
+import pytest
+
+from zsim.calibrate.net_fit import error_summary, fit_network, read_runs, with_network
+from zsim.cli import main
+from zsim.commands.collective import collective_table
+from zsim.config.hardware import load_cluster
+from zsim.fabric.perf import run_collective
+from zsim.report.network import network_facts
+from zsim.trace.nccl_tests import header_of, read_nccl_tests
+
+
+def test_two_node_tree_beats_the_nic_line_rate_and_more_nodes_do_not():
+    """Alps: 4 NICs of 200 Gb/s = 100 GB/s a node. On 2 nodes the tree's NICs carry S, not 2S, so
+    all_reduce busbw may exceed the line rate (measured: 158 GB/s); from 4 nodes on it may not (92)."""
+    line = 4 * 200 / 8
+    two = run_collective(load_cluster("alps-gh200", 2), "all_reduce", 1 << 32, 8, simulate=False)
+    four = run_collective(load_cluster("alps-gh200", 4), "all_reduce", 1 << 32, 16, simulate=False)
+    assert two.algorithm.startswith("tree") and two.busbw > line
+    assert four.busbw < line
+
+
+def test_kilobyte_shards_at_a_thousand_ranks_are_latency_bound():
+    """ZeRO-3's all_gather of 4 KiB per rank over 1024 GPUs (64 DGX-2 nodes): the time is the ring's
+    steps, so doubling the bytes barely moves it and busbw is far below the NICs'."""
+    cluster = load_cluster("dgx2", 64)
+    small = run_collective(cluster, "all_gather", 4096 * 1024, 1024, simulate=False)
+    double = run_collective(cluster, "all_gather", 2 * 4096 * 1024, 1024, simulate=False)
+    assert double.time_us < 1.3 * small.time_us
+    assert small.busbw < 0.2 * cluster.nics_per_node * cluster.nic_bytes_per_s / 1e9
+    assert small.time_us > 63 * cluster.network_step_s(64, "ring", "LL") * 1e6  # at least the 63 crossings
+
+
+def test_step_latency_grows_with_nodes_by_the_fitted_term():
+    c = with_network(load_cluster("dgx2", 2), {"latency_us": 10.0, "latency_growth_us": 3.0})
+    assert c.network_step_s(2) == pytest.approx(10e-6)
+    assert c.network_step_s(64) == pytest.approx(10e-6 + 5 * 3e-6)
+    assert c.network_step_s(2, "ring", "LL") < c.network_step_s(2)  # NCCL's ratios: LL steps are cheaper
+
+
+def write_tables(folder, profile, nodes_list, per_node, values=None, as_json=False):
+    """zsim collective's own output for `profile` (with inter-node `values`), one table per node count."""
+    folder.mkdir(exist_ok=True)
+    for nodes in nodes_list:
+        args = ["collective", "--profile", profile, "--nodes", str(nodes), "--gpus", str(nodes * per_node),
+                "--op", "all_reduce", "-b", "8", "-e", "64M"]
+        path = folder / f"all_reduce-{nodes}nodes.{'json' if as_json else 'txt'}"
+        if as_json:
+            assert main(args + ["--json", str(path)]) == 0
+        else:
+            import contextlib
+            import io
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                assert main(args) == 0
+            path.write_text(out.getvalue())
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_collective_output_reads_back_as_the_run_it_simulates(tmp_path, capsys, as_json):
+    write_tables(tmp_path, "abci-v100", [4], 4, as_json=as_json)
+    capsys.readouterr()
+    path = tmp_path / f"all_reduce-4nodes.{'json' if as_json else 'txt'}"
+    header = header_of(path)
+    assert (header.ranks, header.nodes, header.gpus_per_process) == (16, 4, 1)
+    rows = read_nccl_tests(path)
+    expected = collective_table("abci-v100", 4, 16, "all_reduce", [r.size for r in rows])
+    assert [r.size for r in rows] == [e.size for e in expected]
+    assert [r.time_us for r in rows] == pytest.approx([e.time_us for e in expected], rel=1e-3, abs=0.01)
+
+
+def test_the_fit_recovers_the_terms_that_made_the_tables(tmp_path, capsys):
+    """Tables simulated with the shipped EDR terms, fitted from a neutral start, give them back."""
+    write_tables(tmp_path, "abci-v100", [2, 4, 8], 4)
+    capsys.readouterr()
+    result = fit_network("abci-v100", read_runs(tmp_path))
+    net = load_cluster("abci-v100", 2)
+    assert result.values["efficiency"] == pytest.approx(net.network_efficiency, rel=0.01)
+    assert result.values["latency_us"] == pytest.approx(net.nic_pool.latency_s * 1e6, rel=0.05)
+    assert error_summary(result.residuals)[1] < 0.01  # rows >= 1 MiB (smaller ones print busbw 0.00-0.99)
+
+
+def test_nccl_fit_prints_a_network_section_for_multinode_tables(tmp_path, capsys):
+    write_tables(tmp_path, "abci-v100", [2, 4], 4)
+    capsys.readouterr()
+    assert main(["nccl-fit", str(tmp_path), "--profile", "abci-v100", "--max-nodes", "2", "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out[out.index("{"):])
+    assert data["nodes"] == [2, 2] and set(data["summary"]) == {"fit", "held"}
+    assert "latency_growth_us" not in data["values"] or data["values"]["latency_growth_us"] == 0.0
+
+
+def test_run_says_what_its_inter_node_terms_rest_on():
+    assert network_facts(load_cluster("dgx2", 1))["status"] == "single node"
+    inside = network_facts(load_cluster("dgx2", 8))
+    assert inside["status"] == "fitted" and "ABCI" in inside["line"] and "within the fit" in inside["line"]
+    beyond = network_facts(load_cluster("dgx2", 64))
+    assert beyond["status"] == "extrapolated" and "64 nodes: extrapolated" in beyond["line"]
+    overridden = network_facts(load_cluster("dgx2", 8, nic_Gbps=200.0))
+    assert overridden["status"] == "assumed"
+    hdr = network_facts(dataclasses.replace(load_cluster("dgx-a100", 4)))
+    assert hdr["status"] == "assumed"  # ib-hdr: no HDR cluster in the data, terms carried over from EDR
+
+
+def test_flagship_summary_names_its_network(tmp_path, capsys):
+    assert main(["run", "scenarios/1T-1024gpu.yaml", "--no-plot", "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.strip().startswith("network"))
+    assert "fitted on ABCI" in line and "64 nodes: extrapolated" in line
+    facts = json.loads((tmp_path / "result.json").read_text())
+    assert facts["inter_node"]["status"] == "extrapolated" and facts["inter_node"]["fit_nodes"] == [2, 32]
+
+
+def test_calibrate_writes_the_fitted_network_beside_the_profile(tmp_path, capsys):
+    """`zsim calibrate` on a folder of multi-node tables fits the inter-node terms and writes them as
+    networks/<stem>-net.yaml, which the written system profile names and loads."""
+    write_tables(tmp_path / "tables", "abci-v100", [2, 4], 4)
+    capsys.readouterr()
+    out = tmp_path / "cal" / "mine.yaml"
+    assert main(["calibrate", str(tmp_path / "tables"), "--profile", "abci-v100", "-o", str(out)]) == 0
+    assert "network" in capsys.readouterr().out
+    assert (tmp_path / "cal" / "networks" / "mine-net.yaml").is_file()
+    from zsim.config.profiles import Profiles
+
+    profiles, name = Profiles().resolve_system(str(out))
+    cluster = load_cluster(name, 4, profiles)
+    shipped = load_cluster("abci-v100", 4)
+    assert cluster.network_profile == "mine-net" and cluster.network_fit.nodes == [2, 4]
+    assert cluster.network_efficiency == pytest.approx(shipped.network_efficiency, rel=0.01)
+
+
+def test_a_large_simulated_table_lists_each_node_once(tmp_path, capsys):
+    """Beyond 64 GPUs the header lists each node's first rank and the last: 33 lines for 32 nodes."""
+    args = ["collective", "--profile", "alps-gh200", "--nodes", "32", "--gpus", "128", "--op", "all_reduce",
+            "-b", "1M", "-e", "1M"]
+    assert main(args) == 0
+    path = tmp_path / "all_reduce-32nodes.txt"
+    path.write_text(capsys.readouterr().out)
+    assert path.read_text().count("#  Rank") == 33
+    header = header_of(path)
+    assert (header.ranks, header.nodes, header.gpus_per_node) == (128, 32, 4)
