@@ -101,6 +101,8 @@ class PlotSpec(_Strict, kw_only=True):
 class SweepFile(_Strict, kw_only=True):
     """A whole sweep file."""
 
+    _STRIP = ("name", "description")  # echoed on the terminal and in the plot: no escape sequences
+
     name: Annotated[str | None, Meta(description="default: the file's stem")] = None
     description: str | None = None
     base: Annotated[str, Meta(description="the scenario file to vary, relative to the sweep file")]
