@@ -217,8 +217,9 @@ def launch(cfg: RunConfig, *, progress: bool = False, force: bool = False) -> La
 
 def _run_ranks(cfg, ctx, procs, config_json, port, out, progress, merge) -> LaunchResult:
     """Start the ranks, wait for them, name the first failure or merge the traces."""
+    run_id = os.urandom(8).hex()  # in every rank's metadata: the ranks of one launch (zsim.trace.run_reader)
     for rank in range(cfg.world_size):
-        env = {"RANK": str(rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": str(rank),
+        env = {"RANK": str(rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": str(rank), "ZSIM_RUN_ID": run_id,
                "LOCAL_WORLD_SIZE": str(cfg.world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "ZSIM_PROGRESS": "1" if progress and rank == 0 else "0"}
         proc = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=False,

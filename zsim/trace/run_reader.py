@@ -26,8 +26,10 @@ from zsim.trace.schema import SCHEMA
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.trace\.json$")
 # Metadata keys that must agree between the files of one run (the rest are per rank: rank, host,
-# clock_offset_us, device).
-SAME_RUN_KEYS = ("model", "zero", "precision", "world_size", "dp", "mp", "grad_accum", "backend", "params")
+# clock_offset_us, device). `run_id` is one random id per launch (runtime/launch.py; absent in traces
+# recorded before issue 28), `seed` tells apart two runs of one configuration recorded before it.
+SAME_RUN_KEYS = ("run_id", "seed", "model", "zero", "precision", "world_size", "dp", "mp", "grad_accum", "backend",
+                 "params")
 MAX_WORLD = 1 << 20  # ranks of one run: far above any runtime run (runtime/config.py MAX_RANKS = 1024)
 MAX_STEPS = 1_000_000  # steps, and micro-batches of a step: runtime/config.py MAX_STEPS
 MAX_BYTES = 1 << 44  # one collective's payload: as zsim.trace.nccl_tests.MAX_SIZE (16 TiB)
