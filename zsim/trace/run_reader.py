@@ -37,6 +37,10 @@ MAX_BYTES = 1 << 44  # one collective's payload: as zsim.trace.nccl_tests.MAX_SI
 COUNT_ARGS = {"step": MAX_STEPS, "micro_batch": MAX_STEPS, "seq": 1 << 53, "bytes": MAX_BYTES}
 AMOUNT_ARGS = ("flops", "elements", "nested_us", "blocked_us", "wait_us", "last_arrival_ts")
 _DTYPES = ("fp16", "bf16", "fp32")
+# Times (ts, dur, clock offsets) in µs: a double holds 52 fraction bits, so below 2^52 ns = 2^52/1000 µs
+# (~52 days) a time keeps nanosecond resolution (IEEE 754 binary64). A trace shifted past it (ts + 1e300)
+# would lose every duration to rounding: refused as a damaged trace.
+MAX_TIME_US = 2.0**52 / 1000
 
 
 @dataclass(slots=True)
@@ -129,8 +133,9 @@ def _rank_metadata(doc: Any, path: Path) -> dict[str, Any]:
     if f"rank{meta['rank']}.trace.json" != path.name:
         raise ConfigError(f"file name says rank {_RANK_FILE.match(path.name).group(1)} but metadata.rank is "
                           f"{meta['rank']}", source=str(path))
-    if not _finite(meta.get("clock_offset_us", 0.0)):
-        raise ConfigError(f"metadata.clock_offset_us {short(meta.get('clock_offset_us'))} is not a finite number",
+    offset = meta.get("clock_offset_us", 0.0)
+    if not _finite(offset) or abs(offset) > MAX_TIME_US:
+        raise ConfigError(f"metadata.clock_offset_us {short(offset)} is not a time within ±{MAX_TIME_US:.3g} µs",
                           source=str(path))
     for key, kind, what in (("model", dict, "a mapping"), ("zero", dict, "a mapping"), ("backend", str, "a name")):
         if key in meta and not isinstance(meta[key], kind):
@@ -260,16 +265,16 @@ def _event_problem(e: Any) -> str | None:
         return "has no name"
     if e["ph"] not in ("X", "C"):
         return None  # metadata ("M") and other events: nothing reads their times
-    if not _amount(e.get("ts")):
-        return f"ts {short(e.get('ts'))} is not a finite number >= 0"
+    if not _amount(e.get("ts")) or e["ts"] > MAX_TIME_US:
+        return f"ts {short(e.get('ts'))} is not a time 0 to {MAX_TIME_US:.3g} µs (a shifted or damaged trace?)"
     if not isinstance(e.get("args"), dict):
         return f"args {short(e.get('args'))} is not a mapping"
     if e["ph"] == "C":
         bad = next((k for k, v in e["args"].items() if not _amount(v)), None)
         return None if bad is None else (f"args.{printable(str(bad), 40)} {short(e['args'][bad])} is not a finite "
                                          "number >= 0")
-    if not _amount(e.get("dur")):
-        return f"dur {short(e.get('dur'))} is not a finite number >= 0"
+    if not _amount(e.get("dur")) or e["dur"] > MAX_TIME_US:
+        return f"dur {short(e.get('dur'))} is not a duration 0 to {MAX_TIME_US:.3g} µs"
     for key in ("pid", "tid"):
         if not _integer(e.get(key), MAX_WORLD):
             return f"{key} {short(e.get(key))} is not an integer 0 to {MAX_WORLD:,}"
