@@ -25,7 +25,7 @@ from scipy.optimize import least_squares
 
 from zsim.compute.gemm import gemm_seconds
 from zsim.compute.terms import GemmTerms
-from zsim.errors import ZsimError, short
+from zsim.errors import ConfigError, ZsimError, short
 from zsim.trace.deepbench import gemm_row
 
 # name, initial value, lower, upper bound, in profile units (docs/compute.md).
@@ -87,6 +87,7 @@ def read_gemm_csv(path: Path) -> list[GemmRow]:
     missing or not a positive number."""
     import io
 
+    from zsim.config.limits import limit, too_many
     from zsim.config.yamlfile import read_text
 
     text = read_text(Path(path), what="GEMM table (CSV)", max_bytes=64 << 20)  # decodes or fails with a message
@@ -109,6 +110,8 @@ def read_gemm_csv(path: Path) -> list[GemmRow]:
             if not 1 <= batch <= MAX_DIM:
                 raise ZsimError(f"{path}: {where}: batch {short(r.get('batch'))} is not an integer 1 to {MAX_DIM:,}")
             rows.append(GemmRow(m, n, k, batch, seconds))
+            if len(rows) > limit("TABLE_ROWS"):  # the fit evaluates every row at every iterate
+                raise ConfigError(too_many("TABLE_ROWS", len(rows), "rows"), source=str(path))
     except csv.Error as exc:
         raise ZsimError(f"{path}: not a CSV table: {exc}") from None
     shapes = len({(r.m, r.n, r.k, r.batch) for r in rows})  # repeated timings of one shape add no information
