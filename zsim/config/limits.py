@@ -11,6 +11,7 @@ positive whole number) lifts or lowers one.
 | JSON_BYTES | 128 MiB | one JSON trace or document, decompressed | Python holds a parsed value in up to ~72 B (a `{}` is 64 B + its 8 B slot, sys.getsizeof) |
 | JSON_VALUES | 5,000,000 | values in one JSON document (an upper bound: `,` `[` `{` counted) | 5M × 72 B = 360 MB; a 1000-step, 100-layer runtime trace holds ~1M |
 | TABLE_ROWS | 4,000 | data rows of one GEMM or nccl-tests table | gemm-fit took 19.5 s on 2,000 rows here (2 cores); the shared tables have ≤ 750 rows |
+| SUITE_STEPS | 2 | `run.steps` of each scenario in `zsim validate paper/megatron --set` | the suites judge one step (their scenarios say 1); `validate paper` took 76 s with 1 step and 185 s with 10 here, and `--set run.steps=1000` grew without bound (issue 28) |
 | TABLE_RANKS | 4,096 | ranks an nccl-tests header lists | calibrate took 28 s on the 2,048-rank alps 512-node table and 97 s on 8,192 ranks here |
 """
 
@@ -26,6 +27,7 @@ DEFAULTS = {
     "JSON_VALUES": 5_000_000,
     "TABLE_ROWS": 4_000,
     "TABLE_RANKS": 4_096,
+    "SUITE_STEPS": 2,
 }
 
 
