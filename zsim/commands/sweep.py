@@ -57,6 +57,10 @@ def sweep_command(args: argparse.Namespace) -> int:
 
     if args.address and args.engine != "dask":
         raise ZsimError("--address needs --engine dask")
+    if args.address:
+        from zsim.sweep.engines import check_address
+
+        check_address(args.address)  # before planning: a malformed address costs nothing
     planning = _PlanBar() if sys.stderr.isatty() else None
     try:
         plan = load_plan(args.sweep, progress=planning.update if planning else None)  # every point, before any runs
