@@ -229,3 +229,27 @@ def test_sigkill_at_any_moment_leaves_one_complete_set(base, tmp_path):
         _consistent(out)
     assert subprocess.run([*cmd, str(big)], capture_output=True, cwd=ROOT).returncode == 0
     _consistent(out)
+
+
+@pytest.mark.parametrize("fsize, plot", [(900, False), (4_000, False), (20_000, True)],
+                         ids=["cache entry", "sweep.json", "plot"])
+def test_a_full_disk_names_the_file_and_keeps_the_old_set(base, tmp_path, fsize, plot):
+    """RLIMIT_FSIZE stands in for a full disk (EFBIG, like ENOSPC)."""
+    import resource
+
+    out = tmp_path / "o"
+    first = _sweep_file(tmp_path, base, [3])
+    cmd = [sys.executable, "-m", "zsim.cli", "sweep", "-o", str(out), "--workers", "1"]
+    assert subprocess.run([*cmd, "--no-plot", str(first)], capture_output=True, cwd=ROOT).returncode == 0
+    before = {n: (out / n).read_text() for n in ("sweep.csv", "sweep.json")}
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    bigger = _sweep_file(tmp_path, base, [1, 2, 3])
+    done = subprocess.run([*cmd, *([] if plot else ["--no-plot"]), str(bigger)], capture_output=True, text=True,
+                          cwd=ROOT, preexec_fn=small_files)
+    assert done.returncode == 2 and "no space left on the device" in done.stderr, done.stderr
+    assert str(out) in done.stderr and "Traceback" not in done.stderr
+    assert {n: (out / n).read_text() for n in before} == before

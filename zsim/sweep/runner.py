@@ -18,6 +18,7 @@ the whole sweep holds the folder's lock (zsim.sweep.files.sweep_lock).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from zsim.errors import ConfigError, printable
+from zsim.report.outputs import _explain
 from zsim.sweep import answers
 from zsim.sweep.cache import entry_text, facts_ok, read_entry
 from zsim.sweep.engines import ENGINES, default_workers, run_dask, run_local
@@ -193,6 +195,10 @@ def write_outputs(sweep: SweepRun, plot: bool = True) -> None:
 
             try:
                 drawn = plot_sweep(sweep, swap.path)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # the disk, not the plot: say so
+                    raise _explain(exc, Path(exc.filename) if exc.filename else out) from None
+                sweep.plot_error = printable(f"{type(exc).__name__}: {exc}")
             except Exception as exc:  # noqa: BLE001 - any plotting failure: the tables are what matters
                 sweep.plot_error = printable(f"{type(exc).__name__}: {exc}")
             else:
