@@ -85,6 +85,8 @@ class Range(_Strict, kw_only=True):
                 return float(self.num)  # type: ignore[arg-type]
         except (OverflowError, ValueError):  # an integer too large for a double
             return math.inf
+        if math.isnan(span):  # a NaN bound: zsim.config.validation refuses it, naming the key
+            return 0
         return math.floor(span + 1e-9) + 1 if math.isfinite(span) else math.inf
 
     def values(self) -> list[int | float]:
