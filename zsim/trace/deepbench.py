@@ -99,7 +99,9 @@ def gemm_row(row: dict[str, str | None], where: str, path: Path) -> tuple[int, i
         time_ms = float(row["time_ms"])
     except ValueError:
         time_ms = math.nan
-    if not MIN_TIME_MS <= time_ms < math.inf:  # 1e-320 ms: relative errors of 1/time overflow the fit
-        raise ConfigError(f"{where}: time_ms {short(row['time_ms'])} is not a time of {MIN_TIME_MS:g} ms or more "
-                          "(a finite number)", source=str(path))
+    if not 0 < time_ms < math.inf:
+        raise ConfigError(f"{where}: time_ms {short(row['time_ms'])} is not a finite number > 0", source=str(path))
+    if time_ms < MIN_TIME_MS:  # 1e-320 ms: relative errors of 1/time overflow the fit
+        raise ConfigError(f"{where}: time_ms {short(row['time_ms'])} is below {MIN_TIME_MS:g} ms (1 ns): not a "
+                          "measured GEMM", source=str(path))
     return sizes[0], sizes[1], sizes[2], time_ms * 1e-3

@@ -134,7 +134,9 @@ def _rank_metadata(doc: Any, path: Path) -> dict[str, Any]:
         raise ConfigError(f"file name says rank {_RANK_FILE.match(path.name).group(1)} but metadata.rank is "
                           f"{meta['rank']}", source=str(path))
     offset = meta.get("clock_offset_us", 0.0)
-    if not _finite(offset) or abs(offset) > MAX_TIME_US:
+    if not _finite(offset):
+        raise ConfigError(f"metadata.clock_offset_us {short(offset)} is not a finite number", source=str(path))
+    if abs(offset) > MAX_TIME_US:
         raise ConfigError(f"metadata.clock_offset_us {short(offset)} is not a time within ±{MAX_TIME_US:.3g} µs",
                           source=str(path))
     for key, kind, what in (("model", dict, "a mapping"), ("zero", dict, "a mapping"), ("backend", str, "a name")):
@@ -265,16 +267,20 @@ def _event_problem(e: Any) -> str | None:
         return "has no name"
     if e["ph"] not in ("X", "C"):
         return None  # metadata ("M") and other events: nothing reads their times
-    if not _amount(e.get("ts")) or e["ts"] > MAX_TIME_US:
-        return f"ts {short(e.get('ts'))} is not a time 0 to {MAX_TIME_US:.3g} µs (a shifted or damaged trace?)"
+    if not _amount(e.get("ts")):
+        return f"ts {short(e.get('ts'))} is not a finite number >= 0"
+    if e["ts"] > MAX_TIME_US:
+        return f"ts {short(e['ts'])} is not a time 0 to {MAX_TIME_US:.3g} µs (a shifted or damaged trace?)"
     if not isinstance(e.get("args"), dict):
         return f"args {short(e.get('args'))} is not a mapping"
     if e["ph"] == "C":
         bad = next((k for k, v in e["args"].items() if not _amount(v)), None)
         return None if bad is None else (f"args.{printable(str(bad), 40)} {short(e['args'][bad])} is not a finite "
                                          "number >= 0")
-    if not _amount(e.get("dur")) or e["dur"] > MAX_TIME_US:
-        return f"dur {short(e.get('dur'))} is not a duration 0 to {MAX_TIME_US:.3g} µs"
+    if not _amount(e.get("dur")):
+        return f"dur {short(e.get('dur'))} is not a finite number >= 0"
+    if e["dur"] > MAX_TIME_US:
+        return f"dur {short(e['dur'])} is not a duration 0 to {MAX_TIME_US:.3g} µs"
     for key in ("pid", "tid"):
         if not _integer(e.get(key), MAX_WORLD):
             return f"{key} {short(e.get(key))} is not an integer 0 to {MAX_WORLD:,}"
