@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="local processes (default), or Dask (pip install 'zsim[dask]'); same results either way")
     p.add_argument("--address", metavar="ADDR", help="with --engine dask: a running scheduler, e.g. tcp://host:8786 "
                    "(default: start a local Dask cluster of --workers processes)")
-    p.add_argument("--per-point", action="store_true", help="also write each point's result.json to points/NNNN/")
+    p.add_argument("--per-point", action="store_true",
+                   help="also write each point's result.json to points/<key>/ (its cache key)")
     p.add_argument("--no-plot", action="store_true", help="skip the plot")
     add_json_option(p, "sweep.json's facts")
     p.set_defaults(func=sweep_command)

@@ -117,9 +117,11 @@ class Range(_Strict, kw_only=True):
         elif self.log:  # log(to) - log(from), not log(to / from): the ratio of 1e308 and 1e-320 overflows
             ratio = math.log(self.stop) - math.log(self.start)
             first = math.log(self.start)
-            raw = [math.exp(first + ratio * i / (self.num - 1)) for i in range(self.num)]  # type: ignore[operator]
+            n = self.num or 2
+            raw = [math.exp(first + ratio * i / (n - 1)) for i in range(n)]
         else:
-            raw = [self.start + (self.stop - self.start) * i / (self.num - 1) for i in range(self.num)]  # type: ignore[operator]
+            n = self.num or 2
+            raw = [self.start + (self.stop - self.start) * i / (n - 1) for i in range(n)]
         return raw
 
 
