@@ -138,8 +138,8 @@ def scheduler_identity(address: str, timeout: float = CONNECT_S) -> dict:
     try:
         info = asyncio.run(asyncio.wait_for(identity(), timeout))
     except (asyncio.TimeoutError, TimeoutError):
-        raise ZsimError(f"--address {address}: no Dask scheduler answered within {timeout:.0f} s (is something "
-                        "else listening there?)") from None
+        raise ZsimError(f"--address {address}: cannot reach a Dask scheduler: none answered within {timeout:.0f} s "
+                        "(nothing listens there, or something that is not Dask)") from None
     except Exception as exc:  # noqa: BLE001 - refused, reset, or bytes of another protocol
         raise ZsimError(f"--address {address}: cannot reach a Dask scheduler ({type(exc).__name__}: "
                         f"{printable(str(exc), 120)})") from None
