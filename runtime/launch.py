@@ -147,21 +147,41 @@ def prepare_out_dir(out: Path, force: bool) -> None:
         raise ConfigError(f"{printable(str(out))}: {exc.strerror or exc}", path="output") from None
 
 
+def activation_bytes(cfg: RunConfig) -> int:
+    """Activations one rank holds at its peak, in bytes: every block's saved tensors for one micro-batch
+    (micro-batches run one after another) with e-byte activations [K22 eq. 2, layer_saved_tensors], or
+    with checkpointing each block's input (s·b·h·e) and one block's saved tensors [K22 §4.4]; plus
+    the loss's logits and their fp32 copies and the fp32 softmax it saves, 4·s·b·V/t [K22 §4.3,
+    loss_work_tensors]. On one of `cfg.mp` MP ranks."""
+    from zsim.workload.transformer import Shape, layer_saved_tensors, loss_work_tensors
+
+    m = cfg.model
+    e = 4 if cfg.precision == "fp32" else 2
+    s, b, t = m.seq_len, m.micro_batch, cfg.mp
+    block = sum(layer_saved_tensors(Shape.of(m), s, b, t, e))
+    blocks = m.layers * s * b * m.hidden * e + block if cfg.checkpointing else m.layers * block
+    return blocks + sum(loss_work_tensors(s * b, m.vocab, t, e)) + 4 * s * b * m.vocab // t
+
+
 def _check_memory(cfg: RunConfig) -> None:
     """Refuse a run whose ranks would not fit this machine's memory (CPU ranks): each rank builds the
     full fp32 model once and keeps fp32 Adam states, ~20 bytes per parameter (4 params + 4 grads + 8
-    Adam + 4 master or temporaries) before activations."""
+    Adam + 4 master or temporaries), and its activations (activation_bytes)."""
     from zsim.workload.transformer import total_params
     from zsim.zero.cost import available_bytes
 
     if cfg.device == "cuda":
         return
-    need = 20.0 * total_params(cfg.model) * cfg.world_size
+    states = 20.0 * total_params(cfg.model)
+    activations = activation_bytes(cfg)
+    need = (states + activations) * cfg.world_size
     have = available_bytes()
     if need > 0.8 * have:
         raise ConfigError(f"{cfg.world_size} ranks of a {total_params(cfg.model) / 1e6:,.0f}M-parameter model need "
-                          f"~{need / 1e9:,.1f} GB of memory, this machine has {have / 1e9:.1f} GB available: "
-                          "trace a smaller model or fewer ranks", path="model")
+                          f"~{need / 1e9:,.1f} GB of memory (~{states / 1e9:,.1f} GB of model states and "
+                          f"~{activations / 1e9:,.1f} GB of activations per rank), this machine has "
+                          f"{have / 1e9:.1f} GB available: trace a smaller model, micro-batch or sequence, or fewer "
+                          "ranks", path="model")
 
 
 def _gpu_device_nodes() -> bool:
@@ -217,8 +237,9 @@ def launch(cfg: RunConfig, *, progress: bool = False, force: bool = False) -> La
 
 def _run_ranks(cfg, ctx, procs, config_json, port, out, progress, merge) -> LaunchResult:
     """Start the ranks, wait for them, name the first failure or merge the traces."""
+    run_id = os.urandom(8).hex()  # in every rank's metadata: the ranks of one launch (zsim.trace.run_reader)
     for rank in range(cfg.world_size):
-        env = {"RANK": str(rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": str(rank),
+        env = {"RANK": str(rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": str(rank), "ZSIM_RUN_ID": run_id,
                "LOCAL_WORLD_SIZE": str(cfg.world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "ZSIM_PROGRESS": "1" if progress and rank == 0 else "0"}
         proc = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=False,

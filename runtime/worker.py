@@ -248,6 +248,7 @@ def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, de
         "global_batch": cfg.global_batch,
         "steps": cfg.steps,
         "seed": cfg.seed,
+        "run_id": os.environ.get("ZSIM_RUN_ID"),  # one per launch (runtime/launch.py): replay refuses mixed runs
         "world_size": env.world_size, "dp": cfg.dp, "mp": cfg.mp,
         "rank": env.rank,
         "backend": backend,

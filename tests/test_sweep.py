@@ -250,8 +250,9 @@ def test_per_point_folders_only_when_asked(base, tmp_path):
     out = tmp_path / "o"
     run_sweep(plan_of({"axes": {"zero.stage": [2, 3]}}, base), out, workers=1)
     assert not (out / "points").exists()
-    run_sweep(plan_of({"axes": {"zero.stage": [2, 3]}}, base), out, workers=1, per_point=True)
-    facts = json.loads((out / "points" / "0001" / "result.json").read_text())
+    sweep = run_sweep(plan_of({"axes": {"zero.stage": [2, 3]}}, base), out, workers=1, per_point=True)
+    key = sweep.table.rows[1]["key"]  # keyed by the point's hash, not its index (issue 28)
+    facts = json.loads((out / "points" / key / "result.json").read_text())
     assert facts["zero"]["stage"] == 3 and facts["schema"] == "zsim-result/1"
 
 

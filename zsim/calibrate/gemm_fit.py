@@ -29,7 +29,7 @@ from scipy.optimize import least_squares
 
 from zsim.compute.gemm import gemm_seconds
 from zsim.compute.terms import GemmTerms
-from zsim.errors import ZsimError, short
+from zsim.errors import ConfigError, ZsimError, short
 from zsim.trace.deepbench import gemm_row
 
 # name, initial value, lower, upper bound, in profile units (docs/compute.md).
@@ -92,6 +92,7 @@ def read_gemm_csv(path: Path, dtype: str | None = None) -> list[GemmRow]:
     value is missing or not a positive number, and naming the table's dtypes when `dtype` is not one."""
     import io
 
+    from zsim.config.limits import limit, too_many
     from zsim.config.yamlfile import read_text
     from zsim.trace.xla_gemm import is_xla_table, read_xla_table
 
@@ -125,6 +126,8 @@ def read_gemm_csv(path: Path, dtype: str | None = None) -> list[GemmRow]:
             if not 1 <= batch <= MAX_DIM:
                 raise ZsimError(f"{path}: {where}: batch {short(r.get('batch'))} is not an integer 1 to {MAX_DIM:,}")
             rows.append(GemmRow(m, n, k, batch, seconds))
+            if len(rows) > limit("TABLE_ROWS"):  # the fit evaluates every row at every iterate
+                raise ConfigError(too_many("TABLE_ROWS", len(rows), "rows"), source=str(path))
     except csv.Error as exc:
         raise ZsimError(f"{path}: not a CSV table: {exc}") from None
     return _enough(rows, path)

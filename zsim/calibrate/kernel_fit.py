@@ -35,8 +35,6 @@ kernels carry ±0.5 µs of rounding.
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import math
 import re
 from collections import defaultdict
@@ -140,11 +138,11 @@ def kernel_class(op: str) -> str:
 
 
 def _load(path: Path) -> dict:
-    try:
-        with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError, EOFError) as exc:
-        raise ZsimError(f"{path}: not a readable Kineto trace ({exc})") from exc
+    """The parsed trace: streamed, decompressed and parsed within the JSON limits (zsim.trace.kineto.load_json).
+    Raises ConfigError naming the file."""
+    from zsim.trace.kineto import load_json
+
+    return load_json(path)
 
 
 def read_trace(path: Path, rank: int) -> tuple[list[KernelSample], list[float]]:

@@ -85,6 +85,26 @@ def text_stream(args: argparse.Namespace):
     return sys.stderr if getattr(args, "json", None) == "-" else sys.stdout
 
 
+class PrintableText:
+    """A text stream that writes only printable characters and line breaks: what a command echoes from
+    its inputs (trace event names, profile names and fields, file names) cannot move the cursor, retitle
+    the terminal or hide text (control characters and ANSI escapes become '?', as zsim.errors.printable)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write("".join(c if c.isprintable() or c == "\n" else "?" for c in text))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def printable_text(args: argparse.Namespace) -> PrintableText:
+    """text_stream(args), with control characters replaced (PrintableText)."""
+    return PrintableText(text_stream(args))
+
+
 def emit_json(args: argparse.Namespace, data: Any, indent: int | None = 2) -> None:
     """Write `data` where --json says (nothing without --json)."""
     if not args.json:

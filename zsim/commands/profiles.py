@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from zsim.commands import HELP
-from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
+from zsim.commands.options import add_json_option, add_profile_options, emit_json, printable_text, profile_search
 
 TITLES = {"system": "systems", "gpu": "GPUs", "network": "networks", "link": "host links", "host": "host CPUs"}
 
@@ -129,6 +129,6 @@ def format_catalog(table: dict[str, Any]) -> str:
 
 def profiles_command(args: argparse.Namespace) -> int:
     table = catalog(args)
-    print(format_catalog(table), file=text_stream(args))
+    print(format_catalog(table), file=printable_text(args))  # names, fields and file names are echoed: no escape codes
     emit_json(args, table)
     return 0

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zsim.commands import HELP
-from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
+from zsim.commands.options import add_json_option, add_profile_options, emit_json, printable_text, profile_search
 from zsim.errors import EXIT_OK
 
 if TYPE_CHECKING:
@@ -155,8 +155,9 @@ def print_report(report: dict[str, Any], out) -> None:
     print("  per op kind: median per op; spread = 10th..90th percentile of per-op error", file=out)
     for k in report["kinds"]:
         lo, hi = k["spread"]
-        print(f"    {k['kind']:<16} {k['count']:>5} ops {k['measured'] * 1e3:>9.3f} {k['simulated'] * 1e3:>11.3f} ms  "
-              f"{k['error']:+7.1%}  [{lo:+.0%}, {hi:+.0%}]", file=out)
+        print(f"    {k['kind']:<16} {k['count']:>5} ops {_number(k['measured'], 1e3, '9.3f')} "
+              f"{_number(k['simulated'], 1e3, '11.3f')} ms  {_number(k['error'], 1, '+7.1%')}  "
+              f"[{_number(lo, 1, '+.0%')}, {_number(hi, 1, '+.0%')}]", file=out)
     print("  peak memory per category, rank 0 (MB = 1e6 B)", file=out)
     for c, p in report["peak_memory_bytes"].items():
         line(c, p, "MB", 1e-6)
@@ -170,6 +171,14 @@ def print_report(report: dict[str, Any], out) -> None:
         if keys:
             shown = ", ".join(f"{k[0]}@{k[1]}.{k[2]}" for k in keys[:6])
             print(f"    {label}: {shown}{' ...' if len(keys) > 6 else ''}", file=out)
+
+
+def _number(value: float | None, scale: float, spec: str) -> str:
+    """`value × scale` formatted by `spec`, or '-' (right-aligned as wide) when there is none."""
+    if value is None:
+        width = "".join(c for c in spec.split(".")[0] if c.isdigit())
+        return "-".rjust(int(width) if width else 1)
+    return format(value * scale, spec)
 
 
 def replay_kineto_dir(trace_dir: Path, profile: str, allow_missing_ranks: bool = False,
@@ -251,7 +260,7 @@ def run_command(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = write_atomic(out_dir / "replay.trace.json", json.dumps(document, separators=(",", ":")))
     report["outputs"] = {"trace": str(path)}
-    text = text_stream(args)
+    text = printable_text(args)  # event names and paths come from the traces: no escape sequence reaches the terminal
     printer(report, text)
     print(f"  outputs     {path} (measured and simulated side by side: https://ui.perfetto.dev)", file=text)
     emit_json(args, report, indent=1)

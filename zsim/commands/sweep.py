@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="local processes (default), or Dask (pip install 'zsim[dask]'); same results either way")
     p.add_argument("--address", metavar="ADDR", help="with --engine dask: a running scheduler, e.g. tcp://host:8786 "
                    "(default: start a local Dask cluster of --workers processes)")
-    p.add_argument("--per-point", action="store_true", help="also write each point's result.json to points/NNNN/")
+    p.add_argument("--per-point", action="store_true",
+                   help="also write each point's result.json to points/<key>/ (its cache key)")
     p.add_argument("--no-plot", action="store_true", help="skip the plot")
     add_json_option(p, "sweep.json's facts")
     p.set_defaults(func=sweep_command)
@@ -48,14 +49,19 @@ def _positive(text: str) -> int:
 
 def sweep_command(args: argparse.Namespace) -> int:
     from zsim.config.scenario import safe_name
+    from zsim.sweep.files import sweep_lock
     from zsim.sweep.points import load_plan
     from zsim.sweep.runner import run_sweep, summary_facts, write_outputs
     from zsim.sweep.summary import sweep_summary
 
-    from zsim.errors import ZsimError
+    from zsim.errors import ZsimError, printable
 
     if args.address and args.engine != "dask":
         raise ZsimError("--address needs --engine dask")
+    if args.address:
+        from zsim.sweep.engines import check_address
+
+        check_address(args.address)  # before planning: a malformed address costs nothing
     planning = _PlanBar() if sys.stderr.isatty() else None
     try:
         plan = load_plan(args.sweep, progress=planning.update if planning else None)  # every point, before any runs
@@ -69,20 +75,22 @@ def sweep_command(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise ZsimError(f"-o {out}: is a file; the sweep needs a folder")
     text = text_stream(args)
-    bar = _progress_bar(len(plan.points))
-    try:
-        sweep = run_sweep(plan, out, engine=args.engine, workers=args.workers, address=args.address,
-                          per_point=args.per_point, write=False, progress=bar.update if bar else None)
-    except KeyboardInterrupt:
+    with sweep_lock(out):  # the whole sweep: cache, tables and plots (a second sweep here is refused)
+        bar = _progress_bar(len(plan.points))
+        try:
+            sweep = run_sweep(plan, out, engine=args.engine, workers=args.workers, address=args.address,
+                              per_point=args.per_point, write=False, lock=False,
+                              progress=bar.update if bar else None)
+        except KeyboardInterrupt:
+            if bar:
+                bar.close()
+            done = sum(1 for _ in (out / "cache").glob("*.json")) if (out / "cache").is_dir() else 0
+            print(f"zsim: interrupted; finished points are cached in {printable(str(out / 'cache'))} ({done} "
+                  "files): run the same command again to resume", file=sys.stderr)
+            return 130
         if bar:
             bar.close()
-        done = sum(1 for _ in (out / "cache").glob("*.json")) if (out / "cache").is_dir() else 0
-        print(f"zsim: interrupted; finished points are cached in {out / 'cache'} ({done} files): "
-              "run the same command again to resume", file=sys.stderr)
-        return 130
-    if bar:
-        bar.close()
-    write_outputs(sweep, plot=not args.no_plot)
+        write_outputs(sweep, plot=not args.no_plot)
     print(sweep_summary(sweep), file=text)
     emit_json(args, summary_facts(sweep))
     return EXIT_OK

@@ -137,7 +137,7 @@ class Profiles:
         check_name(kind, name)
         for root in self.roots:
             candidate = root / KINDS[kind] / f"{name}.yaml"
-            if candidate.is_file():
+            if candidate.is_file() and _inside(candidate, root):
                 return candidate
         known = sorted(self.names(kind))
         close = difflib.get_close_matches(name, known, n=3) or [k for k in known if name.lower() in k.lower()][:3]
@@ -156,11 +156,21 @@ class Profiles:
             folder = root / KINDS[kind]
             if folder.is_dir():
                 for p in sorted(folder.glob("*.yaml")):
-                    found.setdefault(p.stem, p)
+                    if _inside(p, root):
+                        found.setdefault(p.stem, p)
         return found
 
     def shadowed(self, kind: str, name: str) -> list[Path]:
         """Files of `kind`/`name` hidden behind the one `path` returns (later in the search path)."""
         files = [r / KINDS[kind] / f"{name}.yaml" for r in self.roots]
-        files = [f for f in files if f.is_file()]
+        files = [f for f, r in zip(files, self.roots) if f.is_file() and _inside(f, r)]
         return files[1:] if (kind, name) not in self.pinned else files
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether `path`, its symlinks followed, lies in `root` (also followed): a link in a profile folder
+    to a file outside it is not a profile of that folder (issue 28), as a profile name is never a path."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False

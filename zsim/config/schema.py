@@ -329,7 +329,18 @@ class RunSection(Section, kw_only=True):
     _STRIP = ("output",)
 
     steps: Annotated[int, Meta(gt=0, le=MAX_STEPS, description="optimizer steps to simulate")] = 1
-    output: Annotated[Text, Meta(description="output folder; default out/<scenario name>")] | None = None
+    output: Annotated[Text, Meta(description="output folder, relative and inside the working folder (no '..'); "
+                                 "default out/<scenario name>; -o writes anywhere")] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # As `name`, which becomes out/<safe name> (issue 13): a scenario file, perhaps from elsewhere,
+        # must not write outside the folder zsim runs in; the person at the command line can (-o).
+        if self.output is not None:
+            parts = self.output.replace("\\", "/").split("/")
+            if not self.output.strip() or self.output.startswith(("/", "~")) or ".." in parts:
+                raise ValueError(f"output {self.output[:80]!r}: a folder inside the working folder, without '..' "
+                                 "(write elsewhere with -o DIR)")
 
 
 class ScenarioFile(Section, kw_only=True):

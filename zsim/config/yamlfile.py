@@ -31,8 +31,8 @@ from zsim.errors import ConfigError, printable, short
 MAX_FILE_BYTES = 1 << 20  # scenarios and profiles are a few KB; 1 MiB leaves room and bounds the work
 MAX_DEPTH = 32  # nesting of mappings and sequences (a scenario needs 4)
 MAX_NODES = 100_000  # YAML nodes after alias expansion
-def read_text(path: Path, *, what: str = "file", max_bytes: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of `path`, at most `max_bytes` long.
+def read_text(path: Path, *, what: str = "file", max_bytes: int = MAX_FILE_BYTES, lift: str | None = None) -> str:
+    """The UTF-8 text of `path`, at most `max_bytes` long (`lift`: how to raise that limit, for the message).
 
     Raises:
         ConfigError: missing, a folder, unreadable, too large, or not UTF-8 (naming the file).
@@ -53,7 +53,8 @@ def read_text(path: Path, *, what: str = "file", max_bytes: int = MAX_FILE_BYTES
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", source=source) from None
     if len(data) > max_bytes:
-        raise ConfigError(f"larger than {max_bytes:,} bytes: not a {what}", source=source)
+        raise ConfigError(f"larger than {max_bytes:,} bytes: not a {what}" + (f" ({lift})" if lift else ""),
+                          source=source)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -61,9 +62,20 @@ def read_text(path: Path, *, what: str = "file", max_bytes: int = MAX_FILE_BYTES
                           source=source) from None
 
 
-def read_json(path: Path, *, what: str = "JSON file", max_bytes: int = 1 << 31) -> Any:
-    """A parsed JSON document. Raises ConfigError (unreadable, not UTF-8, not JSON, too deep)."""
-    text = read_text(path, what=what, max_bytes=max_bytes)
+def read_json(path: Path, *, what: str = "JSON file", max_bytes: int | None = None) -> Any:
+    """A parsed JSON document of at most `max_bytes` (default: the JSON_BYTES limit, zsim.config.limits)
+    and JSON_VALUES values, both checked before it is parsed.
+
+    Raises:
+        ConfigError: unreadable, not UTF-8, too large, too many values, not JSON, too deep.
+    """
+    from zsim.config.limits import json_values_bound, limit, lift, too_many
+
+    cap = limit("JSON_BYTES") if max_bytes is None else max_bytes
+    text = read_text(path, what=what, max_bytes=cap, lift=lift("JSON_BYTES") if max_bytes is None else None)
+    values = json_values_bound(text.encode("utf-8", "surrogatepass")) if len(text) > 1 << 16 else 0
+    if values > limit("JSON_VALUES"):  # a small file of tiny values parses to many times its size
+        raise ConfigError(too_many("JSON_VALUES", values, "JSON values (at most)"), source=str(path))
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -20,7 +20,10 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import signal
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -106,8 +109,11 @@ def write_atomic(path: str | Path, content: str | bytes | Callable[[Path], objec
         ZsimError: the disk is full or the folder not writable; `path` is then unchanged.
     """
     path = Path(path)
+    fd = own_descriptor(path)
+    if fd is not None:  # /dev/stdout of `>> log`: renaming over log would lose what it held (issue 28)
+        return _write_descriptor(fd, path, content)
     if path.exists() and not path.is_file() and not path.is_dir():  # (both follow links)
-        return _write_through(path, content)  # a FIFO or a device (/dev/stdout): a rename would replace it
+        return _write_through(path, content)  # a FIFO or a device (/dev/tty): a rename would replace it
     if path.is_symlink():  # write the file the link points at, and keep the link
         path = path.resolve()
     tmp = temp_name(path)
@@ -126,6 +132,55 @@ def write_atomic(path: str | Path, content: str | bytes | Callable[[Path], objec
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()  # gone after the rename; left only when something failed
+    return path
+
+
+# /dev/fd/N, /proc/self/fd/N, /proc/thread-self/fd/N, /proc/<pid>/fd/N: open descriptors (proc(5))
+_FD_PATH = re.compile(r"^/(?:dev/fd|proc/(self|thread-self|\d+)/fd)/(\d+)$")
+_STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_MAX_LINKS = 40  # symlinks followed before giving up, as Linux's MAXSYMLINKS (path_resolution(7))
+
+
+def own_descriptor(path: Path) -> int | None:
+    """The open file descriptor of this process that `path` names, following symlinks: `/dev/stdout`
+    is 1 whatever it points at (a pipe, a terminal, or the file of `>> log`), `/dev/fd/3` is 3. None for
+    any other path. Renaming over such a path would replace the file the shell opened (truncating an
+    appended log), so it is written into instead (`write_atomic`)."""
+    text = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        if text in _STD_PATHS:
+            return _STD_PATHS[text]
+        match = _FD_PATH.match(text)
+        if match and match.group(1) in (None, "self", "thread-self", str(os.getpid())):
+            return int(match.group(2))
+        try:
+            target = os.readlink(text)
+        except OSError:  # not a link (or gone): an ordinary path
+            return None
+        text = os.path.normpath(os.path.join(os.path.dirname(text), target))
+    return None
+
+
+def _write_descriptor(fd: int, path: Path, content: str | bytes | Callable[[Path], object]) -> Path:
+    """Write `content` to the open descriptor `fd` (named by `path`) at its current offset, as the shell
+    set it up (appending after `>>`); Python's own buffer of that stream is flushed first, so the text
+    before stays before."""
+    if callable(content):  # a writer that wants a path: let it write a private file, then copy the bytes
+        with tempfile.TemporaryDirectory(prefix="zsim-") as tmpdir:
+            tmp = Path(tmpdir) / f"out{path.suffix}"
+            content(tmp)
+            data = tmp.read_bytes()
+    else:
+        data = content if isinstance(content, bytes) else content.encode()
+    stream = {1: sys.stdout, 2: sys.stderr}.get(fd)
+    try:
+        if stream is not None:
+            stream.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise _explain(exc, path) from None
     return path
 
 

@@ -10,12 +10,19 @@ from __future__ import annotations
 import math
 from itertools import product
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 MAX_PANELS = 12
 MAX_LINES = 12
 LABELS = {"step_s": "step time (s)", "tflops_per_gpu": "TFLOPS per GPU", "comm_share": "DP comm time / step", "exposed_share": "exposed comm / step",
           "tokens_per_s": "tokens/s", "exposed_comm_s": "exposed comm (s)", "percent_of_peak": "% of peak"}
+
+
+def safe_label(text: Any) -> str:
+    """`text` as plain text in a label: '$' escaped, so a name or value such as `$\\frac{a}{` is drawn
+    as written instead of parsed as mathtext (matplotlib docs, "Writing mathematical expressions":
+    an unescaped '$' pair starts math mode, and a malformed one raises when the figure is drawn)."""
+    return str(text).replace("$", r"\$")
 
 
 def _numeric(values: list[Any]) -> bool:
@@ -40,9 +47,11 @@ def plot_axes(sweep) -> tuple[str | None, str | None, list[str]]:
     return x, lines, panels
 
 
-def plot_sweep(sweep) -> dict[str, str]:
-    """Draw the sweep's plot into its output folder. Returns {'png': path, 'svg': path}, or {} when
-    there is nothing to plot (no numeric axis, or more than MAX_PANELS panels)."""
+def plot_sweep(sweep, path_of: Callable[[str], Path] | None = None) -> dict[str, str]:
+    """Draw the sweep's plot. `path_of(file name)` says where each file goes (default: the sweep's
+    output folder). Returns {'png': path, 'svg': path}, or {} when there is nothing to plot (no numeric
+    axis, or more than MAX_PANELS panels). Raises whatever matplotlib raises (the caller keeps the
+    tables)."""
     x, lines, panels = plot_axes(sweep)
     table = sweep.table
     metric = (sweep.plan.spec.plot.metric if sweep.plan.spec.plot and sweep.plan.spec.plot.metric
@@ -81,7 +90,7 @@ def plot_sweep(sweep) -> dict[str, str]:
             sel.sort(key=lambda r: r[x])
             color = colors[li % len(colors)]
             oom = [r for r in sel if r["status"] == "oom"]
-            label = (f"{lines} = {lv}" if lines else metric) + (" (OOM)" if len(oom) == len(sel) else "")
+            label = safe_label(f"{lines} = {lv}" if lines else metric) + (" (OOM)" if len(oom) == len(sel) else "")
             ax.plot([r[x] for r in sel], [r[metric] for r in sel], marker="o", markersize=3, color=color, label=label,
                     linestyle="--" if len(oom) == len(sel) else "-", alpha=0.6 if len(oom) == len(sel) else 1.0)
             if oom:
@@ -108,10 +117,10 @@ def plot_sweep(sweep) -> dict[str, str]:
             plain = FuncFormatter(lambda v, _: f"{v:g}")
             ax.yaxis.set_major_formatter(plain)
             ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
-        ax.set_xlabel(x)
-        ax.set_ylabel(LABELS.get(metric, metric))
+        ax.set_xlabel(safe_label(x))
+        ax.set_ylabel(safe_label(LABELS.get(metric, metric)))
         if fixed:
-            ax.set_title(", ".join(f"{k}={v}" for k, v in fixed.items()), fontsize=9)
+            ax.set_title(safe_label(", ".join(f"{k}={v}" for k, v in fixed.items())), fontsize=9)
         ax.grid(True, alpha=0.3)
         handles, labels = ax.get_legend_handles_labels()
         if handles:
@@ -119,15 +128,17 @@ def plot_sweep(sweep) -> dict[str, str]:
     for ax in list(grid.flat)[len(combos):]:
         ax.set_visible(False)
     name = sweep.plan.spec.name or Path(sweep.plan.source).stem
-    fig.suptitle(f"{name}: {metric} vs {x}\n○ knee (a further 2× buys < 5%), × OOM", fontsize=10)
-    fig.tight_layout()
-    stem = sweep.out / f"{metric}-vs-{x.replace('.', '_')}"
+    fig.suptitle(safe_label(f"{name}: {metric} vs {x}") + "\n○ knee (a further 2× buys < 5%), × OOM", fontsize=10)
+    if path_of is None:
+        path_of = lambda name: sweep.out / name  # noqa: E731
+    stem = f"{metric}-vs-{x.replace('.', '_')}"
     files = {}
-    for ext in ("png", "svg"):
-        path = stem.with_suffix(f".{ext}")
-        tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format=ext)
-        tmp.replace(path)
-        files[ext] = str(path)
-    plt.close(fig)
+    try:
+        fig.tight_layout()
+        for ext in ("png", "svg"):
+            path = path_of(f"{stem}.{ext}")
+            fig.savefig(path, format=ext)
+            files[ext] = str(path)
+    finally:
+        plt.close(fig)
     return files

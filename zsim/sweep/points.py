@@ -27,6 +27,7 @@ from zsim.config.scenario import Scenario, build_scenario
 from zsim.config.schema import ScenarioFile
 from zsim.config.struct import dump
 from zsim.config.validation import validate
+from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import set_key
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError, ZsimError
@@ -159,6 +160,13 @@ def plan_sweep(spec: SweepFile, source: str, base_dir: Path, *,
     fixed = copy.deepcopy(base_data)
     for key, value in spec.set.items():
         set_key(fixed, key, value, f"{source}: set.{key}")
+    if "model.from_hf" in (k for axis in axes for k in axis.keys):
+        raise ConfigError("a sweep imports one Hugging Face config (the base's, or set.model.from_hf); to compare "
+                          "models, sweep their keys (model.layers, model.hidden, ...)", source=source,
+                          path="axes.model.from_hf")
+    # model.from_hf's keys filled in once, from the base's folder, so every point validates as a whole
+    # scenario; keys the sweep sets or sweeps are written over them, as a scenario's own keys are
+    fixed = resolve_from_hf(fixed, source=f"{source}: base {base}", base_dir=base.parent)
     name = spec.name or Path(source).stem
     plan = Plan(spec=spec, source=source, base=base, axes=axes, points=[])
     total = math.prod(len(axis.values) for axis in axes)

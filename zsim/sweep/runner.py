@@ -7,12 +7,18 @@ Output folder (default out/<sweep name>/):
   <metric>-vs-<x>.png/.svg the plot (zsim.sweep.plot)
   cache/<key>.json         one row per finished point, keyed by a hash of its resolved scenario and
                            the zsim version: a rerun (after an interrupt, or with more points) runs
-                           only the points whose key is not there
-  points/<NNNN>/result.json  each point's full result facts, only with per_point=True
+                           only the points whose key is not there, and those whose entry is damaged
+                           (zsim.sweep.cache: each entry is checked before it is reused)
+  points/<key>/result.json each point's full result facts, only with per_point=True, keyed by the
+                           point's key (the table's `key` column) like the cache
+The table, sweep.json and the plots are one set, published together (zsim.sweep.files.OutputSwap);
+the whole sweep holds the folder's lock (zsim.sweep.files.sweep_lock).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import time
 from collections.abc import Callable
@@ -20,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, printable
+from zsim.report.outputs import _explain
 from zsim.sweep import answers
+from zsim.sweep.cache import entry_text, facts_ok, read_entry
 from zsim.sweep.engines import ENGINES, default_workers, run_dask, run_local
-from zsim.sweep.files import write_text
+from zsim.sweep.files import OutputSwap, sweep_lock, write_text
 from zsim.sweep.points import Plan, Point
 from zsim.sweep.row import COLUMNS
 from zsim.sweep.table import SweepTable
@@ -41,7 +49,7 @@ class SweepRun:
     out: Path | None
     engine: str
     workers: int
-    ran: int  # points simulated now
+    ran: int  # points simulated now (the rerun ones included)
     cached: int  # points read from the cache
     wall_s: float  # the whole sweep, planning excluded
     run_s: float  # the engine's part: from the first submission to the last row back
@@ -52,6 +60,9 @@ class SweepRun:
     best: dict[str, Any] | None = None
     best_with_room: dict[str, Any] | None = None  # the best that fits without a memory caution
     files: dict[str, str] = field(default_factory=dict)
+    rerun: int = 0  # points whose cache entry was damaged, run again
+    damaged: dict[str, int] = field(default_factory=dict)  # why an entry could not be reused -> count
+    plot_error: str | None = None  # why the plot could not be drawn (the tables were written)
 
     @property
     def overhead_per_point_s(self) -> float | None:
@@ -61,25 +72,34 @@ class SweepRun:
         return (self.workers * self.run_s - self.sim_s) / self.ran
 
 
-def _read_cache(path: Path) -> dict[str, Any] | None:
-    try:
-        entry = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # absent or unreadable (never half-written: files.write_text): run it again
-    row = entry.get("row") if isinstance(entry, dict) else None
-    return row if isinstance(row, dict) and all(c in row for c in COLUMNS) else None
+def point_facts(out: Path, key: str) -> Path:
+    """Where a point's full result facts go with per_point: points/<key>/result.json."""
+    return out / "points" / key / "result.json"
 
 
 def run_sweep(plan: Plan, out: Path | None, *, engine: str = "local", workers: int | None = None,
-              address: str | None = None, per_point: bool = False, write: bool = True,
+              address: str | None = None, per_point: bool = False, write: bool = True, lock: bool = True,
               progress: Callable[[int, int], None] | None = None) -> SweepRun:
-    """Run every point of `plan` not already cached in `out`/cache, then assemble the table.
+    """Run every point of `plan` not soundly cached in `out`/cache, then assemble the table (and write
+    the outputs when `write`).
 
-    `out` None keeps everything in memory (no cache, no files). `progress(done, total)` is called as
-    points finish. Raises ZsimError for an unknown engine or an unreachable cluster.
+    `out` None keeps everything in memory (no cache, no files). `lock` holds the folder's lock for the
+    sweep (False when the caller holds it). `progress(done, total)` is called as points finish.
+    Raises ZsimError for an unknown engine, an unreachable cluster, a folder another sweep holds, or a
+    write that fails (naming the file).
     """
     if engine not in ENGINES:
         raise ConfigError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    held = sweep_lock(out) if out is not None and lock else contextlib.nullcontext()
+    with held:
+        sweep = _run(plan, out, engine, workers, address, per_point, progress)
+        if out is not None and write:
+            write_outputs(sweep)
+    return sweep
+
+
+def _run(plan: Plan, out: Path | None, engine: str, workers: int | None, address: str | None, per_point: bool,
+         progress: Callable[[int, int], None] | None) -> SweepRun:
     started = time.perf_counter()
     workers = workers or default_workers()
     if engine != "dask" or address is None:  # processes of our own: no more than there are points to run
@@ -87,27 +107,30 @@ def run_sweep(plan: Plan, out: Path | None, *, engine: str = "local", workers: i
     cache = out / "cache" if out is not None else None
     rows: dict[int, dict[str, Any]] = {}
     missing: list[Point] = []
+    damaged: dict[str, int] = {}
     for p in plan.points:
-        row = _read_cache(cache / f"{p.key}.json") if cache is not None else None
-        if row is not None and per_point and not (out / "points" / f"{p.index:04d}" / "result.json").is_file():
-            row = None
+        row, why = read_entry(cache / f"{p.key}.json", p.key) if cache is not None else (None, None)
+        if row is not None and per_point and not facts_ok(point_facts(out, p.key)):
+            row, why = None, "its points/<key>/result.json is missing or damaged"
+        if why is not None:
+            damaged[why] = damaged.get(why, 0) + 1
         if row is None:
             missing.append(p)
         else:
             rows[p.index] = row
     cached = len(rows)
     sim_seconds = [0.0, 0.0]  # wall, CPU
+    keys_of = {p.index: p.key for p in missing}
 
     def on_done(results: list[Finished]) -> None:
         for index, row, full, wall, cpu in results:
             rows[index] = row
             sim_seconds[0] += wall
             sim_seconds[1] += cpu
-            if full is not None:
-                if out is not None:
-                    write_text(out / "points" / f"{index:04d}" / "result.json", json.dumps(full, indent=2) + "\n")
+            if full is not None and out is not None:
+                write_text(point_facts(out, keys_of[index]), json.dumps(full, indent=2) + "\n")
             if cache is not None:
-                write_text(cache / f"{row['key']}.json", json.dumps({"key": row["key"], "row": row}) + "\n")
+                write_text(cache / f"{row['key']}.json", entry_text(row))
         if progress:
             progress(len(rows) - cached, len(missing))
 
@@ -122,11 +145,10 @@ def run_sweep(plan: Plan, out: Path | None, *, engine: str = "local", workers: i
     table_rows = [{"point": p.index, **p.values, **{c: rows[p.index][c] for c in COLUMNS}} for p in plan.points]
     table = SweepTable(["point", *keys, *COLUMNS], table_rows, keys)
     sweep = SweepRun(plan=plan, table=table, out=out, engine=engine, workers=workers, ran=len(missing),
-                     cached=cached, wall_s=0.0, run_s=run_s, sim_s=sim_seconds[0], point_cpu_s=sim_seconds[1])
+                     cached=cached, wall_s=0.0, run_s=run_s, sim_s=sim_seconds[0], point_cpu_s=sim_seconds[1],
+                     rerun=sum(damaged.values()), damaged=damaged)
     _answer(sweep)
     sweep.wall_s = time.perf_counter() - started
-    if out is not None and write:
-        write_outputs(sweep)
     return sweep
 
 
@@ -154,17 +176,39 @@ def _answer(sweep: SweepRun) -> None:
 
 
 def write_outputs(sweep: SweepRun, plot: bool = True) -> None:
-    """Write the table, sweep.json and (unless `plot` is false) the plot into `sweep.out`."""
-    out = sweep.out
-    assert out is not None
-    files = {"csv": str(write_text(out / "sweep.csv", sweep.table.csv_text())),
-             "jsonl": str(write_text(out / "sweep.jsonl", sweep.table.jsonl_text()))}
-    if plot:
-        from zsim.sweep.plot import plot_sweep
+    """Write the table, sweep.json and (unless `plot` is false) the plot into `sweep.out`, as one set
+    published together (zsim.sweep.files.OutputSwap). The tables are written first; a plot that cannot
+    be drawn is reported in `sweep.plot_error` and sweep.json, and never loses them.
 
-        files.update(plot_sweep(sweep))
-    sweep.files = files
-    write_text(out / "sweep.json", json.dumps(summary_facts(sweep), indent=2) + "\n")
+    Raises:
+        ZsimError: a full disk or an unwritable folder, naming the file (the previous set stays).
+    """
+    out = sweep.out
+    if out is None:
+        raise ValueError("write_outputs needs a sweep with an output folder")
+    swap = OutputSwap(out)
+    try:
+        files = {"csv": str(swap.write("sweep.csv", sweep.table.csv_text())),
+                 "jsonl": str(swap.write("sweep.jsonl", sweep.table.jsonl_text()))}
+        if plot:
+            from zsim.sweep.plot import plot_sweep
+
+            try:
+                drawn = plot_sweep(sweep, swap.path)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # the disk, not the plot: say so
+                    raise _explain(exc, Path(exc.filename) if exc.filename else out) from None
+                sweep.plot_error = printable(f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - any plotting failure: the tables are what matters
+                sweep.plot_error = printable(f"{type(exc).__name__}: {exc}")
+            else:
+                files.update({ext: str(out / Path(p).name) for ext, p in drawn.items()})
+        sweep.files = files
+        swap.write("sweep.json", json.dumps(summary_facts(sweep), indent=2) + "\n")
+        swap.publish()
+    except BaseException:
+        swap.discard()
+        raise
 
 
 def summary_facts(sweep: SweepRun) -> dict[str, Any]:
@@ -182,7 +226,9 @@ def summary_facts(sweep: SweepRun) -> dict[str, Any]:
         "better": answers.better(plan.spec.metric),
         "points": {"combinations": plan.total, "valid": len(plan.points), "fits": statuses.count("fits"),
                    "oom": statuses.count("oom"), "ran": sweep.ran, "cached": sweep.cached,
-                   "skipped": sum(plan.skipped.values())},
+                   "rerun": sweep.rerun, "skipped": sum(plan.skipped.values())},
+        "damaged": sweep.damaged,
+        "plot_error": sweep.plot_error,
         "skipped": plan.skipped,
         "fastest_that_fits": sweep.best,
         "fastest_with_room": sweep.best_with_room,

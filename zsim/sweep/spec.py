@@ -25,14 +25,20 @@ import math
 from pathlib import Path
 from typing import Annotated, Any
 
+from zsim.config.limits import limit, too_many
 from zsim.config.struct import Meta, Section, field
 
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, short
 
 Scalar = bool | int | float | str | None
-MAX_POINTS = 1_000_000  # a sweep larger than this is a typo (a step of 0.001 instead of 1)
+
+
+def max_points() -> int:
+    """Points one sweep may have (zsim.config.limits SWEEP_POINTS, $ZSIM_MAX_SWEEP_POINTS): more is a typo
+    (a step of 0.001 instead of 1), and would take minutes and gigabytes only to plan."""
+    return limit("SWEEP_POINTS")
 
 
 class _Strict(Section, kw_only=True):
@@ -63,27 +69,60 @@ class Range(_Strict, kw_only=True):
             raise ValueError(f"log-spaced ranges need from and to > 0 (got {self.start!r}, {self.stop!r})")
         if self.stop < self.start:
             raise ValueError(f"to ({self.stop!r}) is below from ({self.start!r})")
+        count = self.count()
+        if count > max_points():  # before any value is made: `num: 1e8` was 3.7 GB
+            raise ValueError(too_many("SWEEP_POINTS", count, "values"))
+
+    def count(self) -> float:
+        """How many values the range spans (before duplicates are dropped); inf when the arithmetic
+        overflows (from -1e308 to 1e308, or integers past a double)."""
+        try:
+            if self.step is not None:
+                span = (self.stop - self.start) / self.step
+            elif self.factor is not None:
+                span = (math.log(self.stop) - math.log(self.start)) / math.log(self.factor)
+            else:
+                return float(self.num)  # type: ignore[arg-type]
+        except (OverflowError, ValueError):  # an integer too large for a double
+            return math.inf
+        if math.isnan(span):  # a NaN bound: zsim.config.validation refuses it, naming the key
+            return 0
+        return math.floor(span + 1e-9) + 1 if math.isfinite(span) else math.inf
 
     def values(self) -> list[int | float]:
         """The range's values, in order, without duplicates."""
         ints = isinstance(self.start, int) and isinstance(self.stop, int) and not isinstance(self.step, float)
-        if self.step is not None:
-            count = math.floor((self.stop - self.start) / self.step + 1e-9) + 1
-            raw = [self.start + i * self.step for i in range(min(count, MAX_POINTS + 1))]
-        elif self.factor is not None:
-            count = math.floor(math.log(self.stop / self.start) / math.log(self.factor) + 1e-9) + 1
-            raw = [self.start * self.factor ** i for i in range(min(count, MAX_POINTS + 1))]
-        elif self.log:
-            ratio = math.log(self.stop / self.start)
-            raw = [self.start * math.exp(ratio * i / (self.num - 1)) for i in range(self.num)]
-        else:
-            raw = [self.start + (self.stop - self.start) * i / (self.num - 1) for i in range(self.num)]
+        try:
+            raw = self._raw(int(min(self.count(), max_points() + 1)))
+        except OverflowError:  # integers whose quotient is past a double
+            raw = [math.inf]
+        if not all(isinstance(v, int) or math.isfinite(v) for v in raw):  # (to - from) past a double
+            raise ConfigError(f"from {short(self.start)} to {short(self.stop)}: the values overflow a double; give a "
+                              "smaller range")
         out: list[int | float] = []
         for v in raw:
             v = int(round(v)) if ints else float(f"{v:.12g}")  # 0.1 + 2 × 0.1 is 0.3, not 0.30000000000000004
             if not out or v != out[-1]:
                 out.append(v)
         return out
+
+    def _raw(self, count: int) -> list[int | float]:
+        """The `count` values before rounding (OverflowError when integer arithmetic leaves a double)."""
+        if self.step is not None:
+            raw = [self.start + i * self.step for i in range(count)]
+        elif self.factor is not None:  # multiplied step by step: exact for integers, never past `to`
+            raw = [self.start]
+            for _ in range(count - 1):
+                raw.append(raw[-1] * self.factor)
+        elif self.log:  # log(to) - log(from), not log(to / from): the ratio of 1e308 and 1e-320 overflows
+            ratio = math.log(self.stop) - math.log(self.start)
+            first = math.log(self.start)
+            n = self.num or 2
+            raw = [math.exp(first + ratio * i / (n - 1)) for i in range(n)]
+        else:
+            n = self.num or 2
+            raw = [self.start + (self.stop - self.start) * i / (n - 1) for i in range(n)]
+        return raw
 
 
 AxisValues = Any  # a list of values or a Range mapping: checked by `_values`, which names the key
@@ -100,6 +139,8 @@ class PlotSpec(_Strict, kw_only=True):
 
 class SweepFile(_Strict, kw_only=True):
     """A whole sweep file."""
+
+    _STRIP = ("name", "description")  # echoed on the terminal and in the plot: no escape sequences
 
     name: Annotated[str | None, Meta(description="default: the file's stem")] = None
     description: str | None = None
@@ -148,8 +189,8 @@ def _values(spec: AxisValues, where: str, source: str) -> list[Any]:
                           source=source, path=where)
     if not values:
         raise ConfigError("an axis needs at least one value", source=source, path=where)
-    if len(values) > MAX_POINTS:
-        raise ConfigError(f"{len(values):,} values: more than {MAX_POINTS:,}", source=source, path=where)
+    if len(values) > max_points():
+        raise ConfigError(too_many("SWEEP_POINTS", len(values), "values"), source=source, path=where)
     return values
 
 
@@ -188,9 +229,9 @@ def axes_of(spec: SweepFile, source: str) -> list[Axis]:
     for key in spec.set:
         _check_key(key, f"set.{key}", source)
     total = math.prod(len(axis) for axis in axes)
-    if total > MAX_POINTS:
+    if total > max_points():
         sizes = " × ".join(str(len(axis)) for axis in axes)
-        raise ConfigError(f"{sizes} = {total:,} points: more than {MAX_POINTS:,}", source=source, path="axes")
+        raise ConfigError(f"{sizes} = {too_many('SWEEP_POINTS', total, 'points')}", source=source, path="axes")
     return axes
 
 

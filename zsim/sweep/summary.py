@@ -75,6 +75,9 @@ def sweep_summary(sweep) -> str:
         f"  points    {plan.total} = {shape}; {sweep.ran} run, {sweep.cached} cached, {skipped} skipped; "
         f"{sweep.engine} engine, {sweep.workers} worker{'s' if sweep.workers != 1 else ''}, {sweep.wall_s:.1f} s",
     ]
+    if sweep.rerun:
+        why = "; ".join(f"{n}× {reason}" for reason, n in sweep.damaged.items())
+        lines.append(f"  rerun     {sweep.rerun} cached point{'s' if sweep.rerun != 1 else ''} damaged, run again ({why})")
     for reason, n in sorted(plan.skipped.items(), key=lambda kv: -kv[1]):
         lines.append(f"  skipped   {n}× {reason}")
         if reason in plan.skip_examples:
@@ -119,6 +122,9 @@ def sweep_summary(sweep) -> str:
     if shown:
         lines.append(f"  points{note}")
         lines += _table(shown, ["point", *plan.keys, *dict.fromkeys((metric, *ROW_COLUMNS))])
+    if sweep.plot_error:
+        lines.append(f"  plot      not drawn ({sweep.plot_error}); the tables are written")
     if sweep.files:
         lines.append("  outputs   " + ", ".join(sweep.files.values()) + f", {Path(sweep.files['csv']).parent / 'sweep.json'}")
-    return "\n".join(lines)
+    # values of free-text keys (a swept `description`) are echoed too: no control character reaches the terminal
+    return "\n".join("".join(c if c.isprintable() else "?" for c in line) for line in lines)

@@ -69,6 +69,11 @@ def read_gemm_table(path: Path, dtype: str | None = None) -> list[ComputeSample]
     return out
 
 
+# The shortest GEMM time a table may hold: 1 ns, three orders of magnitude below any kernel a GPU runs
+# (a launch alone costs microseconds: NVIDIA, CUDA C++ Best Practices Guide, "Kernel launch overhead").
+MIN_TIME_MS = 1e-6
+
+
 def gemm_row(row: dict[str, str | None], where: str, path: Path) -> tuple[int, int, int, float]:
     """(M, N, K, seconds) of one csv.DictReader row: M, N, K integers 1 to MAX_DIM, time_ms a finite
     number > 0. `where` names the row in messages (`line 41`).
@@ -96,4 +101,7 @@ def gemm_row(row: dict[str, str | None], where: str, path: Path) -> tuple[int, i
         time_ms = math.nan
     if not 0 < time_ms < math.inf:
         raise ConfigError(f"{where}: time_ms {short(row['time_ms'])} is not a finite number > 0", source=str(path))
+    if time_ms < MIN_TIME_MS:  # 1e-320 ms: relative errors of 1/time overflow the fit
+        raise ConfigError(f"{where}: time_ms {short(row['time_ms'])} is below {MIN_TIME_MS:g} ms (1 ns): not a "
+                          "measured GEMM", source=str(path))
     return sizes[0], sizes[1], sizes[2], time_ms * 1e-3

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zsim.config.limits import json_values_bound, limit, lift, too_many
 from zsim.errors import ConfigError, short
 from zsim.trace.kineto_links import Launches
 from zsim.trace.kineto_ops import gemm_samples
@@ -107,7 +108,7 @@ def is_kineto(doc: Any) -> bool:
     return isinstance(doc, dict) and "traceEvents" in doc and ("distributedInfo" in doc or "deviceProperties" in doc)
 
 
-MAX_TRACE_BYTES = 1 << 31  # one trace file, decompressed: as zsim.config.yamlfile.read_json
+MAX_TRACE_BYTES = 1 << 31  # one trace file, decompressed: never above this (zsim.config.limits JSON_BYTES, lower, applies)
 MAX_WORLD = 1 << 20  # ranks of one job: far above any recorded one, and a set of them stays small
 MAX_BYTES = 1 << 44  # one collective's payload: as zsim.trace.nccl_tests.MAX_SIZE (16 TiB)
 
@@ -122,15 +123,19 @@ def load_json(path: Path) -> Any:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device never ends
             raise ConfigError("not a regular file, expected a trace", source=str(path))
+        cap = min(MAX_TRACE_BYTES, limit("JSON_BYTES"))
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as fh:
-            raw = _read_at_most(fh, MAX_TRACE_BYTES + 1)  # bounded: a gzip bomb stops here
+            raw = _read_at_most(fh, cap + 1)  # streamed and bounded: a gzip bomb stops here
     except FileNotFoundError:
         raise ConfigError("no such file", source=str(path)) from None
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         raise ConfigError(f"cannot read ({exc}); a truncated or damaged file?", source=str(path)) from None
-    if len(raw) > MAX_TRACE_BYTES:
-        raise ConfigError(f"larger than {MAX_TRACE_BYTES:,} bytes: not a trace this reader takes", source=str(path))
+    if len(raw) > cap:
+        raise ConfigError(f"larger than {cap:,} bytes{' decompressed' if path.suffix == '.gz' else ''}: not a trace "
+                          f"this reader takes ({lift('JSON_BYTES')})", source=str(path))
+    if json_values_bound(raw) > limit("JSON_VALUES"):  # a small file of tiny values parses to many times its size
+        raise ConfigError(too_many("JSON_VALUES", json_values_bound(raw), "JSON values (at most)"), source=str(path))
     try:
         return json.loads(raw)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from zsim.config.limits import limit, too_many
 from zsim.config.yamlfile import read_text
 from zsim.errors import ConfigError, ZsimError, short
 
@@ -55,6 +56,8 @@ def read_nccl_tests(path: Path) -> list[NcclRow]:
         if 0 < row.size <= MAX_SIZE and 0 <= row.count <= MAX_SIZE and 0 < row.time_us < math.inf and all(
                 0 <= x < math.inf for x in (row.algbw, row.busbw)):  # tiny sizes print 0.00 GB/s
             rows.append(row)
+            if len(rows) > limit("TABLE_ROWS"):
+                raise ConfigError(too_many("TABLE_ROWS", len(rows), "table rows"), source=str(path))
     if not rows:
         raise ZsimError(f"{path}: no nccl-tests table found (expected a '# size count type ...' header)")
     return rows
@@ -132,6 +135,8 @@ def header_of(path: Path) -> TableHeader | None:
         if words[:1] == ["Rank"] and len(words) > 1 and words[1].isdecimal() and len(words[1]) < 9:
             host = words[words.index("on") + 1] if "on" in words[:-1] else ""
             hosts[int(words[1])] = host
+            if len(hosts) > limit("TABLE_RANKS"):  # checked before a cluster of that size is built and fitted
+                raise ConfigError(f"header: {too_many('TABLE_RANKS', len(hosts), 'ranks listed')}", source=str(path))
         if "nGpus" in words and per_process is None:
             value = (words[words.index("nGpus") + 1:] or [""])[0]
             if not value.isdecimal() or len(value) > 9:  # int() refuses more than 4300 digits

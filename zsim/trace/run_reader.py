@@ -26,8 +26,10 @@ from zsim.trace.schema import SCHEMA
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.trace\.json$")
 # Metadata keys that must agree between the files of one run (the rest are per rank: rank, host,
-# clock_offset_us, device).
-SAME_RUN_KEYS = ("model", "zero", "precision", "world_size", "dp", "mp", "grad_accum", "backend", "params")
+# clock_offset_us, device). `run_id` is one random id per launch (runtime/launch.py; absent in traces
+# recorded before issue 28), `seed` tells apart two runs of one configuration recorded before it.
+SAME_RUN_KEYS = ("run_id", "seed", "model", "zero", "precision", "world_size", "dp", "mp", "grad_accum", "backend",
+                 "params")
 MAX_WORLD = 1 << 20  # ranks of one run: far above any runtime run (runtime/config.py MAX_RANKS = 1024)
 MAX_STEPS = 1_000_000  # steps, and micro-batches of a step: runtime/config.py MAX_STEPS
 MAX_BYTES = 1 << 44  # one collective's payload: as zsim.trace.nccl_tests.MAX_SIZE (16 TiB)
@@ -36,6 +38,10 @@ COUNT_ARGS = {"step": MAX_STEPS, "micro_batch": MAX_STEPS, "seq": 1 << 53, "byte
 AMOUNT_ARGS = ("flops", "elements", "nested_us", "blocked_us", "wait_us", "last_arrival_ts")
 _DTYPES = ("fp16", "bf16", "fp32")
 TIMINGS = ("cuda_event", "host")  # how a collective's span was timed, args.timing (docs/trace-schema.md)
+# Times (ts, dur, clock offsets) in µs: a double holds 52 fraction bits, so below 2^52 ns = 2^52/1000 µs
+# (~52 days) a time keeps nanosecond resolution (IEEE 754 binary64). A trace shifted past it (ts + 1e300)
+# would lose every duration to rounding: refused as a damaged trace.
+MAX_TIME_US = 2.0**52 / 1000
 
 
 @dataclass(slots=True)
@@ -128,8 +134,11 @@ def _rank_metadata(doc: Any, path: Path) -> dict[str, Any]:
     if f"rank{meta['rank']}.trace.json" != path.name:
         raise ConfigError(f"file name says rank {_RANK_FILE.match(path.name).group(1)} but metadata.rank is "
                           f"{meta['rank']}", source=str(path))
-    if not _finite(meta.get("clock_offset_us", 0.0)):
-        raise ConfigError(f"metadata.clock_offset_us {short(meta.get('clock_offset_us'))} is not a finite number",
+    offset = meta.get("clock_offset_us", 0.0)
+    if not _finite(offset):
+        raise ConfigError(f"metadata.clock_offset_us {short(offset)} is not a finite number", source=str(path))
+    if abs(offset) > MAX_TIME_US:
+        raise ConfigError(f"metadata.clock_offset_us {short(offset)} is not a time within ±{MAX_TIME_US:.3g} µs",
                           source=str(path))
     for key, kind, what in (("model", dict, "a mapping"), ("zero", dict, "a mapping"), ("backend", str, "a name")):
         if key in meta and not isinstance(meta[key], kind):
@@ -261,6 +270,8 @@ def _event_problem(e: Any) -> str | None:
         return None  # metadata ("M") and other events: nothing reads their times
     if not _amount(e.get("ts")):
         return f"ts {short(e.get('ts'))} is not a finite number >= 0"
+    if e["ts"] > MAX_TIME_US:
+        return f"ts {short(e['ts'])} is not a time 0 to {MAX_TIME_US:.3g} µs (a shifted or damaged trace?)"
     if not isinstance(e.get("args"), dict):
         return f"args {short(e.get('args'))} is not a mapping"
     if e["ph"] == "C":
@@ -269,6 +280,8 @@ def _event_problem(e: Any) -> str | None:
                                          "number >= 0")
     if not _amount(e.get("dur")):
         return f"dur {short(e.get('dur'))} is not a finite number >= 0"
+    if e["dur"] > MAX_TIME_US:
+        return f"dur {short(e['dur'])} is not a duration 0 to {MAX_TIME_US:.3g} µs"
     for key in ("pid", "tid"):
         if not _integer(e.get(key), MAX_WORLD):
             return f"{key} {short(e.get(key))} is not an integer 0 to {MAX_WORLD:,}"

@@ -51,9 +51,15 @@ class ScenarioSet:
         Raises:
             ConfigError: naming the key or value an override gets wrong.
         """
+        from zsim.config.limits import limit, lift
         from zsim.config.scenario import load_scenario
+        from zsim.errors import ConfigError
 
-        load_scenario(self.path(name), list(self.overrides))
+        steps = load_scenario(self.path(name), list(self.overrides)).run.steps
+        most = limit("SUITE_STEPS")
+        if steps > most:  # every run of the suite would simulate them all: minutes per step on the largest
+            raise ConfigError(f"run.steps={steps}: a suite judges the step time, and runs at most {most} steps per "
+                              f"scenario ({lift('SUITE_STEPS')})", path="--set")
 
     def simulate(self, name: str):
         """(Result or None, error message) of scenario `name`: a suite reports a run that cannot be made
