@@ -81,6 +81,9 @@ def _check_recording(args: argparse.Namespace) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import fit
+    from zsim.calibrate.optimizer import scipy_optimize
+
+    scipy_optimize("zsim nccl-fit")  # before reading the tables: without scipy, say what to install
     from zsim.config.hardware import load_cluster
 
     from zsim.calibrate.nccl_fit import _PARAMS
