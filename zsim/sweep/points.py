@@ -214,8 +214,9 @@ def _check_answers(spec: SweepFile, keys: list[str], source: str) -> None:
 
 
 def load_plan(path: str | Path, *, progress: Callable[[int, int], None] | None = None) -> Plan:
-    """Read a sweep file and plan it (`progress` as in plan_sweep). Raises ConfigError."""
-    from zsim.sweep.spec import load_sweep_file
+    """Read a sweep file (a path, or a shipped sweep's name) and plan it (`progress` as in plan_sweep).
+    Raises ConfigError."""
+    from zsim.sweep.spec import find_sweep, load_sweep_file
 
-    path = Path(path)
+    path = find_sweep(path)
     return plan_sweep(load_sweep_file(path), str(path), path.parent, progress=progress)
