@@ -4,8 +4,9 @@ A point is one of three kinds:
 - `run`: a valid scenario, simulated;
 - `oom`: its model states alone exceed the GPU (ZeRO Table 1), so the scenario loader rejects it. It is
   still simulated, on a GPU with room (its step time says what the step would cost), and marked OOM;
-- skipped: a layout the scenario rejects (dp × mp ≠ GPUs, MP across nodes, ...), when the sweep file
-  says `skip_invalid: true`; the reasons are counted. Otherwise such a point stops the sweep (exit 2).
+- skipped: a layout the scenario rejects (dp × mp ≠ GPUs, MP neither within a node nor over whole nodes,
+  ...), when the sweep file says `skip_invalid: true`; the reasons are counted. Otherwise such a point
+  stops the sweep (exit 2). MP over whole nodes is a valid layout (docs/fabric.md), run like any other.
 A bad key or value (unknown key, wrong type, missing profile) always stops the sweep, naming the point.
 """
 

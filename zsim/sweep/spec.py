@@ -111,7 +111,8 @@ class SweepFile(_Strict, kw_only=True):
     zip: Annotated[list[dict[str, AxisValues]], Meta(
         description="groups of keys whose values move together (equal lengths)")] = field(default_factory=list)
     skip_invalid: Annotated[bool, Meta(description="skip points whose layout the scenario rejects "
-                                       "(dp × mp ≠ GPUs, MP across nodes, ...), counting each reason")] = False
+                                       "(dp × mp ≠ GPUs, MP neither within a node nor over whole nodes, ...), "
+                                       "counting each reason")] = False
     metric: Annotated[str, Meta(description="the table column the answers are about")] = "step_s"
     plot: PlotSpec | None = None
 
