@@ -30,15 +30,18 @@ WRITE_PYC := PYTHONDONTWRITEBYTECODE=
 # the 18.9 s the simulator's dependencies took cold, measured); $(PYC) compiles the ones zsim imports.
 $(RUN_STAMP): pyproject.toml setup.py
 	@if $(PY) -m pip --version > /dev/null 2>&1; then $(PY) -m venv --without-pip $(VENV); else $(PY) -m venv $(VENV); fi
-	$(PIP) install -q --no-compile -e .
-	touch $(RUN_STAMP)
+	@echo "pip install -e . (the simulator's dependencies, into $(VENV))"
+	@$(PIP) install -q --no-compile -e .
+	@touch $(RUN_STAMP)
 
 $(TEST_STAMP): $(RUN_STAMP)
 	# torch first and pinned: 2.13.0 is the local CPU wheel; an unpinned torch pulls GBs of CUDA.
-	$(PIP) install -q "torch==2.13.0"
+	@echo 'pip install "torch==2.13.0" (into $(VENV))'
+	@$(PIP) install -q "torch==2.13.0"
 	# The tests' tools (pip among them), scipy for the fits, and the runtime extra (torch, already satisfied).
-	$(PIP) install -q -e ".[dev,fit,runtime]"
-	touch $(TEST_STAMP)
+	@echo 'pip install -e ".[dev,fit,runtime]" (into $(VENV))'
+	@$(PIP) install -q -e ".[dev,fit,runtime]"
+	@touch $(TEST_STAMP)
 
 # Byte-code for the sources, written once per change, and for the libraries `zsim run` imports (pip
 # installed them uncompiled): importing them writes only what is imported.
