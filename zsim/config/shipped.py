@@ -9,7 +9,6 @@ scenario it varies, docs/sweep.md), which no scenario has.
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 
@@ -84,6 +83,8 @@ def find_file(text: str | Path, what: str = "scenario") -> Path:
         raise ConfigError(f"is a folder, expected a {what} file (.yaml)", source=str(text))
     if path.exists():  # a FIFO, a device: read_text would say so, but only after the shipped names
         raise ConfigError(f"not a regular file, expected a {what} file (.yaml)", source=str(text))
+    import difflib  # only on this error path: a flagship run does not pay for its import
+
     names = shipped_sweeps() if what == "sweep" else shipped_scenarios()
     candidates = list(dict.fromkeys([*names, *(n.rsplit("/", 1)[-1] for n in names)]))
     close = difflib.get_close_matches(key, candidates, n=3)
