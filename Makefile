@@ -16,8 +16,9 @@ PYC     := $(VENV)/.compiled
 SOURCES := $(shell find zsim runtime -name '*.py')
 SCENARIO ?= scenarios/1T-1024gpu.yaml
 # pip drives the venv from outside (pip >= 22.3's --python) when $(PY) has pip: the venv is then made
-# without one, which saves ensurepip's install of pip (6.2 s of a cold `make run`, of 36.8 s measured on
-# the 2-core development box); a $(PY) without pip makes the venv with its own (the slower, same result).
+# without one, which saves ensurepip's install of pip (`python3 -m venv` took 6.2 s with pip, 0.2 s
+# without, on the 2-core development box); a $(PY) without pip makes the venv with its own (slower, same
+# result). Python >= 3.11 (requires-python) ships pip >= 22.3, which has --python.
 # A shell command substitution, so that it reads the venv as it is when the recipe line runs.
 PIP      = $$(if [ -x $(BIN)/pip ]; then echo $(BIN)/python -m pip; else echo $(PY) -m pip --python $(BIN)/python; fi)
 # Byte-code is written where the sources are read: here even under PYTHONDONTWRITEBYTECODE (set on the
