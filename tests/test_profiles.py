@@ -10,7 +10,8 @@ import pytest
 from tests.conftest import ROOT, small_dict
 from zsim.config.hardware import load_cluster
 from zsim.config.profiles import Profiles, builtin_folder
-from zsim.config.scenario import build_scenario, find_scenario, shipped_scenarios
+from zsim.config.scenario import build_scenario, find_scenario
+from zsim.config.shipped import shipped_scenarios
 from zsim.errors import ConfigError
 
 # A user's own cluster: 4 built-in H100s per node on built-in NDR, a built-in PCIe gen5 host link.

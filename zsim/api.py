@@ -78,8 +78,8 @@ def run(source: str | Path | dict[str, Any], set: dict[str, Any] | None = None) 
 
 def sweep_run(source: str | Path | dict[str, Any], *, out: str | Path | None = None, workers: int | None = None,
               engine: str = "local", address: str | None = None, per_point: bool = False):
-    """Run a sweep (a sweep file, or a mapping shaped like one whose `base` is relative to the current
-    folder) and return the whole zsim.sweep.runner.SweepRun: `.table`, `.best`, `.knees`, `.ran`,
+    """Run a sweep (a sweep file, a shipped sweep's name such as "whatif/ib-bandwidth-1T", or a mapping
+    shaped like one whose `base` is relative to the current folder) and return the whole zsim.sweep.runner.SweepRun: `.table`, `.best`, `.knees`, `.ran`,
     `.cached`. With `out`, results are cached there and the files written (as `zsim sweep -o out`);
     without it nothing is written.
 

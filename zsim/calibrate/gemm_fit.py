@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
 
+from zsim.calibrate.optimizer import scipy_optimize
 from zsim.compute.gemm import gemm_seconds
 from zsim.compute.terms import GemmTerms
 from zsim.errors import ConfigError, ZsimError, short
@@ -166,8 +166,9 @@ def _fit_values(rows: list[GemmRow], hw: GemmHardware) -> dict[str, float]:
         terms = terms_from(dict(zip(names, x)))
         return [math.log(predict(r, terms, hw) / r.seconds) for r in rows]
 
-    result = least_squares(residuals, [p[1] for p in PARAMS], bounds=([p[2] for p in PARAMS], [p[3] for p in PARAMS]),
-                           loss="soft_l1", f_scale=0.1)
+    optimize = scipy_optimize("the GEMM fit (zsim gemm-fit, zsim calibrate)")
+    result = optimize.least_squares(residuals, [p[1] for p in PARAMS], bounds=([p[2] for p in PARAMS],
+                                    [p[3] for p in PARAMS]), loss="soft_l1", f_scale=0.1)
     return dict(zip(names, (float(v) for v in result.x)))
 
 

@@ -33,8 +33,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
+from zsim.calibrate.optimizer import scipy_optimize
 from zsim.calibrate.collectives import SAMPLES_PER_TERM, CalibrationError
 from zsim.trace.samples import CollectiveSample
 
@@ -69,7 +69,8 @@ def relative_line(xs: np.ndarray, ts: np.ndarray, intercept: float | None = None
         design = xs * w[:, None]
         target = (ts - intercept) * w
     scale = np.maximum(np.abs(design).max(axis=0), 1e-300)
-    solution = lsq_linear(design / scale, target, bounds=(0.0, np.inf), lsmr_tol="auto", method="bvls")
+    optimize = scipy_optimize("the host fit (zsim calibrate)")
+    solution = optimize.lsq_linear(design / scale, target, bounds=(0.0, np.inf), lsmr_tol="auto", method="bvls")
     coef = solution.x / scale
     a, b = (coef[0], coef[1:]) if intercept is None else (intercept, coef)
     predicted = a + xs @ b

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy.optimize import least_squares
 
+from zsim.calibrate.optimizer import scipy_optimize
 from zsim.config.hardware import Cluster
 from zsim.fabric.nccl import BASE_LAT_US, HW_LAT_US, LL128_CEILING, LL128_COLLECTIVES, PROTOCOLS, NcclKernel
 from zsim.fabric.perf import run_collective
@@ -234,6 +234,7 @@ def fit_samples(cluster: Cluster, samples: list[CollectiveSample], prior_weight:
 
     values = dict(start)
     if free:
+        optimize = scipy_optimize("the NCCL fit (zsim nccl-fit, zsim calibrate)")
         lo = np.array([index[n].lo for n in free])
         hi = np.array([index[n].hi for n in free])
         x0 = np.clip([start[n] for n in free], lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
@@ -242,12 +243,12 @@ def fit_samples(cluster: Cluster, samples: list[CollectiveSample], prior_weight:
             # The prior arbitrates between terms that noisy data cannot separate; its pull scales with
             # the noise: the RMS log-time residual of a fit without it, against _NOISE_RMS.
             weight = 0.0
-            plain = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", ftol=1e-8, xtol=1e-8, max_nfev=300)
+            plain = optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", ftol=1e-8, xtol=1e-8, max_nfev=300)
             rms = float(np.sqrt(np.mean(plain.fun ** 2)))
             weight = prior_weight * min(1.0, rms / _NOISE_RMS)
             x0 = plain.x
         tol = 1e-8 if weight == 0 else 1e-5
-        solution = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", ftol=tol, xtol=tol, max_nfev=300)
+        solution = optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", ftol=tol, xtol=tol, max_nfev=300)
         values.update(zip(free, (float(v) for v in solution.x)))
     def on_artificial_bound(n: str) -> bool:
         t = index[n]

@@ -141,7 +141,10 @@ def _calibrate_network(profile: str, folders: list[Path], output: Path, replace:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from zsim.calibrate.optimizer import scipy_optimize
     from zsim.errors import ZsimError
+
+    scipy_optimize("zsim calibrate")  # before reading the traces: without scipy, say what to install
     from zsim.report.outputs import check_dir, check_file
 
     profiles, _ = profile_search(args)  # checks --profiles and that --profile was given

@@ -58,6 +58,9 @@ def table_hardware(spec, gpu: str, dtype: str):
 
 def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.gemm_fit import profile_yaml
+    from zsim.calibrate.optimizer import scipy_optimize
+
+    scipy_optimize("zsim gemm-fit")  # before reading the table: without scipy, say what to install
 
     result = fit_table(args.csv, args.gpu, args.dtype, args.profiles)
     summary = result.summary()

@@ -124,6 +124,9 @@ def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import fit
+    from zsim.calibrate.optimizer import scipy_optimize
+
+    scipy_optimize("zsim nccl-fit")  # before reading the tables: without scipy, say what to install
     from zsim.config.hardware import load_cluster
 
     from zsim.calibrate.nccl_fit import _PARAMS

@@ -1,5 +1,6 @@
 """`zsim profiles`: every hardware profile zsim can find (systems, GPUs, networks, host links, host
-CPUs), one line each, and the shipped scenarios. User folders (--profiles, $ZSIM_PROFILE_PATH) come
+CPUs), one line each, then the shipped scenarios (`zsim run NAME`) and, apart, the shipped sweeps
+(`zsim sweep NAME`). User folders (--profiles, $ZSIM_PROFILE_PATH) come
 first; a user file that hides a built-in one of the same name says so."""
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "profiles", help=HELP["profiles"],
         description="List the hardware profiles zsim finds (your folders from --profiles and $ZSIM_PROFILE_PATH "
-                    "first, then the built-in ones), one line each, and the scenarios shipped with zsim. "
-                    "docs/profiles.md says how to write your own.")
+                    "first, then the built-in ones), one line each, then the scenarios (zsim run NAME) and the sweeps "
+                    "(zsim sweep NAME) shipped with zsim. docs/profiles.md says how to write your own.")
     add_profile_options(p, profile=False)
     add_json_option(p, "the list")
     p.set_defaults(func=profiles_command)
@@ -82,9 +83,10 @@ def describe(kind: str, path: Path) -> dict[str, Any]:
 
 
 def catalog(args: argparse.Namespace) -> dict[str, Any]:
-    """{kind: [{name, title, summary, file, builtin, shadows}], 'scenarios': [...]} (the JSON)."""
+    """{kind: [{name, title, summary, file, builtin, shadows}], 'scenarios': [...], 'sweeps': [...]} (the
+    JSON); a scenario or sweep row is {name, description, file}."""
     from zsim.config.profiles import KINDS, builtin_folder
-    from zsim.config.scenario import shipped_scenarios
+    from zsim.config.shipped import shipped_scenarios, shipped_sweeps
     from zsim.config.yamlfile import read_yaml_mapping
 
     profiles, _ = profile_search(args)
@@ -97,11 +99,12 @@ def catalog(args: argparse.Namespace) -> dict[str, Any]:
                          "builtin": path.is_relative_to(builtin),
                          "shadows": [str(p) for p in profiles.shadowed(kind, name)]})
         out[kind] = rows
-    scenarios = []
-    for name, path in shipped_scenarios().items():
-        data = read_yaml_mapping(path)
-        scenarios.append({"name": name, "description": str(data.get("description") or ""), "file": str(path)})
-    out["scenarios"] = scenarios
+    for key, files in (("scenarios", shipped_scenarios()), ("sweeps", shipped_sweeps())):
+        rows = []
+        for name, path in files.items():
+            data = read_yaml_mapping(path)
+            rows.append({"name": name, "description": str(data.get("description") or ""), "file": str(path)})
+        out[key] = rows
     return out
 
 
@@ -119,11 +122,12 @@ def format_catalog(table: dict[str, Any]) -> str:
             where = "" if r["builtin"] else f"  [{r['file']}{', hides a built-in' if r['shadows'] else ''}]"
             title = f"{r['title']}: " if r["title"] else ""
             lines.append(f"  {r['name']:<{width}}  {title}{r['summary']}{where}")
-    rows = table["scenarios"]
-    if rows:
-        width = max(len(r["name"]) for r in rows)
-        lines.append("scenarios (zsim run NAME)")
-        lines += [f"  {r['name']:<{width}}  {r['description']}" for r in rows]
+    for key, heading in (("scenarios", "scenarios (zsim run NAME)"), ("sweeps", "sweeps (zsim sweep NAME)")):
+        rows = table[key]
+        if rows:
+            width = max(len(r["name"]) for r in rows)
+            lines.append(heading)
+            lines += [f"  {r['name']:<{width}}  {r['description']}" for r in rows]
     return "\n".join(lines)
 
 

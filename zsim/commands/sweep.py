@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "simulated on local processes or a Dask cluster, cached so that a rerun runs only missing "
                     "points. Writes sweep.csv, sweep.jsonl, sweep.json and a plot (PNG, SVG). Exit 0 when it "
                     "ran (OOM points are results, not errors), 2 on bad input.")
-    p.add_argument("sweep", help="sweep YAML file, e.g. scenarios/whatif/ib-bandwidth-1T.yaml")
+    p.add_argument("sweep", help="sweep YAML file, or a shipped sweep's name (`zsim profiles` lists them), "
+                   "e.g. whatif/ib-bandwidth-1T")
     p.add_argument("-o", "--output", metavar="DIR", help="output folder (default: out/<sweep name>); its cache/ "
                    "holds finished points")
     p.add_argument("--workers", type=_positive, metavar="N", help="worker processes (default: all cores)")

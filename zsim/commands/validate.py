@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="paper, megatron: override a scenario key in every run of the suite, as zsim run --set "
                         "does (repeatable), e.g. --set zero.overlap_comm=true; the report names them")
+    p.add_argument("--dry-run", action="store_true",
+                   help="replay: check the suite (its file, base profile and every run's model) and list what it "
+                        "would record, without recording (seconds; needs no torch)")
     add_json_option(p, "the report")
     p.set_defaults(func=run_command)
 
@@ -55,8 +58,11 @@ def run_command(args: argparse.Namespace) -> int:
         if args.overrides:
             raise ZsimError("--set applies to the paper and megatron suites; replay records its own runs "
                             "(give it a --suite-file instead)")
-        options = {"suite_file": args.suite_file, "output": args.output}
+        options = {"suite_file": args.suite_file, "output": args.output, "dry_run": args.dry_run}
     else:
+        if args.dry_run:
+            raise ZsimError(f"--dry-run applies to the replay suite; the {args.suite} suite only simulates "
+                            "(seconds): run it")
         if args.suite_file is not None:
             raise ZsimError(f"--suite-file applies to the replay suite; the {args.suite} suite is its scenarios "
                             "(change them with --set)")

@@ -8,7 +8,7 @@ from pathlib import Path
 from zsim.config.hardware import Cluster, load_cluster
 from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
-from zsim.config.profiles import Profiles, builtin_folder
+from zsim.config.profiles import Profiles
 from zsim.config.schema import (
     FabricSection,
     HardwareSection,
@@ -19,6 +19,7 @@ from zsim.config.schema import (
     ScenarioFile,
     ZeroSection,
 )
+from zsim.config.shipped import command_name, find_file, is_sweep_mapping
 from zsim.config.struct import replace as replace_struct
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
@@ -59,37 +60,15 @@ def safe_name(name: str) -> str:
     return clean or "scenario"
 
 
-def shipped_scenarios() -> dict[str, Path]:
-    """The scenarios shipped with zsim (package data `zsim.scenarios`): {name: file}, the name being
-    the path below scenarios/ without '.yaml' ('1T-1024gpu', 'paper/7.5B-64gpu-stage3')."""
-    root = builtin_folder("zsim.scenarios")
-    return {p.relative_to(root).with_suffix("").as_posix(): p for p in sorted(root.rglob("*.yaml"))}
-
-
 def find_scenario(text: str | Path) -> Path:
     """A scenario the user named: an existing file, else a shipped scenario's name (with or without
-    'scenarios/' and '.yaml', so `zsim run scenarios/1T-1024gpu.yaml` works from any folder).
+    'scenarios/' and '.yaml', so `zsim run scenarios/1T-1024gpu.yaml` works from any folder). A
+    shipped sweep's name finds its file too; reading it says to use `zsim sweep`.
 
     Raises:
         ConfigError: neither a file nor a shipped scenario.
     """
-    path = Path(text)
-    if path.is_file():
-        return path
-    key = path.as_posix().removeprefix("scenarios/").removesuffix(".yaml")
-    shipped = shipped_scenarios()
-    short = {name.rsplit("/", 1)[-1]: p for name, p in shipped.items()}
-    if key in shipped or key in short:
-        return shipped.get(key) or short[key]
-    import difflib
-
-    if path.is_dir():
-        raise ConfigError("is a folder, expected a scenario file (.yaml)", source=str(text))
-    if path.exists():  # a FIFO, a device: read_text would say so, but only after the shipped names
-        raise ConfigError("not a regular file, expected a scenario file (.yaml)", source=str(text))
-    close = difflib.get_close_matches(key, list(dict.fromkeys([*shipped, *short])), n=3)
-    hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else "`zsim profiles` lists them"
-    raise ConfigError(f"no such file, and not a shipped scenario ({hint})", source=str(text))
+    return find_file(text, "scenario")
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None, *,
@@ -140,6 +119,10 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     """Validate a scenario given as a mapping (the parsed YAML). `gpu_memory_bytes` replaces the
     profile's GPU memory (what-if calculators such as `zsim maxsize --gpu-mem`); a relative
     `model.from_hf` is read from `base_dir` (default: the working directory). Raises ConfigError."""
+    if is_sweep_mapping(data):  # `zsim run whatif/x` would otherwise say "base: unknown key"
+        name = command_name(Path(source)) if source and not source.startswith("<") else "FILE"
+        raise ConfigError(f"a sweep file (it has `base:`), not a scenario: run it with `zsim sweep {name}` "
+                          "(docs/sweep.md)", source=source)
     data = resolve_from_hf(data, source=source, base_dir=base_dir)
     spec: ScenarioFile = validate(ScenarioFile, data, source)  # type: ignore[assignment]
 

@@ -92,8 +92,23 @@ def memory_timeline_png(result: Result, path: Path) -> Path:
 
 
 def draw_memory_timeline(m: MemorySeries, path: Path) -> Path:
+    """Draw memory_figure(`m`) into the PNG `path` (whole or not at all). Returns `path`."""
+    fig = memory_figure(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        fig.savefig(partial, format="png")
+        os.replace(partial, path)  # readers see the old file or the whole new one, never half of it
+    finally:
+        partial.unlink(missing_ok=True)  # interrupted (Ctrl-C) or failed: no half-written file is left
+    return path
+
+
+def memory_figure(m: MemorySeries):
     """A stacked area of memory by category over simulated time, topped by fragmentation (so the top
-    of the stack is reserved memory), with the capacity line and both peaks marked."""
+    of the stack is reserved memory), with the capacity line and both peaks marked: a matplotlib Figure.
+    A peak's label reads leftwards from a peak in the right half of the run (an OOM run peaks at its
+    failing allocation, often near the end), so it stays inside the axes and off the legend beside them."""
     import matplotlib
     import numpy as np
 
@@ -110,13 +125,18 @@ def draw_memory_timeline(m: MemorySeries, path: Path) -> Path:
     cap = m.capacity / GB
     ax.axhline(cap, color="black", linestyle="--", linewidth=1)
     ax.text(0, cap, f" capacity {cap:.1f} GB", va="bottom", ha="left", fontsize=8)
+    def leftwards(when: float) -> bool:  # a label from a mark in the right half reads to its left
+        return when > 0.5 * m.end_s
+
     for (value, when), label, offset in ((m.peak, "allocated peak", -14), (m.reserved_peak, "reserved peak", 6)):
         ax.plot([when], [value / GB], marker="v", color="black")
         ax.annotate(f"{label} {value / GB:.1f} GB", (when, value / GB), textcoords="offset points",
-                    xytext=(5, offset), fontsize=8)
+                    xytext=(-5 if leftwards(when) else 5, offset), ha="right" if leftwards(when) else "left",
+                    fontsize=8)
     if m.oom:
         ax.axvline(m.oom[0], color="red", linewidth=1)
-        ax.text(m.oom[0], cap * 0.5, f" OOM ({m.oom[1]})", color="red", fontsize=8)
+        ax.text(m.oom[0], cap * 0.5, f" OOM ({m.oom[1]}) ", color="red", fontsize=8,
+                ha="right" if leftwards(m.oom[0]) else "left")
     ax.set_title(m.title, fontsize=10)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("GB (10⁹ bytes)")
@@ -124,14 +144,7 @@ def draw_memory_timeline(m: MemorySeries, path: Path) -> Path:
     ax.set_ylim(0, max(cap, m.reserved_peak[0] / GB) * 1.1)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        fig.savefig(partial, format="png")
-        os.replace(partial, path)  # readers see the old file or the whole new one, never half of it
-    finally:
-        partial.unlink(missing_ok=True)  # interrupted (Ctrl-C) or failed: no half-written file is left
-    return path
+    return fig
 
 
 def memory_png_later(folder: Path) -> None:

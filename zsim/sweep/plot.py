@@ -1,6 +1,7 @@
 """The sweep plot: the metric against one axis, one line per value of a second axis, one panel per
 combination of the other swept keys; OOM points drawn as red crosses (their step time is what the
-step would cost on a GPU with room), knees as circled points. PNG and SVG.
+step would cost on a GPU with room), knees as circled points (every knee the summary reports on the
+plotted x), all panels on one y scale so that they compare at a glance. PNG and SVG.
 
 matplotlib is imported inside the function (DESIGN: runs without plots stay fast).
 """
@@ -52,16 +53,44 @@ def plot_sweep(sweep, path_of: Callable[[str], Path] | None = None) -> dict[str,
     output folder). Returns {'png': path, 'svg': path}, or {} when there is nothing to plot (no numeric
     axis, or more than MAX_PANELS panels). Raises whatever matplotlib raises (the caller keeps the
     tables)."""
+    drawn = sweep_figure(sweep)
+    if drawn is None:
+        return {}
+    fig, stem = drawn
+    import matplotlib.pyplot as plt
+
+    if path_of is None:
+        path_of = lambda name: sweep.out / name  # noqa: E731
+    files = {}
+    try:
+        for ext in ("png", "svg"):
+            path = path_of(f"{stem.name}.{ext}")
+            fig.savefig(path, format=ext)
+            files[ext] = str(path)
+    finally:
+        plt.close(fig)
+    return files
+
+
+def _group_key(group: dict[str, Any], keys: list[str]) -> tuple:
+    """A knee's curve as the plot names it: the values of `keys` (panel keys and the line key). A knee's
+    group also holds the keys zipped with those (parallel.dp with parallel.mp), which move with them."""
+    return tuple(group.get(k) for k in keys)
+
+
+def sweep_figure(sweep):
+    """(the matplotlib Figure of the sweep's plot, the output path without suffix), or None when there is
+    nothing to plot (see plot_sweep)."""
     x, lines, panels = plot_axes(sweep)
     table = sweep.table
     metric = (sweep.plan.spec.plot.metric if sweep.plan.spec.plot and sweep.plan.spec.plot.metric
               else sweep.plan.spec.metric)
     if x is None or not _numeric(table[x]):
-        return {}
+        return None
     panel_values = [list(dict.fromkeys(table[k])) for k in panels]
     combos = list(product(*panel_values)) or [()]
     if len(combos) > MAX_PANELS:
-        return {}
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -70,18 +99,21 @@ def plot_sweep(sweep, path_of: Callable[[str], Path] | None = None) -> dict[str,
     cols = min(3, len(combos))
     rows_n = math.ceil(len(combos) / cols)
     width = 9.0 if cols == 1 else 5.2 * cols
-    fig, grid = plt.subplots(rows_n, cols, figsize=(width, 3.2 + 2.6 * rows_n), dpi=110, squeeze=False)
+    # one y scale for every panel: panels are compared (a stage against another), not read alone
+    fig, grid = plt.subplots(rows_n, cols, figsize=(width, 3.2 + 2.6 * rows_n), dpi=110, squeeze=False, sharey=True)
     xs_all = [v for v in table[x] if v > 0] if _numeric(table[x]) else []
     spec = sweep.plan.spec.plot
     log_x = spec.log_x if spec and spec.log_x is not None else bool(xs_all and max(xs_all) >= 8 * min(xs_all))
     ys_all = [v for v in table[metric] if isinstance(v, (int, float)) and v > 0]
     log_y = bool(ys_all and max(ys_all) >= 10 * min(ys_all))
-    knees = {tuple(sorted(k.group.items(), key=str)): k for k in sweep.knees} if sweep.knee_axis == x else {}
+    curve_keys = [*panels, *([lines] if lines else [])]
+    knees = {_group_key(k.group, curve_keys): k for k in sweep.knees} if sweep.knee_axis == x else {}
     line_values = list(dict.fromkeys(table[lines])) if lines else [None]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, combo in zip(grid.flat, combos):
         fixed = dict(zip(panels, combo))
         oom_labeled = False
+        circled = 0  # knees drawn in this panel: their labels stack upwards
         for li, lv in enumerate(line_values):
             sel = [r for r in table.rows if all(r[k] == v for k, v in fixed.items()) and (lines is None or r[lines] == lv)
                    and isinstance(r[metric], (int, float))]
@@ -98,12 +130,13 @@ def plot_sweep(sweep, path_of: Callable[[str], Path] | None = None) -> dict[str,
                         color="red", label=None if oom_labeled else "OOM (time as if it fit)")
                 oom_labeled = True
             group = {**fixed, **({lines: lv} if lines else {})}
-            knee = knees.get(tuple(sorted(group.items(), key=str)))
+            knee = knees.get(_group_key(group, curve_keys))
             if knee is not None and knee.x is not None:
                 ax.plot([knee.x], [knee.value], marker="o", markersize=13, markerfacecolor="none",
                         markeredgecolor=color, markeredgewidth=1.5)
                 ax.annotate(f"knee {knee.x:g}", (knee.x, knee.value), textcoords="offset points",
-                            xytext=(6, 8 + 9 * li), fontsize=7, color=color)
+                            xytext=(8, 6 + 9 * circled), fontsize=7, color=color)
+                circled += 1
         if log_x:
             ax.set_xscale("log", base=2)
             ticks = sorted(set(v for v in xs_all))
@@ -118,7 +151,8 @@ def plot_sweep(sweep, path_of: Callable[[str], Path] | None = None) -> dict[str,
             ax.yaxis.set_major_formatter(plain)
             ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
         ax.set_xlabel(safe_label(x))
-        ax.set_ylabel(safe_label(LABELS.get(metric, metric)))
+        if ax.get_subplotspec().is_first_col():  # shared y: the other columns repeat neither label nor ticks
+            ax.set_ylabel(safe_label(LABELS.get(metric, metric)))
         if fixed:
             ax.set_title(safe_label(", ".join(f"{k}={v}" for k, v in fixed.items())), fontsize=9)
         ax.grid(True, alpha=0.3)
@@ -129,16 +163,6 @@ def plot_sweep(sweep, path_of: Callable[[str], Path] | None = None) -> dict[str,
         ax.set_visible(False)
     name = sweep.plan.spec.name or Path(sweep.plan.source).stem
     fig.suptitle(safe_label(f"{name}: {metric} vs {x}") + "\n○ knee (a further 2× buys < 5%), × OOM", fontsize=10)
-    if path_of is None:
-        path_of = lambda name: sweep.out / name  # noqa: E731
+    fig.tight_layout()
     stem = f"{metric}-vs-{x.replace('.', '_')}"
-    files = {}
-    try:
-        fig.tight_layout()
-        for ext in ("png", "svg"):
-            path = path_of(f"{stem}.{ext}")
-            fig.savefig(path, format=ext)
-            files[ext] = str(path)
-    finally:
-        plt.close(fig)
-    return files
+    return fig, (sweep.out / stem if sweep.out is not None else Path(stem))

@@ -4,8 +4,9 @@ A point is one of three kinds:
 - `run`: a valid scenario, simulated;
 - `oom`: its model states alone exceed the GPU (ZeRO Table 1), so the scenario loader rejects it. It is
   still simulated, on a GPU with room (its step time says what the step would cost), and marked OOM;
-- skipped: a layout the scenario rejects (dp × mp ≠ GPUs, MP across nodes, ...), when the sweep file
-  says `skip_invalid: true`; the reasons are counted. Otherwise such a point stops the sweep (exit 2).
+- skipped: a layout the scenario rejects (dp × mp ≠ GPUs, MP neither within a node nor over whole nodes,
+  ...), when the sweep file says `skip_invalid: true`; the reasons are counted. Otherwise such a point
+  stops the sweep (exit 2). MP over whole nodes is a valid layout (docs/fabric.md), run like any other.
 A bad key or value (unknown key, wrong type, missing profile) always stops the sweep, naming the point.
 """
 
@@ -222,8 +223,9 @@ def _check_answers(spec: SweepFile, keys: list[str], source: str) -> None:
 
 
 def load_plan(path: str | Path, *, progress: Callable[[int, int], None] | None = None) -> Plan:
-    """Read a sweep file and plan it (`progress` as in plan_sweep). Raises ConfigError."""
-    from zsim.sweep.spec import load_sweep_file
+    """Read a sweep file (a path, or a shipped sweep's name) and plan it (`progress` as in plan_sweep).
+    Raises ConfigError."""
+    from zsim.sweep.spec import find_sweep, load_sweep_file
 
-    path = Path(path)
+    path = find_sweep(path)
     return plan_sweep(load_sweep_file(path), str(path), path.parent, progress=progress)

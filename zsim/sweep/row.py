@@ -35,12 +35,28 @@ def dp_tier(result: Result) -> str:
             f"{usable_gbps:.0f} Gb/s usable each{slow})")
 
 
+def states_need(result: Result, capacity_bytes: int) -> str:
+    """'model states alone need X GB per GPU (params, grads, optimizer) > C GB': the simulated rank's
+    model states (the plan's layout, padding included), the one figure a row gives for them."""
+    ms = result.model_states
+    return (f"model states alone need {ms.total / GB:.1f} GB per GPU (params {ms.params / GB:.1f} + grads "
+            f"{ms.grads / GB:.1f} + optimizer {ms.optimizer / GB:.1f}) > {capacity_bytes / GB:.1f} GB")
+
+
+def states_oom_reason(result: Result, capacity_bytes: int, loader_reason: str) -> str:
+    """The `oom` of a point whose model states alone exceed the GPU: states_need, then the loader's
+    advice (the stage that would fit). The loader sizes the states in closed form, without the stage 1-2
+    flat buffer's padding the plan lays out (264.0 against 265.0 GB for the 1T flagship at stage 1), so
+    its figure is not repeated: one row, one number for one quantity (issue 28)."""
+    advice = loader_reason.rsplit("; ", 1)[-1] if "; " in loader_reason else ""
+    return f"the model does not fit: {states_need(result, capacity_bytes)}" + (f"; {advice}" if advice else "")
+
+
 def bottleneck(result: Result, oom: str | None, capacity_bytes: int, states_oom: bool) -> tuple[str, str]:
     """(kind, words): what bounds this point's step: `memory`, `compute`, `network` (DP comm over the
     tier dp_tier names), `nvlink` (MP all-reduces) or `host link` (Pa+cpu copies)."""
     if states_oom:
-        return "memory", (f"memory: model states alone need {result.model_states.total / GB:.1f} GB "
-                          f"> {capacity_bytes / GB:.1f} GB per GPU")
+        return "memory", f"memory: {states_need(result, capacity_bytes)}"
     if oom:
         return "memory", f"memory: {oom}"
     steps = len(result.step_seconds)
@@ -76,7 +92,7 @@ def result_row(result: Result, oom_reason: str | None, capacity_bytes: int, key:
     dp_comm = sum(st.seconds for (g, _), st in result.comm.items() if g == "dp") / steps
     peak_flops = s.cluster.gpu.peak_flops[s.precision.dtype]
     tflops = result.hardware_flops / result.total_seconds / 1e12
-    oom = oom_reason
+    oom = states_oom_reason(result, capacity_bytes, oom_reason) if oom_reason is not None else None
     if oom is None and ledger.oom is not None:
         o = ledger.oom
         oom = (f"{o.category} ({o.tag}, {o.nbytes / GB:.2f} GB) needed {o.reserved_bytes / GB:.1f} GB reserved "

@@ -152,7 +152,8 @@ class SweepFile(_Strict, kw_only=True):
     zip: Annotated[list[dict[str, AxisValues]], Meta(
         description="groups of keys whose values move together (equal lengths)")] = field(default_factory=list)
     skip_invalid: Annotated[bool, Meta(description="skip points whose layout the scenario rejects "
-                                       "(dp × mp ≠ GPUs, MP across nodes, ...), counting each reason")] = False
+                                       "(dp × mp ≠ GPUs, MP neither within a node nor over whole nodes, ...), "
+                                       "counting each reason")] = False
     metric: Annotated[str, Meta(description="the table column the answers are about")] = "step_s"
     plot: PlotSpec | None = None
 
@@ -235,10 +236,32 @@ def axes_of(spec: SweepFile, source: str) -> list[Axis]:
     return axes
 
 
+def find_sweep(text: str | Path) -> Path:
+    """The sweep file the user named: an existing file, else a shipped sweep's name
+    ('whatif/ib-bandwidth-1T', with or without 'scenarios/' and '.yaml'), from any folder.
+
+    Raises:
+        ConfigError: neither a file nor a shipped name (with the close sweep names).
+    """
+    from zsim.config.shipped import find_file
+
+    return find_file(text, "sweep")
+
+
 def load_sweep_file(path: str | Path) -> SweepFile:
-    """Read and validate a sweep file. Raises ConfigError naming the file and key."""
-    path = Path(path)
-    spec: SweepFile = validate(SweepFile, read_yaml_mapping(path), str(path))  # type: ignore[assignment]
+    """Read and validate a sweep file (a path, or a shipped sweep's name: find_sweep).
+
+    Raises:
+        ConfigError: naming the file and key; a scenario file says to use `zsim run` (it has no `base:`).
+    """
+    from zsim.config.shipped import command_name, is_sweep_mapping
+
+    path = find_sweep(path)
+    data = read_yaml_mapping(path)
+    if not is_sweep_mapping(data) and "model" in data:
+        raise ConfigError(f"a scenario file, not a sweep (no `base:`): run it with `zsim run {command_name(path)}`, "
+                          "or sweep it from a sweep file whose `base:` names it (docs/sweep.md)", source=str(path))
+    spec: SweepFile = validate(SweepFile, data, str(path))  # type: ignore[assignment]
     return spec
 
 

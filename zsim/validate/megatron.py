@@ -32,8 +32,11 @@ WEAK = (
 
 
 def scenarios_dir() -> Path:
-    """scenarios/megatron/ beside the zsim package."""
-    return Path(__file__).resolve().parents[2] / "scenarios" / "megatron"
+    """The shipped scenarios/megatron/ (package data zsim.scenarios: a checkout's scenarios/, or the
+    installed wheel's zsim/scenarios/)."""
+    from zsim.config.profiles import builtin_folder
+
+    return builtin_folder("zsim.scenarios") / "megatron"
 
 
 def _step(result) -> float:

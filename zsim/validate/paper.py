@@ -70,8 +70,11 @@ TABLE2 = {1: (2, 7.6, 14.4, 128), 2: (4, 15.2, 28.8, 256), 4: (8, 30.4, 57.6, 51
 
 
 def scenarios_dir() -> Path:
-    """scenarios/paper/ beside the zsim package."""
-    return Path(__file__).resolve().parents[2] / "scenarios" / "paper"
+    """The shipped scenarios/paper/ (package data zsim.scenarios: a checkout's scenarios/, or the
+    installed wheel's zsim/scenarios/)."""
+    from zsim.config.profiles import builtin_folder
+
+    return builtin_folder("zsim.scenarios") / "paper"
 
 
 def paper_tflops(result) -> tuple[float, float]:

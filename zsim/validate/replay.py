@@ -29,7 +29,6 @@ DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "replay-cpu.yaml"
 # Stolen CPU time above which the table warns: on the development VM, runs with 0-5% stolen passed and
 # the one with 25% was the noisiest recorded (one run's recordings 111% apart).
 STEAL_WARNING = 0.10
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 class _Strict(Section, kw_only=True):
@@ -161,15 +160,19 @@ def load_suite(path: Path) -> SuiteFile:
 
 
 def scenario_path(suite_path: Path, name: str) -> Path:
-    """A suite entry's scenario: beside the suite file if it is there, else under scenarios/.
+    """A suite entry's scenario: beside the suite file if it is there, else among the shipped scenarios
+    (package data zsim.scenarios, so an installed wheel finds them).
 
     Raises:
         ConfigError: neither exists.
     """
-    for candidate in (suite_path.parent / name, SCENARIOS / name):
+    from zsim.config.profiles import builtin_folder
+
+    shipped = builtin_folder("zsim.scenarios")
+    for candidate in (suite_path.parent / name, shipped / name):
         if candidate.is_file():
             return candidate
-    raise ConfigError(f"scenario '{name}' is neither beside the suite nor in {SCENARIOS}", source=str(suite_path))
+    raise ConfigError(f"scenario '{name}' is neither beside the suite nor in {shipped}", source=str(suite_path))
 
 
 def record(suite: SuiteFile, suite_path: Path, entry: Entry, out: Path, label: str | None = None) -> Path:
@@ -232,8 +235,13 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
     from zsim.commands.calibrate import calibrate
     from zsim.commands.replay import replay
 
+    import importlib.util
+
     started, counters = time.perf_counter(), cpu_times()
     suite = load_suite(suite_path)
+    if importlib.util.find_spec("torch") is None:  # before the first recording fails on `import torch`
+        raise ZsimError("zsim validate replay records real runs with the runtime, which needs torch: "
+                        "pip install 'zsim[runtime]' (README, Installing; --dry-run checks the suite without it)")
     cores = os.cpu_count() or 1
     say = progress or (lambda message: None)
     out.mkdir(parents=True, exist_ok=True)
@@ -313,7 +321,75 @@ def table(result: SuiteResult) -> str:
     return "\n".join(lines)
 
 
-def run(progress: bool = False, suite_file: Path | None = None, output: Path | None = None) -> SuiteResult:
-    """The suite entry point of `zsim validate replay` (zsim.validate.SUITES)."""
+@dataclass(slots=True)
+class SuitePlan:
+    """What a replay suite would do (`zsim validate replay --dry-run`): the suite checked (its file, base
+    profile and every entry's model, as the runtime reads it) and the recordings listed, nothing run."""
+
+    suite: Path
+    spec: SuiteFile
+    models: dict[str, Path]  # entry label -> the scenario file the runtime would train
+    torch: str | None  # torch's version, None when it is not installed
+
+    @property
+    def passed(self) -> bool:
+        """Always True: a suite that does not check out raises ConfigError instead."""
+        return True
+
+    @property
+    def recordings(self) -> int:
+        """Runtime runs a full suite records: every entry `repeats` times, and one more when repeats is 1."""
+        entries = len(self.spec.calibrate) + len(self.spec.replay)
+        return entries * self.spec.repeats + (1 if self.spec.repeats == 1 else 0)
+
+    def table(self) -> str:
+        s = self.spec
+        lines = [f"zsim validate replay --dry-run · {self.suite}: the suite checks out; nothing recorded",
+                 f"  would record {self.recordings} runs of {s.ranks} ranks × {s.steps} steps ({s.precision}), "
+                 f"calibrate {s.base_profile} ({s.fit}) on {len(s.calibrate)} and replay {len(s.replay)}, judged "
+                 f"by median |step error| <= {s.criteria.median_step_error:.0%}, worst <= "
+                 f"{s.criteria.max_step_error:.0%}"]
+        for role, entries in (("calibrate", s.calibrate), ("replay", s.replay)):
+            lines += [f"  {role:<9}  {e.label:<26} {self.models[e.label]}" for e in entries]
+        lines.append(f"  torch {self.torch}" if self.torch else
+                     "  torch not installed: recording needs it (pip install 'zsim[runtime]'; README, Installing)")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"suite": str(self.suite), "dry_run": True, "recordings": self.recordings, "ranks": self.spec.ranks,
+                "steps": self.spec.steps, "base_profile": self.spec.base_profile,
+                "calibrate": [e.label for e in self.spec.calibrate], "replay": [e.label for e in self.spec.replay],
+                "models": {k: str(v) for k, v in self.models.items()}, "torch": self.torch}
+
+
+def plan_suite(suite_path: Path = DEFAULT_SUITE) -> SuitePlan:
+    """Check a suite without recording (seconds, no torch needed): the file, its base profile and each
+    entry's model as the runtime would read it.
+
+    Raises:
+        ConfigError: a bad suite file, a missing scenario, or a model the runtime would refuse.
+    """
+    import importlib.metadata
+
+    from zsim.runtime.config import read_model_file
+
+    suite = load_suite(suite_path)
+    models = {}
+    for entry in (*suite.calibrate, *suite.replay):
+        models[entry.label] = scenario_path(suite_path, entry.scenario)
+        read_model_file(models[entry.label])
+    try:
+        torch = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch = None
+    return SuitePlan(suite_path, suite, models, torch)
+
+
+def run(progress: bool = False, suite_file: Path | None = None, output: Path | None = None,
+        dry_run: bool = False) -> SuiteResult | SuitePlan:
+    """The suite entry point of `zsim validate replay` (zsim.validate.SUITES); `dry_run` checks the suite
+    and says what it would record (plan_suite) instead of running it."""
+    if dry_run:
+        return plan_suite(suite_file or DEFAULT_SUITE)
     say = (lambda message: print(f"  {message}", file=sys.stderr, flush=True)) if progress else None
     return run_suite(suite_file or DEFAULT_SUITE, output or Path("out/validate-replay"), progress=say)

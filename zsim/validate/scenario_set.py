@@ -29,9 +29,19 @@ class ScenarioSet:
         return scenarios
 
     def path(self, name: str) -> Path:
-        """The file of scenario `name` (without .yaml); a glob pattern picks the first match."""
+        """The file of scenario `name` (without .yaml); a glob pattern picks the first match.
+
+        Raises:
+            ConfigError: no file matches the pattern (a suite's scenarios missing from the install).
+        """
         if any(ch in name for ch in "*?["):
-            return next(iter(sorted(self.folder.glob(f"{name}.yaml"))))
+            matches = sorted(self.folder.glob(f"{name}.yaml"))
+            if not matches:
+                from zsim.errors import ConfigError
+
+                raise ConfigError(f"no scenario matches {name}.yaml (the suite's scenarios are missing)",
+                                  source=str(self.folder))
+            return matches[0]
         return self.folder / f"{name}.yaml"
 
     def mapping(self, name: str) -> dict[str, Any]:
