@@ -13,7 +13,9 @@ from zsim.compute.terms import ComputeTerms
 
 def kernel_seconds(k: Kernel, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float, dtype: str,
                    elem_bytes: int) -> float:
-    """GPU seconds of kernel `k` (all `k.count` launches)."""
+    """GPU seconds of kernel `k` (all `k.count` launches); a 'host' op (a narrow, a view) has none."""
+    if k.kind == "host":
+        return 0.0
     if k.kind == "flash":  # FlashAttention: its FLOPs at the published rate (zsim.compute.flash)
         return k.count * terms.kernel_s + k.flops / (peak_flops * k.efficiency)
     if k.kind == "gemm":

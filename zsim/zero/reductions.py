@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from zsim.workload.transformer import Module
-from zsim.zero.buckets import padded_bucket, padded_tensors
+from zsim.zero.buckets import padded_bucket, padded_tensors, partition
+from zsim.zero.implementation import reduce_lists
 from zsim.zero.ops import Alloc
 from zsim.zero.rank_states import expert_dp, full_grad_tag, partition_grad_tag, rank_partition
 from zsim.zero.residual import (
@@ -85,9 +86,30 @@ class Reductions:
             staging = staging + (Alloc("grads", e * part, partition_grad_tag(self.step)),)
         if self.stage == 2:
             frees += [self._tags("grad", m.name) for m in bucket]
+        if self.stage == 3 and self.z.implementation == "deepspeed-0.5":
+            self._reduce_per_tensor(bucket, after, what, staging, tuple(frees))
+            return
         self.b.add(name=f"{op}/{what}", stream=self._reduction_stream(), deps=(after,), collective=op, group="dp",
                    nbytes=nbytes,
                    allocs=staging, frees=tuple(frees), step=self.step, micro_batch=self.mb)
+
+    def _reduce_per_tensor(self, bucket: list[Module], after: int, what: str, allocs: tuple[Alloc, ...],
+                           frees: tuple[str, ...]) -> None:
+        """deepspeed-0.5, stage 3: the bucket's tensors reduce-scattered one by one, each from a list of
+        Nd views that PyTorch first copies into a flat buffer; the host builds the lists (narrows) and
+        launches the copies in the backward hook, on the compute stream's host thread
+        (zsim.zero.implementation). The first reduce-scatter takes the bucket's allocations, the last
+        frees what the bucket frees."""
+        padded = tuple(self.nd * partition(n, self.nd) for m in bucket for n in m.tensors)
+        lists = reduce_lists(padded, self.nd, self.e)
+        deps = (self.b.add(name=f"copy/{what}", stream="compute", deps=(after,), kernels=lists,
+                           hbm_bytes=lists.bytes, step=self.step, micro_batch=self.mb),)
+        for i, n in enumerate(padded):
+            last = i == len(padded) - 1
+            self.b.add(name=f"reduce_scatter/{what}.{i}", stream=self._reduction_stream(), deps=deps,
+                       collective="reduce_scatter", group="dp", nbytes=self.e * n, allocs=allocs if i == 0 else (),
+                       frees=frees if last else (), step=self.step, micro_batch=self.mb)
+            deps = ()
 
     def _reduce_stage1(self, after: int) -> None:
         """Stage 1 as DeepSpeed v0.2 runs it (zero_optimizer_stage1.py reduce_scatter_gradients, called

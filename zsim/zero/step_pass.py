@@ -129,7 +129,6 @@ class StepPass(Gathers, Checkpoints, Reductions):
             items += [Item("bwd", x) for x in reversed(layers)]
         return items
 
-
     def _run_items(self, items: list[Item], phase: str, reduce: bool) -> None:
         first_use, last_use = self._uses_of(items) if self.stage == 3 else ({}, {})
         self.gather_op: dict[str, int] = {}
@@ -138,6 +137,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
             self.frees_after.setdefault(pos, []).append(self._tags(f"gathered.{phase}", name))
         self.gather_queue = sorted(first_use, key=first_use.get)
         self.gathered: list[str] = []  # modules whose gather this phase has issued, in order
+        self.unflattened: set[str] = set()  # deepspeed-0.14: modules rebuilt from their gather this phase
         self.first_use = first_use
         self.phase_dep = (self.b.last_compute,) if self.b.last_compute is not None else self.first_dep
         self.compute_ops: list[int] = []  # last compute op index per item position
@@ -145,8 +145,12 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.bucket: list[Module] = []
         self.bucket_elems = 0
         for pos, item in enumerate(items):
-            if self.stage == 3:
+            if self.stage == 3 and self.z.implementation == "deepspeed-0.5":
+                self._fetch_in_line(pos, self.uses[item.module.name], phase)
+            elif self.stage == 3:
                 self._issue_gathers_up_to(pos, phase)
+                if self.z.implementation == "deepspeed-0.14":
+                    self._unflatten(self.uses[item.module.name])
             deps = tuple(self.gather_op[u] for u in self.uses[item.module.name] if u in self.gather_op)
             if pos == 0:
                 deps = deps + self.first_dep
@@ -160,7 +164,6 @@ class StepPass(Gathers, Checkpoints, Reductions):
             self.compute_ops.append(op)
         if reduce and self.bucket:
             self._reduce(self.bucket, self.compute_ops[-1])
-
 
     def _forward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...]) -> int:
         """A module's forward. Without checkpointing it keeps its saved activations for backward;
@@ -211,7 +214,6 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self._mp_allreduces(m, m.mp_allreduces_fwd, collectives=m.mp_collectives_fwd)
         self._all_to_alls(m)
         return op
-
 
     def _backward_work_bytes(self, m: Module) -> int:
         """The gradients a module's backward holds while it runs, beyond its saved activations: a block,

@@ -1,0 +1,104 @@
+"""zero.implementation: stage 3 as DeepSpeed's versions ran it (zsim.zero.implementation), the paper's
+schedule by default, and stages 0-2 untouched by the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import small_scenario
+from zsim.engine.simulation import simulate
+from zsim.errors import ConfigError
+from zsim.zero.implementation import PERSISTENCE_THRESHOLD, fetch_prologue, reduce_lists
+from zsim.zero.plan import build_plan, scenario_workload
+
+# Large enough that every block's weight matrices pass the persistence threshold (h 1024: QKV 3.1M,
+# dense 1M, the MLP's two 4M elements) while its biases and LayerNorms (1024-4096 elements) do not.
+BIG = {"model": {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 256, "vocab": 5000, "micro_batch": 2},
+       "parallel": {"dp": 16, "mp": 1}, "hardware": {"profile": "dgx2", "nodes": 1}}
+
+
+def _scenario(implementation: str | None = None, stage: int = 3):
+    zero = {"stage": stage, "activation_checkpointing": True}
+    if implementation:
+        zero["implementation"] = implementation
+    return small_scenario(zero=zero, **BIG)
+
+
+def _plan(implementation: str | None = None, stage: int = 3):
+    s = _scenario(implementation, stage)
+    return s, scenario_workload(s), build_plan(s, scenario_workload(s))
+
+
+def test_default_is_the_paper_schedule_op_for_op():
+    _, _, default = _plan()
+    _, _, paper = _plan("paper")
+    assert default.ops == paper.ops and default.persistent == paper.persistent
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_stages_0_to_2_do_not_depend_on_the_implementation(stage):
+    ops = {impl: _plan(impl, stage)[2].ops for impl in ("paper", "deepspeed-0.5", "deepspeed-0.14")}
+    assert ops["paper"] == ops["deepspeed-0.5"] == ops["deepspeed-0.14"]
+
+
+def _gathers(plan):
+    return [op for op in plan.ops if op.collective == "all_gather" and op.group == "dp"]
+
+
+def test_deepspeed_05_gathers_each_large_tensor_in_line_with_compute():
+    s, w, plan = _plan("deepspeed-0.5")
+    gathers = _gathers(plan)
+    assert gathers and all(op.stream == "compute" for op in gathers)
+    fetched = [n for m in w.modules for n in m.tensors if n >= PERSISTENCE_THRESHOLD]
+    blocks = [n for n in w.blocks[0].tensors if n >= PERSISTENCE_THRESHOLD]
+    assert len(blocks) == 4  # QKV, attention output, the MLP's two
+    # per step: every module in forward, and in backward once for a block's recompute and backward
+    # together (stage3_max_reuse_distance, 1e9 by default, keeps it between the two)
+    assert len(gathers) == 2 * len(fetched)
+    nd = s.layout.dp
+    assert {op.nbytes for op in gathers} == {2 * nd * -(-n // nd) for n in fetched}
+
+
+def test_deepspeed_05_reduces_each_tensor_and_copies_its_list():
+    s, w, plan = _plan("deepspeed-0.5")
+    rs = [op for op in plan.ops if op.collective == "reduce_scatter"]
+    assert len(rs) == sum(len(m.tensors) for m in w.modules)
+    copies = [op for op in plan.ops if op.name.startswith("copy/grads.bucket")]
+    assert copies and all(op.stream == "compute" for op in copies)
+
+
+def test_host_work_grows_with_the_rank_count():
+    """Each gathered or reduced tensor costs Nd narrows and Nd copies (the list API): the host ops of a
+    fetch or of a reduction's lists grow linearly with Nd."""
+    padded = (4096, 1024)
+    for nd in (8, 64, 1024):
+        assert fetch_prologue(padded, nd, 2).launches == len(padded) * (1 + nd)
+        assert reduce_lists(padded, nd, 2).launches == len(padded) * 2 * nd
+
+
+def test_deepspeed_014_coalesces_each_module_and_unflattens_it():
+    s, w, plan = _plan("deepspeed-0.14")
+    _, _, paper = _plan("paper")
+    gathers = _gathers(plan)
+    assert all(op.stream == "comm" for op in gathers)
+    assert len(gathers) == len(_gathers(paper))  # one per module and phase, as the paper's
+    unflatten = [op for op in plan.ops if op.name.startswith("unflatten/")]
+    assert len(unflatten) == len(gathers)
+    # persistent tensors (biases, LayerNorms) are not gathered: fewer bytes than the paper's
+    assert sum(op.nbytes for op in gathers) < sum(op.nbytes for op in _gathers(paper))
+
+
+def test_step_time_orders_the_versions():
+    """No overlap and per-tensor gathers (0.5) cannot beat the paper's overlapped per-module gathers;
+    v0.14's unflatten copies add to its compute stream. Model states are the same for all."""
+    results = {impl: simulate(_scenario(impl)) for impl in ("paper", "deepspeed-0.5", "deepspeed-0.14")}
+    step = {k: r.total_seconds for k, r in results.items()}
+    assert step["deepspeed-0.5"] > step["paper"]
+    assert step["deepspeed-0.5"] > step["deepspeed-0.14"]
+    states = {k: r.model_states for k, r in results.items()}
+    assert states["paper"] == states["deepspeed-0.5"] == states["deepspeed-0.14"]
+
+
+def test_an_unknown_implementation_names_the_key_and_value():
+    with pytest.raises(ConfigError, match=r"zero.implementation.*deepspeed-0.3"):
+        _scenario("deepspeed-0.3")
