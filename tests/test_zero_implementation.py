@@ -102,3 +102,15 @@ def test_step_time_orders_the_versions():
 def test_an_unknown_implementation_names_the_key_and_value():
     with pytest.raises(ConfigError, match=r"zero.implementation.*deepspeed-0.3"):
         _scenario("deepspeed-0.3")
+
+
+@pytest.mark.parametrize("implementation", ["deepspeed-0.5", "deepspeed-0.14"])
+def test_class_and_per_rank_modes_agree(implementation):
+    """Two nodes (DP 32 over the NICs), symmetric: one rank per class and every rank give the same step."""
+    s = small_scenario(zero={"stage": 3, "implementation": implementation},
+                       model={"layers": 2, "hidden": 1024, "heads": 16, "seq_len": 128, "vocab": 5000,
+                              "micro_batch": 1},
+                       parallel={"dp": 32, "mp": 1}, hardware={"profile": "dgx2", "nodes": 2})
+    a, b = simulate(s, "class"), simulate(s, "per_rank")
+    assert b.step_seconds == pytest.approx(a.step_seconds, rel=0.01)
+    assert b.ledger.peak == a.ledger.peak
