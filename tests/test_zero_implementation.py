@@ -36,9 +36,36 @@ def test_default_is_the_paper_schedule_op_for_op():
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2])
-def test_stages_0_to_2_do_not_depend_on_the_implementation(stage):
+def test_stages_0_to_2_do_not_depend_on_the_stage_3_versions(stage):
     ops = {impl: _plan(impl, stage)[2].ops for impl in ("paper", "deepspeed-0.5", "deepspeed-0.14")}
     assert ops["paper"] == ops["deepspeed-0.5"] == ops["deepspeed-0.14"]
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_deepspeed_02_changes_only_stage_2(stage):
+    assert _plan("deepspeed-0.2", stage)[2].ops == _plan("paper", stage)[2].ops
+
+
+def test_deepspeed_02_reduces_each_bucket_to_its_owners():
+    """Stage 2 of v0.2: per bucket, one reduce per rank whose partition the bucket overlaps; together
+    they move the whole gradient (Ψ elements a pass), and each is at most one partition."""
+    s = small_scenario(zero={"stage": 2, "activation_checkpointing": True, "implementation": "deepspeed-0.2",
+                             "reduce_bucket_elements": 5_000_000}, **BIG)
+    w = scenario_workload(s)
+    plan = build_plan(s, w)
+    reduces = [op for op in plan.ops if op.collective == "reduce"]
+    assert not [op for op in plan.ops if op.collective == "reduce_scatter"]
+    psi, nd = w.params_per_mp_rank, s.layout.dp
+    assert sum(op.nbytes for op in reduces) == 2 * psi
+    assert max(op.nbytes for op in reduces) <= 2 * -(-psi // nd)
+    buckets = {op.name.rsplit(".", 1)[0] for op in reduces}
+    # each bucket starts a new reduce at every partition boundary it crosses: at least Nd reduces in all
+    assert nd <= len(reduces) <= nd + len(buckets)
+
+
+def test_deepspeed_02_has_no_stage_3():
+    with pytest.raises(ConfigError, match="zero.implementation.*v0.3.13"):
+        _scenario("deepspeed-0.2")
 
 
 def _gathers(plan):
@@ -104,10 +131,11 @@ def test_an_unknown_implementation_names_the_key_and_value():
         _scenario("deepspeed-0.3")
 
 
-@pytest.mark.parametrize("implementation", ["deepspeed-0.5", "deepspeed-0.14"])
-def test_class_and_per_rank_modes_agree(implementation):
+@pytest.mark.parametrize(("implementation", "stage"), [("deepspeed-0.2", 2), ("deepspeed-0.5", 3),
+                                                       ("deepspeed-0.14", 3)])
+def test_class_and_per_rank_modes_agree(implementation, stage):
     """Two nodes (DP 32 over the NICs), symmetric: one rank per class and every rank give the same step."""
-    s = small_scenario(zero={"stage": 3, "implementation": implementation},
+    s = small_scenario(zero={"stage": stage, "implementation": implementation},
                        model={"layers": 2, "hidden": 1024, "heads": 16, "seq_len": 128, "vocab": 5000,
                               "micro_batch": 1},
                        parallel={"dp": 32, "mp": 1}, hardware={"profile": "dgx2", "nodes": 2})

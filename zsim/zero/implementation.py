@@ -6,6 +6,12 @@ What each version does, read from DeepSpeed's code at its tag (deepspeed/runtime
   paper (default): zsim's schedule of the ZeRO paper (§5.3, §7.2.2): one all-gather per module on the
       comm stream, `prefetch_layers` ahead, one reduce-scatter per gradient bucket, no host work
       priced beyond each kernel's launch; stages 0-2 as DeepSpeed v0.2.0 ran them (zsim.zero.plan).
+  deepspeed-0.2 (v0.2.0, the code of the paper's runs; stages 0-2 only, stage 3 is refused at load):
+    - stage 2 reduces each gradient bucket not by a reduce-scatter but by one dist.reduce to each rank
+      whose partition the bucket overlaps (deepspeed/pt/deepspeed_zero_optimizer.py @ v0.2.0
+      average_tensor L603-668), about B·Nd/Ψ + 1 reduces of up to Ψ/Nd elements per bucket of B;
+    - not modelled: under overlap_comm, the torch.cuda.synchronize() before each bucket (L604-605) and
+      after the last (L424-425); the paper's configurations leave overlap_comm off.
   deepspeed-0.5 (v0.3.13 to v0.5.10, the ZeRO-3 of 2021; PyTorch without dist._all_gather_base, which
       v0.5.x used when present: partition_parameters.py @ v0.5.10 L506-509):
     - every parameter tensor is all-gathered on its own (partition_parameters.py @ v0.3.13
@@ -50,7 +56,7 @@ import functools
 
 from zsim.compute.kernels import Kernel, KernelList
 
-IMPLEMENTATIONS = ("paper", "deepspeed-0.5", "deepspeed-0.14")
+IMPLEMENTATIONS = ("paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14")
 
 # stage3_param_persistence_threshold's default (DeepSpeed runtime/zero/constants.py @ v0.3.13 L100; the
 # same in config.py @ v0.14.0): tensors with fewer elements stay gathered and are never fetched.

@@ -89,9 +89,31 @@ class Reductions:
         if self.stage == 3 and self.z.implementation == "deepspeed-0.5":
             self._reduce_per_tensor(bucket, after, what, staging, tuple(frees))
             return
+        if self.stage == 2 and self.z.implementation == "deepspeed-0.2":
+            self._reduce_to_owners(elements, after, what, staging, tuple(frees))
+            return
         self.b.add(name=f"{op}/{what}", stream=self._reduction_stream(), deps=(after,), collective=op, group="dp",
                    nbytes=nbytes,
                    allocs=staging, frees=tuple(frees), step=self.step, micro_batch=self.mb)
+
+    def _reduce_to_owners(self, elements: int, after: int, what: str, allocs: tuple[Alloc, ...],
+                          frees: tuple[str, ...]) -> None:
+        """deepspeed-0.2, stage 2: a bucket is not reduce-scattered but reduced to each owner in turn,
+        one dist.reduce per rank whose partition the bucket's slice of the flat gradients overlaps
+        (deepspeed/pt/deepspeed_zero_optimizer.py @ v0.2.0 average_tensor L603-668: rank_and_offsets,
+        `dist.reduce(grad_slice, dst=dst_rank, async_op=True)`). The flat fp16 group is in forward
+        order and split into Nd equal partitions (flatten_dense_tensors_aligned, get_data_parallel_
+        partitions); backward fills buckets from its end (zsim.zero.implementation)."""
+        psi = self.w.params_per_mp_rank
+        part = -(-psi // self.nd)
+        end = psi - self.reduced_elements
+        start = max(0, end - elements)
+        self.reduced_elements += elements
+        slices = [min(end, (r + 1) * part) - max(start, r * part) for r in range(start // part, -(-end // part))]
+        for i, n in enumerate(slices):
+            self.b.add(name=f"reduce/{what}.{i}", stream=self._reduction_stream(), deps=(after,) if i == 0 else (),
+                       collective="reduce", group="dp", nbytes=self.e * n, allocs=allocs if i == 0 else (),
+                       frees=frees if i == len(slices) - 1 else (), step=self.step, micro_batch=self.mb)
 
     def _reduce_per_tensor(self, bucket: list[Module], after: int, what: str, allocs: tuple[Alloc, ...],
                            frees: tuple[str, ...]) -> None:
