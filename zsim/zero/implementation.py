@@ -25,7 +25,7 @@ What each version does, read from DeepSpeed's code at its tag (deepspeed/runtime
       no overlap with compute (the last prefetched tensor's gather, which could overlap, is not
       modelled);
     - each gather first zero-fills the full tensor (`torch.zeros`, @ v0.3.13 L607), then narrows it
-      into Nd views on the host (L622-623) and passes them as a list: PyTorch's ProcessGroupNCCL
+      into Nd views on the host (L622-627) and passes them as a list: PyTorch's ProcessGroupNCCL
       all_gather gathers into a flat buffer and copies out each of the Nd views, one copy kernel each
       (torch/lib/c10d/ProcessGroupNCCL.cpp allgather, `outputTensors[i][j].copy_(outputFlattened[i][j])`);
     - gradients: one reduce-scatter per parameter tensor of a bucket (partition_parameters.py @ v0.5.10
