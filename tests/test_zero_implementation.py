@@ -142,3 +142,30 @@ def test_class_and_per_rank_modes_agree(implementation, stage):
     a, b = simulate(s, "class"), simulate(s, "per_rank")
     assert b.step_seconds == pytest.approx(a.step_seconds, rel=0.01)
     assert b.ledger.peak == a.ledger.peak
+
+
+def test_host_ops_take_host_time_and_no_gpu_time():
+    """A 'host' kernel (a narrow) costs the GPU nothing; a list of them takes launches × host_op_s."""
+    from zsim.compute.kernels import Kernel, KernelList
+    from zsim.compute.model import list_seconds
+    s = _scenario("deepspeed-0.5")
+    terms = s.cluster.gpu.compute
+    gpu = s.cluster.gpu
+    narrows = KernelList("narrows", (Kernel("fetch.narrow", "host", count=64),))
+    seconds = list_seconds(narrows, terms, gpu.peak_flops["fp16"], gpu.hbm_bytes_per_s, "fp16")
+    assert seconds == pytest.approx(64 * terms.host_op_s)
+
+
+def test_fixed_global_batch_per_gpu_rate_falls_faster_under_deepspeed_05():
+    """Global batch fixed, GPUs ×4 (1 to 4 DGX-2 nodes, micro-batch 4 to 1): v0.5's per-tensor gathers
+    and Nd-view copies do not shrink with the per-GPU batch, so its per-GPU rate falls further than
+    the paper schedule's."""
+    def rate(implementation: str, nodes: int) -> float:
+        dp = 16 * nodes
+        s = small_scenario(zero={"stage": 3, "activation_checkpointing": True, "implementation": implementation},
+                           model={**BIG["model"], "micro_batch": 4 // nodes},
+                           parallel={"dp": dp, "mp": 1}, hardware={"profile": "dgx2", "nodes": nodes})
+        return (4 // nodes) / simulate(s).total_seconds  # samples per second per GPU
+    paper = rate("paper", 4) / rate("paper", 1)
+    v05 = rate("deepspeed-0.5", 4) / rate("deepspeed-0.5", 1)
+    assert v05 < paper
