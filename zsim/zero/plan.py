@@ -31,9 +31,15 @@ ZeRO-R (§6; sizes in zsim.zero.residual, explained in docs/memory.md):
   MD: checkpoints and stage 2/3 gradients are placed in contiguous arenas reserved at the start.
 Every compute op also holds its working memory while it runs: a forward under checkpointing its
 layer's activations, a backward the gradients of its input and output.
-"""
 
-from __future__ import annotations
+zero.implementation replaces parts of this with DeepSpeed's code of a given version (v0.2's per-owner
+reduces at stage 2; v0.3.13-v0.5.10's per-tensor, synchronised stage 3 gathers; v0.14's coalesced
+gathers and their unflatten): zsim.zero.implementation, docs/zero-implementations.md.
+
+Files: build_plan here is the one interface; zsim.zero.step_pass schedules a micro-batch's items,
+with zsim.zero.gathers (stage 3), .checkpoints (ZeRO-R), .reductions (DP gradients) mixed in;
+zsim.zero.optimizer_step the step; zsim.zero.rank_states what a rank owns.
+"""
 
 from __future__ import annotations
 
