@@ -19,6 +19,7 @@ from pathlib import Path
 
 import zsim.commands.maxsize as maxsize
 import zsim.zero.plan as plan
+import zsim.zero.reductions as reductions
 from zsim.config.scenario import build_scenario
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.engine.simulation import simulate
@@ -49,7 +50,7 @@ def run(variant: str) -> str:
     elif variant == "one_step":
         maxsize.fits = _one_step_fits
     elif variant == "one_flat":
-        plan._stage1_flat_copy = lambda e, sub, nd, intervals, tag: (
+        reductions._stage1_flat_copy = lambda e, sub, nd, intervals, tag: (
             plan.Alloc("buffers", e * sub * nd * intervals, tag("all"), stream="compute"),)
     elif variant == "two_steps":
         maxsize.MAX_STEPS = 2  # the first two steps only, settled or not

@@ -40,7 +40,9 @@ class Kernel:
     moved by all `count` launches together."""
 
     name: str
-    kind: str  # 'gemm', 'mem' (elementwise), 'reduce' (a reduction: sum, max, norm) or 'flash' (FlashAttention)
+    # 'gemm', 'mem' (elementwise), 'reduce' (a reduction: sum, max, norm), 'flash' (FlashAttention) or
+    # 'host' (a host-only op such as a narrow: no GPU time, one host op; zsim.zero.implementation)
+    kind: str
     m: int = 0
     n: int = 0
     k: int = 0

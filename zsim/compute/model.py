@@ -13,9 +13,12 @@ from zsim.compute.terms import ComputeTerms
 
 def kernel_seconds(k: Kernel, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float, dtype: str,
                    elem_bytes: int) -> float:
-    """GPU seconds of kernel `k` (all `k.count` launches). Tensor-core work (GEMMs, FlashAttention) runs at
-    `peak_flops` × the GPU's sustained_ratio: the tables its rates were fitted to are short bursts, a
-    training step runs under the power cap (docs/compute.md, "Sustained clocks")."""
+    """GPU seconds of kernel `k` (all `k.count` launches); a 'host' op (a narrow, a view) has none.
+    Tensor-core work (GEMMs, FlashAttention) runs at `peak_flops` × the GPU's sustained_ratio: the tables
+    its rates were fitted to are short bursts, a training step runs under the power cap (docs/compute.md,
+    "Sustained clocks")."""
+    if k.kind == "host":
+        return 0.0
     peak_flops *= terms.sustained_ratio
     if k.kind == "flash":  # FlashAttention: its FLOPs at the published rate (zsim.compute.flash)
         return k.count * terms.kernel_s + k.flops / (peak_flops * k.efficiency)

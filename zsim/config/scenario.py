@@ -152,6 +152,7 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     grad_accum = _grad_accum(model, par.dp, fail)
     _check_fabric(spec, cluster, fail)
     _check_zero_r(spec.zero, fail)
+    _check_implementation(spec.zero, fail)
     _check_modern(spec, cluster, fail)
     _check_model_states_fit(spec, cluster, fail)
     return Scenario(
@@ -198,6 +199,13 @@ def _grad_accum(model: ModelSection, dp: int, fail) -> int:
         raise fail("model.grad_accum", f"{model.grad_accum} contradicts global_batch {model.global_batch} "
                    f"= micro_batch {model.micro_batch} × dp {dp} × {accum}")
     return accum
+
+
+def _check_implementation(zero: ZeroSection, fail) -> None:
+    """zero.implementation deepspeed-0.2 has no stage 3: ZeRO-3 first shipped in DeepSpeed v0.3.13."""
+    if zero.implementation == "deepspeed-0.2" and zero.stage == 3:
+        raise fail("zero.implementation", "deepspeed-0.2 with zero.stage 3: DeepSpeed v0.2 had stages 0-2 only "
+                   "(stage 3 shipped in v0.3.13); use deepspeed-0.5, deepspeed-0.14 or paper")
 
 
 def _check_zero_r(zero: ZeroSection, fail) -> None:

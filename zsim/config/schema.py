@@ -217,6 +217,15 @@ class ZeroSection(Section, kw_only=True):
         "it shipped in v0.3.13)"))] = 1000000000000
     prefetch_layers: Annotated[int, Meta(ge=0, le=MAX_LAYERS, description=(
         "stage 3: layers gathered ahead of the one computing"))] = 1
+    # zsim.zero.implementation cites each version's code (DeepSpeed tags v0.3.13, v0.5.10, v0.14.0).
+    implementation: Annotated[Literal["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14"], Meta(description=(
+        "ZeRO as implemented: 'paper' (default) the paper's schedules (stage 2: one reduce-scatter per "
+        "bucket; stage 3: one all-gather per module overlapping compute); 'deepspeed-0.2' (stages 0-2) "
+        "stage 2 reduces each bucket to its owners, one reduce per rank; 'deepspeed-0.5' DeepSpeed "
+        "v0.3.13-v0.5.10 stage 3: one all-gather per parameter tensor with a device synchronise before each "
+        "(no overlap), list copies of Nd pieces per gather and per reduce-scatter; 'deepspeed-0.14' stage 3: "
+        "coalesced gathers per module, each parameter rebuilt by a cat of its Nd pieces. Stages 0-1 (and 2 "
+        "but under deepspeed-0.2) follow DeepSpeed v0.2.0 for every value"))] = "paper"
     # DeepSpeed overlap_comm. DeepSpeed's own default for stages 1-2 was false from v0.2.0 (2020-06) to
     # v0.3.13 (2021-03) and beyond (deepspeed/pt/deepspeed_zero_config.py @ 96c4daabc,
     # runtime/zero/constants.py @ v0.3.13: ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT = False; stage 3: True),

@@ -61,3 +61,24 @@ class Plan:
     steps: int
     arenas: tuple[tuple[str, int], ...] = ()
     context: tuple[tuple[str, int], ...] = ()  # held outside the allocator all run (zsim.memory.context)
+
+
+class PlanBuilder:
+    """Appends ops and hands out their indices."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.last_comm: int | None = None
+        self.last_compute: int | None = None
+
+    def add(self, **fields) -> int:
+        self.ops.append(Op(**fields))
+        if fields["stream"] == "comm":
+            self.last_comm = len(self.ops) - 1
+        elif fields["stream"] == "compute":
+            self.last_compute = len(self.ops) - 1
+        return len(self.ops) - 1
+
+    def last(self) -> int | None:
+        return len(self.ops) - 1 if self.ops else None
+

@@ -1,0 +1,97 @@
+"""Stage 3's parameter all-gathers in the plan: which item first and last uses each module's
+parameters, the gathers issued `prefetch_layers` ahead (ZeRO §5.3; DeepSpeed v0.14's coalesced
+fetches, with their unflatten), and DeepSpeed v0.3.13-v0.5.10's per-tensor gathers in line with
+compute (zsim.zero.implementation cites the code). A mixin of zsim.zero.step_pass.StepPass."""
+
+from __future__ import annotations
+
+from zsim.zero.buckets import padded_tensors, partition
+from zsim.zero.implementation import fetch_epilogue, fetch_prologue, fetched_tensors, unflatten
+from zsim.zero.ops import Alloc
+from zsim.zero.residual import list_collective_staging_bytes
+
+
+class Gathers:
+    """Stage 3's gathers of one phase (mixed into StepPass)."""
+
+    def _uses_of(self, items: list) -> tuple[dict[str, int], dict[str, int]]:
+        """Stage 3: the position of the item where each module's parameters are first needed and of
+        the item after whose compute they can be freed."""
+        first_use: dict[str, int] = {}
+        last_use: dict[str, int] = {}
+        for pos, item in enumerate(items):
+            for used in self.uses[item.module.name]:
+                first_use.setdefault(used, pos)
+                last_use[used] = pos
+        return first_use, last_use
+
+    def _issue_gathers_up_to(self, pos: int, phase: str) -> None:
+        """Gather modules in the order of their first use, `prefetch_layers` modules ahead (ZeRO §5.3):
+        the gather of the j-th module is issued when the item that first uses module j - prefetch
+        starts, i.e. once the compute before that item has finished (at the phase's start: once the
+        previous phase's compute has). The runtime does the same: before a unit computes it waits
+        for the unit's own gather, then issues the next one's (runtime/zero/stage3.py)."""
+        ahead = self.z.prefetch_layers
+        while self.gather_queue:
+            j = len(self.gathered)
+            trigger = self.first_use[(self.gathered + self.gather_queue)[j - ahead]] if j >= ahead else 0
+            if trigger > pos:
+                break
+            name = self.gather_queue.pop(0)
+            self.gathered.append(name)
+            deps = (self.compute_ops[trigger - 1],) if trigger > 0 else self.phase_dep
+            tensors = fetched_tensors(self.by_name[name].tensors, self.z.implementation)
+            nbytes = self.e * padded_tensors(tensors, self.nd)  # each tensor padded to Nd
+            # DeepSpeed v0.3.13 partition_parameters.py _allgather_param: the full parameter buffer, and
+            # PyTorch's flat staging of the list all_gather until the copy-out; both made on the
+            # coordinator's comm stream (stage3.py _all_gather: `with torch.cuda.stream(self.comm_stream)`,
+            # a stream of its own under overlap_comm, stage 3's default), so in that stream's pool.
+            staging = Alloc("buffers", list_collective_staging_bytes(sum(tensors), self.e),
+                            self._tags(f"ag_list.{phase}", name))
+            self.gather_op[name] = self._add(
+                name=f"all_gather/params.{name}", stream="comm", deps=deps, collective="all_gather", group="dp",
+                nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)), staging),
+                frees=(staging.tag,))
+
+    # ---- forward --------------------------------------------------------------------------------
+
+    def _padded(self, name: str) -> tuple[int, ...]:
+        """The padded elements of each tensor a fetch of module `name` gathers (zsim.zero.implementation)."""
+        return tuple(self.nd * partition(n, self.nd)
+                     for n in fetched_tensors(self.by_name[name].tensors, self.z.implementation))
+
+    def _unflatten(self, used: tuple[str, ...]) -> None:
+        """deepspeed-0.14: once a module's coalesced gather is waited for, each of its parameters is
+        rebuilt by a cat of its Nd pieces before the compute that uses it (zsim.zero.implementation)."""
+        for name in used:
+            if name in self.gather_op and name not in self.unflattened:
+                self.unflattened.add(name)
+                kernels = unflatten(self._padded(name), self.nd, self.e)
+                self.gather_op[name] = self._add(name=f"unflatten/params.{name}", stream="compute",
+                                                 deps=(self.gather_op[name],), kernels=kernels,
+                                                 hbm_bytes=kernels.bytes)
+
+    def _fetch_in_line(self, pos: int, used: tuple[str, ...], phase: str) -> None:
+        """deepspeed-0.5: fetch each module the item uses and this phase has not, when the item is
+        reached: the zero-fill and narrows of every tensor, one all-gather per tensor in line on the
+        compute stream (the host synchronises the device around each), then the list copies
+        (zsim.zero.implementation)."""
+        for name in used:
+            if name in self.gather_op:
+                continue
+            padded = self._padded(name)
+            prologue = fetch_prologue(padded, self.nd, self.e)
+            tag = self._tags(f"gathered.{phase}", name)
+            deps = self.phase_dep + self.first_dep if pos == 0 else ()
+            op = self._add(name=f"fetch/params.{name}", stream="compute", deps=deps, kernels=prologue,
+                           hbm_bytes=prologue.bytes, allocs=(Alloc("params", self.e * sum(padded), tag),))
+            for i, n in enumerate(padded):
+                staging = Alloc("buffers", list_collective_staging_bytes(n, self.e),
+                                self._tags(f"ag_list.{phase}.{i}", name))
+                op = self._add(name=f"all_gather/params.{name}.{i}", stream="compute", collective="all_gather",
+                               group="dp", nbytes=self.e * n, allocs=(staging,), frees=(staging.tag,))
+            if padded:
+                epilogue = fetch_epilogue(padded, self.nd, self.e)
+                op = self._add(name=f"copy/params.{name}", stream="compute", kernels=epilogue,
+                               hbm_bytes=epilogue.bytes)
+            self.gather_op[name] = op

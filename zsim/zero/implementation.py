@@ -1,0 +1,114 @@
+"""Which ZeRO implementation a plan follows (`zero.implementation`), and the extra work DeepSpeed's
+stage 3 of each version does around every parameter fetch and gradient reduction, as kernel lists.
+
+What each version does, read from DeepSpeed's code at its tag (deepspeed/runtime/zero/):
+
+  paper (default): zsim's schedule of the ZeRO paper (§5.3, §7.2.2): one all-gather per module on the
+      comm stream, `prefetch_layers` ahead, one reduce-scatter per gradient bucket, no host work
+      priced beyond each kernel's launch; stages 0-2 as DeepSpeed v0.2.0 ran them (zsim.zero.plan).
+  deepspeed-0.2 (v0.2.0, the code of the paper's runs; stages 0-2 only, stage 3 is refused at load):
+    - stage 2 reduces each gradient bucket not by a reduce-scatter but by one dist.reduce to each rank
+      whose partition the bucket overlaps (deepspeed/pt/deepspeed_zero_optimizer.py @ v0.2.0
+      average_tensor L603-668), about B·Nd/Ψ + 1 reduces of up to Ψ/Nd elements per bucket of B;
+    - not modelled: under overlap_comm, the torch.cuda.synchronize() before each bucket (L604-605) and
+      after the last (L424-425); the paper's configurations leave overlap_comm off.
+  deepspeed-0.5 (v0.3.13 to v0.5.10, the ZeRO-3 of 2021; PyTorch without dist._all_gather_base, which
+      v0.5.x used when present: partition_parameters.py @ v0.5.10 L506-509):
+    - every parameter tensor is all-gathered on its own (partition_parameters.py @ v0.3.13
+      _allgather_param L596-635, called per parameter by _all_gather L473-494; the blocking path of
+      v0.5.10, _allgather_params_coalesced L919-986, also issues one dist.all_gather per parameter);
+    - before each one the host synchronises the device (`torch.cuda.synchronize()`, @ v0.3.13 L611,
+      @ v0.5.10 L882), and after a sub-module's fetch again (stage3.py @ v0.5.10
+      _synchronize_communication L534-545: comm_stream.synchronize(); torch.cuda.synchronize()):
+      "the async version is not async at all, because each all_gather calls torch.cuda.synchronize()"
+      (DeepSpeed PR #1188, 2021-06). zsim therefore runs these gathers in line on the compute stream:
+      no overlap with compute (the last prefetched tensor's gather, which could overlap, is not
+      modelled);
+    - each gather first zero-fills the full tensor (`torch.zeros`, @ v0.3.13 L607), then narrows it
+      into Nd views on the host (L622-627) and passes them as a list: PyTorch's ProcessGroupNCCL
+      all_gather gathers into a flat buffer and copies out each of the Nd views, one copy kernel each
+      (torch/lib/c10d/ProcessGroupNCCL.cpp allgather, `outputTensors[i][j].copy_(outputFlattened[i][j])`);
+    - gradients: one reduce-scatter per parameter tensor of a bucket (partition_parameters.py @ v0.5.10
+      _reduce_scatter_gradients L1050-1079), each from a list of Nd narrowed views (L1081-) that
+      PyTorch first copies into a flat buffer, Nd copy kernels.
+  deepspeed-0.14 (v0.14.0, coalesced fetches):
+    - one all_gather_into_tensor per fetched module (partitioned_param_coordinator.py @ v0.14.0
+      __all_gather_params_ L436-470: all_gather_coalesced), on its own stream, prefetched by
+      `stage3_prefetch_bucket_size` (zsim: prefetch_layers); no device synchronise (the compute stream
+      waits on the gather stream, L318 wait_stream);
+    - when the module waits for it, each parameter is rebuilt by torch.cat of its Nd pieces
+      (partition_parameters.py @ v0.14.0 AllGatherCoalescedHandle.wait L680-700: Nd narrows on the host,
+      one cat kernel reading and writing the parameter);
+    - gradients as `paper` (one reduce-scatter per bucket, reduce_scatter_coalesced).
+Both versions keep tensors under `stage3_param_persistence_threshold` (1e5 elements by default,
+constants.py @ v0.3.13 L99-100; the same default at v0.14.0) gathered for the whole run
+(stage3.py @ v0.3.13 persistent_parameters L1048-1056): they are never fetched.
+
+Host costs are priced with the GPU profile's `host_op_us` (PyTorch's per-op CPU cost) per host
+operation (a narrow, a launch): an assumption for the narrows and c10d's C++ copies, which no
+measurement here separates (this machine's CPU measured 19 µs per narrow, 12 µs per 2 KB copy_, at a
+load of 11 on 2 cores: an upper bound). Stages 0-2 follow DeepSpeed v0.2.0's schedule for every value.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from zsim.compute.kernels import Kernel, KernelList
+
+IMPLEMENTATIONS = ("paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14")
+
+# stage3_param_persistence_threshold's default (DeepSpeed runtime/zero/constants.py @ v0.3.13 L100; the
+# same in config.py @ v0.14.0): tensors with fewer elements stay gathered and are never fetched.
+PERSISTENCE_THRESHOLD = 100_000
+
+
+def fetched_tensors(tensors: tuple[int, ...], implementation: str) -> tuple[int, ...]:
+    """The tensors (elements) of a module that a stage 3 fetch gathers: all of them under `paper`,
+    those at or above the persistence threshold under a DeepSpeed version."""
+    if implementation == "paper":
+        return tensors
+    return tuple(n for n in tensors if n >= PERSISTENCE_THRESHOLD)
+
+
+def _host(name: str, count: int) -> Kernel:
+    """`count` host-only operations (a narrow, a view): no GPU time, one host op each."""
+    return Kernel(name, "host", count=count)
+
+
+@functools.lru_cache(maxsize=4096)
+def fetch_prologue(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
+    """deepspeed-0.5: before each tensor's all-gather, the zero-fill of its full buffer (e bytes per
+    padded element written) and the Nd narrows of the output list."""
+    kernels: tuple[Kernel, ...] = ()
+    for n in padded:
+        kernels += (Kernel("fetch.zeros", "mem", bytes=e * n), _host("fetch.narrow", nd))
+    return KernelList(f"fetch_prologue.{padded}.{nd}.{e}", kernels)
+
+
+@functools.lru_cache(maxsize=4096)
+def fetch_epilogue(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
+    """deepspeed-0.5: after each tensor's all-gather, PyTorch's copy-out of the list, Nd copy kernels
+    that read and write the tensor once (2·e bytes per padded element)."""
+    kernels = tuple(Kernel("fetch.list_copy", "mem", bytes=2 * e * n, count=nd) for n in padded)
+    return KernelList(f"fetch_epilogue.{padded}.{nd}.{e}", kernels)
+
+
+@functools.lru_cache(maxsize=4096)
+def unflatten(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
+    """deepspeed-0.14: each parameter rebuilt from the coalesced gather: Nd narrows on the host and one
+    torch.cat reading and writing it (2·e bytes per padded element)."""
+    kernels: tuple[Kernel, ...] = ()
+    for n in padded:
+        kernels += (_host("fetch.narrow", nd), Kernel("fetch.cat", "mem", bytes=2 * e * n))
+    return KernelList(f"unflatten.{padded}.{nd}.{e}", kernels)
+
+
+@functools.lru_cache(maxsize=4096)
+def reduce_lists(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
+    """deepspeed-0.5: each gradient tensor's reduce-scatter input list, Nd narrows on the host, which
+    PyTorch copies into a flat buffer, Nd copy kernels (2·e bytes per padded element)."""
+    kernels: tuple[Kernel, ...] = ()
+    for n in padded:
+        kernels += (_host("reduce.narrow", nd), Kernel("reduce.list_copy", "mem", bytes=2 * e * n, count=nd))
+    return KernelList(f"reduce_lists.{padded}.{nd}.{e}", kernels)

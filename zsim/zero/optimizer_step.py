@@ -1,0 +1,85 @@
+"""The optimizer step in the plan: the fp16 checks, the gradients' fp32 copy, Adam on the rank's
+partition, and stages 1-2's all-gather of the updated parameters."""
+
+from __future__ import annotations
+
+import math
+
+from zsim.compute.kernels import host_adam_kernels, optimizer_kernels
+from zsim.config.scenario import Scenario
+from zsim.workload.transformer import Workload
+from zsim.zero.buckets import allgather_shards
+from zsim.zero.model_states import PARAM_BYTES
+from zsim.zero.ops import Alloc, PlanBuilder
+from zsim.zero.rank_states import (expert_dp, expert_partition, full_grad_tag, partition_grad_tag, rank_partition,
+                                   rank_pieces)
+from zsim.zero.residual import list_collective_staging_bytes, step_gradient_bytes
+
+# Adam's update streams, per element: reads fp32 master, momentum, variance and the fp16 gradient
+# (4+4+4+2 bytes) and writes master, momentum, variance and the fp16 parameter (4+4+4+2): memory-bound
+# (DeepSpeed FusedAdam; counts from the update rule in Kingma & Ba 2015, Alg. 1).
+ADAM_BYTES_PER_ELEMENT = 28
+
+
+def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
+    """The Adam step on this rank's partition, after every reduction, holding the copy of the
+    gradients it reads (zsim.zero.residual.step_gradient_bytes); stages 1/2 then all-gather the
+    updated parameters: stage 1 per comm interval, stage 2 in shards, all at once without CB (§7.2.1)."""
+    z, nd, dtype = s.zero, s.layout.dp, s.precision.dtype
+    elements = rank_partition(s, w)
+    deps = (b.last_comm,) if b.last_comm is not None else ()
+    last_mb = s.grad_accum - 1  # the runtime stamps what follows the last micro-batch with its index
+    # The step's checks before Adam (DeepSpeed ZeRO optimizer of 2020, step()): the fp16 overflow check
+    # and the gradient norm, each a kernel pass over the partition, then a 4-byte all-reduce (MAX,
+    # SUM) over the DP group and, with MP, over the MP group; in line on the compute stream, as the
+    # optimizer waits for the result (zsim.compute.kernels.optimizer_kernels has the kernels).
+    tensors = math.ceil(len(w.tensors) / nd) if z.stage >= 1 else len(w.tensors)
+    kernels = optimizer_kernels(elements, tensors, dtype)
+    for check in ("overflow", "norm"):
+        if not kernels[check].kernels:
+            continue
+        # hbm_bytes: what the kernels stream, for a model that prices bytes, not kernels (a CPU host).
+        b.add(name=f"optimizer/{check}", stream="compute", deps=deps, kernels=kernels[check],
+              hbm_bytes=kernels[check].bytes, step=step, micro_batch=last_mb)
+        deps = ()
+        for group in ("dp", "mp") if s.layout.mp > 1 else ("dp",):
+            b.add(name=f"all_reduce/{check}.{group}", stream="compute", collective="all_reduce", group=group,
+                  nbytes=4, step=step, micro_batch=last_mb)
+    # The gradients' copy the update reads (zsim.zero.residual.step_gradient_bytes): made by one cast
+    # pass, which then frees the fp16 gradients; held until the update has run.
+    sub_group = z.sub_group_elements if z.constant_buffers else elements
+    grads = step_gradient_bytes(z.stage, elements, dtype, sub_group)
+    e = PARAM_BYTES[dtype]
+    held, transient = f"optimizer.grads_copy.s{step}", f"optimizer.grads_pieces.s{step}"
+    grad_tags = tuple(full_grad_tag(m.name, step) for m in w.modules) if z.stage <= 1 else (partition_grad_tag(step),)
+    if z.stage <= 1:  # a MoE model's expert gradients (StepPass._expert_grads)
+        grad_tags += tuple(full_grad_tag(f"{m.name}.experts", step) for m in w.modules if m.expert_params)
+    converted = min(elements, sub_group) if z.stage == 3 else elements
+    # fp32 training holds no copy (Adam reads the gradients in place): no pass, no bytes.
+    copy_bytes = (e + grads.held / max(1, converted)) * converted if grads.held else 0.0
+    b.add(name="optimizer/grads_copy", stream="compute", deps=deps, hbm_bytes=copy_bytes,
+          allocs=(Alloc("buffers", grads.held, held), Alloc("buffers", grads.transient, transient)),
+          frees=(transient,) + grad_tags, step=step, micro_batch=last_mb)
+    # A CPU host runs the runtime's chunked update, not the fused kernel: its launches are its aten ops.
+    adam = host_adam_kernels(elements, tensors) if s.cluster.fabric == "host" else kernels["adam"]
+    opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
+                frees=(held,), step=step, kernels=adam, micro_batch=last_mb, elements=elements)
+    if z.stage in (1, 2):
+        # Stage 1 (v0.2) all-gathers each comm interval, stage 2 (v0.2) its partition in shards
+        # (zsim.zero.buckets: flat_pieces, allgather_shards); both pass a list, which PyTorch stages
+        # through one flat buffer of the whole gather.
+        if z.stage == 1:
+            gathers = rank_pieces(s, w)
+        else:
+            shard_bucket = z.allgather_bucket_elements if z.constant_buffers else nd * elements
+            gathers = [nd * n for n in allgather_shards(elements, nd, shard_bucket)]
+        if w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group
+            edp = expert_dp(s)
+            b.add(name="all_gather/params.experts", stream="comm", deps=(opt,), collective="all_gather", group="edp",
+                  nbytes=e * edp * expert_partition(s, w), step=step, micro_batch=last_mb)
+        for j, n in enumerate(gathers):
+            stage_buf = Alloc("buffers", list_collective_staging_bytes(n, e), f"ag_list.step.{j}.s{step}",
+                              stream="compute")
+            b.add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=(opt,), collective="all_gather",
+                  group="dp", nbytes=e * n, allocs=(stage_buf,), frees=(stage_buf.tag,), step=step,
+                  micro_batch=last_mb)

@@ -1,0 +1,74 @@
+"""What one rank of a ZeRO plan holds and owns: its workload, its stage 1-2 pieces, its model-state
+bytes and partition, and the tags of its gradient tensors (shared by the plan's modules)."""
+
+from __future__ import annotations
+
+from zsim.config.scenario import Scenario
+from zsim.workload.transformer import Workload, build_workload
+from zsim.zero.buckets import flat_pieces
+from zsim.zero.model_states import ModelStates, model_states, stage_partition
+
+
+def selective(scenario: Scenario) -> bool:
+    """Selective activation recompute [K22 §5] in effect: checkpointing on at 'selective' granularity."""
+    z = scenario.zero
+    return z.activation_checkpointing and z.recompute_granularity == "selective"
+
+
+def scenario_workload(scenario: Scenario) -> Workload:
+    """The workload of `scenario`: its model under its MP degree, dtype, sequence parallelism and
+    recompute granularity (zsim.workload.transformer.build_workload)."""
+    return build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype,
+                          sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario),
+                          ep=scenario.parallel.ep)
+
+
+def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
+    """Stages 1-2: the pieces of the flat buffer (zsim.zero.buckets.flat_pieces); None otherwise."""
+    z = scenario.zero
+    if z.stage not in (1, 2):
+        return None
+    return flat_pieces(z.stage, [m.params for m in workload.modules], scenario.layout.dp, z.reduce_bucket_elements,
+                       z.constant_buffers)
+
+
+def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
+    """Model-state bytes of one rank as the plan lays them out (padding included, as the runtime
+    allocates them): zsim.zero.model_states with the plan's stage 1-2 pieces and stage 3 tensors."""
+    dense = model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
+                         scenario.precision.dtype, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
+    if not workload.expert_params_per_rank:
+        return dense
+    # a MoE model's local experts: ZeRO partitions them over the expert-data-parallel group (dp/ep ranks)
+    experts = model_states(workload.expert_params_per_rank, expert_dp(scenario), scenario.zero.stage,
+                           scenario.precision.dtype)
+    return ModelStates(params=dense.params + experts.params, grads=dense.grads + experts.grads,
+                       optimizer=dense.optimizer + experts.optimizer)
+
+
+def expert_dp(scenario: Scenario) -> int:
+    """Ranks of the expert-data-parallel group: dp / ep (Megatron-Core; DeepSpeed-MoE's expert data parallel)."""
+    return scenario.layout.dp // scenario.layout.ep
+
+
+def expert_partition(scenario: Scenario, workload: Workload) -> int:
+    """Elements of this rank's partition of its local experts' states (zsim.zero.model_states)."""
+    return stage_partition(workload.expert_params_per_rank, expert_dp(scenario), scenario.zero.stage)
+
+
+def rank_partition(scenario: Scenario, workload: Workload) -> int:
+    """Elements of this rank's model-state partition (Ψ at stage 0), as rank_model_states lays it out."""
+    dense = stage_partition(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage, workload.tensors,
+                            rank_pieces(scenario, workload))
+    return dense + (expert_partition(scenario, workload) if workload.expert_params_per_rank else 0)
+
+
+
+def full_grad_tag(module: str, step: int) -> str:
+    """Stages 0/1: a module's full fp16 gradient, from its first backward of the step to the step."""
+    return f"grad.{module}.s{step}"
+
+
+def partition_grad_tag(step: int) -> str:
+    """Stages 2/3: the rank's fp16 gradient partition (DeepSpeed grads_in_partition)."""
+    return f"grads.partition.s{step}"

@@ -1,0 +1,276 @@
+"""One micro-batch's forward and backward in the plan: the schedule of compute items (forward,
+recompute, backward per module) and the ops each makes; the stage 3 gathers, the checkpoints and the
+gradient reductions are mixins of their own files (zsim.zero.gathers, .checkpoints, .reductions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zsim.compute.kernels import KernelList, Shape, module_kernels, with_bucket_copy
+from zsim.config.scenario import Scenario
+from zsim.workload.transformer import Module, Workload
+from zsim.zero.buckets import plan_buckets
+from zsim.zero.checkpoints import Checkpoints, md_checkpoints
+from zsim.zero.gathers import Gathers
+from zsim.zero.model_states import PARAM_BYTES
+from zsim.zero.ops import Alloc, PlanBuilder
+from zsim.zero.rank_states import full_grad_tag, selective
+from zsim.zero.reductions import Reductions
+from zsim.zero.residual import bucket_buffer_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One compute step of a pass: `kind` fwd, recompute or bwd, of `module`."""
+
+    kind: str
+    module: Module
+
+
+
+class StepPass(Gathers, Checkpoints, Reductions):
+    """Forward and backward of one micro-batch."""
+
+    def __init__(self, b: PlanBuilder, scenario: Scenario, workload: Workload, step: int, mb: int,
+                 first_dep: tuple[int, ...]):
+        self.b, self.s, self.w = b, scenario, workload
+        self.z = scenario.zero
+        self.step, self.mb = step, mb
+        self.first_dep = first_dep
+        self.stage = scenario.zero.stage
+        # Full recompute keeps one input per segment; selective keeps the layer's activations but the
+        # attention core's (zsim.workload.transformer.layer_saved_tensors) and recomputes the core in the
+        # block's backward kernels (zsim.compute.kernels.block_backward) [K22 §5].
+        self.ckpt = scenario.zero.activation_checkpointing and scenario.zero.recompute_granularity == "full"
+        self.k = scenario.zero.checkpoint_every
+        self.e = PARAM_BYTES[scenario.precision.dtype]
+        self.md = scenario.zero.defragment
+        self.md_checkpoints = md_checkpoints(scenario.zero)  # "slots", "arena" or ""
+        mods = workload.modules
+        self.by_name = {m.name: m for m in mods}
+        # A tied LM head computes with the word embedding: it uses the embedding's parameters too.
+        tied = getattr(scenario.model, "tied_head", True)
+        self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" and tied else (m.name,) for m in mods}
+        self.nd = scenario.layout.dp
+        sizes = [m.params for m in mods]  # each module's bucket's elements (zsim.zero.buckets)
+        self.bucket_elements_of = {mods[i].name: sum(sizes[j] for j in b)
+                                   for b in plan_buckets(sizes, scenario.zero.reduce_bucket_elements) for i in b}
+        self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
+        self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype,
+                              arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
+                              sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep)
+        self.expert_group = "edp"  # = the DP group's ranks when ep is 1
+
+    # ---- naming and small helpers -------------------------------------------------------------
+    def _tags(self, kind: str, name: str) -> str:
+        return f"{kind}.{name}.s{self.step}.m{self.mb}"
+
+    def _add(self, **fields) -> int:
+        return self.b.add(step=self.step, micro_batch=self.mb, **fields)
+
+    def _checkpointed(self, m: Module) -> bool:
+        return self.ckpt and m.layer is not None
+
+    def _segment(self, m: Module) -> int:
+        return m.layer // self.k
+
+    def _segment_layers(self, seg: int) -> list[Module]:
+        blocks = self.w.blocks
+        return list(blocks[seg * self.k:min((seg + 1) * self.k, len(blocks))])
+
+    def _activations(self, m: Module, kind: str) -> tuple[Alloc, ...]:
+        """The module's saved activations, one allocation per tensor (tags `<kind>.<module>.<i>`)."""
+        return tuple(Alloc("activations", n, self._tags(f"{kind}{i}", m.name)) for i, n in enumerate(m.saved_tensors))
+
+    def _activation_tags(self, m: Module, kind: str) -> tuple[str, ...]:
+        return tuple(self._tags(f"{kind}{i}", m.name) for i in range(len(m.saved_tensors)))
+
+    def _kernels(self, m: Module, phase: str) -> KernelList:
+        """The kernels module `m` launches in `phase` (zsim.compute.kernels; shared per shape and phase)."""
+        kind = ("moe_block" if m.moe else "block") if m.layer is not None else m.name
+        return module_kernels(kind, phase, self.shape)
+
+    def _all_to_alls(self, m: Module) -> None:
+        """A MoE block's dispatch and combine all-to-alls over the EP group, in line on the compute
+        stream (Megatron-Core's alltoall token dispatcher); backward runs their two mirrors."""
+        for what in ("dispatch", "combine") if m.ep_all_to_all_bytes else ():
+            self._add(name=f"all_to_all/ep.{m.name}.{what}", stream="compute", collective="all_to_all", group="ep",
+                      nbytes=m.ep_all_to_all_bytes)
+
+    def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = (),
+                       collectives: tuple[tuple[str, int], ...] = ()) -> None:
+        """The module's MP collectives in line on the compute stream: its all-reduces, or under sequence
+        parallelism its all-gathers and reduce-scatters (`collectives`), then `extra` all-reduces."""
+        ops = (("all_reduce", m.mp_allreduce_bytes),) * count + collectives + tuple(("all_reduce", n) for n in extra)
+        for op, nbytes in ops:
+            self._add(name=f"{op}/mp.{m.name}", stream="compute", collective=op, group="mp", nbytes=nbytes)
+
+    # ---- the schedule ---------------------------------------------------------------------------
+    def run(self, reduce: bool) -> None:
+        mods = list(self.w.modules)
+        self._run_items([Item("fwd", m) for m in mods], phase="fwd", reduce=False)
+        self._run_items(self._backward_items(mods), phase="bwd", reduce=reduce)
+
+    def _backward_items(self, mods: list[Module]) -> list[Item]:
+        """Backward in reverse module order; a checkpointed segment is recomputed in forward order
+        first, then its layers' backward runs in reverse (Megatron-LM CheckpointFunction)."""
+        items: list[Item] = []
+        done: set[int] = set()
+        for m in reversed(mods):
+            if not self._checkpointed(m):
+                items.append(Item("bwd", m))
+                continue
+            seg = self._segment(m)
+            if seg in done:
+                continue
+            done.add(seg)
+            layers = self._segment_layers(seg)
+            items += [Item("recompute", x) for x in layers]
+            items += [Item("bwd", x) for x in reversed(layers)]
+        return items
+
+    def _run_items(self, items: list[Item], phase: str, reduce: bool) -> None:
+        first_use, last_use = self._uses_of(items) if self.stage == 3 else ({}, {})
+        self.gather_op: dict[str, int] = {}
+        self.frees_after: dict[int, list[str]] = {}
+        for name, pos in last_use.items():
+            self.frees_after.setdefault(pos, []).append(self._tags(f"gathered.{phase}", name))
+        self.gather_queue = sorted(first_use, key=first_use.get)
+        self.gathered: list[str] = []  # modules whose gather this phase has issued, in order
+        self.unflattened: set[str] = set()  # deepspeed-0.14: modules rebuilt from their gather this phase
+        self.first_use = first_use
+        self.phase_dep = (self.b.last_compute,) if self.b.last_compute is not None else self.first_dep
+        self.compute_ops: list[int] = []  # last compute op index per item position
+        self.bucket_index = 0
+        self.reduced_elements = 0  # deepspeed-0.2, stage 2: gradient elements reduced so far this pass
+        self.bucket: list[Module] = []
+        self.bucket_elems = 0
+        for pos, item in enumerate(items):
+            if self.stage == 3 and self.z.implementation == "deepspeed-0.5":
+                self._fetch_in_line(pos, self.uses[item.module.name], phase)
+            elif self.stage == 3:
+                self._issue_gathers_up_to(pos, phase)
+                if self.z.implementation == "deepspeed-0.14":
+                    self._unflatten(self.uses[item.module.name])
+            deps = tuple(self.gather_op[u] for u in self.uses[item.module.name] if u in self.gather_op)
+            if pos == 0:
+                deps = deps + self.first_dep
+            frees = tuple(self.frees_after.get(pos, ()))
+            if item.kind == "fwd":
+                op = self._forward(item.module, deps, frees)
+            elif item.kind == "recompute":
+                op = self._recompute(item.module, deps, frees)
+            else:
+                op = self._backward(item.module, deps, frees, reduce)
+            self.compute_ops.append(op)
+        if reduce and self.bucket:
+            self._reduce(self.bucket, self.compute_ops[-1])
+
+    def _forward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...]) -> int:
+        """A module's forward. Without checkpointing it keeps its saved activations for backward;
+        with it, a segment's first layer keeps its input (the checkpoint; 1/mp of it under Pa) and
+        every layer holds its activations only while it runs."""
+        if not self._checkpointed(m):
+            allocs = list(self._activations(m, "act"))
+            if m.fwd_work_tensors:  # the head's loss: held while the forward runs
+                work = [Alloc("activations", n, self._tags(f"fwork{i}", m.name)) for i, n in enumerate(m.fwd_work_tensors)]
+                allocs += work
+                frees = frees + tuple(w.tag for w in work)
+        else:
+            allocs = list(self._activations(m, "work"))
+            frees = frees + self._activation_tags(m, "work")
+            if m.layer % self.k == 0 and self.md_checkpoints != "slots":
+                allocs.append(Alloc("activations", self._checkpoint_bytes(m), self._tags("ckpt", m.name),
+                                    arena="checkpoints" if self.md_checkpoints == "arena" else ""))
+            elif m.layer == 0 and self.md_checkpoints == "slots":
+                # MD: the first checkpointed forward of a micro-batch allocates every checkpoint's slot at
+                # once, `num_layers` tensors of the partition's size, and each slot is freed with its
+                # layer's saved tensors in backward (v0.2.0 deepspeed_checkpointing.py: the
+                # contiguous_data_buffers list is made when empty, then dropped in the first backward).
+                allocs += [Alloc("activations", self._checkpoint_bytes(b), self._tags("ckpt", b.name))
+                           for b in self.w.blocks if b.layer % self.k == 0]
+        op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
+                       allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
+        self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes, m.mp_collectives_fwd)
+        self._all_to_alls(m)
+        if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
+            self._offload_out(m, op)
+        return op
+
+
+    # ---- backward -------------------------------------------------------------------------------
+    def _recompute(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...]) -> int:
+        """Recompute a checkpointed layer's forward, keeping its activations for its backward. The
+        segment's first layer first brings its checkpoint back (Pa+cpu) and all-gathers it (Pa); the
+        checkpoint is freed once that recompute has rebuilt the layer's input among its activations."""
+        if m.layer % self.k == 0:
+            ckpt = self._tags("ckpt", m.name)
+            if self.z.partition_activations:
+                deps = deps + (self._gather_checkpoint(m),)
+                ckpt = self._tags("ckpt.full", m.name)
+            frees = frees + (ckpt,)
+        op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops,
+                       hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees,
+                       kernels=self._kernels(m, "recompute"))
+        self._mp_allreduces(m, m.mp_allreduces_fwd, collectives=m.mp_collectives_fwd)
+        self._all_to_alls(m)
+        return op
+
+    def _backward_work_bytes(self, m: Module) -> int:
+        """The gradients a module's backward holds while it runs, beyond its saved activations: a block,
+        the gradients of its input and output (2·e·sbh); the embedding, the gradient of its output
+        (e·sbh); the head, the gradient of its input (e·sbh) and the e-byte logit gradient
+        (e·sbV/t) that the cast back from the fp32 cross-entropy makes for the logits GEMM's backward
+        (Megatron-LM pretrain_gpt2.py: vocab_parallel_cross_entropy(output.float(), ...);
+        mpu/cross_entropy.py computes the fp32 gradient in place of its saved softmax)."""
+        sbh = self.w.blocks[0].checkpoint_bytes if self.w.blocks else 0  # e·sbh: one layer input
+        if m.layer is not None:
+            return 2 * m.checkpoint_bytes
+        if m.name == "head":
+            model = self.s.model
+            return sbh + self.e * model.seq_len * model.micro_batch * self.w.padded_vocab // self.s.layout.mp
+        return sbh
+
+    def _backward(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...], reduce: bool) -> int:
+        """A module's backward: frees its activations, holds its input and output gradients while
+        it runs (_backward_work_bytes), and from stage 2 produces its gradient tensor (into
+        MD's arena when on); gradients join the reduction bucket."""
+        work = self._tags("dgrad", m.name)
+        allocs = [Alloc("activations", self._backward_work_bytes(m), work)]
+        if self.stage >= 2:
+            allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
+        elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
+            allocs.append(Alloc("grads", self.e * m.params, full_grad_tag(m.name, self.step)))
+        frees = frees + self._activation_tags(m, "act") + (work,)
+        if m.expert_params and (self.stage >= 2 or self.mb == 0):  # the local experts' gradients (_expert_grads)
+            allocs.append(Alloc("grads", self.e * m.expert_params, self._expert_grad_tag(m)))
+        if self.stage == 3 and reduce:
+            # Stage 3 copies each module's gradient into its bucket's buffer as soon as it is complete
+            # and frees it (DeepSpeed contiguous_gradients: __add_grad_to_ipg_bucket; the runtime's
+            # ReduceScatterBuckets): the buffer is taken by the bucket's first module.
+            if not self.bucket:
+                elements = self.bucket_elements_of[m.name]
+                allocs.append(Alloc("buffers", bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, self.e),
+                                    self._tags("bucket", m.name)))
+            frees = frees + (self._tags("grad", m.name),)
+        kernels, nbytes = self._kernels(m, "bwd"), 2 * m.fwd_hbm_bytes
+        if (self.stage == 2 and self.z.constant_buffers) or (self.stage == 3 and reduce):
+            # the gradient is copied into its bucket in the backward hook (zsim.compute.kernels.with_bucket_copy)
+            kernels = with_bucket_copy(kernels, m.params, self.e)
+            nbytes += 2 * self.e * m.params
+        op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
+                       hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
+        self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
+        self._all_to_alls(m)
+        if m.expert_params:
+            self._expert_grads(m, op, reduce)
+        if reduce:
+            self.bucket.append(m)
+            self.bucket_elems += m.params
+            # one fused reduction after backward: without CB (§3.2), and stage 1 as DeepSpeed v0.2 ran it
+            fused = self.stage < 3 and (not self.z.constant_buffers or self.stage == 1)
+            # zsim.zero.buckets.plan_buckets's rule, which the runtime uses too (stage 3 included).
+            if not fused and self.bucket_elems >= self.z.reduce_bucket_elements:
+                self._reduce(self.bucket, op)
+                self.bucket, self.bucket_elems = [], 0
+        return op
