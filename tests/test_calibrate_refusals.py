@@ -118,8 +118,9 @@ def test_a_fit_the_model_reproduces_is_written_with_its_untouched_terms(tmp_path
     prov = yaml.safe_load(out.read_text())["provenance"]
     assert "nccl.efficiency.Simple" in prov["fitted_terms"]
     kept = prov["kept_from_base"]
-    for term, value in (("inter_node.network.port_Gbps", 100), ("inter_node.network.efficiency", 0.9),
-                        ("inter_node.network.latency_us", 5.0), ("inter_node.nics_per_node", 8),
+    edr = yaml.safe_load((ROOT / "hwprofiles" / "networks" / "ib-edr.yaml").read_text())  # dgx2's network
+    for term, value in (("inter_node.network.port_Gbps", 100), ("inter_node.network.efficiency", edr["efficiency"]),
+                        ("inter_node.network.latency_us", edr["latency_us"]), ("inter_node.nics_per_node", 8),
                         ("compute.gemm.fp16.efficiency", None), ("gpu.hbm_GBps", 900)):
         assert term in kept and (value is None or kept[term] == value), term
     assert not set(kept) & set(prov["fitted_terms"])
@@ -127,7 +128,8 @@ def test_a_fit_the_model_reproduces_is_written_with_its_untouched_terms(tmp_path
                  "--json", str(tmp_path / "r.json")]) == 0
     text = capsys.readouterr().out
     assert f"never measured, carried over from the base" in text
-    assert "inter-node: nics_per_node 8, oversubscription 1, port_Gbps 100, efficiency 0.9, latency_us 5" in text
+    assert (f"inter-node: nics_per_node 8, oversubscription 1, port_Gbps 100, efficiency {edr['efficiency']:g}, "
+            f"latency_us {edr['latency_us']:g}") in text
     assert "warning" not in text
     cal = json.loads((tmp_path / "r.json").read_text())["calibration"]
     assert cal["base"] == "dgx2" and cal["kept_from_base"] == kept and cal["warning"] == []

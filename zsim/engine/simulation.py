@@ -452,9 +452,11 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     run.by_stream = [by_stream[stream] for stream in STREAMS]
     for stream in STREAMS:
         env.process(stream_worker(env, run, by_stream[stream]))
-    if per_rank and rank_classes and scenario.cluster.host is None and scenario.layout.world > 1:
-        # the quiet ranks as classes of identical ranks (zsim.engine.rank_class); a CPU host's ranks compute
-        # on their own cores, shared with gloo through the fabric, so they run one by one below
+    # rank classes split along the DP and MP groups only (zsim.engine.rank_class): a plan with expert
+    # groups (ep, edp: mixture-of-experts) runs one process per rank, as do a CPU host's ranks, which
+    # compute on their own cores, shared with gloo through the fabric
+    class_groups = {op.group for op in plan.ops if op.is_collective} <= {"dp", "mp"}
+    if per_rank and rank_classes and class_groups and scenario.cluster.host is None and scenario.layout.world > 1:
         quiet = RankClass(run, set(range(1, scenario.layout.world)), bytearray(len(plan.ops)), len(STREAMS))
         for s, indices in enumerate(run.by_stream):
             env.process(class_stream(env, run, quiet, s, indices))
