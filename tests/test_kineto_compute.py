@@ -91,10 +91,10 @@ def kineto_run(folder: Path, hidden: int, stage: int, with_steps: bool = True) -
 WRONG = "\ncompute: {hbm_efficiency: 0.6, kernel_us: 9.0, reduce_kernel_us: 14.0}\n"
 
 
-def _calibrate(tmp_path, runs, capsys) -> tuple[int, dict]:
+def _calibrate(tmp_path, runs, capsys, *extra: str) -> tuple[int, dict]:
     (tmp_path / "wrong.yaml").write_text((builtin_folder() / "dgx2.yaml").read_text() + WRONG)
     code = main(["calibrate", *map(str, runs), "--profile", str(tmp_path / "wrong.yaml"), "-o",
-                 str(tmp_path / "out.yaml"), "--fit", "compute", "--json", "-"])
+                 str(tmp_path / "out.yaml"), "--fit", "compute", "--json", "-", *extra])
     captured = capsys.readouterr()
     return code, (json.loads(captured.out) if code == 0 else {"err": captured.err})
 
@@ -121,6 +121,8 @@ def test_the_same_runs_without_kineto_files_are_timed_by_their_host_spans(tmp_pa
         for f in run.glob("rank*.kineto.json"):
             f.unlink()
     code, report = _calibrate(tmp_path, runs, capsys)
+    assert code == 2 and "poor fit" in report["err"], report  # refused (issue 26: a calibration that questions)
+    code, report = _calibrate(tmp_path, runs, capsys, "--accept-poor-fit")
     assert code == 0 and report["phases"]["timing"] == "host spans"
     assert report["phases"]["median_error"] > 0.05  # 3x + 5 us is no V100: the model fits it badly
     profiles, name = Profiles.from_environment().with_system_file(tmp_path / "out.yaml")

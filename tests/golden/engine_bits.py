@@ -4,7 +4,9 @@ Every number a Result carries but the simulator's own statistics (events schedul
 from its exact repr: step times, communication stats, compute and offload seconds, the memory ledger's
 timeline, peaks and OOM, the allocator's step states and the trace events. tests/test_engine_bits.py
 asserts that today's engine gives the same hashes. Regenerate only deliberately, from an engine whose
-results are meant to change: python -m tests.golden.engine_bits
+results are meant to change: python -m tests.golden.engine_bits [CASE ...] (from the one-process-per-rank
+reference path, so the rank classes are still checked against it). Regenerated 2026-11-26 after the
+inter-node terms were fitted (issue 24) and the compute model gained sustained clocks (issue 25).
 """
 
 from __future__ import annotations
@@ -84,9 +86,11 @@ def fingerprint(result: Result) -> dict[str, str]:
     }
 
 
-def run_case(name: str) -> dict[str, str]:
+def run_case(name: str, rank_classes: bool = True) -> dict[str, str]:
+    """The fingerprint of case `name`; `rank_classes=False` runs per-rank mode one process per rank, the
+    reference the goldens are regenerated from when the model's results are meant to change."""
     path, overrides, mode = CASES[name]
-    return fingerprint(simulate(load_scenario(ROOT / path, list(overrides)), mode=mode))
+    return fingerprint(simulate(load_scenario(ROOT / path, list(overrides)), mode=mode, rank_classes=rank_classes))
 
 
 def main() -> None:
@@ -97,7 +101,7 @@ def main() -> None:
     known = json.loads(FILE.read_text()) if FILE.exists() else {}
     for name in names:
         start = time.perf_counter()
-        known[name] = run_case(name)
+        known[name] = run_case(name, rank_classes=False)
         print(f"{name}: {time.perf_counter() - start:.2f} s {known[name]['step_seconds']}", flush=True)
     FILE.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
 
