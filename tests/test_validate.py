@@ -88,13 +88,18 @@ def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
 def test_every_run_of_the_authors_chart_is_a_point(paper_run):
     """DeepSpeed's ZeRO-2 figure (the same runs, per run): one point per run, against its value there,
     with the run's reserved peak in the note (docs/validation.md relates the two)."""
-    from zsim.validate.paper import CHART, scenarios_dir
+    from zsim.validate.paper import CHART, CHART_MEGATRON, CHART_MEGATRON_TOLERANCE, scenarios_dir
 
     _, report = paper_run
-    chart = [p for p in report["points"] if p["group"].startswith("Per run")]
+    chart = [p for p in report["points"] if p["group"].startswith("Per run — the authors' chart")]
     assert [p["published"] for p in chart] == list(CHART.values())
     assert all((scenarios_dir() / f"{name}.yaml").is_file() for name in CHART)
     assert all(p["simulated"] is not None and "reserved peak" in p["note"] for p in chart)
+    # the same chart's Megatron-LM baselines (TP across nodes), per run, at the issue's ±30%
+    baselines = [p for p in report["points"] if p["group"].startswith("Per run — the chart's Megatron-LM")]
+    assert [p["published"] for p in baselines] == list(CHART_MEGATRON.values())
+    assert all((scenarios_dir() / f"{name}.yaml").is_file() for name in CHART_MEGATRON)
+    assert all(p["simulated"] is not None and p["tolerance"] == CHART_MEGATRON_TOLERANCE for p in baselines)
     fig3 = next(c for c in report["checks"] if c["claim"].startswith("TFLOPS per GPU rise"))
     assert "25.7, 37.6, 39.1, 36.7" in fig3["detail"]  # the chart's own bars, printed beside zsim's
 

@@ -14,6 +14,7 @@ from zsim.memory.timeline import timeline_facts
 from zsim.workload.transformer import active_params, attention_score_bytes
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.report.network import network_facts
+from zsim.report.error_band import band_facts
 
 RESULT_SCHEMA = "zsim-result/1"
 
@@ -140,6 +141,8 @@ def facts(result: Result) -> dict[str, Any]:
             "offload_seconds_per_step": result.offload_seconds / steps,
             "ep_comm_seconds_per_step": result.ep_comm_seconds / steps,
         },
+        # How wrong zsim has been on held-out published runs of this regime (zsim.validate.band).
+        "band": band_facts(s, mean_step),
         "throughput": {
             "tflops_per_gpu": hw_tflops,
             "model_tflops_per_gpu": result.model_flops / result.total_seconds / 1e12,

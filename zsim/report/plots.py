@@ -47,6 +47,17 @@ class MemorySeries:
     reserved_peak: tuple[float, float]  # reserved (bytes, s)
     oom: tuple[float, str] | None  # (s, category)
     title: str
+    # Where held-out published runs of the regime would have ended the run: (low s, high s, regime), from
+    # result.json's `band` (zsim.report.error_band); None outside every validated regime.
+    band: tuple[float, float, str] | None = None
+
+
+def _band_span(band: dict | None, steps: int) -> tuple[float, float, str] | None:
+    """The run's end as the band places it: each step's (low, high) × the steps; None without a band."""
+    if not band or band.get("match") == "outside":
+        return None
+    near = " (nearest regime)" if band["match"] == "nearest" else ""
+    return steps * band["step_low_s"], steps * band["step_high_s"], band["regime"] + near
 
 
 def series_from_result(result: Result) -> MemorySeries:
@@ -56,12 +67,16 @@ def series_from_result(result: Result) -> MemorySeries:
     times, rows = ledger.timeline()
     reserved = ledger.reserved_timeline()
     s = result.scenario
+    from zsim.report.error_band import band_facts
+
+    band = band_facts(s, result.total_seconds / len(result.step_seconds))
     return MemorySeries(
         times=times, layers=np.column_stack([rows, reserved - rows.sum(axis=1)]),
         end_s=max(result.total_seconds, times[-1] if len(times) else 0.0), capacity=ledger.capacity,
         peak=(ledger.peak, ledger.peak_time), reserved_peak=(ledger.peak_reserved, ledger.peak_reserved_time),
         oom=(ledger.oom.time_s, ledger.oom.category) if ledger.oom else None,
-        title=f"{s.name}: memory per GPU (all {s.layout.world} ranks alike), ZeRO stage {s.zero.stage}")
+        title=f"{s.name}: memory per GPU (all {s.layout.world} ranks alike), ZeRO stage {s.zero.stage}",
+        band=_band_span(band, len(result.step_seconds)))
 
 
 def series_from_files(folder: Path) -> MemorySeries:
@@ -83,7 +98,8 @@ def series_from_files(folder: Path) -> MemorySeries:
         reserved_peak=(mem["reserved_peak_bytes"], mem["reserved_peak_time_s"]),
         oom=(oom["time_s"], oom["category"]) if oom else None,
         title=f"{facts['scenario']['name']}: memory per GPU (all {facts['layout']['gpus']} ranks alike), "
-              f"ZeRO stage {facts['zero']['stage']}")
+              f"ZeRO stage {facts['zero']['stage']}",
+        band=_band_span(facts.get("band"), len(facts["time"]["step_seconds"])))
 
 
 def memory_timeline_png(result: Result, path: Path) -> Path:
@@ -137,10 +153,16 @@ def memory_figure(m: MemorySeries):
         ax.axvline(m.oom[0], color="red", linewidth=1)
         ax.text(m.oom[0], cap * 0.5, f" OOM ({m.oom[1]}) ", color="red", fontsize=8,
                 ha="right" if leftwards(m.oom[0]) else "left")
+    right = m.end_s
+    if m.band is not None:  # where published runs of this regime would have ended the run (error band)
+        low, high, regime = m.band
+        ax.axvspan(low, high, color="tab:orange", alpha=0.15, linewidth=0,
+                   label=f"run's end by the error band:\n{regime}")
+        right = max(right, high)
     ax.set_title(m.title, fontsize=10)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("GB (10⁹ bytes)")
-    ax.set_xlim(0, m.end_s)
+    ax.set_xlim(0, right)
     ax.set_ylim(0, max(cap, m.reserved_peak[0] / GB) * 1.1)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()

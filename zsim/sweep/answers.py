@@ -100,9 +100,9 @@ def fastest(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
 
 
 def with_room(row: dict[str, Any]) -> bool:
-    """A point whose step time zsim does not caution about: no allocator cache flush, and not as close
-    to capacity as the ZeRO paper's runs zsim overestimates most (zsim.report.cautions)."""
-    return not row.get("near_capacity") and not row.get("allocator_flushes")
+    """A point whose step time zsim does not caution about: no allocator cache flush (whose time the step
+    leaves out). Memory pressure alone is no caution: issue 25 found the misses are not the allocator."""
+    return not row.get("allocator_flushes")
 
 
 def fastest_with_room(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:

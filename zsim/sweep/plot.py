@@ -123,6 +123,11 @@ def sweep_figure(sweep):
             color = colors[li % len(colors)]
             oom = [r for r in sel if r["status"] == "oom"]
             label = safe_label(f"{lines} = {lv}" if lines else metric) + (" (OOM)" if len(oom) == len(sel) else "")
+            banded = [r for r in sel if metric == "step_s" and r.get("band_low_s") is not None]
+            if banded:  # the error band of each point's regime (zsim.validate.band), shaded around the line
+                ax.fill_between([r[x] for r in banded], [r["band_low_s"] for r in banded],
+                                [r["band_high_s"] for r in banded], color=color, alpha=0.12, linewidth=0,
+                                label="error band (held-out published runs)" if li == 0 else None)
             ax.plot([r[x] for r in sel], [r[metric] for r in sel], marker="o", markersize=3, color=color, label=label,
                     linestyle="--" if len(oom) == len(sel) else "-", alpha=0.6 if len(oom) == len(sel) else 1.0)
             if oom:

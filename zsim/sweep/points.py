@@ -209,7 +209,7 @@ def _check_answers(spec: SweepFile, keys: list[str], source: str) -> None:
     """`metric` and `plot.metric` name result columns; `plot.x` and `plot.lines` name swept keys."""
     from zsim.sweep.row import COLUMNS
 
-    numeric = [c for c in COLUMNS if c not in ("status", "near_capacity", "oom", "bottleneck_kind", "bottleneck",
+    numeric = [c for c in COLUMNS if c not in ("status", "band_match", "band_regime", "oom", "bottleneck_kind", "bottleneck",
                                                "dp_algorithm", "mode", "key")]
     metrics = [("metric", spec.metric)] + ([("plot.metric", spec.plot.metric)] if spec.plot and spec.plot.metric else [])
     for where, metric in metrics:

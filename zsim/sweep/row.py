@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from zsim.engine.result import Result
-from zsim.report.cautions import margin_share, near_capacity
+from zsim.report.error_band import band_facts
 
 GB = 1e9
 
@@ -18,7 +18,7 @@ GB = 1e9
 COLUMNS = (
     "status", "step_s", "compute_s", "mp_comm_s", "dp_comm_s", "exposed_comm_s", "offload_s", "comm_share", "exposed_share",
     "tflops_per_gpu", "percent_of_peak", "tokens_per_s", "peak_bytes", "reserved_peak_bytes", "capacity_bytes",
-    "reserved_margin_share", "near_capacity", "allocator_flushes", "model_states_bytes", "oom", "bottleneck_kind", "bottleneck", "dp_algorithm", "gpus", "mode", "key",
+    "reserved_margin_share", "band_low_s", "band_high_s", "band_match", "band_regime", "allocator_flushes", "model_states_bytes", "oom", "bottleneck_kind", "bottleneck", "dp_algorithm", "gpus", "mode", "key",
 )
 
 
@@ -98,8 +98,8 @@ def result_row(result: Result, oom_reason: str | None, capacity_bytes: int, key:
         oom = (f"{o.category} ({o.tag}, {o.nbytes / GB:.2f} GB) needed {o.reserved_bytes / GB:.1f} GB reserved "
                f"> {o.capacity_bytes / GB:.1f} GB at t = {o.time_s:.3f} s")
     kind, words = bottleneck(result, oom, capacity_bytes, states_oom=oom_reason is not None)
-    # A CPU host's peak is below one TFLOPS (zsim.report.summary._is_gpu): no CUDA caching allocator there.
-    share = margin_share(ledger.peak_reserved, capacity_bytes)
+    share = (capacity_bytes - ledger.peak_reserved) / capacity_bytes if capacity_bytes else 1.0
+    band = band_facts(s, step) if step else {"match": "outside", "regime": None}
     return {
         "status": "oom" if oom else "fits",
         "step_s": step,
@@ -117,7 +117,11 @@ def result_row(result: Result, oom_reason: str | None, capacity_bytes: int, key:
         "reserved_peak_bytes": ledger.peak_reserved,
         "capacity_bytes": capacity_bytes,
         "reserved_margin_share": share,
-        "near_capacity": near_capacity(share, fits=oom is None, gpu=peak_flops >= 1e12),
+        # The step range held-out published runs of this regime imply (zsim.validate.band); None outside.
+        "band_low_s": band.get("step_low_s"),
+        "band_high_s": band.get("step_high_s"),
+        "band_match": band["match"],
+        "band_regime": band.get("regime") if band["match"] != "outside" else None,
         "allocator_flushes": len(ledger.flush_times),
         "model_states_bytes": result.model_states.total,
         "oom": oom,

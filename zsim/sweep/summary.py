@@ -7,12 +7,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from zsim.report.cautions import slower_words
 from zsim.sweep.answers import KNEE_GAIN, better, with_room
 from zsim.sweep.points import describe
 
 MAX_ROWS = 24
-ROW_COLUMNS = ("status", "step_s", "comm_share", "exposed_share", "tflops_per_gpu", "reserved_margin_share",
+ROW_COLUMNS = ("status", "step_s", "band_low_s", "band_high_s", "comm_share", "exposed_share", "tflops_per_gpu", "reserved_margin_share",
                "bottleneck")
 
 
@@ -40,15 +39,12 @@ def rerun_command(base: Path, values: dict[str, Any], fixed: dict[str, Any]) -> 
 
 
 def _memory_caution(sweep, metric: str) -> list[str]:
-    """When the best point's time is one zsim cautions about (allocator flushes, or near capacity as the
-    ZeRO paper's runs it overestimates most), say so and name the best point with room."""
+    """When the best point's allocator flushes its cache (time the step leaves out), say so and name the
+    best point without flushes."""
     best, plan = sweep.best, sweep.plan
     if with_room(best):
         return []
     why = []
-    if best["near_capacity"]:
-        why.append(f"keeps {best['reserved_margin_share']:.0%} of GPU memory free; the ZeRO paper's runs this close "
-                   f"ran {slower_words()}")
     if best["allocator_flushes"]:
         n = best["allocator_flushes"]
         why.append(f"its allocator released its cache {'once' if n == 1 else f'{n} times'} (not timed)")

@@ -30,24 +30,24 @@ def report_png(report: Report, path: Path) -> Path:
     for y, p in enumerate(rows):
         band = 100 * p.tolerance
         ax.barh(y, 2 * band, left=-band, height=0.6, color="0.88", linewidth=0)
-        color = "tab:green" if p.passed else "tab:red"
+        color = ("tab:green" if p.passed else "tab:red") if p.judged else "0.45"  # grey: printed, not judged
         if p.error is None:
             ax.text(0, y, "no value", va="center", ha="center", fontsize=7, color=color)
         else:
             ax.plot([100 * p.error], [y], marker="o", color=color)
             ax.annotate(f"{100 * p.error:+.1f}%", (100 * p.error, y), textcoords="offset points", xytext=(6, -3),
                         fontsize=7, color=color)
-        labels.append(f"{p.group.split(' — ')[0]}: {p.name}")
+        labels.append(f"{p.group.split(' — ')[0]}: {p.name}" + ("" if p.judged else " (calibration)"))
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()  # the report's order, top to bottom
     ax.set_xlabel("simulated / published − 1 (%); grey: the point's tolerance")
-    passed = sum(p.passed for p in report.points) + sum(c.passed for c in report.checks)
-    total = len(report.points) + len(report.checks)
+    judged = [p.passed for p in report.points if p.judged] + [c.passed for c in report.checks if c.judged]
+    passed, total = sum(judged), len(judged)
     title = f"{report.title}: {passed} of {total} pass"
     if exact:
         title += f"\n({sum(p.passed for p in exact)} of {len(exact)} table rows exact to the printed digit, not drawn)"
-    failed = list(dict.fromkeys(c.group for c in report.checks if not c.passed))  # each group once
+    failed = list(dict.fromkeys(c.group for c in report.checks if c.judged and not c.passed))  # each group once
     if failed:  # wrapped to the figure's width: a title line wider than the figure is cut off
         title += "\n" + textwrap.fill("checks that fail (not drawn): " + "; ".join(failed), width=75)
     ax.set_title(title, fontsize=9)

@@ -64,6 +64,16 @@ CHART = {
     "fig4-zero-dp-8B": 46.8, "fig4-zero-dp-10B": 40.9, "fig4-zero-dp-11B": 35.4, "fig4-zero-dp-12B": 32.6,
     "fig4-zero-dp-13B": 21.0, "fig4-ddp-1.16B": 39.4, "fig4-ddp-1.38B": 18.0,
 }
+# The same chart's red triangles, "Baseline w. internode MP": Megatron-LM with tensor parallelism across nodes,
+# per Figure 2 run (40B-170B), read from zero-full.png by the same method as CHART (bounding-box centre of
+# each marker against the gridlines; the method gives CHART's ZeRO-2 values back within 0.1 TFLOPS).
+CHART_MEGATRON = {
+    "fig2-megatron-40B": 4.7, "fig2-megatron-60B": 6.1, "fig2-megatron-80B": 5.1, "fig2-megatron-100B": 3.6,
+    "fig2-megatron-120B": 3.6, "fig2-megatron-140B": 3.7, "fig2-megatron-170B": 2.0,
+}
+# Values of 2-6 TFLOPS read to about ±0.3 carry ±5-15% of reading error alone; issue 25 judges these
+# chart baselines at ±30% (its "How it will be judged"), so the suite holds them to that.
+CHART_MEGATRON_TOLERANCE = 0.30
 CHART_LABELS = {"fig2-zero-": "Fig. 2 ", "fig3-60B-": "Fig. 3 60B, ", "fig4-zero-dp-": "§10.4 ", "fig4-ddp-": "§10.4 DDP "}
 TABLE2 = {1: (2, 7.6, 14.4, 128), 2: (4, 15.2, 28.8, 256), 4: (8, 30.4, 57.6, 512), 8: (16, 60.8, 115.2, 1024),
           16: (32, 121.6, 230.4, 2048)}
@@ -120,7 +130,7 @@ def run(progress: bool = False, overrides: tuple[str, ...] = ()) -> Report:
     runs: dict[str, tuple[float, bool, float, float]] = {}  # name -> (TFLOPS/GPU, fits, reserved peak, capacity GB)
     try:
         zero = _figure2(sc, report, bar, runs)
-        _megatron(sc, report, bar, zero)
+        _megatron(sc, report, bar, zero, runs)
         _megatron_single_gpu(sc, report, bar)
         _figure3(sc, report, bar, runs)
         _figure4(sc, report, bar, runs)
@@ -176,7 +186,7 @@ def _figure2(sc: ScenarioSet, report: Report, bar, runs: dict) -> dict[str, floa
     return tflops
 
 
-def _megatron(sc: ScenarioSet, report: Report, bar, zero: dict[str, float]) -> None:
+def _megatron(sc: ScenarioSet, report: Report, bar, zero: dict[str, float], runs: dict) -> None:
     """The Megatron-LM baseline falls off steeply once MP leaves a node; ZeRO-100B is several times
     faster from 40B up (paper §10.2: up to 10x)."""
     group = "Figure 2 — Megatron-LM baseline"
@@ -184,6 +194,7 @@ def _megatron(sc: ScenarioSet, report: Report, bar, zero: dict[str, float]) -> N
     rows: list[str] = []
     for size, result in _runs(sc, "fig2-megatron-", MEGATRON_SIZES, bar, rows):
         paper, _ = paper_tflops(result)
+        _record(runs, f"fig2-megatron-{size}", result, paper)
         base[size] = (paper, result.scenario.layout.mp, result.fits)
         rows.append(f"{size}: MP {result.scenario.layout.mp}, {'fits' if result.fits else 'OOM'}, {paper:.1f} TFLOPS/GPU")
     detail = "; ".join(rows)
@@ -280,6 +291,13 @@ def _chart(report: Report, runs: dict) -> None:
         report.points.append(Point(group, f"{label} TFLOPS/GPU", tflops, published, "TFLOPS", 0.15, fits=fits,
                                    note="cannot run" if tflops is None else f"reserved peak {reserved:.1f} GB of "
                                    f"{capacity:.1f}; read from the chart, ±0.3 TFLOPS"))
+    group = "Per run — the chart's Megatron-LM baselines, tensor parallelism across nodes (zero-full.png)"
+    for name, published in CHART_MEGATRON.items():
+        tflops, fits, reserved, capacity = runs.get(name, (None, None, None, None))
+        report.points.append(Point(group, f"Fig. 2 Megatron-LM {name.removeprefix('fig2-megatron-')} TFLOPS/GPU",
+                                   tflops, published, "TFLOPS", CHART_MEGATRON_TOLERANCE, fits=fits,
+                                   note="cannot run" if tflops is None else "red triangle 'Baseline w. internode MP', "
+                                   "read from the chart, ±0.3 TFLOPS"))
 
 
 def _figure6(sc: ScenarioSet, report: Report, bar) -> None:

@@ -19,6 +19,8 @@ class Point:
             the largest |simulated − published| (for numbers printed to a fixed precision).
         fits: whether the simulated run fits in GPU memory (None: not a simulated run).
         note: what the comparison means (conventions, sources).
+        judged: False for a point printed but not held to its tolerance (a suite's calibration half):
+            its result reads 'miss'/'ok' and does not fail the report.
     """
 
     group: str
@@ -30,6 +32,7 @@ class Point:
     absolute: bool = False
     fits: bool | None = None
     note: str = ""
+    judged: bool = True
 
     @property
     def error(self) -> float | None:
@@ -55,6 +58,7 @@ class Check:
     claim: str
     passed: bool
     detail: str
+    judged: bool = True  # False: printed, not held to (a suite's calibration half)
 
 
 @dataclass
@@ -74,7 +78,7 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return all(p.passed for p in self.points) and all(c.passed for c in self.checks)
+        return all(p.passed for p in self.points if p.judged) and all(c.passed for c in self.checks if c.judged)
 
     def as_dict(self) -> dict[str, Any]:
         points = [{**asdict(p), "error": p.error, "passed": p.passed} for p in self.points]
@@ -96,15 +100,24 @@ class Report:
             fits = "" if p.fits is None else ("yes" if p.fits else "OOM")
             tol = f"±{p.tolerance:g}" if p.absolute else f"±{p.tolerance:.0%}"
             lines.append(f"  {p.name:<34} {sim:>10} {p.published:>10,.4g} {p.unit:<9} {err:>8} {fits:>5} {tol:>10}  "
-                         f"{'pass' if p.passed else 'FAIL'}")
+                         f"{_verdict(p.passed, p.judged)}")
         if self.checks:
             lines.append("\nChecks")
             for c in self.checks:
-                lines.append(f"  [{'pass' if c.passed else 'FAIL'}] {c.group}: {c.claim}")
+                lines.append(f"  [{_verdict(c.passed, c.judged)}] {c.group}: {c.claim}")
                 lines += [f"         {part}" for part in c.detail.split("; ")]
         for n in self.notes:
             lines.append(f"\nnote: {n}")
-        failed = sum(not p.passed for p in self.points) + sum(not c.passed for c in self.checks)
-        total = len(self.points) + len(self.checks)
-        lines.append(f"\n{total - failed} of {total} pass" + ("" if not failed else f"; {failed} FAIL"))
+        judged = [p.passed for p in self.points if p.judged] + [c.passed for c in self.checks if c.judged]
+        failed = judged.count(False)
+        unjudged = len(self.points) + len(self.checks) - len(judged)
+        lines.append(f"\n{len(judged) - failed} of {len(judged)} pass" + ("" if not failed else f"; {failed} FAIL")
+                     + (f" ({unjudged} more printed, not judged: calibration)" if unjudged else ""))
         return "\n".join(lines)
+
+
+def _verdict(passed: bool, judged: bool) -> str:
+    """'pass'/'FAIL' for a judged point or check, 'ok'/'miss' for one only printed."""
+    if judged:
+        return "pass" if passed else "FAIL"
+    return "ok" if passed else "miss"

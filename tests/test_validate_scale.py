@@ -1,0 +1,85 @@
+"""`zsim validate scale` (zsim.validate.scale): the declared published runs, judged on their held-out half,
+and a suite that can fail."""
+
+import pytest
+import yaml
+
+from zsim.cli import main
+from zsim.validate.scale import Residual, _trend, default_suite, load_suite, run
+
+
+def test_the_declared_suite_covers_what_issue_25_asks():
+    """At least 16 points from at least 4 clusters, V100 and A100/H100, ZeRO-2/3 and tensor parallelism
+    across nodes, both halves, and a held-out series at a fixed global batch over rising GPU counts."""
+    points, series = load_suite(default_suite())
+    data = yaml.safe_load(default_suite().read_text())
+    assert len(points) >= 16 and len({p.cluster for p in points}) >= 4
+    gpus = {data["clusters"][p.cluster]["gpu"].split("-")[0] for p in points}
+    assert {"V100", "A100", "H100"} <= gpus
+    frameworks = " ".join(p.framework for p in points)
+    assert "ZeRO-3" in frameworks and "ZeRO-2" in frameworks and "across nodes" in frameworks
+    assert {p.half for p in points} == {"calibration", "held_out"}
+    assert all(p.quote for p in points) and all("source" in raw for raw in data["points"])
+    fixed = [s for s in series if "fixed global batch" in s["name"]]
+    by_id = {p.id: p for p in points}
+    assert any(all(by_id[i].half == "held_out" for i in s["points"]) for s in fixed)
+
+
+def _suite_with(tmp_path, tokens_per_s: float):
+    """A one-point suite: the MosaicML H100 13B run on 16 GPUs (0.2 s to simulate), with its published
+    throughput replaced."""
+    data = yaml.safe_load(default_suite().read_text())
+    point = next(p for p in data["points"] if p["id"] == "h100-13b-16")
+    point["published"]["tokens_per_s"] = tokens_per_s
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump({"points": [point]}))
+    return path
+
+
+def test_a_point_zsim_misses_fails_the_suite_and_exits_1(tmp_path):
+    # ten times the published throughput: zsim's step is several times the implied one
+    path = _suite_with(tmp_path, 762800.0)
+    report = run(suite_file=path)
+    (point,) = report.points
+    assert point.judged and point.error > 0.35 and not point.passed and not report.passed
+    assert main(["validate", "scale", "--suite-file", str(path)]) == 1
+
+
+def test_a_calibration_point_is_printed_not_judged(tmp_path):
+    path = _suite_with(tmp_path, 762800.0)
+    data = yaml.safe_load(path.read_text())
+    data["points"][0]["half"] = "calibration"
+    data["points"].append({**data["points"][0], "id": "copy", "half": "held_out"})
+    data["points"][1]["published"] = {"tokens_per_s": 1.0, "tokens_per_step": 1.0}
+    path.write_text(yaml.safe_dump(data))
+    report = run(suite_file=path)
+    held, calibration = sorted(report.points, key=lambda p: p.name == "h100-13b-16")
+    assert not calibration.judged and not calibration.passed
+    assert held.judged and "miss" in report.table() and "not judged" in report.table()
+
+
+def test_a_series_trend_is_judged_on_sign_and_ratio():
+    def r(i, sim, pub):
+        return Residual(i, "held_out", None, sim, pub, True, "")
+
+    # published step falls to 0.82x; zsim's to 0.27x: right sign, ratio 67% off
+    assert not _trend("s", [r("a", 52.0, 81.6), r("b", 14.0, 66.7)], True).passed
+    assert _trend("s", [r("a", 50.0, 80.0), r("b", 42.0, 66.0)], True).passed
+    assert not _trend("s", [r("a", 50.0, 80.0), r("b", 55.0, 66.0)], True).passed  # wrong sign
+    unjudged = _trend("s", [r("a", 52.0, 81.6), r("b", 14.0, 66.7)], False)
+    assert not unjudged.passed and not unjudged.judged
+
+
+@pytest.mark.parametrize("edit, where", [
+    (lambda p: p.pop("half"), "points[0]"),
+    (lambda p: p.update(half="maybe"), "points[0].half"),
+    (lambda p: p.update(published={"tflops_per_gpu": 1}), "points[0].published"),
+])
+def test_a_malformed_suite_is_refused_naming_file_and_key(tmp_path, capsys, edit, where):
+    path = _suite_with(tmp_path, 76280.0)
+    data = yaml.safe_load(path.read_text())
+    edit(data["points"][0])
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", "scale", "--suite-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and where in err

@@ -1,0 +1,208 @@
+"""The error band of an answer: how wrong zsim's step time has been on published runs of the same regime
+(issue 25, item 5), from the validation suites' held-out points, never hand-set.
+
+A regime is (topology, GPU generation, profile kind):
+- topology: one node; data parallel across nodes (ZeRO 0-2, MP inside a node); tensor parallelism across
+  nodes (MP larger than a node); ZeRO-3 across nodes up to SCALE_GPUS GPUs; ZeRO-3 at scale (more);
+- generation: the GPU's architecture (compute capability: Volta, Ampere, Hopper, Blackwell);
+- profile kind: shipped (hwprofiles/ as written) or calibrated (`zsim calibrate` wrote it).
+
+The residuals (error = simulated / published step time − 1; negative: zsim is faster than the run) come from
+- `zsim validate scale`'s held-out half (zsim/validate/suites/scale.yaml);
+- `zsim validate megatron`'s per-GPU throughput points (no zsim term was fitted to them: docs/validation.md);
+- `zsim validate paper`'s per-run chart points (CHART, CHART_MEGATRON: no term fitted to them), except the
+  runs the scale suite declares (they enter through it, in their half).
+`python -m zsim.validate.band --write` simulates them and rewrites band_table.json beside this file;
+tests/test_band.py checks that the stored table is the one its residuals give, and (slow) that the
+residuals are current.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TABLE = Path(__file__).resolve().with_name("band_table.json")
+REGENERATE = ".venv/bin/python -m zsim.validate.band --write"
+# ZeRO-3 "at scale" starts above this many GPUs: the edge between the largest held-out ZeRO-3 run of the
+# MosaicML tables (128 GPUs) and the smallest of Narayanan et al.'s (384); any edge from 128 to 383 gives
+# the same table. A bin edge where the data has a gap, not a fit.
+SCALE_GPUS = 256
+GENERATIONS = {70: "Volta", 80: "Ampere", 90: "Hopper", 100: "Blackwell"}  # compute capability // 10 * 10
+
+
+@dataclass(frozen=True, slots=True)
+class Regime:
+    """Where a run sits: `topology`, `generation` (GPU architecture), `profile` ('shipped' or 'calibrated')."""
+
+    topology: str
+    generation: str
+    profile: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.topology} | {self.generation} | {self.profile} profile"
+
+
+def regime_of(scenario) -> Regime:
+    """The regime of a Scenario (module docstring)."""
+    lay, cluster = scenario.layout, scenario.cluster
+    if lay.mp > cluster.gpus_per_node:
+        topology = "tensor parallelism across nodes"
+    elif cluster.nodes == 1:
+        topology = "one node"
+    elif scenario.zero.stage == 3:
+        topology = (f"ZeRO-3 at scale (over {SCALE_GPUS} GPUs)" if lay.world > SCALE_GPUS
+                    else f"ZeRO-3 across nodes (up to {SCALE_GPUS} GPUs)")
+    else:
+        topology = "data parallel across nodes (ZeRO 0-2)"
+    cc = cluster.gpu.compute_capability
+    generation = GENERATIONS.get(cc // 10 * 10, f"compute capability {cc}") if cc else "CPU"
+    return Regime(topology, generation, "calibrated" if cluster.calibration is not None else "shipped")
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """The held-out residuals of one regime: `n` runs, their median, lowest and highest error. `match`
+    says how the asking run relates to it: 'exact', or 'nearest' (same topology, another generation or
+    profile kind: the run itself is outside every validated regime)."""
+
+    regime: str
+    n: int
+    median: float
+    low: float
+    high: float
+    points: tuple[str, ...]
+    match: str = "exact"
+
+    def step_range(self, step_s: float) -> tuple[float, float, float]:
+        """(low, median, high) step times, seconds, that the published runs of the regime imply for a
+        simulated `step_s`: published = simulated / (1 + error)."""
+        return step_s / (1 + self.high), step_s / (1 + self.median), step_s / (1 + self.low)
+
+    def words(self, step_s: float) -> str:
+        """One line: the band in seconds and where it comes from."""
+        lo, mid, hi = self.step_range(step_s)
+        where = (f"{self.n} held-out published run{'s' if self.n > 1 else ''} of {self.regime}"
+                 if self.match == "exact" else
+                 f"outside every validated regime; nearest: {self.n} held-out run{'s' if self.n > 1 else ''} of "
+                 f"{self.regime}")
+        return (f"{lo:.3g}-{hi:.3g} s (median {mid:.3g} s): {where} took {1 / (1 + self.high):.2f}x to "
+                f"{1 / (1 + self.low):.2f}x zsim's step")
+
+    def as_dict(self, step_s: float) -> dict[str, Any]:
+        lo, mid, hi = self.step_range(step_s)
+        return {"regime": self.regime, "match": self.match, "n": self.n, "error_median": self.median,
+                "error_low": self.low, "error_high": self.high, "step_low_s": lo, "step_median_s": mid,
+                "step_high_s": hi, "points": list(self.points), "table": str(TABLE.name)}
+
+
+def read_table(path: Path = TABLE) -> dict[str, Any]:
+    """The stored table. Raises ConfigError for an unreadable one."""
+    from zsim.config.yamlfile import read_json
+    from zsim.errors import ConfigError
+
+    data = read_json(path, what="band table")
+    if not isinstance(data, dict) or not isinstance(data.get("regimes"), dict):
+        raise ConfigError(f"not a band table (no 'regimes'); regenerate it: {REGENERATE}", source=str(path))
+    return data
+
+
+def band_for(scenario, table: dict[str, Any] | None = None) -> Band | None:
+    """The band of `scenario`'s regime; else the nearest (same topology, another generation or profile
+    kind, most runs first), marked 'nearest'; None when no held-out run shares its topology."""
+    regimes = (table or read_table())["regimes"]
+    regime = regime_of(scenario)
+    if regime.key in regimes:
+        return _band(regime.key, regimes[regime.key], "exact")
+    near = [(k, v) for k, v in regimes.items() if k.split(" | ")[0] == regime.topology]
+    if not near or regime.generation == "CPU":  # no GPU run's error says anything about a CPU host's
+        return None
+    key, row = max(near, key=lambda kv: (kv[1]["n"], kv[0].split(" | ")[2] == regime.key.split(" | ")[2]))
+    return _band(key, row, "nearest")
+
+
+def _band(key: str, row: dict[str, Any], match: str) -> Band:
+    return Band(key, row["n"], row["error_median"], row["error_low"], row["error_high"], tuple(row["points"]), match)
+
+
+def outside_words(scenario) -> str:
+    """What `zsim run` prints when no held-out run shares the run's topology."""
+    return (f"outside every validated regime: no held-out published run of {regime_of(scenario).topology} "
+            "(docs/validation.md, 'Error band'); the step time has no measured error")
+
+
+def build_table(residuals: list[dict[str, Any]]) -> dict[str, Any]:
+    """The table from residuals ({'suite', 'point', 'regime', 'error'}): per regime, n, the median,
+    lowest and highest error and the points. A residual without an error (the run did not simulate or
+    did not fit) is listed under 'unsimulated', not in a band."""
+    regimes: dict[str, Any] = {}
+    for key in sorted({r["regime"] for r in residuals if r["error"] is not None}):
+        rows = [r for r in residuals if r["regime"] == key and r["error"] is not None]
+        errors = [r["error"] for r in rows]
+        regimes[key] = {"n": len(rows), "error_median": round(statistics.median(errors), 4),
+                        "error_low": round(min(errors), 4), "error_high": round(max(errors), 4),
+                        "points": [f"{r['suite']}:{r['point']}" for r in rows]}
+    return {"generated_by": REGENERATE,
+            "error": "simulated / published step time - 1 (negative: zsim faster than the published run)",
+            "regimes": regimes,
+            "unsimulated": [f"{r['suite']}:{r['point']}" for r in residuals if r["error"] is None],
+            "residuals": residuals}
+
+
+def collect(progress: bool = False) -> list[dict[str, Any]]:
+    """Simulate every held-out point of the suites (module docstring) and return its residual."""
+    from zsim.validate import megatron, paper, scale
+
+    out: list[dict[str, Any]] = []
+    points, res = scale.residuals(progress=progress)
+    for p, r in zip(points, res):
+        if p.half == "held_out":
+            out.append(_row("scale", p.id, r.scenario, r.error))
+    declared = {Path(p.scenario_file).stem for p in points if p.scenario_file}
+    chart = {**paper.CHART, **paper.CHART_MEGATRON}
+    for name, published in chart.items():
+        if name not in declared:
+            out.append(_tflops_row("paper", name, paper.scenarios_dir() / f"{name}.yaml", published))
+    for name, efficiency in [("1.2B-1gpu", 1.0)] + [(w[0], w[2]) for w in megatron.WEAK]:
+        out.append(_tflops_row("megatron", name, megatron.scenarios_dir() / f"{name}.yaml",
+                               efficiency * megatron.BASELINE_TFLOPS))
+    return out
+
+
+def _row(suite: str, point: str, scenario, error: float | None) -> dict[str, Any]:
+    regime = regime_of(scenario).key if scenario is not None else "unknown"
+    return {"suite": suite, "point": point, "regime": regime, "error": None if error is None else round(error, 4)}
+
+
+def _tflops_row(suite: str, name: str, path: Path, published_tflops: float) -> dict[str, Any]:
+    """A per-GPU TFLOPS point as a step-time residual: simulated/published step = published/simulated
+    TFLOPS (the same FLOP count on both sides, zsim.validate.paper.paper_tflops)."""
+    from zsim.validate.paper import paper_tflops
+    from zsim.validate.scenario_set import simulate_file
+
+    result, _ = simulate_file(path)
+    if result is None or not result.fits:
+        return _row(suite, name, None if result is None else result.scenario, None)
+    return _row(suite, name, result.scenario, published_tflops / paper_tflops(result)[0] - 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zsim.validate.band [--write]`: print the table the suites give now; --write stores it."""
+    args = sys.argv[1:] if argv is None else argv
+    table = build_table(collect(progress=sys.stderr.isatty()))
+    text = json.dumps(table, indent=1, ensure_ascii=False) + "\n"
+    if "--write" in args:
+        TABLE.write_text(text)
+        print(f"wrote {TABLE}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""`zsim validate scale`: published multi-node end-to-end runs against zsim's step time (issue 25, item 4).
+
+The points, their sources and their halves are declared in zsim/validate/suites/scale.yaml (before zsim was
+run on them). Each point's published throughput becomes a step time (`published_step`), the scenario is
+simulated, and the error is simulated / published step − 1 (negative: zsim is faster than the real run).
+
+Criteria, on the held-out half only (issue 25): the median |error| ≤ 15%, no |error| beyond 35%, and every
+held-out series' trend (last step / first step) right in sign and within 15% of the published ratio.
+Calibration points and series are printed, not judged. A point that cannot be simulated, or that runs out
+of memory, fails (if held out).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zsim.errors import ConfigError
+from zsim.validate.report import Check, Point, Report
+
+MEDIAN_LIMIT = 0.15  # issue 25: median |step-time error| on the held-out half
+POINT_LIMIT = 0.35  # issue 25: "none beyond 35%"
+TREND_LIMIT = 0.15  # issue 25: a series' ratio within 15% of the published one
+HALVES = ("calibration", "held_out")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def default_suite() -> Path:
+    """zsim/validate/suites/scale.yaml."""
+    return Path(__file__).resolve().parent / "suites" / "scale.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class ScalePoint:
+    """One declared run: `published` is the source's figure (tflops_per_gpu + flops, or tokens_per_s +
+    tokens_per_step); `scenario` an inline scenario mapping or `scenario_file` a path under the repository."""
+
+    id: str
+    cluster: str
+    half: str
+    framework: str
+    published: dict[str, Any]
+    quote: str
+    scenario: dict[str, Any] | None
+    scenario_file: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Residual:
+    """A simulated run against its published step time: error = simulated / published − 1 (None when the
+    run could not be simulated or does not fit)."""
+
+    id: str
+    half: str
+    scenario: Any  # zsim.config.scenario.Scenario, or None when it could not be built
+    simulated_s: float | None
+    published_s: float
+    fits: bool | None
+    note: str
+
+    @property
+    def error(self) -> float | None:
+        if self.simulated_s is None:
+            return None
+        return self.simulated_s / self.published_s - 1
+
+
+def load_suite(path: Path) -> tuple[list[ScalePoint], list[dict[str, Any]]]:
+    """The points and series of a suite file.
+
+    Raises:
+        ConfigError: naming the file, the point's index and key, for a missing or wrong key, an unknown
+        half, a duplicate id, or a series naming a point the file does not hold.
+    """
+    from zsim.config.yamlfile import read_yaml_mapping
+
+    data = read_yaml_mapping(path)
+    raw = data.get("points")
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("expected a non-empty list of points", source=str(path), path="points")
+    points: list[ScalePoint] = []
+    for i, p in enumerate(raw):
+        where = f"points[{i}]"
+        if not isinstance(p, dict):
+            raise ConfigError(f"expected a mapping, got {p!r}", source=str(path), path=where)
+        for key in ("id", "cluster", "half", "published"):
+            if key not in p:
+                raise ConfigError(f"missing key {key!r}", source=str(path), path=where)
+        if p["half"] not in HALVES:
+            raise ConfigError(f"half {p['half']!r} must be one of {', '.join(HALVES)}", source=str(path),
+                              path=f"{where}.half")
+        if ("scenario" in p) == ("scenario_file" in p):
+            raise ConfigError("give exactly one of scenario (a mapping) or scenario_file (a path)",
+                              source=str(path), path=where)
+        pub = p["published"]
+        if not isinstance(pub, dict) or not ({"tflops_per_gpu", "flops"} <= set(pub)
+                                              or {"tokens_per_s", "tokens_per_step"} <= set(pub)):
+            raise ConfigError("published needs tflops_per_gpu and flops, or tokens_per_s and tokens_per_step; "
+                              f"got {pub!r}", source=str(path), path=f"{where}.published")
+        if "flops" in pub and pub["flops"] not in FLOP_COUNTS:
+            raise ConfigError(f"flops {pub['flops']!r} must be one of {', '.join(FLOP_COUNTS)}", source=str(path),
+                              path=f"{where}.published.flops")
+        if any(x.id == p["id"] for x in points):
+            raise ConfigError(f"duplicate id {p['id']!r}", source=str(path), path=f"{where}.id")
+        points.append(ScalePoint(str(p["id"]), str(p["cluster"]), p["half"], str(p.get("framework", "")), pub,
+                                 str(p.get("quote", "")), p.get("scenario"), p.get("scenario_file")))
+    ids = {p.id for p in points}
+    series = data.get("series") or []
+    for j, s in enumerate(series):
+        missing = [x for x in s.get("points", []) if x not in ids] if isinstance(s, dict) else ["?"]
+        if missing or len(s.get("points", [])) < 2:
+            raise ConfigError(f"a series needs a name and two or more of the file's point ids; unknown: {missing}",
+                              source=str(path), path=f"series[{j}]")
+    return points, series
+
+
+def _narayanan_eq3(scenario) -> float:
+    """FLOPs of one step, Narayanan et al. SC'21 eq. 3: 96·B·s·l·h²·(1 + s/6h + V/16lh) (recompute counted)."""
+    m = scenario.model
+    batch = m.micro_batch * scenario.layout.dp * scenario.grad_accum
+    s, l, h, v = m.seq_len, m.layers, m.hidden, m.vocab
+    return 96 * batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+
+
+def _paper_8psi(scenario) -> float:
+    """FLOPs of one step in the ZeRO paper's convention: 8Ψ per token with checkpointing, 6Ψ without
+    (docs/validation.md, "Which FLOPs the paper counts"); Ψ as zsim counts the model."""
+    from zsim.workload.transformer import build_workload
+
+    m = scenario.model
+    tokens = m.micro_batch * scenario.layout.dp * scenario.grad_accum * m.seq_len
+    per_token = 8 if scenario.zero.activation_checkpointing else 6
+    return per_token * build_workload(scenario.model, scenario.layout.mp, scenario.precision.dtype).total_params * tokens
+
+
+FLOP_COUNTS = {"narayanan-eq3": _narayanan_eq3, "paper-8psi": _paper_8psi}
+
+
+def published_step(point: ScalePoint, scenario) -> float:
+    """The step time, seconds, that the point's published figure implies for its scenario."""
+    pub = point.published
+    if "tokens_per_s" in pub:
+        return float(pub["tokens_per_step"]) / float(pub["tokens_per_s"])
+    flops = FLOP_COUNTS[pub["flops"]](scenario)
+    return flops / (float(pub["tflops_per_gpu"]) * 1e12 * scenario.layout.world)
+
+
+def _scenario(point: ScalePoint, suite: Path):
+    """The point's Scenario. Raises ConfigError naming the suite file and point."""
+    from zsim.config.scenario import build_scenario, load_scenario
+
+    if point.scenario_file is not None:
+        return load_scenario(ROOT / point.scenario_file)
+    data = {"name": point.id, **point.scenario, "run": {"steps": 1, **point.scenario.get("run", {})}}
+    return build_scenario(data, source=f"{suite} (point {point.id})", default_name=point.id)
+
+
+def residual(point: ScalePoint, suite: Path) -> Residual:
+    """Simulate one point; a ZsimError (a scenario the model refuses) becomes a residual without a value."""
+    from zsim.engine.simulation import simulate
+    from zsim.errors import ZsimError
+
+    try:
+        scenario = _scenario(point, suite)
+    except ZsimError as exc:
+        return Residual(point.id, point.half, None, None, float("nan"), None, str(exc))
+    published = published_step(point, scenario)
+    try:
+        result = simulate(scenario)
+    except ZsimError as exc:
+        return Residual(point.id, point.half, scenario, None, published, None, str(exc))
+    step = result.total_seconds / len(result.step_seconds)
+    return Residual(point.id, point.half, scenario, step if result.fits else None, published, result.fits,
+                    "" if result.fits else "runs out of GPU memory in zsim")
+
+
+def residuals(suite_file: Path | None = None, progress: bool = False) -> tuple[list[ScalePoint], list[Residual]]:
+    """Every point of the suite simulated (zsim.validate.scale.residual), in file order."""
+    from tqdm import tqdm
+
+    suite = suite_file or default_suite()
+    points, _ = load_suite(suite)
+    out = []
+    for p in tqdm(points, disable=not progress, desc="zsim validate scale", unit="run", leave=False):
+        out.append(residual(p, suite))
+    return points, out
+
+
+def run(progress: bool = False, suite_file: Path | None = None) -> Report:
+    """Simulate every point of the suite and judge the held-out half (module docstring).
+
+    Raises:
+        ConfigError: a malformed suite file (load_suite).
+    """
+    suite = suite_file or default_suite()
+    _, series = load_suite(suite)
+    points, res = residuals(suite, progress)
+    report = Report("scale")
+    by_id = {r.id: r for r in res}
+    clusters = list(dict.fromkeys(p.cluster for p in points))
+    order = sorted(range(len(points)), key=lambda i: (clusters.index(points[i].cluster), points[i].half != "held_out"))
+    for p, r in ((points[i], res[i]) for i in order):
+        held = p.half == "held_out"
+        group = f"{p.cluster} — {'held out' if held else 'calibration (reported, not judged)'}"
+        note = r.note or f"{p.framework}; {p.quote}"
+        report.points.append(Point(group, p.id, r.simulated_s, r.published_s, "s/step", POINT_LIMIT,
+                                   fits=r.fits, note=note, judged=held))
+    held = [r for r in res if r.half == "held_out"]
+    # A held-out point without a simulated step (refused, or out of memory in zsim) counts as an infinite error.
+    errors = [abs(r.error) if r.error is not None else float("inf") for r in held]
+    median = statistics.median(errors) if held else float("inf")
+    missing = sum(r.error is None for r in held)
+    report.checks.append(Check(
+        "held-out half", f"median |step-time error| <= {MEDIAN_LIMIT:.0%}", median <= MEDIAN_LIMIT,
+        f"{len(held)} points; median |error| {median:.1%}"
+        + (f" ({missing} without a simulated step counted as infinite)" if missing else "")))
+    for s in series:
+        members = [by_id[i] for i in s["points"]]
+        judged = all(m.half == "held_out" for m in members)
+        report.checks.append(_trend(s["name"], members, judged))
+    report.notes.append("error = simulated / published step time − 1 (negative: zsim is faster than the run); "
+                        f"judged on the held-out half: median |error| <= {MEDIAN_LIMIT:.0%}, each point within "
+                        f"{POINT_LIMIT:.0%}, each held-out series' trend right in sign and within "
+                        f"{TREND_LIMIT:.0%} of its ratio (zsim/validate/suites/scale.yaml says where each "
+                        "point comes from)")
+    return report
+
+
+def _trend(name: str, members: list[Residual], judged: bool) -> Check:
+    """A series' trend: simulated last/first step against the published ratio (sign and within TREND_LIMIT)."""
+    first, last = members[0], members[-1]
+    claim = (f"{name}: step-time trend right in sign and within {TREND_LIMIT:.0%} of its ratio"
+             + ("" if judged else " (calibration)"))
+    if first.simulated_s is None or last.simulated_s is None:
+        return Check("series", claim, False, "a point of the series did not simulate", judged=judged)
+    pub = last.published_s / first.published_s
+    sim = last.simulated_s / first.simulated_s
+    sign_ok = (pub - 1) * (sim - 1) > 0 or abs(pub - 1) < 0.02 and abs(sim - 1) < 0.02
+    ok = sign_ok and abs(sim / pub - 1) <= TREND_LIMIT
+    detail = (f"published {pub:.3f}x, zsim {sim:.3f}x ({sim / pub - 1:+.1%}); steps "
+              + ", ".join(f"{m.id}: {m.simulated_s:.3g} s vs {m.published_s:.3g} s"
+                          if m.simulated_s is not None else f"{m.id}: —" for m in members))
+    return Check("series", claim, ok, detail, judged=judged)
