@@ -33,8 +33,9 @@ NON_NEGATIVE = ("compute_s", "mp_comm_s", "dp_comm_s", "offload_s", "comm_share"
                 "allocator_flushes")
 SIGNED = ("exposed_comm_s", "exposed_share", "reserved_margin_share")  # differences: may dip below 0
 INTEGERS = ("peak_bytes", "reserved_peak_bytes", "capacity_bytes", "model_states_bytes", "allocator_flushes", "gpus")
-TEXT = ("bottleneck_kind", "bottleneck", "mode", "key")
-OPTIONAL_TEXT = ("oom", "dp_algorithm")
+TEXT = ("bottleneck_kind", "bottleneck", "mode", "key", "band_match")
+OPTIONAL_TEXT = ("oom", "dp_algorithm", "band_regime")
+OPTIONAL_POSITIVE = ("band_low_s", "band_high_s")  # the error band's step range; None outside every regime
 STATUSES = ("fits", "oom")
 
 
@@ -80,8 +81,10 @@ def check_row(row: Any, key: str) -> str | None:
             return f"{column} is not text"
     if (row["status"] == "oom") != (row["oom"] is not None):
         return "status and oom disagree"
-    if not isinstance(row["near_capacity"], bool):
-        return "near_capacity is not true/false"
+    for column in OPTIONAL_POSITIVE:
+        value = row[column]
+        if value is not None and not (_number(value) and value > 0):
+            return f"{column} is not a positive number"
     return None
 
 
