@@ -198,24 +198,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         return op
 
 
-    # ---- backward -------------------------------------------------------------------------------
-    def _recompute(self, m: Module, deps: tuple[int, ...], frees: tuple[str, ...]) -> int:
-        """Recompute a checkpointed layer's forward, keeping its activations for its backward. The
-        segment's first layer first brings its checkpoint back (Pa+cpu) and all-gathers it (Pa); the
-        checkpoint is freed once that recompute has rebuilt the layer's input among its activations."""
-        if m.layer % self.k == 0:
-            ckpt = self._tags("ckpt", m.name)
-            if self.z.partition_activations:
-                deps = deps + (self._gather_checkpoint(m),)
-                ckpt = self._tags("ckpt.full", m.name)
-            frees = frees + (ckpt,)
-        op = self._add(name=f"recompute/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops,
-                       hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees,
-                       kernels=self._kernels(m, "recompute"))
-        self._mp_allreduces(m, m.mp_allreduces_fwd, collectives=m.mp_collectives_fwd)
-        self._all_to_alls(m)
-        return op
-
+    # ---- backward (recompute: zsim.zero.checkpoints.Checkpoints._recompute) ------------------------
     def _backward_work_bytes(self, m: Module) -> int:
         """The gradients a module's backward holds while it runs, beyond its saved activations: a block,
         the gradients of its input and output (2·e·sbh); the embedding, the gradient of its output
