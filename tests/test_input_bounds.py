@@ -220,3 +220,14 @@ def test_activation_estimate_grows_with_the_batch_and_shrinks_with_checkpointing
     checkpointed = RunConfig(model=model, stage=0, precision="fp32", world_size=2, steps=1, out_dir="x",
                              checkpointing=True)
     assert activation_bytes(doubled) == 2 * activation_bytes(plain) > activation_bytes(checkpointed) > 0
+
+
+def test_an_nccl_tests_header_with_a_huge_rank_index_is_refused(tmp_path):
+    """One `Rank 99999` line lists one rank but names a run of 100,000: refused by the same limit."""
+    from zsim.errors import ConfigError
+    from zsim.trace.nccl_tests import header_of
+
+    table = tmp_path / "all_reduce.txt"
+    table.write_text("# Rank 99999 Group 0 Pid 1 on hostA device 0 [0x0] NVIDIA A100\n#  size count type\n")
+    with pytest.raises(ConfigError, match="TABLE_RANKS"):
+        header_of(table)

@@ -147,6 +147,9 @@ def header_of(path: Path) -> TableHeader | None:
     if not hosts:
         return None
     ranks = max(hosts) + 1
+    if ranks > limit("TABLE_RANKS"):  # a rank index past the limit, as a count past it above
+        raise ConfigError(f"header: {too_many('TABLE_RANKS', ranks, 'ranks (by the highest rank index)')}",
+                          source=str(path))
     per_process = 1 if per_process is None else per_process
     if not 1 <= per_process <= ranks or ranks % per_process:
         raise ConfigError(f"header: nGpus {per_process} (GPUs per process) does not divide the {ranks} ranks it lists",
