@@ -24,7 +24,6 @@ MEDIAN_LIMIT = 0.15  # issue 25: median |step-time error| on the held-out half
 POINT_LIMIT = 0.35  # issue 25: "none beyond 35%"
 TREND_LIMIT = 0.15  # issue 25: a series' ratio within 15% of the published one
 HALVES = ("calibration", "held_out")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def default_suite() -> Path:
@@ -150,9 +149,10 @@ def published_step(point: ScalePoint, scenario) -> float:
 def _scenario(point: ScalePoint, suite: Path):
     """The point's Scenario. Raises ConfigError naming the suite file and point."""
     from zsim.config.scenario import build_scenario, load_scenario
+    from zsim.config.shipped import find_file
 
-    if point.scenario_file is not None:
-        return load_scenario(ROOT / point.scenario_file)
+    if point.scenario_file is not None:  # a shipped scenario, found through the package (a wheel has no tree)
+        return load_scenario(find_file(point.scenario_file.removeprefix("scenarios/")))
     data = {"name": point.id, **point.scenario, "run": {"steps": 1, **point.scenario.get("run", {})}}
     return build_scenario(data, source=f"{suite} (point {point.id})", default_name=point.id)
 
