@@ -82,8 +82,9 @@ device-check:
 	ZSIM_COMMIT=$$(git rev-parse HEAD 2>/dev/null) $(DEVICE_PY) -m zsim.runtime.device_check -o $(DEVICE_OUT) \
 		$(if $(GEMM_SHAPES),--gemm-shapes $(GEMM_SHAPES))
 
-# The same script on this CPU with tiny shapes (what tests/runtime/test_device_check.py runs)
-device-check-dry: $(PYC)
+# The same script on this CPU with tiny shapes (what tests/runtime/test_device_check.py runs); it needs torch,
+# which the test environment brings
+device-check-dry: $(TEST_STAMP) $(PYC)
 	$(BIN)/python -m zsim.runtime.device_check --dry-run -o out/device-check-dry $(if $(GEMM_SHAPES),--gemm-shapes $(GEMM_SHAPES))
 
 clean:
