@@ -69,7 +69,6 @@ def gemm_holdout(run: DeviceRun, dtype: str, gpu_profile: str, with_2fold: bool 
     errors (predicted / measured - 1) and their median of absolute values; `with_2fold` adds `zsim
     gemm-fit`'s even/odd held-out median over all rows (three more fits)."""
     from zsim.calibrate.gemm_fit import errors, fit, read_gemm_csv
-    from zsim.commands.gemm_fit import fit_table
 
     table = run.folder / f"gemm_{dtype}.csv"
     rows = read_gemm_csv(table)
@@ -85,7 +84,7 @@ def gemm_holdout(run: DeviceRun, dtype: str, gpu_profile: str, with_2fold: bool 
     return {"dtype": dtype, "train_rows": len(train), "test_rows": len(test), "values": fitted.values,
             "heldout_errors": list(held), "heldout_median_abs": statistics.median(abs(e) for e in held),
             "heldout_max_abs": max(abs(e) for e in held),
-            "all_rows_2fold_median": fit_table(table, gpu_profile, dtype).heldout_median if with_2fold else None}
+            "all_rows_2fold_median": fit(rows, hw).heldout_median if with_2fold else None}
 
 
 def _hardware(gpu_profile: str, dtype: str):

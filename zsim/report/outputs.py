@@ -222,7 +222,7 @@ def folder_lock(folder: Path, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
+def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM delivered only after the block (a few renames: microseconds)."""
     held = {signal.SIGINT, signal.SIGTERM}
     try:
@@ -282,7 +282,7 @@ class OutputSet:
                 _fsync(tmp)
         except OSError as exc:
             raise _explain(exc, self.folder) from None
-        with folder_lock(self.folder, wait_s=wait_s), _signals_held():
+        with folder_lock(self.folder, wait_s=wait_s), signals_held():
             for final, tmp in self._staged.items():
                 os.replace(tmp, final)
         done = list(self._staged)

@@ -17,12 +17,11 @@ import contextlib
 import fcntl
 import os
 import shutil
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 from zsim.errors import ZsimError, printable
-from zsim.report.outputs import _explain, temp_name
+from zsim.report.outputs import _explain, signals_held, temp_name
 
 SETS = ".sets"
 CURRENT = ".current"
@@ -67,21 +66,6 @@ def sweep_lock(folder: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM delivered only after the block (a rename or two)."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (ValueError, OSError):  # not the main thread: no hold
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class OutputSwap:
@@ -137,7 +121,7 @@ class OutputSwap:
                     os.close(fd)
             link = temp_name(self.folder / CURRENT)
             os.symlink(f"{SETS}/{self.id}", link)
-            with _signals_held():
+            with signals_held():
                 os.replace(link, self.folder / CURRENT)  # the moment the new set becomes the outputs
                 self.published = True
             for name in self.names:
