@@ -24,13 +24,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "value, the error and pass/fail against the point's tolerance. Suites: "
                     + ", ".join(SUITES) + " (paper: the ZeRO paper's evaluation; megatron: Megatron-LM 2019's "
                     "published V100 scaling, out of sample; both in docs/validation.md; scale: published multi-node "
-                    "runs, judged on their held-out half, docs/validation.md; replay: record real runs, "
+                    "runs, judged on their held-out half, and modern: published runs with pipeline and sequence parallelism, "
+                    "judged the same way, docs/validation.md; replay: record real runs, "
                     "calibrate on some, replay the others, docs/calibrate.md). Exit 0 if all pass, 1 if any fails, "
                     "2 on bad input.")
     p.add_argument("suite", choices=sorted(SUITES), help="which suite")
     p.add_argument("--suite-file", type=Path, default=None,
-                   help="replay, scale: the suite YAML (default zsim/validate/suites/replay-cpu.yaml, "
-                        "zsim/validate/suites/scale.yaml)")
+                   help="replay, scale, modern: the suite YAML (default zsim/validate/suites/replay-cpu.yaml, "
+                        "scale.yaml, modern.yaml)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
                    help="replay: where the recorded traces and the calibrated profile go (default out/validate-replay)")
     p.add_argument("--png", type=Path, default=None, metavar="PATH",
@@ -61,12 +62,12 @@ def run_command(args: argparse.Namespace) -> int:
             raise ZsimError("--set applies to the paper and megatron suites; replay records its own runs "
                             "(give it a --suite-file instead)")
         options = {"suite_file": args.suite_file, "output": args.output, "dry_run": args.dry_run}
-    elif args.suite == "scale":
+    elif args.suite in ("scale", "modern"):
         if args.dry_run:
-            raise ZsimError("--dry-run applies to the replay suite; the scale suite only simulates: run it")
+            raise ZsimError(f"--dry-run applies to the replay suite; the {args.suite} suite only simulates: run it")
         if args.overrides or args.output is not None:
-            raise ZsimError("--set and --output do not apply to the scale suite: its points are declared with their "
-                            "scenarios in one file (give another with --suite-file)")
+            raise ZsimError(f"--set and --output do not apply to the {args.suite} suite: its points are declared with "
+                            "their scenarios in one file (give another with --suite-file)")
         if args.suite_file is not None and not args.suite_file.is_file():
             raise ZsimError(f"--suite-file {args.suite_file}: no such file")
         options = {"suite_file": args.suite_file}
@@ -75,7 +76,7 @@ def run_command(args: argparse.Namespace) -> int:
             raise ZsimError(f"--dry-run applies to the replay suite; the {args.suite} suite only simulates "
                             "(seconds): run it")
         if args.suite_file is not None:
-            raise ZsimError(f"--suite-file applies to the replay and scale suites; the {args.suite} suite is its scenarios "
+            raise ZsimError(f"--suite-file applies to the replay, scale and modern suites; the {args.suite} suite is its scenarios "
                             "(change them with --set)")
         options = {"overrides": tuple(args.overrides)}
     report = importlib.import_module(SUITES[args.suite]).run(progress=sys.stderr.isatty(), **options)

@@ -33,8 +33,8 @@ def default_suite() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class ScalePoint:
-    """One declared run: `published` is the source's figure (tflops_per_gpu + flops, or tokens_per_s +
-    tokens_per_step); `scenario` an inline scenario mapping or `scenario_file` a path under the repository."""
+    """One declared run: `published` is the source's figure (tflops_per_gpu + flops, tokens_per_s +
+    tokens_per_step, or step_s in seconds); `scenario` an inline scenario mapping or `scenario_file` a path under the repository."""
 
     id: str
     cluster: str
@@ -94,10 +94,10 @@ def load_suite(path: Path) -> tuple[list[ScalePoint], list[dict[str, Any]]]:
             raise ConfigError("give exactly one of scenario (a mapping) or scenario_file (a path)",
                               source=str(path), path=where)
         pub = p["published"]
-        if not isinstance(pub, dict) or not ({"tflops_per_gpu", "flops"} <= set(pub)
+        if not isinstance(pub, dict) or not ({"tflops_per_gpu", "flops"} <= set(pub) or "step_s" in pub
                                               or {"tokens_per_s", "tokens_per_step"} <= set(pub)):
-            raise ConfigError("published needs tflops_per_gpu and flops, or tokens_per_s and tokens_per_step; "
-                              f"got {pub!r}", source=str(path), path=f"{where}.published")
+            raise ConfigError("published needs tflops_per_gpu and flops, tokens_per_s and tokens_per_step, or "
+                              f"step_s; got {pub!r}", source=str(path), path=f"{where}.published")
         if "flops" in pub and pub["flops"] not in FLOP_COUNTS:
             raise ConfigError(f"flops {pub['flops']!r} must be one of {', '.join(FLOP_COUNTS)}", source=str(path),
                               path=f"{where}.published.flops")
@@ -140,6 +140,8 @@ FLOP_COUNTS = {"narayanan-eq3": _narayanan_eq3, "paper-8psi": _paper_8psi}
 def published_step(point: ScalePoint, scenario) -> float:
     """The step time, seconds, that the point's published figure implies for its scenario."""
     pub = point.published
+    if "step_s" in pub:  # an iteration time the source prints (e.g. Korthikanti et al. 2022, Table 5)
+        return float(pub["step_s"])
     if "tokens_per_s" in pub:
         return float(pub["tokens_per_step"]) / float(pub["tokens_per_s"])
     flops = FLOP_COUNTS[pub["flops"]](scenario)
@@ -164,8 +166,9 @@ def residual(point: ScalePoint, suite: Path) -> Residual:
 
     try:
         scenario = _scenario(point, suite)
-    except ZsimError as exc:
-        return Residual(point.id, point.half, None, None, float("nan"), None, str(exc))
+    except ZsimError as exc:  # an iteration time needs no scenario to be read; a FLOP rate does
+        published = float(point.published["step_s"]) if "step_s" in point.published else float("nan")
+        return Residual(point.id, point.half, None, None, published, None, str(exc))
     published = published_step(point, scenario)
     try:
         result = simulate(scenario)
@@ -176,28 +179,30 @@ def residual(point: ScalePoint, suite: Path) -> Residual:
                     "" if result.fits else "runs out of GPU memory in zsim")
 
 
-def residuals(suite_file: Path | None = None, progress: bool = False) -> tuple[list[ScalePoint], list[Residual]]:
+def residuals(suite_file: Path | None = None, progress: bool = False,
+              name: str = "scale") -> tuple[list[ScalePoint], list[Residual]]:
     """Every point of the suite simulated (zsim.validate.scale.residual), in file order."""
     from tqdm import tqdm
 
     suite = suite_file or default_suite()
     points, _ = load_suite(suite)
     out = []
-    for p in tqdm(points, disable=not progress, desc="zsim validate scale", unit="run", leave=False):
+    for p in tqdm(points, disable=not progress, desc=f"zsim validate {name}", unit="run", leave=False):
         out.append(residual(p, suite))
     return points, out
 
 
-def run(progress: bool = False, suite_file: Path | None = None) -> Report:
-    """Simulate every point of the suite and judge the held-out half (module docstring).
+def run(progress: bool = False, suite_file: Path | None = None, name: str = "scale") -> Report:
+    """Simulate every point of the suite and judge the held-out half (module docstring). `name` is the
+    report's (`zsim validate modern` runs this with its own file: zsim.validate.modern).
 
     Raises:
         ConfigError: a malformed suite file (load_suite).
     """
     suite = suite_file or default_suite()
     _, series = load_suite(suite)
-    points, res = residuals(suite, progress)
-    report = Report("scale")
+    points, res = residuals(suite, progress, name)
+    report = Report(name)
     by_id = {r.id: r for r in res}
     clusters = list(dict.fromkeys(p.cluster for p in points))
     order = sorted(range(len(points)), key=lambda i: (clusters.index(points[i].cluster), points[i].half != "held_out"))
@@ -223,8 +228,7 @@ def run(progress: bool = False, suite_file: Path | None = None) -> Report:
     report.notes.append("error = simulated / published step time − 1 (negative: zsim is faster than the run); "
                         f"judged on the held-out half: median |error| <= {MEDIAN_LIMIT:.0%}, each point within "
                         f"{POINT_LIMIT:.0%}, each held-out series' trend right in sign and within "
-                        f"{TREND_LIMIT:.0%} of its ratio (zsim/validate/suites/scale.yaml says where each "
-                        "point comes from)")
+                        f"{TREND_LIMIT:.0%} of its ratio ({suite.name} says where each point comes from)")
     return report
 
 

@@ -1,0 +1,56 @@
+"""`zsim validate modern` (zsim.validate.modern): published PP / SP / selective-recompute runs, declared with
+their sources and halves, run and judged as the scale suite's are."""
+
+from __future__ import annotations
+
+import yaml
+
+from zsim.cli import main
+from zsim.validate import modern
+from zsim.validate.scale import load_suite, published_step
+
+
+def test_suite_declares_sourced_points_in_two_halves():
+    points, series = load_suite(modern.default_suite())
+    assert len(points) == 25
+    halves = {p.half for p in points}
+    assert halves == {"calibration", "held_out"}
+    assert sum(p.half == "held_out" for p in points) == 13
+    for p in points:
+        assert p.quote and p.framework, p.id
+        assert p.scenario is not None, p.id
+    # every held-out series is held out whole
+    by_id = {p.id: p for p in points}
+    for s in series:
+        assert len({by_id[i].half for i in s["points"]}) == 1, s["name"]
+
+
+def test_layouts_cover_their_clusters():
+    """TP × PP × DP = the GPUs of the declared nodes, and the layers divide across p·v virtual stages."""
+    points, _ = load_suite(modern.default_suite())
+    for p in points:
+        par, model = p.scenario["parallel"], p.scenario["model"]
+        pp, v = par.get("pp", 1), par.get("virtual_stages", 1)
+        assert par["dp"] * par["mp"] * pp == p.scenario["hardware"]["nodes"] * 8, p.id
+        assert model["layers"] % (pp * v) == 0, p.id
+
+
+def test_an_iteration_time_is_the_published_step(tmp_path):
+    """step_s (Korthikanti et al. Table 5 prints iteration times) is taken as the step, with no FLOP count."""
+    points, _ = load_suite(modern.default_suite())
+    kor = next(p for p in points if p.id == "kor-22B-sel")
+    assert published_step(kor, None) == 1.10
+
+
+def test_cli_judges_a_suite_file_and_exits_1_on_a_miss(tmp_path):
+    """A one-point suite the model cannot meet (a published step 10x faster than any simulation) fails."""
+    suite = {"points": [{
+        "id": "tiny", "cluster": "c", "half": "held_out", "framework": "Megatron-LM", "quote": "made up",
+        "published": {"step_s": 1e-6},
+        "scenario": {"model": {"layers": 2, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1024,
+                               "micro_batch": 1, "global_batch": 8},
+                     "parallel": {"dp": 8, "mp": 1}, "zero": {"stage": 0}, "precision": {"dtype": "fp16"},
+                     "hardware": {"profile": "dgx-a100", "nodes": 1}}}]}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    assert main(["validate", "modern", "--suite-file", str(path)]) == 1
