@@ -71,6 +71,20 @@ def fetched_tensors(tensors: tuple[int, ...], implementation: str) -> tuple[int,
     return tuple(n for n in tensors if n >= PERSISTENCE_THRESHOLD)
 
 
+# deepspeed-0.5: the host's own work around each per-tensor gather, beyond the ops zsim already counts, in
+# host ops (`host_op_us` each, so a calibrated host scales it). Measured by DeepSpeed's issue #1069
+# (zarzen, 2021-06-21; DeepSpeed 0.3.16, PyTorch 1.8, p4d.24xlarge, 8 A100, profiled per gather): "The
+# pre_launch typically takes 130us, the launch takes 250us about, and there is a torch.cuda.synchronize()
+# sync point when pre_launch next all_gather" (tensors of 320 elements per partition: host time, not data).
+# At that Nd = 8 zsim's list already charges 1 zero-fill launch + 8 narrows (fetch_prologue) + 8 copy
+# launches (fetch_epilogue) = 17 ops; at the A100 profile's 10 µs per op the other (130 + 250) / 10 − 17
+# = 21 ops are the Python (param bookkeeping, print_rank_0's f-strings, the stream context, c10d's
+# argument checks and flat-buffer allocation) that the measurement contains and the lists do not.
+# Paid once per gathered tensor, with the device idle: the synchronise before each gather (v0.3.13
+# partition_parameters.py L611) keeps the host from running ahead of it.
+GATHER_PYTHON_HOST_OPS = 21
+
+
 def _host(name: str, count: int) -> Kernel:
     """`count` host-only operations (a narrow, a view): no GPU time, one host op each."""
     return Kernel(name, "host", count=count)
@@ -79,11 +93,21 @@ def _host(name: str, count: int) -> Kernel:
 @functools.lru_cache(maxsize=4096)
 def fetch_prologue(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
     """deepspeed-0.5: before each tensor's all-gather, the zero-fill of its full buffer (e bytes per
-    padded element written) and the Nd narrows of the output list."""
-    kernels: tuple[Kernel, ...] = ()
-    for n in padded:
-        kernels += (Kernel("fetch.zeros", "mem", bytes=e * n), _host("fetch.narrow", nd))
+    padded element written). The host then synchronises the device (partition_parameters.py @ v0.3.13
+    L607-611), so its own work (fetch_host) cannot overlap this: the two are separate lists."""
+    kernels = tuple(Kernel("fetch.zeros", "mem", bytes=e * n) for n in padded)
     return KernelList(f"fetch_prologue.{padded}.{nd}.{e}", kernels)
+
+
+@functools.lru_cache(maxsize=4096)
+def fetch_host(padded: tuple[int, ...], nd: int) -> KernelList:
+    """deepspeed-0.5: the host's work before each tensor's all-gather, with the device idle after the
+    synchronise: the Nd narrows of the output list (L622-627) and the rest of its Python and c10d work
+    (GATHER_PYTHON_HOST_OPS, measured). Host ops only: launches × host_op_s."""
+    kernels: tuple[Kernel, ...] = ()
+    for _ in padded:
+        kernels += (_host("fetch.narrow", nd), _host("fetch.python", GATHER_PYTHON_HOST_OPS))
+    return KernelList(f"fetch_host.{padded}.{nd}", kernels)
 
 
 @functools.lru_cache(maxsize=4096)
