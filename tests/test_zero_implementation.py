@@ -8,8 +8,8 @@ import pytest
 from tests.conftest import small_scenario
 from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
-from zsim.zero.implementation import (GATHER_PYTHON_HOST_OPS, PERSISTENCE_THRESHOLD, fetch_epilogue, fetch_host,
-                                      fetch_prologue, reduce_lists)
+from zsim.zero.implementation import (GATHER_PYTHON_HOST_OPS, PERSISTENCE_THRESHOLD, V014_HOST_OPS_PER_TENSOR,
+                                      fetch_epilogue, fetch_host, fetch_prologue, reduce_lists, unflatten)
 from zsim.zero.plan import build_plan, scenario_workload
 
 # Large enough that every block's weight matrices pass the persistence threshold (h 1024: QKV 3.1M,
@@ -103,6 +103,7 @@ def test_host_work_grows_with_the_rank_count():
         assert fetch_prologue(padded, nd, 2).launches == len(padded)
         assert fetch_host(padded, nd).launches == len(padded) * (nd + GATHER_PYTHON_HOST_OPS)
         assert reduce_lists(padded, nd, 2).launches == len(padded) * 2 * nd
+        assert unflatten(padded, nd, 2).launches == len(padded) * (nd + V014_HOST_OPS_PER_TENSOR + 1)
 
 
 def test_a_gather_costs_the_host_time_deepspeed_measured():

@@ -118,13 +118,28 @@ def fetch_epilogue(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
     return KernelList(f"fetch_epilogue.{padded}.{nd}.{e}", kernels)
 
 
+# deepspeed-0.14: host ops per fetched tensor besides the unflatten's narrows, counted from the code
+# (each priced at `host_op_us`, an assumption: no measurement of v0.14's hooks was found):
+#   fetch_sub_module's wait loop records one CUDA event per tensor on the gather stream
+#     (partitioned_param_coordinator.py @ v0.14.0 L312-314: event.record());
+#   release_sub_module -> __release_param -> param.partition() -> free_param: record_stream and the
+#     torch.empty(0) that replaces the data (partition_parameters.py @ v0.14.0 L277-287).
+# Where they land: the host keeps at most 2 fetch events outstanding and synchronises on the oldest
+# beyond that (coordinator L306-307, __max_ongoing_fetch_events = 2, L128), so it cannot run more than
+# a module's gather ahead: zsim prices them with the unflatten that follows each gather on the compute
+# stream, in that list's host/GPU pipeline (a host-bound fetch pays them, a large cat hides them).
+V014_HOST_OPS_PER_TENSOR = 3
+
+
 @functools.lru_cache(maxsize=4096)
 def unflatten(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
     """deepspeed-0.14: each parameter rebuilt from the coalesced gather: Nd narrows on the host and one
-    torch.cat reading and writing it (2·e bytes per padded element)."""
+    torch.cat reading and writing it (2·e bytes per padded element), and the fetch and release
+    bookkeeping of the hooks (V014_HOST_OPS_PER_TENSOR host ops)."""
     kernels: tuple[Kernel, ...] = ()
     for n in padded:
-        kernels += (_host("fetch.narrow", nd), Kernel("fetch.cat", "mem", bytes=2 * e * n))
+        kernels += (_host("fetch.narrow", nd), _host("fetch.hooks", V014_HOST_OPS_PER_TENSOR),
+                    Kernel("fetch.cat", "mem", bytes=2 * e * n))
     return KernelList(f"unflatten.{padded}.{nd}.{e}", kernels)
 
 
