@@ -191,3 +191,16 @@ def test_fixed_global_batch_per_gpu_rate_falls_faster_under_deepspeed_05():
     paper = rate("paper", 4) / rate("paper", 1)
     v05 = rate("deepspeed-0.5", 4) / rate("deepspeed-0.5", 1)
     assert v05 < paper
+
+
+def test_deepspeed_05_waits_for_the_previous_buckets_reduction_before_the_next():
+    """v0.3.13's reduce_ipg_grads blocks the host on the reduction stream under overlap_comm: each
+    bucket's list copies (on the compute stream) depend on the previous bucket's last reduce-scatter."""
+    s = small_scenario(zero={"stage": 3, "activation_checkpointing": True, "implementation": "deepspeed-0.5",
+                             "reduce_bucket_elements": 2_000_000}, **BIG)
+    plan = build_plan(s, scenario_workload(s))
+    copies = [(i, op) for i, op in enumerate(plan.ops) if op.name.startswith("copy/grads.bucket")]
+    assert len(copies) >= 2
+    for (i, prev), (j, op) in zip(copies, copies[1:]):
+        last_rs = max(k for k in range(i, j) if plan.ops[k].collective == "reduce_scatter")
+        assert last_rs in op.deps
