@@ -111,7 +111,8 @@ def test_a_gather_costs_the_host_time_deepspeed_measured():
     parameter gather on p4d), the host ops zsim charges around one gather add up to that 380 µs at the
     A100 profile's 10 µs per op, and they sit in a host-only op: nothing hides them behind GPU work."""
     padded, nd = (320 * 8,), 8
-    ops = fetch_prologue(padded, nd, 2).launches + fetch_host(padded, nd).launches + fetch_epilogue(padded, nd, 2).launches
+    ops = (fetch_prologue(padded, nd, 2).launches + fetch_host(padded, nd).launches
+           + fetch_epilogue(padded, nd, 2).launches)
     assert ops * 10.0 == 380.0
     assert all(k.kind == "host" for k in fetch_host(padded, nd).kernels)
 
