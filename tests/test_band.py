@@ -9,7 +9,7 @@ from zsim import api
 from zsim.engine.simulation import simulate
 from zsim.report.facts import _per_step, facts
 from zsim.report.summary import summary
-from zsim.validate.band import Regime, band_for, build_table, read_table, regime_of
+from zsim.validate.band import Regime, band_for, build_table, outside_words, read_table, regime_of
 
 
 def _res(point, regime, error, suite="scale"):
@@ -55,13 +55,33 @@ def test_regimes_follow_the_layout_and_the_gpu():
 
 
 def test_a_run_outside_every_regime_borrows_the_nearest_and_says_so():
-    """No held-out ZeRO-3 run on V100 at scale: the flagship gets the A100 band, marked as the nearest."""
-    flagship = api.load(ROOT / "scenarios" / "1T-1024gpu.yaml")
+    """No held-out ZeRO-3 run on V100 at scale: the flagship under DeepSpeed's 2021 stage 3 gets the A100
+    band of that version, marked as the nearest."""
+    flagship = api.load(ROOT / "scenarios" / "1T-1024gpu.yaml", set={"zero.implementation": "deepspeed-0.5"})
     band = band_for(flagship)
     assert band is not None and band.match == "nearest" and "Ampere" in band.regime
     assert band.words(80.0).count("outside every validated regime; nearest") == 1
     lo, mid, hi = band.step_range(80.0)
     assert lo <= mid <= hi and lo == pytest.approx(80.0 / (1 + band.high))
+
+
+def test_a_zero3_regime_names_its_deepspeed_version_and_no_other_version_borrows_it():
+    """The Selene ZeRO-3 points run `deepspeed-0.5`: their band is that version's; the same run under the
+    paper plan or v0.14 is outside every validated regime (it does not borrow another version's errors)
+    and says which implementation has held-out runs."""
+    row = {"n": 3, "error_median": 0.01, "error_low": 0.0, "error_high": 0.2, "points": ["a", "b", "c"]}
+    table = {"regimes": {"ZeRO-3 at scale (over 256 GPUs) under deepspeed-0.5 | Ampere | shipped profile": row}}
+    layout = {"model": {"layers": 2, "hidden": 1024, "heads": 16, "seq_len": 256, "vocab": 5000, "micro_batch": 1},
+              "parallel": {"dp": 512, "mp": 1}, "hardware": {"profile": "dgx-a100", "nodes": 64}}
+    ds = small_scenario(zero={"stage": 3, "implementation": "deepspeed-0.5"}, **layout)
+    paper = small_scenario(zero={"stage": 3}, **layout)
+    assert regime_of(ds).topology == "ZeRO-3 at scale (over 256 GPUs) under deepspeed-0.5"
+    assert band_for(ds, table).match == "exact"
+    v014 = small_scenario(zero={"stage": 3, "implementation": "deepspeed-0.14"}, **layout)
+    for other in (paper, v014):
+        assert band_for(other, table) is None
+        assert outside_words(other, table).endswith(
+            "held-out runs exist as ZeRO-3 at scale (over 256 GPUs) under deepspeed-0.5 (zero.implementation)")
 
 
 def test_a_run_with_no_validated_topology_has_no_band():

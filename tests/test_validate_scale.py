@@ -45,6 +45,18 @@ def test_a_point_zsim_misses_fails_the_suite_and_exits_1(tmp_path):
     assert main(["validate", "scale", "--suite-file", str(path)]) == 1
 
 
+def test_each_point_runs_the_framework_its_source_ran():
+    """Narayanan et al.'s ZeRO-3 rows (Selene) ran DeepSpeed's stage 3 of March-April 2021: they declare
+    `deepspeed-0.5`; the FSDP runs keep the paper plan (FSDP is not DeepSpeed)."""
+    points, _ = load_suite(default_suite())
+    for p in points:
+        implementation = ((p.scenario or {}).get("zero") or {}).get("implementation", "paper")
+        if p.cluster == "selene-a100":
+            assert implementation == "deepspeed-0.5", p.id
+        elif "FSDP" in p.framework:
+            assert implementation == "paper", p.id
+
+
 def test_a_calibration_point_is_printed_not_judged(tmp_path):
     path = _suite_with(tmp_path, 762800.0)
     data = yaml.safe_load(path.read_text())

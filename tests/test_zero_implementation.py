@@ -8,7 +8,8 @@ import pytest
 from tests.conftest import small_scenario
 from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
-from zsim.zero.implementation import PERSISTENCE_THRESHOLD, fetch_prologue, reduce_lists
+from zsim.zero.implementation import (GATHER_PYTHON_HOST_OPS, PERSISTENCE_THRESHOLD, V014_HOST_OPS_PER_TENSOR,
+                                      fetch_epilogue, fetch_host, fetch_prologue, reduce_lists, unflatten)
 from zsim.zero.plan import build_plan, scenario_workload
 
 # Large enough that every block's weight matrices pass the persistence threshold (h 1024: QKV 3.1M,
@@ -99,8 +100,30 @@ def test_host_work_grows_with_the_rank_count():
     fetch or of a reduction's lists grow linearly with Nd."""
     padded = (4096, 1024)
     for nd in (8, 64, 1024):
-        assert fetch_prologue(padded, nd, 2).launches == len(padded) * (1 + nd)
+        assert fetch_prologue(padded, nd, 2).launches == len(padded)
+        assert fetch_host(padded, nd).launches == len(padded) * (nd + GATHER_PYTHON_HOST_OPS)
         assert reduce_lists(padded, nd, 2).launches == len(padded) * 2 * nd
+        assert unflatten(padded, nd, 2).launches == len(padded) * (nd + V014_HOST_OPS_PER_TENSOR + 1)
+
+
+def test_a_gather_costs_the_host_time_deepspeed_measured():
+    """At the measurement's Nd = 8 (DeepSpeed issue #1069: pre_launch ~130 µs + launch ~250 µs per
+    parameter gather on p4d), the host ops zsim charges around one gather add up to that 380 µs at the
+    A100 profile's 10 µs per op, and they sit in a host-only op: nothing hides them behind GPU work."""
+    padded, nd = (320 * 8,), 8
+    ops = (fetch_prologue(padded, nd, 2).launches + fetch_host(padded, nd).launches
+           + fetch_epilogue(padded, nd, 2).launches)
+    assert ops * 10.0 == 380.0
+    assert all(k.kind == "host" for k in fetch_host(padded, nd).kernels)
+
+
+def test_deepspeed_05_runs_the_host_work_between_the_zero_fill_and_the_gather():
+    s, w, plan = _plan("deepspeed-0.5")
+    names = [op.name for op in plan.ops if op.stream == "compute"]
+    fetch = next(i for i, n in enumerate(names) if n.startswith("fetch/params."))
+    module = names[fetch].removeprefix("fetch/params.")
+    assert names[fetch + 1] == f"fetch_host/params.{module}"
+    assert names[fetch + 2].startswith(f"all_gather/params.{module}.")
 
 
 def test_deepspeed_014_coalesces_each_module_and_unflattens_it():
@@ -169,3 +192,16 @@ def test_fixed_global_batch_per_gpu_rate_falls_faster_under_deepspeed_05():
     paper = rate("paper", 4) / rate("paper", 1)
     v05 = rate("deepspeed-0.5", 4) / rate("deepspeed-0.5", 1)
     assert v05 < paper
+
+
+def test_deepspeed_05_waits_for_the_previous_buckets_reduction_before_the_next():
+    """v0.3.13's reduce_ipg_grads blocks the host on the reduction stream under overlap_comm: each
+    bucket's list copies (on the compute stream) depend on the previous bucket's last reduce-scatter."""
+    s = small_scenario(zero={"stage": 3, "activation_checkpointing": True, "implementation": "deepspeed-0.5",
+                             "reduce_bucket_elements": 2_000_000}, **BIG)
+    plan = build_plan(s, scenario_workload(s))
+    copies = [(i, op) for i, op in enumerate(plan.ops) if op.name.startswith("copy/grads.bucket")]
+    assert len(copies) >= 2
+    for (i, prev), (j, op) in zip(copies, copies[1:]):
+        last_rs = max(k for k in range(i, j) if plan.ops[k].collective == "reduce_scatter")
+        assert last_rs in op.deps

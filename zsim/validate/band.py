@@ -3,7 +3,9 @@
 
 A regime is (topology, GPU generation, profile kind):
 - topology: one node; data parallel across nodes (ZeRO 0-2, MP inside a node); tensor parallelism across
-  nodes (MP larger than a node); ZeRO-3 across nodes up to SCALE_GPUS GPUs; ZeRO-3 at scale (more);
+  nodes (MP larger than a node); ZeRO-3 across nodes up to SCALE_GPUS GPUs; ZeRO-3 at scale (more); a
+  ZeRO-3 topology names its `zero.implementation` when it is a DeepSpeed version ("... under
+  deepspeed-0.5"): a run of another implementation gets that band only as the nearest;
 - generation: the GPU's architecture (compute capability: Volta, Ampere, Hopper, Blackwell);
 - profile kind: shipped (hwprofiles/ as written) or calibrated (`zsim calibrate` wrote it).
 
@@ -33,6 +35,12 @@ REGENERATE = ".venv/bin/python -m zsim.validate.band --write"
 # the same table. A bin edge where the data has a gap, not a fit.
 SCALE_GPUS = 256
 GENERATIONS = {70: "Volta", 80: "Ampere", 90: "Hopper", 100: "Blackwell"}  # compute capability // 10 * 10
+IMPLEMENTATION_MARK = " under "  # "ZeRO-3 ... GPUs) under deepspeed-0.5": the zero.implementation of a ZeRO-3 regime
+
+
+def base_topology(topology: str) -> str:
+    """The topology without its ZeRO-3 implementation: what a 'nearest' band must share."""
+    return topology.split(IMPLEMENTATION_MARK)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,10 @@ def regime_of(scenario) -> Regime:
     elif scenario.zero.stage == 3:
         topology = (f"ZeRO-3 at scale (over {SCALE_GPUS} GPUs)" if lay.world > SCALE_GPUS
                     else f"ZeRO-3 across nodes (up to {SCALE_GPUS} GPUs)")
+        # a DeepSpeed version's stage 3 is another schedule (zsim.zero.implementation): its residuals
+        # say nothing exact about the paper plan's, nor the other way round
+        if scenario.zero.implementation != "paper":
+            topology += f"{IMPLEMENTATION_MARK}{scenario.zero.implementation}"
     else:
         topology = "data parallel across nodes (ZeRO 0-2)"
     cc = cluster.gpu.compute_capability
@@ -114,7 +126,9 @@ def read_table(path: Path = TABLE) -> dict[str, Any]:
 
 def band_for(scenario, table: dict[str, Any] | None = None) -> Band | None:
     """The band of `scenario`'s regime; else the nearest (same topology, another generation or profile
-    kind, most runs first), marked 'nearest'; None when no held-out run shares its topology."""
+    kind, most runs first), marked 'nearest'; None when no held-out run shares its topology. A ZeRO-3
+    topology includes its implementation: another version's errors are not borrowed (at scale the
+    versions' steps differ by several times, docs/zero-implementations.md)."""
     regimes = (table or read_table())["regimes"]
     regime = regime_of(scenario)
     if regime.key in regimes:
@@ -130,10 +144,19 @@ def _band(key: str, row: dict[str, Any], match: str) -> Band:
     return Band(key, row["n"], row["error_median"], row["error_low"], row["error_high"], tuple(row["points"]), match)
 
 
-def outside_words(scenario) -> str:
-    """What `zsim run` prints when no held-out run shares the run's topology."""
-    return (f"outside every validated regime: no held-out published run of {regime_of(scenario).topology} "
-            "(docs/validation.md, 'Error band'); the step time has no measured error")
+def outside_words(scenario, table: dict[str, Any] | None = None) -> str:
+    """What `zsim run` prints when no held-out run shares the run's topology; for a ZeRO-3 run, which
+    other implementations of its topology have held-out runs."""
+    topology = regime_of(scenario).topology
+    words = (f"outside every validated regime: no held-out published run of {topology} "
+             "(docs/validation.md, 'Error band'); the step time has no measured error")
+    if scenario.zero.stage != 3 or regime_of(scenario).generation == "CPU":
+        return words
+    others = sorted({k.split(" | ")[0] for k in (table or read_table())["regimes"]
+                     if base_topology(k.split(" | ")[0]) == base_topology(topology) and k.split(" | ")[0] != topology})
+    if others:
+        words += "; held-out runs exist as " + ", ".join(others) + " (zero.implementation)"
+    return words
 
 
 def build_table(residuals: list[dict[str, Any]]) -> dict[str, Any]:

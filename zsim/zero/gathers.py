@@ -6,7 +6,7 @@ compute (zsim.zero.implementation cites the code). A mixin of zsim.zero.step_pas
 from __future__ import annotations
 
 from zsim.zero.buckets import padded_tensors, partition
-from zsim.zero.implementation import fetch_epilogue, fetch_prologue, fetched_tensors, unflatten
+from zsim.zero.implementation import fetch_epilogue, fetch_host, fetched_tensors, fetch_prologue, unflatten
 from zsim.zero.ops import Alloc
 from zsim.zero.residual import list_collective_staging_bytes
 
@@ -73,9 +73,9 @@ class Gathers:
 
     def _fetch_in_line(self, pos: int, used: tuple[str, ...], phase: str) -> None:
         """deepspeed-0.5: fetch each module the item uses and this phase has not, when the item is
-        reached: the zero-fill and narrows of every tensor, one all-gather per tensor in line on the
-        compute stream (the host synchronises the device around each), then the list copies
-        (zsim.zero.implementation)."""
+        reached: the zero-fill of every tensor, then (the device idle after the synchronise) the host's
+        narrows and Python around each gather, one all-gather per tensor in line on the compute stream,
+        then the list copies (zsim.zero.implementation)."""
         for name in used:
             if name in self.gather_op:
                 continue
@@ -85,6 +85,8 @@ class Gathers:
             deps = self.phase_dep + self.first_dep if pos == 0 else ()
             op = self._add(name=f"fetch/params.{name}", stream="compute", deps=deps, kernels=prologue,
                            hbm_bytes=prologue.bytes, allocs=(Alloc("params", self.e * sum(padded), tag),))
+            if padded:  # the host's work after the synchronise, the device idle (zsim.zero.implementation)
+                op = self._add(name=f"fetch_host/params.{name}", stream="compute", kernels=fetch_host(padded, self.nd))
             for i, n in enumerate(padded):
                 staging = Alloc("buffers", list_collective_staging_bytes(n, self.e),
                                 self._tags(f"ag_list.{phase}.{i}", name))

@@ -47,7 +47,11 @@ constants.py @ v0.3.13 L99-100; the same default at v0.14.0) gathered for the wh
 Host costs are priced with the GPU profile's `host_op_us` (PyTorch's per-op CPU cost) per host
 operation (a narrow, a launch): an assumption for the narrows and c10d's C++ copies, which no
 measurement here separates (this machine's CPU measured 19 µs per narrow, 12 µs per 2 KB copy_, at a
-load of 11 on 2 cores: an upper bound). Stages 0-2 follow DeepSpeed v0.2.0's schedule for every value.
+load of 11 on 2 cores: an upper bound). On top of them: deepspeed-0.5's host work around each gather as
+DeepSpeed's issue #1069 measured it (GATHER_PYTHON_HOST_OPS), run with the device idle after the
+synchronise, and its host wait on the reduction stream before each bucket (zsim.zero.reductions);
+deepspeed-0.14's per-tensor fetch/release bookkeeping counted from its code (V014_HOST_OPS_PER_TENSOR).
+Stages 0-2 follow DeepSpeed v0.2.0's schedule for every value.
 """
 
 from __future__ import annotations
@@ -71,6 +75,20 @@ def fetched_tensors(tensors: tuple[int, ...], implementation: str) -> tuple[int,
     return tuple(n for n in tensors if n >= PERSISTENCE_THRESHOLD)
 
 
+# deepspeed-0.5: the host's own work around each per-tensor gather, beyond the ops zsim already counts, in
+# host ops (`host_op_us` each, so a calibrated host scales it). Measured by DeepSpeed's issue #1069
+# (zarzen, 2021-06-21; DeepSpeed 0.3.16, PyTorch 1.8, p4d.24xlarge, 8 A100, profiled per gather): "The
+# pre_launch typically takes 130us, the launch takes 250us about, and there is a torch.cuda.synchronize()
+# sync point when pre_launch next all_gather" (tensors of 320 elements per partition: host time, not data).
+# At that Nd = 8 zsim's list already charges 1 zero-fill launch + 8 narrows (fetch_prologue) + 8 copy
+# launches (fetch_epilogue) = 17 ops; at the A100 profile's 10 µs per op the other (130 + 250) / 10 − 17
+# = 21 ops are the Python (param bookkeeping, print_rank_0's f-strings, the stream context, c10d's
+# argument checks and flat-buffer allocation) that the measurement contains and the lists do not.
+# Paid once per gathered tensor, with the device idle: the synchronise before each gather (v0.3.13
+# partition_parameters.py L611) keeps the host from running ahead of it.
+GATHER_PYTHON_HOST_OPS = 21
+
+
 def _host(name: str, count: int) -> Kernel:
     """`count` host-only operations (a narrow, a view): no GPU time, one host op each."""
     return Kernel(name, "host", count=count)
@@ -79,11 +97,21 @@ def _host(name: str, count: int) -> Kernel:
 @functools.lru_cache(maxsize=4096)
 def fetch_prologue(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
     """deepspeed-0.5: before each tensor's all-gather, the zero-fill of its full buffer (e bytes per
-    padded element written) and the Nd narrows of the output list."""
-    kernels: tuple[Kernel, ...] = ()
-    for n in padded:
-        kernels += (Kernel("fetch.zeros", "mem", bytes=e * n), _host("fetch.narrow", nd))
+    padded element written). The host then synchronises the device (partition_parameters.py @ v0.3.13
+    L607-611), so its own work (fetch_host) cannot overlap this: the two are separate lists."""
+    kernels = tuple(Kernel("fetch.zeros", "mem", bytes=e * n) for n in padded)
     return KernelList(f"fetch_prologue.{padded}.{nd}.{e}", kernels)
+
+
+@functools.lru_cache(maxsize=4096)
+def fetch_host(padded: tuple[int, ...], nd: int) -> KernelList:
+    """deepspeed-0.5: the host's work before each tensor's all-gather, with the device idle after the
+    synchronise: the Nd narrows of the output list (L622-627) and the rest of its Python and c10d work
+    (GATHER_PYTHON_HOST_OPS, measured). Host ops only: launches × host_op_s."""
+    kernels: tuple[Kernel, ...] = ()
+    for _ in padded:
+        kernels += (_host("fetch.narrow", nd), _host("fetch.python", GATHER_PYTHON_HOST_OPS))
+    return KernelList(f"fetch_host.{padded}.{nd}", kernels)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -94,13 +122,28 @@ def fetch_epilogue(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
     return KernelList(f"fetch_epilogue.{padded}.{nd}.{e}", kernels)
 
 
+# deepspeed-0.14: host ops per fetched tensor besides the unflatten's narrows, counted from the code
+# (each priced at `host_op_us`, an assumption: no measurement of v0.14's hooks was found):
+#   fetch_sub_module's wait loop records one CUDA event per tensor on the gather stream
+#     (partitioned_param_coordinator.py @ v0.14.0 L312-314: event.record());
+#   release_sub_module -> __release_param -> param.partition() -> free_param: record_stream and the
+#     torch.empty(0) that replaces the data (partition_parameters.py @ v0.14.0 L277-287).
+# Where they land: the host keeps at most 2 fetch events outstanding and synchronises on the oldest
+# beyond that (coordinator L306-307, __max_ongoing_fetch_events = 2, L128), so it cannot run more than
+# a module's gather ahead: zsim prices them with the unflatten that follows each gather on the compute
+# stream, in that list's host/GPU pipeline (a host-bound fetch pays them, a large cat hides them).
+V014_HOST_OPS_PER_TENSOR = 3
+
+
 @functools.lru_cache(maxsize=4096)
 def unflatten(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
     """deepspeed-0.14: each parameter rebuilt from the coalesced gather: Nd narrows on the host and one
-    torch.cat reading and writing it (2·e bytes per padded element)."""
+    torch.cat reading and writing it (2·e bytes per padded element), and the fetch and release
+    bookkeeping of the hooks (V014_HOST_OPS_PER_TENSOR host ops)."""
     kernels: tuple[Kernel, ...] = ()
     for n in padded:
-        kernels += (_host("fetch.narrow", nd), Kernel("fetch.cat", "mem", bytes=2 * e * n))
+        kernels += (_host("fetch.narrow", nd), _host("fetch.hooks", V014_HOST_OPS_PER_TENSOR),
+                    Kernel("fetch.cat", "mem", bytes=2 * e * n))
     return KernelList(f"unflatten.{padded}.{nd}.{e}", kernels)
 
 

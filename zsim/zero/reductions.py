@@ -121,17 +121,24 @@ class Reductions:
         Nd views that PyTorch first copies into a flat buffer; the host builds the lists (narrows) and
         launches the copies in the backward hook, on the compute stream's host thread
         (zsim.zero.implementation). The first reduce-scatter takes the bucket's allocations, the last
-        frees what the bucket frees."""
+        frees what the bucket frees.
+
+        Under overlap_comm (stage 3's default, constants.py @ v0.3.13 L55) reduce_ipg_grads first
+        blocks the host on the reduction stream (stage3.py @ v0.3.13 L1689-1691:
+        `self.reduction_stream.synchronize()`): a bucket's lists, and every compute op the host launches
+        after them, wait for the previous bucket's last reduce-scatter of this pass."""
         padded = tuple(self.nd * partition(n, self.nd) for m in bucket for n in m.tensors)
         lists = reduce_lists(padded, self.nd, self.e)
-        deps = (self.b.add(name=f"copy/{what}", stream="compute", deps=(after,), kernels=lists,
+        waits = (self.last_reduce,) if self.last_reduce is not None and self._reduction_stream() != "compute" else ()
+        deps = (self.b.add(name=f"copy/{what}", stream="compute", deps=(after,) + waits, kernels=lists,
                            hbm_bytes=lists.bytes, step=self.step, micro_batch=self.mb),)
         for i, n in enumerate(padded):
             last = i == len(padded) - 1
-            self.b.add(name=f"reduce_scatter/{what}.{i}", stream=self._reduction_stream(), deps=deps,
-                       collective="reduce_scatter", group="dp", nbytes=self.e * n, allocs=allocs if i == 0 else (),
-                       frees=frees if last else (), step=self.step, micro_batch=self.mb)
+            op = self.b.add(name=f"reduce_scatter/{what}.{i}", stream=self._reduction_stream(), deps=deps,
+                            collective="reduce_scatter", group="dp", nbytes=self.e * n, allocs=allocs if i == 0 else (),
+                            frees=frees if last else (), step=self.step, micro_batch=self.mb)
             deps = ()
+            self.last_reduce = op
 
     def _reduce_stage1(self, after: int) -> None:
         """Stage 1 as DeepSpeed v0.2 runs it (zero_optimizer_stage1.py reduce_scatter_gradients, called

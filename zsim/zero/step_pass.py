@@ -142,6 +142,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.phase_dep = (self.b.last_compute,) if self.b.last_compute is not None else self.first_dep
         self.compute_ops: list[int] = []  # last compute op index per item position
         self.bucket_index = 0
+        self.last_reduce: int | None = None  # deepspeed-0.5: the previous bucket's last reduce-scatter
         self.reduced_elements = 0  # deepspeed-0.2, stage 2: gradient elements reduced so far this pass
         self.bucket: list[Module] = []
         self.bucket_elems = 0
