@@ -198,3 +198,11 @@ def test_cli_schedules_are_the_pipeline_modules():
     runtime_cli.add_run_arguments(args)
     parsed = args.parse_args(["--model", "m.yaml", "-o", "o", "--pp", "2", "--pp-layers", "3,1"])
     assert parsed.pp == 2 and parsed.pp_layers == (3, 1)
+
+
+def test_pipeline_config_survives_config_json(tmp_path):
+    """A run folder's config.json gives back the same pipeline run (the uneven split a list in JSON)."""
+    from zsim.runtime.config import RunConfig
+    cfg = run_config(tmp_path, pp=2, world_size=4, stage=1, pp_layers=(3, 1), model=FOUR,
+                     pipeline_schedule="gpipe")
+    assert RunConfig.from_json(cfg.to_json()) == cfg and cfg.dp == 1 * 2
