@@ -228,3 +228,18 @@ def test_a_stage_holds_the_activations_of_its_micro_batches_in_flight(traced):
         ratio = peak_in_flight(stage_schedule("gpipe", 2, rank, 4)) / peak_in_flight(stage_schedule("1f1b", 2, rank, 4))
         assert ratio == (2, 4)[rank]
         assert peak["pp2_gpipe"] / peak["pp2_1f1b"] == pytest.approx(ratio, rel=0.01)
+
+
+def test_mixed_precision_pipeline_tracks_fp32(traced):
+    """fp16 with loss scaling and checkpointing over 2 stages trains like the fp32 process (within 0.05,
+    as tests/runtime/test_parity.py's mixed-precision runs), and the stages agree on the overflow check
+    (`all_reduce/overflow.pp`): no step skipped on either."""
+    base = run(traced, "pp_base").summary["losses"]
+    pipe = traced("pp2_fp16_ckpt", steps=STEPS, pp=2, world_size=2, precision="fp16", checkpointing=True,
+                  model=tiny_model(grad_accum=4))
+    assert pipe.summary["losses"] == pytest.approx(base, abs=0.05)
+    for rank in (0, 1):
+        summary = json.loads((pipe.out / f"rank{rank}.summary.json").read_text())
+        assert summary["skipped_steps"] == 0
+        names = {e["name"] for e in pipe.trace(rank)["traceEvents"] if e.get("ph") == "X"}
+        assert {"all_reduce/overflow.pp", "all_reduce/norm.pp", "all_reduce/embed"} <= names
