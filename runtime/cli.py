@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .config import RunConfig
 
 PRECISIONS = ("fp32", "fp16", "bf16")  # runtime.config.PRECISIONS (a test checks they agree)
+PIPELINE_SCHEDULES = ("1f1b", "gpipe", "interleaved")  # zsim.parallel.pipeline.SCHEDULES (a test checks)
 MAX_RANKS = 1024  # runtime.config.MAX_RANKS
 MAX_STEPS = 1_000_000  # runtime.config.MAX_STEPS
 
@@ -28,6 +29,17 @@ def _natural(flag: str):
             raise argparse.ArgumentTypeError(f"{flag} {text[:30]!r}: expected a whole number >= 0")
         return value
     return parse
+
+
+def _layer_counts(text: str) -> tuple[int, ...]:
+    """argparse type of --pp-layers: comma-separated whole numbers >= 1 (`3,1`)."""
+    try:
+        counts = tuple(int(part) for part in text[:2000].split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--pp-layers {text[:40]!r}: expected layer counts >= 1 separated by commas")
+    return counts
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +67,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stage 3: layers gathered ahead (default: the scenario's, else 1)")
     parser.add_argument("--lr", type=positive_float("--lr", 1e3), default=1e-3, help="Adam learning rate (default 1e-3)")
     parser.add_argument("--mp", type=positive("--mp", MAX_RANKS), default=1, help="Megatron-style tensor-parallel degree: consecutive ranks form an MP group (default 1)")
+    parser.add_argument("--pp", type=positive("--pp", MAX_RANKS), default=1,
+                        help="pipeline-parallel stages (default 1); ranks = mp x dp x pp, Megatron's order (tp fastest, "
+                             "then dp, then pp); ZeRO stage 0 or 1")
+    parser.add_argument("--pipeline-schedule", choices=PIPELINE_SCHEDULES, default="1f1b",
+                        help="with --pp > 1: 1f1b (default), gpipe, or interleaved 1F1B (micro-batches a multiple of pp)")
+    parser.add_argument("--virtual-stages", type=positive("--virtual-stages", 1024), default=1,
+                        help="interleaved: model chunks per pipeline stage (default 1)")
+    parser.add_argument("--pp-layers", type=_layer_counts, default=(), metavar="N,N,...",
+                        help="an uneven split: transformer layers per virtual stage, in order (default: even)")
     parser.add_argument("--seed", type=_natural("--seed"), default=0, help="model initialisation and synthetic data seed")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: one rank per GPU with NCCL when GPUs exist, else CPU with gloo")
@@ -91,6 +112,8 @@ def config_from_args(args: argparse.Namespace, *, world_size: int | None = None)
 
     return RunConfig(
         model=found.model, stage=stage, world_size=ranks, out_dir=args.output, mp=args.mp, steps=args.steps,
+        pp=args.pp, pipeline_schedule=args.pipeline_schedule, virtual_stages=args.virtual_stages,
+        pp_layers=args.pp_layers,
         precision=pick(args.precision, found.precision, "fp32"),
         checkpointing=pick(args.checkpointing, found.checkpointing, False),
         grad_accum=args.grad_accum,

@@ -20,6 +20,7 @@ from zsim.config.struct import dump
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError, short
+from zsim.parallel.pipeline import SCHEDULES, split_layers
 from zsim.workload.transformer import mp_problems
 
 MAX_RANKS = 1024  # processes on one machine (one per GPU, or CPU processes)
@@ -90,9 +91,16 @@ class RunConfig:
     model: ModelSection  # the model shape and batch (micro_batch, global_batch, grad_accum)
     stage: int  # ZeRO-DP stage: 0 plain DP, 1 Pos, 2 Pos+g, 3 Pos+g+p
     precision: str  # "fp32", "fp16" (dynamic loss scaling) or "bf16"; fp32 master + Adam when mixed
-    world_size: int  # ranks (processes); dp = world_size / mp
+    world_size: int  # ranks (processes); dp = world_size / (mp x pp)
     out_dir: str  # where rank<R>.trace.json and friends are written
     mp: int = 1  # Megatron-style tensor-parallel degree (consecutive ranks form an MP group)
+    # Pipeline parallelism (docs/runtime.md "Pipeline parallelism"): pp stages, Megatron's rank order
+    # (tp fastest, then dp, then pp: zsim.parallel.pipeline.pipeline_rank); the micro-batches of a step
+    # are grad_accum's
+    pp: int = 1
+    pipeline_schedule: str = "1f1b"  # one of zsim.parallel.pipeline.SCHEDULES
+    virtual_stages: int = 1  # model chunks per stage (interleaved only)
+    pp_layers: tuple[int, ...] = ()  # a stated uneven split: layers per virtual stage; () = even
     steps: int = 5  # optimizer steps
     grad_accum: int | None = None  # micro-batches per step; None: from the model section, else 1
     seed: int = 0  # model initialisation and data
@@ -103,6 +111,7 @@ class RunConfig:
     lr: float = 1e-3  # Adam learning rate
     device: str = "auto"  # "auto" (cuda + nccl if GPUs exist, else cpu + gloo), "cpu" or "cuda"
     profile: bool = False  # also write a PyTorch profiler (Kineto) trace per rank
+    save_params: bool = False  # testing aid: write rank<R>.params.pt, this rank's parameters after the run
     fail_rank: int | None = None  # testing aid: this rank raises at step fail_at_step
     fail_at_step: int | None = None
     # CUDA: torch.cuda.set_per_process_memory_fraction, a cap on what the caching allocator may reserve
@@ -115,11 +124,18 @@ class RunConfig:
 
         for name, kind in (("stage", int), ("world_size", int), ("mp", int), ("steps", int), ("seed", int),
                            ("bucket_elements", int), ("allgather_bucket_elements", int), ("prefetch_layers", int), ("checkpointing", bool),
-                           ("profile", bool), ("lr", float), ("precision", str), ("device", str), ("out_dir", str)):
+                           ("profile", bool), ("save_params", bool), ("lr", float), ("precision", str), ("device", str), ("out_dir", str)):
             value = getattr(self, name)
             # bool is an int in Python: `stage: true` must not become stage 1; an int lr is fine.
             if isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float) if kind is float else kind):
                 fail(name, f"expected {kind.__name__} (got {short(value)})")
+        if isinstance(self.pp_layers, list):  # from config.json
+            object.__setattr__(self, "pp_layers", tuple(self.pp_layers))
+        for name, kind in (("pp", int), ("virtual_stages", int), ("pipeline_schedule", str), ("pp_layers", tuple)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, kind) or (
+                    kind is tuple and not all(isinstance(n, int) and not isinstance(n, bool) for n in value)):
+                fail(name, f"expected {'a list of integers' if kind is tuple else kind.__name__} (got {short(value)})")
         for name in ("grad_accum", "fail_rank", "fail_at_step"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -134,6 +150,7 @@ class RunConfig:
             fail("ranks", f"must be 1 to {MAX_RANKS} (got {self.world_size})")
         if self.mp < 1 or self.world_size % self.mp:
             fail("mp", f"{self.mp} must be >= 1 and divide the {self.world_size} ranks")
+        self._check_pipeline(fail)
         for key, message in mp_problems(self.model, self.mp):  # the simulator's rule (Megatron's)
             fail(key, message)
         if not 1 <= self.steps <= MAX_STEPS:
@@ -165,10 +182,37 @@ class RunConfig:
             fail("fail_rank", f"{self.fail_rank} is not a rank of {self.world_size}")
         _ = self.accum  # raises ConfigError when the batch arithmetic does not work
 
+    def _check_pipeline(self, fail) -> None:
+        """The pipeline keys as a whole (after mp): world = mp x dp x pp, ZeRO stage 0 or 1, a known
+        schedule, chunks only interleaved, the layers split over the virtual stages (evenly, or as
+        pp_layers states). The interleaved schedule's m % p rule is checked with the batch (`accum`)."""
+        if not 1 <= self.pp <= MAX_RANKS or self.world_size % (self.mp * self.pp):
+            fail("pp", f"{self.pp}: ranks {self.world_size} must be mp {self.mp} x dp x pp {self.pp} "
+                       f"(mp x pp = {self.mp * self.pp} does not divide {self.world_size})")
+        if self.pipeline_schedule not in SCHEDULES:
+            fail("pipeline_schedule", f"must be one of {', '.join(SCHEDULES)} (got {self.pipeline_schedule!r})")
+        if self.virtual_stages < 1 or (self.virtual_stages > 1 and self.pipeline_schedule != "interleaved"):
+            fail("virtual_stages", f"{self.virtual_stages}: more than 1 model chunk per stage needs "
+                                   "--pipeline-schedule interleaved")
+        if self.pp > 1 and self.stage >= 2:
+            # DeepSpeed's PipelineEngine refuses ZeRO-2/3: deepspeed/runtime/pipe/engine.py
+            # PipelineEngine.__init__ asserts `self.zero_optimization_stage() < 2` ("ZeRO-2 and ZeRO-3 are
+            # incompatible with pipeline parallelism"; later releases spell it `< ZeroStageEnum.gradients`).
+            # Megatron's distributed optimizer with PP is ZeRO-1 too.
+            fail("stage", f"ZeRO stage {self.stage} with pp {self.pp}: pipeline parallelism runs with ZeRO "
+                          "stage 0 or 1 only (DeepSpeed's pipeline engine refuses stages 2 and 3)")
+        if self.pp_layers and self.pp == 1:
+            fail("pp_layers", "an uneven layer split needs pp > 1")
+        try:
+            split_layers(self.model.layers, self.pp, self.virtual_stages, self.pp_layers)
+        except ValueError as exc:
+            fail("pp_layers" if self.pp_layers else "pp", f"{exc} (model.layers {self.model.layers}, pp {self.pp}, "
+                 f"virtual_stages {self.virtual_stages})")
+
     @property
     def dp(self) -> int:
-        """Data-parallel degree Nd: the ranks ZeRO partitions across."""
-        return self.world_size // self.mp
+        """Data-parallel degree Nd: the ranks ZeRO partitions across (those of one stage and MP rank)."""
+        return self.world_size // (self.mp * self.pp)
 
     @property
     def accum(self) -> int:
@@ -190,7 +234,12 @@ class RunConfig:
             elif m.global_batch != per_accum * accum:
                 raise ConfigError(f"{m.global_batch} != micro_batch {m.micro_batch} x dp {self.dp} x grad_accum "
                                   f"{accum} = {per_accum * accum}", path="model.global_batch")
-        return accum or 1
+        accum = accum or 1
+        if self.pp > 1 and self.pipeline_schedule == "interleaved" and accum % self.pp:
+            # Megatron-LM's interleaved schedule needs m a multiple of p (zsim.parallel.pipeline)
+            raise ConfigError(f"the interleaved schedule needs the micro-batches per step ({accum}) to be a multiple "
+                              f"of pp {self.pp}", path="grad_accum")
+        return accum
 
     @property
     def global_batch(self) -> int:

@@ -45,6 +45,7 @@ GRACE_S = 5.0
 PEER_LOST = re.compile(r"connection (reset|closed|refused)|by peer|broken pipe|DistBackendError|DistNetworkError|"
                        r"timed out|timeout|socket|NCCL communicator was aborted", re.IGNORECASE)
 RUN_FILES = ("rank*.trace.json", "rank*.summary.json", "rank*.error.json", "rank*.kineto.json", "rank*.log",
+             "rank*.params.pt",
              "summary.json", "config.json")
 
 

@@ -190,8 +190,9 @@ def is_check(event: dict[str, Any]) -> bool:
 
 
 def is_collective(event: dict[str, Any]) -> bool:
-    """A collective's complete event (on either track): it names its group."""
-    return event.get("ph") == "X" and "group" in event.get("args", {})
+    """A collective's complete event (on either track): it names its group's ranks. A pipeline's
+    point-to-point transfer (`send/pp.fwd`...: `group: "pp"`, runtime/p2p.py) is not one."""
+    return event.get("ph") == "X" and "group" in event.get("args", {}) and event["args"].get("group") != "pp"
 
 
 PER_RANK_KEYS = ("rank", "clock_offset_us", "model_states", "host", "host_facts", "device")

@@ -39,6 +39,9 @@ from .tensor_parallel import shard_block, shard_embedding, shard_head
 from .tracer import Tracer
 from .zero import ENGINES
 from .zero.engine import EngineOptions, ZeroEngine
+from .p2p import Links, PointToPoint
+from .pipeline import PipelineSchedule, StagePlace, stage_model, tie_on_last_stage
+from zsim.parallel.pipeline import pipeline_rank, split_layers
 from zsim.config.struct import dump
 from zsim.errors import ConfigError
 
@@ -134,22 +137,38 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     torch.manual_seed(cfg.seed)
     model = GPT(gpt_config(m, cfg.mp))
     total_params = sum(p.numel() for p in model.parameters())  # Ψ of the whole model (a tied weight once)
-    comm, mp_comm = _groups(cfg, env, tracer, on_cuda)
+    groups = _groups(cfg, env, tracer, on_cuda)
+    comm, mp_comm = groups.dp, groups.mp
+    if cfg.pp > 1 and model.cfg.tied_head:
+        tie_on_last_stage(model)  # before MP splits the head: its copy is split by vocabulary as the embedding
     if mp_comm is not None:
         _split_model(model, mp_comm)
-    engine = ENGINES[cfg.stage](model, options=EngineOptions(
+    split = split_layers(m.layers, cfg.pp, cfg.virtual_stages, cfg.pp_layers)
+    stage = pipeline_rank(env.rank, cfg.mp, cfg.dp)
+    part = stage_model(model, split, stage) if cfg.pp > 1 else model
+    engine = ENGINES[cfg.stage](part, options=EngineOptions(
         precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
         allgather_bucket_elements=cfg.allgather_bucket_elements,
         prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
-        comm=comm, tracer=tracer, ledger=ledger, device=device, mp_comm=mp_comm)
+        comm=comm, tracer=tracer, ledger=ledger, device=device, mp_comm=mp_comm, pp_comm=groups.pp)
+    pipeline = None
+    if cfg.pp > 1:
+        place = StagePlace(stage, cfg.pp, cfg.virtual_stages, prev=groups.pp.ranks[(stage - 1) % cfg.pp],
+                           next=groups.pp.ranks[(stage + 1) % cfg.pp], schedule=cfg.pipeline_schedule)
+        pipeline = PipelineSchedule(engine, PointToPoint(tracer, groups.links, on_cuda=on_cuda), place, part.chunks,
+                                    embed_comm=groups.embed)
     metadata = _metadata(cfg, env, engine, backend, device, offset, total_params, bound)
+    if cfg.pp > 1:
+        metadata["pipeline"] = {"pp": cfg.pp, "stage": stage, "schedule": cfg.pipeline_schedule,
+                                "virtual_stages": cfg.virtual_stages,
+                                "layers": [[[r.start, r.stop] for r in chunks] for chunks in split.layers]}
     if on_cuda:  # what setup left allocated (the model states) beside the ledger's count; peaks from here on
         torch.cuda.synchronize()
         metadata["cuda_setup"] = {"allocated": torch.cuda.memory_allocated(),
                                   "reserved": torch.cuda.memory_reserved(),
                                   "ledger": dict(ledger.bytes), "ledger_total": sum(ledger.bytes.values())}
         torch.cuda.reset_peak_memory_stats()
-    summary: dict[str, Any] = {"rank": env.rank, "dp_rank": engine.rank, "losses": [],
+    summary: dict[str, Any] = {"rank": env.rank, "dp_rank": engine.rank, "pp_rank": stage, "losses": [],
                                "model_states": engine.model_state_bytes(), "params": total_params,
                                "params_per_mp_rank": engine.params,
                                "params_padded": engine.params_padded, "step_seconds": []}
@@ -172,8 +191,13 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
             batches = [micro_batch(tokens, micro=i, dp_rank=engine.rank, dp=engine.dp, size=m.micro_batch)
                        for i in range(cfg.accum)]
             start = time.perf_counter()
-            loss = engine.train_step(batches, reduce_every_micro_batch=cfg.stage >= 2)
-            summary["step_seconds"].append(time.perf_counter() - start)
+            if pipeline is None:
+                loss = engine.train_step(batches, reduce_every_micro_batch=cfg.stage >= 2)
+                summary["step_seconds"].append(time.perf_counter() - start)
+            else:
+                loss = pipeline.train_step(batches)
+                summary["step_seconds"].append(time.perf_counter() - start)
+                loss = _last_stage_loss(loss, groups.pp, device)
             summary["losses"].append(loss)
             summary["skipped_steps"] = engine.skipped_steps
             summary.setdefault("grad_norms", []).append(engine.grad_norm)
@@ -189,6 +213,8 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(loss=f"{loss:.4f}")
+        if cfg.save_params:
+            _save_params(engine, out / f"rank{env.rank}.params.pt")
     finally:
         if progress is not None:
             progress.close()
@@ -197,21 +223,80 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
         tracer.write(trace_path(out, env.rank), metadata)
 
 
-def _groups(cfg: RunConfig, env: RankEnv, tracer: Tracer, on_cuda: bool) -> tuple[Collectives, Collectives | None]:
-    """(DP collectives, MP collectives or None). Ranks are laid out Megatron-style, as in
-    zsim/parallel/layout.py: rank = dp_rank·mp + mp_rank, so an MP group is `mp` consecutive ranks
-    (one node) and a DP group the ranks with the same mp_rank. Every rank creates every group, in
-    the same order, as torch.distributed.new_group requires."""
-    if cfg.mp == 1:
-        return Collectives(tracer, None, on_cuda=on_cuda), None
-    if env.local_world_size % cfg.mp:
+@dataclass(frozen=True)
+class Groups:
+    """This rank's process groups: DP (what ZeRO partitions across), MP (None without tensor
+    parallelism), PP (None without pipeline parallelism: its members in stage order, traced in line),
+    the embedding group of a tied head (first and last stage; None elsewhere)."""
+
+    dp: Collectives
+    mp: Collectives | None = None
+    pp: Collectives | None = None
+    embed: Collectives | None = None
+    links: Links | None = None  # the pipeline's point-to-point links (runtime/p2p.py)
+
+
+def _groups(cfg: RunConfig, env: RankEnv, tracer: Tracer, on_cuda: bool) -> Groups:
+    """Ranks are laid out Megatron-style, as in zsim/parallel/layout.py and
+    zsim.parallel.pipeline.pipeline_rank: rank = pp_rank·(dp·mp) + dp_rank·mp + mp_rank, so an MP group
+    is `mp` consecutive ranks (one node), a DP group the ranks of one stage with the same mp_rank, a PP
+    group the ranks with the same dp and mp rank. Every rank creates every group, in the same order,
+    as torch.distributed.new_group requires."""
+    if cfg.mp == 1 and cfg.pp == 1:
+        return Groups(Collectives(tracer, None, on_cuda=on_cuda))
+    if cfg.mp > 1 and env.local_world_size % cfg.mp:
         raise ConfigError(f"{cfg.mp} does not divide the {env.local_world_size} ranks per node: an MP group "
                           "must stay inside a node", path="mp")
-    world = cfg.world_size
-    dp_groups = [dist.new_group(list(range(m, world, cfg.mp))) for m in range(cfg.mp)]
-    mp_groups = [dist.new_group(list(range(d * cfg.mp, (d + 1) * cfg.mp))) for d in range(world // cfg.mp)]
-    return (Collectives(tracer, dp_groups[env.rank % cfg.mp], on_cuda=on_cuda),
-            Collectives(tracer, mp_groups[env.rank // cfg.mp], on_cuda=on_cuda, stream="compute"))
+    mp, dp, pp = cfg.mp, cfg.dp, cfg.pp
+
+    def rank(s: int, d: int, t: int) -> int:
+        return s * dp * mp + d * mp + t
+    me = env.rank
+    s_me, d_me, t_me = me // (dp * mp), me // mp % dp, me % mp
+    mine: dict[str, dist.ProcessGroup] = {}
+    for s in range(pp):
+        for t in range(mp):
+            group = dist.new_group([rank(s, d, t) for d in range(dp)])
+            if (s, t) == (s_me, t_me):
+                mine["dp"] = group
+        for d in range(dp):
+            group = dist.new_group([rank(s, d, t) for t in range(mp)])
+            if (s, d) == (s_me, d_me):
+                mine["mp"] = group
+    tied = pp > 1 and cfg.model.tied_head
+    for d in range(dp):
+        for t in range(mp):
+            if pp > 1:
+                group = dist.new_group([rank(s, d, t) for s in range(pp)])
+                if (d, t) == (d_me, t_me):
+                    mine["pp"] = group
+            if tied:
+                group = dist.new_group([rank(0, d, t), rank(pp - 1, d, t)])
+                if (d, t) == (d_me, t_me) and s_me in (0, pp - 1):
+                    mine["embed"] = group
+
+    links = Links.make([[rank(s, d, t) for s in range(pp)] for d in range(dp) for t in range(mp)], me) \
+        if pp > 1 else None
+
+    def inline(name: str) -> Collectives | None:
+        return Collectives(tracer, mine[name], on_cuda=on_cuda, stream="compute") if name in mine else None
+    return Groups(Collectives(tracer, mine["dp"], on_cuda=on_cuda), inline("mp") if mp > 1 else None,
+                  inline("pp"), inline("embed"), links)
+
+
+def _save_params(engine: ZeroEngine, path: Path) -> None:
+    """--save-params (a testing aid): this rank's parameters, `<unit>.<parameter>` -> tensor on the CPU
+    (the working dtype; a pipeline stage's units only, an MP rank's slices only)."""
+    torch.save({f"{u.name}.{name}": t.detach().cpu().clone() for u in engine.units
+                for name, t in u.layout.views(u.param).items()}, path)
+
+
+def _last_stage_loss(loss: float | None, pp: Collectives, device: torch.device) -> float:
+    """The step's loss on every stage: the last stage's, broadcast over the pipeline group after the
+    step's time is taken (for the summaries only; untraced, outside the step's events)."""
+    value = torch.tensor([loss if loss is not None else 0.0], dtype=torch.float64, device=device)
+    dist.broadcast(value, src=pp.ranks[-1], group=pp.group)
+    return float(value.item())
 
 
 def _split_model(model: GPT, mp_comm: Collectives) -> None:
@@ -249,7 +334,7 @@ def _metadata(cfg: RunConfig, env: RankEnv, engine: ZeroEngine, backend: str, de
         "steps": cfg.steps,
         "seed": cfg.seed,
         "run_id": os.environ.get("ZSIM_RUN_ID"),  # one per launch (runtime/launch.py): replay refuses mixed runs
-        "world_size": env.world_size, "dp": cfg.dp, "mp": cfg.mp,
+        "world_size": env.world_size, "dp": cfg.dp, "mp": cfg.mp, "pp": cfg.pp,
         "rank": env.rank,
         "backend": backend,
         "device": str(device),

@@ -5,12 +5,13 @@ buffer is not an activation: it is skipped (stages 0-2), or, in stage 3, replace
 (unit, size, stride, offset) so that the gathered buffer can be released after the forward and
 re-gathered for the backward (`unpack` re-materialises the view from the re-gathered buffer).
 Every other storage counts once (deduplicated by storage) as activation bytes of the unit whose
-forward (or recomputation) saved it, until that unit's backward ends.
+forward (or recomputation) saved it, until that unit's backward ends. The engine keys the count by
+(unit, micro-batch): a pipeline stage holds several micro-batches' activations of one unit at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,18 +34,18 @@ class SavedTensors:
 
     def __init__(self, param_unit: Callable[[int], int | None],
                  fetch: Callable[[int], torch.Tensor] | None = None):
-        self.current: int | None = None  # the unit whose forward or recomputation is running
+        self.current: Hashable | None = None  # whose forward or recomputation is running: (unit, micro-batch)
         self._param_unit = param_unit
         self._fetch = fetch
-        self._owner: dict[int, int] = {}  # storage pointer -> unit
-        self._bytes: dict[int, int] = {}  # unit -> activation bytes
+        self._owner: dict[int, Hashable] = {}  # storage pointer -> (unit, micro-batch)
+        self._bytes: dict[Hashable, int] = {}  # (unit, micro-batch) -> activation bytes
         self.total = 0
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
-    def release(self, unit: int) -> None:
-        """Unit `unit`'s backward is done: what it saved is freed."""
+    def release(self, unit: Hashable) -> None:
+        """The backward of `unit` (unit, micro-batch) is done: what it saved is freed."""
         self.total -= self._bytes.pop(unit, 0)
         self._owner = {ptr: u for ptr, u in self._owner.items() if u != unit}
 

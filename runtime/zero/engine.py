@@ -80,34 +80,44 @@ class ZeroEngine:
     pads_tensors = False  # stage 3: every parameter tensor padded to a multiple of Nd (runtime/flat.py)
 
     def __init__(self, model: GPT, *, options: EngineOptions, comm: Collectives, tracer: Tracer,
-                 ledger: MemoryLedger, device: torch.device, mp_comm: Collectives | None = None):
-        """`comm`: the DP group ZeRO partitions across; `mp_comm`: the MP group, if any (the fp16
-        overflow decision is agreed over DP, then over MP, as DeepSpeed does)."""
+                 ledger: MemoryLedger, device: torch.device, mp_comm: Collectives | None = None,
+                 pp_comm: Collectives | None = None):
+        """`model`: a GPT, or a pipeline stage's part of one (runtime/pipeline.py: `units` and
+        `unit_names`); `comm`: the DP group ZeRO partitions across; `mp_comm`: the MP group, if any;
+        `pp_comm`: the pipeline group, if any (the fp16 overflow decision and the gradient norm are
+        agreed over DP, then MP, then PP: DeepSpeed's and Megatron-LM's model-parallel group holds
+        both)."""
         self.cfg: GPTConfig = model.cfg
         self.options = options
         self.comm, self.tracer, self.ledger, self.device = comm, tracer, ledger, device
-        self.mp_comm = mp_comm
+        self.mp_comm, self.pp_comm = mp_comm, pp_comm
         self.dtype = DTYPES[options.precision]
         self.mixed = options.precision != "fp32"
         self.dp = comm.size
         self.rank = comm.ranks.index(dist.get_rank())  # this rank's index in the DP group
         self.scaler = DynamicLossScaler() if options.precision == "fp16" else None
         self.skipped_steps = 0
+        # Gradient views of parameters another pipeline stage also holds (a tied head's word-embedding
+        # copy on the last stage), left out of the gradient norm here (runtime/pipeline.py sets them)
+        self.shared_grads: list[torch.Tensor] = []
         self.reduce_now = True  # does this micro-batch's backward reduce gradients?
         parts = self.dp if self.pads_tensors else 1
         self.units: list[Unit] = []
         init32: list[torch.Tensor] = []
         count = len(model.units)
+        names = getattr(model, "unit_names", None) or [unit_name(i, count) for i in range(count)]
         for i, module in enumerate(model.units):
             layout = FlatLayout.of(module, parts)
             init32.append(layout.flatten(module).to(device))
             module.to("meta")  # the engine's flat buffers replace the module's own tensors
-            name = unit_name(i, count)
+            name = names[i]
             self.units.append(Unit(i, name, module, layout, torch.empty(0), forward_flops(
                 self.cfg, name, options.micro_batch, options.mp)))
-        # The units whose parameters each unit computes with: a tied head uses the embedding's too.
+        # The units whose parameters each unit computes with: a tied head uses the embedding's too
+        # (unless a pipeline's last stage holds the head with its own copy of the word embedding).
         self.uses = {u.index: (u.index,) for u in self.units}
-        if self.cfg.tied_head:
+        self.words_from_embedding = self.cfg.tied_head and names[0] == "embed" and names[-1] == "head"
+        if self.words_from_embedding:
             self.uses[count - 1] = (count - 1, 0)
         self.activations = self._saved_tensors()
         self.optimizer = self.setup(init32)
@@ -168,24 +178,33 @@ class ZeroEngine:
 
     def _forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor, multiplier: float) -> float:
         with self.activations.hooks():
-            h = inputs.to(self.device)
-            targets = targets.to(self.device)
-            for u in self.units:
-                self.before_forward(u)
-                self.activations.current = u.index
-                with self.tracer.span(layer_event("fwd", u.name), flops=u.flops):
-                    h = self._run(u, h, targets)
-                self.activations.current = None
-                self.ledger.set("activations", self.activations.total)
-                self.after_forward(u)
-                h.register_hook(partial(self._backward_begins, u))
+            h = self.forward(self.units, inputs.to(self.device), targets.to(self.device))
             (h * multiplier).backward()
         return h.item()
+
+    def forward(self, units: list[Unit], h: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor:
+        """Run `units` in order on `h` (`fwd/<unit>` spans), each output hooked to time its unit's
+        backward; returns the last output (the loss after the head). Inside `activations.hooks()`."""
+        for u in units:
+            self.before_forward(u)
+            self.activations.current = self._saved_key(u)
+            with self.tracer.span(layer_event("fwd", u.name), flops=u.flops):
+                h = self._run(u, h, targets)
+            self.activations.current = None
+            self.ledger.set("activations", self.activations.total)
+            self.after_forward(u)
+            h.register_hook(partial(self._backward_begins, u))
+        return h
+
+    def _saved_key(self, u: Unit) -> tuple[int, int]:
+        """Whose activations autograd is saving: unit and micro-batch (a pipeline stage holds several
+        micro-batches' activations of one unit at once)."""
+        return u.index, self.tracer.micro_batch
 
     def _run(self, u: Unit, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if u.name == "head":
             embed = self.units[0]
-            words = embed.layout.views(embed.param)["tokens.weight"] if self.cfg.tied_head else None
+            words = embed.layout.views(embed.param)["tokens.weight"] if self.words_from_embedding else None
             return functional_call(u.module, u.layout.views(u.param), (h, targets, words))
         if self.options.checkpointing and isinstance(u.name, int):
             def run(x: torch.Tensor, param: torch.Tensor, module=u.module, layout=u.layout) -> torch.Tensor:
@@ -195,7 +214,7 @@ class ZeroEngine:
 
     @contextmanager
     def _recompute(self, u: Unit) -> Iterator[None]:
-        self.activations.current = u.index
+        self.activations.current = self._saved_key(u)
         with self.tracer.span(layer_event("recompute", u.name), flops=u.flops):
             yield
         self.activations.current = None
@@ -208,7 +227,7 @@ class ZeroEngine:
     def _backward_ends(self, u: Unit, param: torch.Tensor) -> None:
         mark = self._backward_start.pop(u.index)
         self.tracer.complete_span(layer_event("bwd", u.name), mark, flops=2 * u.flops)
-        self.activations.release(u.index)
+        self.activations.release(self._saved_key(u))
         self.ledger.set("activations", self.activations.total)
         self.grad_ready(u)
         self.after_backward(u)
@@ -234,10 +253,12 @@ class ZeroEngine:
             self.after_step()
 
     def _agree(self, check: str, value: torch.Tensor, op: dist.ReduceOp) -> None:
-        """All-reduce `value` in line (compute track) over DP, then over MP."""
+        """All-reduce `value` in line (compute track) over DP, then over MP, then over PP."""
         self.comm.inline().all_reduce(value, f"{check}.dp", op=op).wait()
         if self.mp_comm is not None:
             self.mp_comm.all_reduce(value, f"{check}.mp", op=op).wait()
+        if self.pp_comm is not None:
+            self.pp_comm.all_reduce(value, f"{check}.pp", op=op).wait()
 
     def _overflow(self) -> bool:
         """Did any gradient overflow (inf or NaN) on any rank? (DeepSpeed's has_overflow.)"""
@@ -257,6 +278,9 @@ class ZeroEngine:
             square = torch.zeros(1, dtype=torch.float64, device=self.device)
             for seg in self.optimizer.segments:
                 square += seg.grad.double().norm(2) ** 2
+                for shared in self.shared_grads:  # counted on another stage: once (Megatron's param_is_not_shared)
+                    square -= _overlap(seg.grad, shared).double().norm(2) ** 2
+            square.clamp_(min=0.0)
         square = square.float()
         self._agree("norm", square, dist.ReduceOp.SUM)
         return float(square.item() / (1 if self.partitioned else self.dp)) ** 0.5
@@ -324,3 +348,13 @@ class PartitionedGradients(ZeroEngine):
 
     def finish_reduction(self) -> None:
         self.reducer.finish()
+
+
+def _overlap(flat: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+    """The elements of 1-D `flat` that lie in the memory of contiguous `part` (same storage, same
+    dtype), as a slice of `flat`; empty when they do not overlap."""
+    if flat.untyped_storage().data_ptr() != part.untyped_storage().data_ptr() or flat.dtype != part.dtype:
+        return flat[:0]
+    lo = max(flat.storage_offset(), part.storage_offset())
+    hi = min(flat.storage_offset() + flat.numel(), part.storage_offset() + part.numel())
+    return flat[lo - flat.storage_offset():max(lo, hi) - flat.storage_offset()]
