@@ -149,6 +149,8 @@ def _llama_family(c: _Config) -> dict[str, Any]:
     head_dim = c.positive("head_dim", default=None)
     if head_dim is not None and head_dim * heads == hidden:
         head_dim = None  # the default: written only where it differs (Mistral-Nemo, Gemma)
+    if c.model_type in ("olmo2", "gemma2", "gemma3_text") and c.flag("attention_bias", False):
+        raise c.fail("attention_bias", f"true is not modelled for {c.model_type} (its released models have none)")
     if c.model_type == "llama":  # LlamaConfig: attention_bias on q, k, v and o; mlp_bias on the MLP
         qkv_bias, mlp_bias = c.flag("attention_bias", False), c.flag("mlp_bias", False)
         if qkv_bias and not mlp_bias:
@@ -164,10 +166,63 @@ def _llama_family(c: _Config) -> dict[str, Any]:
     return dict(layers=c.positive("num_hidden_layers"), hidden=hidden, heads=heads,
                 kv_heads=c.positive("num_key_value_heads", default=heads), vocab=c.positive("vocab_size"),
                 seq_len=c.positive("max_position_embeddings"), ffn_hidden=c.positive("intermediate_size"),
-                # GemmaConfig ties the head to the embedding by default; the LLaMA family does not
-                tied_head=c.flag("tie_word_embeddings", c.model_type == "gemma"), norm="rmsnorm", position="rotary",
+                # Gemma(2, 3)Config tie the head to the embedding by default; the LLaMA family does not
+                tied_head=c.flag("tie_word_embeddings", c.model_type in GEMMA), norm="rmsnorm", position="rotary",
                 gated_mlp=True, dropout=any(c.rate(key, 0.0) > 0 for key in dropout_keys), attention=FLASH_DEFAULT,
                 **({"head_dim": head_dim} if head_dim else {}), **bias)
+
+
+GEMMA = ("gemma", "gemma2", "gemma3_text")
+
+
+def _gemma2(c: _Config) -> dict[str, Any]:
+    # Gemma2Config / modeling_gemma2.py (Gemma Team 2024, "Gemma 2", §2): the Gemma layout (GeGLU
+    # gate/up/down, head_dim, tied head) with four RMSNorms per block (input_, post_attention_,
+    # pre_feedforward_, post_feedforward_layernorm). Gemma3TextConfig (gemma3_text) adds q_norm and
+    # k_norm, one head_dim-wide RMSNorm each shared by the heads (Gemma Team 2025, "Gemma 3", §2).
+    # Soft-capping (attn_logit_softcapping, final_logit_softcapping: a tanh on the scores and the
+    # logits) adds no parameter and no matmul; sliding_window / sliding_window_pattern (local layers)
+    # are read as full attention (docs/models.md says when that overstates the attention's cost).
+    keys = _llama_family(c) | {"layer_norms": 4}
+    return keys | ({"qk_norm": "head"} if c.model_type == "gemma3_text" else {})
+
+
+def _olmo2(c: _Config) -> dict[str, Any]:
+    # Olmo2Config / modeling_olmo2.py (OLMo Team 2024, "2 OLMo 2 Furious", §3.1): the LLaMA layout
+    # with RMSNorm (weights) after attention and after the MLP instead of before (two per block, the
+    # same count), and QK-norm: q_norm over all heads·head_dim, k_norm over kv_heads·head_dim.
+    return _llama_family(c) | {"qk_norm": "full"}
+
+
+def _falcon(c: _Config) -> dict[str, Any]:
+    # FalconConfig / modeling_falcon.py: fused query_key_value (multi_query: one K/V head, Falcon-7B;
+    # new_decoder_architecture: num_kv_heads groups, Falcon-40B/180B), dense, a 4h GeLU MLP
+    # (ffn_hidden_size where given), LayerNorms; `bias` on every linear (false in the released
+    # models); rotary unless alibi. FalconDecoderLayer: new_decoder_architecture has
+    # num_ln_in_parallel_attn norms (ln_attn and ln_mlp, default 2); the older one input_layernorm
+    # only when parallel_attn (else a post_attention_layernorm as well). The head is tied unless
+    # tie_word_embeddings is false (PretrainedConfig's default true). Parallel attention and MLP (one
+    # residual add) change no parameter and no matmul: zsim prices them as a sequential block.
+    hidden, heads = c.positive("hidden_size"), c.positive("num_attention_heads", "n_head")
+    new_arch, parallel = c.flag("new_decoder_architecture", False), c.flag("parallel_attn", True)
+    if new_arch:
+        kv_heads = c.positive("num_kv_heads", default=heads)
+        norms = c.positive("num_ln_in_parallel_attn", default=2)
+        if norms > 2:
+            raise c.fail("num_ln_in_parallel_attn", f"expected 1 or 2, got {norms}")
+    else:
+        kv_heads = 1 if c.flag("multi_query", True) else heads
+        norms = 1 if parallel else 2
+    bias = c.flag("bias", False)
+    alibi = c.flag("alibi", False)
+    keys = dict(layers=c.positive("num_hidden_layers", "n_layer"), hidden=hidden, heads=heads, kv_heads=kv_heads,
+                vocab=c.positive("vocab_size"), seq_len=c.positive("max_position_embeddings", default=2048),
+                ffn_hidden=c.positive("ffn_hidden_size", default=4 * hidden), tied_head=c.flag("tie_word_embeddings", True),
+                norm="layernorm", position="alibi" if alibi else "rotary", gated_mlp=False, linear_bias=bias,
+                qkv_bias=bias, layer_norms=norms, attention=FLASH_DEFAULT,
+                dropout=any(c.rate(key, 0.0) > 0 for key in ("attention_dropout", "hidden_dropout")))
+    head_dim = c.positive("head_dim", default=None)
+    return keys | ({"head_dim": head_dim} if head_dim and head_dim * heads != hidden else {})
 
 
 # The families trained with FlashAttention (LLaMA 2/3, Mistral, Qwen2 and every later one: their
@@ -188,22 +243,22 @@ def _mixtral(c: _Config) -> dict[str, Any]:
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
     "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family, "olmo": _olmo, "opt": _opt, "bloom": _bloom,
+    "gemma2": _gemma2, "gemma3_text": _gemma2, "olmo2": _olmo2, "falcon": _falcon,
 }
 
-# Mixture-of-experts types that import (mixtral) and those refused (transformers' configuration classes,
-# with shared-expert gates, multi-head latent attention or hybrid layers zsim does not model), and the keys that say a config routes
-# tokens to experts: refused with a message that names MoE until zsim models it (issue 27 item 6).
+# Mixture-of-experts types refused (transformers' configuration classes whose routers, attention or
+# hybrid layers no importer maps), and the keys that say a config routes tokens to experts: refused with
+# a message that names MoE and the MoE families that do import (issue 27 item 6).
 MOE_TYPES = frozenset({"qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
                        "granitemoe", "jamba", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss"})
+MOE_FAMILIES = ("mixtral",)
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 # Dense types zsim does not import yet: what they have that the nearest supported family lacks
 # (transformers' modeling_<type>.py), so a refusal says what is missing.
 NEAREST = {
-    "gemma2": ("gemma", "pre- and post-feedforward norms (four per layer) and logit soft-capping"),
-    "gemma3": ("gemma", "QK-norm weights and four norms per layer"),
-    "olmo2": ("olmo", "QK-norm weights on q and k, and RMSNorm weights"),
-    "falcon": ("gpt_neox", "multi-query attention beside a parallel MLP, one LayerNorm per layer (7B) or two (40B)"),
+    "gemma3": ("gemma3_text", "the vision tower and projector of the multimodal checkpoint (import its "
+               "text_config, saved as a config.json of its own, for the language model)"),
     "phi": ("gpt_neox", "a parallel attention and MLP block with one LayerNorm, partial rotary"),
 }
 
@@ -212,7 +267,8 @@ NEAREST = {
 # dumped from a resolved scenario, e.g. in a trace's metadata) takes nothing from the file.
 IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
                            "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
-                           "vocab_padding", "attention", "moe", "head_dim", "embedding_norm"})
+                           "vocab_padding", "attention", "moe", "head_dim", "embedding_norm", "layer_norms",
+                           "qk_norm"})
 
 
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:
@@ -243,9 +299,9 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     if (isinstance(config.model_type, str) and config.model_type in MOE_TYPES) or (experts and family is None):
         what = f"{experts} {data[experts]}" if experts else f"model_type {config.model_type!r}"
         raise config.fail("model_type" if not experts else experts,
-                          f"a mixture-of-experts model ({what}): zsim does not model MoE yet (expert FFNs, "
-                          "top-k routing, expert parallelism's all-to-all); a dense model of the same attention "
-                          "can be written by hand with the shape keys (docs/models.md)")
+                          f"a mixture-of-experts model ({what}) of a type zsim does not import; the MoE "
+                          f"families it imports are {', '.join(k for k in FAMILIES if k in MOE_FAMILIES)}: "
+                          "write model.moe by hand (docs/moe.md) on the nearest of them")
     if family is None:
         got = "missing" if config.model_type is None else repr(config.model_type)
         near = NEAREST.get(config.model_type) if isinstance(config.model_type, str) else None

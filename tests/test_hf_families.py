@@ -1,0 +1,132 @@
+"""`model.from_hf` for Gemma-2/3, OLMo-2, Falcon, Qwen2-MoE and DeepSeek-V2/V3: each released config.json
+(the keys zsim reads, copied from the file at the URL in the comment) imports to the parameter count of
+the released checkpoint, exactly; MLA prices its attention by DeepSeek-V2 §2.1; what is not modelled
+is refused naming the key."""
+
+import json
+
+import pytest
+
+from zsim.compute.kernels import Shape as KShape
+from zsim.compute.kernels import block_forward
+from zsim.config.hf import read_hf_config
+from zsim.config.schema import ModelSection
+from zsim.config.validation import validate
+from zsim.errors import ConfigError
+from zsim.workload.transformer import Shape, build_workload, layer_saved_tensors, total_params
+
+# Each count is the checkpoint's: the Hugging Face Hub's safetensors parameter total (api/models/<id>,
+# "safetensors.total", the sum of the tensor sizes), quoted where a public repository records it:
+# keras-hub's presets ("params") for Gemma-2 and Qwen1.5-MoE, and the Hub API's totals for the others.
+
+# https://huggingface.co/google/gemma-2-2b/blob/main/config.json (tied head: Gemma2Config's default)
+GEMMA2_2B = {"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_attention_heads": 8,
+             "num_hidden_layers": 26, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000,
+             "max_position_embeddings": 8192, "attention_bias": False, "attention_dropout": 0.0,
+             "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 256,
+             "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"}
+# https://huggingface.co/google/gemma-2-9b/blob/main/config.json
+GEMMA2_9B = GEMMA2_2B | {"hidden_size": 3584, "intermediate_size": 14336, "num_attention_heads": 16,
+                         "num_hidden_layers": 42, "num_key_value_heads": 8}
+# https://huggingface.co/google/gemma-2-27b/blob/main/config.json (head_dim 128, query_pre_attn_scalar 144)
+GEMMA2_27B = GEMMA2_2B | {"hidden_size": 4608, "intermediate_size": 36864, "num_attention_heads": 32,
+                          "num_hidden_layers": 46, "num_key_value_heads": 16, "head_dim": 128,
+                          "query_pre_attn_scalar": 144}
+# https://huggingface.co/google/gemma-3-1b-pt/blob/main/config.json (gemma3_text: q_norm, k_norm)
+GEMMA3_1B = {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912, "num_attention_heads": 4,
+             "num_hidden_layers": 26, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
+             "max_position_embeddings": 32768, "attention_bias": False, "attn_logit_softcapping": None,
+             "query_pre_attn_scalar": 256, "sliding_window": 512, "sliding_window_pattern": 6}
+# https://huggingface.co/allenai/OLMo-2-1124-7B/blob/main/config.json (untied)
+OLMO2_7B = {"model_type": "olmo2", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+            "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 100352,
+            "max_position_embeddings": 4096, "attention_bias": False, "attention_dropout": 0.0,
+            "rms_norm_eps": 1e-06, "tie_word_embeddings": False}
+# https://huggingface.co/allenai/OLMo-2-1124-13B/blob/main/config.json
+OLMO2_13B = OLMO2_7B | {"hidden_size": 5120, "intermediate_size": 13824, "num_attention_heads": 40,
+                        "num_hidden_layers": 40, "num_key_value_heads": 40}
+# https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json (multi-query, one LayerNorm, tied)
+FALCON_7B = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
+             "vocab_size": 65024, "alibi": False, "bias": False, "multi_query": True,
+             "new_decoder_architecture": False, "parallel_attn": True, "attention_dropout": 0.0,
+             "hidden_dropout": 0.0}
+# https://huggingface.co/tiiuae/falcon-40b/blob/main/config.json (8 KV groups, ln_attn and ln_mlp)
+FALCON_40B = FALCON_7B | {"hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60,
+                          "num_kv_heads": 8, "new_decoder_architecture": True}
+# https://huggingface.co/tiiuae/falcon-180B/blob/main/config.json
+FALCON_180B = FALCON_40B | {"hidden_size": 14848, "num_attention_heads": 232, "num_hidden_layers": 80}
+RELEASED = [  # (name, config, checkpoint count, tied head)
+    ("gemma-2-2b", GEMMA2_2B, 2_614_341_888, True),  # keras-hub gemma2_2b_en "params"; Hub safetensors
+    ("gemma-2-9b", GEMMA2_9B, 9_241_705_984, True),  # keras-hub gemma2_9b_en
+    ("gemma-2-27b", GEMMA2_27B, 27_227_128_320, True),  # keras-hub gemma2_27b_en
+    ("gemma-3-1b", GEMMA3_1B, 999_885_952, True),  # keras-hub gemma3_1b; Hub google/gemma-3-1b-it
+    ("olmo-2-7b", OLMO2_7B, 7_298_617_344, False),  # Hub allenai/OLMo-2-1124-7B safetensors total
+    ("olmo-2-13b", OLMO2_13B, 13_716_198_400, False),  # Hub allenai/OLMo-2-1124-13B
+    ("falcon-7b", FALCON_7B, 6_921_720_704, True),  # Hub tiiuae/falcon-7b
+]
+# Falcon-40B and -180B: the checkpoints also store lm_head.weight, V × h, though FalconConfig ties the
+# head (tie_word_embeddings absent: true), so transformers loads one matrix for both. zsim imports the
+# tied model; the checkpoint's total is that plus the stored copy (Hub safetensors totals).
+FALCON_STORED_HEAD = [("falcon-40b", FALCON_40B, 41_835_970_560), ("falcon-180b", FALCON_180B, 179_522_565_120)]
+
+
+def imported(tmp_path, config: dict, **keys) -> ModelSection:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return validate(ModelSection, read_hf_config(path) | {"micro_batch": 1} | keys, "model")
+
+
+@pytest.mark.parametrize("name, config, count, tied", RELEASED, ids=[r[0] for r in RELEASED])
+def test_parameter_count_is_the_released_checkpoints(tmp_path, name, config, count, tied):
+    model = imported(tmp_path, config)
+    assert model.tied_head is tied
+    assert total_params(model) == count
+    assert build_workload(model, mp=1).total_params == count
+
+
+@pytest.mark.parametrize("name, config, count", FALCON_STORED_HEAD, ids=[r[0] for r in FALCON_STORED_HEAD])
+def test_falcon_new_architecture_count_and_its_stored_head(tmp_path, name, config, count):
+    model = imported(tmp_path, config)
+    h, v = config["hidden_size"], config["vocab_size"]
+    assert (model.kv_heads, model.layer_norms, model.tied_head) == (8, 2, True)
+    assert total_params(model) + v * h == count
+    assert total_params(imported(tmp_path, config, tied_head=False)) == count
+
+
+def test_gemma2_has_four_norms_and_gemma3_its_qk_norms(tmp_path):
+    g2, g3 = imported(tmp_path, GEMMA2_2B), imported(tmp_path, GEMMA3_1B)
+    assert (g2.layer_norms, g2.qk_norm, g2.head_dim, g3.qk_norm) == (4, "none", 256, "head")
+    # the two extra norms are 2h per block: 26 × 2 × 2304 of Gemma-2-2B's count
+    assert total_params(g2) - total_params(imported(tmp_path, GEMMA2_2B, layer_norms=2)) == 26 * 2 * 2304
+    # Gemma-2's post-norms keep their inputs (e·sbh each), in the workload and in the kernels
+    s, b = 1024, 1
+    two, four = (sum(layer_saved_tensors(Shape.of(imported(tmp_path, GEMMA2_2B, layer_norms=n, seq_len=s)), s, b, 1))
+                 for n in (2, 4))
+    assert four - two == 2 * 2 * s * b * 2304
+    names = [k.name for k in block_forward(KShape.of(imported(tmp_path, GEMMA2_2B, seq_len=s), 1, 256000, "bf16"))]
+    assert "post_attention_norm" in names and "post_mlp_norm" in names
+
+
+def test_olmo2_qk_norm_spans_every_head_and_falcon7b_has_one_layernorm(tmp_path):
+    olmo = imported(tmp_path, OLMO2_7B)
+    assert olmo.qk_norm == "full"
+    # q_norm 4096 and k_norm 4096 per block
+    assert total_params(olmo) - total_params(imported(tmp_path, OLMO2_7B, qk_norm="none")) == 32 * 2 * 4096
+    falcon = imported(tmp_path, FALCON_7B)
+    assert (falcon.kv_heads, falcon.layer_norms, falcon.gated_mlp, falcon.linear_bias, falcon.ffn_hidden) == \
+        (1, 1, False, False, 4 * 4544)
+    names = [k.name for k in block_forward(KShape.of(imported(tmp_path, FALCON_7B, seq_len=256), 1, 65024, "bf16"))]
+    assert "post_attention_layernorm" not in names and "input_layernorm" in names
+
+
+def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path):
+    def refused(config):
+        path = tmp_path / "c.json"
+        path.write_text(json.dumps(config))
+        with pytest.raises(ConfigError) as err:
+            read_hf_config(path)
+        return err.value
+
+    assert refused(OLMO2_7B | {"attention_bias": True}).path == "attention_bias"
+    err = refused({"model_type": "gemma3", "text_config": {}})
+    assert "nearest supported family gemma3_text, which lacks the vision tower" in str(err)
