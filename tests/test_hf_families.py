@@ -8,12 +8,12 @@ import json
 import pytest
 
 from zsim.compute.kernels import Shape as KShape
-from zsim.compute.kernels import block_forward
+from zsim.compute.kernels import block_forward, moe_block_forward
 from zsim.config.hf import read_hf_config
 from zsim.config.schema import ModelSection
 from zsim.config.validation import validate
 from zsim.errors import ConfigError
-from zsim.workload.transformer import Shape, build_workload, layer_saved_tensors, total_params
+from zsim.workload.transformer import Shape, active_params, build_workload, layer_saved_tensors, total_params
 
 # Each count is the checkpoint's: the Hugging Face Hub's safetensors parameter total (api/models/<id>,
 # "safetensors.total", the sum of the tensor sizes), quoted where a public repository records it:
@@ -55,6 +55,17 @@ FALCON_40B = FALCON_7B | {"hidden_size": 8192, "num_attention_heads": 128, "num_
                           "num_kv_heads": 8, "new_decoder_architecture": True}
 # https://huggingface.co/tiiuae/falcon-180B/blob/main/config.json
 FALCON_180B = FALCON_40B | {"hidden_size": 14848, "num_attention_heads": 232, "num_hidden_layers": 80}
+# https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json
+QWEN15_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
+              "num_hidden_layers": 24, "num_key_value_heads": 16, "vocab_size": 151936,
+              "max_position_embeddings": 8192, "moe_intermediate_size": 1408,
+              "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4,
+              "decoder_sparse_step": 1, "norm_topk_prob": False, "tie_word_embeddings": False}
+# https://huggingface.co/Qwen/Qwen2-57B-A14B/blob/main/config.json
+QWEN2_57B = QWEN15_MOE | {"hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+                          "num_hidden_layers": 28, "num_key_value_heads": 4, "max_position_embeddings": 131072,
+                          "moe_intermediate_size": 2560, "shared_expert_intermediate_size": 20480,
+                          "num_experts": 64, "num_experts_per_tok": 8}
 RELEASED = [  # (name, config, checkpoint count, tied head)
     ("gemma-2-2b", GEMMA2_2B, 2_614_341_888, True),  # keras-hub gemma2_2b_en "params"; Hub safetensors
     ("gemma-2-9b", GEMMA2_9B, 9_241_705_984, True),  # keras-hub gemma2_9b_en
@@ -63,6 +74,8 @@ RELEASED = [  # (name, config, checkpoint count, tied head)
     ("olmo-2-7b", OLMO2_7B, 7_298_617_344, False),  # Hub allenai/OLMo-2-1124-7B safetensors total
     ("olmo-2-13b", OLMO2_13B, 13_716_198_400, False),  # Hub allenai/OLMo-2-1124-13B
     ("falcon-7b", FALCON_7B, 6_921_720_704, True),  # Hub tiiuae/falcon-7b
+    ("qwen1.5-moe-a2.7b", QWEN15_MOE, 14_315_784_192, False),  # keras-hub qwen1.5_moe_2.7b_en
+    ("qwen2-57b-a14b", QWEN2_57B, 57_408_658_944, False),  # Hub Qwen/Qwen2-57B-A14B safetensors total
 ]
 # Falcon-40B and -180B: the checkpoints also store lm_head.weight, V × h, though FalconConfig ties the
 # head (tie_word_embeddings absent: true), so transformers loads one matrix for both. zsim imports the
@@ -119,6 +132,31 @@ def test_olmo2_qk_norm_spans_every_head_and_falcon7b_has_one_layernorm(tmp_path)
     assert "post_attention_layernorm" not in names and "input_layernorm" in names
 
 
+def test_moe_families_active_parameters_follow_their_routing(tmp_path):
+    """Active parameters per token (what MoE FLOPs count): total less the routed experts a token is not
+    sent to. DeepSeek-V3's report gives 37B activated (§1), DeepSeek-V2's 21B (abstract), Qwen1.5-MoE
+    "2.7B activated" (its model card; with the embedding and head), Qwen2-57B-A14B 14B."""
+    qwen = imported(tmp_path, QWEN15_MOE)
+    assert 2.6e9 < active_params(qwen) < 2.8e9  # 2,689,173,504
+    assert 14.0e9 < active_params(imported(tmp_path, QWEN2_57B)) < 15.0e9
+    assert (qwen.moe.shared_experts, qwen.moe.shared_ffn_hidden, qwen.moe.shared_expert_gate) == (1, 5632, True)
+
+
+def test_qwen2_moe_model_flops_are_twice_the_active_parameters_per_token(tmp_path):
+    """One MoE block's forward FLOPs (attention core apart) are 2 × its active parameters × tokens:
+    the shared expert's gate included (modeling_qwen2_moe.py)."""
+    model = imported(tmp_path, QWEN15_MOE, seq_len=128)
+    w = build_workload(model, mp=1)
+    block = w.blocks[0]
+    s, h = 128, 2048
+    core = 4 * s * s * h
+    active_block = (active_params(model) - 2 * 151936 * 2048 - h) // 24  # less embedding, head, final norm
+    norms = 2 * h  # parameters without a matmul
+    assert block.fwd_flops - core == pytest.approx(2 * s * (active_block - norms - (h + 2 * h)), rel=0, abs=0)
+    ks = moe_block_forward(KShape.of(model, 1, 151936, "bf16"))
+    assert any(k.name == "moe.shared.gate" for k in ks)
+
+
 def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path):
     def refused(config):
         path = tmp_path / "c.json"
@@ -127,6 +165,12 @@ def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path):
             read_hf_config(path)
         return err.value
 
+    err = refused(QWEN15_MOE | {"decoder_sparse_step": 2})
+    assert err.path == "decoder_sparse_step" and "moe.dense_layers" in str(err)
+    err = refused(QWEN15_MOE | {"mlp_only_layers": [3, 7]})
+    assert err.path == "mlp_only_layers"
     assert refused(OLMO2_7B | {"attention_bias": True}).path == "attention_bias"
     err = refused({"model_type": "gemma3", "text_config": {}})
     assert "nearest supported family gemma3_text, which lacks the vision tower" in str(err)
+    err = refused({"model_type": "qwen3_moe", "num_experts": 128})
+    assert err.path == "num_experts" and "mixtral, qwen2_moe" in str(err)

@@ -157,7 +157,7 @@ def _llama_family(c: _Config) -> dict[str, Any]:
             raise c.fail("attention_bias", "true with mlp_bias false: zsim's linear_bias covers o_proj and the "
                          "MLP together")
         bias = dict(qkv_bias=qkv_bias, linear_bias=mlp_bias)
-    elif c.model_type == "qwen2":  # Qwen2Attention: bias=True on q, k, v; o_proj and the MLP without
+    elif c.model_type in ("qwen2", "qwen2_moe"):  # Qwen2(Moe)Attention: bias=True on q, k, v; o_proj and the MLP without
         bias = dict(qkv_bias=True, linear_bias=False)
     else:  # MistralAttention and MistralMLP; GemmaAttention and GemmaMLP (GeGLU: gate, up, down); Phi3Attention (fused qkv_proj) and Phi3MLP (fused gate_up_proj): no biases
         bias = dict(qkv_bias=False, linear_bias=False)
@@ -225,6 +225,31 @@ def _falcon(c: _Config) -> dict[str, Any]:
     return keys | ({"head_dim": head_dim} if head_dim and head_dim * heads != hidden else {})
 
 
+def _qwen2_moe(c: _Config) -> dict[str, Any]:
+    # Qwen2MoeConfig / modeling_qwen2_moe.py: the Qwen2 attention (q/k/v biases) and, in every
+    # decoder_sparse_step-th layer not in mlp_only_layers, Qwen2MoeSparseMoeBlock: gate h × num_experts,
+    # num_experts SwiGLU experts of moe_intermediate_size, top num_experts_per_tok, one shared expert of
+    # shared_expert_intermediate_size scaled by sigmoid(shared_expert_gate(x)) (h × 1); the other layers a
+    # dense Qwen2MoeMLP of intermediate_size. zsim's MoE blocks follow the dense ones: only
+    # mlp_only_layers = the first k layers (and decoder_sparse_step 1) can be expressed.
+    keys = _llama_family(c)
+    layers = keys["layers"]
+    step = c.positive("decoder_sparse_step", default=1)
+    dense = c.data.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+        raise c.fail("mlp_only_layers", f"expected a list of layer indices, got {dense!r}")
+    if step != 1:
+        raise c.fail("decoder_sparse_step", f"{step}: MoE every {step}th layer (dense ones between) is not "
+                     "modelled; zsim's dense blocks come first (moe.dense_layers)")
+    if sorted(dense) != list(range(len(dense))) or len(dense) > layers:
+        raise c.fail("mlp_only_layers", f"{dense}: zsim models dense layers only as the first k (moe.dense_layers)")
+    shared = c.positive("shared_expert_intermediate_size", default=None)
+    moe = {"experts": c.positive("num_experts"), "top_k": c.positive("num_experts_per_tok", default=4),
+           "expert_ffn_hidden": c.positive("moe_intermediate_size"), "dense_layers": len(dense),
+           **({"shared_experts": 1, "shared_ffn_hidden": shared, "shared_expert_gate": True} if shared else {})}
+    return keys | {"moe": moe}
+
+
 # The families trained with FlashAttention (LLaMA 2/3, Mistral, Qwen2 and every later one: their
 # modeling code's attn_implementation "flash_attention_2", and their reports) import with it where the
 # GPU runs it: "auto" is FA2 on Ampere and newer in fp16/bf16, the unfused attention elsewhere (as
@@ -243,15 +268,15 @@ def _mixtral(c: _Config) -> dict[str, Any]:
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
     "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family, "olmo": _olmo, "opt": _opt, "bloom": _bloom,
-    "gemma2": _gemma2, "gemma3_text": _gemma2, "olmo2": _olmo2, "falcon": _falcon,
+    "gemma2": _gemma2, "gemma3_text": _gemma2, "olmo2": _olmo2, "falcon": _falcon, "qwen2_moe": _qwen2_moe,
 }
 
 # Mixture-of-experts types refused (transformers' configuration classes whose routers, attention or
 # hybrid layers no importer maps), and the keys that say a config routes tokens to experts: refused with
 # a message that names MoE and the MoE families that do import (issue 27 item 6).
-MOE_TYPES = frozenset({"qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
+MOE_TYPES = frozenset({"qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
                        "granitemoe", "jamba", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss"})
-MOE_FAMILIES = ("mixtral",)
+MOE_FAMILIES = ("mixtral", "qwen2_moe")
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 # Dense types zsim does not import yet: what they have that the nearest supported family lacks
