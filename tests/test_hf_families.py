@@ -8,12 +8,12 @@ import json
 import pytest
 
 from zsim.compute.kernels import Shape as KShape
-from zsim.compute.kernels import block_forward, moe_block_forward
+from zsim.compute.kernels import block_backward, block_forward, moe_block_forward
 from zsim.config.hf import read_hf_config
 from zsim.config.schema import ModelSection
 from zsim.config.validation import validate
 from zsim.errors import ConfigError
-from zsim.workload.transformer import Shape, active_params, build_workload, layer_saved_tensors, total_params
+from zsim.workload.transformer import Shape, active_params, build_workload, layer_fwd_flops, layer_saved_tensors, total_params
 
 # Each count is the checkpoint's: the Hugging Face Hub's safetensors parameter total (api/models/<id>,
 # "safetensors.total", the sum of the tensor sizes), quoted where a public repository records it:
@@ -66,6 +66,27 @@ QWEN2_57B = QWEN15_MOE | {"hidden_size": 3584, "intermediate_size": 18944, "num_
                           "num_hidden_layers": 28, "num_key_value_heads": 4, "max_position_embeddings": 131072,
                           "moe_intermediate_size": 2560, "shared_expert_intermediate_size": 20480,
                           "num_experts": 64, "num_experts_per_tok": 8}
+# https://huggingface.co/deepseek-ai/DeepSeek-V2/blob/main/config.json
+DEEPSEEK_V2 = {"model_type": "deepseek_v2", "hidden_size": 5120, "intermediate_size": 12288,
+               "moe_intermediate_size": 1536, "num_attention_heads": 128, "num_key_value_heads": 128,
+               "num_hidden_layers": 60, "vocab_size": 102400, "max_position_embeddings": 163840,
+               "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+               "v_head_dim": 128, "n_routed_experts": 160, "n_shared_experts": 2, "num_experts_per_tok": 6,
+               "first_k_dense_replace": 1, "moe_layer_freq": 1, "topk_method": "group_limited_greedy",
+               "n_group": 8, "topk_group": 3, "attention_bias": False, "tie_word_embeddings": False}
+# https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json (no query latent)
+DEEPSEEK_V2_LITE = DEEPSEEK_V2 | {"hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+                                  "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 27,
+                                  "q_lora_rank": None, "n_routed_experts": 64, "topk_method": "greedy",
+                                  "n_group": 1, "topk_group": 1}
+# https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (num_nextn_predict_layers 1: the
+# MTP module, stored as model.layers.61, is not part of the published 671B nor of zsim's count)
+DEEPSEEK_V3 = DEEPSEEK_V2 | {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+                             "moe_intermediate_size": 2048, "num_hidden_layers": 61, "vocab_size": 129280,
+                             "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+                             "first_k_dense_replace": 3, "topk_method": "noaux_tc", "topk_group": 4,
+                             "num_nextn_predict_layers": 1, "scoring_func": "sigmoid"}
+
 RELEASED = [  # (name, config, checkpoint count, tied head)
     ("gemma-2-2b", GEMMA2_2B, 2_614_341_888, True),  # keras-hub gemma2_2b_en "params"; Hub safetensors
     ("gemma-2-9b", GEMMA2_9B, 9_241_705_984, True),  # keras-hub gemma2_9b_en
@@ -76,6 +97,10 @@ RELEASED = [  # (name, config, checkpoint count, tied head)
     ("falcon-7b", FALCON_7B, 6_921_720_704, True),  # Hub tiiuae/falcon-7b
     ("qwen1.5-moe-a2.7b", QWEN15_MOE, 14_315_784_192, False),  # keras-hub qwen1.5_moe_2.7b_en
     ("qwen2-57b-a14b", QWEN2_57B, 57_408_658_944, False),  # Hub Qwen/Qwen2-57B-A14B safetensors total
+    ("deepseek-v2", DEEPSEEK_V2, 235_741_434_880, False),  # Hub deepseek-ai/DeepSeek-V2
+    ("deepseek-v2-lite", DEEPSEEK_V2_LITE, 15_706_484_224, False),  # Hub deepseek-ai/DeepSeek-V2-Lite
+    # the main model's tensors of the FP8 checkpoint (the scale_inv tensors and the MTP layer left out)
+    ("deepseek-v3", DEEPSEEK_V3, 671_026_419_200, False),
 ]
 # Falcon-40B and -180B: the checkpoints also store lm_head.weight, V × h, though FalconConfig ties the
 # head (tie_word_embeddings absent: true), so transformers loads one matrix for both. zsim imports the
@@ -136,10 +161,16 @@ def test_moe_families_active_parameters_follow_their_routing(tmp_path):
     """Active parameters per token (what MoE FLOPs count): total less the routed experts a token is not
     sent to. DeepSeek-V3's report gives 37B activated (§1), DeepSeek-V2's 21B (abstract), Qwen1.5-MoE
     "2.7B activated" (its model card; with the embedding and head), Qwen2-57B-A14B 14B."""
+    v3, v2 = imported(tmp_path, DEEPSEEK_V3), imported(tmp_path, DEEPSEEK_V2)
+    idle = (256 - 8) * 3 * 7168 * 2048 * 58
+    assert active_params(v3) == 671_026_419_200 - idle
+    assert 37.0e9 < active_params(v3) < 38.0e9  # 37.55B with the embedding and the head
+    assert 21.0e9 < active_params(v2) < 22.0e9
     qwen = imported(tmp_path, QWEN15_MOE)
     assert 2.6e9 < active_params(qwen) < 2.8e9  # 2,689,173,504
     assert 14.0e9 < active_params(imported(tmp_path, QWEN2_57B)) < 15.0e9
     assert (qwen.moe.shared_experts, qwen.moe.shared_ffn_hidden, qwen.moe.shared_expert_gate) == (1, 5632, True)
+    assert (v3.moe.dense_layers, v3.moe.router_bias, v2.moe.router_bias) == (3, True, False)
 
 
 def test_qwen2_moe_model_flops_are_twice_the_active_parameters_per_token(tmp_path):
@@ -157,6 +188,47 @@ def test_qwen2_moe_model_flops_are_twice_the_active_parameters_per_token(tmp_pat
     assert any(k.name == "moe.shared.gate" for k in ks)
 
 
+def test_mla_prices_its_projections_core_and_activations_by_the_paper(tmp_path):
+    """DeepSeek-V2 §2.1: the projections W^DQ, W^UQ·W^QR, W^DKV·W^KR, W^UK·W^UV, W^O; the core QKᵀ over
+    d_h + d_h^R and attention·V over d_v, per head; the latents kept for backward."""
+    s, b = 512, 1
+    v2 = imported(tmp_path, DEEPSEEK_V2, seq_len=s, attention="standard")
+    h, a, rq, rk, dn, dr, dv = 5120, 128, 1536, 512, 128, 64, 128
+    shape = Shape.of(v2)
+    proj = 2 * s * (h * rq + rq * a * (dn + dr) + h * (rk + dr) + rk * a * (dn + dv) + a * dv * h)
+    core = 2 * s * s * a * (dn + dr + dv)
+    mlp = 6 * s * h * 12288
+    assert layer_fwd_flops(shape, s, b) == proj + core + mlp
+    # The kernels do the same FLOPs (dense block: layer 0), and under MP 8 each rank does its share plus the
+    # replicated down projections whole (Megatron-Core MLASelfAttention: "duplicated").
+    dense = KShape.of(v2, 1, 102400, "bf16")
+    assert sum(k.flops for k in block_forward(dense)) == layer_fwd_flops(shape, s, b)
+    assert sum(k.flops for k in block_backward(dense)) == 2 * layer_fwd_flops(shape, s, b)
+    down = 2 * s * h * (rq + rk + dr)
+    mp8 = KShape.of(v2, 8, 102400, "bf16")
+    assert sum(k.flops for k in block_forward(mp8)) == pytest.approx(layer_fwd_flops(shape, s, b, 8) + down * 7 / 8)
+    w8 = build_workload(v2, mp=8)
+    assert w8.blocks[0].hw_fwd_flops == pytest.approx(sum(k.flops for k in block_forward(mp8)))
+    # Saved activations: the latents (c^Q twice, c^KV twice, whole on each rank) and Q, K a·192 wide,
+    # V and the output a·128 wide, the a·s² scores (bf16, no dropout in the import)
+    saved = layer_saved_tensors(shape, s, b, 1, 2)
+    e = 2
+    expect = (e * s * h * 2 + e * s * (2 * rq + 2 * rk) + e * s * a * (dn + dr) * 2 + e * a * s * s
+              + e * s * a * dv * 2 + e * s * h * 2 + 2 * e * s * 12288 + e * s * 12288)
+    assert sum(saved) == expect
+    # FlashAttention: no s² term; the parameters of a block's attention per MP rank
+    flash = Shape.of(imported(tmp_path, DEEPSEEK_V2, seq_len=s, attention="flash2"))
+    assert sum(layer_saved_tensors(flash, s, b, 1, 2)) == expect - e * a * s * s + 4 * a * s
+    attn = h * rq + rq + rq * a * (dn + dr) // 8 + h * (rk + dr) + rk + rk * a * (dn + dv) // 8 + a * dv * h // 8
+    assert w8.blocks[0].params == attn + 3 * h * 12288 // 8 + 2 * h
+
+
+def test_mla_flash_kernel_counts_both_head_widths(tmp_path):
+    v3 = imported(tmp_path, DEEPSEEK_V3, seq_len=4096, attention="flash3")
+    ks = [k for k in block_forward(KShape.of(v3, 1, 129280, "bf16", arch=90)) if k.kind == "flash"]
+    assert len(ks) == 1 and ks[0].flops == 2 * 4096 * 2048 * (192 + 128) * 128
+
+
 def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path):
     def refused(config):
         path = tmp_path / "c.json"
@@ -169,8 +241,21 @@ def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path):
     assert err.path == "decoder_sparse_step" and "moe.dense_layers" in str(err)
     err = refused(QWEN15_MOE | {"mlp_only_layers": [3, 7]})
     assert err.path == "mlp_only_layers"
+    assert refused(DEEPSEEK_V2 | {"moe_layer_freq": 2}).path == "moe_layer_freq"
+    assert refused(DEEPSEEK_V2 | {"first_k_dense_replace": "1"}).path == "first_k_dense_replace"
     assert refused(OLMO2_7B | {"attention_bias": True}).path == "attention_bias"
     err = refused({"model_type": "gemma3", "text_config": {}})
     assert "nearest supported family gemma3_text, which lacks the vision tower" in str(err)
     err = refused({"model_type": "qwen3_moe", "num_experts": 128})
-    assert err.path == "num_experts" and "mixtral, qwen2_moe" in str(err)
+    assert err.path == "num_experts" and "mixtral, qwen2_moe, deepseek_v2, deepseek_v3" in str(err)
+
+
+def test_mla_excludes_the_keys_it_replaces():
+    from zsim.errors import ConfigError as Invalid
+
+    base = dict(layers=2, hidden=256, heads=4, seq_len=64, vocab=100, micro_batch=1, position="rotary",
+                mla={"kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16})
+    with pytest.raises(Invalid, match="mla sets the attention's widths itself"):
+        validate(ModelSection, {**base, "kv_heads": 2}, "model")
+    with pytest.raises(Invalid, match="qk_rope_head_dim 7 is odd"):
+        validate(ModelSection, {**base, "mla": {**base["mla"], "qk_rope_head_dim": 7}}, "model")

@@ -149,7 +149,7 @@ def _llama_family(c: _Config) -> dict[str, Any]:
     head_dim = c.positive("head_dim", default=None)
     if head_dim is not None and head_dim * heads == hidden:
         head_dim = None  # the default: written only where it differs (Mistral-Nemo, Gemma)
-    if c.model_type in ("olmo2", "gemma2", "gemma3_text") and c.flag("attention_bias", False):
+    if c.model_type in ("olmo2", "gemma2", "gemma3_text", "deepseek_v2", "deepseek_v3") and c.flag("attention_bias", False):
         raise c.fail("attention_bias", f"true is not modelled for {c.model_type} (its released models have none)")
     if c.model_type == "llama":  # LlamaConfig: attention_bias on q, k, v and o; mlp_bias on the MLP
         qkv_bias, mlp_bias = c.flag("attention_bias", False), c.flag("mlp_bias", False)
@@ -250,6 +250,35 @@ def _qwen2_moe(c: _Config) -> dict[str, Any]:
     return keys | {"moe": moe}
 
 
+def _deepseek(c: _Config) -> dict[str, Any]:
+    # DeepseekV2Config / DeepseekV3Config, modeling_deepseek_v2.py / _v3.py (DeepSeek-AI 2024,
+    # "DeepSeek-V2" §2.1-2.2, "DeepSeek-V3" §2.1): MLA attention (zsim.workload.mla), RMSNorm, SwiGLU,
+    # untied head; the first first_k_dense_replace layers a dense MLP of intermediate_size, the others
+    # DeepSeekMoE: n_routed_experts of moe_intermediate_size, top num_experts_per_tok, n_shared_experts
+    # (one MLP n_shared × moe_intermediate_size wide: the same tensors), a router h × E and, in V3
+    # (topk_method noaux_tc), its e_score_correction_bias (E). V3's multi-token-prediction module
+    # (num_nextn_predict_layers, in the checkpoint as layer 61) is not part of the model zsim counts or
+    # trains: the published 671B is without it.
+    keys = _llama_family(c)
+    keys.pop("kv_heads")
+    freq = c.positive("moe_layer_freq", default=1)
+    if freq != 1:
+        raise c.fail("moe_layer_freq", f"{freq}: MoE every {freq}th layer is not modelled (dense layers come first)")
+    q_rank = c.positive("q_lora_rank", default=None)
+    mla = {"kv_lora_rank": c.positive("kv_lora_rank"), "qk_nope_head_dim": c.positive("qk_nope_head_dim"),
+           "qk_rope_head_dim": c.positive("qk_rope_head_dim"), "v_head_dim": c.positive("v_head_dim"),
+           **({"q_lora_rank": q_rank} if q_rank else {})}
+    shared, first = c.data.get("n_shared_experts"), c.data.get("first_k_dense_replace") or 0
+    if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+        raise c.fail("first_k_dense_replace", f"expected a non-negative integer, got {first!r}")
+    moe = {"experts": c.positive("n_routed_experts"), "top_k": c.positive("num_experts_per_tok"),
+           "expert_ffn_hidden": c.positive("moe_intermediate_size"),
+           "dense_layers": min(keys["layers"], first),
+           "router_bias": c.model_type == "deepseek_v3" or c.data.get("topk_method") == "noaux_tc",
+           **({"shared_experts": c.positive("n_shared_experts")} if shared else {})}
+    return keys | {"mla": mla, "moe": moe}
+
+
 # The families trained with FlashAttention (LLaMA 2/3, Mistral, Qwen2 and every later one: their
 # modeling code's attn_implementation "flash_attention_2", and their reports) import with it where the
 # GPU runs it: "auto" is FA2 on Ampere and newer in fp16/bf16, the unfused attention elsewhere (as
@@ -269,14 +298,15 @@ FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
     "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family, "olmo": _olmo, "opt": _opt, "bloom": _bloom,
     "gemma2": _gemma2, "gemma3_text": _gemma2, "olmo2": _olmo2, "falcon": _falcon, "qwen2_moe": _qwen2_moe,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
 }
 
 # Mixture-of-experts types refused (transformers' configuration classes whose routers, attention or
 # hybrid layers no importer maps), and the keys that say a config routes tokens to experts: refused with
 # a message that names MoE and the MoE families that do import (issue 27 item 6).
-MOE_TYPES = frozenset({"qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
+MOE_TYPES = frozenset({"qwen3_moe", "dbrx", "olmoe", "phimoe",
                        "granitemoe", "jamba", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss"})
-MOE_FAMILIES = ("mixtral", "qwen2_moe")
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3")
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 # Dense types zsim does not import yet: what they have that the nearest supported family lacks
@@ -293,7 +323,7 @@ NEAREST = {
 IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
                            "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
                            "vocab_padding", "attention", "moe", "head_dim", "embedding_norm", "layer_norms",
-                           "qk_norm"})
+                           "qk_norm", "mla"})
 
 
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:
