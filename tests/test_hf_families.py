@@ -4,6 +4,7 @@ the released checkpoint, exactly; MLA prices its attention by DeepSeek-V2 §2.1;
 is refused naming the key."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -259,3 +260,77 @@ def test_mla_excludes_the_keys_it_replaces():
         validate(ModelSection, {**base, "kv_heads": 2}, "model")
     with pytest.raises(Invalid, match="qk_rope_head_dim 7 is odd"):
         validate(ModelSection, {**base, "mla": {**base["mla"], "qk_rope_head_dim": 7}}, "model")
+
+
+def test_sliding_window_blocks_attend_their_window_under_flash(tmp_path):
+    """Gemma-2: blocks 0, 2, 4, ... attend 4096 keys back, the others globally (Gemma2DecoderLayer). At
+    s = 8192 a local block's queries attend (w(w+1)/2 + (s − w)·w)/s = 3072 keys on average (Longformer
+    §3.1, causal): its attention core is 3072/4096 of a global causal one."""
+    s = 8192
+    flash = imported(tmp_path, GEMMA2_9B, seq_len=s, attention="flash2")
+    shape, w = Shape.of(flash), build_workload(flash, mp=1)
+    assert (flash.sliding_window, flash.full_attention_every) == (4096, 2)
+    n = (4096 * 4097 // 2 + (s - 4096) * 4096) // s
+    assert n == 3072 and [m.window for m in w.blocks[:4]] == [n, 0, n, 0]
+    core = 4 * s * s * 16 * 256  # 4bs²·a·d [N21]
+    local, full = w.blocks[0], w.blocks[1]
+    assert full.fwd_flops - local.fwd_flops == pytest.approx(core - 2 * core * n / s)
+    assert local.hw_fwd_flops - (local.fwd_flops - 2 * core * n / s) == pytest.approx(core * n / s)  # causal half
+    # the kernels the plan prices for the local block: flash over n keys per query
+    ks = block_forward(replace(KShape.of(flash, 1, 256000, "bf16", arch=90), window=n))
+    assert sum(k.flops for k in ks) == pytest.approx(local.hw_fwd_flops)
+    # unfused attention computes every score under the mask: the local block's hardware FLOPs are a global one's
+    std = build_workload(imported(tmp_path, GEMMA2_9B, seq_len=s, attention="standard"), mp=1)
+    assert std.blocks[0].hw_fwd_flops == pytest.approx(std.blocks[1].hw_fwd_flops) and std.blocks[0].window == 0
+    assert std.blocks[0].fwd_flops == local.fwd_flops
+    # a sequence no longer than the window: every block global, the workload of no window at all
+    short = imported(tmp_path, GEMMA2_9B, seq_len=4096, attention="flash2")
+    assert build_workload(short, mp=1) == build_workload(imported(tmp_path, GEMMA2_9B, seq_len=4096,
+                                                                 attention="flash2", sliding_window=None,
+                                                                 full_attention_every=0), mp=1)
+
+
+def test_gemma3_pattern_and_mistral_window_import(tmp_path):
+    g3 = imported(tmp_path, GEMMA3_1B)
+    assert (g3.sliding_window, g3.full_attention_every) == (512, 6)
+    listed = GEMMA3_1B | {"layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(26)]}
+    assert imported(tmp_path, listed).full_attention_every == 6
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(GEMMA3_1B | {"layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 24}))
+    with pytest.raises(ConfigError) as err:
+        read_hf_config(path)
+    assert err.value.path == "layer_types"
+    mistral = imported(tmp_path, {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                                  "num_attention_heads": 32, "num_hidden_layers": 2, "num_key_value_heads": 8,
+                                  "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096},
+                       attention="flash2")
+    assert (mistral.sliding_window, mistral.full_attention_every) == (4096, 0)
+    assert all(m.window for m in build_workload(mistral, mp=1).blocks)  # every block local
+
+
+def test_a_simulated_step_is_faster_with_a_window(tmp_path):
+    from tests.conftest import small_dict
+    from zsim.config.scenario import build_scenario
+    from zsim.engine.simulation import simulate
+    from zsim.report.facts import facts
+
+    def step(**model):
+        data = small_dict(hardware={"profile": "dgx-h100", "nodes": 1}, parallel={"dp": 2, "mp": 4},
+                          precision={"dtype": "bf16"}, model={"layers": 2, "hidden": 2048, "heads": 16,
+                                                             "seq_len": 8192, "attention": "flash2", **model})
+        return facts(simulate(build_scenario(data, source="<t>"), mode="class"))
+
+    glob, local = step(), step(sliding_window=1024, full_attention_every=2)
+    assert local["time"]["compute_seconds_per_step"] < 0.9 * glob["time"]["compute_seconds_per_step"]
+    assert local["throughput"]["mfu_percent"] > 0
+    with pytest.raises(ConfigError, match="full_attention_every 2 alternates local and global attention"):
+        step(full_attention_every=2)
+
+
+def test_cost_estimate_counts_a_moe_model_whose_dense_blocks_are_several(tmp_path):
+    """zsim run's cost check built 1- and 2-layer copies of the model, which a MoE model with
+    first_k_dense_replace 3 (DeepSeek-V3) refuses (dense_layers > layers): it now builds the model."""
+    from zsim.zero.cost import params_per_mp_rank
+
+    v3 = imported(tmp_path, DEEPSEEK_V3, seq_len=1024)
+    assert params_per_mp_rank(v3, 8, "bf16") == build_workload(v3, mp=8, dtype="bf16").params_per_mp_rank

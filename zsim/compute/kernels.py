@@ -113,6 +113,9 @@ class Shape:
     # qk_rope_head_dim, v_head_dim); None for Q/K/V projections
     mla: tuple[int, int, int, int, int] | None = None
     moe_gate: bool = False  # a MoE MLP's shared-expert gate h × 1 (Qwen2-MoE)
+    # FlashAttention in a sliding-window block: the mean keys per query (zsim.workload.transformer
+    # Shape.window_keys; set per module by the plan); 0: causal over the whole sequence
+    window: int = 0
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
@@ -217,11 +220,12 @@ def _flash(x: Shape, phase: str, name: str) -> Kernel:
     """FlashAttention's fused kernel on one MP rank, causal: m = s queries, n = s/2 keys on average,
     k = head dim × its s×s×d matmuls (2 forward; 5 backward, QKᵀ recomputed), at the published
     rate for this GPU, version and sequence length (zsim.compute.flash); MLA's QKᵀ and attention·V
-    widths differ: k = d_qk + d_v forward, 2.5 × that backward."""
+    widths differ: k = d_qk + d_v forward, 2.5 × that backward. A sliding-window block: n = the mean keys
+    per query in its window (flash-attn's window_size skips the blocks outside it)."""
     from zsim.compute.flash import efficiency
 
     (qk, vd), heads = _head_dims(x), max(1, x.a // x.t)
-    return Kernel(name, "flash", m=x.s, n=max(1, x.s // 2), k=(qk + vd) if phase == "fwd" else 5 * (qk + vd) // 2,
+    return Kernel(name, "flash", m=x.s, n=x.window or max(1, x.s // 2), k=(qk + vd) if phase == "fwd" else 5 * (qk + vd) // 2,
                   batch=x.b * heads, efficiency=efficiency(x.flash, phase, x.arch, x.s))
 
 

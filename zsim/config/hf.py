@@ -163,13 +163,16 @@ def _llama_family(c: _Config) -> dict[str, Any]:
         bias = dict(qkv_bias=False, linear_bias=False)
     # Phi3Config: resid_pdrop, embd_pdrop and attention_dropout (default 0.0)
     dropout_keys = ("attention_dropout", "resid_pdrop", "embd_pdrop") if c.model_type == "phi3" else ("attention_dropout",)
+    # MistralAttention and MixtralAttention attend through sliding_window (null: globally; Mistral-7B-v0.1:
+    # 4096); Gemma-2/3's is set by _gemma2 with its pattern
+    window = c.positive("sliding_window", default=None) if c.model_type in ("mistral", "mixtral") else None
     return dict(layers=c.positive("num_hidden_layers"), hidden=hidden, heads=heads,
                 kv_heads=c.positive("num_key_value_heads", default=heads), vocab=c.positive("vocab_size"),
                 seq_len=c.positive("max_position_embeddings"), ffn_hidden=c.positive("intermediate_size"),
                 # Gemma(2, 3)Config tie the head to the embedding by default; the LLaMA family does not
                 tied_head=c.flag("tie_word_embeddings", c.model_type in GEMMA), norm="rmsnorm", position="rotary",
                 gated_mlp=True, dropout=any(c.rate(key, 0.0) > 0 for key in dropout_keys), attention=FLASH_DEFAULT,
-                **({"head_dim": head_dim} if head_dim else {}), **bias)
+                **({"head_dim": head_dim} if head_dim else {}), **({"sliding_window": window} if window else {}), **bias)
 
 
 GEMMA = ("gemma", "gemma2", "gemma3_text")
@@ -181,10 +184,24 @@ def _gemma2(c: _Config) -> dict[str, Any]:
     # pre_feedforward_, post_feedforward_layernorm). Gemma3TextConfig (gemma3_text) adds q_norm and
     # k_norm, one head_dim-wide RMSNorm each shared by the heads (Gemma Team 2025, "Gemma 3", §2).
     # Soft-capping (attn_logit_softcapping, final_logit_softcapping: a tanh on the scores and the
-    # logits) adds no parameter and no matmul; sliding_window / sliding_window_pattern (local layers)
-    # are read as full attention (docs/models.md says when that overstates the attention's cost).
+    # logits) adds no parameter and no matmul. Local and global layers: Gemma2DecoderLayer attends
+    # through sliding_window (default 4096) in every other block (layer_idx % 2 == 0), globally in the
+    # rest; Gemma-3 in five of six (sliding_window_pattern 6: block i is global when (i + 1) % 6 == 0),
+    # or as its layer_types list says.
     keys = _llama_family(c) | {"layer_norms": 4}
-    return keys | ({"qk_norm": "head"} if c.model_type == "gemma3_text" else {})
+    gemma3 = c.model_type == "gemma3_text"
+    window = c.positive("sliding_window", default=None if gemma3 else 4096)
+    every = c.positive("sliding_window_pattern", default=6) if gemma3 else 2
+    types = c.data.get("layer_types")
+    if types is not None:
+        full = [i for i, kind in enumerate(types) if kind == "full_attention"] if isinstance(types, list) else None
+        every = full[0] + 1 if full else 0
+        if full is None or len(types) != keys["layers"] or \
+                full != [i for i in range(keys["layers"]) if every and (i + 1) % every == 0]:
+            raise c.fail("layer_types", "expected num_hidden_layers entries with full_attention every k-th layer "
+                         "(zsim's full_attention_every), got another pattern")
+    local = {"sliding_window": window, "full_attention_every": every} if window else {}
+    return keys | local | ({"qk_norm": "head"} if gemma3 else {})
 
 
 def _olmo2(c: _Config) -> dict[str, Any]:
@@ -323,7 +340,7 @@ NEAREST = {
 IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
                            "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
                            "vocab_padding", "attention", "moe", "head_dim", "embedding_norm", "layer_norms",
-                           "qk_norm", "mla"})
+                           "qk_norm", "mla", "sliding_window", "full_attention_every"})
 
 
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:

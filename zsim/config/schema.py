@@ -149,6 +149,12 @@ class ModelSection(Section, kw_only=True):
     qk_norm: Annotated[Literal["none", "head", "full"], Meta(description=(
         "RMSNorm weights on the queries and keys: head (one head_dim-wide weight each, shared by the heads: "
         "Gemma-3, Qwen3), full (heads·head_dim and kv_heads·head_dim wide: OLMo-2)"))] = "none"
+    sliding_window: Annotated[int, Meta(gt=0, le=MAX_SEQ, description=(
+        "local attention: a query attends to at most this many tokens back (Mistral-7B-v0.1, Gemma-2/3; "
+        "Beltagy et al. 2020); with FlashAttention a local block computes only those pairs; absent: global"))] | None = None
+    full_attention_every: Annotated[int, Meta(ge=0, le=MAX_LAYERS, description=(
+        "with sliding_window: every k-th block (blocks k, 2k, ... counting from 1) attends globally (Gemma-2: "
+        "2, Gemma-3: 6); 0: every block is local"))] = 0
     mla: Annotated[MlaSection, Meta(description=(
         "multi-head latent attention (DeepSeek-V2/V3) in place of the Q/K/V projections; absent: standard"))] | None = None
     embedding_norm: Annotated[bool, Meta(description=(
@@ -199,6 +205,9 @@ class ModelSection(Section, kw_only=True):
             raise ValueError("mla sets the attention's widths itself: kv_heads, head_dim and qk_norm do not apply")
         if self.mla is not None and self.mla.qk_rope_head_dim % 2 and self.position == "rotary":
             raise ValueError(f"mla.qk_rope_head_dim {self.mla.qk_rope_head_dim} is odd: rotary positions rotate pairs")
+        if self.full_attention_every and self.sliding_window is None:
+            raise ValueError(f"full_attention_every {self.full_attention_every} alternates local and global "
+                             "attention, but sliding_window is not set")
         if self.moe is not None and self.moe.dense_layers > self.layers:
             raise ValueError(f"moe.dense_layers {self.moe.dense_layers} is more than the {self.layers} layers")
         if self.max_positions is not None and self.max_positions < self.seq_len:

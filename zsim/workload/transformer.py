@@ -21,6 +21,9 @@ some activations, by the MP degree t). Sources:
         column-parallel linear_fc1 of width 2f; fusions/fused_bias_swiglu.py saves that 2f-wide input.
   [G24] Gemma Team 2024, "Gemma 2", §2 (a norm before and after each sub-layer: four per block);
         transformers models/gemma2/modeling_gemma2.py (pre_/post_feedforward_layernorm).
+  [BPC20] Beltagy, Peters & Cohan 2020, "Longformer", §3.1 (sliding-window attention: each token
+        attends w neighbours; causal here, as Mistral's and Gemma's); Dao 2023 flash-attn's window_size
+        (the fused kernel skips the blocks outside the window).
   [O24] OLMo Team 2024, "2 OLMo 2 Furious", §3.1 (QK-norm: RMSNorm on the whole q and k projections;
         norms after attention and after the MLP); transformers modeling_olmo2.py (q_norm, k_norm).
 Multi-head latent attention (DeepSeek-V2/V3) is zsim.workload.mla.
@@ -66,6 +69,8 @@ class Shape:
     layer_norms: int = 2  # h-wide norms per block: 1 (Falcon-7B), 2, 4 (Gemma-2: before and after each) [G24]
     qk_norm: str = "none"  # RMSNorm weights on q and k: "head" (d each), "full" (a·d and kv·d: OLMo-2 [O24])
     mla: Mla | None = None  # multi-head latent attention in place of Q/K/V (zsim.workload.mla)
+    window: int = 0  # sliding-window attention: keys a query attends to at most (0: global) [BPC20]
+    full_every: int = 0  # with a window: every full_every-th block global (0: none)
 
     @classmethod
     def of(cls, model: ModelSection) -> Shape:
@@ -78,7 +83,7 @@ class Shape:
             positions=0 if model.position in ("rotary", "alibi") else (model.max_positions or model.seq_len),
             tied_head=model.tied_head, dropout=model.dropout, attention=model.attention,
             head_width=model.head_dim or 0, layer_norms=model.layer_norms, qk_norm=model.qk_norm,
-            mla=Mla.of(model),
+            mla=Mla.of(model), window=model.sliding_window or 0, full_every=model.full_attention_every,
         )
 
     @classmethod
@@ -103,6 +108,15 @@ class Shape:
     def flash(self) -> bool:
         """FlashAttention: no s×s tensor is kept [D23] ('auto' unresolved, without a GPU: the unfused one)."""
         return self.attention in ("flash2", "flash3")
+
+    def window_keys(self, i: int, s: int) -> int:
+        """Mean keys per query of block i when it attends through a sliding window shorter than s: a
+        causal query at position p attends min(p + 1, w) keys [BPC20 §3.1], so w(w + 1)/2 + (s − w)·w
+        pairs over s queries; 0 for a global block (or a window not shorter than s)."""
+        w = self.window
+        if not w or w >= s or (self.full_every and (i + 1) % self.full_every == 0):
+            return 0
+        return (w * (w + 1) // 2 + (s - w) * w) // s
 
     @property
     def kv_dim(self) -> int:
@@ -178,6 +192,9 @@ class Module:
     expert_tensors: tuple[int, ...] = ()
     ep_all_to_all_bytes: int = 0
     moe: bool = False
+    # A sliding-window block under FlashAttention: the mean keys per query its fused kernel computes
+    # (Shape.window_keys; zsim.compute.kernels prices it); 0 for a global block.
+    window: int = 0
 
     @property
     def expert_params(self) -> int:
@@ -520,21 +537,39 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     # The core's model FLOPs: `core` forward, 2·core backward [N21]. FlashAttention runs causal: core/2
     # forward, 2.5 × that backward (QKᵀ recomputed) [D23; flash-attn benchmarks' count]; selective
     # recompute adds the core's forward again in backward [K22 §5] (with FlashAttention, its causal one).
-    fwd_core = core / 2 if shape.flash else core
-    fwd_extra = fwd_core - core
-    bwd_extra = (2.5 * fwd_core if shape.flash else 2 * core) - 2 * core + (fwd_core if selective else 0.0)
-    if shape.mla is not None:  # MLA's down projections run whole on every MP rank (replicated) [MC]
-        replicated = shape.mla.projection_flops(s * b, h, shape.heads, t)[1]
-        fwd_extra, bwd_extra = fwd_extra + replicated, bwd_extra + 2 * replicated
-    block_sp = _sp_collectives("block", mp_bytes) if sp else {}
+    # A sliding-window block [BPC20] does the attention of n = window_keys keys per query: its model core
+    # 2·core·n/s (the pairs it attends, counted as N21 counts the global ones); FlashAttention computes
+    # half of that forward (causal, the blocks outside the window skipped), the unfused attention all
+    # s² scores under a mask (its hardware FLOPs those of a global block).
+    replicated = shape.mla.projection_flops(s * b, h, shape.heads, t)[1] if shape.mla is not None else 0.0
     moe = Moe.of(model)
-    moe_fields = _moe_fields(shape, moe, s, b, t, e, ep, sp, selective, block_flops, fwd_extra, bwd_extra) if moe else {}
+
+    def attention_terms(n: int) -> dict:
+        """fwd_flops, hw extras and the window of a block whose queries attend n keys each (0: all)."""
+        model_core = 2 * core * n / s if n else core
+        fwd_core = model_core / 2 if shape.flash else core
+        fwd_extra = fwd_core - model_core
+        bwd_extra = (2.5 * fwd_core if shape.flash else 2 * core) - 2 * model_core + (fwd_core if selective else 0.0)
+        if replicated:  # MLA's down projections run whole on every MP rank (replicated) [MC]
+            fwd_extra, bwd_extra = fwd_extra + replicated, bwd_extra + 2 * replicated
+        return dict(fwd_flops=block_flops - core + model_core if n else block_flops, fwd_hw_extra_flops=fwd_extra,
+                    bwd_hw_extra_flops=bwd_extra, window=n if shape.flash else 0)
+
+    block_sp = _sp_collectives("block", mp_bytes) if sp else {}
+    variants: dict[tuple[bool, int], dict] = {}
 
     def fields(i: int) -> dict:
-        if moe is not None and moe.is_moe(i):
-            return moe_fields
-        return dict(params=sum(tensors), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,
-                    tensors=tensors, saved_tensors=saved_tensors)
+        n = shape.window_keys(i, s)
+        key = (moe is not None and moe.is_moe(i), n)
+        if key not in variants:  # one dict per kind of block (dense or MoE, global or its window)
+            terms = attention_terms(n)
+            if key[0]:
+                variants[key] = _moe_fields(shape, moe, s, b, t, e, ep, sp, selective, terms["fwd_flops"],
+                                            terms["fwd_hw_extra_flops"], terms["bwd_hw_extra_flops"]) | {"window": terms["window"]}
+            else:
+                variants[key] = dict(params=sum(tensors), fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,
+                                     tensors=tensors, saved_tensors=saved_tensors) | terms
+        return variants[key]
 
     block = [
         Module(
@@ -544,7 +579,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
             # Two all-reduces in forward (after attention and after the MLP) and two in backward
             # (the 'f' operators of the column-parallel inputs) [S19 §3, Fig. 4].
             mp_allreduces_fwd=2 if t > 1 else 0, mp_allreduces_bwd=2 if t > 1 else 0, layer=i,
-            **{"fwd_hw_extra_flops": fwd_extra, "bwd_hw_extra_flops": bwd_extra, **fields(i)}, **block_sp,
+            **fields(i), **block_sp,
         )
         for i in range(L)
     ]
