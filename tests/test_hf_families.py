@@ -222,6 +222,7 @@ def test_mla_prices_its_projections_core_and_activations_by_the_paper(tmp_path):
     assert sum(layer_saved_tensors(flash, s, b, 1, 2)) == expect - e * a * s * s + 4 * a * s
     attn = h * rq + rq + rq * a * (dn + dr) // 8 + h * (rk + dr) + rk + rk * a * (dn + dv) // 8 + a * dv * h // 8
     assert w8.blocks[0].params == attn + 3 * h * 12288 // 8 + 2 * h
+    assert sum(Shape.of(v2).mla.tensors(h, a, 1)) == 149_227_520  # docs/models.md's worked figure
 
 
 def test_mla_flash_kernel_counts_both_head_widths(tmp_path):

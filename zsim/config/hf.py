@@ -17,6 +17,13 @@ modeling_<type>.py for which tensors exist); docs/models.md has the table.
             mistral, q/k/v only in qwen2 (Qwen2Attention: bias=True on q, k, v; o_proj without).
             Dropout only when attention_dropout > 0 (default 0.0).
 
+  gemma2, gemma3_text  the Gemma layout with four norms per block, sliding-window blocks, (Gemma-3) QK-norm.
+  olmo2     the LLaMA layout with QK-norm over all heads.
+  falcon    GPT shape with multi-query (7B) or grouped (40B, 180B) attention and one or two LayerNorms.
+  qwen2_moe, deepseek_v2, deepseek_v3
+            their MoE MLPs (shared experts, gate, router bias) and, for DeepSeek, multi-head latent
+            attention (zsim.workload.mla). docs/models.md has each mapping and its checked counts.
+
 Every import sets `vocab_padding: 1` (the checkpoint's vocabulary as it is, padded only as far as
 MP needs) and `seq_len` to the longest context the model was built for (override it).
 """
