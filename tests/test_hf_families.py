@@ -335,3 +335,15 @@ def test_cost_estimate_counts_a_moe_model_whose_dense_blocks_are_several(tmp_pat
 
     v3 = imported(tmp_path, DEEPSEEK_V3, seq_len=1024)
     assert params_per_mp_rank(v3, 8, "bf16") == build_workload(v3, mp=8, dtype="bf16").params_per_mp_rank
+
+
+@pytest.mark.parametrize("config", [r[1] for r in RELEASED] + [FALCON_40B], ids=[r[0] for r in RELEASED] + ["falcon-40b"])
+def test_imports_set_only_keys_listed_as_importable(tmp_path, config):
+    """A model section that writes every importable key takes nothing from the file (a dumped model
+    replays without it): the new keys are in the list."""
+    from zsim.config.hf import IMPORTED_KEYS
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    keys = read_hf_config(path)
+    assert keys.keys() <= IMPORTED_KEYS
