@@ -47,8 +47,9 @@ OLMO2_7B = {"model_type": "olmo2", "hidden_size": 4096, "intermediate_size": 110
 OLMO2_13B = OLMO2_7B | {"hidden_size": 5120, "intermediate_size": 13824, "num_attention_heads": 40,
                         "num_hidden_layers": 40, "num_key_value_heads": 40}
 # https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json (multi-query, one LayerNorm, tied)
+# (its num_kv_heads 71 is read only with new_decoder_architecture: multi_query gives one K/V head)
 FALCON_7B = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
-             "vocab_size": 65024, "alibi": False, "bias": False, "multi_query": True,
+             "num_kv_heads": 71, "vocab_size": 65024, "alibi": False, "bias": False, "multi_query": True,
              "new_decoder_architecture": False, "parallel_attn": True, "attention_dropout": 0.0,
              "hidden_dropout": 0.0}
 # https://huggingface.co/tiiuae/falcon-40b/blob/main/config.json (8 KV groups, ln_attn and ln_mlp)
@@ -244,6 +245,7 @@ def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path):
     err = refused(QWEN15_MOE | {"mlp_only_layers": [3, 7]})
     assert err.path == "mlp_only_layers"
     assert refused(DEEPSEEK_V2 | {"moe_layer_freq": 2}).path == "moe_layer_freq"
+    assert total_params(imported(tmp_path, DEEPSEEK_V3 | {"head_dim": 64})) == 671_026_419_200  # not a K/V width
     assert refused(DEEPSEEK_V2 | {"first_k_dense_replace": "1"}).path == "first_k_dense_replace"
     assert refused(OLMO2_7B | {"attention_bias": True}).path == "attention_bias"
     err = refused({"model_type": "gemma3", "text_config": {}})

@@ -284,7 +284,9 @@ def _deepseek(c: _Config) -> dict[str, Any]:
     # (num_nextn_predict_layers, in the checkpoint as layer 61) is not part of the model zsim counts or
     # trains: the published 671B is without it.
     keys = _llama_family(c)
-    keys.pop("kv_heads")
+    # MLA sets the heads' widths: num_key_value_heads (= the heads) and a head_dim some configs write
+    # (DeepseekV3Config's, = qk_rope_head_dim) are not K/V widths
+    keys.pop("kv_heads"), keys.pop("head_dim", None)
     freq = c.positive("moe_layer_freq", default=1)
     if freq != 1:
         raise c.fail("moe_layer_freq", f"{freq}: MoE every {freq}th layer is not modelled (dense layers come first)")
