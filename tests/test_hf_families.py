@@ -252,6 +252,7 @@ def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path):
     assert "nearest supported family gemma3_text, which lacks the vision tower" in str(err)
     err = refused({"model_type": "qwen3_moe", "num_experts": 128})
     assert err.path == "num_experts" and "mixtral, qwen2_moe, deepseek_v2, deepseek_v3" in str(err)
+    assert "nearest supported family qwen2_moe, which lacks Qwen3's per-head QK-norm" in str(err)
 
 
 def test_mla_excludes_the_keys_it_replaces():

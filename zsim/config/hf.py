@@ -332,6 +332,19 @@ FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
 # a message that names MoE and the MoE families that do import (issue 27 item 6).
 MOE_TYPES = frozenset({"qwen3_moe", "dbrx", "olmoe", "phimoe",
                        "granitemoe", "jamba", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss"})
+# What each refused MoE type has that its nearest imported family lacks (transformers' modeling_<type>.py).
+MOE_NEAREST = {
+    "qwen3_moe": ("qwen2_moe", "Qwen3's per-head QK-norm (qk_norm: head) without q/k/v biases or a shared expert"),
+    "dbrx": ("mixtral", "DBRX's key names (d_model, ffn_config, attn_config), its clip_qkv and bias-free LayerNorms"),
+    "olmoe": ("mixtral", "OLMoE's QK-norm over all heads (qk_norm: full) and its num_experts key names"),
+    "phimoe": ("mixtral", "PhiMoE's LayerNorms with biases and its attention biases"),
+    "granitemoe": ("mixtral", "Granite's embedding, residual, attention and logit multipliers"),
+    "jamba": ("mixtral", "Jamba's Mamba layers between its attention layers"),
+    "jetmoe": ("mixtral", "JetMoE's mixture of attention heads"),
+    "gpt_oss": ("mixtral", "gpt-oss's attention sinks, 128-token sliding windows and biases on the experts"),
+    "switch_transformers": (None, "Switch Transformer is an encoder-decoder; zsim models decoder-only transformers"),
+    "nllb_moe": (None, "NLLB-MoE is an encoder-decoder; zsim models decoder-only transformers"),
+}
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3")
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
@@ -379,8 +392,11 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     experts = next((k for k in MOE_KEYS if isinstance(data.get(k), int) and data[k] > 1), None)
     if (isinstance(config.model_type, str) and config.model_type in MOE_TYPES) or (experts and family is None):
         what = f"{experts} {data[experts]}" if experts else f"model_type {config.model_type!r}"
+        nearest = MOE_NEAREST.get(config.model_type) if isinstance(config.model_type, str) else None
+        near = "" if nearest is None else f"; {nearest[1]}" if nearest[0] is None else \
+            f"; nearest supported family {nearest[0]}, which lacks {nearest[1]}"
         raise config.fail("model_type" if not experts else experts,
-                          f"a mixture-of-experts model ({what}) of a type zsim does not import; the MoE "
+                          f"a mixture-of-experts model ({what}) of a type zsim does not import{near}; the MoE "
                           f"families it imports are {', '.join(k for k in FAMILIES if k in MOE_FAMILIES)}: "
                           "write model.moe by hand (docs/moe.md) on the nearest of them")
     if family is None:
