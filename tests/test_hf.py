@@ -242,17 +242,19 @@ def test_mixture_of_experts_not_modelled_is_refused_naming_moe(tmp_path):
     with pytest.raises(ConfigError) as err:
         read_hf_config(qwen)
     assert err.value.path == "num_experts" and "mixture-of-experts" in str(err.value)
-    deepseek = tmp_path / "config.json"
-    deepseek.write_text('{"model_type": "deepseek_v3", "hidden_size": 7168}')
-    with pytest.raises(ConfigError, match="mixture-of-experts model .model_type 'deepseek_v3'"):
-        read_hf_config(deepseek)
+    dbrx = tmp_path / "config.json"
+    dbrx.write_text('{"model_type": "dbrx", "d_model": 6144}')
+    with pytest.raises(ConfigError, match="mixture-of-experts model .model_type 'dbrx'. of a type zsim does not "
+                       "import; nearest supported family mixtral, which lacks DBRX's key names .*; the MoE families "
+                       "it imports are mixtral"):
+        read_hf_config(dbrx)
 
 
 def test_a_dense_family_not_imported_names_the_nearest_and_what_it_lacks(tmp_path):
-    falcon = tmp_path / "config.json"
-    falcon.write_text('{"model_type": "falcon", "hidden_size": 4544}')
-    with pytest.raises(ConfigError, match="nearest supported family gpt_neox, which lacks multi-query"):
-        read_hf_config(falcon)
+    phi = tmp_path / "config.json"
+    phi.write_text('{"model_type": "phi", "hidden_size": 2560}')
+    with pytest.raises(ConfigError, match="nearest supported family gpt_neox, which lacks a parallel attention"):
+        read_hf_config(phi)
 
 
 def test_opt_variants_zsim_does_not_model_are_refused(tmp_path):

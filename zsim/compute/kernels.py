@@ -107,6 +107,15 @@ class Shape:
     # expert width per MP rank, shared experts' width per MP rank, top_k); None for a dense MLP
     moe: tuple[int, int, int, int, int, int] | None = None
     d: int = 0  # head dim when the model gives one (heads·d ≠ h); 0: h / a
+    norms: int = 2  # h-wide norms per block: 1 (Falcon-7B), 2, 4 (Gemma-2's post-norms too)
+    qk_norm: bool = False  # RMSNorm on q and k (OLMo-2, Gemma-3): one fused norm kernel over both
+    # multi-head latent attention (zsim.workload.mla): (q_lora_rank or 0, kv_lora_rank, qk_nope_head_dim,
+    # qk_rope_head_dim, v_head_dim); None for Q/K/V projections
+    mla: tuple[int, int, int, int, int] | None = None
+    moe_gate: bool = False  # a MoE MLP's shared-expert gate h × 1 (Qwen2-MoE)
+    # FlashAttention in a sliding-window block: the mean keys per query (zsim.workload.transformer
+    # Shape.window_keys; set per module by the plan); 0: causal over the whole sequence
+    window: int = 0
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
@@ -129,7 +138,17 @@ class Shape:
                      flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
                      arch=arch if attention in ("flash2", "flash3") else 0,
                      selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep),
-                     d=getattr(model, "head_dim", None) or 0)
+                     d=getattr(model, "head_dim", None) or 0, norms=getattr(model, "layer_norms", 2),
+                     qk_norm=getattr(model, "qk_norm", "none") != "none", mla=_mla_dims(model),
+                     moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)))
+
+
+def _mla_dims(model) -> tuple[int, int, int, int, int] | None:
+    """Shape.mla of a model with model.mla, else None."""
+    m = getattr(model, "mla", None)
+    if m is None:
+        return None
+    return (m.q_lora_rank or 0, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim)
 
 
 def _moe_dims(model, mp: int, ep: int) -> tuple[int, int, int, int, int, int] | None:
@@ -174,26 +193,40 @@ def _linear_bwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: in
 
 
 def _block_dims(x: Shape) -> tuple[int, int, int, int, int, int]:
-    """T, hn (head dim), heads per rank, QKV width per rank, MLP width per rank, score elements."""
+    """T, hn (head dim; MLA: d_v, the output's), heads per rank, QKV width per rank, MLP width per
+    rank, score elements."""
     tokens = x.s * x.b
     hn = x.d or x.h // x.a
     heads = max(1, x.a // x.t)
     kv = max(1, x.kv_heads // x.t)  # GQA/MQA: K/V heads are replicated when fewer than t
     qkv = heads * hn + 2 * kv * hn
+    if x.mla is not None:  # Q and K a·(d_h + d_h^R), V a·d_v wide (zsim.workload.mla)
+        qk, hn = _head_dims(x)
+        qkv = heads * (2 * qk + hn)
     ffn = x.ffn // x.t
     scores = x.b * heads * x.s * x.s
     return tokens, hn, heads, qkv, ffn, scores
 
 
+def _head_dims(x: Shape) -> tuple[int, int]:
+    """A head's QKᵀ width and attention·V width: d and d, or MLA's d_h + d_h^R and d_v."""
+    if x.mla is not None:
+        return x.mla[2] + x.mla[3], x.mla[4]
+    hn = x.d or x.h // x.a
+    return hn, hn
+
+
 def _flash(x: Shape, phase: str, name: str) -> Kernel:
     """FlashAttention's fused kernel on one MP rank, causal: m = s queries, n = s/2 keys on average,
     k = head dim × its s×s×d matmuls (2 forward; 5 backward, QKᵀ recomputed), at the published
-    rate for this GPU, version and sequence length (zsim.compute.flash)."""
+    rate for this GPU, version and sequence length (zsim.compute.flash); MLA's QKᵀ and attention·V
+    widths differ: k = d_qk + d_v forward, 2.5 × that backward. A sliding-window block: n = the mean keys
+    per query in its window (flash-attn's window_size skips the blocks outside it)."""
     from zsim.compute.flash import efficiency
 
-    hn, heads = x.d or x.h // x.a, max(1, x.a // x.t)
-    return Kernel(name, "flash", m=x.s, n=max(1, x.s // 2), k=(2 if phase == "fwd" else 5) * hn, batch=x.b * heads,
-                  efficiency=efficiency(x.flash, phase, x.arch, x.s))
+    (qk, vd), heads = _head_dims(x), max(1, x.a // x.t)
+    return Kernel(name, "flash", m=x.s, n=x.window or max(1, x.s // 2), k=(qk + vd) if phase == "fwd" else 5 * (qk + vd) // 2,
+                  batch=x.b * heads, efficiency=efficiency(x.flash, phase, x.arch, x.s))
 
 
 def _attention_core(x: Shape) -> list[Kernel]:
@@ -203,35 +236,76 @@ def _attention_core(x: Shape) -> list[Kernel]:
     e = x.e
     if x.flash:
         return [_flash(x, "fwd", "attention.flash")]
-    return [_gemm("attention.scores", x.s, x.s, hn, x.b * heads), _mem("attention.scale", 2 * e * S),
+    qk, vd = _head_dims(x)
+    return [_gemm("attention.scores", x.s, x.s, qk, x.b * heads), _mem("attention.scale", 2 * e * S),
             _mem("attention.mask_const", 2 * e * x.s * x.s, count=2),  # 1 − mask, 10000·(…)
             _mem("attention.mask", 4 * e * S, count=2),  # scores·mask, − 10000(1 − mask)
             _mem("attention.softmax", 2 * e * S), _mem("attention.dropout", (2 * e + 1) * S),
-            _gemm("attention.context", x.s, hn, x.s, x.b * heads)]
+            _gemm("attention.context", x.s, vd, x.s, x.b * heads)]
+
+
+def _rotary_width(x: Shape, heads: int, hn: int, qkv: int) -> int:
+    """Elements per token the rotary kernels rotate: Q and K (MLA: each head's d_h^R of Q and the one
+    shared d_h^R key [DV2 eqs. 14-15])."""
+    if x.mla is not None:
+        return (heads + 1) * x.mla[3]
+    return qkv - (qkv - heads * hn) // 2
+
+
+def _mla_forward(x: Shape) -> list[Kernel]:
+    """MLA's projections on one MP rank (zsim.workload.mla; Megatron-Core MLASelfAttention): the
+    replicated down projections whole (q_a, kv_a with the RoPE key), the latents' RMSNorms, the
+    column-parallel up projections ÷ t."""
+    q_rank, kv_rank, nope, rope, vd = x.mla
+    T, e, h, heads = x.s * x.b, x.e, x.h, max(1, x.a // x.t)
+    ks = [_gemm("mla.q_down", T, q_rank, h), _mem("mla.q_norm", 2 * e * T * q_rank)] if q_rank else []
+    ks += [_gemm("mla.q_up", T, heads * (nope + rope), q_rank or h), _gemm("mla.kv_down", T, kv_rank + rope, h),
+           _mem("mla.kv_norm", 2 * e * T * kv_rank), _gemm("mla.kv_up", T, heads * (nope + vd), kv_rank)]
+    return ks
+
+
+def _mla_backward(x: Shape) -> list[Kernel]:
+    """_mla_forward's backward, in reverse: each GEMM's input and weight gradients, the norms'."""
+    ks = []
+    for k in reversed(_mla_forward(x)):
+        if k.kind == "gemm":
+            ks += [_gemm(f"{k.name}.dgrad", k.m, k.k, k.n), _gemm(f"{k.name}.wgrad", k.n, k.k, k.m)]
+        else:
+            ks.append(_mem(f"{k.name}.bwd", 5 * k.bytes / 2, count=2))
+    return ks
 
 
 def block_forward(x: Shape) -> tuple[Kernel, ...]:
-    """One transformer block's forward on one MP rank (also its recompute under checkpointing)."""
+    """One transformer block's forward on one MP rank (also its recompute under checkpointing). Shape
+    options: MLA's projections in place of QKV (_mla_forward); a QK-norm kernel; Gemma-2's norms after
+    attention and after the MLP (x.norms 4); Falcon-7B's one norm for both (x.norms 1)."""
     T, hn, heads, qkv, ffn, S = _block_dims(x)
     e, h = x.e, x.h
     th = T * h
     tr = th // x.t if x.sp else th  # the elementwise kernels outside attention and MLP: T/t tokens under SP
     ks: list[Kernel] = [_mem("input_layernorm", 2 * e * tr)]
-    ks += _linear_fwd("qkv", T, qkv, h, x.qkv_bias, e)
+    ks += _mla_forward(x) if x.mla is not None else _linear_fwd("qkv", T, qkv, h, x.qkv_bias, e)
+    if x.qk_norm:  # q and k through their RMSNorms: read and write both
+        ks.append(_mem("attention.qk_norm", 2 * e * T * (qkv - (qkv - heads * hn) // 2)))
     if not x.flash:
         ks.append(_mem("qkv.contiguous", 2 * e * T * qkv, count=3))  # Q, K, V permuted copies for matmul
     if x.rotary:  # rotate Q and K (cos/sin tables read once): read and write both
-        ks.append(_mem("attention.rotary", 2 * e * T * (qkv - (qkv - heads * hn) // 2), count=2))
+        ks.append(_mem("attention.rotary", 2 * e * T * _rotary_width(x, heads, hn, qkv), count=2))
     ks += _attention_core(x)
     if not x.flash:
         ks.append(_mem("attention.context.contiguous", 2 * e * T * heads * hn))
     ks.append(_gemm("attention.dense", T, h, heads * hn))
+    if x.norms == 4:
+        ks.append(_mem("post_attention_norm", 2 * e * tr))
     ks += _residual_tail("attention", tr, x.linear_bias, e)
-    ks.append(_mem("post_attention_layernorm", 2 * e * tr))
+    if x.norms != 1:
+        ks.append(_mem("post_attention_layernorm", 2 * e * tr))
     width = 2 * ffn if x.gated else ffn
     ks += _linear_fwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
     ks.append(_mem("mlp.swiglu" if x.gated else "mlp.gelu", (3 if x.gated else 2) * e * T * ffn))
     ks.append(_gemm("mlp.4h_to_h", T, h, ffn))
+    if x.norms == 4:
+        ks.append(_mem("post_mlp_norm", 2 * e * tr))
     ks += _residual_tail("mlp", tr, x.linear_bias, e)
     return tuple(ks)
 
@@ -254,25 +328,32 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
     ks += [_mem("mlp.residual_grad_sum", 3 * e * tr), _mem("mlp.dropout.bwd", (2 * e + 1) * tr)]
     if x.linear_bias:
         ks.append(_red("mlp.bias_grad", e * tr))
+    if x.norms == 4:
+        ks.append(_mem("post_mlp_norm.bwd", 5 * e * tr, count=2))
     ks += [_gemm("mlp.4h_to_h.dgrad", T, ffn, h), _gemm("mlp.4h_to_h.wgrad", h, ffn, T)]
     ks.append(_mem("mlp.swiglu.bwd" if x.gated else "mlp.gelu.bwd", (5 if x.gated else 3) * e * T * ffn))
     width = 2 * ffn if x.gated else ffn
     ks += _linear_bwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
-    ks.append(_mem("post_attention_layernorm.bwd", 5 * e * tr, count=2))
+    if x.norms != 1:
+        ks.append(_mem("post_attention_layernorm.bwd", 5 * e * tr, count=2))
     ks += [_mem("attention.residual_grad_sum", 3 * e * tr), _mem("attention.dropout.bwd", (2 * e + 1) * tr)]
     if x.linear_bias:
         ks.append(_red("attention.bias_grad", e * tr))
+    if x.norms == 4:
+        ks.append(_mem("post_attention_norm.bwd", 5 * e * tr, count=2))
     ks += [_gemm("attention.dense.dgrad", T, heads * hn, h), _gemm("attention.dense.wgrad", h, heads * hn, T)]
     if x.flash:
         ks.append(_flash(x, "bwd", "attention.flash.bwd"))
     else:
         ks += _attention_core_bwd(x)
     if x.rotary:
-        ks.append(_mem("attention.rotary.bwd", 2 * e * T * (qkv - (qkv - heads * hn) // 2), count=2))
+        ks.append(_mem("attention.rotary.bwd", 2 * e * T * _rotary_width(x, heads, hn, qkv), count=2))
     if not x.flash:
         ks.append(_mem("qkv.contiguous.bwd", 2 * e * T * qkv, count=3))
+    if x.qk_norm:
+        ks.append(_mem("attention.qk_norm.bwd", 5 * e * T * (qkv - (qkv - heads * hn) // 2)))
     ks.append(_mem("qkv.split.bwd", 2 * e * T * qkv))  # the three gradients gathered into one
-    ks += _linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
+    ks += _mla_backward(x) if x.mla is not None else _linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
     ks.append(_mem("input_layernorm.bwd", 5 * e * tr, count=2))
     return tuple(ks)
 
@@ -288,8 +369,9 @@ def _attention_core_bwd(x: Shape) -> list[Kernel]:
     ks.append(_mem("attention.softmax.bwd", 3 * e * S))
     ks.append(_mem("attention.mask.bwd", 2 * e * S))
     ks.append(_mem("attention.scale.bwd", 2 * e * S))
-    return ks + [_gemm("attention.scores.dgrad_q", x.s, hn, x.s, x.b * heads),
-                 _gemm("attention.scores.dgrad_k", x.s, hn, x.s, x.b * heads)]
+    qk = _head_dims(x)[0]
+    return ks + [_gemm("attention.scores.dgrad_q", x.s, qk, x.s, x.b * heads),
+                 _gemm("attention.scores.dgrad_k", x.s, qk, x.s, x.b * heads)]
 
 
 def embed_forward(x: Shape) -> tuple[Kernel, ...]:
@@ -360,6 +442,8 @@ def _moe_mlp_forward(x: Shape) -> list[Kernel]:
     if fs:
         ks += [_gemm("moe.shared.fc1", T, 2 * fs if x.gated else fs, h), _mem("moe.shared.act", (3 if x.gated else 2) * e * T * fs),
                _gemm("moe.shared.fc2", T, h, fs)]
+    if x.moe_gate:  # Qwen2-MoE's sigmoid gate on the shared expert: T × 1 × h, then the scale
+        ks += [_gemm("moe.shared.gate", T, 1, h), _mem("moe.shared.gate.scale", 3 * e * T * h)]
     return ks
 
 
@@ -371,6 +455,9 @@ def _moe_mlp_backward(x: Shape) -> list[Kernel]:
     R = m * local
     width = 2 * f if x.gated else f
     ks = []
+    if x.moe_gate:
+        ks += [_mem("moe.shared.gate.scale.bwd", 4 * e * T * h), _gemm("moe.shared.gate.dgrad", T, h, 1),
+               _gemm("moe.shared.gate.wgrad", 1, h, T)]
     if fs:
         ks += [_gemm("moe.shared.fc2.dgrad", T, fs, h), _gemm("moe.shared.fc2.wgrad", h, fs, T),
                _mem("moe.shared.act.bwd", (5 if x.gated else 3) * e * T * fs),

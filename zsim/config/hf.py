@@ -17,6 +17,13 @@ modeling_<type>.py for which tensors exist); docs/models.md has the table.
             mistral, q/k/v only in qwen2 (Qwen2Attention: bias=True on q, k, v; o_proj without).
             Dropout only when attention_dropout > 0 (default 0.0).
 
+  gemma2, gemma3_text  the Gemma layout with four norms per block, sliding-window blocks, (Gemma-3) QK-norm.
+  olmo2     the LLaMA layout with QK-norm over all heads.
+  falcon    GPT shape with multi-query (7B) or grouped (40B, 180B) attention and one or two LayerNorms.
+  qwen2_moe, deepseek_v2, deepseek_v3
+            their MoE MLPs (shared experts, gate, router bias) and, for DeepSeek, multi-head latent
+            attention (zsim.workload.mla). docs/models.md has each mapping and its checked counts.
+
 Every import sets `vocab_padding: 1` (the checkpoint's vocabulary as it is, padded only as far as
 MP needs) and `seq_len` to the longest context the model was built for (override it).
 """
@@ -149,25 +156,153 @@ def _llama_family(c: _Config) -> dict[str, Any]:
     head_dim = c.positive("head_dim", default=None)
     if head_dim is not None and head_dim * heads == hidden:
         head_dim = None  # the default: written only where it differs (Mistral-Nemo, Gemma)
+    if c.model_type in ("olmo2", "gemma2", "gemma3_text", "deepseek_v2", "deepseek_v3") and c.flag("attention_bias", False):
+        raise c.fail("attention_bias", f"true is not modelled for {c.model_type} (its released models have none)")
     if c.model_type == "llama":  # LlamaConfig: attention_bias on q, k, v and o; mlp_bias on the MLP
         qkv_bias, mlp_bias = c.flag("attention_bias", False), c.flag("mlp_bias", False)
         if qkv_bias and not mlp_bias:
             raise c.fail("attention_bias", "true with mlp_bias false: zsim's linear_bias covers o_proj and the "
                          "MLP together")
         bias = dict(qkv_bias=qkv_bias, linear_bias=mlp_bias)
-    elif c.model_type == "qwen2":  # Qwen2Attention: bias=True on q, k, v; o_proj and the MLP without
+    elif c.model_type in ("qwen2", "qwen2_moe"):  # Qwen2(Moe)Attention: bias=True on q, k, v; o_proj and the MLP without
         bias = dict(qkv_bias=True, linear_bias=False)
     else:  # MistralAttention and MistralMLP; GemmaAttention and GemmaMLP (GeGLU: gate, up, down); Phi3Attention (fused qkv_proj) and Phi3MLP (fused gate_up_proj): no biases
         bias = dict(qkv_bias=False, linear_bias=False)
     # Phi3Config: resid_pdrop, embd_pdrop and attention_dropout (default 0.0)
     dropout_keys = ("attention_dropout", "resid_pdrop", "embd_pdrop") if c.model_type == "phi3" else ("attention_dropout",)
+    # MistralAttention and MixtralAttention attend through sliding_window (null: globally; Mistral-7B-v0.1:
+    # 4096); Gemma-2/3's is set by _gemma2 with its pattern
+    window = c.positive("sliding_window", default=None) if c.model_type in ("mistral", "mixtral") else None
     return dict(layers=c.positive("num_hidden_layers"), hidden=hidden, heads=heads,
                 kv_heads=c.positive("num_key_value_heads", default=heads), vocab=c.positive("vocab_size"),
                 seq_len=c.positive("max_position_embeddings"), ffn_hidden=c.positive("intermediate_size"),
-                # GemmaConfig ties the head to the embedding by default; the LLaMA family does not
-                tied_head=c.flag("tie_word_embeddings", c.model_type == "gemma"), norm="rmsnorm", position="rotary",
+                # Gemma(2, 3)Config tie the head to the embedding by default; the LLaMA family does not
+                tied_head=c.flag("tie_word_embeddings", c.model_type in GEMMA), norm="rmsnorm", position="rotary",
                 gated_mlp=True, dropout=any(c.rate(key, 0.0) > 0 for key in dropout_keys), attention=FLASH_DEFAULT,
-                **({"head_dim": head_dim} if head_dim else {}), **bias)
+                **({"head_dim": head_dim} if head_dim else {}), **({"sliding_window": window} if window else {}), **bias)
+
+
+GEMMA = ("gemma", "gemma2", "gemma3_text")
+
+
+def _gemma2(c: _Config) -> dict[str, Any]:
+    # Gemma2Config / modeling_gemma2.py (Gemma Team 2024, "Gemma 2", §2): the Gemma layout (GeGLU
+    # gate/up/down, head_dim, tied head) with four RMSNorms per block (input_, post_attention_,
+    # pre_feedforward_, post_feedforward_layernorm). Gemma3TextConfig (gemma3_text) adds q_norm and
+    # k_norm, one head_dim-wide RMSNorm each shared by the heads (Gemma Team 2025, "Gemma 3", §2).
+    # Soft-capping (attn_logit_softcapping, final_logit_softcapping: a tanh on the scores and the
+    # logits) adds no parameter and no matmul. Local and global layers: Gemma2DecoderLayer attends
+    # through sliding_window (default 4096) in every other block (layer_idx % 2 == 0), globally in the
+    # rest; Gemma-3 in five of six (sliding_window_pattern 6: block i is global when (i + 1) % 6 == 0),
+    # or as its layer_types list says.
+    keys = _llama_family(c) | {"layer_norms": 4}
+    gemma3 = c.model_type == "gemma3_text"
+    window = c.positive("sliding_window", default=None if gemma3 else 4096)
+    every = c.positive("sliding_window_pattern", default=6) if gemma3 else 2
+    types = c.data.get("layer_types")
+    if types is not None:
+        full = [i for i, kind in enumerate(types) if kind == "full_attention"] if isinstance(types, list) else None
+        every = full[0] + 1 if full else 0
+        if full is None or len(types) != keys["layers"] or \
+                full != [i for i in range(keys["layers"]) if every and (i + 1) % every == 0]:
+            raise c.fail("layer_types", "expected num_hidden_layers entries with full_attention every k-th layer "
+                         "(zsim's full_attention_every), got another pattern")
+    local = {"sliding_window": window, "full_attention_every": every} if window else {}
+    return keys | local | ({"qk_norm": "head"} if gemma3 else {})
+
+
+def _olmo2(c: _Config) -> dict[str, Any]:
+    # Olmo2Config / modeling_olmo2.py (OLMo Team 2024, "2 OLMo 2 Furious", §3.1): the LLaMA layout
+    # with RMSNorm (weights) after attention and after the MLP instead of before (two per block, the
+    # same count), and QK-norm: q_norm over all heads·head_dim, k_norm over kv_heads·head_dim.
+    return _llama_family(c) | {"qk_norm": "full"}
+
+
+def _falcon(c: _Config) -> dict[str, Any]:
+    # FalconConfig / modeling_falcon.py: fused query_key_value (multi_query: one K/V head, Falcon-7B;
+    # new_decoder_architecture: num_kv_heads groups, Falcon-40B/180B), dense, a 4h GeLU MLP
+    # (ffn_hidden_size where given), LayerNorms; `bias` on every linear (false in the released
+    # models); rotary unless alibi. FalconDecoderLayer: new_decoder_architecture has
+    # num_ln_in_parallel_attn norms (ln_attn and ln_mlp, default 2); the older one input_layernorm
+    # only when parallel_attn (else a post_attention_layernorm as well). The head is tied unless
+    # tie_word_embeddings is false (PretrainedConfig's default true). Parallel attention and MLP (one
+    # residual add) change no parameter and no matmul: zsim prices them as a sequential block.
+    hidden, heads = c.positive("hidden_size"), c.positive("num_attention_heads", "n_head")
+    new_arch, parallel = c.flag("new_decoder_architecture", False), c.flag("parallel_attn", True)
+    if new_arch:
+        kv_heads = c.positive("num_kv_heads", default=heads)
+        norms = c.positive("num_ln_in_parallel_attn", default=2)
+        if norms > 2:
+            raise c.fail("num_ln_in_parallel_attn", f"expected 1 or 2, got {norms}")
+    else:
+        kv_heads = 1 if c.flag("multi_query", True) else heads
+        norms = 1 if parallel else 2
+    bias = c.flag("bias", False)
+    alibi = c.flag("alibi", False)
+    keys = dict(layers=c.positive("num_hidden_layers", "n_layer"), hidden=hidden, heads=heads, kv_heads=kv_heads,
+                vocab=c.positive("vocab_size"), seq_len=c.positive("max_position_embeddings", default=2048),
+                ffn_hidden=c.positive("ffn_hidden_size", default=4 * hidden), tied_head=c.flag("tie_word_embeddings", True),
+                norm="layernorm", position="alibi" if alibi else "rotary", gated_mlp=False, linear_bias=bias,
+                qkv_bias=bias, layer_norms=norms, attention=FLASH_DEFAULT,
+                dropout=any(c.rate(key, 0.0) > 0 for key in ("attention_dropout", "hidden_dropout")))
+    head_dim = c.positive("head_dim", default=None)
+    return keys | ({"head_dim": head_dim} if head_dim and head_dim * heads != hidden else {})
+
+
+def _qwen2_moe(c: _Config) -> dict[str, Any]:
+    # Qwen2MoeConfig / modeling_qwen2_moe.py: the Qwen2 attention (q/k/v biases) and, in every
+    # decoder_sparse_step-th layer not in mlp_only_layers, Qwen2MoeSparseMoeBlock: gate h × num_experts,
+    # num_experts SwiGLU experts of moe_intermediate_size, top num_experts_per_tok, one shared expert of
+    # shared_expert_intermediate_size scaled by sigmoid(shared_expert_gate(x)) (h × 1); the other layers a
+    # dense Qwen2MoeMLP of intermediate_size. zsim's MoE blocks follow the dense ones: only
+    # mlp_only_layers = the first k layers (and decoder_sparse_step 1) can be expressed.
+    keys = _llama_family(c)
+    layers = keys["layers"]
+    step = c.positive("decoder_sparse_step", default=1)
+    dense = c.data.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+        raise c.fail("mlp_only_layers", f"expected a list of layer indices, got {dense!r}")
+    if step != 1:
+        raise c.fail("decoder_sparse_step", f"{step}: MoE every {step}th layer (dense ones between) is not "
+                     "modelled; zsim's dense blocks come first (moe.dense_layers)")
+    if sorted(dense) != list(range(len(dense))) or len(dense) > layers:
+        raise c.fail("mlp_only_layers", f"{dense}: zsim models dense layers only as the first k (moe.dense_layers)")
+    shared = c.positive("shared_expert_intermediate_size", default=None)
+    moe = {"experts": c.positive("num_experts"), "top_k": c.positive("num_experts_per_tok", default=4),
+           "expert_ffn_hidden": c.positive("moe_intermediate_size"), "dense_layers": len(dense),
+           **({"shared_experts": 1, "shared_ffn_hidden": shared, "shared_expert_gate": True} if shared else {})}
+    return keys | {"moe": moe}
+
+
+def _deepseek(c: _Config) -> dict[str, Any]:
+    # DeepseekV2Config / DeepseekV3Config, modeling_deepseek_v2.py / _v3.py (DeepSeek-AI 2024,
+    # "DeepSeek-V2" §2.1-2.2, "DeepSeek-V3" §2.1): MLA attention (zsim.workload.mla), RMSNorm, SwiGLU,
+    # untied head; the first first_k_dense_replace layers a dense MLP of intermediate_size, the others
+    # DeepSeekMoE: n_routed_experts of moe_intermediate_size, top num_experts_per_tok, n_shared_experts
+    # (one MLP n_shared × moe_intermediate_size wide: the same tensors), a router h × E and, in V3
+    # (topk_method noaux_tc), its e_score_correction_bias (E). V3's multi-token-prediction module
+    # (num_nextn_predict_layers, in the checkpoint as layer 61) is not part of the model zsim counts or
+    # trains: the published 671B is without it.
+    keys = _llama_family(c)
+    # MLA sets the heads' widths: num_key_value_heads (= the heads) and a head_dim some configs write
+    # (DeepseekV3Config's, = qk_rope_head_dim) are not K/V widths
+    keys.pop("kv_heads"), keys.pop("head_dim", None)
+    freq = c.positive("moe_layer_freq", default=1)
+    if freq != 1:
+        raise c.fail("moe_layer_freq", f"{freq}: MoE every {freq}th layer is not modelled (dense layers come first)")
+    q_rank = c.positive("q_lora_rank", default=None)
+    mla = {"kv_lora_rank": c.positive("kv_lora_rank"), "qk_nope_head_dim": c.positive("qk_nope_head_dim"),
+           "qk_rope_head_dim": c.positive("qk_rope_head_dim"), "v_head_dim": c.positive("v_head_dim"),
+           **({"q_lora_rank": q_rank} if q_rank else {})}
+    shared, first = c.data.get("n_shared_experts"), c.data.get("first_k_dense_replace") or 0
+    if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+        raise c.fail("first_k_dense_replace", f"expected a non-negative integer, got {first!r}")
+    moe = {"experts": c.positive("n_routed_experts"), "top_k": c.positive("num_experts_per_tok"),
+           "expert_ffn_hidden": c.positive("moe_intermediate_size"),
+           "dense_layers": min(keys["layers"], first),
+           "router_bias": c.model_type == "deepseek_v3" or c.data.get("topk_method") == "noaux_tc",
+           **({"shared_experts": c.positive("n_shared_experts")} if shared else {})}
+    return keys | {"mla": mla, "moe": moe}
 
 
 # The families trained with FlashAttention (LLaMA 2/3, Mistral, Qwen2 and every later one: their
@@ -188,22 +323,36 @@ def _mixtral(c: _Config) -> dict[str, Any]:
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
     "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family, "olmo": _olmo, "opt": _opt, "bloom": _bloom,
+    "gemma2": _gemma2, "gemma3_text": _gemma2, "olmo2": _olmo2, "falcon": _falcon, "qwen2_moe": _qwen2_moe,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
 }
 
-# Mixture-of-experts types that import (mixtral) and those refused (transformers' configuration classes,
-# with shared-expert gates, multi-head latent attention or hybrid layers zsim does not model), and the keys that say a config routes
-# tokens to experts: refused with a message that names MoE until zsim models it (issue 27 item 6).
-MOE_TYPES = frozenset({"qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
+# Mixture-of-experts types refused (transformers' configuration classes whose routers, attention or
+# hybrid layers no importer maps), and the keys that say a config routes tokens to experts: refused with
+# a message that names MoE and the MoE families that do import (issue 27 item 6).
+MOE_TYPES = frozenset({"qwen3_moe", "dbrx", "olmoe", "phimoe",
                        "granitemoe", "jamba", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss"})
+# What each refused MoE type has that its nearest imported family lacks (transformers' modeling_<type>.py).
+MOE_NEAREST = {
+    "qwen3_moe": ("qwen2_moe", "Qwen3's per-head QK-norm (qk_norm: head) without q/k/v biases or a shared expert"),
+    "dbrx": ("mixtral", "DBRX's key names (d_model, ffn_config, attn_config), its clip_qkv and bias-free LayerNorms"),
+    "olmoe": ("mixtral", "OLMoE's QK-norm over all heads (qk_norm: full) and its num_experts key names"),
+    "phimoe": ("mixtral", "PhiMoE's LayerNorms with biases and its attention biases"),
+    "granitemoe": ("mixtral", "Granite's embedding, residual, attention and logit multipliers"),
+    "jamba": ("mixtral", "Jamba's Mamba layers between its attention layers"),
+    "jetmoe": ("mixtral", "JetMoE's mixture of attention heads"),
+    "gpt_oss": ("mixtral", "gpt-oss's attention sinks, 128-token sliding windows and biases on the experts"),
+    "switch_transformers": (None, "Switch Transformer is an encoder-decoder; zsim models decoder-only transformers"),
+    "nllb_moe": (None, "NLLB-MoE is an encoder-decoder; zsim models decoder-only transformers"),
+}
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3")
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 # Dense types zsim does not import yet: what they have that the nearest supported family lacks
 # (transformers' modeling_<type>.py), so a refusal says what is missing.
 NEAREST = {
-    "gemma2": ("gemma", "pre- and post-feedforward norms (four per layer) and logit soft-capping"),
-    "gemma3": ("gemma", "QK-norm weights and four norms per layer"),
-    "olmo2": ("olmo", "QK-norm weights on q and k, and RMSNorm weights"),
-    "falcon": ("gpt_neox", "multi-query attention beside a parallel MLP, one LayerNorm per layer (7B) or two (40B)"),
+    "gemma3": ("gemma3_text", "the vision tower and projector of the multimodal checkpoint (import its "
+               "text_config, saved as a config.json of its own, for the language model)"),
     "phi": ("gpt_neox", "a parallel attention and MLP block with one LayerNorm, partial rotary"),
 }
 
@@ -212,7 +361,8 @@ NEAREST = {
 # dumped from a resolved scenario, e.g. in a trace's metadata) takes nothing from the file.
 IMPORTED_KEYS = frozenset({"layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "ffn_hidden", "gated_mlp",
                            "tied_head", "linear_bias", "qkv_bias", "norm", "position", "max_positions", "dropout",
-                           "vocab_padding", "attention", "moe", "head_dim", "embedding_norm"})
+                           "vocab_padding", "attention", "moe", "head_dim", "embedding_norm", "layer_norms",
+                           "qk_norm", "mla", "sliding_window", "full_attention_every"})
 
 
 def hf_config_path(ref: str, base_dir: str | Path | None = None) -> Path:
@@ -242,10 +392,13 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     experts = next((k for k in MOE_KEYS if isinstance(data.get(k), int) and data[k] > 1), None)
     if (isinstance(config.model_type, str) and config.model_type in MOE_TYPES) or (experts and family is None):
         what = f"{experts} {data[experts]}" if experts else f"model_type {config.model_type!r}"
+        nearest = MOE_NEAREST.get(config.model_type) if isinstance(config.model_type, str) else None
+        near = "" if nearest is None else f"; {nearest[1]}" if nearest[0] is None else \
+            f"; nearest supported family {nearest[0]}, which lacks {nearest[1]}"
         raise config.fail("model_type" if not experts else experts,
-                          f"a mixture-of-experts model ({what}): zsim does not model MoE yet (expert FFNs, "
-                          "top-k routing, expert parallelism's all-to-all); a dense model of the same attention "
-                          "can be written by hand with the shape keys (docs/models.md)")
+                          f"a mixture-of-experts model ({what}) of a type zsim does not import{near}; the MoE "
+                          f"families it imports are {', '.join(k for k in FAMILIES if k in MOE_FAMILIES)}: "
+                          "write model.moe by hand (docs/moe.md) on the nearest of them")
     if family is None:
         got = "missing" if config.model_type is None else repr(config.model_type)
         near = NEAREST.get(config.model_type) if isinstance(config.model_type, str) else None

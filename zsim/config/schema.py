@@ -79,11 +79,31 @@ class MoeSection(Section, kw_only=True):
         "routing computes and sends that many on the busiest rank"))] = 1.0
     dense_layers: Annotated[int, Meta(ge=0, le=MAX_LAYERS, description=(
         "the first dense_layers blocks keep a dense MLP (DeepSeek first_k_dense_replace)"))] = 0
+    shared_expert_gate: Annotated[bool, Meta(description=(
+        "a sigmoid gate h × 1 scales the shared experts' output (Qwen2-MoE's shared_expert_gate)"))] = False
+    router_bias: Annotated[bool, Meta(description=(
+        "the router holds a per-expert bias of E elements used for top-k selection (DeepSeek-V3's "
+        "e_score_correction_bias)"))] = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.top_k > self.experts:
             raise ValueError(f"top_k {self.top_k} is more than the {self.experts} experts")
+
+
+class MlaSection(Section, kw_only=True):
+    """Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", §2.1, eqs. 9-19): K and V come up
+    from a kv_lora_rank-wide latent, Q from a q_lora_rank-wide one (or straight from h), each head's
+    query and key are qk_nope_head_dim + qk_rope_head_dim wide (the rotary part of the key shared by
+    all heads), its value v_head_dim wide (docs/models.md)."""
+
+    kv_lora_rank: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description="d_c: the compressed KV latent width")]
+    q_lora_rank: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description=(
+        "d_c': the compressed query latent width; absent: Q projected straight from h (DeepSeek-V2-Lite)"))] | None = None
+    qk_nope_head_dim: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description="d_h: a head's query/key width without RoPE")]
+    qk_rope_head_dim: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description=(
+        "d_h^R: the decoupled RoPE part of each query head and of the one shared key"))]
+    v_head_dim: Annotated[int, Meta(gt=0, le=MAX_HIDDEN, description="a head's value (and output) width")]
 
 
 class ModelSection(Section, kw_only=True):
@@ -123,6 +143,20 @@ class ModelSection(Section, kw_only=True):
     position: Annotated[Literal["learned", "rotary", "alibi"], Meta(description=(
         "learned: a table of max_positions × hidden parameters; rotary: RoPE, no parameters; alibi: ALiBi "
         "(Press et al. 2022; BLOOM), a bias on the attention scores, no parameters"))] = "learned"
+    layer_norms: Annotated[int, Meta(ge=1, le=4, description=(
+        "h-wide norms in each block: 2 (before attention and before the MLP); 1: Falcon-7B's one LayerNorm "
+        "before its parallel attention and MLP; 4: Gemma-2's norms before and after each"))] = 2
+    qk_norm: Annotated[Literal["none", "head", "full"], Meta(description=(
+        "RMSNorm weights on the queries and keys: head (one head_dim-wide weight each, shared by the heads: "
+        "Gemma-3, Qwen3), full (heads·head_dim and kv_heads·head_dim wide: OLMo-2)"))] = "none"
+    sliding_window: Annotated[int, Meta(gt=0, le=MAX_SEQ, description=(
+        "local attention: a query attends to at most this many tokens back (Mistral-7B-v0.1, Gemma-2/3; "
+        "Beltagy et al. 2020); with FlashAttention a local block computes only those pairs; absent: global"))] | None = None
+    full_attention_every: Annotated[int, Meta(ge=0, le=MAX_LAYERS, description=(
+        "with sliding_window: every k-th block (blocks k, 2k, ... counting from 1) attends globally (Gemma-2: "
+        "2, Gemma-3: 6); 0: every block is local"))] = 0
+    mla: Annotated[MlaSection, Meta(description=(
+        "multi-head latent attention (DeepSeek-V2/V3) in place of the Q/K/V projections; absent: standard"))] | None = None
     embedding_norm: Annotated[bool, Meta(description=(
         "a LayerNorm after the word embedding (BLOOM's word_embeddings_layernorm: 2h parameters)"))] = False
     max_positions: Annotated[int, Meta(gt=0, le=MAX_SEQ, description=(
@@ -151,13 +185,13 @@ class ModelSection(Section, kw_only=True):
 
     def __post_init__(self) -> None:  # shape is consistent
         super().__post_init__()
-        if self.head_dim is None and self.hidden % self.heads:
+        if self.head_dim is None and self.mla is None and self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads} (or give head_dim)")
         if self.kv_heads is not None and (self.kv_heads > self.heads or self.heads % self.kv_heads):
             raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads} (each KV head serves "
                              "heads / kv_heads query heads)")
         d = self.head_dim or self.hidden // self.heads
-        if self.position == "rotary" and d % 2:
+        if self.position == "rotary" and d % 2 and self.mla is None:
             what = f"head_dim {d}" if self.head_dim else f"hidden {self.hidden} / heads {self.heads} = {d}"
             raise ValueError(f"rotary positions rotate pairs of a head's dimensions, but {what} is odd")
         if self.position == "alibi" and self.max_positions is not None:
@@ -166,6 +200,14 @@ class ModelSection(Section, kw_only=True):
         if self.position == "rotary" and self.max_positions is not None:
             raise ValueError(f"max_positions {self.max_positions} sizes a learned position table, but position "
                              "is rotary (no table)")
+        if self.mla is not None and (self.kv_heads not in (None, self.heads) or self.head_dim is not None or
+                                     self.qk_norm != "none"):
+            raise ValueError("mla sets the attention's widths itself: kv_heads, head_dim and qk_norm do not apply")
+        if self.mla is not None and self.mla.qk_rope_head_dim % 2 and self.position == "rotary":
+            raise ValueError(f"mla.qk_rope_head_dim {self.mla.qk_rope_head_dim} is odd: rotary positions rotate pairs")
+        if self.full_attention_every and self.sliding_window is None:
+            raise ValueError(f"full_attention_every {self.full_attention_every} alternates local and global "
+                             "attention, but sliding_window is not set")
         if self.moe is not None and self.moe.dense_layers > self.layers:
             raise ValueError(f"moe.dense_layers {self.moe.dense_layers} is more than the {self.layers} layers")
         if self.max_positions is not None and self.max_positions < self.seq_len:

@@ -63,6 +63,9 @@ def _shape(m: dict[str, Any]) -> str:
     parts = [f"{'SwiGLU' if m.get('gated_mlp') else 'MLP'} {m['ffn_hidden']}" if m.get("ffn_hidden") else
              ("SwiGLU" if m.get("gated_mlp") else ""),
              f"{m['kv_heads']} KV heads" if m.get("kv_heads") not in (None, m["heads"]) else "",
+             f"MLA (KV latent {m['mla']['kv_lora_rank']})" if m.get("mla") else "",
+             {"head": "QK-norm", "full": "QK-norm"}.get(m.get("qk_norm"), ""),
+             f"{m['layer_norms']} norm{'s' if m['layer_norms'] != 1 else ''} per block" if m.get("layer_norms", 2) != 2 else "",
              {"rmsnorm": "RMSNorm", "nonparametric": "LayerNorm without weights"}.get(m.get("norm"), ""), {"rotary": "rotary", "alibi": "ALiBi"}.get(m.get("position"), ""),
              "embedding LayerNorm" if m.get("embedding_norm") else "",
              "untied head" if m.get("tied_head") is False else "",

@@ -8,6 +8,10 @@ Sources:
         capacity_factor × tokens / experts, padded).
   [J24] Jiang et al. 2024, "Mixtral of Experts", §2 (8 SwiGLU experts, top 2, a linear router h × E).
   [D24] Dai et al. 2024, "DeepSeekMoE", §3 (fine-grained experts, shared experts every token passes).
+  [Q24] transformers models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock: gate h × E, the
+        shared expert and its shared_expert_gate (h × 1, no bias: sigmoid(gate(x)) scales its output).
+  [DV3] DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §2.1.2 eq. 16 (a per-expert bias b_i added to
+        the affinities for top-k selection only: the router's e_score_correction_bias, E elements).
   [MC]  Megatron-Core transformer/moe/: experts split across EP ranks (num_local_experts = E / ep),
         each expert's FFN split across TP as the dense MLP is (expert_tensor_parallel_size = tp), the
         router's weight replicated (router.py TopKRouter: weight h × E), the alltoall token dispatcher
@@ -35,6 +39,8 @@ class Moe:
     dense_layers: int  # first blocks with a dense MLP
     gated: bool
     bias: bool
+    shared_gate: bool = False  # the shared experts' h × 1 sigmoid gate [Q24]
+    router_bias: bool = False  # E per-expert selection biases [DV3]
 
     @classmethod
     def of(cls, model) -> Moe | None:
@@ -45,7 +51,8 @@ class Moe:
         ffn = m.expert_ffn_hidden or model.ffn_hidden or 4 * model.hidden
         return cls(experts=m.experts, top_k=m.top_k, ffn=ffn, shared=m.shared_experts, shared_ffn=m.shared_ffn_hidden or ffn,
                    load=m.capacity_factor if m.capacity_factor is not None else m.imbalance,
-                   dense_layers=m.dense_layers, gated=model.gated_mlp, bias=model.linear_bias)
+                   dense_layers=m.dense_layers, gated=model.gated_mlp, bias=model.linear_bias,
+                   shared_gate=m.shared_expert_gate, router_bias=m.router_bias)
 
     def is_moe(self, layer: int) -> bool:
         return layer >= self.dense_layers
@@ -61,14 +68,17 @@ class Moe:
 
     def dense_tensors(self, h: int, t: int) -> tuple[int, ...]:
         """The MoE MLP's parameters every DP rank holds: the router h × E [J24; MC: replicated over TP]
-        and the shared experts [D24]."""
-        return (h * self.experts,) + self.expert_tensors(h, self.shared_ffn, t) * self.shared
+        [and its E selection biases, DV3], the shared experts [D24] [and their h × 1 gate, Q24]."""
+        return ((h * self.experts,) + ((self.experts,) if self.router_bias else ())
+                + self.expert_tensors(h, self.shared_ffn, t) * self.shared + ((h,) if self.shared_gate else ()))
 
     def fwd_flops(self, tokens: int, h: int, t: int) -> float:
-        """Model forward FLOPs of the MoE MLP on one MP rank: the router 2·T·h·E, then per token top_k
-        routed experts and every shared one, each 2·2·h·f (3 matmuls gated) [N21 §5.1 per matmul]."""
+        """Model forward FLOPs of the MoE MLP on one MP rank: the router 2·T·h·E [and the shared gate's
+        2·T·h, Q24], then per token top_k routed experts and every shared one, each 2·2·h·f (3 matmuls
+        gated) [N21 §5.1 per matmul]."""
         per_expert = (3 if self.gated else 2) * 2 * tokens * h
-        return 2 * tokens * h * self.experts + per_expert * (self.top_k * self.ffn + self.shared * self.shared_ffn) / t
+        gate = 2 * tokens * h if self.shared_gate else 0
+        return 2 * tokens * h * self.experts + gate + per_expert * (self.top_k * self.ffn + self.shared * self.shared_ffn) / t
 
     def routed_flops(self, tokens: int, h: int, t: int) -> float:
         """The routed experts' share of fwd_flops (what load scales on the busiest rank)."""

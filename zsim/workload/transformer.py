@@ -19,6 +19,14 @@ some activations, by the MP degree t). Sources:
   [MC]  Megatron-Core transformer/attention.py and mlp.py: GQA's query groups split across MP
         (num_query_groups % tensor_model_parallel_size == 0); the gated MLP's gate and up fused in one
         column-parallel linear_fc1 of width 2f; fusions/fused_bias_swiglu.py saves that 2f-wide input.
+  [G24] Gemma Team 2024, "Gemma 2", §2 (a norm before and after each sub-layer: four per block);
+        transformers models/gemma2/modeling_gemma2.py (pre_/post_feedforward_layernorm).
+  [BPC20] Beltagy, Peters & Cohan 2020, "Longformer", §3.1 (sliding-window attention: each token
+        attends w neighbours; causal here, as Mistral's and Gemma's); Dao 2023 flash-attn's window_size
+        (the fused kernel skips the blocks outside the window).
+  [O24] OLMo Team 2024, "2 OLMo 2 Furious", §3.1 (QK-norm: RMSNorm on the whole q and k projections;
+        norms after attention and after the MLP); transformers modeling_olmo2.py (q_norm, k_norm).
+Multi-head latent attention (DeepSeek-V2/V3) is zsim.workload.mla.
 The GPT shape is the default; docs/models.md derives the general formulas from these sources.
 """
 
@@ -28,6 +36,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from zsim.config.schema import ModelSection
+from zsim.workload.mla import Mla
 from zsim.workload.moe import Moe
 
 # Megatron-LM pads the vocabulary to a multiple of 128 × t (arguments.make_vocab_size_divisible_by,
@@ -57,6 +66,11 @@ class Shape:
     dropout: bool = True  # dropout on attention probabilities and residual branches (K22 saves its masks)
     attention: str = "standard"  # "standard" (s×s scores kept) or "flash2"/"flash3" (FlashAttention) [D23]
     head_width: int = 0  # d when given (heads·d ≠ h: Gemma, Mistral-Nemo); 0: h / a
+    layer_norms: int = 2  # h-wide norms per block: 1 (Falcon-7B), 2, 4 (Gemma-2: before and after each) [G24]
+    qk_norm: str = "none"  # RMSNorm weights on q and k: "head" (d each), "full" (a·d and kv·d: OLMo-2 [O24])
+    mla: Mla | None = None  # multi-head latent attention in place of Q/K/V (zsim.workload.mla)
+    window: int = 0  # sliding-window attention: keys a query attends to at most (0: global) [BPC20]
+    full_every: int = 0  # with a window: every full_every-th block global (0: none)
 
     @classmethod
     def of(cls, model: ModelSection) -> Shape:
@@ -68,7 +82,8 @@ class Shape:
             position=model.position,
             positions=0 if model.position in ("rotary", "alibi") else (model.max_positions or model.seq_len),
             tied_head=model.tied_head, dropout=model.dropout, attention=model.attention,
-            head_width=model.head_dim or 0,
+            head_width=model.head_dim or 0, layer_norms=model.layer_norms, qk_norm=model.qk_norm,
+            mla=Mla.of(model), window=model.sliding_window or 0, full_every=model.full_attention_every,
         )
 
     @classmethod
@@ -93,6 +108,15 @@ class Shape:
     def flash(self) -> bool:
         """FlashAttention: no s×s tensor is kept [D23] ('auto' unresolved, without a GPU: the unfused one)."""
         return self.attention in ("flash2", "flash3")
+
+    def window_keys(self, i: int, s: int) -> int:
+        """Mean keys per query of block i when it attends through a sliding window shorter than s: a
+        causal query at position p attends min(p + 1, w) keys [BPC20 §3.1], so w(w + 1)/2 + (s − w)·w
+        pairs over s queries; 0 for a global block (or a window not shorter than s)."""
+        w = self.window
+        if not w or w >= s or (self.full_every and (i + 1) % self.full_every == 0):
+            return 0
+        return (w * (w + 1) // 2 + (s - w) * w) // s
 
     @property
     def kv_dim(self) -> int:
@@ -168,6 +192,9 @@ class Module:
     expert_tensors: tuple[int, ...] = ()
     ep_all_to_all_bytes: int = 0
     moe: bool = False
+    # A sliding-window block under FlashAttention: the mean keys per query its fused kernel computes
+    # (Shape.window_keys; zsim.compute.kernels prices it); 0 for a global block.
+    window: int = 0
 
     @property
     def expert_params(self) -> int:
@@ -259,17 +286,26 @@ def layer_tensors(shape: Shape, t: int = 1) -> tuple[int, ...]:
     assert (h * qkv) % t == 0 and qkv % t == 0 and f % t == 0 and (h * q) % t == 0, "checked by mp_problems"
     qkv_b, row_b, fc1_b = (qkv // t,) if shape.qkv_bias else (), (h,) if shape.linear_bias else (), \
         (fc1 // t,) if shape.linear_bias else ()
-    return (h * qkv // t, *qkv_b, q * h // t, *row_b, h * fc1 // t, *fc1_b, f * h // t, *row_b,
-            *shape.norm_tensors, *shape.norm_tensors)
+    return (*attention_tensors(shape, t), h * fc1 // t, *fc1_b, f * h // t, *row_b, *shape.norm_tensors * shape.layer_norms)
+
+
+def attention_tensors(shape: Shape, t: int = 1) -> tuple[int, ...]:
+    """The attention's tensors of one block on one of t MP ranks (layer_tensors' first ones): fused QKV
+    weight [and bias], output weight [and bias]; the QK-norm weights (column-parallel with their heads
+    when "full" [O24], replicated when "head"); with MLA, zsim.workload.mla's projections instead."""
+    h, kv, q = shape.hidden, shape.kv_dim, shape.q_dim
+    row_b = (h,) if shape.linear_bias else ()
+    if shape.mla is not None:
+        return (*shape.mla.tensors(h, shape.heads, t), *row_b)
+    qkv = q + 2 * kv
+    qk = {"none": (), "head": (shape.head_dim, shape.head_dim), "full": (q // t, kv // t)}[shape.qk_norm]
+    return (h * qkv // t, *((qkv // t,) if shape.qkv_bias else ()), q * h // t, *row_b, *qk)
 
 
 def moe_layer_tensors(shape: Shape, moe: Moe, t: int = 1) -> tuple[int, ...]:
     """A MoE block's tensors every DP rank holds on one of t MP ranks: layer_tensors with the MLP
     replaced by the router and the shared experts (zsim.workload.moe); the routed experts are apart."""
-    dense = layer_tensors(shape, t)
-    mlp = (2 if shape.linear_bias else 0) + 2  # fc1, [its bias], fc2, [its bias]
-    norms = len(shape.norm_tensors) * 2
-    return dense[:len(dense) - norms - mlp] + moe.dense_tensors(shape.hidden, t) + dense[len(dense) - norms:]
+    return attention_tensors(shape, t) + moe.dense_tensors(shape.hidden, t) + shape.norm_tensors * shape.layer_norms
 
 
 def block_params(h: int, t: int = 1) -> int:
@@ -316,25 +352,43 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     the fp32 log-sum-exp (4·a·s·b/t) and its output (the output projection's input), and no s×s
     tensor; with `selective` as well, Megatron recomputes the fused kernel and the log-sum-exp goes.
     `mlp_inner` replaces the MLP's inner tensors (a MoE MLP's, zsim.workload.moe.Moe.saved_tensors).
+
+    Shape options: QK-norm (shape.qk_norm) keeps q and k before their norms (e·sb·(a·d + kv·d)/t)
+    [O24]; a third and fourth norm (Gemma-2's after attention and after the MLP [G24]) each keep their
+    input (e·sbh, replicated); one norm (Falcon-7B's parallel block) feeds attention and MLP the same
+    tensors, which the MLP does not keep twice. MLA (zsim.workload.mla) keeps its latents and a
+    Q, K a·(d_h + d_h^R) wide and V and the output a·d_v wide.
     """
     h, a, f = shape.hidden, shape.heads, shape.ffn
-    sbh, sbf, as2b = s * b * h, s * b * f, a * s * s * b
-    sbq = s * b * shape.q_dim  # Q, repeated K and V, the attention's output: a·d wide (= sbh unless head_dim)
+    sb = s * b
+    sbh, sbf, as2b = sb * h, sb * f, a * s * s * b
+    # widths of Q, of K and of V as the attention core keeps them, and of its output (the output
+    # projection's input): a·d (h unless head_dim) for Q, the output and the unfused K and V (repeated
+    # per query head), kv·d for flash's K and V; MLA: a·(d_h + d_h^R) and a·d_v (zsim.workload.mla)
+    mla = shape.mla
+    q_w, out_w = (a * mla.qk_head, a * mla.v) if mla else (shape.q_dim, shape.q_dim)
+    k_w, v_w = (q_w, out_w) if mla or not shape.flash else (shape.kv_dim, shape.kv_dim)
     r = t if sp else 1  # what MP replicates, SP splits
     inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
     if mlp_inner is not None:
         inner = mlp_inner
     attention = [e * sbh // r, e * sbh // r]
+    if mla:
+        attention += mla.latent_tensors(sb, e)
+    if shape.qk_norm != "none":
+        attention += [e * sb * shape.q_dim // t, e * sb * shape.kv_dim // t]
     if shape.flash:
-        kv = e * s * b * shape.kv_dim // t
-        attention += [e * sbq // t, kv, kv, *(() if selective else (4 * a * s * b // t,)), e * sbq // t]
+        attention += [e * sb * q_w // t, e * sb * k_w // t, e * sb * v_w // t,
+                      *(() if selective else (4 * a * s * b // t,)), e * sb * out_w // t]
     else:
-        attention.append(2 * e * sbq // t)
+        attention.append(e * sb * (q_w + k_w) // t)
         if not selective:  # the softmax output; with dropout, its mask and the dropout's output
             attention += [e * as2b // t, as2b // t, e * as2b // t] if shape.dropout else [e * as2b // t]
-        attention += [e * sbq // t, e * sbq // t]
+        attention += [e * sb * v_w // t, e * sb * out_w // t]
     masks = (sbh // r,) if shape.dropout else ()
-    return (*attention, *masks, e * sbh // r, e * sbh // r, *inner, *masks)
+    post = (e * sbh // r,) if shape.layer_norms == 4 else ()  # the post-norm's input [G24]
+    mlp_in = () if shape.layer_norms == 1 else (e * sbh // r, e * sbh // r)
+    return (*attention, *post, *masks, *mlp_in, *inner, *post, *masks)
 
 
 def block_saved_tensors(s: int, b: int, h: int, a: int, t: int, e: int = 2) -> tuple[int, ...]:
@@ -356,6 +410,9 @@ def layer_fwd_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
     6bshf gated (three h×f matmuls [T23]). The GPT shape gives N21's 24bsh² + 4bs²h."""
     h, f, kv, q = shape.hidden, shape.ffn, shape.kv_dim, shape.q_dim
     mlp = (3 if shape.gated else 2) * 2 * b * s * h * f
+    if shape.mla is not None:  # the latent projections and the a·(d_h + d_h^R), a·d_v core [DV2 eqs. 9-19]
+        model, _ = shape.mla.projection_flops(s * b, h, shape.heads, t)
+        return model + shape.mla.core_flops(s, b, shape.heads, t) + mlp / t
     return (2 * b * s * h * (q + 2 * kv) + 4 * b * s * s * q + 2 * b * s * q * h + mlp) / t
 
 
@@ -410,7 +467,10 @@ def _sp_collectives(kind: str, nbytes: int) -> dict:
 
 
 def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
-    """Forward FLOPs of QKᵀ and attention·V on one of t MP ranks: 4bs²h/t [N21 §5.1] (4bs²·a·d)."""
+    """Forward FLOPs of QKᵀ and attention·V on one of t MP ranks: 4bs²h/t [N21 §5.1] (4bs²·a·d); MLA's
+    2bs²·a·(d_h + d_h^R + d_v)/t (zsim.workload.mla)."""
+    if shape.mla is not None:
+        return shape.mla.core_flops(s, b, shape.heads, t)
     return 4 * b * s * s * shape.q_dim / t
 
 
@@ -477,18 +537,39 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     # The core's model FLOPs: `core` forward, 2·core backward [N21]. FlashAttention runs causal: core/2
     # forward, 2.5 × that backward (QKᵀ recomputed) [D23; flash-attn benchmarks' count]; selective
     # recompute adds the core's forward again in backward [K22 §5] (with FlashAttention, its causal one).
-    fwd_core = core / 2 if shape.flash else core
-    fwd_extra = fwd_core - core
-    bwd_extra = (2.5 * fwd_core if shape.flash else 2 * core) - 2 * core + (fwd_core if selective else 0.0)
-    block_sp = _sp_collectives("block", mp_bytes) if sp else {}
+    # A sliding-window block [BPC20] does the attention of n = window_keys keys per query: its model core
+    # 2·core·n/s (the pairs it attends, counted as N21 counts the global ones); FlashAttention computes
+    # half of that forward (causal, the blocks outside the window skipped), the unfused attention all
+    # s² scores under a mask (its hardware FLOPs those of a global block).
+    replicated = shape.mla.projection_flops(s * b, h, shape.heads, t)[1] if shape.mla is not None else 0.0
     moe = Moe.of(model)
-    moe_fields = _moe_fields(shape, moe, s, b, t, e, ep, sp, selective, block_flops, fwd_extra, bwd_extra) if moe else {}
+
+    def attention_terms(n: int) -> dict:
+        """fwd_flops, hw extras and the window of a block whose queries attend n keys each (0: all)."""
+        model_core = 2 * core * n / s if n else core
+        fwd_core = model_core / 2 if shape.flash else core
+        fwd_extra = fwd_core - model_core
+        bwd_extra = (2.5 * fwd_core if shape.flash else 2 * core) - 2 * model_core + (fwd_core if selective else 0.0)
+        if replicated:  # MLA's down projections run whole on every MP rank (replicated) [MC]
+            fwd_extra, bwd_extra = fwd_extra + replicated, bwd_extra + 2 * replicated
+        return dict(fwd_flops=block_flops - core + model_core if n else block_flops, fwd_hw_extra_flops=fwd_extra,
+                    bwd_hw_extra_flops=bwd_extra, window=n if shape.flash else 0)
+
+    block_sp = _sp_collectives("block", mp_bytes) if sp else {}
+    variants: dict[tuple[bool, int], dict] = {}
 
     def fields(i: int) -> dict:
-        if moe is not None and moe.is_moe(i):
-            return moe_fields
-        return dict(params=sum(tensors), fwd_flops=block_flops, fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,
-                    tensors=tensors, saved_tensors=saved_tensors)
+        n = shape.window_keys(i, s)
+        key = (moe is not None and moe.is_moe(i), n)
+        if key not in variants:  # one dict per kind of block (dense or MoE, global or its window)
+            terms = attention_terms(n)
+            if key[0]:
+                variants[key] = _moe_fields(shape, moe, s, b, t, e, ep, sp, selective, terms["fwd_flops"],
+                                            terms["fwd_hw_extra_flops"], terms["bwd_hw_extra_flops"]) | {"window": terms["window"]}
+            else:
+                variants[key] = dict(params=sum(tensors), fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,
+                                     tensors=tensors, saved_tensors=saved_tensors) | terms
+        return variants[key]
 
     block = [
         Module(
@@ -498,7 +579,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
             # Two all-reduces in forward (after attention and after the MLP) and two in backward
             # (the 'f' operators of the column-parallel inputs) [S19 §3, Fig. 4].
             mp_allreduces_fwd=2 if t > 1 else 0, mp_allreduces_bwd=2 if t > 1 else 0, layer=i,
-            **{"fwd_hw_extra_flops": fwd_extra, "bwd_hw_extra_flops": bwd_extra, **fields(i)}, **block_sp,
+            **fields(i), **block_sp,
         )
         for i in range(L)
     ]

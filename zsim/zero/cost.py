@@ -68,7 +68,13 @@ def _one_layer_and_block(model, mp: int, dtype: str):
 
 
 def params_per_mp_rank(model, mp: int, dtype: str = "fp16") -> int:
-    """Ψ of one MP rank for any number of layers, in O(1): Ψ(1) + (L-1)·Ψ_block."""
+    """Ψ of one MP rank for any number of layers, in O(1): Ψ(1) + (L-1)·Ψ_block; a MoE model (whose
+    first moe.dense_layers blocks differ from the rest) is built whole, O(L), as in
+    model_states_closed_form."""
+    if getattr(model, "moe", None) is not None:
+        from zsim.workload.transformer import build_workload
+
+        return build_workload(model, mp, dtype).params_per_mp_rank
     one, block = _one_layer_and_block(model, mp, dtype)
     return one.params_per_mp_rank + (model.layers - 1) * block.params
 

@@ -4,7 +4,7 @@ gradient reductions are mixins of their own files (zsim.zero.gathers, .checkpoin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zsim.compute.kernels import KernelList, Shape, module_kernels, with_bucket_copy
 from zsim.config.scenario import Scenario
@@ -88,7 +88,8 @@ class StepPass(Gathers, Checkpoints, Reductions):
     def _kernels(self, m: Module, phase: str) -> KernelList:
         """The kernels module `m` launches in `phase` (zsim.compute.kernels; shared per shape and phase)."""
         kind = ("moe_block" if m.moe else "block") if m.layer is not None else m.name
-        return module_kernels(kind, phase, self.shape)
+        # a sliding-window block's FlashAttention kernel prices its window (zsim.compute.kernels Shape.window)
+        return module_kernels(kind, phase, replace(self.shape, window=m.window) if m.window else self.shape)
 
     def _all_to_alls(self, m: Module) -> None:
         """A MoE block's dispatch and combine all-to-alls over the EP group, in line on the compute
