@@ -41,6 +41,11 @@ def check_pipeline(spec: ScenarioFile, cluster: Cluster, micro_batches: int, fai
                    "for an uneven split")
     if p == 1:
         return
+    k = z.checkpoint_every
+    if z.activation_checkpointing and k > 1 and any(n % k for n in (par.pp_layers or [layers // virtual])):
+        raise fail("zero.checkpoint_every", f"{k} layers per recomputed segment, but the virtual stages hold "
+                   f"{par.pp_layers or layers // virtual} layers: a segment must not straddle two stages (a multiple "
+                   "of checkpoint_every per virtual stage)")
     if par.pipeline_schedule == "interleaved" and m % p:
         # Megatron-LM schedules.py forward_backward_pipelining_with_interleaving: "number of microbatches
         # is not divisible by pipeline-model-parallel-size when using interleaved schedule"

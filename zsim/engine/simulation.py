@@ -28,6 +28,7 @@ from zsim.engine.offload import transfer_seconds
 from zsim.engine.pipeline_result import pipeline_facts, stage_bubbles, worst_stage
 from zsim.engine.rank_class import RankClass, class_stream
 from zsim.engine.result import CommStats, Result
+from zsim.errors import ConfigError
 from zsim.fabric.collective import Phase, Placement, plan_collective
 from zsim.fabric.p2p import p2p_phases, stage_capacities, stage_link
 from zsim.fabric.sharing import Fabric
@@ -501,6 +502,9 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
+    if per_rank and scenario.layout.pp > 1:  # the loader refuses it in the file; this is a caller's mode
+        raise ConfigError("per-rank mode with parallel.pp > 1 is not modelled: use class mode (docs/parallel.md)",
+                          source=scenario.source, path="fabric.mode")
     workload, plan = workload_and_plan(scenario, plans)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank, trace)

@@ -77,8 +77,9 @@ class StepPass(Gathers, Checkpoints, Reductions):
     def _segment_layers(self, seg: int) -> list[Module]:
         blocks = self.w.blocks
         first = blocks[0].layer  # 0, or a pipeline stage's first layer (zsim.zero.pipeline_plan)
-        return [b for b in blocks[max(0, seg * self.k - first):min((seg + 1) * self.k - first, len(blocks))]
-                if b.layer // self.k == seg]
+        if blocks[-1].layer - first == len(blocks) - 1:  # consecutive layers: the model's, or one stage's
+            return list(blocks[max(0, seg * self.k - first):min((seg + 1) * self.k - first, len(blocks))])
+        return [b for b in blocks if b.layer // self.k == seg]  # an interleaved stage's chunks
 
     def _activations(self, m: Module, kind: str) -> tuple[Alloc, ...]:
         """The module's saved activations, one allocation per tensor (tags `<kind>.<module>.<i>`)."""
