@@ -235,7 +235,13 @@ def test_llama_3_70b_3d_scenario():
     assert peaks == sorted(peaks, reverse=True)
 
 
-def test_ptdp_scenario_plans_its_table_1_layout():
-    s = load_scenario(ROOT / "scenarios" / "megatron" / "ptdp-145.6B-1536gpu.yaml")
-    assert (s.layout.mp, s.layout.pp, s.layout.dp, s.grad_accum, s.layout.world) == (8, 8, 24, 96, 1536)
-    assert bubble_fraction("interleaved", 8, 96, 2) == pytest.approx(7 / 199)
+@pytest.mark.parametrize(("name", "layout", "bubble"), [
+    ("ptdp-145.6B-1536gpu", (8, 8, 24, 96, 1536), 7 / 199),  # Table 1: interleaved, v 2
+    ("ptdp-gpt3-175B-384gpu", (8, 12, 4, 384, 384), 11 / 395),  # Table 2: 1F1B
+])
+def test_ptdp_scenarios_load_their_published_layouts(name, layout, bubble):
+    """Loaded, not simulated: a pipeline simulates every micro-batch (these take ~10 s and ~1 min of CPU)."""
+    s = load_scenario(ROOT / "scenarios" / "megatron" / f"{name}.yaml")
+    assert (s.layout.mp, s.layout.pp, s.layout.dp, s.grad_accum, s.layout.world) == layout
+    par = s.parallel
+    assert bubble_fraction(par.pipeline_schedule, par.pp, s.grad_accum, par.virtual_stages) == pytest.approx(bubble)
