@@ -14,6 +14,7 @@ from zsim.fabric.p2p import p2p_phases
 from zsim.parallel.pipeline import bubble_fraction, stage_schedule
 from zsim.report.facts import facts
 from zsim.report.summary import summary
+from zsim.trace.writer import simulated_trace
 
 # Equal stages with negligible transfers: wide layers (a micro-batch's transfer is e·s·b·h bytes against
 # 24·s·b·h² forward FLOPs per layer [N21 §5.1], 3× that with backward: at h 8192 on an H100's NVLink the
@@ -188,6 +189,8 @@ def test_p2p_traffic_and_its_trace_events():
     assert {e["pid"] for e in events} == {0, 2, 4, 6}  # one representative per stage: ranks s·dp·mp
     assert all(e["args"]["group"] == "pp" and e["args"]["bytes"] == nbytes and "micro_batch" in e["args"]
                and "step" in e["args"] for e in events)
+    meta = simulated_trace(r)["metadata"]
+    assert meta["groups"]["pp"] == [0, 2, 4, 6] and [c["pid"] for c in meta["rank_classes"]] == [0, 2, 4, 6]
     f = facts(r)
     assert f["layout"]["pp"] == 4 and f["pipeline"]["stages"] == 4
     assert len(f["simulation"]["rank_classes"]) == 4
