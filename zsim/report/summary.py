@@ -166,7 +166,8 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"grads {states['grads'] / GB:.2f}, optimizer {states['optimizer'] / GB:.2f}); fragmentation at the "
         f"reserved peak {mem['fragmentation_at_reserved_peak_bytes'] / GB:.2f} GB" + _zero_r(z, mem),
         f"  time      step {t['mean_step_seconds']:.3f} s: compute {t['compute_seconds_per_step']:.3f} s, "
-        f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP "
+        f"{'exposed comm and pipeline bubble' if f.get('pipeline') else 'exposed comm'} "
+        f"{t['exposed_comm_seconds_per_step']:.3f} s (MP "
         f"{'all-gather/reduce-scatter' if lay.get('sequence_parallel') else 'all-reduce'} in line "
         f"{t['mp_comm_seconds_per_step']:.3f} s"
         + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "")
