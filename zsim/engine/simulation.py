@@ -255,9 +255,9 @@ class _Run:
         key = (op.name, op.nbytes, op.stage)
         planned = self._phases.get(key)
         if planned is None:
-            p = self.s.layout.pp
-            vs = op.stage  # the peer: the next stage forward, the previous backward (round the ring when interleaved)
-            peer = (vs + 1) % p if op.name == "send/pp.fwd" else (vs - 1) % p
+            p, s = self.s.layout.pp, op.stage
+            # the peer: the next stage forward, the previous backward (round the ring when interleaved)
+            peer = (s + 1) % p if op.name == "send/pp.fwd" else (s - 1) % p
             algorithm, phases = p2p_phases(op.nbytes, self.s.cluster, self.s.layout, op.stage, peer)
             planned = self._phases[key] = (algorithm, phases, float(op.nbytes))
         return planned[0], planned[1]
