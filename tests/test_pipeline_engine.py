@@ -248,3 +248,13 @@ def test_ptdp_scenarios_load_their_published_layouts(name, layout, bubble):
     assert (s.layout.mp, s.layout.pp, s.layout.dp, s.grad_accum, s.layout.world) == layout
     par = s.parallel
     assert bubble_fraction(par.pipeline_schedule, par.pp, s.grad_accum, par.virtual_stages) == pytest.approx(bubble)
+
+
+def test_the_tightest_stage_is_reported_when_one_runs_out_of_memory():
+    """Stage 0 holds p micro-batches under 1F1B, the last stage one: with activations the largest part
+    (narrower layers, a longer sequence), 12 GiB is too little for stage 0 only."""
+    r = simulate(pipe(model={"layers": 8, "hidden": 4096, "heads": 32, "seq_len": 2048},
+                      hardware={"gpu_memory_GiB": 12}), trace=False)
+    fits = [st["fits"] for st in r.pipeline["per_stage"]]
+    assert fits == [False, True, True, True] and not r.fits and r.pipeline["worst_stage"] == 0
+    assert facts(r)["memory"]["oom"]["rank_class"] == "pipeline stage 0 (ranks 0-1)"
