@@ -258,3 +258,17 @@ def test_the_tightest_stage_is_reported_when_one_runs_out_of_memory():
     fits = [st["fits"] for st in r.pipeline["per_stage"]]
     assert fits == [False, True, True, True] and not r.fits and r.pipeline["worst_stage"] == 0
     assert facts(r)["memory"]["oom"]["rank_class"] == "pipeline stage 0 (ranks 0-1)"
+
+
+def test_a_stated_uneven_split_puts_its_layers_on_each_virtual_stage():
+    """pp_layers lists virtual stages in order: virtual stage c·p + s is chunk c of stage s."""
+    s = pipe(parallel={"pipeline_schedule": "interleaved", "virtual_stages": 2,
+                       "pp_layers": [1, 2, 2, 3, 3, 2, 2, 1]})
+    _, plan = workload_and_plan(s)
+    held = {st: sorted({int(op.name.rsplit(".", 1)[1]) for op in _stage_ops(plan, st)
+                        if op.name.startswith("fwd/layer.")}) for st in range(4)}
+    assert held == {0: [0, 8, 9, 10], 1: [1, 2, 11, 12], 2: [3, 4, 13, 14], 3: [5, 6, 7, 15]}
+    r = simulate(pipe(parallel={"pp_layers": [2, 6, 4, 4]}), trace=False)
+    layers = [st["layers"] for st in r.pipeline["per_stage"]]
+    assert layers == [2, 6, 4, 4] and r.pipeline["per_stage"][1]["bubble"] < r.pipeline["per_stage"][0]["bubble"]
+    assert r.pipeline["bubble_measured"] > r.pipeline["bubble_closed_form"]  # unequal stages idle more

@@ -30,24 +30,19 @@ def stage_bubbles(plan: Plan, start: list[float], end: list[float]) -> list[floa
     are the simulated times of every plan op."""
     p, steps = plan.stages, plan.steps
     last = [[-1] * steps for _ in range(p)]  # per stage and step: the index of its last backward op
-    span_start = [float("inf")] * steps
-    span_end = [0.0] * steps
+    span_start = [float("inf")] * steps  # the step's first op (whatever it is)
+    span_end = [0.0] * steps  # the step's last forward, recompute or backward op
     for i, op in enumerate(plan.ops):
+        span_start[op.step] = min(span_start[op.step], start[i])
         if op.name.startswith(_PASS):
             last[op.stage][op.step] = i
-            span_start[op.step] = min(span_start[op.step], start[i])
             span_end[op.step] = max(span_end[op.step], end[i])
     busy = [[0.0] * steps for _ in range(p)]
     for i, op in enumerate(plan.ops):
         if op.stream == "compute" and op.collective != "recv" and i <= last[op.stage][op.step]:
             busy[op.stage][op.step] += end[i] - start[i]
-    spans = [span_end[k] - min(span_start[k], _step_start(plan, start, k)) for k in range(steps)]
+    spans = [span_end[k] - span_start[k] for k in range(steps)]
     return [sum(1.0 - busy[s][k] / spans[k] for k in range(steps)) / steps if all(spans) else 0.0 for s in range(p)]
-
-
-def _step_start(plan: Plan, start: list[float], step: int) -> float:
-    """When step `step`'s first op started (a recv waiting at the step's start counts from then)."""
-    return min((start[i] for i, op in enumerate(plan.ops) if op.step == step), default=0.0)
 
 
 def worst_stage(ledgers: list[MemoryLedger]) -> int:
