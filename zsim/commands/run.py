@@ -100,7 +100,10 @@ def run_command(args: argparse.Namespace) -> int:
             memory_png_later(out)
     if not result.fits:
         oom = result.ledger.oom
-        print(f"zsim: out of memory at t = {oom.time_s:.3f} s on rank class 0 (all {scenario.layout.world} ranks): "
+        where = f"rank class 0 (all {scenario.layout.world} ranks)" if result.pipeline is None else \
+            f"pipeline stage {result.pipeline['worst_stage']} (ranks " \
+            f"{result.pipeline['per_stage'][result.pipeline['worst_stage']]['ranks']})"
+        print(f"zsim: out of memory at t = {oom.time_s:.3f} s on {where}: "
               f"{oom.category} ({oom.tag}, {oom.nbytes / 1e9:.2f} GB) needed {oom.reserved_bytes / 1e9:.2f} GB reserved "
               f"> {oom.capacity_bytes / 1e9:.2f} GB ({oom.total_bytes / 1e9:.2f} GB allocated)", file=sys.stderr)
         return EXIT_OOM

@@ -8,6 +8,7 @@ from pathlib import Path
 from zsim.config.hardware import Cluster, load_cluster
 from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
+from zsim.config.pipeline_checks import check_pipeline
 from zsim.config.profiles import Profiles
 from zsim.config.schema import (
     FabricSection,
@@ -138,9 +139,10 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
 
     model, par = spec.model, spec.parallel
     gpus = cluster.world
-    if par.dp * par.mp != gpus:
-        raise fail("parallel.dp", f"{par.dp} × mp {par.mp} = {par.dp * par.mp} GPUs, but the cluster has {gpus} "
-                   f"({spec.hardware.nodes} nodes × {cluster.gpus_per_node} GPUs)")
+    if par.dp * par.mp * par.pp != gpus:
+        pp = f" × pp {par.pp}" if par.pp > 1 else ""
+        raise fail("parallel.dp", f"{par.dp} × mp {par.mp}{pp} = {par.dp * par.mp * par.pp} GPUs, but the cluster has "
+                   f"{gpus} ({spec.hardware.nodes} nodes × {cluster.gpus_per_node} GPUs)")
     gpn = cluster.gpus_per_node
     if gpn % par.mp and par.mp % gpn:
         raise fail("parallel.mp", f"{par.mp} must divide the {gpn} GPUs of a node, or be a multiple of them "
@@ -154,7 +156,9 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     _check_zero_r(spec.zero, fail)
     _check_implementation(spec.zero, fail)
     _check_modern(spec, cluster, fail)
-    _check_model_states_fit(spec, cluster, fail)
+    check_pipeline(spec, cluster, grad_accum, fail)
+    if par.pp == 1:  # with stages, each holds its layers' states: the simulation reports each stage's memory
+        _check_model_states_fit(spec, cluster, fail)
     return Scenario(
         name=spec.name or default_name,
         description=spec.description,
@@ -166,7 +170,8 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         fabric=spec.fabric,
         run=spec.run,
         cluster=cluster,
-        layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes, ep=par.ep),
+        layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes, ep=par.ep,
+                      pp=par.pp),
         grad_accum=grad_accum,
         source=source,
     )

@@ -216,7 +216,8 @@ class ModelSection(Section, kw_only=True):
 
 
 class ParallelSection(Section, kw_only=True):
-    """The parallel layout: world size = dp × mp. MP is Megatron-style tensor parallelism."""
+    """The parallel layout: world size = dp × mp × pp. MP is Megatron-style tensor parallelism, PP pipeline
+    parallelism."""
 
     dp: Annotated[int, Meta(gt=0, le=MAX_GPUS, description="data-parallel degree Nd (ZeRO partitions across it)")]
     mp: Annotated[int, Meta(gt=0, le=MAX_MP, description=(
@@ -230,6 +231,18 @@ class ParallelSection(Section, kw_only=True):
         "Megatron sequence parallelism: the layer norms, dropouts and residuals run on s/mp tokens per MP "
         "rank, each MP all-reduce becomes a reduce-scatter and an all-gather, and the activations they keep "
         "are divided by mp (no effect at mp 1, as Megatron-LM turns it off there)"))] = False
+    # Pipeline parallelism (Narayanan et al. 2021, PTD-P; zsim.parallel.pipeline, docs/parallel.md).
+    pp: Annotated[int, Meta(gt=0, le=MAX_MP, description=(
+        "pipeline-parallel degree p: the layers split into p stages; world = mp × dp × pp, ranks in "
+        "Megatron's order (tensor fastest, then data, then pipeline)"))] = 1
+    pipeline_schedule: Annotated[Literal["1f1b", "gpipe", "interleaved"], Meta(description=(
+        "the pipeline schedule: 1f1b (PipeDream-Flush), gpipe (all forwards, then all backwards) or "
+        "interleaved (1F1B over virtual_stages model chunks per stage; micro-batches a multiple of pp)"))] = "1f1b"
+    virtual_stages: Annotated[int, Meta(gt=0, le=MAX_LAYERS, description=(
+        "model chunks v per pipeline stage (interleaved schedule only; 1 otherwise)"))] = 1
+    pp_layers: Annotated[list[Annotated[int, Meta(gt=0, le=MAX_LAYERS)]] | None, Meta(description=(
+        "an uneven split: layer counts per virtual stage, in virtual-stage order (pp × virtual_stages of "
+        "them, adding up to model.layers); default: an even split"))] = None
 
 
 class ZeroSection(Section, kw_only=True):

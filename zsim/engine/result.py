@@ -29,6 +29,7 @@ class Result:
     workload: Workload
     model_states: ModelStates
     step_seconds: list[float]
+    # Per rank; with pipeline parallelism the mean over the stages' representatives.
     compute_seconds: float  # Σ compute-kernel time on the compute stream (MP all-reduces excluded)
     mp_comm_seconds: float  # Σ MP all-reduce time (in line on the compute stream)
     hardware_flops: float  # FLOPs executed by one rank over the run, recompute included
@@ -46,6 +47,10 @@ class Result:
     # The caching allocator's state as each step ended (zsim.memory.allocator.CachingAllocator.state): two
     # equal last entries mean the run's memory repeats from there on (zsim maxsize's steady state).
     step_memory_states: list[tuple] = field(default_factory=list)
+    # Pipeline parallelism (zsim.engine.pipeline_result): every stage's ledger (`ledger` is the worst
+    # stage's) and the pipeline block of result.json; empty and None without it.
+    stage_ledgers: list[MemoryLedger] = field(default_factory=list)
+    pipeline: dict[str, Any] | None = None
 
     @property
     def total_seconds(self) -> float:

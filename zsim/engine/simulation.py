@@ -25,15 +25,19 @@ from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
 from zsim.engine.cores import core_capacities, cpu_link, work
 from zsim.engine.offload import transfer_seconds
+from zsim.engine.pipeline_result import pipeline_facts, stage_bubbles, worst_stage
 from zsim.engine.rank_class import RankClass, class_stream
 from zsim.engine.result import CommStats, Result
+from zsim.errors import ConfigError
 from zsim.fabric.collective import Phase, Placement, plan_collective
+from zsim.fabric.p2p import p2p_phases, stage_capacities, stage_link
 from zsim.fabric.sharing import Fabric
 from zsim.fabric.topology import Degradation, aggregate_capacities, build_topology, degrade, healthy_capacities
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
 from zsim.workload.transformer import Workload
 from zsim.zero.ops import Op, Plan
+from zsim.zero.pipeline_plan import stage_model_states
 from zsim.zero.plan import build_plan, rank_model_states, scenario_workload
 
 STREAMS = ("compute", "comm", "offload")
@@ -69,6 +73,8 @@ def fabric_capacities(scenario: Scenario, per_rank: bool) -> dict:
         return core_capacities(cluster.host.cores, scenario.layout.world, per_rank)
     if not per_rank:
         cluster = dataclasses.replace(cluster, nodes=min(cluster.nodes, 2))
+    if not per_rank and scenario.layout.pp > 1:  # each stage's representative has its own links (zsim.fabric.p2p)
+        return stage_capacities(healthy_capacities(cluster), scenario.layout.pp)
     if not (per_rank and scenario.fabric.degrade):
         return healthy_capacities(cluster)  # the same numbers, without building the graph
     graph = build_topology(cluster)
@@ -98,6 +104,12 @@ class _Run:
         self.pending: dict[tuple[int, int], list] = {}  # per-rank: (op, group) -> [arrived, started event]
         self.by_stream: list[list[int]] = []  # plan indices of each stream's ops, in STREAMS order
         self.ledger = MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)  # with its caching allocator
+        # pipeline parallelism: one ledger per stage's representative (stage 0's is `ledger`), and its trace pid
+        self.ledgers = [self.ledger] + [MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)
+                                        for _ in range(1, plan.stages)]
+        self.pids = [s * scenario.layout.stage_ranks for s in range(plan.stages)]
+        self.start_time = [0.0] * len(plan.ops)
+        self.pp_seconds = 0.0  # Σ send time of every stage's representative
         self.host_ledger = MemoryLedger(capacity=None)  # Pa+cpu's checkpoints in host memory
         self.offload_seconds = 0.0
         self.done = [simpy.Event(env) for _ in plan.ops]
@@ -132,9 +144,16 @@ class _Run:
         """The algorithm, phases and bytes sent of `op`: for the representative rank (group -1, class
         weights) or for one group instance (per-rank mode: its members' own links). Memoized: a
         simulation repeats a few shapes of collectives."""
-        key = (op.collective, op.group, op.nbytes, group)
+        key = (op.collective, op.group, op.nbytes, group) if not op.stage else (op.collective, op.group, op.nbytes,
+                                                                                  group, op.stage)
         planned = self._phases.get(key)
         if planned is not None:
+            return planned
+        if op.stage:  # another pipeline stage's representative: stage 0's phases on its own links
+            algorithm, phases, sent = self.phases(op._replace(stage=0), group)
+            phases = [dataclasses.replace(p, links=tuple((stage_link(link, op.stage), w) for link, w in p.links))
+                      for p in phases]
+            planned = self._phases[key] = (algorithm, phases, sent)
             return planned
         if self.s.cluster.host is not None:
             # gloo's thread works on the rank's cores for the whole call (zsim.engine.cores); in
@@ -227,8 +246,21 @@ class _Run:
                 return done
         return simpy.Timeout(self.env, seconds)
 
-    def record_memory(self) -> None:
-        self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
+    def record_memory(self, stage: int = 0) -> None:
+        self.events.append(schema.counter("memory", self.pids[stage], self.env.now * 1e6,
+                                          self.ledgers[stage].counters()))
+
+    def p2p(self, op: Op) -> tuple[str, list[Phase]]:
+        """The algorithm and phases of pipeline send `op` (zsim.fabric.p2p), memoized per stage and direction."""
+        key = (op.name, op.nbytes, op.stage)
+        planned = self._phases.get(key)
+        if planned is None:
+            p, s = self.s.layout.pp, op.stage
+            # the peer: the next stage forward, the previous backward (round the ring when interleaved)
+            peer = (s + 1) % p if op.name == "send/pp.fwd" else (s - 1) % p
+            algorithm, phases = p2p_phases(op.nbytes, self.s.cluster, self.s.layout, op.stage, peer)
+            planned = self._phases[key] = (algorithm, phases, float(op.nbytes))
+        return planned[0], planned[1]
 
 
 def _instance(env: simpy.Environment, fabric: Fabric, phases: list[Phase],
@@ -278,17 +310,20 @@ def quiet_worker(env: simpy.Environment, run: _Run, rank: int, indices: list[int
         progress.finish(i)
 
 
-def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Generator[simpy.Event, None, None]:
-    """Execute the ops `indices` of one stream of rank 0 in order, each after its dependencies, and
-    record what they do (trace events only when `run.trace`). Timeouts are made as simpy.Timeout(env, s),
-    what env.timeout(s) does without a bound method made per call."""
-    ops, done, ledger, trace = run.plan.ops, run.done, run.ledger, run.trace
+def stream_worker(env: simpy.Environment, run: _Run, indices: list[int],
+                  stage: int = 0) -> Generator[simpy.Event, None, None]:
+    """Execute the ops `indices` of one stream of rank 0 (of pipeline stage `stage`'s representative) in
+    order, each after its dependencies, and record what they do (trace events only when `run.trace`).
+    Timeouts are made as simpy.Timeout(env, s), what env.timeout(s) does without a bound method made per call."""
+    ops, done, ledger, trace = run.plan.ops, run.done, run.ledgers[stage], run.trace
+    pid = run.pids[stage]
     for i in indices:
         op = ops[i]
+        reached = env.now
         for d in op.deps:
             if not done[d].processed:
                 yield done[d]
-        start = env.now
+        start = run.start_time[i] = env.now
         if op.allocs:
             if any(a.where == "host" for a in op.allocs):  # Pa+cpu: a ledger records only what it holds
                 for on_host in (False, True):
@@ -298,8 +333,17 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
             else:
                 ledger.alloc_many(start, op.allocs, op.stream)
             if trace:
-                run.record_memory()
-        if op.is_collective:
+                run.record_memory(stage)
+        if op.group == "pp":  # a pipeline send (timed on the fabric) or recv (done when its send is)
+            yield from _p2p(env, run, op, reached)
+            end = env.now
+            if op.collective == "recv":
+                start = reached  # the recv's event spans its wait for the peer stage
+            if trace:  # on the comm track, as the runtime records them (the compute stream waits meanwhile)
+                run.events.append(schema.complete(op.name, pid, "comm", start * 1e6, (end - start) * 1e6,
+                                                  step=op.step, micro_batch=op.micro_batch, op=op.collective,
+                                                  bytes=op.nbytes, group="pp"))
+        elif op.is_collective:
             if run.per_rank:
                 algorithm, started, sent = yield from run.run_collective(i, op, 0)
             else:  # run_collective's class-mode path, in line (one generator less per collective)
@@ -360,13 +404,38 @@ def stream_worker(env: simpy.Environment, run: _Run, indices: list[int]) -> Gene
                     if tags:
                         (ledger if on_gpu else run.host_ledger).free_many(end, tags)
             if trace:
-                run.record_memory()
-        if trace:
-            run.events.append(schema.complete(op.name, 0, op.stream, start * 1e6, (end - start) * 1e6, **args))
+                run.record_memory(stage)
+        if trace and op.group != "pp":
+            run.events.append(schema.complete(op.name, pid, op.stream, start * 1e6, (end - start) * 1e6, **args))
         run.end_time[i] = end
         run.finished += 1
         run.step_done(op.step)
         done[i].succeed()
+
+
+
+def _p2p(env: simpy.Environment, run: _Run, op: Op, reached: float) -> Generator[simpy.Event, None, None]:
+    """A pipeline point-to-point op of stage `op.stage`'s representative: a send moves its bytes over the
+    fabric (zsim.fabric.p2p); a recv has waited, from `reached` (when its stream came to it), for its
+    send through its dependency and takes no more time. Both count in the run's ('pp', send|recv) stats: the sends' seconds are the p2p time, the
+    recvs' the waiting for the peer stage (the bubble among it)."""
+    begin = env.now if op.collective == "send" else reached
+    if op.collective == "send":
+        _algorithm, phases = run.p2p(op)
+        for phase in phases:
+            if phase.latency_s > 0:
+                yield simpy.Timeout(env, phase.latency_s)
+            if phase.nbytes > 0:
+                yield run.fabric.start(phase.links, phase.nbytes, phase.cap_Bps)
+        run.pp_seconds += env.now - begin
+    key = ("pp", op.collective)
+    stats = run.comm.get(key)
+    if stats is None:
+        stats = run.comm[key] = CommStats()
+    stats.count += 1
+    stats.payload_bytes += op.nbytes
+    stats.sent_bytes += op.nbytes if op.collective == "send" else 0
+    stats.seconds += env.now - begin
 
 
 def run_to_end(env: simpy.Environment, run: _Run, progress: bool) -> None:
@@ -433,6 +502,9 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
+    if per_rank and scenario.layout.pp > 1:  # the loader refuses it in the file; this is a caller's mode
+        raise ConfigError("per-rank mode with parallel.pp > 1 is not modelled: use class mode (docs/parallel.md)",
+                          source=scenario.source, path="fabric.mode")
     workload, plan = workload_and_plan(scenario, plans)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank, trace)
@@ -440,18 +512,27 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         run.override = compute_override(plan.ops)
     # CUDA context, cuBLAS, NCCL: before the first tensor. A CPU host's ranks have none of them (gloo's
     # buffers are transient): the plan's context is a GPU's.
-    for name, nbytes in plan.context if scenario.cluster.host is None else ():
-        run.ledger.reserve_context(0.0, name, nbytes)
-    for a in plan.persistent:
-        run.ledger.alloc(0.0, a.category, a.nbytes, a.tag)
+    for stage, persistent in enumerate(plan.stage_persistent or (plan.persistent,)):
+        ledger = run.ledgers[stage]
+        for name, nbytes in plan.context if scenario.cluster.host is None else ():
+            ledger.reserve_context(0.0, name, nbytes)
+        for a in persistent:
+            ledger.alloc(0.0, a.category, a.nbytes, a.tag)
     for name, nbytes in plan.arenas:  # MD: contiguous buffers reserved before the first step
         run.ledger.reserve_arena(0.0, name, nbytes)
     if trace:
-        run.record_memory()
+        for stage in range(plan.stages):
+            run.record_memory(stage)
     by_stream = {stream: [i for i, op in enumerate(plan.ops) if op.stream == stream] for stream in STREAMS}
     run.by_stream = [by_stream[stream] for stream in STREAMS]
-    for stream in STREAMS:
-        env.process(stream_worker(env, run, by_stream[stream]))
+    if plan.stages == 1:
+        for stream in STREAMS:
+            env.process(stream_worker(env, run, by_stream[stream]))
+    else:  # one representative rank per pipeline stage (zsim.zero.pipeline_plan), its streams and ledger
+        for stage in range(plan.stages):
+            for stream in STREAMS:
+                env.process(stream_worker(env, run, [i for i in by_stream[stream] if plan.ops[i].stage == stage],
+                                          stage))
     # rank classes split along the DP and MP groups only (zsim.engine.rank_class): a plan with expert
     # groups (ep, edp: mixture-of-experts) runs one process per rank, as do a CPU host's ranks, which
     # compute on their own cores, shared with gloo through the fabric
@@ -473,10 +554,23 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     step_seconds = [end - (step_ends[k - 1] if k else 0.0) for k, end in enumerate(step_ends)]
     mb_per_run = scenario.grad_accum * plan.steps
     model_flops = mb_per_run * sum(3 * m.fwd_flops for m in workload.modules)  # fwd + 2 × fwd for backward
+    p = plan.stages
+    states, ledger, pipeline = rank_model_states(scenario, workload), run.ledger, None
+    if p > 1:  # per rank: the mean over the stages' representatives; memory: the worst stage's
+        stage_states = stage_model_states(scenario, workload)
+        worst = worst_stage(run.ledgers)
+        states, ledger = stage_states[worst], run.ledgers[worst]
+        bubbles = stage_bubbles(plan, run.start_time, run.end_time)
+        pipeline = pipeline_facts(scenario, plan, run.ledgers, stage_states, bubbles, run.comm, plan.steps)
+        model_flops /= p  # a model replica's FLOPs are spread over its p stages
+        run.compute_seconds, run.mp_seconds, run.flops = run.compute_seconds / p, run.mp_seconds / p, run.flops / p
+        for stats in run.comm.values():
+            stats.count, stats.payload_bytes, stats.sent_bytes, stats.seconds = (
+                stats.count / p, stats.payload_bytes / p, stats.sent_bytes / p, stats.seconds / p)
     return Result(
         scenario=scenario,
         workload=workload,
-        model_states=rank_model_states(scenario, workload),
+        model_states=states,
         step_seconds=step_seconds,
         compute_seconds=run.compute_seconds,
         mp_comm_seconds=run.mp_seconds,
@@ -484,7 +578,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         hardware_flops=run.flops,
         model_flops=model_flops,
         comm=run.comm,
-        ledger=run.ledger,
+        ledger=ledger,
         events=run.events,
         sim_events=env.scheduled,
         wall_seconds=time.perf_counter() - wall,
@@ -493,4 +587,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         host_ledger=run.host_ledger,
         offload_seconds=run.offload_seconds,
         step_memory_states=run.step_states,
+        stage_ledgers=run.ledgers if p > 1 else [],
+        pipeline=pipeline,
     )
+

@@ -1,8 +1,10 @@
-"""The parallel layout: DP x MP ranks on nodes, and the process groups they form.
+"""The parallel layout: DP x MP (x PP) ranks on nodes, and the process groups they form.
 
 Ranks are ordered Megatron-style: the MP ranks of one model replica are consecutive, so
-rank = dp_rank * mp + mp_rank (Megatron-LM mpu/initialize.py: model-parallel groups are ranges of
-consecutive ranks). An MP group either divides a node (mp | GPUs per node, the usual case, Shoeybi et
+rank = pp_rank * dp * mp + dp_rank * mp + mp_rank (Megatron-LM mpu/initialize.py: model-parallel groups
+are ranges of consecutive ranks; megatron/core/parallel_state.py order 'tp-dp-pp':
+zsim.parallel.pipeline.pipeline_rank). A pipeline stage is dp * mp consecutive ranks; the DP and MP
+groups below are those of one stage (every stage has the same shape). An MP group either divides a node (mp | GPUs per node, the usual case, Shoeybi et
 al. 2019 §3) or spans whole nodes (GPUs per node | mp): Megatron allows it, and the ZeRO paper's
 Megatron-LM baseline of Figure 2 ran MP 16+ across DGX-2 nodes, its all-reduces on the network.
 """
@@ -28,7 +30,7 @@ class GroupShape:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """DP x MP on `nodes` nodes of `gpus_per_node` GPUs; validated by `zsim.config.scenario`."""
+    """DP x MP (x PP stages) on `nodes` nodes of `gpus_per_node` GPUs; validated by `zsim.config.scenario`."""
 
     dp: int
     mp: int
@@ -38,36 +40,52 @@ class Layout:
     # consecutive DP ranks of one MP rank (the experts' all-to-all runs in it); the expert-data-parallel
     # group ("edp") is the dp/ep ranks of one MP rank holding the same experts (ZeRO partitions those).
     ep: int = 1
+    pp: int = 1  # pipeline stages, each of dp × mp consecutive ranks
 
     def __post_init__(self) -> None:
-        assert self.dp * self.mp == self.gpus_per_node * self.nodes, "layout does not cover the cluster"
+        assert self.dp * self.mp * self.pp == self.gpus_per_node * self.nodes, "layout does not cover the cluster"
         assert self.gpus_per_node % self.mp == 0 or self.mp % self.gpus_per_node == 0, "MP group splits a node"
         assert self.dp % self.ep == 0, "EP divides DP (checked by the scenario loader)"
 
     @property
     def world(self) -> int:
+        return self.dp * self.mp * self.pp
+
+    @property
+    def stage_ranks(self) -> int:
+        """Ranks of one pipeline stage: dp × mp."""
         return self.dp * self.mp
+
+    def stage_of(self, rank: int) -> int:
+        """The pipeline stage of `rank` (zsim.parallel.pipeline.pipeline_rank)."""
+        return rank // self.stage_ranks
+
+    def stage_node(self, stage: int) -> int:
+        """The node of pipeline stage `stage`'s first rank (its representative in class mode)."""
+        return self.node_of(stage * self.stage_ranks)
 
     def node_of(self, rank: int) -> int:
         return rank // self.gpus_per_node
 
     def dp_rank(self, rank: int) -> int:
-        return rank // self.mp
+        return rank % self.stage_ranks // self.mp
 
     def mp_rank(self, rank: int) -> int:
         return rank % self.mp
 
     def dp_group(self, rank: int) -> range:
         """The ranks that hold the same model shard (same mp_rank): ZeRO partitions across them."""
-        return range(self.mp_rank(rank), self.world, self.mp)
+        start = self.stage_of(rank) * self.stage_ranks
+        return range(start + self.mp_rank(rank), start + self.stage_ranks, self.mp)
 
     def mp_group(self, rank: int) -> range:
-        start = self.dp_rank(rank) * self.mp
+        start = rank - self.mp_rank(rank)
         return range(start, start + self.mp)
 
     def group_size(self, kind: str) -> int:
-        """Members of a group of `kind`: 'dp', 'mp', 'ep' (expert parallel) or 'edp' (expert data parallel)."""
-        return {"dp": self.dp, "mp": self.mp, "ep": self.ep, "edp": self.dp // self.ep}[kind]
+        """Members of a group of `kind`: 'dp', 'mp', 'ep' (expert parallel), 'edp' (expert data parallel) or
+        'pp' (the pipeline: one rank per stage)."""
+        return {"dp": self.dp, "mp": self.mp, "ep": self.ep, "edp": self.dp // self.ep, "pp": self.pp}[kind]
 
     def group_index(self, kind: str, rank: int) -> int:
         """Which group of `kind` holds `rank` (0-based; groups of one kind are disjoint)."""

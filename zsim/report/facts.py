@@ -82,6 +82,8 @@ def facts(result: Result) -> dict[str, Any]:
     peak_flops = s.cluster.gpu.peak_flops[s.precision.dtype]
     hw_tflops = result.hardware_flops / result.total_seconds / 1e12
     psi_bytes = PARAM_BYTES[s.precision.dtype] * w.params_per_mp_rank
+    if result.pipeline is not None:  # Ψ of the worst stage's rank: what its DP group reduces (stages 0-1 keep all of it)
+        psi_bytes = result.model_states.params
     oom = ledger.oom
     return {
         "schema": RESULT_SCHEMA,
@@ -102,7 +104,9 @@ def facts(result: Result) -> dict[str, Any]:
             "gpus": gpus, "nodes": s.cluster.nodes, "gpus_per_node": s.cluster.gpus_per_node,
             "dp": s.layout.dp, "mp": s.layout.mp, "hardware": s.cluster.name, "gpu": s.cluster.gpu.name,
             "sequence_parallel": s.parallel.sequence_parallel and s.layout.mp > 1, "ep": s.layout.ep,
+            **({"pp": s.layout.pp} if result.pipeline is not None else {}),
         },
+        **({"pipeline": result.pipeline} if result.pipeline is not None else {}),
         "zero": dump(s.zero),
         "precision": dump(s.precision),
         "fabric": {**dump(s.fabric), "mode": result.mode},
@@ -127,7 +131,10 @@ def facts(result: Result) -> dict[str, Any]:
             "oom": None if oom is None else {
                 "time_s": oom.time_s, "category": oom.category, "allocation": oom.tag,
                 "allocation_bytes": oom.nbytes, "total_bytes": oom.total_bytes,
-                "reserved_bytes": oom.reserved_bytes, "rank_class": "all ranks",
+                "reserved_bytes": oom.reserved_bytes,
+                "rank_class": "all ranks" if result.pipeline is None else
+                f"pipeline stage {result.pipeline['worst_stage']} (ranks "
+                f"{result.pipeline['per_stage'][result.pipeline['worst_stage']]['ranks']})",
             },
             "timeline": timeline_facts(ledger),
             "attention": _attention_memory(result),
@@ -169,7 +176,9 @@ def facts(result: Result) -> dict[str, Any]:
         "calibration": _calibration(s.cluster.calibration),
         "simulation": {
             "mode": result.mode,
-            "rank_classes": [{"pid": 0, "ranks": f"0-{gpus - 1}", "count": gpus}],
+            "rank_classes": [{"pid": 0, "ranks": f"0-{gpus - 1}", "count": gpus}] if result.pipeline is None else
+            [{"pid": s.layout.stage_ranks * st["stage"], "ranks": st["ranks"], "count": s.layout.stage_ranks}
+             for st in result.pipeline["per_stage"]],
             "events": result.sim_events,
             "wall_seconds": result.wall_seconds,
         },

@@ -75,6 +75,19 @@ def _shape(m: dict[str, Any]) -> str:
     return "".join(f", {p}" for p in parts if p)
 
 
+def _pipeline(pp: dict[str, Any] | None) -> list[str]:
+    """The pipeline's lines: schedule and sizes, the bubble measured beside its closed form, the p2p time,
+    each stage's allocated peak (the memory line above is the worst stage's)."""
+    if pp is None:
+        return []
+    v = f" × v {pp['virtual_stages']}" if pp["schedule"] == "interleaved" else ""
+    peaks = ", ".join(f"{st['peak_bytes'] / GB:.1f}" for st in pp["per_stage"])
+    return [f"  pipeline  {pp['schedule']} over p {pp['stages']} stages{v}, m {pp['micro_batches']} micro-batches: bubble "
+            f"{pp['bubble_measured']:.1%} of the step measured (closed form {pp['bubble_closed_form']:.1%}); p2p sends "
+            f"{pp['p2p_send_seconds_per_step']:.4f} s/step, {pp['p2p_sent_bytes_per_step'] / GB:.2f} GB/step per GPU",
+            f"            allocated peak per stage {peaks} GB; the memory lines are stage {pp['worst_stage']}'s (the tightest)"]
+
+
 def _cautions(mem: dict[str, Any]) -> list[str]:
     """What the step time leaves out: the caching allocator released its cache (its time is not simulated;
     one flush-and-retry measured ~3.7 ms on an H200, docs/device-check.md)."""
@@ -148,6 +161,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"micro-batch {m['micro_batch']}, global batch {m['global_batch']}",
         f"  layout    {lay['gpus']} × {lay['gpu']} = {lay['nodes']} {lay['hardware']} nodes; "
         f"DP {lay['dp']} × MP {lay['mp']}" + (f" (EP {lay['ep']} within DP)" if lay.get("ep", 1) > 1 else "")
+        + (f" × PP {lay['pp']}" if lay.get("pp", 1) > 1 else "")
         + f"; ZeRO stage {z['stage']}, {ckpt}",
         f"  memory    {fit}",
         "            at peak: " + "  ".join(f"{k} {v / GB:.2f}" for k, v in peak.items()) + " GB",
@@ -155,12 +169,14 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"grads {states['grads'] / GB:.2f}, optimizer {states['optimizer'] / GB:.2f}); fragmentation at the "
         f"reserved peak {mem['fragmentation_at_reserved_peak_bytes'] / GB:.2f} GB" + _zero_r(z, mem),
         f"  time      step {t['mean_step_seconds']:.3f} s: compute {t['compute_seconds_per_step']:.3f} s, "
-        f"exposed comm {t['exposed_comm_seconds_per_step']:.3f} s (MP "
+        f"{'exposed comm and pipeline bubble' if f.get('pipeline') else 'exposed comm'} "
+        f"{t['exposed_comm_seconds_per_step']:.3f} s (MP "
         f"{'all-gather/reduce-scatter' if lay.get('sequence_parallel') else 'all-reduce'} in line "
         f"{t['mp_comm_seconds_per_step']:.3f} s"
         + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "")
         + (f"; EP all-to-all in line {t['ep_comm_seconds_per_step']:.3f} s" if t.get("ep_comm_seconds_per_step") else "")
         + ")",
+        *_pipeline(f.get("pipeline")),
         *([band_line(f["band"])] if f.get("band") else []),
         *_attention_line(mem, m),
         _speed(th, f["fits"]),

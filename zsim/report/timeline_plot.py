@@ -69,7 +69,8 @@ def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
     Pa+cpu's copies in line (DeepSpeed's, zero.cpu_offload_overlap false) as exposed offload."""
     step = step % len(result.step_seconds)
     t0, t1 = step_window(result, step)
-    events = [e for e in result.events if e["ph"] == "X" and e["args"].get("step") == step]
+    # rank 0's (with pipeline parallelism the events of the other stages' representatives are apart)
+    events = [e for e in result.events if e["ph"] == "X" and e["args"].get("step") == step and e["pid"] == 0]
     spans: dict[str, list[tuple[float, float]]] = {s: [] for s in STREAM_ROWS}
     compute = mp = dp_inline = offload_inline = 0.0
     for e in events:
@@ -175,7 +176,7 @@ def timeline_png(result: Result | RunFiles, path: Path, step: int = -1) -> Path:
     # The streams.
     boxes: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for e in result.events:
-        if e["ph"] != "X" or e["args"].get("step") != step:
+        if e["ph"] != "X" or e["args"].get("step") != step or e["pid"] != 0:
             continue
         row = STREAM_ROWS.index(e["cat"])
         boxes.setdefault((row, _kind(e)), []).append((e["ts"] * 1e-6 - t0, max(e["dur"] * 1e-6, total * 2e-4)))

@@ -31,8 +31,19 @@ def simulated_trace(result: Result) -> dict:
         "groups": {"dp": list(s.layout.dp_group(0)), "mp": list(s.layout.mp_group(0)),
                    **({k: s.layout.group_members(k, 0) for k in ("ep", "edp")} if s.model.moe is not None else {})},
     }
-    events = schema.process_meta(0, f"rank class 0 (ranks 0-{gpus - 1}, {gpus} GPUs)") + result.events
-    return schema.document(events, metadata)
+    if result.pipeline is None:
+        events = schema.process_meta(0, f"rank class 0 (ranks 0-{gpus - 1}, {gpus} GPUs)") + result.events
+        return schema.document(events, metadata)
+    # pipeline parallelism: one process per stage's representative rank (zsim.zero.pipeline_plan)
+    lay, stages = s.layout, result.pipeline["per_stage"]
+    metadata.update(pp=lay.pp, pipeline_schedule=s.parallel.pipeline_schedule,
+                    virtual_stages=s.parallel.virtual_stages,
+                    rank_classes=[{"pid": lay.stage_ranks * st["stage"], "ranks": st["ranks"], "count": lay.stage_ranks}
+                                  for st in stages])
+    metadata["groups"]["pp"] = [st * lay.stage_ranks for st in range(lay.pp)]
+    meta = [e for st in stages for e in schema.process_meta(
+        lay.stage_ranks * st["stage"], f"pipeline stage {st['stage']} (ranks {st['ranks']}, {lay.stage_ranks} GPUs)")]
+    return schema.document(meta + result.events, metadata)
 
 
 def write_trace(result: Result, path: Path) -> Path:

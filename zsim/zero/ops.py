@@ -26,7 +26,8 @@ class Op(NamedTuple):
     """One op on one stream. Ops on a stream run in order; `deps` are ops (by index) on any stream
     that must finish first. Compute ops have `flops` and `hbm_bytes` and, when built from the workload,
     `kernels` (the kernel list zsim.compute prices; ops without one are priced from flops and bytes);
-    collectives have `collective`, `group` ('dp', 'mp', or for experts 'ep', 'edp') and `nbytes` (payload S as nccl-tests counts it); host copies (on the
+    collectives have `collective`, `group` ('dp', 'mp', or for experts 'ep', 'edp') and `nbytes` (payload S as nccl-tests counts it);
+    pipeline point-to-point ops have `collective` 'send' or 'recv', group 'pp' and the bytes one rank sends; host copies (on the
     'offload' stream) have `transfer` ('d2h' or 'h2d') and `nbytes`. Allocations happen when the op
     starts, frees when it ends. Immutable (a named tuple, as Alloc: a plan makes one per op)."""
 
@@ -45,6 +46,7 @@ class Op(NamedTuple):
     transfer: str = ""
     kernels: KernelList | None = None  # compute ops: the kernels the GPU runs (zsim.compute), shared per shape
     elements: int = 0  # the optimizer step: elements this rank updates (its partition, padding included)
+    stage: int = 0  # the pipeline stage whose representative rank runs it (zsim.zero.pipeline_plan)
 
     @property
     def is_collective(self) -> bool:
@@ -61,6 +63,13 @@ class Plan:
     steps: int
     arenas: tuple[tuple[str, int], ...] = ()
     context: tuple[tuple[str, int], ...] = ()  # held outside the allocator all run (zsim.memory.context)
+    # Pipeline parallelism: each stage's persistent allocations (stage 0's are `persistent`), one per stage.
+    stage_persistent: tuple[tuple[Alloc, ...], ...] = ()
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages the plan's ops run on (1 without pipeline parallelism)."""
+        return max(1, len(self.stage_persistent))
 
 
 class PlanBuilder:

@@ -50,6 +50,7 @@ from zsim.zero.checkpoints import md_checkpoints
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, Plan, PlanBuilder
 from zsim.zero.optimizer_step import ADAM_BYTES_PER_ELEMENT, optimizer_step
+from zsim.zero.pipeline_plan import build_pipeline_plan
 from zsim.zero.rank_states import (expert_dp, expert_partition, rank_model_states, rank_partition, rank_pieces,
                                    scenario_workload, selective)
 from zsim.zero.reductions import STAGE1_COPY_TENSORS, _stage1_flat_copy
@@ -63,7 +64,10 @@ __all__ = ["ADAM_BYTES_PER_ELEMENT", "STAGE1_COPY_TENSORS", "_stage1_flat_copy",
 
 
 def build_plan(scenario: Scenario, workload: Workload) -> Plan:
-    """The ops of `scenario.run.steps` optimizer steps for one rank (all ranks of a class are alike)."""
+    """The ops of `scenario.run.steps` optimizer steps for one rank (all ranks of a class are alike); with
+    pipeline parallelism, for one rank of each stage (zsim.zero.pipeline_plan)."""
+    if scenario.layout.pp > 1:
+        return build_pipeline_plan(scenario, workload)
     zero = scenario.zero
     states = rank_model_states(scenario, workload)
     # Gradients are not persistent: DeepSpeed's fp16 gradients (all of them at stages 0/1, the

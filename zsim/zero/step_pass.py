@@ -76,7 +76,10 @@ class StepPass(Gathers, Checkpoints, Reductions):
 
     def _segment_layers(self, seg: int) -> list[Module]:
         blocks = self.w.blocks
-        return list(blocks[seg * self.k:min((seg + 1) * self.k, len(blocks))])
+        first = blocks[0].layer  # 0, or a pipeline stage's first layer (zsim.zero.pipeline_plan)
+        if blocks[-1].layer - first == len(blocks) - 1:  # consecutive layers: the model's, or one stage's
+            return list(blocks[max(0, seg * self.k - first):min((seg + 1) * self.k - first, len(blocks))])
+        return [b for b in blocks if b.layer // self.k == seg]  # an interleaved stage's chunks
 
     def _activations(self, m: Module, kind: str) -> tuple[Alloc, ...]:
         """The module's saved activations, one allocation per tensor (tags `<kind>.<module>.<i>`)."""
@@ -109,7 +112,15 @@ class StepPass(Gathers, Checkpoints, Reductions):
     # ---- the schedule ---------------------------------------------------------------------------
     def run(self, reduce: bool) -> None:
         mods = list(self.w.modules)
+        self.forward(mods)
+        self.backward(mods, reduce)
+
+    def forward(self, mods: list[Module]) -> None:
+        """The forward of `mods` (all modules, or a pipeline stage's chunk: zsim.zero.pipeline_plan)."""
         self._run_items([Item("fwd", m) for m in mods], phase="fwd", reduce=False)
+
+    def backward(self, mods: list[Module], reduce: bool) -> None:
+        """The backward of `mods` (recompute included), reducing the gradients when `reduce`."""
         self._run_items(self._backward_items(mods), phase="bwd", reduce=reduce)
 
     def _backward_items(self, mods: list[Module]) -> list[Item]:

@@ -1,0 +1,143 @@
+"""The plan of a pipeline-parallel run: one representative rank per pipeline stage, its ops in one Plan.
+
+Each stage holds the layers zsim.parallel.pipeline.split_layers gives its chunks (the embedding on
+stage 0, the head on the last stage: Megatron-LM pre_process / post_process) and their model states,
+which ZeRO-1 partitions over the stage's DP group (DeepSpeed's 3D parallelism: ZeRO-1 inside each
+stage's DP group, deepspeed/runtime/pipe/engine.py; Megatron's distributed optimizer likewise). With a
+tied head and pp > 1 the last stage keeps its own copy of the word embedding for the logits
+(Megatron-LM: shared_embedding_or_output_weight; the copies' gradient all-reduce between the first and
+last stage is not planned: docs/parallel.md).
+
+A stage runs the Work items of zsim.parallel.pipeline.stage_schedule in order. For each (the fixed
+contract with the runtime, docs/parallel.md):
+  fwd:  recv/pp.fwd (unless virtual stage 0), the chunk's forward ops, send/pp.fwd (unless the last);
+  bwd:  recv/pp.bwd (unless the last virtual stage), its recompute and backward ops, send/pp.bwd
+        (unless virtual stage 0).
+A recv depends on its matching send on the other stage; both run in line on the compute stream, as
+Megatron-LM's p2p_communication._communicate waits for its requests (wait_on_reqs) before the
+schedule goes on. A micro-batch's activations are allocated by its forward and freed by its backward,
+so the memory of in-flight micro-batches follows from the schedule (1F1B: p - s on stage s).
+The DP reduction runs after a chunk's last backward of the step (Megatron-LM's finalize_model_grads;
+DeepSpeed's reduce at the gradient-accumulation boundary); ZeRO-1's stage-1 comm intervals after the
+stage's last backward. Every stage then runs its optimizer step on its own partition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from zsim.config.scenario import Scenario
+from zsim.memory.context import context_memory
+from zsim.parallel.pipeline import split_layers, stage_schedule
+from zsim.workload.transformer import Module, Workload
+from zsim.zero.model_states import ModelStates
+from zsim.zero.ops import Alloc, Op, Plan, PlanBuilder
+from zsim.zero.optimizer_step import optimizer_step
+from zsim.zero.rank_states import rank_model_states
+from zsim.zero.step_pass import StepPass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stage:
+    """One pipeline stage: its workload (every module of its chunks, in chunk order) and the modules of
+    each chunk."""
+
+    workload: Workload
+    chunks: tuple[tuple[Module, ...], ...]
+
+
+def pipeline_stages(scenario: Scenario, workload: Workload) -> list[Stage]:
+    """The stages of `scenario`'s pipeline over `workload` (the whole model's modules of one MP rank).
+
+    Raises ValueError from split_layers when the layers do not split (the scenario loader checked it)."""
+    par = scenario.parallel
+    p, v = par.pp, par.virtual_stages
+    split = split_layers(len(workload.blocks), p, v, tuple(par.pp_layers or ()))
+    embed, head = workload.modules[0], workload.modules[-1]
+    if p > 1 and getattr(scenario.model, "tied_head", True):
+        # the last stage's copy of the word embedding (V/t × h) for the tied logits
+        head = dataclasses.replace(head, params=head.params + embed.tensors[0], tensors=head.tensors + embed.tensors[:1])
+    stages = []
+    for s in range(p):
+        chunks = []
+        for c, layers in enumerate(split.layers[s]):
+            mods = [workload.blocks[i] for i in layers]
+            if s == 0 and c == 0:
+                mods.insert(0, embed)
+            if s == p - 1 and c == v - 1:
+                mods.append(head)
+            chunks.append(tuple(mods))
+        modules = tuple(m for chunk in chunks for m in chunk)
+        w = Workload(modules=modules, total_params=workload.total_params, padded_vocab=workload.padded_vocab,
+                     tokens_per_micro_batch=workload.tokens_per_micro_batch, shape=workload.shape)
+        stages.append(Stage(w, tuple(chunks)))
+    return stages
+
+
+def stage_model_states(scenario: Scenario, workload: Workload) -> list[ModelStates]:
+    """Each stage's model-state bytes per rank (its layers' parameters, ZeRO-partitioned over its DP group)."""
+    return [rank_model_states(scenario, st.workload) for st in pipeline_stages(scenario, workload)]
+
+
+def p2p_bytes(scenario: Scenario) -> int:
+    """Bytes one rank sends per point-to-point transfer: the (s, b, h) activation or its gradient in the
+    activation dtype, e·s·b·h, divided by mp when mp > 1: under sequence parallelism each MP rank holds
+    s/mp of the tokens, and without it Megatron's scatter/gather optimisation sends 1/mp of the
+    replicated tensor and all-gathers it over NVLink on the other side (Narayanan et al. 2021 §4.1,
+    Megatron-LM --scatter-gather-tensors-in-pipeline; the all-gather is not planned)."""
+    m = scenario.model
+    e = 4 if scenario.precision.dtype == "fp32" else 2
+    return e * m.seq_len * m.micro_batch * m.hidden // scenario.layout.mp
+
+
+def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
+    """The ops of `scenario.run.steps` optimizer steps for one rank of every pipeline stage, in one Plan
+    whose ops carry their stage (Op.stage); each recv depends on its matching send."""
+    par = scenario.parallel
+    p, v, m = par.pp, par.virtual_stages, scenario.grad_accum
+    stages = pipeline_stages(scenario, workload)
+    nbytes = p2p_bytes(scenario)
+    z = scenario.zero
+    stage1_fused = z.stage == 1 and z.constant_buffers  # reduces the whole stage at once (_reduce_stage1)
+    ops: list[Op] = []
+    sends: dict[tuple[str, int, int, int], int] = {}  # (kind, step, mb, sending virtual stage) -> plan index
+    recvs: list[tuple[int, tuple[str, int, int, int]]] = []  # (plan index, the send it waits for)
+    persistent = []
+    for s, stage in enumerate(stages):
+        states = rank_model_states(scenario, stage.workload)
+        persistent.append((Alloc("params", states.params, "model.params"),
+                           Alloc("optimizer", states.optimizer, "model.optimizer")))
+        items = stage_schedule(par.pipeline_schedule, p, s, m, v)
+        last_bwd = max(k for k, w in enumerate(items) if w.kind == "bwd")
+        b, base = PlanBuilder(), len(ops)
+        for step in range(scenario.run.steps):
+            boundary = b.last()
+            for k, w in enumerate(items):
+                dep = (boundary,) if boundary is not None and k == 0 else ()
+                vs = w.chunk * p + s
+                fields = dict(stream="compute", group="pp", nbytes=nbytes, step=step, micro_batch=w.mb)
+                pass_ = StepPass(b, scenario, stage.workload, step, w.mb, dep)
+                mods = list(stage.chunks[w.chunk])
+                if w.kind == "fwd":
+                    if vs > 0:
+                        recvs.append((base + b.add(name="recv/pp.fwd", collective="recv", deps=dep, **fields),
+                                      ("fwd", step, w.mb, vs - 1)))
+                    pass_.forward(mods)
+                    if vs < p * v - 1:
+                        sends[("fwd", step, w.mb, vs)] = base + b.add(name="send/pp.fwd", collective="send", **fields)
+                else:
+                    if vs < p * v - 1:
+                        recvs.append((base + b.add(name="recv/pp.bwd", collective="recv", deps=dep, **fields),
+                                      ("bwd", step, w.mb, vs + 1)))
+                    reduce = w.mb == m - 1 and (not stage1_fused or k == last_bwd)
+                    pass_.backward(mods, reduce)
+                    if vs > 0:
+                        sends[("bwd", step, w.mb, vs)] = base + b.add(name="send/pp.bwd", collective="send", **fields)
+            optimizer_step(b, scenario, stage.workload, step)
+        ops += [op._replace(stage=s, deps=tuple(d + base for d in op.deps)) for op in b.ops]
+    for i, key in recvs:
+        ops[i] = ops[i]._replace(deps=ops[i].deps + (sends[key],))
+    lay = scenario.layout
+    context = context_memory(lay.world, lay.dp, lay.mp, scenario.cluster.nvlink_links).items()
+    return Plan(persistent=persistent[0], ops=tuple(ops), steps=scenario.run.steps, context=tuple(context),
+                stage_persistent=tuple(persistent))
