@@ -243,9 +243,10 @@ def _calibrate_spans(runs: list[Any], terms: ComputeTerms, peak: float, hbm: flo
     every = [pair for pairs in by_run for pair in pairs]
     shown = combination(every, peak)
     if shown["combination"] != "max":
-        raise CalibrationError(f"{shown['spans'] - shown['shorter_than_host_plus_flops_at_peak']} of {shown['spans']} "
-                               "CUDA-event spans last their host time plus their device work: the simulator's host "
-                               "bound is max(device, host), which cannot price them")
+        raise CalibrationError(f"of {shown['spans']} CUDA-event spans, {shown['unexplained_by_max']} are shorter than "
+                               f"max(host time, FLOPs at peak) and only {shown['unexplained_by_sum']} shorter than "
+                               "their sum: host and device time add up here, and the simulator's host bound is "
+                               "their max, which cannot price them")
     group = (lambda i, op: f"run {i}") if len(runs) > 1 else (lambda i, op: f"step parity {op.step % 2}")
     device = [op_row(op, s.device_s, terms, peak, hbm, dtype, group(i, op))
               for i, pairs in enumerate(by_run) for op, s in pairs if s.device_bound]
@@ -322,3 +323,26 @@ def _gpu_timed(run: Any) -> Any:
         return None
     traces = read_labelled(run.folder)
     return traces if traces and has_gpu_compute(traces) else None
+
+
+def heldout_run(cluster: Any, train: list[Any], test: Any, profile: str, profiles: Any = None) -> dict[str, Any]:
+    """The phase fit of CUDA-event-timed runs `train` judged on run `test`, which it never saw: the fit's
+    summary, and over every compute op of `test` (idle time before each included) the median and
+    largest |relative error| of max(device, host), and the error of their sum (a step's compute).
+
+    Raises:
+        CalibrationError: as calibrate_phases; runs not timed by CUDA events with host time.
+    """
+    if not all(is_span_timed(run) for run in [*train, test]):
+        raise CalibrationError("heldout_run needs runtime runs timed by CUDA events with host_us (a GPU's)")
+    pf = calibrate_phases(cluster, train, profile, profiles)
+    dtype = str(test.metadata.get("precision", "fp16"))
+    terms, peak, hbm = cluster.gpu.compute, cluster.gpu.peak_flops[dtype], cluster.gpu.hbm_bytes_per_s
+    pairs = span_samples(test, profile, profiles)
+    predicted = span_predictions(pairs, pf.values, pf.host, terms, peak, hbm, dtype)
+    measured = np.array([s.measured_s for _, s in pairs])
+    errors = predicted / measured - 1.0
+    return {"fit": {**pf.values, **pf.host}, "summary": pf.summary(), "ops": len(pairs),
+            "median_error": float(np.median(np.abs(errors))), "max_error": float(np.max(np.abs(errors))),
+            "total_error": float(predicted.sum() / measured.sum() - 1.0),
+            "worst_ops": worst_ops(pairs, errors)}
