@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from zsim.trace.tracks import stream_of
+
 # A span at least this many times its host time is device-bound: the host launched its kernels in
 # under 1/1.2 of the span, so the GPU, not the launches, set its length (the GPU idles at most for the
 # first launch). Spans between 1 and 1.2 times their host time may mix both and feed neither fit's
@@ -67,7 +69,7 @@ def is_span_timed(run: Any) -> bool:
 
     if run.metadata.get("source") == "simulated":
         return False
-    spans = [e for events in run.events.values() for e in events if e.get("ph") == "X" and e.get("tid") == 0
+    spans = [e for events in run.events.values() for e in events if e.get("ph") == "X" and stream_of(e) == 0
              and not str(e.get("name", "")).startswith("wait/") and not is_collective(e)]
     return bool(spans) and all(e.get("args", {}).get("timing") == "cuda_event" and "host_us" in e.get("args", {})
                                for e in spans)
@@ -76,7 +78,7 @@ def is_span_timed(run: Any) -> bool:
 def own_host_us(events: list[dict[str, Any]]) -> dict[int, float]:
     """id(span) → its host time less the host time of the compute spans nested in it (a checkpointed
     block's backward holds its recomputation), µs."""
-    spans = sorted((e for e in events if e.get("ph") == "X" and e.get("tid") == 0 and "host_us" in e.get("args", {})),
+    spans = sorted((e for e in events if e.get("ph") == "X" and stream_of(e) == 0 and "host_us" in e.get("args", {})),
                    key=lambda e: (e["ts"], -e["dur"]))
     own = {id(e): float(e["args"]["host_us"]) for e in spans}
     stack: list[dict[str, Any]] = []
