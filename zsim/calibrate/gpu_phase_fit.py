@@ -133,7 +133,7 @@ def _solve(rows: list[PhaseRow], free: list[int], base: np.ndarray, hbm_bytes_pe
 
 def _at_bounds(p: np.ndarray, free: list[int], hbm_bytes_per_s: float) -> list[str]:
     """'term = value' for each free term the bounded fit left on its bound (0 µs, or η = 1)."""
-    out = [f"{TERMS[i]} = {p[i] * 1e6:.3g} us" for i in free if i < 2 and p[i] <= 1e-12]
+    out = [f"{TERMS[i]} = 0 us" for i in free if i < 2 and p[i] <= 1e-12]
     if 2 in free and p[2] * hbm_bytes_per_s <= 1.0 + 1e-9:
         out.append("hbm_efficiency = 1")
     return out
@@ -260,16 +260,17 @@ def _calibrate_spans(runs: list[Any], terms: ComputeTerms, peak: float, hbm: flo
     errors = np.abs(span_errors(every, result.values, host, terms, peak, hbm, dtype))
     result.median_error, result.max_error, result.residuals = float(np.median(errors)), float(np.max(errors)), list(errors)
     held: list[float] = []
-    if len(runs) > 1:
-        for i in range(len(runs)):
-            train = [pair for j, pairs in enumerate(by_run) if j != i for pair in pairs]
-            try:
-                q = fit([r for r in device if r.group != f"run {i}"], terms, hbm, "", host_paced=False)
-            except CalibrationError:
-                continue
-            h, _ = fit_host(train)
-            if h:
-                held += list(np.abs(span_errors(by_run[i], q.values, h, terms, peak, hbm, dtype)))
+    folded = [(group(i, op), (op, s)) for i, pairs in enumerate(by_run) for op, s in pairs]
+    for fold in sorted({g for g, _ in folded}):  # each run (or step parity) predicted by a fit of the others
+        train = [pair for g, pair in folded if g != fold]
+        try:
+            q = fit([r for r in device if r.group != fold], terms, hbm, "", host_paced=False)
+        except CalibrationError:
+            continue
+        h, _ = fit_host(train)
+        if h:
+            held += list(np.abs(span_errors([pair for g, pair in folded if g == fold], q.values, h, terms, peak, hbm,
+                                            dtype)))
     result.heldout_median = float(np.median(held)) if held else None
     result.heldout_max = float(np.max(held)) if held else None
     result.spans = {**shown, "device_bound": len(device), "host_bound": used, "device_bound_factor": DEVICE_BOUND,

@@ -198,9 +198,10 @@ def run_command(args: argparse.Namespace) -> int:
         held = ph["heldout"]
         held_text = (f"held out ({held['folds']}): median {held['median_error']:.1%}, worst {held['max_error']:.1%}"
                      if held["median_error"] is not None else "no held-out check (one fold)")
+        host_bound = (f"{ph['host_bound_ops_left_out']} host-bound fit the host terms" if ph.get("host")
+                      else f"{ph['host_bound_ops_left_out']} host-bound left out")
         print(f"  phases    {ph['fitted']} from {ph['ops']} GPU-bound ops timed by {ph['timing']} "
-              f"({ph['host_bound_ops_left_out']} host-bound "
-              f"left out); median error {ph['median_error']:.1%}, worst {ph['max_error']:.1%}; {held_text}"
+              f"({host_bound}); median error {ph['median_error']:.1%}, worst {ph['max_error']:.1%}; {held_text}"
               + (f"; kept from the base: {', '.join(ph['kept_from_base'])}" if ph["kept_from_base"] else ""), file=out)
     if coll:
         print(f"  fitted    {', '.join(coll['fitted'])}", file=out)
