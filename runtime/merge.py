@@ -263,13 +263,14 @@ def _on_lanes(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def lane_rank_file(doc: dict[str, Any]) -> None:
+def lane_rank_file(doc: dict[str, Any], rank: int | None = None) -> None:
     """Put a rank file's spans on lanes of their stream, in place, so that the spans of every thread
     nest (a stage-3 prefetch is issued before the previous gather ends; Perfetto and chrome://tracing
     refuse partial overlaps on one thread): the merged trace's lanes (`_on_lanes`), with each stream's
     lane 0 its own tid, so a file without overlaps is unchanged. Readers take a span's stream from
-    zsim.trace.tracks.stream_of. Idempotent: merging a folder again lays the lanes out anew."""
-    rank = doc["metadata"]["rank"]
+    zsim.trace.tracks.stream_of. Idempotent: merging a folder again lays the lanes out anew. `rank`:
+    the process the lane names belong to (default: metadata.rank)."""
+    rank = doc["metadata"]["rank"] if rank is None else rank
     events = [e for e in doc["traceEvents"] if not (e.get("ph") == "M" and e.get("tid", 0) >= LANE_TID_STEP)]
     spans = [e for e in events if e.get("ph") == "X"]
     laned = iter(_on_lanes(rank, spans))

@@ -67,3 +67,20 @@ def test_a_rank_file_is_put_on_lanes_in_place_and_keeps_its_streams():
     again = {"metadata": laned["metadata"], "traceEvents": [dict(e) for e in events]}
     lane_rank_file(again)
     assert again == laned  # a second merge lays the same lanes out
+
+
+def test_a_rank_file_written_during_the_run_nests_too(tmp_path):
+    """Tracer.write lays the lanes out on every write, so a rank that dies before the merge leaves a file
+    viewers accept; the tracer's own events keep their stream tids."""
+    import json
+
+    from zsim.runtime.tracer import Tracer
+
+    tracer = Tracer(3)
+    tracer.complete("all_gather/params.layer.0", "comm", 10.0, 50.0, op="all_gather", bytes=8, group=[3], seq=0)
+    tracer.complete("all_gather/params.layer.1", "comm", 30.0, 70.0, op="all_gather", bytes=8, group=[3], seq=1)
+    tracer.write(tmp_path / "rank3.trace.json", {"rank": 3})
+    events = json.loads((tmp_path / "rank3.trace.json").read_text())["traceEvents"]
+    assert partial_overlaps(events) == []
+    assert sorted(e["tid"] for e in events if e["ph"] == "X") == [1, 11]
+    assert [e["tid"] for e in tracer.events if e["ph"] == "X"] == [1, 1]
