@@ -5,6 +5,8 @@
   `clock_offset_us`) is written back on each rank's own clock. `ts + dur - last_arrival_ts` is
   then the collective's time without waiting for stragglers, and the wait itself becomes its own
   event, `wait/arrival/<collective>`, on the collective's track.
+- lanes: each rank file's spans that would partially overlap on their stream's thread go to lanes of
+  it (tid t + 10·j, `lane_rank_file`), so that every thread's spans nest.
 - `summary.json`: the loss per step (mean over DP ranks = the loss of the global batch), model
   state bytes per rank, and per-step collective bytes.
 - `trace.json`: one trace of all ranks, clock-aligned: each rank's events shifted by its
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from zsim.trace.schema import complete, document
+from zsim.trace.tracks import LANE_TID_STEP, stream_of
 
 
 def load_traces(out_dir: Path) -> dict[int, dict[str, Any]]:
@@ -196,9 +199,8 @@ def is_collective(event: dict[str, Any]) -> bool:
 
 
 PER_RANK_KEYS = ("rank", "clock_offset_us", "model_states", "host", "host_facts", "device")
-# The merged trace's extra tracks: lane j >= 1 of the stream on tid t is tid t + LANE_TID_STEP * j (the
-# streams are tids 0-2, zsim.trace.schema.STREAM_TID); the ProfilerStep#N spans are on STEP_TID.
-LANE_TID_STEP = 10
+# Extra tracks: lane j >= 1 of the stream on tid t is tid t + LANE_TID_STEP * j (zsim.trace.tracks, in the
+# rank files and the merged trace); the merged trace's ProfilerStep#N spans are on STEP_TID.
 STEP_TID = 9
 
 
@@ -217,6 +219,8 @@ def merged_trace(traces: dict[int, dict[str, Any]]) -> dict[str, Any]:
                 event["ts"] = event["ts"] + offset
                 if "last_arrival_ts" in event.get("args", {}):
                     event["args"] = dict(event["args"], last_arrival_ts=event["args"]["last_arrival_ts"] + offset)
+            if event.get("ph") == "M" and event.get("tid", 0) >= LANE_TID_STEP:
+                continue  # a rank file's lane names: _on_lanes names the merged trace's own
             (spans if event.get("ph") == "X" else others).append(event)
         events += others + _on_lanes(rank, spans) + _profiler_steps(rank, spans)
     first = traces[min(traces)]["metadata"]
@@ -234,8 +238,8 @@ def _on_lanes(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     names = {tid: name for name, tid in STREAM_TID.items()}
     by_tid: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for e in spans:
-        by_tid[e["tid"]].append(e)
+    for e in spans:  # by stream: a rank file's spans may already be on lanes (lane_rank_file)
+        by_tid[stream_of(e)].append(e)
     lane: dict[int, int] = {}
     threads = []
     for tid, group in sorted(by_tid.items()):
@@ -247,7 +251,7 @@ def _on_lanes(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
         threads += [(tid, j) for j in range(1, max(on_lanes.values(), default=0) + 1)]
     out = []
     for e in spans:  # in the rank file's order
-        new = e["tid"] + LANE_TID_STEP * lane[id(e)]
+        new = stream_of(e) + LANE_TID_STEP * lane[id(e)]
         out.append(dict(e, tid=new, args=dict(e["args"], stream=new)))
     for tid, j in threads:
         name = f"{names.get(tid, tid)} {j + 1}"
@@ -260,6 +264,30 @@ def _on_lanes(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def lane_rank_file(doc: dict[str, Any], rank: int | None = None) -> None:
+    """Put a rank file's spans on lanes of their stream, in place, so that the spans of every thread
+    nest (a stage-3 prefetch is issued before the previous gather ends; Perfetto and chrome://tracing
+    refuse partial overlaps on one thread): the merged trace's lanes (`_on_lanes`), with each stream's
+    lane 0 its own tid, so a file without overlaps is unchanged. Readers take a span's stream from
+    zsim.trace.tracks.stream_of. Idempotent: merging a folder again lays the lanes out anew. `rank`:
+    the process the lane names belong to (default: metadata.rank)."""
+    rank = doc["metadata"]["rank"] if rank is None else rank
+    events = [e for e in doc["traceEvents"] if not (e.get("ph") == "M" and e.get("tid", 0) >= LANE_TID_STEP)]
+    spans = [e for e in events if e.get("ph") == "X"]
+    laned = iter(_on_lanes(rank, spans))
+    moved = {id(old): next(laned) for old in spans}  # _on_lanes returns the spans first, in order
+    names = [e for e in laned if e["name"] == "thread_name"]
+    out = []
+    for e in events:
+        if e.get("ph") != "X":
+            out.append(e)
+            continue
+        new = moved[id(e)]
+        args = {k: v for k, v in new["args"].items() if k != "stream"}  # the merged trace's, for HTA
+        out.append(dict(e, tid=new["tid"], args=args))
+    doc["traceEvents"] = out + names
+
+
 def _profiler_steps(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A `ProfilerStep#N` span per step N of the rank, as torch.profiler marks its steps (Holistic Trace
     Analysis finds iterations by them): from the first compute-track event of step N to the first of
@@ -270,7 +298,7 @@ def _profiler_steps(rank: int, spans: list[dict[str, Any]]) -> list[dict[str, An
         step = e.get("args", {}).get("step")
         if step is None:
             continue
-        if e["tid"] == 0:
+        if stream_of(e) == 0:
             starts[step] = min(starts.get(step, e["ts"]), e["ts"])
         ends[step] = max(ends.get(step, e["ts"] + e["dur"]), e["ts"] + e["dur"])
     order = sorted(starts)
@@ -297,6 +325,7 @@ def merge(out_dir: Path) -> dict[str, Any]:
     from zsim.report.outputs import write_atomic
 
     for rank, doc in traces.items():
+        lane_rank_file(doc)
         write_atomic(out_dir / f"rank{rank}.trace.json", json.dumps(doc))
     if traces:
         write_atomic(out_dir / "trace.json", json.dumps(merged_trace(traces)))

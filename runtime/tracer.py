@@ -180,8 +180,14 @@ class Tracer:
             self.events.append(counter("cuda_memory", self.rank, ts, self._cuda_memory()))
 
     def write(self, path: Path, metadata: dict[str, Any]) -> None:
-        """Resolve what is pending and write the trace file atomically (a reader never sees half a file)."""
+        """Resolve what is pending and write the trace file atomically (a reader never sees half a file),
+        each stream's partially overlapping spans on lanes of it (zsim.runtime.merge.lane_rank_file), so
+        that a rank that dies before the merge leaves a file viewers accept too."""
+        from .merge import lane_rank_file
+
         self.flush()
+        doc = document(self.events, metadata)
+        lane_rank_file(doc, self.rank)  # copies the spans it moves: self.events keeps the stream tids
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(document(self.events, metadata)))
+        tmp.write_text(json.dumps(doc))
         os.replace(tmp, path)

@@ -40,3 +40,47 @@ def test_lanes_of_random_intervals_always_nest():
         lane = lanes(events)
         assert partial_overlaps([dict(e, tid=lane[id(e)]) for e in events]) == []
         assert partial_overlaps(events, limit=1) != [] or max(lane.values()) == 0
+
+
+def test_a_rank_file_is_put_on_lanes_in_place_and_keeps_its_streams():
+    """zsim.runtime.merge.lane_rank_file: two gathers that overlap partially on the comm stream (a stage-3
+    prefetch) go to two lanes of it; the compute stream and a file without overlaps keep their tids."""
+    from zsim.runtime.merge import lane_rank_file
+    from zsim.trace.tracks import stream_of
+
+    def doc():
+        return {"metadata": {"rank": 0}, "traceEvents": [
+            {"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "comm"}},
+            dict(span("fwd/layer.0", 0, 10, tid=0), args={"step": 0}),
+            dict(span("all_gather/params.layer.0", 1, 5, tid=1), args={"seq": 0}),
+            dict(span("all_gather/params.layer.1", 4, 6, tid=1), args={"seq": 1})]}
+
+    laned = doc()
+    lane_rank_file(laned)
+    events = laned["traceEvents"]
+    assert partial_overlaps(events) == [] and partial_overlaps(doc()["traceEvents"]) != []
+    spans = {e["name"]: e for e in events if e["ph"] == "X"}
+    names = ("fwd/layer.0", "all_gather/params.layer.0", "all_gather/params.layer.1")
+    assert [spans[n]["tid"] for n in names] == [0, 1, 11]
+    assert all(stream_of(e) == (0 if n.startswith("fwd") else 1) for n, e in spans.items())
+    assert {"ph": "M", "name": "thread_name", "pid": 0, "tid": 11, "args": {"name": "comm 2"}} in events
+    again = {"metadata": laned["metadata"], "traceEvents": [dict(e) for e in events]}
+    lane_rank_file(again)
+    assert again == laned  # a second merge lays the same lanes out
+
+
+def test_a_rank_file_written_during_the_run_nests_too(tmp_path):
+    """Tracer.write lays the lanes out on every write, so a rank that dies before the merge leaves a file
+    viewers accept; the tracer's own events keep their stream tids."""
+    import json
+
+    from zsim.runtime.tracer import Tracer
+
+    tracer = Tracer(3)
+    tracer.complete("all_gather/params.layer.0", "comm", 10.0, 50.0, op="all_gather", bytes=8, group=[3], seq=0)
+    tracer.complete("all_gather/params.layer.1", "comm", 30.0, 70.0, op="all_gather", bytes=8, group=[3], seq=1)
+    tracer.write(tmp_path / "rank3.trace.json", {"rank": 3})
+    events = json.loads((tmp_path / "rank3.trace.json").read_text())["traceEvents"]
+    assert partial_overlaps(events) == []
+    assert sorted(e["tid"] for e in events if e["ph"] == "X") == [1, 11]
+    assert [e["tid"] for e in tracer.events if e["ph"] == "X"] == [1, 1]

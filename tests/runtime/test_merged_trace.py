@@ -36,6 +36,29 @@ def test_the_merged_trace_nests_on_every_thread_and_keeps_every_span(traced):
         assert {e["tid"] for e in mine} <= named  # every lane has a name
 
 
+def test_every_rank_file_nests_on_every_thread_and_keeps_its_streams(traced):
+    """The rank files too (issue 26): the prefetched gathers that overlap on the comm stream go to lanes
+    of it (tid 1 + 10·j), the readers find every span's stream (zsim.trace.tracks.stream_of)."""
+    from zsim.trace.run_reader import collective_samples, compute_samples, read_run
+    from zsim.trace.tracks import stream_of
+
+    run = _stage3(traced)
+    laned = 0
+    for rank in range(2):
+        events = run.trace(rank)["traceEvents"]
+        assert partial_overlaps(events) == []
+        spans = [e for e in events if e["ph"] == "X"]
+        laned += sum(e["tid"] >= 10 for e in spans)
+        assert all(stream_of(e) == 1 for e in spans if e["name"].startswith(("all_gather/", "reduce_scatter/")))
+        assert {e["tid"] for e in spans if e["name"].startswith(("fwd/", "bwd/", "optimizer/"))} == {0}
+    assert laned > 0, "the stage-3 prefetch overlapped no gathers: the check above tested nothing"
+    measured = read_run(run.out)
+    assert len(compute_samples(measured)) == sum(
+        1 for rank in range(2) for e in run.trace(rank)["traceEvents"]
+        if e["ph"] == "X" and e["name"].split("/")[0] in ("fwd", "bwd", "recompute", "optimizer") and "op" not in e["args"])
+    assert collective_samples(measured)
+
+
 def test_every_step_of_every_rank_has_a_profiler_step_span_around_its_compute(traced):
     run = _stage3(traced)
     merged = json.loads((run.out / "trace.json").read_text())["traceEvents"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from zsim.engine.cores import speeds
 from zsim.trace.intervals import overlap, union
+from zsim.trace.tracks import stream_of
 
 
 def transfer_interval(event: dict[str, Any]) -> tuple[float, float]:
@@ -33,13 +34,13 @@ def transfer_interval(event: dict[str, Any]) -> tuple[float, float]:
 def comm_busy(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """The union of a rank's comm-track collectives' transfers (µs)."""
     return union([transfer_interval(e) for e in events
-                  if e.get("ph") == "X" and e.get("tid") == 1 and "op" in e.get("args", {})])
+                  if e.get("ph") == "X" and stream_of(e) == 1 and "op" in e.get("args", {})])
 
 
 def compute_busy(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """The union of a rank's compute-track spans, waits excluded (µs)."""
     return union([(e["ts"], e["ts"] + e["dur"]) for e in events
-                  if e.get("ph") == "X" and e.get("tid") == 0 and not e["name"].startswith("wait")])
+                  if e.get("ph") == "X" and stream_of(e) == 0 and not e["name"].startswith("wait")])
 
 
 def compute_alone_us(event: dict[str, Any], busy_comm: list[tuple[float, float]], share: float,
@@ -53,7 +54,7 @@ def collective_alone_us(event: dict[str, Any], busy_compute: list[tuple[float, f
                         threads: int) -> float:
     """µs to take off collective `event`'s transfer for the time it shared the cores with compute."""
     slow = 1.0 - speeds(share, threads)[1]
-    if slow <= 0 or event.get("tid") != 1:  # an in-line collective is the compute track itself
+    if slow <= 0 or stream_of(event) != 1:  # an in-line collective is the compute track itself
         return 0.0
     lo, hi = transfer_interval(event)
     return slow * overlap(lo, hi, busy_compute)

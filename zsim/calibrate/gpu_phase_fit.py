@@ -17,7 +17,15 @@ a phase is a sum of many kernels and cannot separate GEMM efficiency from the re
 Ops whose measured time the host, not the GPU, sets (launches × host_op_s of the base within 0.1% of
 the measured time or above it: the framework issuing small kernels) say nothing about the GPU and are left out,
 counted. A term the data cannot determine (no op with reductions, or a design matrix of rank below
-the terms) is kept from the base and listed as kept; a fit with a term ≤ 0 or η > 1 is refused.
+the terms) is kept from the base and listed as kept. The terms are bounded to what is physical (fixed
+times ≥ 0, η ≤ 1); a term the data push onto its bound is a cause of a poor fit (refused unless
+--accept-poor-fit, zsim.calibrate.fit_quality), named with its value.
+
+A runtime run timed by CUDA events on a GPU (`timing: cuda_event`, with `host_us` apart) is split by
+zsim.calibrate.span_timing: a span lasts max(device work, host time), so the device terms are fitted
+on the device-bound spans alone, and the host terms (`host_op_us` per launch, `host_module_us` per
+op) on the host-bound spans, apart. Its held-out error is that of the whole model, max(device, host),
+on every op of the held-out run, idle time before each op included.
 
 A runtime run recorded with Kineto traces on a GPU (`rank<R>.kineto.json` with kernels) is timed by
 its GPU kernels instead of its host spans (zsim.calibrate.kineto_compute); nothing is then host-bound.
@@ -34,6 +42,8 @@ from typing import Any
 import numpy as np
 
 from zsim.calibrate.collectives import CalibrationError
+from zsim.calibrate.span_timing import (DEVICE_BOUND, SpanSample, combination, fit_host, host_seconds, is_span_timed,
+                                        span_samples)
 from zsim.compute.gemm import gemm_seconds
 from zsim.compute.terms import ComputeTerms
 
@@ -67,13 +77,19 @@ class PhaseFit:
     folds: str
     residuals: list[float] = field(default_factory=list)
     timing: str = "host spans"  # what measured each op: host spans, or its GPU kernels (Kineto)
+    at_bounds: list[str] = field(default_factory=list)  # 'term = value' left on a physical bound
+    host: dict[str, float] = field(default_factory=dict)  # host terms fitted apart (CUDA-event spans)
+    spans: dict[str, Any] = field(default_factory=dict)  # what the CUDA-event spans showed (span_timing)
 
     def summary(self) -> dict[str, Any]:
         return {"ops": self.ops, "timing": self.timing, "host_bound_ops_left_out": self.host_bound, "kept_from_base": self.kept,
                 "median_error": round(self.median_error, 4), "max_error": round(self.max_error, 4),
                 "heldout": {"folds": self.folds,
                             "median_error": None if self.heldout_median is None else round(self.heldout_median, 4),
-                            "max_error": None if self.heldout_max is None else round(self.heldout_max, 4)}}
+                            "max_error": None if self.heldout_max is None else round(self.heldout_max, 4)},
+                **({"at_bounds": self.at_bounds} if self.at_bounds else {}),
+                **({"host": {k: round(v, 4) for k, v in self.host.items()}} if self.host else {}),
+                **({"spans": self.spans} if self.spans else {})}
 
 
 def op_row(op: Any, seconds: float, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float, dtype: str,
@@ -98,14 +114,28 @@ def op_row(op: Any, seconds: float, terms: ComputeTerms, peak_flops: float, hbm_
     return PhaseRow(known, n_mem, n_red, nbytes, seconds, op.kernels.launches, group)
 
 
-def _solve(rows: list[PhaseRow], free: list[int], base: np.ndarray) -> np.ndarray:
-    """Least squares (weights 1/t) of the `free` columns of [n_mem, n_reduce, bytes]; the others at `base`."""
+def _solve(rows: list[PhaseRow], free: list[int], base: np.ndarray, hbm_bytes_per_s: float) -> np.ndarray:
+    """Least squares (weights 1/t) of the `free` columns of [n_mem, n_reduce, bytes]; the others at `base`.
+    Bounded to what is physical (scipy's lsq_linear): fixed times ≥ 0, η ≤ 1 (x ≥ 1/HBM); a term on
+    its bound is what `at_bounds` reports."""
+    from scipy.optimize import lsq_linear
+
     a = np.array([[r.n_mem, r.n_reduce, r.bytes] for r in rows], dtype=float)
     rest = np.array([r.seconds - r.known_s for r in rows]) - a @ np.where(np.isin(np.arange(3), free), 0.0, base)
     w = 1.0 / np.array([r.seconds for r in rows])
-    sol, *_ = np.linalg.lstsq(a[:, free] * w[:, None], rest * w, rcond=None)
+    lo = np.array([0.0, 0.0, 1.0 / hbm_bytes_per_s])[free]
+    scale = np.array([1e-6, 1e-6, 1.0 / hbm_bytes_per_s])[free]  # columns in µs and 1/HBM: a well-posed problem
+    sol = lsq_linear(a[:, free] * scale * w[:, None], rest * w, bounds=(lo / scale, np.inf)).x * scale
     out = base.copy()
     out[free] = sol
+    return out
+
+
+def _at_bounds(p: np.ndarray, free: list[int], hbm_bytes_per_s: float) -> list[str]:
+    """'term = value' for each free term the bounded fit left on its bound (0 µs, or η = 1)."""
+    out = [f"{TERMS[i]} = 0 us" for i in free if i < 2 and p[i] <= 1e-12]
+    if 2 in free and p[2] * hbm_bytes_per_s <= 1.0 + 1e-9:
+        out.append("hbm_efficiency = 1")
     return out
 
 
@@ -118,9 +148,11 @@ def fit(rows: list[PhaseRow], terms: ComputeTerms, hbm_bytes_per_s: float, folds
     """Fit the memory-bound terms to `rows`. `host_paced`: the rows are host spans, which the host's
     launch pace bounds below (the host-bound ones are left out); GPU kernel times (Kineto) are not.
 
+    The terms are bounded to what is physical (fixed times ≥ 0, η ≤ 1); terms the data push onto a
+    bound are listed in the result's `at_bounds` (a cause of a poor fit, zsim.calibrate.fit_quality).
+
     Raises:
-        CalibrationError: too few GPU-bound ops or distinct shapes for the terms, or fitted terms that
-        are not physical (a fixed time ≤ 0, η outside (0, 1]).
+        CalibrationError: too few GPU-bound ops or distinct shapes for the terms.
     """
     # within 0.1% of the host's pace counts as host-bound (trace times are rounded to 1 ns-1 us)
     gpu_bound = [r for r in rows if not host_paced or r.launches * terms.host_op_s < r.seconds * (1.0 - 1e-3)]
@@ -134,12 +166,7 @@ def fit(rows: list[PhaseRow], terms: ComputeTerms, hbm_bytes_per_s: float, folds
         raise CalibrationError(f"{len(distinct)} distinct GPU-bound compute ops ({host_bound} host-bound left out) "
                                f"cannot determine {len(free) or 'the'} memory-bound compute terms: give runs of more "
                                "shapes, or --fit collectives")
-    p = _solve(gpu_bound, free, base)
-    bad = [f"{TERMS[i]} = {p[i] * 1e6:.3g} us" for i in free if i < 2 and p[i] <= 0]
-    if 2 in free and (p[2] <= 0 or 1.0 / (p[2] * hbm_bytes_per_s) > 1.0):
-        bad.append(f"hbm_efficiency = {1.0 / (p[2] * hbm_bytes_per_s) if p[2] > 0 else float('inf'):.3g}")
-    if bad:
-        raise CalibrationError(f"the compute model does not fit these phase timings ({', '.join(bad)})")
+    p = _solve(gpu_bound, free, base, hbm_bytes_per_s)
     measured = np.array([r.seconds for r in gpu_bound])
     errors = np.abs(_predict(gpu_bound, p) / measured - 1.0)
     held = []
@@ -149,8 +176,8 @@ def fit(rows: list[PhaseRow], terms: ComputeTerms, hbm_bytes_per_s: float, folds
             train = [r for r in gpu_bound if r.group != g]
             test = [r for r in gpu_bound if r.group == g]
             try:
-                q = _solve(train, free, base)
-            except np.linalg.LinAlgError:
+                q = _solve(train, free, base, hbm_bytes_per_s)
+            except (np.linalg.LinAlgError, ValueError):
                 continue
             held += list(np.abs(_predict(test, q) / np.array([r.seconds for r in test]) - 1.0))
     values = {"kernel_us": float(p[0] * 1e6), "reduce_kernel_us": float(p[1] * 1e6),
@@ -158,7 +185,7 @@ def fit(rows: list[PhaseRow], terms: ComputeTerms, hbm_bytes_per_s: float, folds
     return PhaseFit(values, [TERMS[i] for i in range(3) if i not in free], len(gpu_bound), host_bound,
                     float(np.median(errors)), float(np.max(errors)),
                     float(np.median(held)) if held else None, float(np.max(held)) if held else None, folds,
-                    list(errors))
+                    list(errors), at_bounds=_at_bounds(p, free, hbm_bytes_per_s))
 
 
 def calibrate_phases(cluster: Any, runs: list[Any], profile: str, profiles: Any = None) -> PhaseFit:
@@ -187,6 +214,9 @@ def calibrate_phases(cluster: Any, runs: list[Any], profile: str, profiles: Any 
     if len({t is not None for t in timed.values()}) > 1:
         raise CalibrationError("some runs have Kineto traces with GPU kernels and some do not: GPU kernel times and "
                                "host spans are different measures; calibrate each kind separately")
+    on_gpu = any(t is not None for t in timed.values())
+    if not on_gpu and runs and all(is_span_timed(run) for run in runs):
+        return _calibrate_spans(runs, terms, peak, hbm, dtype, profile, profiles)
     rows = []
     for i, run in enumerate(runs):
         traces = timed[id(run)]
@@ -195,10 +225,94 @@ def calibrate_phases(cluster: Any, runs: list[Any], profile: str, profiles: Any 
             group = f"run {i}" if len(runs) > 1 else f"step parity {op.step % 2}"
             rows.append(op_row(op, seconds, terms, peak, hbm, dtype, group))
     folds = "one run per fold" if len(runs) > 1 else "even and odd steps"
-    on_gpu = any(t is not None for t in timed.values())
     result = fit(rows, terms, hbm, folds, host_paced=not on_gpu)
     result.timing = "GPU kernels (Kineto)" if on_gpu else "host spans"
     return result
+
+
+def _calibrate_spans(runs: list[Any], terms: ComputeTerms, peak: float, hbm: float, dtype: str, profile: str,
+                     profiles: Any) -> PhaseFit:
+    """The device terms from the device-bound CUDA-event spans, the host terms from the host-bound ones
+    (zsim.calibrate.span_timing); errors of the whole model, max(device, host), on every op.
+
+    Raises:
+        CalibrationError: spans that show host and device time adding up (the simulator's host bound is a
+        max), too few device-bound ops or host-bound spans for their terms.
+    """
+    by_run = [span_samples(run, profile, profiles) for run in runs]
+    every = [pair for pairs in by_run for pair in pairs]
+    shown = combination(every, peak)
+    if shown["combination"] != "max":
+        raise CalibrationError(f"of {shown['spans']} CUDA-event spans, {shown['unexplained_by_max']} are shorter than "
+                               f"max(host time, FLOPs at peak) and only {shown['unexplained_by_sum']} shorter than "
+                               "their sum: host and device time add up here, and the simulator's host bound is "
+                               "their max, which cannot price them")
+    group = (lambda i, op: f"run {i}") if len(runs) > 1 else (lambda i, op: f"step parity {op.step % 2}")
+    device = [op_row(op, s.device_s, terms, peak, hbm, dtype, group(i, op))
+              for i, pairs in enumerate(by_run) for op, s in pairs if s.device_bound]
+    result = fit(device, terms, hbm, "one run per fold" if len(runs) > 1 else "even and odd steps", host_paced=False)
+    host, used = fit_host(every)
+    if not host:
+        raise CalibrationError(f"{used} host-bound CUDA-event spans of ops with kernel lists cannot determine the "
+                               "host terms (host_module_us, host_op_us): give runs of more shapes")
+    result.host, result.timing = host, "CUDA-event spans, host time apart"
+    result.host_bound = used
+    errors = np.abs(span_errors(every, result.values, host, terms, peak, hbm, dtype))
+    result.median_error, result.max_error, result.residuals = float(np.median(errors)), float(np.max(errors)), list(errors)
+    held: list[float] = []
+    folded = [(group(i, op), (op, s)) for i, pairs in enumerate(by_run) for op, s in pairs]
+    for fold in sorted({g for g, _ in folded}):  # each run (or step parity) predicted by a fit of the others
+        train = [pair for g, pair in folded if g != fold]
+        try:
+            q = fit([r for r in device if r.group != fold], terms, hbm, "", host_paced=False)
+        except CalibrationError:
+            continue
+        h, _ = fit_host(train)
+        if h:
+            held += list(np.abs(span_errors([pair for g, pair in folded if g == fold], q.values, h, terms, peak, hbm,
+                                            dtype)))
+    result.heldout_median = float(np.median(held)) if held else None
+    result.heldout_max = float(np.max(held)) if held else None
+    result.spans = {**shown, "device_bound": len(device), "host_bound": used, "device_bound_factor": DEVICE_BOUND,
+                    "host_median_error": round(host_error(every, host), 4),
+                    "worst_ops": worst_ops(every, span_errors(every, result.values, host, terms, peak, hbm, dtype))}
+    return result
+
+
+def host_error(pairs: list[tuple[Any, SpanSample]], host: dict[str, float]) -> float:
+    """Median relative error of the host terms on the host-bound spans of ops with kernel lists."""
+    used = [(op, s) for op, s in pairs if not s.device_bound and op.kernels is not None]
+    return float(np.median([abs(host_seconds(op, host) / s.host_s - 1.0) for op, s in used])) if used else 0.0
+
+
+def worst_ops(pairs: list[tuple[Any, SpanSample]], errors: np.ndarray, count: int = 3) -> list[str]:
+    """The `count` op kinds (layer index dropped) the model misses most, by median signed error, each
+    with what set its measured time (the GPU or the host) in most of its spans."""
+    import re
+
+    kinds: dict[str, list[tuple[float, bool]]] = {}
+    for (op, s), e in zip(pairs, errors):
+        kinds.setdefault(re.sub(r"\.\d+$", "", op.name), []).append((float(e), s.device_bound))
+    ranked = sorted(kinds.items(), key=lambda kv: -abs(np.median([e for e, _ in kv[1]])))[:count]
+    return [f"{kind} {np.median([e for e, _ in v]):+.0%} "
+            f"({'device' if 2 * sum(b for _, b in v) > len(v) else 'host'}-bound, {len(v)} spans)" for kind, v in ranked]
+
+
+def span_predictions(pairs: list[tuple[Any, SpanSample]], device: dict[str, float], host: dict[str, float],
+                     terms: ComputeTerms, peak: float, hbm: float, dtype: str) -> np.ndarray:
+    """Seconds the fitted model gives each op of `pairs`: max(device work under the `device` terms
+    (profile units), host time under the `host` terms); an op without a kernel list, its device time."""
+    p = np.array([device["kernel_us"] * 1e-6, device["reduce_kernel_us"] * 1e-6, 1.0 / (hbm * device["hbm_efficiency"])])
+    rows = [op_row(op, s.device_s, terms, peak, hbm, dtype, "") for op, s in pairs]
+    dev = _predict(rows, p)
+    return np.array([max(d, host_seconds(op, host)) for d, (op, _) in zip(dev, pairs)])
+
+
+def span_errors(pairs: list[tuple[Any, SpanSample]], device: dict[str, float], host: dict[str, float],
+                terms: ComputeTerms, peak: float, hbm: float, dtype: str) -> np.ndarray:
+    """Relative error of span_predictions against each op's span plus the idle time before it."""
+    measured = np.array([s.measured_s for _, s in pairs])
+    return span_predictions(pairs, device, host, terms, peak, hbm, dtype) / measured - 1.0
 
 
 def _gpu_timed(run: Any) -> Any:
@@ -210,3 +324,26 @@ def _gpu_timed(run: Any) -> Any:
         return None
     traces = read_labelled(run.folder)
     return traces if traces and has_gpu_compute(traces) else None
+
+
+def heldout_run(cluster: Any, train: list[Any], test: Any, profile: str, profiles: Any = None) -> dict[str, Any]:
+    """The phase fit of CUDA-event-timed runs `train` judged on run `test`, which it never saw: the fit's
+    summary, and over every compute op of `test` (idle time before each included) the median and
+    largest |relative error| of max(device, host), and the error of their sum (a step's compute).
+
+    Raises:
+        CalibrationError: as calibrate_phases; runs not timed by CUDA events with host time.
+    """
+    if not all(is_span_timed(run) for run in [*train, test]):
+        raise CalibrationError("heldout_run needs runtime runs timed by CUDA events with host_us (a GPU's)")
+    pf = calibrate_phases(cluster, train, profile, profiles)
+    dtype = str(test.metadata.get("precision", "fp16"))
+    terms, peak, hbm = cluster.gpu.compute, cluster.gpu.peak_flops[dtype], cluster.gpu.hbm_bytes_per_s
+    pairs = span_samples(test, profile, profiles)
+    predicted = span_predictions(pairs, pf.values, pf.host, terms, peak, hbm, dtype)
+    measured = np.array([s.measured_s for _, s in pairs])
+    errors = predicted / measured - 1.0
+    return {"fit": {**pf.values, **pf.host}, "summary": pf.summary(), "ops": len(pairs),
+            "median_error": float(np.median(np.abs(errors))), "max_error": float(np.max(np.abs(errors))),
+            "total_error": float(predicted.sum() / measured.sum() - 1.0),
+            "worst_ops": worst_ops(pairs, errors)}

@@ -14,6 +14,7 @@ from zsim.calibrate.host_fit import fit_collectives, fit_compute, fit_optimizer
 from zsim.calibrate.profile_writer import base_file
 from zsim.calibrate.stragglers import slowest_rank_factor, step_ratios
 from zsim.config.yamlfile import read_yaml_mapping
+from zsim.trace.tracks import stream_of
 
 
 def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
@@ -21,7 +22,7 @@ def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
     span of any kind, waiting included, ended): framework work between spans (Python bookkeeping,
     bucketing) that no span covers. The first op of a step counts none of the time between steps,
     which belongs to the harness, not to training (zsim.calibrate.replay.between_steps_us)."""
-    track = sorted((e for e in events if e.get("tid") == 0), key=lambda e: e["ts"])
+    track = sorted((e for e in events if e.get("ph") == "X" and stream_of(e) == 0), key=lambda e: e["ts"])
     out, end, step = {}, None, None
     for e in track:
         this = e.get("args", {}).get("step")

@@ -198,9 +198,10 @@ def run_command(args: argparse.Namespace) -> int:
         held = ph["heldout"]
         held_text = (f"held out ({held['folds']}): median {held['median_error']:.1%}, worst {held['max_error']:.1%}"
                      if held["median_error"] is not None else "no held-out check (one fold)")
+        host_bound = (f"{ph['host_bound_ops_left_out']} host-bound fit the host terms" if ph.get("host")
+                      else f"{ph['host_bound_ops_left_out']} host-bound left out")
         print(f"  phases    {ph['fitted']} from {ph['ops']} GPU-bound ops timed by {ph['timing']} "
-              f"({ph['host_bound_ops_left_out']} host-bound "
-              f"left out); median error {ph['median_error']:.1%}, worst {ph['max_error']:.1%}; {held_text}"
+              f"({host_bound}); median error {ph['median_error']:.1%}, worst {ph['max_error']:.1%}; {held_text}"
               + (f"; kept from the base: {', '.join(ph['kept_from_base'])}" if ph["kept_from_base"] else ""), file=out)
     if coll:
         print(f"  fitted    {', '.join(coll['fitted'])}", file=out)
@@ -269,7 +270,7 @@ def _collectives(cluster, profile: str, data, replace: dict, sections: dict, rep
 def _compute(cluster, profile: str, data, replace: dict, sections: dict, report: dict, profiles,
              causes: list[str]) -> None:
     """The GEMM terms from GEMM tables, then the memory-bound terms from phase timings."""
-    from zsim.calibrate.fit_quality import at_bounds, far_terms, high_error
+    from zsim.calibrate.fit_quality import MEDIAN_LIMIT, at_bounds, far_terms, high_error
     from zsim.calibrate.gpu_compute import calibrate_gemms, gemm_reference, with_gemm_terms
 
     gemms = [s for s in data.compute if s.kind == "gemm"]
@@ -291,13 +292,21 @@ def _compute(cluster, profile: str, data, replace: dict, sections: dict, report:
 
         pf = calibrate_phases(cluster, data.runs, profile, profiles)
         fitted = {k: round(v, 4) for k, v in pf.values.items() if k not in pf.kept}
+        fitted.update({k: round(v, 4) for k, v in pf.host.items()})  # CUDA-event spans: host terms, fitted apart
         compute.update(fitted)
         sections["phases"] = {"model": "memory-bound kernel terms from phase timings (docs/calibrate.md)",
                               "fitted": fitted, **pf.summary()}
         report["phases"] = sections["phases"]
         terms = cluster.gpu.compute
+        causes += at_bounds("GPU phases", pf.at_bounds)
         causes += high_error("GPU phases", pf.median_error)
+        if pf.spans and (pf.at_bounds or pf.median_error > MEDIAN_LIMIT):  # say where the model misses
+            causes.append(f"GPU phases: the ops missed most: {'; '.join(pf.spans['worst_ops'])}; host terms "
+                          f"{pf.host['host_module_us']:.4g} us per op + {pf.host['host_op_us']:.4g} us per launch miss "
+                          f"the {pf.spans['host_bound']} host-bound spans by a median "
+                          f"{pf.spans['host_median_error']:.0%} (docs/calibrate.md, CUDA-event spans)")
         causes += far_terms("GPU phases", fitted, {"kernel_us": terms.kernel_s * 1e6, "hbm_efficiency": terms.hbm_efficiency,
-                                                   "reduce_kernel_us": terms.reduce_kernel_s * 1e6}, "the base")
+                                                   "reduce_kernel_us": terms.reduce_kernel_s * 1e6,
+                                                   "host_op_us": terms.host_op_s * 1e6}, "the base")
     if compute:
         replace["compute"] = compute

@@ -32,10 +32,12 @@ def kernel_seconds(k: Kernel, terms: ComputeTerms, peak_flops: float, hbm_bytes_
 
 def list_seconds(kl: KernelList, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float,
                  dtype: str) -> float:
-    """Seconds the compute stream spends on kernel list `kl`: max(Σ GPU time, launches × host_op_s)."""
+    """Seconds the compute stream spends on kernel list `kl`: max(Σ GPU time, host_module_s + launches ×
+    host_op_s). The max, not a sum: CUDA-event spans of the H200 runs are at most as long as the larger
+    of the two, not their sum (zsim.calibrate.span_timing.combination, docs/calibrate.md)."""
     elem_bytes = 4 if dtype == "fp32" else 2
     gpu = sum(kernel_seconds(k, terms, peak_flops, hbm_bytes_per_s, dtype, elem_bytes) for k in kl.kernels)
-    return max(gpu, kl.launches * terms.host_op_s)
+    return max(gpu, terms.host_module_s + kl.launches * terms.host_op_s)
 
 
 def breakdown(kl: KernelList, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float,

@@ -43,6 +43,9 @@ class ComputeTerms:
             reduce_kernel), s; None: kernel_s.
         sustained_ratio: tensor-core rate a GPU keeps under its power cap for minutes / the rate of the
             short-burst GEMM tables the `gemm` terms were fitted to (fraction, 0-1; 1: none known).
+        host_module_s: CPU time the framework spends per module op beyond its launches (Python around
+            the kernels: hooks, views, bookkeeping), s; 0 where not fitted (zsim calibrate fits it from
+            CUDA-event spans and their host time, zsim.calibrate.span_timing).
     """
 
     sms: int
@@ -53,6 +56,7 @@ class ComputeTerms:
     host_op_s: float
     reduce_kernel_s: float | None = None
     sustained_ratio: float = 1.0
+    host_module_s: float = 0.0
 
     def gemm_terms(self, dtype: str) -> GemmTerms:
         """The GEMM terms for `dtype` (bf16 uses fp16's when it has none of its own)."""

@@ -80,6 +80,8 @@ class ComputeSection(_Profile, kw_only=True):
     kernel_us: Annotated[float, Meta(ge=0)]
     reduce_kernel_us: Annotated[float, Meta(ge=0)] | None = None
     host_op_us: Annotated[float, Meta(ge=0)]
+    # CPU time per module op beyond its launches (docs/compute.md); 0: not known
+    host_module_us: Annotated[float, Meta(ge=0)] = 0.0
     # tensor-core rate kept under the power cap for minutes / the GEMM tables' short-burst rate (docs/compute.md)
     sustained_ratio: Annotated[float, Meta(gt=0, le=1)] = 1.0
     gemm: dict[Literal["fp16", "bf16", "fp32", "tf32"], GemmSection]
@@ -95,6 +97,7 @@ class ComputeOverride(_Profile, kw_only=True):
     kernel_us: Annotated[float, Meta(ge=0)] | None = None
     reduce_kernel_us: Annotated[float, Meta(ge=0)] | None = None
     host_op_us: Annotated[float, Meta(ge=0)] | None = None
+    host_module_us: Annotated[float, Meta(ge=0)] | None = None
     sustained_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
     gemm: dict[Literal["fp16", "bf16", "fp32", "tf32"], GemmOverride] = field(default_factory=dict)
 
@@ -379,7 +382,8 @@ def compute_terms(section: ComputeSection, override: ComputeOverride | None = No
                         host_op_s=base["host_op_us"] * 1e-6,
                         reduce_kernel_s=(base["kernel_us"] if base.get("reduce_kernel_us") is None
                                          else base["reduce_kernel_us"]) * 1e-6,
-                        sustained_ratio=base.get("sustained_ratio", 1.0))
+                        sustained_ratio=base.get("sustained_ratio", 1.0),
+                        host_module_s=base.get("host_module_us", 0.0) * 1e-6)
 
 
 def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, gpu: str | None = None,

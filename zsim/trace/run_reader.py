@@ -23,6 +23,7 @@ from zsim.fabric.nccl import FUNCTIONS
 from zsim.trace.kineto import _ranges, load_json
 from zsim.trace.samples import CollectiveSample, ComputeSample
 from zsim.trace.schema import SCHEMA
+from zsim.trace.tracks import stream_of
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.trace\.json$")
 # Metadata keys that must agree between the files of one run (the rest are per rank: rank, host,
@@ -411,7 +412,7 @@ def compute_samples(run: MeasuredRun) -> list[ComputeSample]:
     out = []
     for rank, events in run.events.items():
         for e in events:
-            if e.get("tid") != 0 or "op" in e.get("args", {}) or is_waiting(e) or e["name"].split("/")[0] not in (
+            if stream_of(e) != 0 or "op" in e.get("args", {}) or is_waiting(e) or e["name"].split("/")[0] not in (
                     "fwd", "bwd", "recompute", "optimizer"):
                 continue
             phase, _, what = e["name"].partition("/")

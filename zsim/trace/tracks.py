@@ -4,7 +4,8 @@ The Chrome trace event format draws the complete events of one thread as a stack
 starts inside another must end inside it too (the format's "X" events are "properly nested"; Perfetto's
 JSON importer reports the others as misnested and chrome://tracing draws them wrongly). Measured
 collectives on a comm stream can overlap partially (a stage-3 prefetch is issued before the previous
-gather ends), so the merged trace puts them on lanes of their stream (`lanes`), and `partial_overlaps`
+gather ends), so the rank files and the merged trace put them on lanes of their stream (`lanes`; lane j
+of the stream on tid t is tid t + 10·j, `stream_of` gives the stream back), and `partial_overlaps`
 checks a trace.
 """
 
@@ -15,6 +16,14 @@ from typing import Any
 
 # Times come from floating-point sums (a rank's ts plus its clock offset): ends this close count as equal.
 EPS_US = 1e-6
+# Lane j >= 1 of the stream on tid t is tid t + LANE_TID_STEP * j (the streams are tids 0-2,
+# zsim.trace.schema.STREAM_TID), in the rank files and the merged trace of a measured run alike.
+LANE_TID_STEP = 10
+
+
+def stream_of(event: dict[str, Any]) -> int:
+    """The stream tid (zsim.trace.schema.STREAM_TID) of a span, whichever of its stream's lanes it is on."""
+    return int(event.get("tid", 0)) % LANE_TID_STEP
 
 
 def _sorted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
