@@ -46,6 +46,9 @@ class Result:
     # The caching allocator's state as each step ended (zsim.memory.allocator.CachingAllocator.state): two
     # equal last entries mean the run's memory repeats from there on (zsim maxsize's steady state).
     step_memory_states: list[tuple] = field(default_factory=list)
+    # Micro-batches of each step not simulated but spliced in as copies of one proven to repeat
+    # (zsim.engine.repeat); 0 when every micro-batch was simulated.
+    repeated_micro_batches: int = 0
 
     @property
     def total_seconds(self) -> float:

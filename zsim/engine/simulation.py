@@ -25,6 +25,7 @@ from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
 from zsim.engine.cores import core_capacities, cpu_link, work
 from zsim.engine.offload import transfer_seconds
+from zsim.engine import repeat as repeat_micro_batches
 from zsim.engine.rank_class import RankClass, class_stream
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, Placement, plan_collective
@@ -420,7 +421,8 @@ def workload_and_plan(scenario: Scenario, plans: dict[str, tuple[Workload, Plan]
 
 def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False,
              compute_override: Callable[[list[Op]], dict[int, float]] | None = None, trace: bool = True,
-             plans: dict[str, tuple[Workload, Plan]] | None = None, rank_classes: bool = True) -> Result:
+             plans: dict[str, tuple[Workload, Plan]] | None = None, rank_classes: bool = True,
+             repeat: bool = True, observe: Callable[[_Run], None] | None = None) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
     'per_rank') overrides the scenario's fabric.mode. `progress`: show a progress bar on stderr in
     per-rank mode (seconds to minutes; class mode takes well under a second). `compute_override(plan.ops)`
@@ -429,15 +431,25 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     ledger and its peaks; every number is the same). `plans`: a dict kept across calls that reuses
     the workload and plan of scenarios differing only in speeds (a sweep's points; workload_and_plan).
     `rank_classes=False` runs per-rank mode one process per rank instead of one per class of identical
-    ranks (zsim.engine.rank_class): the same numbers, bit for bit, slower; the tests' reference."""
+    ranks (zsim.engine.rank_class): the same numbers, bit for bit, slower; the tests' reference.
+    `repeat=False` simulates every micro-batch of a gradient-accumulation step, where by default a
+    micro-batch proven to repeat is simulated once and spliced (zsim.engine.repeat; the same numbers,
+    times to round-off). `observe(run)` is called with the run's state before it starts (repeat's probe)."""
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
+    if repeat and repeat_micro_batches.applies(scenario, per_rank, compute_override is not None):
+        extrapolated = repeat_micro_batches.extrapolate(scenario, lambda reduced, watch: simulate(
+            reduced, mode="class", trace=trace, plans=plans, repeat=False, observe=watch))
+        if extrapolated is not None:
+            return extrapolated
     workload, plan = workload_and_plan(scenario, plans)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank, trace)
     if compute_override is not None:
         run.override = compute_override(plan.ops)
+    if observe is not None:
+        observe(run)
     # CUDA context, cuBLAS, NCCL: before the first tensor. A CPU host's ranks have none of them (gloo's
     # buffers are transient): the plan's context is a GPU's.
     for name, nbytes in plan.context if scenario.cluster.host is None else ():

@@ -1,0 +1,320 @@
+"""Gradient accumulation without simulating every micro-batch: find the repeating one, splice copies.
+
+A step of G micro-batches is, on a symmetric run, a first micro-batch (its allocator starts cold), G − 2
+that repeat, and a last one (stages 0/1 reduce only there) followed by the optimizer step. The engine is
+deterministic, so a micro-batch repeats exactly when it starts from the same state: nothing of the earlier
+ones still in flight on any stream or link (a *clean* boundary), and the same memory state (caching
+allocator, live tensors, arenas). `extrapolate` simulates the step with n = 3 micro-batches (first,
+unit, last; 5 or 7 while the allocator still grows: the unit is then the one before the last), proves
+that the unit repeats, and builds the G-micro-batch Result from it:
+
+  - boundaries clean: every op of micro-batch k ends before the first op of k + 1 starts (k = 0, 1), and
+    before anything of the last micro-batch or the optimizer starts;
+  - timing periodic: every op of the unit starts and ends one period P after its counterpart in the
+    micro-batch before it (ops matched by position, name and stream), and the last micro-batch starts P after
+    the unit (to PERIOD_TOL);
+  - memory periodic: the allocator's state (zsim.memory.allocator.CachingAllocator.state), the live
+    tensors, the arenas and the totals, taken as each micro-batch makes its first allocation, are equal
+    for the unit and the micro-batch after it (tags without their micro-batch): from equal states the
+    same requests make the same decisions, so every later unit holds the same memory;
+  - the totals that the unit adds (compute, FLOPs, each kind of collective: count, bytes, seconds) are
+    those the micro-batch before it added.
+
+When one check fails (e.g. stage 2's reduce-scatters fall further behind the compute stream every
+micro-batch, so no boundary is clean), or the run is one the proof does not cover (per-rank mode, a CPU
+host, replayed durations, several steps, pipeline stages), the caller simulates every micro-batch.
+
+The extrapolated Result is the full simulation's: counts, bytes, memory peaks and allocator states
+exactly; times (step, per-kind seconds, trace timestamps) to float round-off, since the full simulation
+reaches t + k·P by k additions of durations where the splice adds k·P once (tests/test_repeat.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from zsim.engine.result import CommStats, Result
+from zsim.memory.ledger import MemoryLedger
+from zsim.zero.plan import rank_model_states
+
+if TYPE_CHECKING:
+    from zsim.config.scenario import Scenario
+
+# Micro-batches simulated: the first (cold allocator), the unit that repeats, the last (+ optimizer);
+# while the allocator still reserves new segments in the unit, two more, up to 7 (tried in turn).
+REDUCED = (3, 5, 7)
+# Two times that should be one period apart may differ by round-off of absolute times (float64 keeps
+# ~16 digits of a time of up to ~1e4 s): 1e-9 of the period is far above that and far below any real
+# difference of a schedule (the fabric's own end-of-transfer tolerance is 1e-9 of a transfer, sharing.py).
+PERIOD_TOL = 1e-9
+_MB = re.compile(r"\.m(\d+)(?=\.|$)")  # a plan tag's micro-batch ('act.layer.3.s0.m2' -> 2)
+
+
+def _mb_free(tag: str) -> str:
+    return _MB.sub("", tag)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The run as micro-batch `mb` makes its first allocation: when (s), the memory state (tags without
+    their micro-batch) and the running totals (compute s, FLOPs, MP s, EP s, offload s, per (group, op):
+    count, payload bytes, sent bytes, seconds)."""
+
+    mb: int
+    time: float
+    memory: tuple
+    totals: tuple[float, ...]
+    comm: dict[tuple[str, str], tuple[float, float, float, float]]
+
+
+def _memory_state(ledger: MemoryLedger) -> tuple:
+    allocator = ledger.allocator
+    live = sorted((_mb_free(tag), entry) for tag, entry in ledger.live.items())
+    return (allocator.state(_mb_free) if allocator is not None else None, tuple(live),
+            tuple(sorted((name, a.size, a.used) for name, a in ledger.arenas.items())), tuple(ledger.totals.items()))
+
+
+@dataclass(slots=True)
+class WatchedLedger(MemoryLedger):
+    """A MemoryLedger that calls `watch(time)` before the first allocation tagged with each new
+    micro-batch (what `Watch` snapshots)."""
+
+    watch: Callable[[float, int], None] | None = None
+    seen: int = -1
+
+    def alloc_many(self, time: float, requests, stream: str = "compute") -> None:
+        requests = tuple(requests)
+        for r in requests:
+            found = _MB.search(r.tag)
+            if found is not None and int(found.group(1)) > self.seen:
+                self.seen = int(found.group(1))
+                if self.watch is not None:
+                    self.watch(time, self.seen)
+                break
+        MemoryLedger.alloc_many(self, time, requests, stream)
+
+
+class Watch:
+    """The observer of the reduced simulation (zsim.engine.simulation.simulate's `observe`): keeps the
+    run and swaps its GPU ledger for a WatchedLedger that snapshots it at each micro-batch's start."""
+
+    def __init__(self) -> None:
+        self.run: Any = None
+        self.snapshots: dict[int, Snapshot] = {}
+        self.unsettled = False  # set by _prove: all but the memory state repeated
+
+    def __call__(self, run: Any) -> None:
+        self.run = run
+        run.ledger = WatchedLedger(capacity=run.ledger.capacity, watch=self.snapshot)
+
+    def snapshot(self, now: float, mb: int) -> None:
+        run = self.run
+        memory = (_memory_state(run.ledger), _memory_state(run.host_ledger))
+        totals = (run.compute_seconds, run.flops, run.mp_seconds, run.ep_seconds, run.offload_seconds)
+        comm = {k: (c.count, c.payload_bytes, c.sent_bytes, c.seconds) for k, c in run.comm.items()}
+        self.snapshots[mb] = Snapshot(mb, now, memory, totals, comm)
+
+
+def applies(scenario: Scenario, per_rank: bool, overridden: bool) -> bool:
+    """Whether the proof can cover this run: class mode on GPUs, one step, more micro-batches than the
+    reduced run has, no replayed durations, no pipeline stages."""
+    pp = getattr(scenario.parallel, "pp", 1) or 1
+    return (not per_rank and not overridden and scenario.cluster.host is None and scenario.run.steps == 1
+            and scenario.grad_accum > REDUCED[0] and pp == 1)
+
+
+def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch], Result]) -> Result | None:
+    """The Result of `scenario` (grad_accum G) from a simulation of REDUCED[0] < G micro-batches (then,
+    while only the allocator has not settled, of each larger REDUCED below G) (`simulate_reduced(reduced scenario,
+    observer)`), or None when no micro-batch is proven to repeat (module docstring); the caller then
+    simulates all G."""
+    wall = time.perf_counter()
+    for n in REDUCED:
+        if n >= scenario.grad_accum:
+            return None
+        watch = Watch()
+        reduced = simulate_reduced(dataclasses.replace(scenario, grad_accum=n), watch)
+        proof = _prove(watch, reduced)
+        if proof is not None:
+            break
+        if not watch.unsettled:
+            return None  # not a matter of the allocator: more micro-batches would not help
+    else:
+        return None
+    unit, first_start, period, unit_delta = proof
+    extra = scenario.grad_accum - n
+    unit_end = first_start + period  # the unit's window is [first_start, unit_end)
+    totals = [a + extra * d for a, d in zip(reduced_totals(watch.run), unit_delta[0])]
+    comm = {}
+    for key, stats in reduced.comm.items():
+        d = unit_delta[1].get(key, (0, 0.0, 0.0, 0.0))
+        comm[key] = CommStats(stats.count + extra * int(d[0]), stats.payload_bytes + extra * d[1],
+                              stats.sent_bytes + extra * d[2], stats.seconds + extra * d[3])
+    workload = reduced.workload
+    return dataclasses.replace(
+        reduced,
+        scenario=scenario,
+        model_states=rank_model_states(scenario, workload),
+        step_seconds=[reduced.step_seconds[0] + extra * period],
+        compute_seconds=totals[0], hardware_flops=totals[1], mp_comm_seconds=totals[2], ep_comm_seconds=totals[3],
+        offload_seconds=totals[4],
+        model_flops=scenario.grad_accum * sum(3 * m.fwd_flops for m in workload.modules),  # as simulate()
+        comm=comm,
+        ledger=splice_ledger(reduced.ledger, first_start, unit_end, extra),
+        host_ledger=splice_ledger(reduced.host_ledger, first_start, unit_end, extra),
+        events=splice_events(reduced.events, unit, first_start, unit_end, extra),
+        wall_seconds=time.perf_counter() - wall,
+        repeated_micro_batches=extra,
+    )
+
+
+def reduced_totals(run: Any) -> tuple[float, ...]:
+    return run.compute_seconds, run.flops, run.mp_seconds, run.ep_seconds, run.offload_seconds
+
+
+def _prove(watch: Watch, reduced: Result) -> tuple[int, float, float, tuple] | None:
+    """(the unit micro-batch, its start s, the period s, what it adds to the totals) when the unit is
+    proven to repeat (module docstring), else None. The unit is the one before the last; `watch.unsettled`
+    says whether only the allocator's state kept the proof from holding."""
+    run, snaps = watch.run, watch.snapshots
+    n = run.s.grad_accum
+    u = n - 2
+    if reduced.ledger.oom is not None or not set(range(n)) <= snaps.keys():
+        return None
+    ops = run.plan.ops
+    if any(op.group == "pp" for op in ops):
+        return None
+    opt = next((i for i, op in enumerate(ops) if op.name.startswith("optimizer/")), len(ops))
+    mbs: list[list[int]] = [[] for _ in range(n)]
+    for i, op in enumerate(ops[:opt]):
+        mbs[op.micro_batch].append(i)
+    tail = mbs[n - 1] + list(range(opt, len(ops)))
+    end = run.end_time
+    start = _starts(run)
+    if not all(mbs) or not tail:
+        return None
+    groups = mbs[:n - 1] + [tail]
+    b = [min(start[i] for i in idx) for idx in groups]
+    e = [max(end[i] for i in idx) for idx in groups]
+    period = b[u] - b[u - 1]
+    tol = PERIOD_TOL * period
+    if period <= 0 or any(e[k] > b[k + 1] for k in range(n - 1)) or abs(b[u + 1] - b[u] - period) > tol:
+        return None  # a boundary is not clean, or the unit is not one period long
+    previous, unit = mbs[u - 1], mbs[u]
+    if len(previous) != len(unit):
+        return None
+    for i, j in zip(previous, unit):
+        if (ops[i].name, ops[i].stream) != (ops[j].name, ops[j].stream) or \
+                abs(start[j] - start[i] - period) > tol or abs(end[j] - end[i] - period) > tol:
+            return None
+    first = _delta(snaps[u - 1], snaps[u])
+    added = _delta(snaps[u], snaps[u + 1])
+    if first[1].keys() != added[1].keys() or not all(_close(x, y) for x, y in zip(first[0], added[0])):
+        return None
+    for key, d in added[1].items():
+        f = first[1][key]
+        if f[:2] != d[:2] or not (_close(f[2], d[2]) and _close(f[3], d[3])):
+            return None
+    if snaps[u].memory != snaps[u + 1].memory:
+        watch.unsettled = True
+        return None  # the allocator has not settled: the unit would not hold the same memory next time
+    return u, b[u], period, added
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= PERIOD_TOL * max(abs(a), abs(b))
+
+
+def _delta(a: Snapshot, b: Snapshot) -> tuple[tuple[float, ...], dict]:
+    """What the run added between snapshots `a` and `b`."""
+    totals = tuple(y - x for x, y in zip(a.totals, b.totals))
+    comm = {}
+    for key, after in b.comm.items():
+        before = a.comm.get(key, (0, 0.0, 0.0, 0.0))
+        d = tuple(y - x for x, y in zip(before, after))
+        if d[0]:
+            comm[key] = d
+    return totals, comm
+
+
+def _starts(run: Any) -> list[float]:
+    """When each op of the plan started: as its stream's worker reaches it once its stream predecessor
+    and its dependencies have ended (zsim.engine.simulation.stream_worker), the later of their ends."""
+    ops, end = run.plan.ops, run.end_time
+    start = [0.0] * len(ops)
+    for indices in run.by_stream:
+        previous = 0.0
+        for i in indices:
+            start[i] = max([previous] + [end[d] for d in ops[i].deps])
+            previous = end[i]
+    return start
+
+
+def splice_ledger(ledger: MemoryLedger | None, first: float, last: float, extra: int) -> MemoryLedger | None:
+    """`ledger` with its timeline in [first, last) (s) repeated `extra` more times, one period (last −
+    first) apart, and what came after shifted by extra periods; peaks and the final state are its own
+    (a repeated unit reaches no new peak), their times shifted when they fell after the unit."""
+    if ledger is None:
+        return None
+    period = last - first
+    times, rows, reserved = [], [], []
+    n = len(ledger.times)
+    a = next((k for k in range(n) if ledger.times[k] >= first), n)
+    z = next((k for k in range(a, n) if ledger.times[k] >= last), n)
+    times += ledger.times[:a]
+    rows += ledger.rows[:a]
+    reserved += ledger.reserved_rows[:a]
+    for j in range(extra + 1):
+        times += [t + j * period for t in ledger.times[a:z]]
+        rows += ledger.rows[a:z]
+        reserved += ledger.reserved_rows[a:z]
+    times += [t + extra * period for t in ledger.times[z:]]
+    rows += ledger.rows[z:]
+    reserved += ledger.reserved_rows[z:]
+    flushes = [t for t in ledger.flush_times if t < first]
+    for j in range(extra + 1):
+        flushes += [t + j * period for t in ledger.flush_times if first <= t < last]
+    flushes += [t + extra * period for t in ledger.flush_times if t >= last]
+
+    def moved(t: float) -> float:
+        return t + extra * period if t >= last else t
+
+    return dataclasses.replace(ledger, times=times, rows=rows, reserved_rows=reserved, flush_times=flushes,
+                               peak_time=moved(ledger.peak_time), peak_reserved_time=moved(ledger.peak_reserved_time))
+
+
+def splice_events(events: list[dict[str, Any]], unit_mb: int, first: float, last: float,
+                  extra: int) -> list[dict[str, Any]]:
+    """Trace events of the G-micro-batch step from the reduced run's: complete events of micro-batch
+    `unit_mb` and counters in [first, last) (s) repeated with their micro-batch and time moved
+    by one period per copy, and later ones moved by `extra` periods and micro-batches."""
+    if not events:
+        return []
+    period_us = (last - first) * 1e6
+    first_us, last_us = first * 1e6, last * 1e6
+    before, unit, after = [], [], []
+    for e in events:
+        if e["ph"] == "X":
+            mb = e["args"].get("micro_batch", 0)
+            (before if mb < unit_mb else unit if mb == unit_mb else after).append(e)
+        else:
+            ts = e["ts"]
+            (before if ts < first_us else unit if ts < last_us else after).append(e)
+    out = list(before)
+    for j in range(extra + 1):
+        out += [_moved(e, j, period_us) for e in unit] if j else unit
+    out += [_moved(e, extra, period_us) for e in after]
+    return out
+
+
+def _moved(event: dict[str, Any], copies: int, period_us: float) -> dict[str, Any]:
+    moved = dict(event)
+    moved["ts"] = event["ts"] + copies * period_us
+    if event["ph"] == "X":
+        moved["args"] = dict(event["args"], micro_batch=event["args"]["micro_batch"] + copies)
+    return moved
