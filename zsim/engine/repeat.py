@@ -146,9 +146,9 @@ def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch]
             return None  # not a matter of the allocator: more micro-batches would not help
     else:
         return None
-    unit, first_start, period, unit_delta = proof
+    unit, first_start, unit_end, unit_delta = proof
     extra = scenario.grad_accum - n
-    unit_end = first_start + period  # the unit's window is [first_start, unit_end)
+    period = unit_end - first_start  # the unit's window is [first_start, unit_end): both times of the clock
     totals = [a + extra * d for a, d in zip(reduced_totals(watch.run), unit_delta[0])]
     comm = {}
     for key, stats in reduced.comm.items():
@@ -178,7 +178,7 @@ def reduced_totals(run: Any) -> tuple[float, ...]:
 
 
 def _prove(watch: Watch, reduced: Result) -> tuple[int, float, float, tuple] | None:
-    """(the unit micro-batch, its start s, the period s, what it adds to the totals) when the unit is
+    """(the unit micro-batch, its start s, the next one's start s, what it adds to the totals) when it is
     proven to repeat (module docstring), else None. The unit is the one before the last; `watch.unsettled`
     says whether only the allocator's state kept the proof from holding."""
     run, snaps = watch.run, watch.snapshots
@@ -223,7 +223,7 @@ def _prove(watch: Watch, reduced: Result) -> tuple[int, float, float, tuple] | N
     if snaps[u].memory != snaps[u + 1].memory:
         watch.unsettled = True
         return None  # the allocator has not settled: the unit would not hold the same memory next time
-    return u, b[u], period, added
+    return u, b[u], b[u + 1], added
 
 
 def _close(a: float, b: float) -> bool:
@@ -284,8 +284,10 @@ def splice_ledger(ledger: MemoryLedger | None, first: float, last: float, extra:
     def moved(t: float) -> float:
         return t + extra * period if t >= last else t
 
-    return dataclasses.replace(ledger, times=times, rows=rows, reserved_rows=reserved, flush_times=flushes,
-                               peak_time=moved(ledger.peak_time), peak_reserved_time=moved(ledger.peak_reserved_time))
+    fields = {f.name: getattr(ledger, f.name) for f in dataclasses.fields(MemoryLedger)}  # a plain ledger
+    fields.update(times=times, rows=rows, reserved_rows=reserved, flush_times=flushes,
+                  peak_time=moved(ledger.peak_time), peak_reserved_time=moved(ledger.peak_reserved_time))
+    return MemoryLedger(**fields)
 
 
 def splice_events(events: list[dict[str, Any]], unit_mb: int, first: float, last: float,

@@ -1,0 +1,166 @@
+"""Gradient accumulation by splicing a repeating micro-batch (zsim.engine.repeat) gives the full simulation's
+Result: counts, bytes, memory peaks, the memory timeline's values and the allocator's states exactly;
+times to round-off. Why not to the bit: the full simulation reaches a time t + k·P by k additions of
+durations to simpy's clock, the splice adds k·P once; both are float64, so they differ in the last
+digits (measured: a few 1e-15 of the step). A duration read off that clock (end − start) carries the
+round-off of the clock's reading, ~1e-16 of the step, not of itself: a sum of n of them is compared to
+n × TIME_TOL × the step. TIME_TOL, 1e-12, is far above round-off and far below any difference of a
+schedule (one micro-batch is ~1e-2 of a step of 64)."""
+
+import math
+
+import pytest
+
+from zsim.config.scenario import load_scenario
+from zsim.engine import repeat
+from zsim.engine.simulation import simulate
+from tests.golden.engine_bits import FLAGSHIP, ROOT, SMALL
+
+TIME_TOL = 1e-12
+
+# (scenario, overrides) where the proof holds at every stage: the 7.5B example at 6 layers (its allocator
+# settles after 2 micro-batches at stages 0-1: 5 are simulated), stage 2 without overlap_comm (with it its
+# reduce-scatters fall further behind every micro-batch: no clean boundary, see below), and the flagship.
+# The last number: micro-batches the proof simulates.
+STAGES = {
+    0: (SMALL, ("model.layers=6", "zero.stage=0"), 5),
+    1: (SMALL, ("model.layers=6", "zero.stage=1"), 5),
+    2: (SMALL, ("model.layers=6", "zero.stage=2", "zero.overlap_comm=false"), 3),
+    3: (SMALL, ("model.layers=6",), 3),
+    "flagship-1": (FLAGSHIP, ("model.layers=4", "zero.stage=1"), 3),
+    "flagship-3": (FLAGSHIP, ("model.layers=4",), 3),
+}
+
+
+def _scenario(path, overrides, accum):
+    return load_scenario(ROOT / path, [*overrides, f"model.grad_accum={accum}", "model.global_batch=null"])
+
+
+def _close(a, b, clock=0.0):
+    """Equal to TIME_TOL of themselves, or of `clock` (s): the time their round-off comes from."""
+    return math.isclose(a, b, rel_tol=TIME_TOL, abs_tol=TIME_TOL * clock)
+
+
+def _same_events(spliced, full):
+    """Equal trace events, as multisets: the same names, tracks and args, timestamps to round-off."""
+    assert len(spliced) == len(full)
+
+    def key(e):
+        args = {k: v for k, v in e["args"].items() if k != "wait_us"}
+        return e["ph"], e["name"], e.get("tid", -1), repr(sorted(args.items())) if e["ph"] == "X" else "", e["ts"]
+
+    a, b = sorted(spliced, key=key), sorted(full, key=key)
+    for x, y in zip(a, b):
+        assert key(x)[:4] == key(y)[:4], (x, y)
+        assert _close(x["ts"], y["ts"]), (x, y)
+        if x["ph"] == "X":  # µs read off the clock
+            assert _close(x["dur"], y["dur"], max(x["ts"], y["ts"])), (x, y)
+        else:
+            assert x["args"] == y["args"], (x, y)  # memory counters: exact bytes
+
+
+def _same_ledger(a, b):
+    if a is None or b is None:
+        assert a is b
+        return
+    assert a.rows == b.rows and a.reserved_rows == b.reserved_rows  # every state of the timeline, exactly
+    assert len(a.times) == len(b.times) and all(map(_close, a.times, b.times))
+    assert (a.peak, a.peak_by_category, a.peak_reserved) == (b.peak, b.peak_by_category, b.peak_reserved)
+    assert _close(a.peak_time, b.peak_time) and _close(a.peak_reserved_time, b.peak_reserved_time)
+    assert len(a.flush_times) == len(b.flush_times) and all(map(_close, a.flush_times, b.flush_times))
+    assert a.oom == b.oom and a.totals == b.totals
+    assert (a.allocator is None) == (b.allocator is None)
+    if a.allocator is not None:
+        assert a.allocator.state(repeat._mb_free) == b.allocator.state(repeat._mb_free)
+
+
+def assert_same_result(spliced, full):
+    """Every number of the two Results: exact where it is a count, bytes or memory, else to TIME_TOL."""
+    assert len(spliced.step_seconds) == len(full.step_seconds)
+    assert all(map(_close, spliced.step_seconds, full.step_seconds)), (spliced.step_seconds, full.step_seconds)
+    clock = full.total_seconds
+    ops = sum(c.count for c in full.comm.values())
+    for name in ("compute_seconds", "mp_comm_seconds", "ep_comm_seconds", "offload_seconds"):
+        assert _close(getattr(spliced, name), getattr(full, name), clock * ops), name
+    assert _close(spliced.hardware_flops, full.hardware_flops)
+    assert spliced.model_flops == full.model_flops
+    assert spliced.comm.keys() == full.comm.keys()
+    for key, s in spliced.comm.items():
+        f = full.comm[key]
+        assert (s.count, s.payload_bytes) == (f.count, f.payload_bytes), key
+        assert _close(s.sent_bytes, f.sent_bytes) and _close(s.seconds, f.seconds, clock * f.count), key
+    assert spliced.algorithms == full.algorithms
+    assert spliced.model_states == full.model_states and spliced.scenario == full.scenario
+    assert spliced.step_memory_states == full.step_memory_states
+    _same_ledger(spliced.ledger, full.ledger)
+    _same_ledger(spliced.host_ledger, full.host_ledger)
+    _same_events(spliced.events, full.events)
+
+
+@pytest.mark.parametrize("accum", [2, 8, 64])
+@pytest.mark.parametrize("case", list(STAGES))
+def test_spliced_step_equals_the_full_simulation(case, accum):
+    path, overrides, simulated = STAGES[case]
+    scenario = _scenario(path, overrides, accum)
+    spliced = simulate(scenario, mode="class")
+    full = simulate(scenario, mode="class", repeat=False)
+    assert full.repeated_micro_batches == 0
+    # ga 2 is below the micro-batches the proof simulates: every one is simulated
+    assert spliced.repeated_micro_batches == max(0, accum - simulated)
+    if accum > simulated:
+        assert spliced.sim_events < full.sim_events
+    assert_same_result(spliced, full)
+
+
+def test_without_trace_the_totals_are_the_same():
+    scenario = _scenario(FLAGSHIP, ("model.layers=4",), 16)
+    spliced = simulate(scenario, mode="class", trace=False)
+    full = simulate(scenario, mode="class", trace=False, repeat=False)
+    assert spliced.repeated_micro_batches == 13 and spliced.events == [] == full.events
+    assert_same_result(spliced, full)
+
+
+def test_a_comm_stream_that_falls_behind_is_simulated_in_full():
+    """Stage 2 with overlap_comm: each micro-batch's reduce-scatters end after the next one has started,
+    later every time, so no boundary is clean and nothing is spliced."""
+    scenario = _scenario(SMALL, ("model.layers=6", "zero.stage=2"), 8)
+    result = simulate(scenario, mode="class")
+    assert result.repeated_micro_batches == 0
+    assert result.step_seconds == simulate(scenario, mode="class", repeat=False).step_seconds
+
+
+def test_runs_the_proof_does_not_cover_are_simulated_in_full():
+    """Per-rank mode, several steps, a CPU host: every micro-batch is simulated."""
+    per_rank = _scenario(SMALL, ("model.layers=2",), 8)
+    assert simulate(per_rank, mode="per_rank").repeated_micro_batches == 0
+    steps = _scenario(SMALL, ("model.layers=2", "run.steps=2"), 8)
+    assert not repeat.applies(steps, per_rank=False, overridden=False)
+    assert simulate(steps, mode="class").repeated_micro_batches == 0
+    assert not repeat.applies(_scenario(SMALL, ("model.layers=2",), 8), per_rank=False, overridden=True)
+
+
+def test_an_unsettled_allocator_is_not_spliced(monkeypatch):
+    """The memory check can fail: with the allocator's state made to differ at every micro-batch, the
+    proof refuses and the step is simulated in full (the same numbers as repeat=False)."""
+    real = repeat._memory_state
+    counter = iter(range(10**6))
+    monkeypatch.setattr(repeat, "_memory_state", lambda ledger: (real(ledger), next(counter)))
+    scenario = _scenario(FLAGSHIP, ("model.layers=4",), 8)
+    result = simulate(scenario, mode="class")
+    assert result.repeated_micro_batches == 0
+    assert result.step_seconds == simulate(scenario, mode="class", repeat=False).step_seconds
+
+
+def test_a_schedule_that_drifts_is_not_spliced(monkeypatch):
+    """The timing check can fail: an op of the unit made one microsecond slower than its counterpart."""
+    real = repeat._starts
+
+    def drifting(run):
+        start = real(run)
+        n = run.s.grad_accum
+        i = next(i for i, op in enumerate(run.plan.ops) if op.micro_batch == n - 2 and op.stream == "compute")
+        run.end_time[i] += 1e-6
+        return start
+
+    monkeypatch.setattr(repeat, "_starts", drifting)
+    assert simulate(_scenario(FLAGSHIP, ("model.layers=4",), 8), mode="class").repeated_micro_batches == 0
