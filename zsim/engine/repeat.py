@@ -4,29 +4,32 @@ A step of G micro-batches is, on a symmetric run, a first micro-batch (its alloc
 that repeat, and a last one (stages 0/1 reduce only there) followed by the optimizer step. The engine is
 deterministic, so a micro-batch repeats exactly when it starts from the same state: nothing of the earlier
 ones still in flight on any stream or link (a *clean* boundary), and the same memory state (caching
-allocator, live tensors, arenas). `extrapolate` simulates the step with n = 3 micro-batches (first,
-unit, last; 5 or 7 while the allocator still grows: the unit is then the one before the last), proves
-that the unit repeats, and builds the G-micro-batch Result from it:
+allocator, live tensors, arenas). `extrapolate` simulates the step with n < G micro-batches, proves that
+one of them, the unit, repeats, and builds the G-micro-batch Result with G − n more copies of the unit:
 
-  - boundaries clean: every op of micro-batch k ends before the first op of k + 1 starts (k = 0, 1), and
-    before anything of the last micro-batch or the optimizer starts;
-  - timing periodic: every op of the unit starts and ends one period P after its counterpart in the
-    micro-batch before it (ops matched by position, name and stream), and the last micro-batch starts P after
-    the unit (to PERIOD_TOL);
-  - memory periodic: the allocator's state (zsim.memory.allocator.CachingAllocator.state), the live
-    tensors, the arenas and the totals, taken as each micro-batch makes its first allocation, are equal
-    for the unit and the micro-batch after it (tags without their micro-batch): from equal states the
-    same requests make the same decisions, so every later unit holds the same memory;
-  - the totals that the unit adds (compute, FLOPs, each kind of collective: count, bytes, seconds) are
-    those the micro-batch before it added.
+  n = 2 (the unit is the last micro-batch; where its ops are those of the others, as at stages 2-3 that
+        reduce every micro-batch), then n = 3, 5, 7 (the unit is the one before the last; more while the
+        allocator still reserves new segments in it).
+  - clean boundaries: every op of micro-batch k ends before any op of k + 1 starts, and every op of the
+    unit before any op after it;
+  - periodic timing: every op of the unit starts and ends one period P after its counterpart in the
+    micro-batch before it (ops matched by position, name and stream), and what follows the unit starts
+    P after it (to PERIOD_TOL); so do the totals the unit adds (compute, FLOPs, each kind of collective:
+    count and bytes exactly, sent bytes and seconds to PERIOD_TOL);
+  - periodic memory: the ledger's state (zsim.memory.allocator.CachingAllocator.state, live tensors,
+    arenas, totals; tags without their micro-batch) as the unit makes its first allocation equals the
+    state as what follows it makes its first (the next micro-batch; at n = 2 the optimizer), with no
+    memory effect of the unit or of what follows before either: from equal states the same requests
+    make the same decisions, so every copy of the unit holds the same memory.
 
-When one check fails (e.g. stage 2's reduce-scatters fall further behind the compute stream every
+When a check fails (e.g. stage 2's reduce-scatters fall further behind the compute stream every
 micro-batch, so no boundary is clean), or the run is one the proof does not cover (per-rank mode, a CPU
 host, replayed durations, several steps, pipeline stages), the caller simulates every micro-batch.
 
-The extrapolated Result is the full simulation's: counts, bytes, memory peaks and allocator states
-exactly; times (step, per-kind seconds, trace timestamps) to float round-off, since the full simulation
-reaches t + k·P by k additions of durations where the splice adds k·P once (tests/test_repeat.py).
+The extrapolated Result is the full simulation's: counts, bytes, memory peaks, the memory timeline's
+values and the allocator's states exactly; times (step, per-kind seconds, trace timestamps) to float
+round-off, since the full simulation reaches t + k·P by k additions of durations where the splice adds
+k·P once (tests/test_repeat.py).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.memory.ledger import MemoryLedger
 from zsim.zero.plan import rank_model_states
@@ -45,14 +49,17 @@ from zsim.zero.plan import rank_model_states
 if TYPE_CHECKING:
     from zsim.config.scenario import Scenario
 
-# Micro-batches simulated: the first (cold allocator), the unit that repeats, the last (+ optimizer);
-# while the allocator still reserves new segments in the unit, two more, up to 7 (tried in turn).
-REDUCED = (3, 5, 7)
+# Micro-batches simulated, in turn until the proof holds (module docstring): 2 where the last one is a
+# unit, else 3 and, while the allocator still reserves new segments in the unit, 5 and 7.
+REDUCED = (2, 3, 5, 7)
 # Two times that should be one period apart may differ by round-off of absolute times (float64 keeps
 # ~16 digits of a time of up to ~1e4 s): 1e-9 of the period is far above that and far below any real
 # difference of a schedule (the fabric's own end-of-transfer tolerance is 1e-9 of a transfer, sharing.py).
 PERIOD_TOL = 1e-9
 _MB = re.compile(r"\.m(\d+)(?=\.|$)")  # a plan tag's micro-batch ('act.layer.3.s0.m2' -> 2)
+# The optimizer step's tags (zsim.zero.optimizer_step: 'optimizer.grads_copy.s0', its first allocation)
+_OPTIMIZER = "optimizer."
+OPT = -1  # the snapshot key of the optimizer step's first allocation
 
 
 def _mb_free(tag: str) -> str:
@@ -61,15 +68,11 @@ def _mb_free(tag: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The run as micro-batch `mb` makes its first allocation: when (s), the memory state (tags without
-    their micro-batch) and the running totals (compute s, FLOPs, MP s, EP s, offload s, per (group, op):
-    count, payload bytes, sent bytes, seconds)."""
+    """The ledgers as a micro-batch (or the optimizer step) makes its first allocation: when (s), and
+    their state (tags without their micro-batch)."""
 
-    mb: int
     time: float
     memory: tuple
-    totals: tuple[float, ...]
-    comm: dict[tuple[str, str], tuple[float, float, float, float]]
 
 
 def _memory_state(ledger: MemoryLedger) -> tuple:
@@ -81,56 +84,57 @@ def _memory_state(ledger: MemoryLedger) -> tuple:
 
 @dataclass(slots=True)
 class WatchedLedger(MemoryLedger):
-    """A MemoryLedger that calls `watch(time)` before the first allocation tagged with each new
-    micro-batch (what `Watch` snapshots)."""
+    """A MemoryLedger that calls `watch(time, key)` before the first allocation tagged with each new
+    micro-batch (key: its number) and before the optimizer step's first (key OPT)."""
 
     watch: Callable[[float, int], None] | None = None
     seen: int = -1
+    optimizer_seen: bool = False
 
     def alloc_many(self, time: float, requests, stream: str = "compute") -> None:
         requests = tuple(requests)
-        for r in requests:
-            found = _MB.search(r.tag)
-            if found is not None and int(found.group(1)) > self.seen:
-                self.seen = int(found.group(1))
-                if self.watch is not None:
+        if self.watch is not None:
+            for r in requests:
+                found = _MB.search(r.tag)
+                if found is not None and int(found.group(1)) > self.seen:
+                    self.seen = int(found.group(1))
                     self.watch(time, self.seen)
-                break
+                    break
+                if not self.optimizer_seen and r.tag.startswith(_OPTIMIZER):
+                    self.optimizer_seen = True
+                    self.watch(time, OPT)
+                    break
         MemoryLedger.alloc_many(self, time, requests, stream)
 
 
 class Watch:
     """The observer of the reduced simulation (zsim.engine.simulation.simulate's `observe`): keeps the
-    run and swaps its GPU ledger for a WatchedLedger that snapshots it at each micro-batch's start."""
+    run and swaps its GPU ledger for a WatchedLedger whose snapshots it keeps."""
 
     def __init__(self) -> None:
         self.run: Any = None
         self.snapshots: dict[int, Snapshot] = {}
-        self.unsettled = False  # set by _prove: all but the memory state repeated
+        self.unsettled = False  # set by _prove: more micro-batches may prove what these did not
 
     def __call__(self, run: Any) -> None:
         self.run = run
         run.ledger = WatchedLedger(capacity=run.ledger.capacity, watch=self.snapshot)
 
-    def snapshot(self, now: float, mb: int) -> None:
-        run = self.run
-        memory = (_memory_state(run.ledger), _memory_state(run.host_ledger))
-        totals = (run.compute_seconds, run.flops, run.mp_seconds, run.ep_seconds, run.offload_seconds)
-        comm = {k: (c.count, c.payload_bytes, c.sent_bytes, c.seconds) for k, c in run.comm.items()}
-        self.snapshots[mb] = Snapshot(mb, now, memory, totals, comm)
+    def snapshot(self, now: float, key: int) -> None:
+        self.snapshots[key] = Snapshot(now, (_memory_state(self.run.ledger), _memory_state(self.run.host_ledger)))
 
 
 def applies(scenario: Scenario, per_rank: bool, overridden: bool) -> bool:
     """Whether the proof can cover this run: class mode on GPUs, one step, more micro-batches than the
-    reduced run has, no replayed durations, no pipeline stages."""
+    smallest reduced run, no replayed durations, no pipeline stages."""
     pp = getattr(scenario.parallel, "pp", 1) or 1
     return (not per_rank and not overridden and scenario.cluster.host is None and scenario.run.steps == 1
             and scenario.grad_accum > REDUCED[0] and pp == 1)
 
 
 def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch], Result]) -> Result | None:
-    """The Result of `scenario` (grad_accum G) from a simulation of REDUCED[0] < G micro-batches (then,
-    while only the allocator has not settled, of each larger REDUCED below G) (`simulate_reduced(reduced scenario,
+    """The Result of `scenario` (grad_accum G) from a simulation of n < G micro-batches, n from REDUCED
+    in turn while a larger one may prove what a smaller did not (`simulate_reduced(reduced scenario,
     observer)`), or None when no micro-batch is proven to repeat (module docstring); the caller then
     simulates all G."""
     wall = time.perf_counter()
@@ -143,17 +147,17 @@ def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch]
         if proof is not None:
             break
         if not watch.unsettled:
-            return None  # not a matter of the allocator: more micro-batches would not help
+            return None  # more micro-batches would not help
     else:
         return None
-    unit, first_start, unit_end, unit_delta = proof
+    unit, first_start, unit_end, added = proof
     extra = scenario.grad_accum - n
     period = unit_end - first_start  # the unit's window is [first_start, unit_end): both times of the clock
-    totals = [a + extra * d for a, d in zip(reduced_totals(watch.run), unit_delta[0])]
+    totals = [a + extra * d for a, d in zip(_totals(watch.run), added.totals)]
     comm = {}
     for key, stats in reduced.comm.items():
-        d = unit_delta[1].get(key, (0, 0.0, 0.0, 0.0))
-        comm[key] = CommStats(stats.count + extra * int(d[0]), stats.payload_bytes + extra * d[1],
+        d = added.comm.get(key, (0, 0, 0.0, 0.0))
+        comm[key] = CommStats(stats.count + extra * d[0], stats.payload_bytes + extra * d[1],
                               stats.sent_bytes + extra * d[2], stats.seconds + extra * d[3])
     workload = reduced.workload
     return dataclasses.replace(
@@ -173,54 +177,94 @@ def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch]
     )
 
 
-def reduced_totals(run: Any) -> tuple[float, ...]:
+def _totals(run: Any) -> tuple[float, ...]:
     return run.compute_seconds, run.flops, run.mp_seconds, run.ep_seconds, run.offload_seconds
 
 
-def _prove(watch: Watch, reduced: Result) -> tuple[int, float, float, tuple] | None:
-    """(the unit micro-batch, its start s, the next one's start s, what it adds to the totals) when it is
-    proven to repeat (module docstring), else None. The unit is the one before the last; `watch.unsettled`
-    says whether only the allocator's state kept the proof from holding."""
+@dataclass(slots=True)
+class Added:
+    """What a set of ops adds to a Result's totals (as zsim.engine.simulation.stream_worker adds them
+    in class mode on a GPU): (compute s, FLOPs, MP s, EP s, offload s) and per (group, collective):
+    (count, payload bytes, sent bytes, seconds)."""
+
+    totals: tuple[float, ...]
+    comm: dict[tuple[str, str], tuple[int, int, float, float]]
+
+    def matches(self, other: Added) -> bool:
+        """Counts and bytes equal, the rest to PERIOD_TOL."""
+        if self.comm.keys() != other.comm.keys() or not all(map(_close, self.totals, other.totals)):
+            return False
+        return all(a[:2] == b[:2] and _close(a[2], b[2]) and _close(a[3], b[3])
+                   for a, b in ((self.comm[k], other.comm[k]) for k in self.comm))
+
+
+def _added(run: Any, indices: list[int], start: list[float]) -> Added:
+    compute = flops = mp = ep = offload = 0.0
+    comm: dict[tuple[str, str], tuple[int, int, float, float]] = {}
+    for i in indices:
+        op = run.plan.ops[i]
+        if op.is_collective:
+            seconds = run.end_time[i] - start[i]
+            count, payload, sent, total = comm.get((op.group, op.collective), (0, 0, 0.0, 0.0))
+            comm[(op.group, op.collective)] = (count + 1, payload + op.nbytes, sent + run.phases(op)[2],
+                                               total + seconds)
+            mp += seconds if op.group == "mp" else 0.0
+            ep += seconds if op.group == "ep" else 0.0
+        elif op.transfer:
+            offload += transfer_seconds(op.nbytes, run.s.cluster.offload)
+        else:
+            compute += run.compute_time(op, i)
+            flops += op.flops
+    return Added((compute, flops, mp, ep, offload), comm)
+
+
+def _prove(watch: Watch, reduced: Result) -> tuple[int, float, float, Added] | None:
+    """(the unit micro-batch, its start s, the start s of what follows it, what it adds to the totals)
+    when the unit is proven to repeat (module docstring), else None, with `watch.unsettled` set where a
+    run of more micro-batches may prove it."""
     run, snaps = watch.run, watch.snapshots
-    n = run.s.grad_accum
-    u = n - 2
-    if reduced.ledger.oom is not None or not set(range(n)) <= snaps.keys():
-        return None
     ops = run.plan.ops
-    if any(op.group == "pp" for op in ops):
+    n = run.s.grad_accum
+    if reduced.ledger.oom is not None or any(op.group == "pp" for op in ops):
         return None
     opt = next((i for i, op in enumerate(ops) if op.name.startswith("optimizer/")), len(ops))
     mbs: list[list[int]] = [[] for _ in range(n)]
     for i, op in enumerate(ops[:opt]):
         mbs[op.micro_batch].append(i)
-    tail = mbs[n - 1] + list(range(opt, len(ops)))
+    if not all(mbs) or opt == len(ops):
+        return None
+    if n == 2:  # the unit is the last micro-batch, followed by the optimizer step
+        u, phases, after = 1, mbs + [list(range(opt, len(ops)))], OPT
+        if [(ops[i].name, ops[i].stream) for i in mbs[0]] != [(ops[i].name, ops[i].stream) for i in mbs[1]]:
+            watch.unsettled = True  # the last micro-batch differs (stages 0-1 reduce only there)
+            return None
+    else:  # the unit is the one before the last, followed by the last with the optimizer step
+        u, phases, after = n - 2, mbs[:n - 1] + [mbs[n - 1] + list(range(opt, len(ops)))], n - 1
+    if not {u, after} <= snaps.keys():
+        return None
     end = run.end_time
     start = _starts(run)
-    if not all(mbs) or not tail:
-        return None
-    groups = mbs[:n - 1] + [tail]
-    b = [min(start[i] for i in idx) for idx in groups]
-    e = [max(end[i] for i in idx) for idx in groups]
+    b = [min(start[i] for i in idx) for idx in phases]
+    e = [max(end[i] for i in idx) for idx in phases]
     period = b[u] - b[u - 1]
     tol = PERIOD_TOL * period
-    if period <= 0 or any(e[k] > b[k + 1] for k in range(n - 1)) or abs(b[u + 1] - b[u] - period) > tol:
+    if period <= 0 or any(e[k] > b[k + 1] for k in range(len(phases) - 1)) or abs(b[u + 1] - b[u] - period) > tol:
         return None  # a boundary is not clean, or the unit is not one period long
     previous, unit = mbs[u - 1], mbs[u]
-    if len(previous) != len(unit):
-        return None
+    if len(previous) != len(unit) or max(start[i] for i in unit) >= b[u + 1]:
+        return None  # (splice_events tells the unit's ops from the optimizer's by their start)
     for i, j in zip(previous, unit):
         if (ops[i].name, ops[i].stream) != (ops[j].name, ops[j].stream) or \
                 abs(start[j] - start[i] - period) > tol or abs(end[j] - end[i] - period) > tol:
             return None
-    first = _delta(snaps[u - 1], snaps[u])
-    added = _delta(snaps[u], snaps[u + 1])
-    if first[1].keys() != added[1].keys() or not all(_close(x, y) for x, y in zip(first[0], added[0])):
+    added = _added(run, unit, start)
+    if not added.matches(_added(run, previous, start)):
         return None
-    for key, d in added[1].items():
-        f = first[1][key]
-        if f[:2] != d[:2] or not (_close(f[2], d[2]) and _close(f[3], d[3])):
+    for key, idx in ((u, unit), (after, phases[u + 1])):  # the snapshots are taken before any memory effect
+        at = snaps[key].time
+        if any((ops[i].frees and end[i] <= at) or (ops[i].allocs and start[i] < at) for i in idx):
             return None
-    if snaps[u].memory != snaps[u + 1].memory:
+    if snaps[u].memory != snaps[after].memory:
         watch.unsettled = True
         return None  # the allocator has not settled: the unit would not hold the same memory next time
     return u, b[u], b[u + 1], added
@@ -228,18 +272,6 @@ def _prove(watch: Watch, reduced: Result) -> tuple[int, float, float, tuple] | N
 
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= PERIOD_TOL * max(abs(a), abs(b))
-
-
-def _delta(a: Snapshot, b: Snapshot) -> tuple[tuple[float, ...], dict]:
-    """What the run added between snapshots `a` and `b`."""
-    totals = tuple(y - x for x, y in zip(a.totals, b.totals))
-    comm = {}
-    for key, after in b.comm.items():
-        before = a.comm.get(key, (0, 0.0, 0.0, 0.0))
-        d = tuple(y - x for x, y in zip(before, after))
-        if d[0]:
-            comm[key] = d
-    return totals, comm
 
 
 def _starts(run: Any) -> list[float]:
@@ -293,7 +325,8 @@ def splice_ledger(ledger: MemoryLedger | None, first: float, last: float, extra:
 def splice_events(events: list[dict[str, Any]], unit_mb: int, first: float, last: float,
                   extra: int) -> list[dict[str, Any]]:
     """Trace events of the G-micro-batch step from the reduced run's: complete events of micro-batch
-    `unit_mb` and counters in [first, last) (s) repeated with their micro-batch and time moved
+    `unit_mb` that start before `last` (those after are the optimizer's, stamped with the last
+    micro-batch) and counters in [first, last) (s) repeated with their micro-batch and time moved
     by one period per copy, and later ones moved by `extra` periods and micro-batches."""
     if not events:
         return []
@@ -303,7 +336,7 @@ def splice_events(events: list[dict[str, Any]], unit_mb: int, first: float, last
     for e in events:
         if e["ph"] == "X":
             mb = e["args"].get("micro_batch", 0)
-            (before if mb < unit_mb else unit if mb == unit_mb else after).append(e)
+            (before if mb < unit_mb else unit if mb == unit_mb and e["ts"] < last_us else after).append(e)
         else:
             ts = e["ts"]
             (before if ts < first_us else unit if ts < last_us else after).append(e)
