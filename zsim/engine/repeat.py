@@ -90,17 +90,21 @@ class WatchedLedger(MemoryLedger):
     watch: Callable[[float, int], None] | None = None
     seen: int = -1
     optimizer_seen: bool = False
+    _next: str = ".m0"  # the tag suffix of the next micro-batch (zsim.zero.step_pass's tags end with it)
 
     def alloc_many(self, time: float, requests, stream: str = "compute") -> None:
-        requests = tuple(requests)
         if self.watch is not None:
+            requests = tuple(requests)
             for r in requests:
-                found = _MB.search(r.tag)
-                if found is not None and int(found.group(1)) > self.seen:
-                    self.seen = int(found.group(1))
-                    self.watch(time, self.seen)
-                    break
-                if not self.optimizer_seen and r.tag.startswith(_OPTIMIZER):
+                tag = r.tag
+                if self._next in tag:  # a cheap test first: the hot path of the reduced run
+                    found = _MB.search(tag)
+                    if found is not None and int(found.group(1)) > self.seen:
+                        self.seen = int(found.group(1))
+                        self._next = f".m{self.seen + 1}"
+                        self.watch(time, self.seen)
+                        break
+                if not self.optimizer_seen and tag.startswith(_OPTIMIZER):
                     self.optimizer_seen = True
                     self.watch(time, OPT)
                     break
@@ -282,7 +286,11 @@ def _starts(run: Any) -> list[float]:
     for indices in run.by_stream:
         previous = 0.0
         for i in indices:
-            start[i] = max([previous] + [end[d] for d in ops[i].deps])
+            at = previous
+            for d in ops[i].deps:
+                if end[d] > at:
+                    at = end[d]
+            start[i] = at
             previous = end[i]
     return start
 
