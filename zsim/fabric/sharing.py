@@ -127,6 +127,11 @@ class Fabric:
                     break
             if alone:
                 return [seed] if seed.links and self.on_link.get(seed.links[0][0]) else []
+            siblings = self._siblings(seed)
+            if siblings is not None:
+                return siblings
+        elif not self._occupied(seeds):  # transfers that just ended, alone on their links: nothing to solve
+            return []
         # Depth first from the seeds' links; transfers in the order first reached (max_min_rates's order).
         # The stack of links to visit is kept as segments [a transfer's keys, index of the next to pop],
         # popped from the end: the order of a flat stack of links. Keys are interned by value, so once one
@@ -158,6 +163,45 @@ class Fabric:
                     reached.append(t)
                     stack.append([t.keys, len(t.keys) - 1])
         return reached
+
+    def _siblings(self, seed: Transfer) -> list[Transfer] | None:
+        """The component of `seed` when every transfer on its links has its very links (the group
+        instances of one per-rank collective over the same NICs): the transfers on its last link, in
+        their order there, which is the order the search below reaches them in (it starts from that
+        link). None otherwise. Costs the links and that one list, not the links times the transfers."""
+        keys = seed.keys
+        if not keys:
+            return None
+        on_link = self.on_link
+        last = on_link.get(keys[-1])
+        if not last:
+            return None
+        for t in last:
+            if t.keys is not keys:
+                return None
+        n = len(last)
+        if len({id(t) for t in last}) != n:  # a transfer over one link twice: the search's marks dedupe
+            return None
+        for link in keys:
+            on = on_link.get(link)
+            if on is None or len(on) != n:  # another transfer on this link (each of `last` is on all of them)
+                return None
+        return list(last)
+
+    def _occupied(self, seeds: list[Transfer]) -> bool:
+        """Whether any link of `seeds` carries a transfer (each interned keys tuple looked at once): the
+        64 MP rings of a per-rank collective end together, and a search from all of them found nothing."""
+        on_link = self.on_link
+        looked: set[int] = set()
+        for seed in seeds:
+            keys = seed.keys
+            if id(keys) in looked:
+                continue
+            looked.add(id(keys))
+            for link in keys:
+                if on_link.get(link):
+                    return True
+        return False
 
     def _reschedule(self, changed: list[Transfer]) -> None:
         self._version += 1
