@@ -67,6 +67,11 @@ class Fabric:
     _due: list[tuple[float, int, Transfer]] = field(default_factory=list)
     _entries: int = 0
     _stale: bool = True
+    # The last timer: its number, when it fires (s; -1: fired) and the version it was made or kept for
+    # (_reschedule); it is valid while that version is the current one
+    _timers: int = 0
+    _timer_at: float = -1.0
+    _timer_version: int = -1
 
     def transfer(self, links: tuple[tuple[Hashable, float], ...], nbytes: float,
                  cap: float | None = None) -> Generator[simpy.Event, None, None]:
@@ -219,8 +224,16 @@ class Fabric:
             else:
                 for t, rate in zip(component, solved[0]):
                     t.rate = rate
-        timer = simpy.Timeout(self.env, max(self._next_end(component), 0.0))  # = env.timeout(), without its lookup
-        timer.callbacks.append(partial(self._on_timer, self._version))
+        delay = max(self._next_end(component), 0.0)
+        if self.env.now + delay == self._timer_at and self._timer_version == self._version - 1:
+            # the pending timer already fires then (group instances that start together and end
+            # together): it stays valid instead of a new timer per start, each superseding the last
+            self._timer_version = self._version
+            return
+        timer = simpy.Timeout(self.env, delay)  # = env.timeout(), without its lookup
+        self._timers += 1
+        timer.callbacks.append(partial(self._on_timer, self._timers))
+        self._timer_at, self._timer_version = self.env.now + delay, self._version
 
     def _next_end(self, changed: list[Transfer]) -> float:
         """Seconds until the first active transfer ends at the current rates: the least remaining/rate,
@@ -248,9 +261,10 @@ class Fabric:
             heapq.heappop(due)
         return due[0][0]
 
-    def _on_timer(self, version: int, _timer: simpy.Event | None = None) -> None:
-        if version != self._version:
+    def _on_timer(self, number: int, _timer: simpy.Event | None = None) -> None:
+        if number != self._timers or self._timer_version != self._version:
             return  # superseded by a later start or end
+        self._timer_at = -1.0
         self._advance()
         finished = [t for t in self.active if t.remaining <= _REL_EPS * t.total]
         if not finished:  # round-off left a few bytes: finish the closest
