@@ -24,6 +24,7 @@ from zsim.config.hardware import Cluster
 from zsim.config.scenario import Scenario
 from zsim.engine.compute import compute_seconds
 from zsim.engine.cores import core_capacities, cpu_link, work
+from zsim.engine.instance import start_instance
 from zsim.engine.offload import transfer_seconds
 from zsim.engine import repeat as repeat_micro_batches
 from zsim.engine.rank_class import RankClass, class_stream
@@ -180,7 +181,7 @@ class _Run:
         entry[0] += 1
         if entry[0] == self.s.layout.group_size(op.group):
             del self.pending[key]
-            self.env.process(_instance(self.env, self.fabric, phases, entry[1]))
+            start_instance(self.env, self.fabric, phases, entry[1])
         started = yield entry[1]
         return algorithm, started, sent
 
@@ -198,7 +199,7 @@ class _Run:
             entry[0] += n
             if entry[0] == size:
                 del self.pending[key]
-                self.env.process(_instance(self.env, self.fabric, self.phases(op, group)[1], entry[1]))
+                start_instance(self.env, self.fabric, self.phases(op, group)[1], entry[1])
             ends[group] = entry[1]
         return ends
 
@@ -230,14 +231,6 @@ class _Run:
 
     def record_memory(self) -> None:
         self.events.append(schema.counter("memory", 0, self.env.now * 1e6, self.ledger.counters()))
-
-
-def _instance(env: simpy.Environment, fabric: Fabric, phases: list[Phase],
-              finished: simpy.Event) -> Generator[simpy.Event, None, None]:
-    """One group's collective in per-rank mode: its phases, then release every member."""
-    start = env.now
-    yield from collective(env, fabric, phases)
-    finished.succeed(start)
 
 
 class _RankProgress:
