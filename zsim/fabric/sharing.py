@@ -101,14 +101,19 @@ class Fabric:
         t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap, known[1])
         self.active[t] = None
         on_link = self.on_link
+        shared = False
         for link in t.keys:
             on = on_link.get(link)
-            if on is None:
+            if on:
+                shared = True
+                on.append(t)
+            elif on is None:
                 on_link[link] = [t]
             else:
                 on.append(t)
         self.transfers_started += 1
-        self._reschedule([t])
+        # alone on its links, it is its own component (what _component's search would find)
+        self._reschedule([t], None if shared else [t] if t.keys else [])
         return t.done
 
     def _advance(self) -> None:
@@ -208,11 +213,14 @@ class Fabric:
                     return True
         return False
 
-    def _reschedule(self, changed: list[Transfer]) -> None:
+    def _reschedule(self, changed: list[Transfer], component: list[Transfer] | None = None) -> None:
+        """New rates for the component of `changed` (`component`: it, where the caller knows it) and the
+        timer of the next end."""
         self._version += 1
         if not self.active:
             return
-        component = self._component(changed)
+        if component is None:
+            component = self._component(changed)
         if component:
             key = tuple([(id(t.links), t.cap) for t in component])
             solved = self._solved.get(key)
@@ -269,13 +277,19 @@ class Fabric:
         finished = [t for t in self.active if t.remaining <= _REL_EPS * t.total]
         if not finished:  # round-off left a few bytes: finish the closest
             finished = [min(self.active, key=lambda t: t.remaining / t.rate)]
+        on_link = self.on_link
+        left: list[Hashable] = []  # links that still carried a transfer after one of `finished` left
         for t in finished:
             del self.active[t]
             t.entry = -1
             for link in t.keys:
-                self.on_link[link].remove(t)
+                on = on_link[link]
+                on.remove(t)
+                if on:
+                    left.append(link)
             t.done.succeed()
-        self._reschedule(finished)
+        # none left on their links: nothing to solve (what _component's search would find)
+        self._reschedule(finished, None if any(on_link[link] for link in left) else [])
 
 
 def max_min_rates(transfers: list[Transfer], capacity: dict[Hashable, float]) -> None:
