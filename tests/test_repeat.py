@@ -139,6 +139,24 @@ def test_spliced_flagship_step_matches_the_recorded_full_simulation(name):
     assert math.isclose(spliced.step_seconds[0], want, rel_tol=full_events * 2.0**-53)
 
 
+ZERO_R = {  # ZeRO-R options (the host ledger of Pa+cpu, MD's arenas, the fused buffer without CB)
+    "pa": (FLAGSHIP, ("model.layers=4", "zero.partition_activations=true")),
+    "pa+cpu": (FLAGSHIP, ("model.layers=4", "zero.partition_activations=true", "zero.cpu_offload_activations=true")),
+    "md+pa": (FLAGSHIP, ("model.layers=4", "zero.defragment=true", "zero.partition_activations=true")),
+    "no checkpointing": (SMALL, ("model.layers=4", "zero.activation_checkpointing=false")),
+    "no cb": (SMALL, ("model.layers=4", "zero.constant_buffers=false", "zero.stage=2", "zero.overlap_comm=false")),
+}
+
+
+@pytest.mark.parametrize("case", list(ZERO_R))
+def test_spliced_step_equals_the_full_simulation_with_zero_r(case):
+    path, overrides = ZERO_R[case]
+    scenario = _scenario(path, overrides, 8)
+    spliced = simulate(scenario, mode="class")
+    assert spliced.repeated_micro_batches > 0
+    assert_same_result(spliced, simulate(scenario, mode="class", repeat=False))
+
+
 def test_without_trace_the_totals_are_the_same():
     scenario = _scenario(FLAGSHIP, ("model.layers=4",), 16)
     spliced = simulate(scenario, mode="class", trace=False)
