@@ -358,6 +358,7 @@ def splice_events(events: list[dict[str, Any]], unit_mb: int, first: float, last
 def _moved(event: dict[str, Any], copies: int, period_us: float) -> dict[str, Any]:
     moved = dict(event)
     moved["ts"] = event["ts"] + copies * period_us
+    moved["args"] = dict(event["args"])  # its own: a copy's args are not the original's
     if event["ph"] == "X":
-        moved["args"] = dict(event["args"], micro_batch=event["args"]["micro_batch"] + copies)
+        moved["args"]["micro_batch"] += copies
     return moved

@@ -22,11 +22,11 @@ import simpy
 
 from zsim.config.hardware import Cluster
 from zsim.config.scenario import Scenario
+from zsim.engine import repeat as repeat_micro_batches
 from zsim.engine.compute import compute_seconds
 from zsim.engine.cores import core_capacities, cpu_link, work
 from zsim.engine.instance import start_instance
 from zsim.engine.offload import transfer_seconds
-from zsim.engine import repeat as repeat_micro_batches
 from zsim.engine.rank_class import RankClass, class_stream
 from zsim.engine.result import CommStats, Result
 from zsim.fabric.collective import Phase, Placement, plan_collective
