@@ -51,6 +51,9 @@ class Result:
     # stage's) and the pipeline block of result.json; empty and None without it.
     stage_ledgers: list[MemoryLedger] = field(default_factory=list)
     pipeline: dict[str, Any] | None = None
+    # Micro-batches of each step not simulated but spliced in as copies of one proven to repeat
+    # (zsim.engine.repeat); 0 when every micro-batch was simulated.
+    repeated_micro_batches: int = 0
 
     @property
     def total_seconds(self) -> float:

@@ -22,8 +22,10 @@ import simpy
 
 from zsim.config.hardware import Cluster
 from zsim.config.scenario import Scenario
+from zsim.engine import repeat as repeat_micro_batches
 from zsim.engine.compute import compute_seconds
 from zsim.engine.cores import core_capacities, cpu_link, work
+from zsim.engine.instance import start_instance
 from zsim.engine.offload import transfer_seconds
 from zsim.engine.pipeline_result import pipeline_facts, stage_bubbles, worst_stage
 from zsim.engine.rank_class import RankClass, class_stream
@@ -198,7 +200,7 @@ class _Run:
         entry[0] += 1
         if entry[0] == self.s.layout.group_size(op.group):
             del self.pending[key]
-            self.env.process(_instance(self.env, self.fabric, phases, entry[1]))
+            start_instance(self.env, self.fabric, phases, entry[1])
         started = yield entry[1]
         return algorithm, started, sent
 
@@ -216,7 +218,7 @@ class _Run:
             entry[0] += n
             if entry[0] == size:
                 del self.pending[key]
-                self.env.process(_instance(self.env, self.fabric, self.phases(op, group)[1], entry[1]))
+                start_instance(self.env, self.fabric, self.phases(op, group)[1], entry[1])
             ends[group] = entry[1]
         return ends
 
@@ -261,14 +263,6 @@ class _Run:
             algorithm, phases = p2p_phases(op.nbytes, self.s.cluster, self.s.layout, op.stage, peer)
             planned = self._phases[key] = (algorithm, phases, float(op.nbytes))
         return planned[0], planned[1]
-
-
-def _instance(env: simpy.Environment, fabric: Fabric, phases: list[Phase],
-              finished: simpy.Event) -> Generator[simpy.Event, None, None]:
-    """One group's collective in per-rank mode: its phases, then release every member."""
-    start = env.now
-    yield from collective(env, fabric, phases)
-    finished.succeed(start)
 
 
 class _RankProgress:
@@ -489,7 +483,8 @@ def workload_and_plan(scenario: Scenario, plans: dict[str, tuple[Workload, Plan]
 
 def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False,
              compute_override: Callable[[list[Op]], dict[int, float]] | None = None, trace: bool = True,
-             plans: dict[str, tuple[Workload, Plan]] | None = None, rank_classes: bool = True) -> Result:
+             plans: dict[str, tuple[Workload, Plan]] | None = None, rank_classes: bool = True,
+             repeat: bool = True, observe: Callable[[_Run], None] | None = None) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
     'per_rank') overrides the scenario's fabric.mode. `progress`: show a progress bar on stderr in
     per-rank mode (seconds to minutes; class mode takes well under a second). `compute_override(plan.ops)`
@@ -498,18 +493,28 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     ledger and its peaks; every number is the same). `plans`: a dict kept across calls that reuses
     the workload and plan of scenarios differing only in speeds (a sweep's points; workload_and_plan).
     `rank_classes=False` runs per-rank mode one process per rank instead of one per class of identical
-    ranks (zsim.engine.rank_class): the same numbers, bit for bit, slower; the tests' reference."""
+    ranks (zsim.engine.rank_class): the same numbers, bit for bit, slower; the tests' reference.
+    `repeat=False` simulates every micro-batch of a gradient-accumulation step, where by default a
+    micro-batch proven to repeat is simulated once and spliced (zsim.engine.repeat; the same numbers,
+    times to round-off). `observe(run)` is called with the run's state before it starts (repeat's probe)."""
     wall = time.perf_counter()
     mode = mode or scenario.fabric.mode
     per_rank = mode == "per_rank" or (mode == "auto" and bool(scenario.fabric.degrade))
     if per_rank and scenario.layout.pp > 1:  # the loader refuses it in the file; this is a caller's mode
         raise ConfigError("per-rank mode with parallel.pp > 1 is not modelled: use class mode (docs/parallel.md)",
                           source=scenario.source, path="fabric.mode")
+    if repeat and repeat_micro_batches.applies(scenario, per_rank, compute_override is not None):
+        extrapolated = repeat_micro_batches.extrapolate(scenario, lambda reduced, watch: simulate(
+            reduced, mode="class", trace=trace, plans=plans, repeat=False, observe=watch))
+        if extrapolated is not None:
+            return extrapolated
     workload, plan = workload_and_plan(scenario, plans)
     env = CountingEnvironment()
     run = _Run(scenario, plan, env, per_rank, trace)
     if compute_override is not None:
         run.override = compute_override(plan.ops)
+    if observe is not None:
+        observe(run)
     # CUDA context, cuBLAS, NCCL: before the first tensor. A CPU host's ranks have none of them (gloo's
     # buffers are transient): the plan's context is a GPU's.
     for stage, persistent in enumerate(plan.stage_persistent or (plan.persistent,)):

@@ -67,6 +67,11 @@ class Fabric:
     _due: list[tuple[float, int, Transfer]] = field(default_factory=list)
     _entries: int = 0
     _stale: bool = True
+    # The last timer: its number, when it fires (s; -1: fired) and the version it was made or kept for
+    # (_reschedule); it is valid while that version is the current one
+    _timers: int = 0
+    _timer_at: float = -1.0
+    _timer_version: int = -1
 
     def transfer(self, links: tuple[tuple[Hashable, float], ...], nbytes: float,
                  cap: float | None = None) -> Generator[simpy.Event, None, None]:
@@ -96,14 +101,19 @@ class Fabric:
         t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap, known[1])
         self.active[t] = None
         on_link = self.on_link
+        shared = False
         for link in t.keys:
             on = on_link.get(link)
-            if on is None:
+            if on:
+                shared = True
+                on.append(t)
+            elif on is None:
                 on_link[link] = [t]
             else:
                 on.append(t)
         self.transfers_started += 1
-        self._reschedule([t])
+        # alone on its links, it is its own component (what _component's search would find)
+        self._reschedule([t], None if shared else [t] if t.keys else [])
         return t.done
 
     def _advance(self) -> None:
@@ -127,6 +137,11 @@ class Fabric:
                     break
             if alone:
                 return [seed] if seed.links and self.on_link.get(seed.links[0][0]) else []
+            siblings = self._siblings(seed)
+            if siblings is not None:
+                return siblings
+        elif not self._occupied(seeds):  # transfers that just ended, alone on their links: nothing to solve
+            return []
         # Depth first from the seeds' links; transfers in the order first reached (max_min_rates's order).
         # The stack of links to visit is kept as segments [a transfer's keys, index of the next to pop],
         # popped from the end: the order of a flat stack of links. Keys are interned by value, so once one
@@ -159,11 +174,53 @@ class Fabric:
                     stack.append([t.keys, len(t.keys) - 1])
         return reached
 
-    def _reschedule(self, changed: list[Transfer]) -> None:
+    def _siblings(self, seed: Transfer) -> list[Transfer] | None:
+        """The component of `seed` when every transfer on its links has its very links (the group
+        instances of one per-rank collective over the same NICs): the transfers on its last link, in
+        their order there, which is the order the search below reaches them in (it starts from that
+        link). None otherwise. Costs the links and that one list, not the links times the transfers."""
+        keys = seed.keys
+        if not keys:
+            return None
+        on_link = self.on_link
+        last = on_link.get(keys[-1])
+        if not last:
+            return None
+        for t in last:
+            if t.keys is not keys:
+                return None
+        n = len(last)
+        if len({id(t) for t in last}) != n:  # a transfer over one link twice: the search's marks dedupe
+            return None
+        for link in keys:
+            on = on_link.get(link)
+            if on is None or len(on) != n:  # another transfer on this link (each of `last` is on all of them)
+                return None
+        return list(last)
+
+    def _occupied(self, seeds: list[Transfer]) -> bool:
+        """Whether any link of `seeds` carries a transfer (each interned keys tuple looked at once): the
+        64 MP rings of a per-rank collective end together, and a search from all of them found nothing."""
+        on_link = self.on_link
+        looked: set[int] = set()
+        for seed in seeds:
+            keys = seed.keys
+            if id(keys) in looked:
+                continue
+            looked.add(id(keys))
+            for link in keys:
+                if on_link.get(link):
+                    return True
+        return False
+
+    def _reschedule(self, changed: list[Transfer], component: list[Transfer] | None = None) -> None:
+        """New rates for the component of `changed` (`component`: it, where the caller knows it) and the
+        timer of the next end."""
         self._version += 1
         if not self.active:
             return
-        component = self._component(changed)
+        if component is None:
+            component = self._component(changed)
         if component:
             key = tuple([(id(t.links), t.cap) for t in component])
             solved = self._solved.get(key)
@@ -175,8 +232,16 @@ class Fabric:
             else:
                 for t, rate in zip(component, solved[0]):
                     t.rate = rate
-        timer = simpy.Timeout(self.env, max(self._next_end(component), 0.0))  # = env.timeout(), without its lookup
-        timer.callbacks.append(partial(self._on_timer, self._version))
+        delay = max(self._next_end(component), 0.0)
+        if self.env.now + delay == self._timer_at and self._timer_version == self._version - 1:
+            # the pending timer already fires then (group instances that start together and end
+            # together): it stays valid instead of a new timer per start, each superseding the last
+            self._timer_version = self._version
+            return
+        timer = simpy.Timeout(self.env, delay)  # = env.timeout(), without its lookup
+        self._timers += 1
+        timer.callbacks.append(partial(self._on_timer, self._timers))
+        self._timer_at, self._timer_version = self.env.now + delay, self._version
 
     def _next_end(self, changed: list[Transfer]) -> float:
         """Seconds until the first active transfer ends at the current rates: the least remaining/rate,
@@ -204,20 +269,27 @@ class Fabric:
             heapq.heappop(due)
         return due[0][0]
 
-    def _on_timer(self, version: int, _timer: simpy.Event | None = None) -> None:
-        if version != self._version:
+    def _on_timer(self, number: int, _timer: simpy.Event | None = None) -> None:
+        if number != self._timers or self._timer_version != self._version:
             return  # superseded by a later start or end
+        self._timer_at = -1.0
         self._advance()
         finished = [t for t in self.active if t.remaining <= _REL_EPS * t.total]
         if not finished:  # round-off left a few bytes: finish the closest
             finished = [min(self.active, key=lambda t: t.remaining / t.rate)]
+        on_link = self.on_link
+        left: list[Hashable] = []  # links that still carried a transfer after one of `finished` left
         for t in finished:
             del self.active[t]
             t.entry = -1
             for link in t.keys:
-                self.on_link[link].remove(t)
+                on = on_link[link]
+                on.remove(t)
+                if on:
+                    left.append(link)
             t.done.succeed()
-        self._reschedule(finished)
+        # none left on their links: nothing to solve (what _component's search would find)
+        self._reschedule(finished, None if any(on_link[link] for link in left) else [])
 
 
 def max_min_rates(transfers: list[Transfer], capacity: dict[Hashable, float]) -> None:

@@ -1,0 +1,211 @@
+"""Gradient accumulation by splicing a repeating micro-batch (zsim.engine.repeat) gives the full simulation's
+Result: counts, bytes, memory peaks, the memory timeline's values and the allocator's states exactly;
+times to round-off. Why not to the bit: the full simulation reaches a time t + k·P by k additions of
+durations to simpy's clock, the splice adds k·P once; both are float64, so they differ in the last
+digits (measured: a few 1e-15 of the step). A duration read off that clock (end − start) carries the
+round-off of the clock's reading, ~1e-16 of the step, not of itself: a sum of n of them is compared to
+n × the tolerance × the step. The tolerance: TIME_TOL = 1e-12, or where larger the bound on the full
+simulation's own round-off, one half-ulp (2^-53) of the clock per event it scheduled (each event's time
+is one float addition to the clock): the flagship at ga 64 schedules 388k events and its step differs
+from the splice's by 7e-13 (the bound: 4e-11). Both are far below any difference of a schedule (one
+micro-batch is ~1e-2 of a step of 64)."""
+
+import json
+import math
+
+import pytest
+
+from zsim.config.scenario import load_scenario
+from zsim.engine import repeat
+from zsim.engine.simulation import simulate
+from tests.golden.engine_bits import CASES, FILE, FLAGSHIP, ROOT, SMALL
+
+TIME_TOL = 1e-12
+
+# (scenario, overrides, micro-batches the proof simulates) where it holds at every stage: the 7.5B example
+# at 6 layers (stages 0-1: the last micro-batch reduces, so the unit is one before it, and the allocator
+# settles after 2: 5 are simulated; stages 2-3: the last is a unit: 2), stage 2 without overlap_comm
+# (with it the reduce-scatters fall further behind every micro-batch: no clean boundary, see below), and
+# the flagship (stage 1: the allocator has settled by the second: 3).
+STAGES = {
+    0: (SMALL, ("model.layers=6", "zero.stage=0"), 5),
+    1: (SMALL, ("model.layers=6", "zero.stage=1"), 5),
+    2: (SMALL, ("model.layers=6", "zero.stage=2", "zero.overlap_comm=false"), 2),
+    3: (SMALL, ("model.layers=6",), 2),
+    "flagship-1": (FLAGSHIP, ("model.layers=4", "zero.stage=1"), 3),
+    "flagship-3": (FLAGSHIP, ("model.layers=4",), 2),
+}
+
+
+def _scenario(path, overrides, accum):
+    return load_scenario(ROOT / path, [*overrides, f"model.grad_accum={accum}", "model.global_batch=null"])
+
+
+def _close(a, b, clock=0.0, tol=TIME_TOL):
+    """Equal to `tol` of themselves, or of `clock` (s): the time their round-off comes from."""
+    return math.isclose(a, b, rel_tol=tol, abs_tol=tol * clock)
+
+
+def tolerance(full) -> float:
+    """TIME_TOL, or the bound on `full`'s own round-off where larger (module docstring)."""
+    return max(TIME_TOL, full.sim_events * 2.0**-53)
+
+
+def _same_events(spliced, full, tol):
+    """Equal trace events, as multisets: the same names, tracks and args, timestamps to round-off."""
+    assert len(spliced) == len(full)
+
+    def key(e):
+        args = {k: v for k, v in e["args"].items() if k != "wait_us"}
+        return e["ph"], e["name"], e.get("tid", -1), repr(sorted(args.items())) if e["ph"] == "X" else "", e["ts"]
+
+    a, b = sorted(spliced, key=key), sorted(full, key=key)
+    for x, y in zip(a, b):
+        assert key(x)[:4] == key(y)[:4], (x, y)
+        assert _close(x["ts"], y["ts"], tol=tol), (x, y)
+        if x["ph"] == "X":  # µs read off the clock
+            assert _close(x["dur"], y["dur"], max(x["ts"], y["ts"]), tol), (x, y)
+        else:
+            assert x["args"] == y["args"], (x, y)  # memory counters: exact bytes
+
+
+def _same_ledger(a, b, tol):
+    if a is None or b is None:
+        assert a is b
+        return
+    assert a.rows == b.rows and a.reserved_rows == b.reserved_rows  # every state of the timeline, exactly
+    assert len(a.times) == len(b.times) and all(_close(x, y, tol=tol) for x, y in zip(a.times, b.times))
+    assert (a.peak, a.peak_by_category, a.peak_reserved) == (b.peak, b.peak_by_category, b.peak_reserved)
+    assert _close(a.peak_time, b.peak_time, tol=tol) and _close(a.peak_reserved_time, b.peak_reserved_time, tol=tol)
+    assert len(a.flush_times) == len(b.flush_times)
+    assert all(_close(x, y, tol=tol) for x, y in zip(a.flush_times, b.flush_times))
+    assert a.oom == b.oom and a.totals == b.totals
+    assert (a.allocator is None) == (b.allocator is None)
+    if a.allocator is not None:
+        assert a.allocator.state(repeat._mb_free) == b.allocator.state(repeat._mb_free)
+
+
+def assert_same_result(spliced, full):
+    """Every number of the two Results: exact where it is a count, bytes or memory, else to TIME_TOL."""
+    tol = tolerance(full)
+    assert len(spliced.step_seconds) == len(full.step_seconds)
+    assert all(_close(a, b, tol=tol) for a, b in zip(spliced.step_seconds, full.step_seconds)), \
+        (spliced.step_seconds, full.step_seconds)
+    clock = full.total_seconds
+    ops = sum(c.count for c in full.comm.values())
+    for name in ("compute_seconds", "mp_comm_seconds", "ep_comm_seconds", "offload_seconds"):
+        assert _close(getattr(spliced, name), getattr(full, name), clock * ops, tol), name
+    assert _close(spliced.hardware_flops, full.hardware_flops)
+    assert spliced.model_flops == full.model_flops
+    assert spliced.comm.keys() == full.comm.keys()
+    for key, s in spliced.comm.items():
+        f = full.comm[key]
+        assert (s.count, s.payload_bytes) == (f.count, f.payload_bytes), key
+        assert _close(s.sent_bytes, f.sent_bytes) and _close(s.seconds, f.seconds, clock * f.count, tol), key
+    assert spliced.algorithms == full.algorithms
+    assert spliced.model_states == full.model_states and spliced.scenario == full.scenario
+    assert spliced.step_memory_states == full.step_memory_states
+    _same_ledger(spliced.ledger, full.ledger, tol)
+    _same_ledger(spliced.host_ledger, full.host_ledger, tol)
+    _same_events(spliced.events, full.events, tol)
+
+
+@pytest.mark.parametrize("accum", [2, 8, 64])
+@pytest.mark.parametrize("case", list(STAGES))
+def test_spliced_step_equals_the_full_simulation(case, accum):
+    path, overrides, simulated = STAGES[case]
+    scenario = _scenario(path, overrides, accum)
+    spliced = simulate(scenario, mode="class")
+    full = simulate(scenario, mode="class", repeat=False)
+    assert full.repeated_micro_batches == 0
+    # ga 2 is below the micro-batches the proof simulates: every one is simulated
+    assert spliced.repeated_micro_batches == max(0, accum - simulated)
+    if accum > simulated:
+        assert spliced.sim_events < full.sim_events
+    assert_same_result(spliced, full)
+
+
+@pytest.mark.parametrize("name", ["flagship-class-ga4", "flagship-class-ga64"])
+def test_spliced_flagship_step_matches_the_recorded_full_simulation(name):
+    """The whole flagship at ga 4 and 64, against the step time the full simulation recorded
+    (tests/golden/engine_bits.json), to the bound of that simulation's own round-off: 4.3e-11 at ga 64
+    (388k events), where the two differ by 7e-13."""
+    path, overrides, mode = CASES[name]
+    spliced = simulate(load_scenario(ROOT / path, list(overrides)), mode=mode, trace=False)
+    recorded = json.loads(FILE.read_text())[name]["step_seconds"]
+    full_events = {"flagship-class-ga4": 24_274, "flagship-class-ga64": 387_934}[name]  # bench_run.py prints them
+    assert spliced.repeated_micro_batches > 0
+    [want] = json.loads(recorded)
+    assert math.isclose(spliced.step_seconds[0], want, rel_tol=full_events * 2.0**-53)
+
+
+ZERO_R = {  # ZeRO-R options (the host ledger of Pa+cpu, MD's arenas, the fused buffer without CB)
+    "pa": (FLAGSHIP, ("model.layers=4", "zero.partition_activations=true")),
+    "pa+cpu": (FLAGSHIP, ("model.layers=4", "zero.partition_activations=true", "zero.cpu_offload_activations=true")),
+    "md+pa": (FLAGSHIP, ("model.layers=4", "zero.defragment=true", "zero.partition_activations=true")),
+    "no checkpointing": (SMALL, ("model.layers=4", "zero.activation_checkpointing=false")),
+    "no cb": (SMALL, ("model.layers=4", "zero.constant_buffers=false", "zero.stage=2", "zero.overlap_comm=false")),
+}
+
+
+@pytest.mark.parametrize("case", list(ZERO_R))
+def test_spliced_step_equals_the_full_simulation_with_zero_r(case):
+    path, overrides = ZERO_R[case]
+    scenario = _scenario(path, overrides, 8)
+    spliced = simulate(scenario, mode="class")
+    assert spliced.repeated_micro_batches > 0
+    assert_same_result(spliced, simulate(scenario, mode="class", repeat=False))
+
+
+def test_without_trace_the_totals_are_the_same():
+    scenario = _scenario(FLAGSHIP, ("model.layers=4",), 16)
+    spliced = simulate(scenario, mode="class", trace=False)
+    full = simulate(scenario, mode="class", trace=False, repeat=False)
+    assert spliced.repeated_micro_batches == 14 and spliced.events == [] == full.events
+    assert_same_result(spliced, full)
+
+
+def test_a_comm_stream_that_falls_behind_is_simulated_in_full():
+    """Stage 2 with overlap_comm: each micro-batch's reduce-scatters end after the next one has started,
+    later every time, so no boundary is clean and nothing is spliced."""
+    scenario = _scenario(SMALL, ("model.layers=6", "zero.stage=2"), 8)
+    result = simulate(scenario, mode="class")
+    assert result.repeated_micro_batches == 0
+    assert result.step_seconds == simulate(scenario, mode="class", repeat=False).step_seconds
+
+
+def test_runs_the_proof_does_not_cover_are_simulated_in_full():
+    """Per-rank mode, several steps, a CPU host: every micro-batch is simulated."""
+    per_rank = _scenario(SMALL, ("model.layers=2",), 8)
+    assert simulate(per_rank, mode="per_rank").repeated_micro_batches == 0
+    steps = _scenario(SMALL, ("model.layers=2", "run.steps=2"), 8)
+    assert not repeat.applies(steps, per_rank=False, overridden=False)
+    assert simulate(steps, mode="class").repeated_micro_batches == 0
+    assert not repeat.applies(_scenario(SMALL, ("model.layers=2",), 8), per_rank=False, overridden=True)
+
+
+def test_an_unsettled_allocator_is_not_spliced(monkeypatch):
+    """The memory check can fail: with the allocator's state made to differ at every micro-batch, the
+    proof refuses and the step is simulated in full (the same numbers as repeat=False)."""
+    real = repeat._memory_state
+    counter = iter(range(10**6))
+    monkeypatch.setattr(repeat, "_memory_state", lambda ledger: (real(ledger), next(counter)))
+    scenario = _scenario(FLAGSHIP, ("model.layers=4",), 8)
+    result = simulate(scenario, mode="class")
+    assert result.repeated_micro_batches == 0
+    assert result.step_seconds == simulate(scenario, mode="class", repeat=False).step_seconds
+
+
+def test_a_schedule_that_drifts_is_not_spliced(monkeypatch):
+    """The timing check can fail: an op of the unit made one microsecond slower than its counterpart."""
+    real = repeat._starts
+
+    def drifting(run):
+        start = real(run)
+        n = run.s.grad_accum
+        i = next(i for i, op in enumerate(run.plan.ops) if op.micro_batch == n - 2 and op.stream == "compute")
+        run.end_time[i] += 1e-6
+        return start
+
+    monkeypatch.setattr(repeat, "_starts", drifting)
+    assert simulate(_scenario(FLAGSHIP, ("model.layers=4",), 8), mode="class").repeated_micro_batches == 0
