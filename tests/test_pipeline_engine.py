@@ -131,7 +131,7 @@ def test_p2p_bytes_are_one_ranks_share_of_the_activation(mp, sp):
     _, plan = workload_and_plan(s)
     m = s.model
     # e·s·b·h, / mp under SP or Megatron's scatter/gather (Narayanan et al. 2021 §4.1)
-    assert {op.nbytes for op in plan.ops if op.group == "pp"} == {2 * m.seq_len * m.micro_batch * m.hidden // mp}
+    assert {op.nbytes for op in plan.ops if op.collective in ("send", "recv")} == {2 * m.seq_len * m.micro_batch * m.hidden // mp}
 
 
 def test_1f1b_keeps_p_minus_s_micro_batches_in_flight_on_stage_s():

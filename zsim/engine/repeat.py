@@ -123,6 +123,7 @@ class Watch:
     def __call__(self, run: Any) -> None:
         self.run = run
         run.ledger = WatchedLedger(capacity=run.ledger.capacity, watch=self.snapshot)
+        run.ledgers[0] = run.ledger  # the engine allocates through its per-stage list (one stage here)
 
     def snapshot(self, now: float, key: int) -> None:
         self.snapshots[key] = Snapshot(now, (_memory_state(self.run.ledger), _memory_state(self.run.host_ledger)))

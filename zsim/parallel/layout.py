@@ -84,8 +84,9 @@ class Layout:
 
     def group_size(self, kind: str) -> int:
         """Members of a group of `kind`: 'dp', 'mp', 'ep' (expert parallel), 'edp' (expert data parallel) or
-        'pp' (the pipeline: one rank per stage)."""
-        return {"dp": self.dp, "mp": self.mp, "ep": self.ep, "edp": self.dp // self.ep, "pp": self.pp}[kind]
+        'pp' (the pipeline: one rank per stage) or 'embed' (a tied head's first and last stage)."""
+        return {"dp": self.dp, "mp": self.mp, "ep": self.ep, "edp": self.dp // self.ep, "pp": self.pp,
+                "embed": 2 if self.pp > 1 else 1}[kind]
 
     def group_index(self, kind: str, rank: int) -> int:
         """Which group of `kind` holds `rank` (0-based; groups of one kind are disjoint)."""
@@ -117,7 +118,11 @@ class Layout:
         if kind == "mp":
             return self.mp_shape
         size = self.group_size(kind)
-        stride = self.mp * (1 if kind == "ep" else self.ep)
+        # members' rank distance: EP consecutive DP ranks (mp apart), EDP ep DP ranks apart, the pipeline
+        # one stage (dp·mp) apart, the tied embedding's group the first and last stage (Megatron-LM
+        # _EMBEDDING_GROUP)
+        stride = {"ep": self.mp, "edp": self.mp * self.ep, "pp": self.dp * self.mp,
+                  "embed": max(1, self.pp - 1) * self.dp * self.mp}[kind]
         per_node = min(max(1, self.gpus_per_node // stride), size)
         return GroupShape(size=size, per_node=per_node, nodes=max(1, size // per_node),
                           concurrent_per_node=max(1, min(self.gpus_per_node, self.world) // per_node))

@@ -42,7 +42,10 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
         b.add(name=f"optimizer/{check}", stream="compute", deps=deps, kernels=kernels[check],
               hbm_bytes=kernels[check].bytes, step=step, micro_batch=last_mb)
         deps = ()
-        for group in ("dp", "mp") if s.layout.mp > 1 else ("dp",):
+        # with pipeline stages, over the pipeline group too (Megatron-LM clip_grad_norm: the model-parallel
+        # group spans tp and pp; the runtime's all_reduce/<check>.pp)
+        groups = ("dp", "mp") if s.layout.mp > 1 else ("dp",)
+        for group in groups + (("pp",) if s.layout.pp > 1 else ()):
             b.add(name=f"all_reduce/{check}.{group}", stream="compute", collective="all_reduce", group=group,
                   nbytes=4, step=step, micro_batch=last_mb)
     # The gradients' copy the update reads (zsim.zero.residual.step_gradient_bytes): made by one cast

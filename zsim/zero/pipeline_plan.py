@@ -5,8 +5,8 @@ stage 0, the head on the last stage: Megatron-LM pre_process / post_process) and
 which ZeRO-1 partitions over the stage's DP group (DeepSpeed's 3D parallelism: ZeRO-1 inside each
 stage's DP group, deepspeed/runtime/pipe/engine.py; Megatron's distributed optimizer likewise). With a
 tied head and pp > 1 the last stage keeps its own copy of the word embedding for the logits
-(Megatron-LM: shared_embedding_or_output_weight; the copies' gradient all-reduce between the first and
-last stage is not planned: docs/parallel.md).
+(Megatron-LM: shared_embedding_or_output_weight); under ZeRO-0 the copies' gradients are summed by an
+all-reduce between the first and last stage before the optimizer step (`all_reduce/embed`).
 
 A stage runs the Work items of zsim.parallel.pipeline.stage_schedule in order. For each (the fixed
 contract with the runtime, docs/parallel.md):
@@ -30,7 +30,7 @@ from zsim.config.scenario import Scenario
 from zsim.memory.context import context_memory
 from zsim.parallel.pipeline import split_layers, stage_schedule
 from zsim.workload.transformer import Module, Workload
-from zsim.zero.model_states import ModelStates
+from zsim.zero.model_states import PARAM_BYTES, ModelStates
 from zsim.zero.ops import Alloc, Op, Plan, PlanBuilder
 from zsim.zero.optimizer_step import optimizer_step
 from zsim.zero.rank_states import rank_model_states
@@ -97,6 +97,10 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
     p, v, m = par.pp, par.virtual_stages, scenario.grad_accum
     stages = pipeline_stages(scenario, workload)
     nbytes = p2p_bytes(scenario)
+    # a tied head's word-embedding gradient (V/t × h elements), summed over the embedding group; ZeRO-1
+    # sums it inside its reduction (DeepSpeed), which is not planned apart (docs/parallel.md)
+    tied = p > 1 and getattr(scenario.model, "tied_head", True)
+    embed_bytes = PARAM_BYTES[scenario.precision.dtype] * workload.modules[0].tensors[0]
     z = scenario.zero
     stage1_fused = z.stage == 1 and z.constant_buffers  # reduces the whole stage at once (_reduce_stage1)
     ops: list[Op] = []
@@ -133,6 +137,12 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
                     pass_.backward(mods, reduce)
                     if vs > 0:
                         sends[("bwd", step, w.mb, vs)] = base + b.add(name="send/pp.bwd", collective="send", **fields)
+            if tied and s in (0, p - 1) and z.stage == 0:
+                # the tied word embedding's two copies summed between the first and last stage once the
+                # step's gradients are reduced (Megatron-LM finalize_model_grads ->
+                # _allreduce_word_embedding_grads over _EMBEDDING_GROUP; the runtime's all_reduce/embed)
+                b.add(name="all_reduce/embed", stream="compute", collective="all_reduce", group="embed",
+                      nbytes=embed_bytes, step=step, micro_batch=m - 1, deps=(b.last(),))
             optimizer_step(b, scenario, stage.workload, step)
         ops += [op._replace(stage=s, deps=tuple(d + base for d in op.deps)) for op in b.ops]
     for i, key in recvs:
