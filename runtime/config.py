@@ -151,6 +151,7 @@ class RunConfig:
         if self.mp < 1 or self.world_size % self.mp:
             fail("mp", f"{self.mp} must be >= 1 and divide the {self.world_size} ranks")
         self._check_pipeline(fail)
+        self._check_model_options(fail)
         for key, message in mp_problems(self.model, self.mp):  # the simulator's rule (Megatron's)
             fail(key, message)
         if not 1 <= self.steps <= MAX_STEPS:
@@ -181,6 +182,27 @@ class RunConfig:
         if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:
             fail("fail_rank", f"{self.fail_rank} is not a rank of {self.world_size}")
         _ = self.accum  # raises ConfigError when the batch arithmetic does not work
+
+    def _check_model_options(self, fail) -> None:
+        """Refuse the model options the simulator prices but this runtime's GPT does not build (runtime/model.py),
+        naming the key: a trace of another model than the one asked for would calibrate the wrong thing."""
+        m = self.model
+        unbuilt = [
+            ("model.moe", m.moe is not None, "mixture-of-experts MLPs"),
+            ("model.mla", m.mla is not None, "multi-head latent attention"),
+            ("model.head_dim", m.head_dim is not None and m.head_dim * m.heads != m.hidden,
+             "a head width other than hidden / heads"),
+            ("model.position", m.position == "alibi", "ALiBi positions"),
+            ("model.norm", m.norm not in ("layernorm", "rmsnorm"), f"{m.norm} norms"),
+            ("model.layer_norms", m.layer_norms != 2, f"{m.layer_norms} norms per block"),
+            ("model.qk_norm", m.qk_norm != "none", "query/key norms"),
+            ("model.sliding_window", m.sliding_window is not None, "sliding-window attention"),
+            ("model.embedding_norm", bool(getattr(m, "embedding_norm", False)), "a norm after the embedding"),
+        ]
+        for key, used, what in unbuilt:
+            if used:
+                fail(key, f"the runtime does not build {what} (runtime/model.py builds GPT, LLaMA, Mistral and "
+                          "Qwen2 shapes); `zsim run` simulates this model, but it cannot be traced yet")
 
     def _check_pipeline(self, fail) -> None:
         """The pipeline keys as a whole (after mp): world = mp x dp x pp, ZeRO stage 0 or 1, a known

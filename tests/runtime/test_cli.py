@@ -94,3 +94,19 @@ def test_trace_command_does_not_import_torch():
     code = "import sys, zsim.cli; zsim.cli.build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("changes,key", [
+    (dict(position="alibi"), "model.position"),
+    (dict(layer_norms=4), "model.layer_norms"),
+    (dict(qk_norm="head"), "model.qk_norm"),
+    (dict(sliding_window=16), "model.sliding_window"),
+])
+def test_model_options_the_runtime_does_not_build_are_refused(tmp_path, changes, key):
+    """A model the simulator prices but the runtime's GPT does not build is refused by key, never traced as
+    a plain GPT in its place."""
+    from tests.runtime.conftest import run_config, tiny_model
+
+    with pytest.raises(ConfigError) as err:
+        run_config(tmp_path, model=tiny_model(**changes))
+    assert err.value.path == key and "does not build" in str(err.value)
