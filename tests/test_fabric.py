@@ -125,13 +125,16 @@ def test_nccl_tuner_picks_ll_then_ll128_then_simple_on_one_dgx2():
 
 
 def test_small_all_reduce_across_many_nodes_takes_the_tree():
-    """NCCL's double binary tree has 2·log2(N) network steps instead of the ring's 2(N−1)."""
+    """NCCL's double binary tree has 2·log2(N) network steps instead of the ring's 2(N−1): NCCL 2.5's
+    tuner takes it, and its latency is below the ring's. (Whether its whole time is also below depends on
+    the fitted tree share of the NICs: with ABCI's 0.27 and 16 streams a NIC, 64 KiB is not.)"""
     c = load_cluster("dgx2", 64)
     shape = GroupShape(64, 1, 64, 16)
     label, phases = plan_collective("all_reduce", 1 << 16, shape, c)
     assert label.startswith("tree/")
     _, ring_phases = plan_collective("all_reduce", 1 << 16, shape, c, "ring")
-    assert uncontended_time(phases, caps(c)) < uncontended_time(ring_phases, caps(c))
+    assert sum(p.latency_s for p in phases) < sum(p.latency_s for p in ring_phases)
+    assert sum(p.latency_s for p in phases) > 12 * c.network_step_s(64, "tree", label.split("/")[1])  # 2·log2(64) steps
 
 
 def test_hierarchical_all_reduce_keeps_nic_bytes():

@@ -85,6 +85,19 @@ def test_the_fit_recovers_the_terms_that_made_the_tables(tmp_path, capsys):
     assert error_summary(result.residuals)[1] < 0.01  # rows >= 1 MiB (smaller ones print busbw 0.00-0.99)
 
 
+def test_tables_run_as_rings_are_simulated_as_rings_and_hold_the_tree_term(tmp_path, capsys):
+    """A table NCCL ran with NCCL_ALGO=RING (p4d's, SOURCE.md) is priced as a ring whatever the tuner
+    would pick, and a fit that sees no tree row cannot fit the tree's share: it keeps the profile's."""
+    write_tables(tmp_path, "abci-v100", [8], 4)
+    capsys.readouterr()
+    runs = read_runs(tmp_path, algorithm="ring")
+    result = fit_network("abci-v100", runs)
+    assert {r.algorithm.split("/")[0] for r in result.residuals} == {"ring"}
+    assert "tree_efficiency" not in result.fitted
+    assert result.values["tree_efficiency"] == load_cluster("abci-v100", 8).tree_efficiency
+    assert "tree" in {r.algorithm.split("/")[0] for r in fit_network("abci-v100", read_runs(tmp_path)).residuals}
+
+
 def test_nccl_fit_prints_a_network_section_for_multinode_tables(tmp_path, capsys):
     write_tables(tmp_path, "abci-v100", [2, 4], 4)
     capsys.readouterr()

@@ -78,11 +78,12 @@ def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
     assert next(c for k, c in checks.items() if k.startswith("60B on 128 GPUs: C1 < C2"))["passed"]
     assert next(c for k, c in checks.items() if k.startswith("60B on 128 GPUs: C5 is slower"))["passed"]
     speedup = next(p for p in report["points"] if p["name"] == "largest speedup over the baseline")
-    # §10.2 "up to 10x", at the largest model. Since issue 24's measured EDR terms (73% of line rate, not
-    # the assumed 90%) the Megatron baseline's MP all-reduces across 8 nodes are slower and zsim's speedup at
-    # 170B reads ~13.6x: outside the point's ±15%. A known miss the report states, held here so a change
-    # that moves it either way is seen.
-    assert "170B" in speedup["note"] and not speedup["passed"] and 10.0 < speedup["simulated"] < 16.0
+    # §10.2 "up to 10x", at the largest model. Since issue 24's measured EDR terms (66% of line rate under
+    # NCCL 2.8's own tuner, not the assumed 90%) the Megatron baseline's MP all-reduces across 8 nodes are
+    # slower and zsim's speedup at 170B reads ~19.8x (~13.6x with the terms fitted under 2.7's formulas):
+    # outside the point's ±15%. A known miss the report states, held here so a change that moves it either
+    # way is seen.
+    assert "170B" in speedup["note"] and not speedup["passed"] and 17.0 < speedup["simulated"] < 23.0
 
 
 def test_every_run_of_the_authors_chart_is_a_point(paper_run):

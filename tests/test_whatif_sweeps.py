@@ -52,7 +52,7 @@ def test_flagship_ib_sweep_answers():
     for stage in (2, 3):
         rows = sorted(sweep.table.where(**{"zero.stage": stage}).rows, key=lambda r: r["hardware.nic_Gbps"])
         steps = [r["step_s"] for r in rows]
-        assert len(rows) == 17 and rows[0]["hardware.nic_Gbps"] == 25 and rows[-1]["hardware.nic_Gbps"] == 6400
+        assert len(rows) == 19 and rows[0]["hardware.nic_Gbps"] == 25 and rows[-1]["hardware.nic_Gbps"] == 12800
         # never rises with bandwidth
         assert all(b <= a * (1 + 1e-12) for a, b in zip(steps, steps[1:])), steps
         # network-bound at 25 Gb/s, compute-bound and flat at the top
@@ -74,7 +74,7 @@ def test_flagship_ib_sweep_answers():
         assert s3[bw]["comm_share"] > s2[bw]["comm_share"], bw
         assert s3[bw]["dp_comm_s"] > s2[bw]["dp_comm_s"], bw
     assert all(r["status"] == "oom" for r in s2.values()) and all(r["status"] == "fits" for r in s3.values())
-    assert sweep.best["zero.stage"] == 3 and sweep.best["hardware.nic_Gbps"] == 6400
+    assert sweep.best["zero.stage"] == 3 and sweep.best["hardware.nic_Gbps"] == 12800
 
 
 def test_stage_vs_dp_reproduces_figure_1_memory_and_times_it():

@@ -45,12 +45,15 @@ _F_SCALE = 0.25
 
 @dataclass(frozen=True, slots=True)
 class TableRun:
-    """One multi-node nccl-tests table: its collective, what its header says, and its rows."""
+    """One multi-node nccl-tests table: its collective, what its header says, its rows, and the
+    algorithm NCCL was held to (`NCCL_ALGO`, which the table does not print: its provenance says it;
+    "auto": NCCL's tuner chose)."""
 
     path: Path
     fn: str
     header: TableHeader
     rows: tuple[NcclRow, ...]
+    algorithm: str = "auto"
 
 
 def read_run(path: Path) -> TableRun:
@@ -70,10 +73,13 @@ def read_run(path: Path) -> TableRun:
     return TableRun(path, fn, header, tuple(read_nccl_tests(path)))
 
 
-def read_runs(folder: Path, max_nodes: int | None = None, min_nodes: int = 2) -> list[TableRun]:
+def read_runs(folder: Path, max_nodes: int | None = None, min_nodes: int = 2,
+              algorithm: str = "auto") -> list[TableRun]:
     """Every multi-node table in `folder` (`<collective>-<N>nodes.txt`), those spanning
-    `min_nodes`..`max_nodes` nodes. Raises ZsimError if there is none."""
-    runs = [read_run(p) for p in sorted(Path(folder).glob("*-*nodes.*")) if p.suffix in (".txt", ".json")]
+    `min_nodes`..`max_nodes` nodes, run with NCCL held to `algorithm` ("ring", "tree"; "auto": its
+    tuner's choice). Raises ZsimError if there is none."""
+    runs = [dataclasses.replace(read_run(p), algorithm=algorithm)
+            for p in sorted(Path(folder).glob("*-*nodes.*")) if p.suffix in (".txt", ".json")]
     runs = [r for r in runs if min_nodes <= r.header.nodes <= (max_nodes or r.header.nodes)]
     if not runs:
         raise ZsimError(f"{folder}: no multi-node nccl-tests tables (<collective>-<N>nodes.txt) in "
@@ -107,7 +113,7 @@ def predict(clusters: dict[int, Cluster], runs: list[TableRun], values: dict[str
         cap = healthy_capacities(c)
         for row in run.rows:
             sim = run_collective(c, run.fn, row.size, run.header.ranks, run.header.gpus_per_process,
-                                 simulate=False, capacity=cap)
+                                 algorithm=run.algorithm, simulate=False, capacity=cap)
             out.append((run, row, sim))
     return out
 
@@ -150,6 +156,9 @@ def fit_network(profile: str, runs: list[TableRun], profiles: Profiles | None = 
     if len({r.header.nodes for r in runs}) == 1 and "latency_growth_us" in terms:
         terms = tuple(t for t in terms if t != "latency_growth_us")  # one node count cannot show growth
         held.setdefault("latency_growth_us", clusters[runs[0].header.nodes].nic_latency_growth_s * 1e6)
+    if "tree_efficiency" in terms and not any(r.fn == "all_reduce" and r.algorithm in ("auto", "tree") for r in runs):
+        terms = tuple(t for t in terms if t != "tree_efficiency")  # no row can run a tree (NCCL_ALGO=RING)
+        held.setdefault("tree_efficiency", clusters[runs[0].header.nodes].tree_efficiency)
     measured = np.array([row.time_us for run in runs for row in run.rows])
 
     def resid(x: np.ndarray) -> np.ndarray:

@@ -61,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-nodes", type=positive("--max-nodes", MAX_NODES), default=None,
                    help="multi-node tables: fit only those of at most this many nodes and report the rest as "
                         "held out (e.g. --max-nodes 8)")
+    p.add_argument("--algo", choices=("auto", "ring", "tree"), default="auto",
+                   help="multi-node tables: the NCCL_ALGO they ran with (their provenance says; default auto: "
+                        "NCCL's tuner chose). With ring the tree's share is not fitted")
     p.add_argument("-g", "--gpus-per-process", type=positive("-g", 64), default=1, dest="gpus_per_process",
                    help="nccl-tests -g of the recording (GPUs per process)")
     add_json_option(p, "the values and residuals")
@@ -96,9 +99,9 @@ def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
     """Multi-node tables: fit the network's inter-node terms, the node's own held (zsim.calibrate.net_fit)."""
     from zsim.calibrate.net_fit import error_summary, fit_network, read_runs, residuals_of
 
-    runs = read_runs(args.folder, max_nodes=args.max_nodes)
+    runs = read_runs(args.folder, max_nodes=args.max_nodes, algorithm=args.algo)
     result = fit_network(profile, runs, profiles)
-    held = [r for r in read_runs(args.folder) if r.header.nodes > (args.max_nodes or 1 << 30)]
+    held = [r for r in read_runs(args.folder, algorithm=args.algo) if r.header.nodes > (args.max_nodes or 1 << 30)]
     held_res = residuals_of(profile, held, result.values, profiles) if held else []
     out = text_stream(args)
     print(f"# inter-node terms of profile '{profile}''s network fitted to {args.folder.name} "

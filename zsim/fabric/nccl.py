@@ -32,7 +32,7 @@ FUNCTIONS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("tree", "ring")
 
-TUNERS = ("2.5", "2.7", "2.8", "2.23")  # 2.23: zsim.fabric.nccl_223; 2.8: see Communicator.tuner
+TUNERS = ("2.5", "2.7", "2.8", "2.23")  # 2.23: zsim.fabric.nccl_223; 2.8: zsim.fabric.nccl_28
 # The collectives a profile may give LL128 its own efficiency for (all_to_all runs as all_gather's ring).
 LL128_COLLECTIVES = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce")
 # LL128 moves 120 data bytes in each 128-byte line (NCCL src/collectives/device/prims_ll128.h:
@@ -110,8 +110,7 @@ class Communicator:
     speed_inter_GBps: float
     intra_hw: str = "nvlink"  # 'nvlink' or 'pci'
     ll128: bool = True  # NCCL enables LL128 by default only on NVLink systems of some GPUs (see communicator)
-    tuner: str = "2.7"  # the NCCL release whose tuner chooses (TUNERS); "2.8" (2.8-2.9) runs 2.7's
-    # formulas with 2.8.4's latencies (tuning.cc v2.8.4-1): 2.8's per-channel tree and LL caps are not ported
+    tuner: str = "2.7"  # the NCCL release whose tuner chooses (TUNERS); "2.8" (2.8.3-2.9.9): zsim.fabric.nccl_28
     compute_capability: int = 70  # 2.23's caps are per architecture (Volta, Ampere, Hopper)
 
     @property
@@ -138,6 +137,9 @@ class NcclTuner:
             return self._predict_25(fn_model, algo, proto)
         if c.tuner == "2.23":
             from zsim.fabric.nccl_223 import predict
+            return predict(c, fn_model, algo, proto)
+        if c.tuner == "2.8":
+            from zsim.fabric.nccl_28 import predict
             return predict(c, fn_model, algo, proto)
         p = PROTOCOLS.index(proto)
         base, hw = BASE_LAT_US[c.tuner], HW_LAT_US[c.tuner]
@@ -201,9 +203,10 @@ class NcclTuner:
     def predicted_time_us(self, fn: str, nbytes: float, algo: str, proto: str) -> float | None:
         """ncclTopoGetAlgoTime, without the tree correction table (tree is chosen at scale only);
         2.23's with it (zsim.fabric.nccl_223)."""
-        if self.comm.tuner == "2.23":
-            from zsim.fabric.nccl_223 import predicted_time_us
-            return predicted_time_us(self.comm, "all_gather" if fn == "all_to_all" else fn, nbytes, algo, proto)
+        if self.comm.tuner in ("2.23", "2.8"):
+            from zsim.fabric import nccl_28, nccl_223
+            port = nccl_223 if self.comm.tuner == "2.23" else nccl_28
+            return port.predicted_time_us(self.comm, "all_gather" if fn == "all_to_all" else fn, nbytes, algo, proto)
         cell = self.predict(fn, algo, proto)
         if cell is None or cell[1] <= 0:
             return None
