@@ -151,7 +151,7 @@ def _loader(fn) -> Outcome:
 
 
 def scenario_loader(data: bytes, work: Path) -> Outcome:
-    from zsim.config.scenario import load_scenario
+    from zsim.scenario.scenario import load_scenario
 
     path = work / "s.yaml"
     path.write_bytes(data)
@@ -186,7 +186,7 @@ def profile_documents(draw) -> tuple[str, bytes]:
 
 def profile_loader(item: tuple[str, bytes], work: Path) -> Outcome:
     """The profile written into a copy of hwprofiles/ (ZSIM_PROFILE_PATH), loaded as a cluster."""
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
 
     root = work / "hwprofiles"
     if not root.exists():

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, small_dict
-from zsim.config.hardware import GiB, load_cluster
-from zsim.config.scenario import build_scenario, load_scenario
+from zsim.fabric.cluster import GiB, load_cluster
+from zsim.scenario.scenario import build_scenario, load_scenario
 from zsim.errors import ConfigError
 from zsim.fabric.topology import aggregate_capacities, build_topology
 
@@ -138,7 +138,7 @@ def test_cli_set_of_a_bad_hardware_value_exits_2_naming_it():
 def test_profile_files_are_parsed_once_and_reread_when_edited(tmp_path, monkeypatch):
     import shutil
 
-    from zsim.config import hardware
+    from zsim.fabric import cluster as hardware
 
     root = tmp_path / "hw"
     shutil.copytree(ROOT / "hwprofiles", root)

@@ -1,7 +1,7 @@
 """The `zsim` command: registers subcommands and prints user errors without a traceback.
 
-Each subcommand lives in zsim/commands/<name>.py with `register(subparsers)`, which adds its parser
-and sets `func(args) -> int` (the exit code). `zsim COMMAND ...` imports only that command's module;
+Each subcommand lives in zsim/commands/<name>.py (`validate`: zsim/validate/command.py) with
+`register(subparsers)`, which adds its parser and sets `func(args) -> int` (the exit code). `zsim COMMAND ...` imports only that command's module;
 `zsim`, `zsim --help` and `zsim --version` import none: the list of commands comes from the one-line
 summaries in zsim.commands.HELP. Command modules import only the standard library and light zsim
 modules at import time; numpy, simpy, networkx, msgspec, yaml, matplotlib and torch are imported
@@ -139,8 +139,14 @@ def build_parser(only: str | None = None, *, listing: bool = False) -> argparse.
         if listing:
             subparsers.add_parser(name, help=HELP[name])
         else:
-            importlib.import_module(f"zsim.commands.{name.replace('-', '_')}").register(subparsers)
+            importlib.import_module(command_module(name)).register(subparsers)
     return parser
+
+
+def command_module(name: str) -> str:
+    """The module that registers command `name`: zsim/commands/<name>.py, except `validate`, which runs
+    the suites of zsim.validate, a layer above the commands (docs/architecture.md): zsim/validate/command.py."""
+    return "zsim.validate.command" if name == "validate" else f"zsim.commands.{name.replace('-', '_')}"
 
 
 @contextlib.contextmanager

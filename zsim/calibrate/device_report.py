@@ -89,7 +89,7 @@ def gemm_holdout(run: DeviceRun, dtype: str, gpu_profile: str, with_2fold: bool 
 
 def _hardware(gpu_profile: str, dtype: str):
     from zsim.calibrate.gemm_fit import GemmHardware
-    from zsim.config.hardware import GpuFile, compute_terms, load_profile
+    from zsim.fabric.cluster import GpuFile, compute_terms, load_profile
     from zsim.config.profiles import Profiles
 
     spec = load_profile(Profiles.from_environment([]), "gpu", gpu_profile, GpuFile)

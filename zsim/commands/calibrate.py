@@ -63,9 +63,9 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
     from zsim.calibrate.profile_terms import host_terms, kept_terms, system_terms, touched
     from zsim.calibrate.profile_writer import base_file, provenance, write_profile
     from zsim.config.yamlfile import read_yaml_mapping
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
     from zsim.config.profiles import Profiles
-    from zsim.trace.inputs import read_inputs
+    from zsim.calibrate.inputs import read_inputs
 
     profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
     multinode = [p for p in inputs if _is_multinode(p)]
@@ -112,7 +112,7 @@ def _calibrate_network(profile: str, folders: list[Path], output: Path, replace:
     import yaml
 
     from zsim.calibrate.net_fit import error_summary, fit_network, read_runs
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
     from zsim.config.profiles import Profiles
     from zsim.config.yamlfile import read_yaml_mapping
     from zsim.report.outputs import write_atomic

@@ -9,7 +9,7 @@ from typing import Any
 
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, emit_json, text_stream
-from zsim.commands.units import count_arg, positive
+from zsim.console.units import count_arg, positive
 from zsim.errors import ZsimError
 from zsim.zero.model_states import STAGE_NAMES, adam_k, model_states, stage_partition
 from zsim.zero.residual import (

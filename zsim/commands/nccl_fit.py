@@ -7,7 +7,7 @@ from pathlib import Path
 
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
-from zsim.commands.units import positive
+from zsim.console.units import positive
 from zsim.commands.collective import MAX_GPUS, MAX_NODES
 from zsim.errors import ZsimError
 from zsim.fabric.nccl import FUNCTIONS
@@ -127,7 +127,7 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.optimizer import scipy_optimize
 
     scipy_optimize("zsim nccl-fit")  # before reading the tables: without scipy, say what to install
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
 
     from zsim.calibrate.nccl_fit import _PARAMS
 

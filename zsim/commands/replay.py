@@ -191,7 +191,7 @@ def replay_kineto_dir(trace_dir: Path, profile: str, allow_missing_ranks: bool =
     import math
 
     from zsim.calibrate.kineto_replay import replay_kineto
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
     from zsim.config.profiles import Profiles
     from zsim.trace import schema
     from zsim.trace.kineto_run import read_kineto
@@ -236,7 +236,7 @@ def print_kineto_report(report: dict[str, Any], out) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from zsim.errors import ConfigError
-    from zsim.trace.inputs import kind_of
+    from zsim.calibrate.inputs import kind_of
 
     from zsim.report.outputs import check_dir, check_file, write_atomic
 

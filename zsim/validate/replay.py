@@ -147,7 +147,7 @@ class SuiteResult:
 def load_suite(path: Path) -> SuiteFile:
     """The validated suite file, its base profile found and every entry's scenario present, before any
     run is recorded (minutes). Raises ConfigError naming the key."""
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
 
     suite: SuiteFile = validate(SuiteFile, read_yaml_mapping(path), str(path))  # type: ignore[assignment]
     try:

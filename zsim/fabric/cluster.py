@@ -134,7 +134,7 @@ class NetworkFile(_Profile, kw_only=True):
     latency_us: Annotated[float, _LATENCY_US]
     latency_growth_us: Annotated[float, Meta(ge=0, le=1e4, description=(
         "added to every inter-node step's latency per doubling of the nodes beyond 2 (a larger fabric: "
-        "more switch levels, longer proxy queues); zsim.config.hardware.Cluster.network_step_s"))] = 0.0
+        "more switch levels, longer proxy queues); zsim.fabric.cluster.Cluster.network_step_s"))] = 0.0
     tree_efficiency: Annotated[float, Meta(gt=0, le=1.0, description=(
         "NCCL's tree's share of the NICs relative to its ring (its kernels pipeline smaller chunks through "
         "more peers; NCCL's own tuner caps the tree per channel, tuning.cc perChMaxTreeBw)"))] = 1.0

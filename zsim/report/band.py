@@ -12,7 +12,7 @@ The residuals (error = simulated / published step time − 1; negative: zsim is 
 - `zsim validate megatron`'s per-GPU throughput points (no zsim term was fitted to them: docs/validation.md);
 - `zsim validate paper`'s per-run chart points (CHART, CHART_MEGATRON: no term fitted to them), except the
   runs the scale suite declares (they enter through it, in their half).
-`python -m zsim.validate.band --write` simulates them and rewrites band_table.json beside this file;
+`python -m zsim.report.band --write` simulates them and rewrites band_table.json beside this file;
 tests/test_band.py checks that the stored table is the one its residuals give, and (slow) that the
 residuals are current.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 TABLE = Path(__file__).resolve().with_name("band_table.json")
-REGENERATE = ".venv/bin/python -m zsim.validate.band --write"
+REGENERATE = ".venv/bin/python -m zsim.report.band --write"
 # ZeRO-3 "at scale" starts above this many GPUs: the edge between the largest held-out ZeRO-3 run of the
 # MosaicML tables (128 GPUs) and the smallest of Narayanan et al.'s (384); any edge from 128 to 383 gives
 # the same table. A bin edge where the data has a gap, not a fit.
@@ -192,7 +192,7 @@ def _tflops_row(suite: str, name: str, path: Path, published_tflops: float) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m zsim.validate.band [--write]`: print the table the suites give now; --write stores it."""
+    """`python -m zsim.report.band [--write]`: print the table the suites give now; --write stores it."""
     args = sys.argv[1:] if argv is None else argv
     table = build_table(collect(progress=sys.stderr.isatty()))
     text = json.dumps(table, indent=1, ensure_ascii=False) + "\n"
