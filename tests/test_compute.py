@@ -10,7 +10,8 @@ from zsim.calibrate.gemm_fit import GemmHardware, fit, read_gemm_csv
 from zsim.compute.gemm import gemm_seconds
 from zsim.compute.kernels import Shape, module_kernels, optimizer_kernels
 from zsim.compute.model import list_seconds
-from zsim.fabric.cluster import ComputeOverride, compute_terms, load_cluster
+from zsim.config.profile_files import ComputeOverride
+from zsim.fabric.cluster import compute_terms, load_cluster
 from zsim.errors import ConfigError, ZsimError
 from zsim.workload.transformer import padded_vocab
 from zsim.config.validation import validate
