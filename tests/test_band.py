@@ -39,10 +39,10 @@ def test_the_stored_table_is_the_one_its_residuals_give():
 @pytest.mark.slow
 def test_the_stored_residuals_are_what_the_suites_give_now():
     """Simulates every held-out point (~30 s): fails when the model moved and the table was not
-    regenerated (`.venv/bin/python -m zsim.report.band --write`)."""
-    from zsim.report.band import collect
+    regenerated (`.venv/bin/python -m zsim.validate.band_table --write`)."""
+    from zsim.validate.band_table import collect
 
-    assert collect() == read_table()["residuals"], "band table out of date: python -m zsim.report.band --write"
+    assert collect() == read_table()["residuals"], "band table out of date: python -m zsim.validate.band_table --write"
 
 
 def test_regimes_follow_the_layout_and_the_gpu():
