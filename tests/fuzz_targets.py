@@ -145,7 +145,7 @@ def _loader(fn) -> Outcome:
         fn()
         return Outcome(0, "", time.perf_counter() - started)
     except ZsimError as exc:
-        from zsim.cli import error_text
+        from zsim.console.parser import error_text
 
         return Outcome(2, error_text(f"zsim: {exc}"), time.perf_counter() - started)
 
@@ -261,7 +261,7 @@ def model_loader(data: bytes, work: Path) -> Outcome:
     """A model file through `zsim trace`'s real option handling (read, validate, RunConfig), without
     starting ranks (the launcher has its own real-process tests)."""
     from zsim.runtime.cli import add_run_arguments, config_from_args
-    from zsim.cli import Parser
+    from zsim.console.parser import Parser
 
     path = work / "model.yaml"
     path.write_bytes(data)

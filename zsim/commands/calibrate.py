@@ -159,7 +159,7 @@ def run_command(args: argparse.Namespace) -> int:
         report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
                            profiles=profiles, accept_poor_fit=args.accept_poor_fit)
     except Refusal as exc:  # every cause on its own line (the CLI prints two lines of an error)
-        from zsim.cli import error_text
+        from zsim.console.parser import error_text
 
         print(error_text(f"zsim: {exc.headline}:\n" + "\n".join(f"  - {c}" for c in exc.causes),
                          lines=1 + len(exc.causes)), file=sys.stderr)

@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from zsim.cli import sigint_held
+    from zsim.console.signals import sigint_held
 
     # Ctrl-C while C extensions initialise (libyaml, numpy) aborts the interpreter or surfaces
     # as "ImportError: initialization failed" instead of exiting 130: hold it until loading is done.
