@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.simulation import simulate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--engine", choices=("local", "dask"), default="local")
     args = parser.parse_args()
     mapping, key = sweep_mapping(args.points)
-    from zsim.config.scenario import load_scenario
+    from zsim.scenario.scenario import load_scenario
     from zsim.engine.simulation import simulate
 
     scenario = load_scenario(ROOT / "scenarios/1T-1024gpu.yaml")

@@ -13,7 +13,7 @@ Spearman's rank correlation of the error with the reserved peak and with two oth
 (per-GPU parameters over per-GPU tokens, which a fixed per-parameter cost would track; the micro-batch),
 and the error's range on either side of a 16% reserved margin (the split `zsim run`'s summary once
 cautioned at; issue 25 showed the misses are not the allocator, and the summary now prints the error band
-of zsim.validate.band instead).
+of zsim.report.band instead).
 """
 
 from __future__ import annotations

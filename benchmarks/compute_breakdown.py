@@ -18,7 +18,7 @@ from pathlib import Path
 from zsim.compute.gemm import gemm_seconds
 from zsim.compute.kernels import Shape, block_backward, block_forward
 from zsim.compute.model import kernel_seconds
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 DEEPBENCH = ROOT.parent / "shared" / "data" / "deepbench-v100" / "gemm_fp16_tensorcore.csv"

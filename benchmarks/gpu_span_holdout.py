@@ -12,7 +12,7 @@ from pathlib import Path
 
 from zsim.calibrate.gpu_phase_fit import heldout_run
 from zsim.calibrate.span_timing import combination, span_samples
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.trace.run_reader import read_run
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "device" / "20261126-h200" / "runs"

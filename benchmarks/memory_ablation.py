@@ -20,7 +20,7 @@ from pathlib import Path
 import zsim.commands.maxsize as maxsize
 import zsim.zero.plan as plan
 import zsim.zero.reductions as reductions
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.engine.simulation import simulate
 from zsim.memory.allocator import CachingAllocator

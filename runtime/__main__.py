@@ -21,7 +21,7 @@ from zsim.errors import ZsimError
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 done, 1 a rank failed (named), 2 bad input (one or two lines, no traceback),
     128+N stopped by signal N."""
-    from zsim.cli import Parser, error_text
+    from zsim.console.parser import Parser, error_text
 
     from .launch import Stopped
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from zsim.commands.units import positive, positive_float
+from zsim.console.units import positive, positive_float
 from zsim.errors import ConfigError
 
 if TYPE_CHECKING:

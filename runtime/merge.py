@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m zsim.runtime.merge DIR`: exit 0, or 2 with a one-line error (no traceback)."""
     import argparse
 
-    from zsim.cli import Parser, error_text
+    from zsim.console.parser import Parser, error_text
     from zsim.errors import ZsimError
 
     parser: argparse.ArgumentParser = Parser(prog="python -m zsim.runtime.merge",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zsim.config.scenario import Scenario, build_scenario
+from zsim.scenario.scenario import Scenario, build_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -145,13 +145,13 @@ def _loader(fn) -> Outcome:
         fn()
         return Outcome(0, "", time.perf_counter() - started)
     except ZsimError as exc:
-        from zsim.cli import error_text
+        from zsim.console.parser import error_text
 
         return Outcome(2, error_text(f"zsim: {exc}"), time.perf_counter() - started)
 
 
 def scenario_loader(data: bytes, work: Path) -> Outcome:
-    from zsim.config.scenario import load_scenario
+    from zsim.scenario.scenario import load_scenario
 
     path = work / "s.yaml"
     path.write_bytes(data)
@@ -186,7 +186,7 @@ def profile_documents(draw) -> tuple[str, bytes]:
 
 def profile_loader(item: tuple[str, bytes], work: Path) -> Outcome:
     """The profile written into a copy of hwprofiles/ (ZSIM_PROFILE_PATH), loaded as a cluster."""
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
 
     root = work / "hwprofiles"
     if not root.exists():
@@ -261,7 +261,7 @@ def model_loader(data: bytes, work: Path) -> Outcome:
     """A model file through `zsim trace`'s real option handling (read, validate, RunConfig), without
     starting ranks (the launcher has its own real-process tests)."""
     from zsim.runtime.cli import add_run_arguments, config_from_args
-    from zsim.cli import Parser
+    from zsim.console.parser import Parser
 
     path = work / "model.yaml"
     path.write_bytes(data)

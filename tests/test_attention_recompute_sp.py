@@ -9,7 +9,7 @@ from zsim.compute.flash import H100_PEAK_TFLOPS, PUBLISHED, efficiency, fit_repo
 from zsim.compute.kernels import Shape as KShape
 from zsim.compute.kernels import block_backward, block_forward
 from zsim.compute.model import list_seconds
-from zsim.config.scenario import build_scenario, load_scenario
+from zsim.scenario.scenario import build_scenario, load_scenario
 from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
 from zsim.report.facts import facts
@@ -75,7 +75,7 @@ def test_flash_kernel_runs_its_flops_at_the_published_rate():
     assert bwd[0].flops == 2.5 * fwd[0].flops  # five s×s×d matmuls, QKᵀ recomputed
     assert not any(k.name.startswith(("attention.scores", "attention.softmax")) for k in block_forward(x))
     from zsim.compute.kernels import KernelList
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
 
     import dataclasses
 

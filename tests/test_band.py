@@ -1,4 +1,4 @@
-"""The error band (zsim.validate.band): computed from the suites' held-out residuals, never hand-set;
+"""The error band (zsim.report.band): computed from the suites' held-out residuals, never hand-set;
 printed by `zsim run` beside the step time in place of the memory-margin caution; carried by result.json;
 'outside every validated regime' when no held-out run shares the run's topology."""
 
@@ -9,7 +9,7 @@ from zsim import api
 from zsim.engine.simulation import simulate
 from zsim.report.facts import _per_step, facts
 from zsim.report.summary import summary
-from zsim.validate.band import Regime, band_for, build_table, outside_words, read_table, regime_of
+from zsim.report.band import Regime, band_for, build_table, outside_words, read_table, regime_of
 
 
 def _res(point, regime, error, suite="scale"):
@@ -39,10 +39,10 @@ def test_the_stored_table_is_the_one_its_residuals_give():
 @pytest.mark.slow
 def test_the_stored_residuals_are_what_the_suites_give_now():
     """Simulates every held-out point (~30 s): fails when the model moved and the table was not
-    regenerated (`.venv/bin/python -m zsim.validate.band --write`)."""
-    from zsim.validate.band import collect
+    regenerated (`.venv/bin/python -m zsim.validate.band_table --write`)."""
+    from zsim.validate.band_table import collect
 
-    assert collect() == read_table()["residuals"], "band table out of date: python -m zsim.validate.band --write"
+    assert collect() == read_table()["residuals"], "band table out of date: python -m zsim.validate.band_table --write"
 
 
 def test_regimes_follow_the_layout_and_the_gpu():

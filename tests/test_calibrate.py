@@ -12,10 +12,10 @@ import pytest
 
 from zsim.calibrate.nccl_fit import values_of
 from zsim.cli import main
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.config.profiles import Profiles
 from zsim.errors import ConfigError
-from zsim.trace.inputs import kind_of, read_inputs
+from zsim.calibrate.inputs import kind_of, read_inputs
 from zsim.trace.kineto_run import read_kineto
 from zsim.trace.run_reader import collective_samples, read_run
 from zsim.trace.schema import SCHEMA, complete

@@ -21,7 +21,7 @@ from zsim.calibrate.collectives import CalibrationError
 from zsim.calibrate.host_fit import fit_collectives, fit_compute
 from zsim.calibrate.machines import Machine, cpu_part, mismatches, table_machine
 from zsim.cli import main
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.fabric.perf import run_collective
 from zsim.trace.samples import CollectiveSample
 
@@ -162,7 +162,7 @@ def test_host_terms_far_from_the_probe_are_refused(tmp_path, capsys):
     """The issue's CPU case in miniature: traces of this host's model calibrated on a base whose probe
     says the host is 10× faster per op and 5× faster per FLOP: both terms named with their ratio."""
     from zsim import api
-    from zsim.trace.writer import simulated_trace
+    from zsim.report.trace_writer import simulated_trace
 
     runs = []
     for shape in ("a", "b"):
@@ -248,7 +248,7 @@ def test_copied_runs_are_one_machine(stage3_runs, tmp_path):
     """Two folders of one recording state the same machine: no refusal."""
     copy = tmp_path / "copy"
     shutil.copytree(stage3_runs[0], copy)
-    from zsim.trace.inputs import read_inputs
+    from zsim.calibrate.inputs import read_inputs
 
     data = read_inputs([stage3_runs[0], copy])
     assert data.machines[0].cpu and mismatches(data.machines, load_cluster("dev-2core", 1), "dev-2core") == []
@@ -268,7 +268,7 @@ def test_replay_on_a_poor_profile_says_so(stage3_runs, tmp_path, capsys):
 
 
 def test_a_profile_calibrated_before_terms_were_listed_says_so():
-    from zsim.config.hardware import calibration_note
+    from zsim.fabric.cluster import calibration_note
     from zsim.report.facts import _calibration as as_json
     from zsim.report.summary import _calibration as lines
 

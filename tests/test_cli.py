@@ -198,7 +198,7 @@ def test_maxsize_refuses_what_its_mode_would_ignore(args, message):
     (["memory", "--params", "7.5e9", "--dp", "64", "--pa"], "--pa shapes the residual states: give --hidden"),
     (["memory", "--params", "7.5e9", "--dp", "64", "--hidden", "4096", "--seq", "1024", "--batch", "4",
       "--no-checkpointing", "--ckpt-every", "2"], "they need checkpointing (drop --no-checkpointing)"),
-    (["validate", "paper", "--suite-file", "x.yaml"], "--suite-file applies to the replay and scale suites"),
+    (["validate", "paper", "--suite-file", "x.yaml"], "--suite-file applies to the replay, scale and modern suites"),
     (["validate", "paper", "--png", "chart.txt"], "--png chart.txt: expected a .png file name"),
 ])
 def test_options_that_contradict_each_other_are_refused(args, message):

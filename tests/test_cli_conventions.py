@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import ROOT
 from zsim.cli import COMMANDS, build_parser
-from zsim.commands.units import nccl_size_arg, size_arg
+from zsim.console.units import nccl_size_arg, size_arg
 
 HEAVY = ("numpy", "simpy", "networkx", "msgspec", "yaml", "matplotlib", "torch", "scipy", "tqdm", "shtab")
 
@@ -76,7 +76,7 @@ def test_argparse_errors_are_two_lines_without_the_usage_block(args):
     (["runn"], "invalid choice: 'runn'; did you mean 'run'? (choose from 'run', "),
     (["validate", "papr"], "invalid choice: 'papr'; did you mean 'paper'? (choose from "),
     (["memory", "--params", "1B", "--dp", "8", "--dtype", "fp61"], "'fp61'; did you mean 'fp16'?"),
-    (["validate", "zzzz"], "invalid choice: 'zzzz' (choose from 'megatron', 'paper', 'replay', 'scale')"),  # none close
+    (["validate", "zzzz"], "invalid choice: 'zzzz' (choose from 'megatron', 'modern', 'paper', 'replay', 'scale')"),  # none close
     (["run", "1T-1024gpu", "--no-plott"], "unrecognized arguments: --no-plott; did you mean '--no-plot'?"),
     (["run", "1T-1024gpu", "--sett", "x=1"], "unrecognized arguments: --sett x=1; did you mean '--set'?"),
     (["run", "1T-1024gpu", "--zzzzz"], "unrecognized arguments: --zzzzz\n"),

@@ -10,7 +10,8 @@ from zsim.calibrate.gemm_fit import GemmHardware, fit, read_gemm_csv
 from zsim.compute.gemm import gemm_seconds
 from zsim.compute.kernels import Shape, module_kernels, optimizer_kernels
 from zsim.compute.model import list_seconds
-from zsim.config.hardware import ComputeOverride, compute_terms, load_cluster
+from zsim.config.profile_files import ComputeOverride
+from zsim.fabric.cluster import compute_terms, load_cluster
 from zsim.errors import ConfigError, ZsimError
 from zsim.workload.transformer import padded_vocab
 from zsim.config.validation import validate
@@ -76,7 +77,7 @@ def test_optimizer_kernels_move_80_bytes_per_element_in_fp16():
 
 def test_system_compute_override_replaces_keys():
     gpu = load_cluster("dgx2", 1).gpu
-    section = __import__("zsim.config.hardware", fromlist=["GpuFile"])
+    section = __import__("zsim.fabric.cluster", fromlist=["GpuFile"])
     from zsim.config.profiles import Profiles
 
     spec = section.load_profile(Profiles.from_environment(), "gpu", "v100-sxm3-32gb", section.GpuFile)

@@ -5,7 +5,7 @@ Neither set any term."""
 import pytest
 
 from zsim.compute.gemm import gemm_seconds
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 
 
 def _tflops(gpu: str, m: int, n: int, k: int) -> tuple[float, float]:

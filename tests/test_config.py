@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, small_dict
-from zsim.config.hardware import load_cluster
-from zsim.config.scenario import build_scenario, load_scenario
+from zsim.fabric.cluster import load_cluster
+from zsim.scenario.scenario import build_scenario, load_scenario
 from zsim.errors import ConfigError
 
 
@@ -263,7 +263,7 @@ def test_a_profile_path_is_refused_at_the_key_in_one_readable_sentence(name):
 
 
 def test_a_folder_or_a_device_named_as_the_scenario_says_what_it_is(tmp_path):
-    from zsim.config.scenario import find_scenario
+    from zsim.scenario.scenario import find_scenario
 
     with pytest.raises(ConfigError, match="is a folder, expected a scenario file"):
         find_scenario(tmp_path)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.conftest import small_dict, small_scenario
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.config.schema import ModelSection
 from zsim.errors import ConfigError, ZsimError
 from zsim.workload.transformer import build_workload

@@ -14,7 +14,7 @@ from tests.conftest import ROOT, SMALL
 from zsim.cli import main
 from zsim.config.profiles import Profiles
 from zsim.errors import ConfigError
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 
 
 def test_profiles_listing_strips_escape_codes_from_names_fields_and_files(tmp_path, capsys):

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.golden.engine_bits import CASES, FILE, LONG, ROOT, SLOW, fingerprint, run_case
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.simulation import simulate
 
 GOLDEN = json.loads(FILE.read_text())

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import simpy
 
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.engine.simulation import collective
 from zsim.fabric.collective import Placement, plan_collective, uncontended_time
 from zsim.fabric.nccl import Communicator, NcclTuner

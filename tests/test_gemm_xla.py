@@ -12,10 +12,11 @@ from zsim.calibrate.gemm_fit import family_holdout, fit, read_gemm_csv
 from zsim.commands.gemm_fit import table_hardware
 from zsim.compute.kernels import Kernel, KernelList
 from zsim.compute.model import list_seconds
-from zsim.config.hardware import GpuFile, load_cluster, load_profile
+from zsim.config.profile_files import GpuFile, load_profile
+from zsim.fabric.cluster import load_cluster
 from zsim.config.profiles import Profiles
 from zsim.errors import ConfigError, ZsimError
-from zsim.trace.inputs import kind_of, read_inputs
+from zsim.calibrate.inputs import kind_of, read_inputs
 from zsim.trace.xla_gemm import read_xla_table
 
 XLA = ROOT.parent / "shared" / "data" / "gemm-xla"

@@ -16,7 +16,7 @@ from zsim.cli import main
 from zsim.compute.kernels import Kernel, KernelList
 from zsim.compute.model import list_seconds
 from zsim.compute.terms import ComputeTerms, GemmTerms
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.config.profiles import Profiles
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, small_dict
-from zsim.config.hardware import GiB, load_cluster
-from zsim.config.scenario import build_scenario, load_scenario
+from zsim.config.profile_files import GiB
+from zsim.fabric.cluster import load_cluster
+from zsim.scenario.scenario import build_scenario, load_scenario
 from zsim.errors import ConfigError
 from zsim.fabric.topology import aggregate_capacities, build_topology
 
@@ -138,15 +139,15 @@ def test_cli_set_of_a_bad_hardware_value_exits_2_naming_it():
 def test_profile_files_are_parsed_once_and_reread_when_edited(tmp_path, monkeypatch):
     import shutil
 
-    from zsim.config import hardware
+    from zsim.config import profile_files
 
     root = tmp_path / "hw"
     shutil.copytree(ROOT / "hwprofiles", root)
     monkeypatch.setenv("ZSIM_PROFILE_PATH", str(root))
     first = load_cluster("dgx2", 1)
-    hits = hardware._parsed.cache_info().hits
+    hits = profile_files.parsed_file.cache_info().hits
     load_cluster("dgx2", 1)
-    assert hardware._parsed.cache_info().hits >= hits + 4  # system, GPU, network, link: from the cache
+    assert profile_files.parsed_file.cache_info().hits >= hits + 4  # system, GPU, network, link: from the cache
     net = root / "networks" / "ib-edr.yaml"
     net.write_text(net.read_text().replace("port_Gbps: 100", "port_Gbps: 200.0"))  # new size, new mtime
     assert load_cluster("dgx2", 1).nic_bytes_per_s == pytest.approx(2 * first.nic_bytes_per_s)

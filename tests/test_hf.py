@@ -10,7 +10,7 @@ import yaml
 
 from tests.conftest import ROOT, small_dict
 from zsim.config.hf import read_hf_config, resolve_from_hf
-from zsim.config.scenario import build_scenario, load_scenario
+from zsim.scenario.scenario import build_scenario, load_scenario
 from zsim.config.schema import ModelSection
 from zsim.errors import ConfigError
 from zsim.workload.transformer import Shape, build_workload, total_params

@@ -314,7 +314,7 @@ def test_gemma3_pattern_and_mistral_window_import(tmp_path):
 
 def test_a_simulated_step_is_faster_with_a_window(tmp_path):
     from tests.conftest import small_dict
-    from zsim.config.scenario import build_scenario
+    from zsim.scenario.scenario import build_scenario
     from zsim.engine.simulation import simulate
     from zsim.report.facts import facts
 

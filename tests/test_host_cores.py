@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.engine.cores import speeds
 from zsim.engine.simulation import simulate
 

@@ -6,7 +6,7 @@ import pytest
 
 from zsim.calibrate.collectives import CalibrationError
 from zsim.calibrate.host_fit import fit_compute, fit_optimizer
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.compute import compute_seconds
 from zsim.zero.ops import Op
 
@@ -72,7 +72,7 @@ def test_gemm_tables_cannot_calibrate_a_host_even_beside_a_run(tmp_path, capsys)
 
     from zsim import api
     from zsim.cli import main
-    from zsim.trace.writer import simulated_trace
+    from zsim.report.trace_writer import simulated_trace
 
     run = tmp_path / "host.trace.json"
     run.write_text(json.dumps(simulated_trace(api.simulate(api.load("scenarios/calibrate/gpt-tiny-a.yaml")))))

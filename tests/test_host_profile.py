@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.config.host import HostFile, host_model
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
 from zsim.config.validation import validate

@@ -95,7 +95,7 @@ def test_num_1e8_is_refused_by_the_command_in_little_memory(tmp_path, base):
 
 
 def test_a_sweep_takes_a_from_hf_base_and_matches_zsim_run(tmp_path):
-    from zsim.config.scenario import load_scenario
+    from zsim.scenario.scenario import load_scenario
     from zsim.engine.simulation import simulate
 
     base = ROOT / "scenarios" / "llama-3-70b-dgx-h100.yaml"

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import SHARED_DATA
 from zsim.calibrate import kernel_fit as kf
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.errors import ZsimError
 
 TRACES = SHARED_DATA / "kineto" / "dlrm-8xv100"

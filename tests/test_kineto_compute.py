@@ -17,9 +17,9 @@ import pytest
 
 from zsim.calibrate.gpu_phase_fit import op_row
 from zsim.cli import main
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.config.profiles import Profiles, builtin_folder
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.trace.kineto_ops import KinetoOp, kernel_kind
 from zsim.trace.schema import SCHEMA, complete
 from zsim.workload.transformer import build_workload

@@ -6,7 +6,7 @@ import pytest
 
 from zsim.calibrate import layer_fit as lf
 from zsim.compute.torch_layer import encoder_layer_backward, encoder_layer_forward
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.errors import ZsimError
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import small_scenario
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.engine.simulation import simulate
 from zsim.memory.allocator import CachingAllocator
 from zsim.memory.context import (

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import small_dict
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.config.schema import ModelSection
 from zsim.errors import ConfigError
 from zsim.workload.transformer import (

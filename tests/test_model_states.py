@@ -5,7 +5,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from zsim.commands.memory import memory_table
-from zsim.commands.units import parse_count
+from zsim.console.units import parse_count
 from zsim.errors import ZsimError
 from zsim.zero.model_states import flat_partition, model_states, partition
 

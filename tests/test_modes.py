@@ -4,7 +4,7 @@ collectives that cross it."""
 import pytest
 
 from tests.conftest import small_scenario
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.errors import ConfigError
 from zsim.engine.simulation import simulate
 from zsim.fabric.collective import Placement, plan_collective, uncontended_time

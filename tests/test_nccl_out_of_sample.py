@@ -10,7 +10,7 @@ import pytest
 
 from zsim.calibrate.nccl_fit import evaluate, fit, kernel_from
 from zsim.commands.nccl_fit import read_tables
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 
 DGX2 = "nccl-tests/dgx2-v100-12gpu"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")

@@ -8,7 +8,7 @@ import pytest
 
 from zsim.calibrate.nccl_fit import evaluate, fit, kernel_from
 from zsim.commands.nccl_fit import read_tables
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.fabric.nccl import PROTOCOLS
 from zsim.fabric.perf import run_collective
 from zsim.trace.nccl_tests import NcclRow, read_nccl_tests

@@ -9,7 +9,7 @@ import pytest
 from zsim.calibrate.net_fit import error_summary, fit_network, read_runs, with_network
 from zsim.cli import main
 from zsim.commands.collective import collective_table
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.fabric.perf import run_collective
 from zsim.report.network import network_facts
 from zsim.trace.nccl_tests import header_of, read_nccl_tests

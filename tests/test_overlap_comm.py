@@ -5,7 +5,7 @@ stream, which waits for each."""
 import pytest
 
 from tests.conftest import small_scenario
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.simulation import simulate
 
 MODEL = {"layers": 8, "hidden": 1024, "heads": 16, "seq_len": 512, "micro_batch": 4}

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import ROOT
-from zsim.config.scenario import build_scenario, load_scenario
+from zsim.scenario.scenario import build_scenario, load_scenario
 from zsim.engine.simulation import simulate, workload_and_plan
 from zsim.errors import ConfigError
 from zsim.fabric.p2p import p2p_phases
 from zsim.parallel.pipeline import bubble_fraction, stage_schedule
 from zsim.report.facts import facts
 from zsim.report.summary import summary
-from zsim.trace.writer import simulated_trace
+from zsim.report.trace_writer import simulated_trace
 
 # Equal stages with negligible transfers: wide layers (a micro-batch's transfer is e·s·b·h bytes against
 # 24·s·b·h² forward FLOPs per layer [N21 §5.1], 3× that with backward: at h 8192 on an H100's NVLink the

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.simulation import plan_key, simulate, without_speeds
 from zsim.sweep.points import plan_sweep
 from zsim.sweep.spec import sweep_from_mapping

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from tests.conftest import ROOT
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.simulation import simulate
 from zsim.memory.timeline import write_csv
 from zsim.report.facts import facts

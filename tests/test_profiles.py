@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, small_dict
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.config.profiles import Profiles, builtin_folder
-from zsim.config.scenario import build_scenario, find_scenario
+from zsim.scenario.scenario import build_scenario, find_scenario
 from zsim.config.shipped import shipped_scenarios
 from zsim.errors import ConfigError
 

@@ -5,7 +5,7 @@ import sys
 
 from tests.conftest import ROOT
 from zsim.commands.maxsize import max_layers
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.simulation import simulate
 
 

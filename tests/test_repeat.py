@@ -15,7 +15,7 @@ import math
 
 import pytest
 
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine import repeat
 from zsim.engine.simulation import simulate
 from tests.golden.engine_bits import CASES, FILE, FLAGSHIP, ROOT, SMALL

@@ -16,11 +16,11 @@ import yaml
 
 from zsim.calibrate.nccl_fit import values_of
 from zsim.cli import main
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.config.profiles import Profiles, builtin_folder
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.engine.simulation import simulate
-from zsim.trace.writer import simulated_trace
+from zsim.report.trace_writer import simulated_trace
 
 WRONG = {"efficiency: {LL: 0.444, LL128: {broadcast: 0.9375, reduce: 0.9375, all_gather: 0.458, reduce_scatter: 0.274,\n"
          "                                  all_reduce: 0.526}, Simple: 0.813}":

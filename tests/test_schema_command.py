@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, small_dict
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.errors import ConfigError
 
 jsonschema = pytest.importorskip("jsonschema")

@@ -13,9 +13,9 @@ import yaml
 from zsim import api
 from zsim.calibrate.stragglers import MIN_STEPS, slowest_rank_factor, step_ratios
 from zsim.cli import main
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.compute import compute_seconds
-from zsim.trace.writer import simulated_trace
+from zsim.report.trace_writer import simulated_trace
 from zsim.zero.ops import Op
 
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.config.profiles import Profiles
 from zsim.fabric.topology import aggregate_capacities, build_topology, healthy_capacities
 from zsim.fabric.perf import run_collective

@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 from zsim.cli import main
 from zsim.errors import ConfigError
 from zsim.trace.deepbench import is_gemm_table, read_gemm_table
-from zsim.trace.inputs import kind_of, read_inputs
+from zsim.calibrate.inputs import kind_of, read_inputs
 from zsim.trace.kineto import load_json, read_rank
 from zsim.trace.nccl_tests import recording_of
 from zsim.trace.run_reader import read_run

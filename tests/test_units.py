@@ -2,7 +2,7 @@
 
 import pytest
 
-from zsim.commands.units import parse_bytes, parse_count, parse_size
+from zsim.console.units import parse_bytes, parse_count, parse_size
 from zsim.errors import ZsimError
 
 

@@ -123,7 +123,7 @@ FIG2_TABLE = {
 
 @pytest.mark.parametrize("run", sorted(FIG2_TABLE))
 def test_figure_2_scenarios_are_the_papers_configurations(run):
-    from zsim.config.scenario import load_scenario
+    from zsim.scenario.scenario import load_scenario
 
     s = load_scenario(ROOT / f"scenarios/paper/fig2-{run}.yaml")
     m = s.model
@@ -153,7 +153,7 @@ def test_validate_megatron_compares_every_published_point(megatron_run):
 def test_validate_megatron_speedups_are_step_time_ratios(megatron_run):
     """A speedup is the one-GPU step over the N-GPU step of the same scenario family, and more GPUs are
     never slower for this model (the MP all-reduces are small next to the split GEMMs)."""
-    from zsim.config.scenario import load_scenario
+    from zsim.scenario.scenario import load_scenario
     from zsim.validate.megatron import scenarios_dir
 
     _, report = megatron_run
@@ -168,7 +168,7 @@ def test_validate_megatron_speedups_are_step_time_ratios(megatron_run):
 def test_c1_to_c5_scenarios_have_the_papers_shapes(config, shape):
     """Artifact appendix, Table 3: 400 GPUs, MP 16, batch 16; C1 40B = 50 x 8192 with 32 heads, C2 60B =
     132 x 6144 with 64, C3 50B = 62 x 8192 with 32, C4 and C5 x 8192 with 64 (maxsize varies the layers)."""
-    from zsim.config.scenario import load_scenario
+    from zsim.scenario.scenario import load_scenario
 
     s = load_scenario(ROOT / f"scenarios/paper/{config}-100B-400gpu.yaml")
     assert (s.model.hidden, s.model.heads) == shape

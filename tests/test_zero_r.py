@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT, small_scenario
 from zsim.cli import main
 from zsim.commands.maxsize import max_layers, max_params_model_states
-from zsim.commands.units import parse_bytes
+from zsim.console.units import parse_bytes
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.engine.simulation import simulate
 from zsim.memory.timeline import CSV_COLUMNS, keep_indices, timeline_facts
@@ -332,7 +332,7 @@ def test_maxsize_simulates_until_the_allocator_settles():
     memory in the fourth: maxsize keeps doubling the steps while the allocator's state at a step's end
     still changes, and so does not call it a fit; at 72 layers the state repeats from the second step."""
     from zsim.commands.maxsize import fits
-    from zsim.config.scenario import build_scenario
+    from zsim.scenario.scenario import build_scenario
 
     data = read_yaml_mapping(ROOT / "scenarios/paper/C1-100B-400gpu.yaml")
     data["zero"]["md_checkpoints"] = "deepspeed"

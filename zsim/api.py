@@ -17,7 +17,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from zsim.config.scenario import Scenario, build_scenario
+from zsim.scenario.scenario import Scenario, build_scenario
 from zsim.engine.result import Result
 from zsim.errors import ConfigError, ZsimError
 from zsim.sweep.table import SweepTable
@@ -36,7 +36,7 @@ def load(source: str | Path | dict[str, Any], set: dict[str, Any] | None = None)
         wrote names that entry (`set['zero.stage'] (on FILE): ...`).
     """
     from zsim.config.overrides import set_key
-    from zsim.config.scenario import blame_override, find_scenario
+    from zsim.scenario.scenario import blame_override, find_scenario
 
     if isinstance(source, dict):
         data, path, where = copy.deepcopy(source), None, "<api>"

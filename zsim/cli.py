@@ -1,7 +1,7 @@
 """The `zsim` command: registers subcommands and prints user errors without a traceback.
 
-Each subcommand lives in zsim/commands/<name>.py with `register(subparsers)`, which adds its parser
-and sets `func(args) -> int` (the exit code). `zsim COMMAND ...` imports only that command's module;
+Each subcommand lives in zsim/commands/<name>.py (`validate`: zsim/validate/command.py) with
+`register(subparsers)`, which adds its parser and sets `func(args) -> int` (the exit code). `zsim COMMAND ...` imports only that command's module;
 `zsim`, `zsim --help` and `zsim --version` import none: the list of commands comes from the one-line
 summaries in zsim.commands.HELP. Command modules import only the standard library and light zsim
 modules at import time; numpy, simpy, networkx, msgspec, yaml, matplotlib and torch are imported
@@ -12,80 +12,18 @@ inside the functions that run the command, so a command's `--help` is fast too
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import importlib
 import os
-import re
-import signal
 import sys
-
-TYPE_CHECKING = False  # typing itself costs ~5% of `zsim --help`
-if TYPE_CHECKING:
-    from typing import NoReturn
 
 from zsim import __version__
 from zsim.commands import HELP
+from zsim.console.parser import ArgumentParser, error_text
+from zsim.console.signals import sigint_held
 from zsim.errors import EXIT_BAD_INPUT, EXIT_OK, ZsimError, printable
 
 COMMANDS = tuple(HELP)  # in the order `zsim --help` lists them
-
-
-MAX_LINE = 300  # characters of one error line: longer messages are cut
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with errors in two lines (the problem, then where to read the options), not the whole
-    usage block that can wrap over many lines (issue 13: at most two lines on stderr). Subcommand
-    parsers are of the same class (argparse's default parser_class)."""
-
-    command: str | None = None  # the top-level parser's one command, when it was built for one
-
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
-        # Arguments no parser took are reported by the top-level parser: point at the command's help.
-        where = f"{self.prog} {self.command}" if self.command else self.prog
-        message = _did_you_mean(message, self._command_options())
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {error_text(message, lines=1)}\n  (`{where} --help` lists the options)\n")
-
-    def _command_options(self) -> list[str]:
-        """The option strings of the command this top-level parser was built for ([] otherwise)."""
-        commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
-        command = commands.get(self.command) if self.command else None
-        return [o for a in command._actions for o in a.option_strings] if command is not None else []
-
-
-Parser = ArgumentParser  # the name the runtime's entry points use
-
-_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)$")
-
-
-def _did_you_mean(message: str, options: list[str]) -> str:
-    """argparse's "invalid choice: 'runn' (choose from 'run', ...)" with "; did you mean 'run'?" after the
-    value when one choice is close (difflib, as for the config's unknown keys); "unrecognized arguments:
-    --no-plott" with the close one of the command's `options`."""
-    import difflib
-
-    if message.startswith("unrecognized arguments:") and options:
-        for word in message.removeprefix("unrecognized arguments:").split():
-            close = difflib.get_close_matches(word.split("=")[0], options, n=1) if word.startswith("--") else []
-            if close:
-                return f"{message}; did you mean {close[0]!r}?"
-        return message
-    found = _INVALID_CHOICE.search(message)
-    if not found:
-        return message
-    close = difflib.get_close_matches(found["value"], re.findall(r"'([^']*)'", found["choices"]), n=1)
-    if not close:
-        return message
-    at = found.start("choices") - len(" (choose from ")  # before the list, which a long line may lose
-    return f"{message[:at]}; did you mean {close[0]!r}?{message[at:]}"
-
-
-def error_text(message: str, lines: int = 2) -> str:
-    """`message` as at most `lines` lines of at most MAX_LINE printable characters each (control
-    characters such as ANSI escapes replaced, so nothing a user wrote can drive the terminal)."""
-    kept = [printable(line, MAX_LINE) for line in str(message).splitlines()[:lines]] or [""]
-    return "\n".join(kept)
 
 
 class VersionAction(argparse.Action):
@@ -139,27 +77,16 @@ def build_parser(only: str | None = None, *, listing: bool = False) -> argparse.
         if listing:
             subparsers.add_parser(name, help=HELP[name])
         else:
-            importlib.import_module(f"zsim.commands.{name.replace('-', '_')}").register(subparsers)
+            importlib.import_module(command_module(name)).register(subparsers)
+    if "completion" in subparsers.choices:  # its script lists every command: the parser only cli builds
+        subparsers.choices["completion"].set_defaults(whole_parser=build_parser)
     return parser
 
 
-@contextlib.contextmanager
-def sigint_held():
-    """Hold Ctrl-C (SIGINT) while a command imports its libraries, and deliver it right after: a
-    KeyboardInterrupt raised inside a C extension's initialisation (numpy's) surfaces as "ImportError:
-    initialization failed" or aborts the interpreter, instead of the clean exit 130."""
-    # Only the main thread takes signals. A process that never imported threading has no other
-    # thread (and `zsim --help` need not import it).
-    threading = sys.modules.get("threading")
-    if threading is not None and threading.current_thread() is not threading.main_thread() \
-            or not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held SIGINT is delivered here
+def command_module(name: str) -> str:
+    """The module that registers command `name`: zsim/commands/<name>.py, except `validate`, which runs
+    the suites of zsim.validate, a layer above the commands (docs/architecture.md): zsim/validate/command.py."""
+    return "zsim.validate.command" if name == "validate" else f"zsim.commands.{name.replace('-', '_')}"
 
 
 def _say(text: str) -> None:

@@ -26,7 +26,7 @@ class ConfigError(ZsimError):
     def __init__(self, message: str, *, source: str | None = None, path: str | None = None):
         self.source = source
         self.path = path
-        self.message = message  # without the file and key: for re-addressing (zsim.config.scenario.blame_override)
+        self.message = message  # without the file and key: for re-addressing (zsim.scenario.scenario.blame_override)
         where = ": ".join(p for p in (source, path) if p)
         super().__init__(f"{where}: {message}" if where else message)
 

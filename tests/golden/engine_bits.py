@@ -16,7 +16,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.result import Result
 from zsim.engine.simulation import simulate
 

@@ -4,7 +4,7 @@ Review the diff: every changed number needs a reason in the commit message."""
 import json
 from pathlib import Path
 
-from zsim.config.scenario import load_scenario
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.simulation import simulate
 from zsim.report.facts import facts
 

@@ -16,9 +16,9 @@ import pytest
 
 from tests.runtime.conftest import TINY, tiny_model
 from zsim.calibrate.replay import align
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.engine.simulation import simulate
-from zsim.trace.writer import simulated_trace
+from zsim.report.trace_writer import simulated_trace
 from zsim.zero.plan import rank_pieces
 from zsim.config.struct import dump
 

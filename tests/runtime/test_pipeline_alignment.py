@@ -16,7 +16,7 @@ import pytest
 
 from tests.runtime.conftest import tiny_model
 from tests.runtime.test_pipeline import RUNS, STEPS
-from zsim.config.scenario import build_scenario
+from zsim.scenario.scenario import build_scenario
 from zsim.config.struct import dump
 from zsim.engine.simulation import workload_and_plan
 from zsim.parallel.pipeline import pipeline_rank

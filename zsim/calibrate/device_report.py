@@ -89,7 +89,8 @@ def gemm_holdout(run: DeviceRun, dtype: str, gpu_profile: str, with_2fold: bool 
 
 def _hardware(gpu_profile: str, dtype: str):
     from zsim.calibrate.gemm_fit import GemmHardware
-    from zsim.config.hardware import GpuFile, compute_terms, load_profile
+    from zsim.config.profile_files import GpuFile, load_profile
+    from zsim.fabric.cluster import compute_terms
     from zsim.config.profiles import Profiles
 
     spec = load_profile(Profiles.from_environment([]), "gpu", gpu_profile, GpuFile)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from zsim.config.hardware import Cluster
+from zsim.fabric.cluster import Cluster
 from zsim.errors import ConfigError
 from zsim.trace.kineto_run import KinetoRun
 from zsim.trace.samples import CollectiveSample

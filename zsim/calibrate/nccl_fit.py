@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from zsim.calibrate.optimizer import scipy_optimize
-from zsim.config.hardware import Cluster
+from zsim.fabric.cluster import Cluster
 from zsim.fabric.nccl import BASE_LAT_US, HW_LAT_US, LL128_CEILING, LL128_COLLECTIVES, PROTOCOLS, NcclKernel
 from zsim.fabric.perf import run_collective
 from zsim.fabric.topology import aggregate_capacities, build_topology

@@ -27,7 +27,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from zsim.calibrate.nccl_fit import Residual
-from zsim.config.hardware import Cluster, Tier, load_cluster
+from zsim.fabric.cluster import Cluster, Tier, load_cluster
 from zsim.config.profiles import Profiles
 from zsim.errors import ZsimError
 from zsim.fabric.nccl import FUNCTIONS

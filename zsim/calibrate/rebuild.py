@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from zsim.config.hardware import load_cluster
+from zsim.fabric.cluster import load_cluster
 from zsim.config.profiles import Profiles
-from zsim.config.scenario import Scenario, build_scenario
+from zsim.scenario.scenario import Scenario, build_scenario
 from zsim.config.schema import ModelSection, ZeroSection
 from zsim.config.struct import fields
 from zsim.errors import ConfigError

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK
+from zsim.report.table import format_table
 
 if TYPE_CHECKING:
     from zsim.config.profiles import Profiles
@@ -63,9 +64,9 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
     from zsim.calibrate.profile_terms import host_terms, kept_terms, system_terms, touched
     from zsim.calibrate.profile_writer import base_file, provenance, write_profile
     from zsim.config.yamlfile import read_yaml_mapping
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
     from zsim.config.profiles import Profiles
-    from zsim.trace.inputs import read_inputs
+    from zsim.calibrate.inputs import read_inputs
 
     profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
     multinode = [p for p in inputs if _is_multinode(p)]
@@ -112,7 +113,7 @@ def _calibrate_network(profile: str, folders: list[Path], output: Path, replace:
     import yaml
 
     from zsim.calibrate.net_fit import error_summary, fit_network, read_runs
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
     from zsim.config.profiles import Profiles
     from zsim.config.yamlfile import read_yaml_mapping
     from zsim.report.outputs import write_atomic
@@ -159,7 +160,7 @@ def run_command(args: argparse.Namespace) -> int:
         report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
                            profiles=profiles, accept_poor_fit=args.accept_poor_fit)
     except Refusal as exc:  # every cause on its own line (the CLI prints two lines of an error)
-        from zsim.cli import error_text
+        from zsim.console.parser import error_text
 
         print(error_text(f"zsim: {exc.headline}:\n" + "\n".join(f"  - {c}" for c in exc.causes),
                          lines=1 + len(exc.causes)), file=sys.stderr)
@@ -211,12 +212,15 @@ def run_command(args: argparse.Namespace) -> int:
         if coll["at_zero"]:
             print(f"  at zero   {', '.join(coll['at_zero'])} (too small to measure in these data)", file=out)
         print("  residuals busbw, simulated vs measured (sizes >= 1 MiB where any): median, worst", file=out)
-        for fn, s in coll["residuals"].items():
-            print(f"    {fn:<15} {s['samples']:>4} samples  {s['median_error']:6.1%}  {s['max_error']:6.1%}", file=out)
+        rows = [[fn, f"{s['samples']} samples", f"{s['median_error']:.1%}", f"{s['max_error']:.1%}"]
+                for fn, s in coll["residuals"].items()]
+        for text in format_table(rows, indent="    ", gap="  "):
+            print(text, file=out)
         if args.residuals:
-            for r in coll["samples"]:
-                print(f"    {r['op']:<15} {r['bytes']:>12} B  n={r['group']:<3} {r['measured_busbw']:8.2f} "
-                      f"{r['simulated_busbw']:8.2f} GB/s {r['error']:+7.1%}  {r['algorithm']}", file=out)
+            rows = [[r["op"], f"{r['bytes']} B", f"n={r['group']}", f"{r['measured_busbw']:.2f}",
+                     f"{r['simulated_busbw']:.2f} GB/s", f"{r['error']:+.1%}", r["algorithm"]] for r in coll["samples"]]
+            for text in format_table(rows, align="<><>>><", indent="    "):
+                print(text, file=out)
     kept = report.get("kept_from_base") or {}
     print(f"  terms     {len(report.get('fitted_terms') or [])} fitted; {len(kept)} never touched by the inputs, kept "
           f"from the base: {', '.join(kept) or 'none'}", file=out)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
-from zsim.commands.units import nccl_size_arg, positive
+from zsim.console.units import nccl_size_arg, positive
 from zsim.errors import ZsimError
 from zsim.fabric.nccl import FUNCTIONS
 
@@ -42,7 +42,7 @@ def collective_table(profile: str, nodes: int, gpus: int, op: str, sizes_: list[
                      algorithm: str = "auto", dtype: str = "float", profiles: Profiles | None = None
                      ) -> list[PerfRow]:
     """The rows of the table. Raises ConfigError (profile) or ZsimError (layout)."""
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
     from zsim.fabric.perf import run_collective
 
     cluster = load_cluster(profile, nodes, profiles)

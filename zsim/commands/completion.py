@@ -27,7 +27,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def completion_command(args: argparse.Namespace) -> int:
     import shtab
 
-    from zsim.cli import build_parser
-
-    print(shtab.complete(build_parser(), shell=args.shell))
+    # zsim.cli sets `whole_parser` (its build_parser): commands sit below cli and do not import it.
+    print(shtab.complete(args.whole_parser(), shell=args.shell))
     return 0

@@ -31,7 +31,8 @@ def fit_table(csv: Path, gpu: str, dtype: str, folders: list[str] | None = None)
     """Fit `csv` on GPU profile `gpu` in `dtype` (found in the user `folders`, $ZSIM_PROFILE_PATH, then
     the built-in profiles); returns a GemmFit. Raises ZsimError/ConfigError."""
     from zsim.calibrate.gemm_fit import GemmHardware, fit, read_gemm_csv
-    from zsim.config.hardware import GpuFile, compute_terms, load_profile
+    from zsim.config.profile_files import GpuFile, load_profile
+    from zsim.fabric.cluster import compute_terms
     from zsim.config.profiles import Profiles
     from zsim.errors import ZsimError
 
@@ -44,7 +45,7 @@ def table_hardware(spec, gpu: str, dtype: str):
     """GemmHardware of GPU profile `spec` (named `gpu`) for `dtype`. Raises ZsimError when it has no
     peak for `dtype`."""
     from zsim.calibrate.gemm_fit import GemmHardware
-    from zsim.config.hardware import compute_terms
+    from zsim.fabric.cluster import compute_terms
     from zsim.errors import ZsimError
 
     peak = {"fp16": spec.peak_fp16_tflops, "bf16": spec.peak_bf16_tflops, "fp32": spec.peak_fp32_tflops,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
-from zsim.commands.units import positive, size_arg
+from zsim.console.units import positive, size_arg
 from zsim.errors import ConfigError, ZsimError
 from zsim.zero.model_states import PARAM_BYTES, STAGE_NAMES, adam_k
 
@@ -81,7 +81,7 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
     """The Trial of scenario `data` with `layers` layers, no accumulation, simulated
     until the allocator settles (FIRST_STEPS, doubled up to MAX_STEPS; a run that has not settled by
     then and never ran out of memory counts as fitting)."""
-    from zsim.config.scenario import build_scenario
+    from zsim.scenario.scenario import build_scenario
     from zsim.engine.simulation import simulate
 
     trial = copy.deepcopy(data)
@@ -183,7 +183,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _shape_scenario(args: argparse.Namespace, profiles: Profiles, profile: str) -> dict[str, Any]:
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
 
     cluster = load_cluster(profile, 1, profiles)
     mp = args.mp or 1
@@ -241,13 +241,13 @@ def maxsize_command(args: argparse.Namespace) -> int:
     if args.scenario or args.batch:
         import sys
 
-        from zsim.config.scenario import blame_override, set_by
+        from zsim.scenario.scenario import blame_override, set_by
 
         profiles, profile = profile_search(args)
         if args.scenario:
             from zsim.config.hf import resolve_from_hf
             from zsim.config.overrides import apply_overrides
-            from zsim.config.scenario import find_scenario
+            from zsim.scenario.scenario import find_scenario
             from zsim.config.schema import ScenarioFile
             from zsim.config.validation import validate
             from zsim.config.yamlfile import read_yaml_mapping

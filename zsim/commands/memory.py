@@ -9,8 +9,9 @@ from typing import Any
 
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, emit_json, text_stream
-from zsim.commands.units import count_arg, positive
+from zsim.console.units import count_arg, positive
 from zsim.errors import ZsimError
+from zsim.report.table import format_table
 from zsim.zero.model_states import STAGE_NAMES, adam_k, model_states, stage_partition
 from zsim.zero.residual import (
     bucket_buffer_bytes,
@@ -134,22 +135,23 @@ def memory_command(args: argparse.Namespace) -> int:
     out = text_stream(args)
     print(f"Model states per GPU: Ψ = {args.params:,} parameters, Nd = {args.dp}, MP = {args.mp}, "
           f"{args.dtype} params/grads, Adam K = {adam_k(args.dtype)}; GB = 10^9 bytes", file=out)
-    print(f"  {'stage':<14}{'params':>10}{'grads':>10}{'optimizer':>12}{'total':>10}", file=out)
-    for s in stages:
-        row = table["stages"][str(s)]
-        print(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{row['params'] / GB:>10.2f}{row['grads'] / GB:>10.2f}"
-              f"{row['optimizer'] / GB:>12.2f}{row['total'] / GB:>10.2f}", file=out)
+    rows = [[f"{s} ({STAGE_NAMES[s]})", *(f"{table['stages'][str(s)][k] / GB:.2f}"
+                                          for k in ("params", "grads", "optimizer", "total"))] for s in stages]
+    for text in format_table(rows, header=[["stage", "params", "grads", "optimizer", "total"]], gap="  "):
+        print(text, file=out)
     if "residual" in table:
         print(f"Residual states per GPU ({table['residual'][str(stages[0])]['layers']} layers), totals with the model "
               "states at the start of backward and while the loss runs:", file=out)
-        print(f"  {'stage':<14}{'ckpts':>10}{'working':>10}{'grad buf':>10}{'loss':>8}{'fp32 grads':>12}"
-              f"{'bwd total':>11}{'loss total':>11}{'host':>8}", file=out)
+        rows = []
         for s in stages:
             res, states = table["residual"][str(s)], table["stages"][str(s)]
             # The fp32 gradients exist only during the optimizer step.
             bwd = states["total"] + res["checkpoints"] + res["working"] + res["gradient_buffer"]
             loss = states["total"] + res["checkpoints"] + res["loss"]
-            print(f"  {f'{s} ({STAGE_NAMES[s]})':<14}{res['checkpoints'] / GB:>10.2f}{res['working'] / GB:>10.2f}"
-                  f"{res['gradient_buffer'] / GB:>10.2f}{res['loss'] / GB:>8.2f}{res['optimizer_fp32_grads'] / GB:>12.2f}"
-                  f"{bwd / GB:>11.2f}{loss / GB:>11.2f}{res['host'] / GB:>8.2f}", file=out)
+            rows.append([f"{s} ({STAGE_NAMES[s]})", *(f"{v / GB:.2f}" for v in (
+                res["checkpoints"], res["working"], res["gradient_buffer"], res["loss"], res["optimizer_fp32_grads"],
+                bwd, loss, res["host"]))])
+        header = ["stage", "ckpts", "working", "grad buf", "loss", "fp32 grads", "bwd total", "loss total", "host"]
+        for text in format_table(rows, header=[header], gap="  "):
+            print(text, file=out)
     return 0

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
-from zsim.commands.units import positive
+from zsim.console.units import positive
 from zsim.commands.collective import MAX_GPUS, MAX_NODES
 from zsim.errors import ZsimError
 from zsim.fabric.nccl import FUNCTIONS
+from zsim.report.table import format_table
 
 
 def read_tables(folder: Path) -> dict:
@@ -107,11 +108,9 @@ def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
     print(f"# inter-node terms of profile '{profile}''s network fitted to {args.folder.name} "
           f"({result.nodes[0]}-{result.nodes[1]} nodes)", file=out)
     print(network_yaml(result.values, args.folder.name, result.nodes), file=out)
-    print(f"\n#{'table':>28} {'size':>12} {'measured':>9} {'simulated':>9} {'error':>7}  algorithm", file=out)
-    for tag, rows in (("fit", result.residuals), ("held", held_res)):
-        for r in rows:
-            print(f" {tag:>4} {r.source.split('/')[-1]:>23} {r.size:>12} {r.measured_busbw:>9.2f} {r.simulated_busbw:>9.2f} "
-                  f"{r.error:>+7.1%}  {r.algorithm}", file=out)
+    cells = [[tag, r.source.split("/")[-1], str(r.size), f"{r.measured_busbw:.2f}", f"{r.simulated_busbw:.2f}",
+              f"{r.error:+.1%}", r.algorithm] for tag, rows in (("fit", result.residuals), ("held", held_res)) for r in rows]
+    print("", *_commented(cells, ["", "table", "size", "measured", "simulated", "error", "algorithm"]), sep="\n", file=out)
     summary = {tag: error_summary(rows) for tag, rows in (("fit", result.residuals), ("held", held_res)) if rows}
     print("\n# sizes >= 1 MiB: median |busbw error|, worst |busbw error|, rows", file=out)
     for tag, (med, worst, n) in summary.items():
@@ -125,12 +124,19 @@ def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
     return 0
 
 
+def _commented(rows: list[list[str]], header: list[str]) -> list[str]:
+    """A residual table as nccl-tests prints its own (zsim.report.table): the header line a '#' comment,
+    columns right-aligned but the last."""
+    lines = format_table(rows, header=[header], align=">" * (len(header) - 1) + "<", indent=" ")
+    return ["#" + lines[0][1:], *lines[1:]]
+
+
 def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import fit
     from zsim.calibrate.optimizer import scipy_optimize
 
     scipy_optimize("zsim nccl-fit")  # before reading the tables: without scipy, say what to install
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
 
     from zsim.calibrate.nccl_fit import _PARAMS
 
@@ -149,11 +155,10 @@ def run_command(args: argparse.Namespace) -> int:
     result = fit(cluster, tables, args.gpus, args.gpus_per_process)
     out = text_stream(args)
     print(profile_yaml(result.values, cluster.nccl_tuner), file=out)
-    print(f"\n# residuals: simulated vs measured busbw (GB/s)\n#{'op':>15} {'size':>12} {'measured':>9} "
-          f"{'simulated':>9} {'error':>7}  algorithm", file=out)
-    for r in result.residuals:
-        print(f" {r.fn:>15} {r.size:>12} {r.measured_busbw:>9.2f} {r.simulated_busbw:>9.2f} {r.error:>+7.1%}  "
-              f"{r.algorithm}", file=out)
+    cells = [[r.fn, str(r.size), f"{r.measured_busbw:.2f}", f"{r.simulated_busbw:.2f}", f"{r.error:+.1%}", r.algorithm]
+             for r in result.residuals]
+    print("\n# residuals: simulated vs measured busbw (GB/s)", *_commented(
+        cells, ["op", "size", "measured", "simulated", "error", "algorithm"]), sep="\n", file=out)
     print("\n# per collective, sizes >= 1 MiB: median |error|, max |error|", file=out)
     for fn, (med, worst) in result.summary().items():
         print(f"#{fn:>15}  {med:6.1%}  {worst:6.1%}", file=out)

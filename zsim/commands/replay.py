@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, printable_text, profile_search
 from zsim.errors import EXIT_OK
+from zsim.report.table import format_table
 
 if TYPE_CHECKING:
     from zsim.config.profiles import Profiles
@@ -144,23 +145,23 @@ def print_report(report: dict[str, Any], out) -> None:
     if report.get("caution"):
         print(f"  caution   {report['caution']}", file=out)
 
-    def line(label: str, p: dict[str, Any], unit: str = "ms", scale: float = 1e3) -> None:
-        err = "" if p["error"] is None else f"{p['error']:+7.1%}"
-        print(f"  {label:<28} {p['measured'] * scale:>11.3f} {p['simulated'] * scale:>11.3f} {unit:<3} {err}", file=out)
+    def row(label: str, p: dict[str, Any], unit: str = "ms", scale: float = 1e3, count: str = "",
+            spread: str = "") -> list[str]:
+        return [label, count, _number(p["measured"], scale, ".3f"), _number(p["simulated"], scale, ".3f"), unit,
+                _number(p["error"], 1, "+.1%"), spread]
 
     steps = report["step_seconds"]["judged_steps"]
-    print(f"  {'':<28} {'measured':>11} {'simulated':>11}     error", file=out)
-    line(f"step time (median, steps {steps[0]}-{steps[-1]})", report["step_seconds"])
-    line("exposed comm per step", report["exposed_comm_seconds"])
-    print("  per op kind: median per op; spread = 10th..90th percentile of per-op error", file=out)
+    rows = [row(f"step time (median, steps {steps[0]}-{steps[-1]})", report["step_seconds"]),
+            row("exposed comm per step", report["exposed_comm_seconds"])]
     for k in report["kinds"]:
         lo, hi = k["spread"]
-        print(f"    {k['kind']:<16} {k['count']:>5} ops {_number(k['measured'], 1e3, '9.3f')} "
-              f"{_number(k['simulated'], 1e3, '11.3f')} ms  {_number(k['error'], 1, '+7.1%')}  "
-              f"[{_number(lo, 1, '+.0%')}, {_number(hi, 1, '+.0%')}]", file=out)
-    print("  peak memory per category, rank 0 (MB = 1e6 B)", file=out)
-    for c, p in report["peak_memory_bytes"].items():
-        line(c, p, "MB", 1e-6)
+        rows.append(row(f"op {k['kind']}", k, count=f"{k['count']} ops",
+                        spread=f"[{_number(lo, 1, '+.0%')}, {_number(hi, 1, '+.0%')}]"))
+    rows += [row(f"peak {c}", p, "MB", 1e-6) for c, p in report["peak_memory_bytes"].items()]
+    print("  op: median per op of a kind, spread = its 10th..90th percentile of per-op error; "
+          "peak: memory per category, rank 0 (MB = 1e6 B)", file=out)
+    for text in format_table(rows, header=[["", "", "measured", "simulated", "", "error", "spread"]], align="<>>><>>"):
+        print(text, file=out)
     exact = all(v["exact"] for v in report["model_states_bytes"].values())
     states = ", ".join(f"{c} {v['measured']:,} / {v['simulated']:,}" for c, v in report["model_states_bytes"].items())
     print(f"  model states per rank, B   {'exact' if exact else 'DIFFER'}: {states}", file=out)
@@ -174,11 +175,8 @@ def print_report(report: dict[str, Any], out) -> None:
 
 
 def _number(value: float | None, scale: float, spec: str) -> str:
-    """`value × scale` formatted by `spec`, or '-' (right-aligned as wide) when there is none."""
-    if value is None:
-        width = "".join(c for c in spec.split(".")[0] if c.isdigit())
-        return "-".rjust(int(width) if width else 1)
-    return format(value * scale, spec)
+    """`value × scale` formatted by `spec`, or '-' when there is none (zsim.report.table pads it)."""
+    return "-" if value is None else format(value * scale, spec)
 
 
 def replay_kineto_dir(trace_dir: Path, profile: str, allow_missing_ranks: bool = False,
@@ -191,7 +189,7 @@ def replay_kineto_dir(trace_dir: Path, profile: str, allow_missing_ranks: bool =
     import math
 
     from zsim.calibrate.kineto_replay import replay_kineto
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
     from zsim.config.profiles import Profiles
     from zsim.trace import schema
     from zsim.trace.kineto_run import read_kineto
@@ -228,15 +226,15 @@ def print_kineto_report(report: dict[str, Any], out) -> None:
     print(f"  GPU span of the trace      measured {span['measured'] * 1e3:.3f} ms, simulated {span['simulated'] * 1e3:.3f} ms "
           f"({span['error']:+.1%}); with the measured transfers {report['span_with_measured_transfers_seconds'] * 1e3:.3f} ms",
           file=out)
-    print(f"  {'collective':<12} {'bytes':>10} {'n':>3} {'measured':>10} {'simulated':>10}  (transfer, µs)", file=out)
-    for c in report["collectives"]:
-        print(f"  {c['op']:<12} {c['bytes']:>10} {c['group']:>3} {c['measured_s'] * 1e6:>10.1f} {c['simulated_s'] * 1e6:>10.1f}",
-              file=out)
+    rows = [[c["op"], str(c["bytes"]), str(c["group"]), f"{c['measured_s'] * 1e6:.1f}", f"{c['simulated_s'] * 1e6:.1f}"]
+            for c in report["collectives"]]
+    for text in format_table(rows, header=[["collective", "bytes", "n", "measured", "simulated"], ["", "", "", "µs", "µs"]]):
+        print(text, file=out)
 
 
 def run_command(args: argparse.Namespace) -> int:
     from zsim.errors import ConfigError
-    from zsim.trace.inputs import kind_of
+    from zsim.calibrate.inputs import kind_of
 
     from zsim.report.outputs import check_dir, check_file, write_atomic
 

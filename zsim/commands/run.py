@@ -34,12 +34,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from zsim.cli import sigint_held
+    from zsim.console.signals import sigint_held
 
     # Ctrl-C while C extensions initialise (libyaml, numpy) aborts the interpreter or surfaces
     # as "ImportError: initialization failed" instead of exiting 130: hold it until loading is done.
     with sigint_held():
-        from zsim.config.scenario import load_scenario
+        from zsim.scenario.scenario import load_scenario
         from zsim.engine.simulation import simulate
         from zsim.memory.timeline import write_csv
         from zsim.report.facts import facts
@@ -47,7 +47,7 @@ def run_command(args: argparse.Namespace) -> int:
         from zsim.report.plots import memory_png_later, memory_timeline_png
         from zsim.report.progress import ticker
         from zsim.report.summary import summary
-        from zsim.trace.writer import write_trace
+        from zsim.report.trace_writer import write_trace
         from zsim.zero.cost import check_cost
 
         started = time.perf_counter()

@@ -49,7 +49,7 @@ def _positive(text: str) -> int:
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    from zsim.config.scenario import safe_name
+    from zsim.scenario.scenario import safe_name
     from zsim.sweep.files import sweep_lock
     from zsim.sweep.points import load_plan
     from zsim.sweep.runner import run_sweep, summary_facts, write_outputs

@@ -1,6 +1,6 @@
 """The compute model's terms for one GPU kind, in SI units (docs/compute.md lists each with its unit,
 meaning and source). Loaded from the `compute:` section of a GPU profile (hwprofiles/gpus/*.yaml),
-optionally overridden by a system profile's own `compute:` section (zsim.config.hardware)."""
+optionally overridden by a system profile's own `compute:` section (zsim.fabric.cluster)."""
 
 from __future__ import annotations
 

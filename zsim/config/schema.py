@@ -2,7 +2,7 @@
 documented.
 
 Only per-field and per-section checks live here; checks that need the hardware profile (does the
-layout match the cluster?) live in `zsim.config.scenario`, which builds the validated `Scenario`.
+layout match the cluster?) live in `zsim.scenario.scenario`, which builds the validated `Scenario`.
 """
 
 from __future__ import annotations
@@ -333,7 +333,7 @@ class PrecisionSection(Section, kw_only=True):
 class HardwareSection(Section, kw_only=True):
     """The cluster: a system profile from hwprofiles/ and how many of its nodes. The optional keys
     replace the profile's value for this scenario only (a what-if without a new profile file:
-    `--set hardware.nic_Gbps=200`); zsim.config.hardware.load_cluster applies them."""
+    `--set hardware.nic_Gbps=200`); zsim.fabric.cluster.load_cluster applies them."""
 
     profile: Annotated[ProfileName, Meta(description=(
         "name of a system profile (hwprofiles/<profile>.yaml), e.g. dgx2; a name, not a path"))]

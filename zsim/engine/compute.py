@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zsim.compute.model import list_seconds
-from zsim.config.hardware import Gpu
+from zsim.fabric.cluster import Gpu
 from zsim.zero.ops import Op
 
 if TYPE_CHECKING:  # a GPU run never imports the host-profile models (tests/test_fast_start.py)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zsim.config.hardware import Tier
+from zsim.fabric.cluster import Tier
 
 
 def transfer_seconds(nbytes: float, link: Tier) -> float:

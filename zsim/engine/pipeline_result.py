@@ -19,7 +19,7 @@ from zsim.zero.model_states import ModelStates
 from zsim.zero.ops import Plan
 
 if TYPE_CHECKING:
-    from zsim.config.scenario import Scenario
+    from zsim.scenario.scenario import Scenario
 
 _PASS = ("fwd/", "recompute/", "bwd/")
 _ACT = CATEGORIES.index("activations")

@@ -47,7 +47,7 @@ from zsim.memory.ledger import MemoryLedger
 from zsim.zero.plan import rank_model_states
 
 if TYPE_CHECKING:
-    from zsim.config.scenario import Scenario
+    from zsim.scenario.scenario import Scenario
 
 # Micro-batches simulated, in turn until the proof holds (module docstring): 2 where the last one is a
 # unit, else 3 and, while the allocator still reserves new segments in the unit, 5 and 7.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zsim.config.scenario import Scenario
+from zsim.scenario.scenario import Scenario
 from zsim.memory.ledger import MemoryLedger
 from zsim.workload.transformer import Workload
 from zsim.zero.model_states import ModelStates

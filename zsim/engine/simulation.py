@@ -20,8 +20,8 @@ from typing import Any
 
 import simpy
 
-from zsim.config.hardware import Cluster
-from zsim.config.scenario import Scenario
+from zsim.fabric.cluster import Cluster
+from zsim.scenario.scenario import Scenario
 from zsim.engine import repeat as repeat_micro_batches
 from zsim.engine.compute import compute_seconds
 from zsim.engine.cores import core_capacities, cpu_link, work

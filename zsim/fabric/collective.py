@@ -26,7 +26,7 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from zsim.config.hardware import Cluster
+from zsim.fabric.cluster import Cluster
 from zsim.fabric.nccl import FUNCTIONS, NVLINK_WIDTH_GBPS, PROTOCOLS, WIRE_SHARE, Communicator, NcclTuner, bus_factor, ring_steps
 from zsim.parallel.layout import GroupShape
 

@@ -4,7 +4,7 @@ The table is NVIDIA's: DGX-1 with Tesla V100 System Architecture whitepaper (WP-
 as `nvidia-smi topo -m` prints it (NV1/NV2): 8 GPUs, 6 NVLinks each, to 4 neighbours, 2 of them
 doubled. The mesh connects exactly 8 GPUs. A node of n < 8 GPUs (a DGX-1 job that sees GPUs 0..n-1,
 e.g. CUDA_VISIBLE_DEVICES=0,1,2,3) keeps the links among those GPUs: the induced sub-mesh. A node of
-more than 8 GPUs has no cube-mesh (zsim.config.hardware rejects it).
+more than 8 GPUs has no cube-mesh (zsim.fabric.cluster rejects it).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ over the sender's links:
       activations are megabytes, so Simple);
   across nodes: the sender's node's NIC pool, shared by the `concurrent` transfers its node's ranks of the
       stage make at once (class mode: every rank of the stage sends to its peer at the same moment), plus
-      one network step's latency (zsim.config.hardware.Cluster.network_step_s on 2 nodes).
+      one network step's latency (zsim.fabric.cluster.Cluster.network_step_s on 2 nodes).
 Where the stages sit follows Megatron's rank order (tensor fastest, then data, then pipeline:
 zsim.parallel.layout): stage s holds ranks s·dp·mp to (s+1)·dp·mp - 1.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from zsim.config.hardware import Cluster
+from zsim.fabric.cluster import Cluster
 from zsim.fabric.collective import Phase
 from zsim.parallel.layout import Layout
 

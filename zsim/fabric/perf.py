@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from zsim.config.hardware import Cluster
+from zsim.fabric.cluster import Cluster
 from zsim.fabric.collective import Placement, plan_collective, uncontended_time
 from zsim.fabric.nccl import bus_factor
 from zsim.fabric.sharing import Fabric

@@ -25,7 +25,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from zsim.config.hardware import Cluster
+from zsim.fabric.cluster import Cluster
 from zsim.errors import ConfigError
 from zsim.fabric.cube_mesh import cube_mesh_edges
 

@@ -30,7 +30,7 @@ class GroupShape:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """DP x MP (x PP stages) on `nodes` nodes of `gpus_per_node` GPUs; validated by `zsim.config.scenario`."""
+    """DP x MP (x PP stages) on `nodes` nodes of `gpus_per_node` GPUs; validated by `zsim.scenario.scenario`."""
 
     dp: int
     mp: int

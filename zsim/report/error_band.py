@@ -1,5 +1,5 @@
 """The error band beside a step time: how wrong zsim has been on held-out published runs of the run's regime
-(zsim.validate.band; docs/validation.md, "Error band"). It replaces the memory-margin caution of earlier
+(zsim.report.band; docs/validation.md, "Error band"). It replaces the memory-margin caution of earlier
 versions, which blamed the misses on memory pressure: issue 25 showed the misses are not the allocator
 (zsim predicts no cache flush in any of the 22 chart runs; misses of 3.5-4.7x with 20-64% of memory free),
 and an allocator flush-and-retry measured ~3.7 ms on an H200 (docs/device-check.md).
@@ -16,7 +16,7 @@ def band_facts(scenario, step_s: float) -> dict[str, Any]:
     """result.json's `band`: the regime's held-out error and the step range it implies (seconds), with
     `match` 'exact', 'nearest' (the run is outside every validated regime; the band is its topology's on
     another GPU generation or profile kind) or 'outside' (no held-out run shares its topology: no band)."""
-    from zsim.validate.band import band_for, outside_words, regime_of
+    from zsim.report.band import band_for, outside_words, regime_of
 
     band = band_for(scenario)
     if band is None:

@@ -49,7 +49,7 @@ def _fragmentation_at_reserved_peak(ledger) -> int:
 
 
 def _calibration(note: Any) -> dict[str, Any] | None:
-    """The profile's calibration (zsim.config.hardware.CalibrationNote) as JSON; None for a profile
+    """The profile's calibration (zsim.fabric.cluster.CalibrationNote) as JSON; None for a profile
     `zsim calibrate` did not write."""
     if note is None:
         return None
@@ -148,7 +148,7 @@ def facts(result: Result) -> dict[str, Any]:
             "offload_seconds_per_step": result.offload_seconds / steps,
             "ep_comm_seconds_per_step": result.ep_comm_seconds / steps,
         },
-        # How wrong zsim has been on held-out published runs of this regime (zsim.validate.band).
+        # How wrong zsim has been on held-out published runs of this regime (zsim.report.band).
         "band": band_facts(s, mean_step),
         "throughput": {
             "tflops_per_gpu": hw_tflops,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zsim.config.hardware import Cluster
+from zsim.fabric.cluster import Cluster
 
 
 def network_facts(cluster: Cluster) -> dict[str, Any]:

@@ -124,7 +124,7 @@ def sweep_figure(sweep):
             oom = [r for r in sel if r["status"] == "oom"]
             label = safe_label(f"{lines} = {lv}" if lines else metric) + (" (OOM)" if len(oom) == len(sel) else "")
             banded = [r for r in sel if metric == "step_s" and r.get("band_low_s") is not None]
-            if banded:  # the error band of each point's regime (zsim.validate.band), shaded around the line
+            if banded:  # the error band of each point's regime (zsim.report.band), shaded around the line
                 ax.fill_between([r[x] for r in banded], [r["band_low_s"] for r in banded],
                                 [r["band_high_s"] for r in banded], color=color, alpha=0.12, linewidth=0,
                                 label="error band (held-out published runs)" if li == 0 else None)

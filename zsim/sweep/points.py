@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from zsim import __version__
-from zsim.config.scenario import Scenario, build_scenario
+from zsim.scenario.scenario import Scenario, build_scenario
 from zsim.config.schema import ScenarioFile
 from zsim.config.struct import dump
 from zsim.config.validation import validate
@@ -39,7 +39,7 @@ from zsim.zero.cost import check_cost
 UNHASHED = {"name", "description", "run.output"}
 # A GPU big enough for any model's states (1 EB): how OOM points are timed as if they fit.
 ROOMY_GPU_BYTES = 10**18
-# Checks of zsim.config.scenario.build_scenario that are about memory (the model states alone do
+# Checks of zsim.scenario.scenario.build_scenario that are about memory (the model states alone do
 # not fit), not about the layout: their points are kept as OOM.
 MEMORY_CHECKS = {"zero.stage"}
 # Checks whose failure is a bad value (a profile that does not exist), never a point to skip.
@@ -135,7 +135,7 @@ def _resolve(data: dict[str, Any], spec: ScenarioFile, source: str, name: str,
 
 def _capacity(spec: ScenarioFile) -> int:
     """The GPU memory of the point's cluster, in bytes (its profile with the hardware.* overrides)."""
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
 
     hw = spec.hardware
     overrides = hw.overrides() if hasattr(hw, "overrides") else {}  # contract 2 (issue 9)

@@ -117,7 +117,7 @@ def result_row(result: Result, oom_reason: str | None, capacity_bytes: int, key:
         "reserved_peak_bytes": ledger.peak_reserved,
         "capacity_bytes": capacity_bytes,
         "reserved_margin_share": share,
-        # The step range held-out published runs of this regime imply (zsim.validate.band); None outside.
+        # The step range held-out published runs of this regime imply (zsim.report.band); None outside.
         "band_low_s": band.get("step_low_s"),
         "band_high_s": band.get("step_high_s"),
         "band_match": band["match"],

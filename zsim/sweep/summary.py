@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from zsim.report.table import format_table
 from zsim.sweep.answers import KNEE_GAIN, better, with_room
 from zsim.sweep.points import describe
 
@@ -22,11 +23,9 @@ def _fmt(value: Any) -> str:
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    """The rows' `columns`, right-aligned but the last (zsim.report.table)."""
     cells = [[_fmt(r[c]) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    last = len(columns) - 1
-    fmt = lambda row: "  ".join(v.ljust(w) if i == last else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))  # noqa: E731
-    return [("    " + fmt(columns)).rstrip(), *(("    " + fmt(row)).rstrip() for row in cells)]
+    return format_table(cells, header=[columns], align=">" * (len(columns) - 1) + "<", indent="    ", gap="  ")
 
 
 def rerun_command(base: Path, values: dict[str, Any], fixed: dict[str, Any]) -> str:

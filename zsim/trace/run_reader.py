@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from zsim.errors import ConfigError, printable, short
-from zsim.fabric.nccl import FUNCTIONS
 from zsim.trace.kineto import _ranges, load_json
 from zsim.trace.samples import CollectiveSample, ComputeSample
-from zsim.trace.schema import SCHEMA
+from zsim.trace.schema import COLLECTIVES, SCHEMA
 from zsim.trace.tracks import stream_of
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.trace\.json$")
@@ -297,8 +296,8 @@ def _span_args_problem(args: dict[str, Any]) -> str | None:
     for key in AMOUNT_ARGS:
         if key in args and not _amount(args[key]):
             return f"args.{key} {short(args[key])} is not a finite number >= 0"
-    if "op" in args and args["op"] not in FUNCTIONS:
-        return f"args.op {short(args['op'])} is not a collective ({', '.join(FUNCTIONS)})"
+    if "op" in args and args["op"] not in COLLECTIVES:
+        return f"args.op {short(args['op'])} is not a collective ({', '.join(COLLECTIVES)})"
     if "timing" in args and args["timing"] not in TIMINGS:
         return f"args.timing {short(args['timing'])} is not one of {', '.join(TIMINGS)}"
     if "dtype" in args and not isinstance(args["dtype"], str):

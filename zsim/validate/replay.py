@@ -24,6 +24,7 @@ from zsim.config.struct import Meta, Section
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError, ZsimError
+from zsim.report.table import format_table
 
 DEFAULT_SUITE = Path(__file__).resolve().parent / "suites" / "replay-cpu.yaml"
 # Stolen CPU time above which the table warns: on the development VM, runs with 0-5% stolen passed and
@@ -147,7 +148,7 @@ class SuiteResult:
 def load_suite(path: Path) -> SuiteFile:
     """The validated suite file, its base profile found and every entry's scenario present, before any
     run is recorded (minutes). Raises ConfigError naming the key."""
-    from zsim.config.hardware import load_cluster
+    from zsim.fabric.cluster import load_cluster
 
     suite: SuiteFile = validate(SuiteFile, read_yaml_mapping(path), str(path))  # type: ignore[assignment]
     try:
@@ -286,15 +287,17 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
 def table(result: SuiteResult) -> str:
     """The error table, the verdict, and the machine's load while it ran."""
     repeated = any(o.recordings_s for o in result.outcomes)
-    lines = [f"zsim validate replay · {result.suite} (calibrated profile {result.profile})",
-             f"  {'held-out run':<26} {'measured':>10} {'simulated':>10} {'error':>8}  model states  ops lined up"
-             + ("  recordings (median is measured)" if repeated else "")]
+    lines = [f"zsim validate replay · {result.suite} (calibrated profile {result.profile})"]
+    rows = []
     for o in result.outcomes:
-        note = "" if o.judged else "  (reported, not judged: more ranks than cores)"
-        each = ("  " + " / ".join(f"{s * 1e3:.1f}" for s in o.recordings_s) + f" ms ({o.spread:.0%} apart)"
+        note = "(reported, not judged: more ranks than cores)" if not o.judged else ""
+        each = (" / ".join(f"{s * 1e3:.1f}" for s in o.recordings_s) + f" ms ({o.spread:.0%} apart)"
                 if o.recordings_s else "")
-        lines.append(f"  {o.label:<26} {o.measured_s * 1e3:>8.2f}ms {o.simulated_s * 1e3:>8.2f}ms {o.error:>+8.1%}  "
-                     f"{'exact' if o.states_exact else 'DIFFER':<12}  {o.lined_up} ({o.unmatched} unmatched){note}{each}")
+        rows.append([o.label, f"{o.measured_s * 1e3:.2f}ms", f"{o.simulated_s * 1e3:.2f}ms", f"{o.error:+.1%}",
+                     "exact" if o.states_exact else "DIFFER", f"{o.lined_up} ({o.unmatched} unmatched)", note, each])
+    header = ["held-out run", "measured", "simulated", "error", "model states", "ops lined up", "",
+              "recordings (median is measured)" if repeated else ""]
+    lines += format_table(rows, header=[header], align="<>>><<<<", gap="  ")
     c = result.criteria
     lines.append(f"  step time |error|: median {result.median_error:.1%} (<= {c.median_step_error:.0%}), worst "
                  f"{result.max_error:.1%} (<= {c.max_step_error:.0%}); model states "

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from zsim.report.table import format_table
+
 
 @dataclass(frozen=True, slots=True)
 class Point:
@@ -88,19 +90,17 @@ class Report:
     def table(self) -> str:
         """The report as fixed-width text (what `zsim validate` prints)."""
         lines = [self.title]
-        group = None
+        header = [["point", "simulated", "published", "unit", "error", "fits", "tolerance", "result"]]
+        groups: dict[str, list[list[str]]] = {}
         for p in self.points:
-            if p.group != group:
-                group = p.group
-                lines.append(f"\n{group}")
-                lines.append(f"  {'point':<34} {'simulated':>10} {'published':>10} {'unit':<9} {'error':>8} "
-                             f"{'fits':>5} {'tolerance':>10}  result")
             sim = "—" if p.simulated is None else f"{p.simulated:,.4g}"
             err = "—" if p.error is None else f"{p.error:+.1%}"
             fits = "" if p.fits is None else ("yes" if p.fits else "OOM")
             tol = f"±{p.tolerance:g}" if p.absolute else f"±{p.tolerance:.0%}"
-            lines.append(f"  {p.name:<34} {sim:>10} {p.published:>10,.4g} {p.unit:<9} {err:>8} {fits:>5} {tol:>10}  "
-                         f"{_verdict(p.passed, p.judged)}")
+            groups.setdefault(p.group, []).append([p.name, sim, f"{p.published:,.4g}", p.unit, err, fits, tol,
+                                                   _verdict(p.passed, p.judged)])
+        for group, rows in groups.items():  # in the order of their first point
+            lines += [f"\n{group}", *format_table(rows, header=header, align="<>><>>><")]
         if self.checks:
             lines.append("\nChecks")
             for c in self.checks:

@@ -53,7 +53,7 @@ class Residual:
 
     id: str
     half: str
-    scenario: Any  # zsim.config.scenario.Scenario, or None when it could not be built
+    scenario: Any  # zsim.scenario.scenario.Scenario, or None when it could not be built
     simulated_s: float | None
     published_s: float
     fits: bool | None
@@ -150,7 +150,7 @@ def published_step(point: ScalePoint, scenario) -> float:
 
 def _scenario(point: ScalePoint, suite: Path):
     """The point's Scenario. Raises ConfigError naming the suite file and point."""
-    from zsim.config.scenario import build_scenario, load_scenario
+    from zsim.scenario.scenario import build_scenario, load_scenario
     from zsim.config.shipped import find_file
 
     if point.scenario_file is not None:  # a shipped scenario, found through the package (a wheel has no tree)

@@ -62,7 +62,7 @@ class ScenarioSet:
             ConfigError: naming the key or value an override gets wrong.
         """
         from zsim.config.limits import limit, lift
-        from zsim.config.scenario import load_scenario
+        from zsim.scenario.scenario import load_scenario
         from zsim.errors import ConfigError
 
         steps = load_scenario(self.path(name), list(self.overrides)).run.steps
@@ -79,7 +79,7 @@ class ScenarioSet:
 
 def simulate_file(path: Path, overrides: tuple[str, ...] = ()):
     """(Result or None, error message) of the scenario file `path` with `overrides` (see ScenarioSet.simulate)."""
-    from zsim.config.scenario import load_scenario
+    from zsim.scenario.scenario import load_scenario
     from zsim.engine.simulation import simulate
     from zsim.errors import ZsimError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from zsim.compute.kernels import host_adam_kernels, optimizer_kernels
-from zsim.config.scenario import Scenario
+from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Workload
 from zsim.zero.buckets import allgather_shards
 from zsim.zero.model_states import PARAM_BYTES

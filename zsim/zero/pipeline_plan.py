@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zsim.config.scenario import Scenario
+from zsim.zero.inputs import Scenario
 from zsim.memory.context import context_memory
 from zsim.parallel.pipeline import split_layers, stage_schedule
 from zsim.workload.transformer import Module, Workload

@@ -43,7 +43,7 @@ zsim.zero.optimizer_step the step; zsim.zero.rank_states what a rank owns.
 
 from __future__ import annotations
 
-from zsim.config.scenario import Scenario
+from zsim.zero.inputs import Scenario
 from zsim.memory.context import context_memory
 from zsim.workload.transformer import Workload
 from zsim.zero.checkpoints import md_checkpoints

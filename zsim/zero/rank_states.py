@@ -3,7 +3,7 @@ bytes and partition, and the tags of its gradient tensors (shared by the plan's 
 
 from __future__ import annotations
 
-from zsim.config.scenario import Scenario
+from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Workload, build_workload
 from zsim.zero.buckets import flat_pieces
 from zsim.zero.model_states import ModelStates, model_states, stage_partition

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from zsim.compute.kernels import KernelList, Shape, module_kernels, with_bucket_copy
-from zsim.config.scenario import Scenario
+from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.buckets import plan_buckets
 from zsim.zero.checkpoints import Checkpoints, md_checkpoints

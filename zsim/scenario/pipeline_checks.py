@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from zsim.config.hardware import Cluster
+from zsim.fabric.cluster import Cluster
 from zsim.config.schema import ScenarioFile
 from zsim.errors import ConfigError
 

@@ -14,22 +14,20 @@ The residuals (error = simulated / published step time − 1; negative: zsim is 
 - `zsim validate megatron`'s per-GPU throughput points (no zsim term was fitted to them: docs/validation.md);
 - `zsim validate paper`'s per-run chart points (CHART, CHART_MEGATRON: no term fitted to them), except the
   runs the scale suite declares (they enter through it, in their half).
-`python -m zsim.validate.band --write` simulates them and rewrites band_table.json beside this file;
-tests/test_band.py checks that the stored table is the one its residuals give, and (slow) that the
-residuals are current.
+`python -m zsim.validate.band_table --write` simulates them (the suites sit above report) and rewrites
+band_table.json beside this file; tests/test_band.py checks that the stored table is the one its residuals
+give, and (slow) that the residuals are current.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 TABLE = Path(__file__).resolve().with_name("band_table.json")
-REGENERATE = ".venv/bin/python -m zsim.validate.band --write"
+REGENERATE = ".venv/bin/python -m zsim.validate.band_table --write"
 # ZeRO-3 "at scale" starts above this many GPUs: the edge between the largest held-out ZeRO-3 run of the
 # MosaicML tables (128 GPUs) and the smallest of Narayanan et al.'s (384); any edge from 128 to 383 gives
 # the same table. A bin edge where the data has a gap, not a fit.
@@ -175,57 +173,3 @@ def build_table(residuals: list[dict[str, Any]]) -> dict[str, Any]:
             "regimes": regimes,
             "unsimulated": [f"{r['suite']}:{r['point']}" for r in residuals if r["error"] is None],
             "residuals": residuals}
-
-
-def collect(progress: bool = False) -> list[dict[str, Any]]:
-    """Simulate every held-out point of the suites (module docstring) and return its residual."""
-    from zsim.validate import megatron, paper, scale
-
-    out: list[dict[str, Any]] = []
-    points, res = scale.residuals(progress=progress)
-    for p, r in zip(points, res):
-        if p.half == "held_out":
-            out.append(_row("scale", p.id, r.scenario, r.error))
-    declared = {Path(p.scenario_file).stem for p in points if p.scenario_file}
-    chart = {**paper.CHART, **paper.CHART_MEGATRON}
-    for name, published in chart.items():
-        if name not in declared:
-            out.append(_tflops_row("paper", name, paper.scenarios_dir() / f"{name}.yaml", published))
-    for name, efficiency in [("1.2B-1gpu", 1.0)] + [(w[0], w[2]) for w in megatron.WEAK]:
-        out.append(_tflops_row("megatron", name, megatron.scenarios_dir() / f"{name}.yaml",
-                               efficiency * megatron.BASELINE_TFLOPS))
-    return out
-
-
-def _row(suite: str, point: str, scenario, error: float | None) -> dict[str, Any]:
-    regime = regime_of(scenario).key if scenario is not None else "unknown"
-    return {"suite": suite, "point": point, "regime": regime, "error": None if error is None else round(error, 4)}
-
-
-def _tflops_row(suite: str, name: str, path: Path, published_tflops: float) -> dict[str, Any]:
-    """A per-GPU TFLOPS point as a step-time residual: simulated/published step = published/simulated
-    TFLOPS (the same FLOP count on both sides, zsim.validate.paper.paper_tflops)."""
-    from zsim.validate.paper import paper_tflops
-    from zsim.validate.scenario_set import simulate_file
-
-    result, _ = simulate_file(path)
-    if result is None or not result.fits:
-        return _row(suite, name, None if result is None else result.scenario, None)
-    return _row(suite, name, result.scenario, published_tflops / paper_tflops(result)[0] - 1)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m zsim.validate.band [--write]`: print the table the suites give now; --write stores it."""
-    args = sys.argv[1:] if argv is None else argv
-    table = build_table(collect(progress=sys.stderr.isatty()))
-    text = json.dumps(table, indent=1, ensure_ascii=False) + "\n"
-    if "--write" in args:
-        TABLE.write_text(text)
-        print(f"wrote {TABLE}", file=sys.stderr)
-    else:
-        print(text, end="")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from zsim.config.hardware import Cluster, load_cluster
+from zsim.fabric.cluster import Cluster, load_cluster
 from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
-from zsim.config.pipeline_checks import check_pipeline
+from zsim.scenario.pipeline_checks import check_pipeline
 from zsim.config.profiles import Profiles
 from zsim.config.schema import (
     FabricSection,
