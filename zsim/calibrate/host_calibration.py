@@ -17,6 +17,18 @@ from zsim.config.yamlfile import read_yaml_mapping
 from zsim.trace.tracks import stream_of
 
 
+
+def compute_keys(plan):
+    """The plan's compute ops with the key a measured trace's events are found by (zsim.calibrate.replay.keyed):
+    (name, step, micro-batch, k), k counting the ops of the same name in one micro-batch."""
+    seen: dict[tuple[str, int, int], int] = defaultdict(int)
+    for op in plan.ops:
+        if op.is_collective or op.transfer:
+            continue
+        base = (op.name, op.step, op.micro_batch)
+        yield op, (*base, seen[base])
+        seen[base] += 1
+
 def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
     """id(event) → µs the rank's compute track was idle just before that compute op (after the previous
     span of any kind, waiting included, ended): framework work between spans (Python bookkeeping,
@@ -62,14 +74,8 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None,
     host = scenario.cluster.host  # a CPU host: take out the time compute shared the cores with gloo
     share, threads = (host.cores / max(1, scenario.layout.world), host.threads_per_rank) if host else (0.0, 0)
     busy = [comm_busy(events) if host else [] for events in run.events.values()]
-    seen: dict[tuple[str, int, int], int] = defaultdict(int)
     rows, missing = [], []
-    for op in plan.ops:
-        if op.is_collective or op.transfer:
-            continue
-        base = (op.name, op.step, op.micro_batch)
-        key = (*base, seen[base])
-        seen[base] += 1
+    for op, key in compute_keys(plan):
         by_rank = {rank: r[key]["dur"] - r[key]["args"].get("nested_us", 0.0) + g.get(id(r[key]), 0.0)
                    - (compute_alone_us(r[key], c, share, threads) if host else 0.0)
                    for rank, (r, g, c) in enumerate(zip(per_rank, gaps, busy)) if key in r and not is_collective(r[key])}

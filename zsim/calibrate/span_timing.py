@@ -27,7 +27,6 @@ over the host-bound spans.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +102,7 @@ def span_samples(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any
         CalibrationError: a compute op of the plan that the trace lacks.
     """
     from zsim.calibrate.collectives import CalibrationError
-    from zsim.calibrate.host_calibration import idle_before
+    from zsim.calibrate.host_calibration import compute_keys, idle_before
     from zsim.calibrate.rebuild import rebuild
     from zsim.calibrate.replay import is_collective, keyed
     from zsim.workload.transformer import build_workload
@@ -112,14 +111,8 @@ def span_samples(run: Any, profile: str, profiles: Any = None) -> list[tuple[Any
     scenario = rebuild(run, profile, profiles)
     plan = build_plan(scenario, build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype))
     ranks = [(keyed(events), idle_before(events), own_host_us(events)) for events in run.events.values()]
-    seen: dict[tuple[str, int, int], int] = defaultdict(int)
     rows, missing = [], []
-    for op in plan.ops:
-        if op.is_collective or op.transfer:
-            continue
-        base = (op.name, op.step, op.micro_batch)
-        key = (*base, seen[base])
-        seen[base] += 1
+    for op, key in compute_keys(plan):
         found = [(r[key]["dur"] - r[key]["args"].get("nested_us", 0.0), host.get(id(r[key]), 0.0), gaps.get(id(r[key]), 0.0))
                  for r, gaps, host in ranks if key in r and not is_collective(r[key])]
         if not found:
