@@ -108,3 +108,16 @@ def test_oom_names_time_category_and_allocation():
     assert oom is not None and not r.fits
     assert oom.total_bytes > oom.capacity_bytes == r.scenario.cluster.gpu.memory_bytes
     assert oom.category in ("activations", "buffers", "grads", "params") and oom.time_s > 0
+
+
+def test_the_one_progress_display_is_a_tqdm_bar_in_class_mode_too(capsys):
+    """issue 28 part 7: zsim run's threaded ticker is gone; simulate's tqdm bar (stderr) serves both modes."""
+    from pathlib import Path
+
+    from zsim.scenario.scenario import load_scenario
+
+    simulate(load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "1T-1024gpu.yaml"), mode="class", progress=True)
+    err = capsys.readouterr().err
+    assert "simulating 1024 ranks" in err and "ops" in err
+    simulate(load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "1T-1024gpu.yaml"), mode="class")
+    assert capsys.readouterr().err == ""

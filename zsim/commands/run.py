@@ -11,6 +11,8 @@ from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.errors import EXIT_OK, EXIT_OOM
 
+SHOW_PROGRESS_S = 2.0  # a run estimated shorter than this gets no bar (zsim.zero.cost.estimate)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -45,7 +47,6 @@ def run_command(args: argparse.Namespace) -> int:
         from zsim.report.facts import facts
         from zsim.report.outputs import OutputSet, check_dir, check_file
         from zsim.report.plots import memory_png_later, memory_timeline_png
-        from zsim.report.progress import ticker
         from zsim.report.summary import summary
         from zsim.report.trace_writer import write_trace
         from zsim.zero.cost import check_cost
@@ -65,8 +66,8 @@ def run_command(args: argparse.Namespace) -> int:
             matplotlib.use("Agg")
             import matplotlib.pyplot  # noqa: F401
 
-    with ticker("simulating", cost.seconds):
-        result = simulate(scenario, progress=sys.stderr.isatty())  # a bar only in per-rank mode
+    # one progress display, tqdm's, on a terminal and for work estimated at SHOW_PROGRESS_S or more
+    result = simulate(scenario, progress=sys.stderr.isatty() and cost.seconds >= SHOW_PROGRESS_S)
     f = facts(result)
     f["scenario"]["overrides"] = overrides  # what the command line changed (the description is the file's)
     names = {"result": "result.json", "trace": "trace.json", "memory_csv": "memory.csv"}

@@ -486,8 +486,9 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
              plans: dict[str, tuple[Workload, Plan]] | None = None, rank_classes: bool = True,
              repeat: bool = True, observe: Callable[[_Run], None] | None = None) -> Result:
     """Simulate `scenario.run.steps` steps of `scenario` and return the Result. `mode` ('class' or
-    'per_rank') overrides the scenario's fabric.mode. `progress`: show a progress bar on stderr in
-    per-rank mode (seconds to minutes; class mode takes well under a second). `compute_override(plan.ops)`
+    'per_rank') overrides the scenario's fabric.mode. `progress`: show a tqdm bar of the
+    ops done on stderr (the caller decides when the run is long enough to want one: zsim run, by its
+    cost estimate). `compute_override(plan.ops)`
     may give measured seconds per compute op index (trace-driven replay, zsim.calibrate.trace_driven).
     `trace=False` leaves `Result.events` empty (what a sweep does: its rows need only the totals, the
     ledger and its peaks; every number is the same). `plans`: a dict kept across calls that reuses
@@ -551,7 +552,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
             finished = _RankProgress(len(plan.ops))
             for stream in STREAMS:
                 env.process(quiet_worker(env, run, rank, by_stream[stream], finished))
-    run_to_end(env, run, progress and per_rank)
+    run_to_end(env, run, progress)
     assert all(e.processed for e in run.done), "a plan op never ran: dependency cycle"
     step_ends = [0.0] * plan.steps
     for i, op in enumerate(plan.ops):
