@@ -121,6 +121,15 @@ def test_two_runs_into_one_folder_leave_one_complete_run(tmp_path):
     assert complete_run(out) in (2, 3)
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """In the child before exec: SIGINT unblocked and at its default, as a shell at a terminal starts a
+    command. A test process may run with SIGINT ignored or blocked (a background or CI launcher, an in-process
+    command's mask), which children inherit, and then Python installs no KeyboardInterrupt handler at all:
+    every run of this test exited 0 in a fresh clone's `make test` that way."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_at_random_moments_leaves_old_or_new_complete_outputs(tmp_path):
     scenario, out = _scenario(tmp_path), tmp_path / "out"
@@ -136,7 +145,7 @@ def test_ctrl_c_at_random_moments_leaves_old_or_new_complete_outputs(tmp_path):
     rng = random.Random(13)
     seen, codes = set(), []
     for i in range(8):
-        proc = _zsim(scenario, out, "--set", f"zero.stage={1 + i % 3}", wait=False)
+        proc = _zsim(scenario, out, "--set", f"zero.stage={1 + i % 3}", wait=False, preexec_fn=_ctrl_c_as_at_a_terminal)
         time.sleep(rng.uniform(0.1, 1.1) * whole)
         proc.send_signal(signal.SIGINT)
         codes.append(proc.wait(timeout=120))
