@@ -198,6 +198,7 @@ class RunConfig:
             ("model.qk_norm", m.qk_norm != "none", "query/key norms"),
             ("model.sliding_window", m.sliding_window is not None, "sliding-window attention"),
             ("model.embedding_norm", bool(getattr(m, "embedding_norm", False)), "a norm after the embedding"),
+            ("model.loss", getattr(m, "loss", "megatron") != "megatron", "a fused cross-entropy kernel"),
         ]
         for key, used, what in unbuilt:
             if used:

@@ -177,6 +177,15 @@ class ModelSection(Section, kw_only=True):
         "flash3: FlashAttention-2 (Ampere+) or -3 (Hopper): no s×s memory, one fused kernel priced from "
         "the published benchmarks; auto: flash2 where it runs (a 16-bit dtype on Ampere or newer), else "
         "standard (what from_hf imports of the families trained with FlashAttention set)"))] = "standard"
+    # What the cross-entropy keeps (docs/memory.md, "The loss"): Megatron-LM's of 2020 holds fp32 copies
+    # of the logits (zsim.workload.transformer.loss_work_tensors); a fused kernel keeps the e-byte logits
+    # and one fp32 log-sum-exp per token (flash-attn flash_attn/losses/cross_entropy.py
+    # SoftmaxCrossEntropyLossFn: ctx.save_for_backward(logits, lse, labels)).
+    loss: Annotated[Literal["megatron", "fused"], Meta(description=(
+        "the cross-entropy's memory: megatron: Megatron-LM's vocab-parallel loss of 2020 (the e-byte logits, "
+        "their fp32 copy, its fp32 clone and the saved fp32 softmax: (e + 12) bytes per logit); fused: a fused "
+        "kernel that keeps only the e-byte logits and a per-token fp32 log-sum-exp (flash-attn's xentropy, "
+        "llm-foundry's default loss_fn: fused_crossentropy)"))] = "megatron"
     moe: Annotated[MoeSection, Meta(description=(
         "mixture-of-experts MLPs (docs/moe.md); absent: every MLP dense"))] | None = None
     from_hf: Annotated[Text, Meta(description=(

@@ -71,6 +71,7 @@ class Shape:
     mla: Mla | None = None  # multi-head latent attention in place of Q/K/V (zsim.workload.mla)
     window: int = 0  # sliding-window attention: keys a query attends to at most (0: global) [BPC20]
     full_every: int = 0  # with a window: every full_every-th block global (0: none)
+    loss: str = "megatron"  # what the cross-entropy keeps: "megatron" (fp32 copies) or "fused" (loss_tensors)
 
     @classmethod
     def of(cls, model: ModelSection) -> Shape:
@@ -84,6 +85,7 @@ class Shape:
             tied_head=model.tied_head, dropout=model.dropout, attention=model.attention,
             head_width=model.head_dim or 0, layer_norms=model.layer_norms, qk_norm=model.qk_norm,
             mla=Mla.of(model), window=model.sliding_window or 0, full_every=model.full_attention_every,
+            loss=model.loss,
         )
 
     @classmethod
@@ -427,6 +429,23 @@ def loss_work_tensors(tokens: int, vocab: int, t: int, e: int) -> tuple[int, ...
     return (e * logits,) + ((4 * logits,) if e != 4 else ()) + (4 * logits,)
 
 
+def loss_tensors(tokens: int, vocab: int, t: int, e: int, loss: str = "megatron") -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(saved, work): the bytes the cross-entropy over `tokens` tokens and the V/t logit columns of an MP
+    rank keeps for backward, and those it holds only while forward runs.
+      megatron: the fp32 softmax (4·T·V/t) [K22 §4.3], beside loss_work_tensors' copies.
+      fused: a fused softmax-cross-entropy kernel keeps its e-byte input logits and one fp32 log-sum-exp
+          per token (4·T: every MP rank keeps the lse of all T tokens after the all-reduce over the vocab
+          split) and nothing else: flash-attn flash_attn/losses/cross_entropy.py SoftmaxCrossEntropyLossFn
+          (forward: `ctx.save_for_backward(logits, lse, labels)`; backward writes the logits' gradient,
+          into a new tensor or, with inplace_backward, into the logits), llm-foundry's default
+          (`loss_fn: fused_crossentropy`, llmfoundry/models/mpt/modeling_mpt.py). The e-byte logits
+          are the head GEMM's output, which the Megatron loss also holds (as work)."""
+    logits = tokens * vocab // t
+    if loss == "fused":
+        return (e * logits, 4 * tokens), ()
+    return (4 * logits,), loss_work_tensors(tokens, vocab, t, e)
+
+
 def total_params(model: ModelSection, vocab: int | None = None) -> int:
     """Ψ of the whole model: L blocks, the word embedding V × h, the LM head V × h unless tied, the
     learned position table, the final norm. For GPT: L(12h² + 13h) + (V + s)h + 2h [N21 §5.1].
@@ -600,8 +619,10 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     )
     # The head: final norm, logits against the word embedding or, untied, its own vocab-parallel
     # V/t × h output layer (Megatron untie_embeddings_and_output_weights) (2bshV/t FLOPs [N21 §5.1]),
-    # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input.
-    head_saved = 4 * s * b * v // t + e * sbh // r  # the final norm's input is sequence-split under SP
+    # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input, or a
+    # fused kernel's e-byte logits and per-token log-sum-exp (model.loss; loss_tensors).
+    loss_saved, loss_work = loss_tensors(s * b, v, t, e, shape.loss)
+    head_saved = sum(loss_saved) + e * sbh // r  # the final norm's input is sequence-split under SP
     head_tensors = shape.norm_tensors + (() if shape.tied_head else (v * h // t,))
     head = Module(
         name="head", params=sum(head_tensors), fwd_flops=2 * b * s * h * v / t, fwd_hbm_bytes=2.0 * head_saved,
@@ -609,11 +630,11 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         # Its input gradient is all-reduced across MP in backward (the 'f' operator) [S19 §3].
         mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=0, mp_allreduces_bwd=1 if t > 1 else 0,
         tensors=head_tensors,  # the final norm's weight (and bias); the untied output layer
-        saved_tensors=(e * sbh // r, 4 * s * b * v // t),
+        saved_tensors=(e * sbh // r, *loss_saved),
         # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
         # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
         mp_loss_allreduce_bytes=(4 * s * b,) * 3 if t > 1 else (),
-        fwd_work_tensors=loss_work_tensors(s * b, v, t, e), **(_sp_collectives("head", mp_bytes) if sp else {}),
+        fwd_work_tensors=loss_work, **(_sp_collectives("head", mp_bytes) if sp else {}),
     )
     modules = (embed, *block, head)
     if sp:  # the reduce-scatters and all-gathers replace every MP all-reduce but the loss's
