@@ -24,6 +24,36 @@ def test_held_out_replays_meet_the_criteria(tmp_path):
     assert result.passed, result.table()
 
 
+UNSEEN_SUITE = DEFAULT_SUITE.with_name("replay-cpu-unseen.yaml")
+
+
+@pytest.mark.serial
+@pytest.mark.slow
+def test_runs_held_out_by_shape_and_stage_together_come_within_15_percent(tmp_path):
+    """Issue 26 item 4: a hidden size and a stage that no calibration run used, every run within 15%."""
+    result = run_suite(UNSEEN_SUITE, tmp_path)
+    print("\n" + result.table())
+    assert result.criteria.max_step_error == 0.15 and all(o.states_exact for o in result.judged)
+    assert result.passed, result.table()
+
+
+def test_the_unseen_suite_holds_out_shape_and_stage_together():
+    """Every held-out run of replay-cpu-unseen.yaml has a shape (layers, hidden) and a ZeRO stage that no
+    calibration run has: the suite tests what it says it tests."""
+    from zsim.config.yamlfile import read_yaml_mapping
+    from zsim.validate.replay import load_suite, scenario_path
+
+    suite = load_suite(UNSEEN_SUITE)
+
+    def shape(entry):
+        model = read_yaml_mapping(scenario_path(UNSEEN_SUITE, entry.scenario))["model"]
+        return model["layers"], model["hidden"]
+
+    fitted_shapes, fitted_stages = {shape(e) for e in suite.calibrate}, {e.stage for e in suite.calibrate}
+    assert suite.replay and all(shape(e) not in fitted_shapes and e.stage not in fitted_stages for e in suite.replay)
+    assert all(h not in {fh for _, fh in fitted_shapes} for _, h in map(shape, suite.replay))
+
+
 def test_recordings_alternate_between_fit_and_judged_runs():
     """A drift of the machine's speed must hit the runs to fit and the runs to judge alike."""
     from zsim.validate.replay import Entry, interleaved
