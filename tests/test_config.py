@@ -92,7 +92,7 @@ def test_model_that_cannot_fit_is_a_scenario_error():
     assert "ZeRO stage 1 would need 31.7 GB" in msg
     # 175B-class on 32 GPUs: not even stage 3 (87 GB) fits
     msg = error_of(small_dict(model={"layers": 96, "hidden": 12288, "heads": 96}, parallel={"dp": 32, "mp": 1}))
-    assert "zero.stage: 3: the model does not fit" in msg and "more GPUs (dp) or more model parallelism" in msg
+    assert "zero.stage: 3: the model does not fit" in msg and "more GPUs (dp), more model parallelism (mp) or more pipeline stages (pp)" in msg
 
 
 def test_zero_r_options_that_need_one_another():

@@ -50,13 +50,22 @@ def pipe(**sections):
     ({"zero": {"stage": 3}}, "zero.stage", "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
     ({"fabric": {"mode": "per_rank"}}, "fabric.mode", "per-rank mode"),
     ({"zero": {"activation_checkpointing": True, "checkpoint_every": 3}}, "zero.checkpoint_every", "straddle"),
-    ({"parallel": {"dp": 1, "mp": 1, "pp": 8}, "model": {"layers": 8, "moe": {"experts": 8, "top_k": 2}}},
-     "model.moe", "mixture-of-experts"),
 ])
 def test_pipeline_layouts_that_do_not_run_are_refused_naming_the_key(sections, key, words):
     with pytest.raises(ConfigError, match=words) as err:
         pipe(**sections)
     assert err.value.path == key
+
+
+def test_model_states_are_checked_over_the_stages():
+    """12.9B parameters at ZeRO-1 over DP 2 need 10 bytes each (129 GB) on one rank, a quarter of that on
+    each of 4 stages: the layout fits; over 2 stages (64 GB a stage) with 48 layers (3 × that) it does not,
+    and the error says so and offers no ZeRO-2/3 (which pipelines refuse)."""
+    assert pipe().parallel.pp == 4
+    with pytest.raises(ConfigError) as err:
+        pipe(model={"layers": 48}, parallel={"pp": 2, "dp": 4})
+    assert err.value.path == "zero.stage" and "on average over the 2 pipeline stages" in str(err.value)
+    assert "ZeRO stage 2" not in str(err.value) and "pipeline stages (pp)" in str(err.value)
 
 
 def test_stages_that_straddle_nodes_are_refused():

@@ -64,7 +64,6 @@ def check_pipeline(spec: ScenarioFile, cluster: Cluster, micro_batches: int, fai
         raise fail("parallel.pp", f"{p} stages of dp {par.dp} × mp {par.mp} = {stage_ranks} ranks each straddle "
                    f"the {gpn}-GPU nodes: zsim models stages that fill whole nodes or share one node evenly")
     unmodelled = (
-        ("model.moe", spec.model.moe is not None, "mixture-of-experts"),
         ("fabric.mode", spec.fabric.mode == "per_rank" or bool(spec.fabric.degrade),
          "per-rank mode (and degraded links, which need it); use fabric.mode class"),
         ("zero.defragment", z.defragment, "MD's contiguous arenas"),

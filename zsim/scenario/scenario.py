@@ -157,8 +157,8 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     _check_implementation(spec.zero, fail)
     _check_modern(spec, cluster, fail)
     check_pipeline(spec, cluster, grad_accum, fail)
-    if par.pp == 1:  # with stages, each holds its layers' states: the simulation reports each stage's memory
-        _check_model_states_fit(spec, cluster, fail)
+    # with stages the check is on their mean (a lower bound of the busiest); the simulation reports each's
+    _check_model_states_fit(spec, cluster, fail)
     return Scenario(
         name=spec.name or default_name,
         description=spec.description,
@@ -280,8 +280,14 @@ def _check_moe(spec: ScenarioFile, fail) -> None:
         if width % par.mp:
             raise fail(key, f"{width} cannot be split evenly across mp {par.mp}")
     if spec.zero.stage == 3:
-        raise fail("zero.stage", "3 with model.moe is not modelled by zsim (stage 3's parameter gathers of the "
-                   "experts run over the expert-data-parallel group); use stage 0-2")
+        # DeepSpeed refuses it in every release with MoE: deepspeed/runtime/engine.py
+        # _configure_zero_optimizer, `assert not self.has_moe_layers, "MoE not supported with Stage 3"` (the
+        # ZERO_OPTIMIZATION_WEIGHTS branch of v0.5, ZeroStageEnum.weights since); Megatron-Core's MoE runs
+        # with its distributed optimizer (ZeRO-1).
+        raise fail("zero.stage", "3 with model.moe: DeepSpeed refuses ZeRO-3 with mixture-of-experts layers "
+                   "(deepspeed/runtime/engine.py: 'MoE not supported with Stage 3', every release since MoE "
+                   "came in v0.5), and zsim does not model FSDP-style sharding of experts; use stage 0-2 (DeepSpeed-MoE, "
+                   "Megatron-Core's distributed optimizer = stage 1)")
 
 
 def _resolve_attention(model: ModelSection, dtype: str, cluster: Cluster) -> ModelSection:
@@ -301,19 +307,26 @@ def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     from zsim.zero.cost import model_states_closed_form
 
     cap = cluster.gpu.memory_bytes
+    pp = spec.parallel.pp
 
     def states_at(stage: int):  # closed form: a huge `layers` is not expanded layer by layer (issue 13)
-        return model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype,
-                                        spec.parallel.ep)
+        whole = model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype,
+                                         spec.parallel.ep)
+        # with pipeline stages each holds its share: the busiest holds at least the mean, 1/pp of the whole
+        return whole if pp == 1 else type(whole)(params=whole.params // pp, grads=whole.grads // pp,
+                                                 optimizer=whole.optimizer // pp)
 
     states = states_at(spec.zero.stage)
     if states.total <= cap:
         return
-    stages = (1, 2) if spec.model.moe is not None else (1, 2, 3)  # MoE with stage 3 is refused (_check_moe)
+    # MoE with stage 3 is refused (_check_moe), and pipelines with stages 2-3 (pipeline_checks)
+    stages = (1,) if pp > 1 else (1, 2) if spec.model.moe is not None else (1, 2, 3)
     fitting = [st for st in stages if states_at(st).total <= cap]
     advice = f"ZeRO stage {fitting[0]} would need {states_at(fitting[0]).total / 1e9:.1f} GB" \
-             if fitting and fitting[0] > spec.zero.stage else "more GPUs (dp) or more model parallelism (mp) are needed"
+             if fitting and fitting[0] > spec.zero.stage else \
+        "more GPUs (dp), more model parallelism (mp) or more pipeline stages (pp) are needed"
+    per_gpu = "per GPU" if pp == 1 else f"per GPU on average over the {pp} pipeline stages"
     raise fail("zero.stage", f"{spec.zero.stage}: the model does not fit: model states alone need "
-               f"{states.total / 1e9:.1f} GB per GPU (params {states.params / 1e9:.1f} + grads "
+               f"{states.total / 1e9:.1f} GB {per_gpu} (params {states.params / 1e9:.1f} + grads "
                f"{states.grads / 1e9:.1f} + optimizer {states.optimizer / 1e9:.1f}), but {cluster.gpu.name} has "
                f"{cap / 1e9:.1f} GB; {advice}")
