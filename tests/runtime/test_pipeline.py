@@ -243,3 +243,22 @@ def test_mixed_precision_pipeline_tracks_fp32(traced):
         assert summary["skipped_steps"] == 0
         names = {e["name"] for e in pipe.trace(rank)["traceEvents"] if e.get("ph") == "X"}
         assert {"all_reduce/overflow.pp", "all_reduce/norm.pp", "all_reduce/embed"} <= names
+
+
+def test_replay_rebuilds_a_pipeline_run_with_its_layout(traced, capsys):
+    """zsim replay's rebuild reads a pipeline trace's layout (pp, schedule, chunks, the stated uneven split
+    3 + 1) from its metadata; on a GPU profile the scenario builds, on this CPU host the simulator's
+    refusal of pipelines is what the user reads (exit 2, naming the key), not a wrong dp × mp count."""
+    from zsim.calibrate.rebuild import rebuild, scenario_dict
+    from zsim.trace.run_reader import read_run
+
+    out = run(traced, "pp2_dp2_s1_uneven").out
+    measured = read_run(out)
+    par = scenario_dict(measured, "dgx-h100")["parallel"]
+    assert par == {"dp": 2, "mp": 1, "pp": 2, "pipeline_schedule": "1f1b", "virtual_stages": 1, "pp_layers": [3, 1]}
+    scenario = rebuild(measured, "dgx-h100")
+    assert (scenario.parallel.pp, tuple(scenario.parallel.pp_layers)) == (2, (3, 1))
+    two = run(traced, "pp2_1f1b").out  # 2 ranks: one host of the 2-core profile
+    assert cli.main(["replay", str(two), "--profile", "dev-2core"]) == 2
+    err = capsys.readouterr().err
+    assert "hardware.profile" in err and "pipeline parallelism with a CPU host" in err

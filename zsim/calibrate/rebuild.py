@@ -47,9 +47,26 @@ def scenario_dict(run: MeasuredRun, profile: str, profiles: Profiles | None = No
                               "build cannot use part of a node (hardware.gpus_per_node): give a profile with "
                               f"{world} per node", source=str(run.folder))
         hardware["gpus_per_node"] = world  # contract 2: the run used part of one node
-    return {"name": f"replay-{run.folder.name}", "model": model, "parallel": {"dp": meta["dp"], "mp": meta["mp"]},
+    return {"name": f"replay-{run.folder.name}", "model": model, "parallel": {"dp": meta["dp"], "mp": meta["mp"],
+                                                                            **pipeline_keys(meta)},
             "zero": zero, "precision": {"dtype": meta["precision"]}, "hardware": hardware,
             "run": {"steps": len(run.steps)}}
+
+
+def pipeline_keys(meta: dict[str, Any]) -> dict[str, Any]:
+    """The `parallel` keys of a pipeline run's metadata (runtime/worker.py writes `pipeline`: pp, schedule,
+    virtual_stages and the layers of each stage's chunks): pp, pipeline_schedule, virtual_stages, and
+    pp_layers, the layers of each virtual stage in order (chunk c of stage s is virtual stage c·pp + s,
+    zsim.parallel.pipeline), so a stated uneven split is rebuilt as it ran. {} without a pipeline."""
+    pipe = meta.get("pipeline")
+    if not isinstance(pipe, dict) or int(pipe.get("pp", 1)) <= 1:
+        return {}
+    p, v = int(pipe["pp"]), int(pipe.get("virtual_stages", 1))
+    layers = pipe.get("layers")
+    keys: dict[str, Any] = {"pp": p, "pipeline_schedule": str(pipe["schedule"]), "virtual_stages": v}
+    if isinstance(layers, list) and len(layers) == p and all(isinstance(st, list) and len(st) == v for st in layers):
+        keys["pp_layers"] = [int(layers[s][c][1]) - int(layers[s][c][0]) for c in range(v) for s in range(p)]
+    return keys
 
 
 def runtime_model_options(meta: dict[str, Any]) -> dict[str, Any]:
