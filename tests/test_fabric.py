@@ -6,7 +6,7 @@ import pytest
 import simpy
 
 from zsim.fabric.cluster import load_cluster
-from zsim.engine.simulation import collective
+from zsim.engine.run_state import collective
 from zsim.fabric.collective import Placement, plan_collective, uncontended_time
 from zsim.fabric.nccl import Communicator, NcclTuner
 from zsim.fabric.perf import run_collective

@@ -221,7 +221,7 @@ def test_p2p_inside_a_node_uses_nvlink_and_across_nodes_the_nic():
 def test_stages_share_no_link_in_class_mode():
     """Each stage's representative sits on other GPUs: its links are its own copies of stage 0's, and a
     collective of stage s runs on them."""
-    from zsim.engine.simulation import fabric_capacities
+    from zsim.engine.run_state import fabric_capacities
 
     s = pipe()
     caps = fabric_capacities(s, per_rank=False)

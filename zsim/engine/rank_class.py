@@ -25,7 +25,7 @@ import simpy
 from zsim.engine.offload import transfer_seconds
 
 if TYPE_CHECKING:
-    from zsim.engine.simulation import _Run
+    from zsim.engine.run_state import RunState
 
 
 class RankClass:
@@ -35,7 +35,7 @@ class RankClass:
 
     __slots__ = ("members", "counts", "done", "waiting", "pos", "inflight")
 
-    def __init__(self, run: _Run, members: set[int], done: bytearray, n_streams: int,
+    def __init__(self, run: RunState, members: set[int], done: bytearray, n_streams: int,
                  counts: dict[str, dict[int, int]] | None = None):
         self.members = members
         self.done = done
@@ -58,12 +58,12 @@ class RankClass:
         return event
 
 
-def count(run: _Run, kind: str, members: set[int]) -> dict[int, int]:
+def count(run: RunState, kind: str, members: set[int]) -> dict[int, int]:
     """How many of `members` each `kind` group instance holds, in instance order."""
     return dict(sorted(Counter(run.group_of(kind, r) for r in members).items()))
 
 
-def class_stream(env: simpy.Environment, run: _Run, cls: RankClass, stream: int,
+def class_stream(env: simpy.Environment, run: RunState, cls: RankClass, stream: int,
                  indices: list[int]) -> Generator[simpy.Event, None, None]:
     """Run the ops `indices` of one stream for every member of `cls`, from `cls.pos[stream]` on (a
     class split off mid-run resumes what its parent had in flight), each after its dependencies."""
@@ -95,7 +95,7 @@ def class_stream(env: simpy.Environment, run: _Run, cls: RankClass, stream: int,
     cls.pos[stream] = k
 
 
-def _await_instances(env: simpy.Environment, run: _Run, cls: RankClass, stream: int,
+def _await_instances(env: simpy.Environment, run: RunState, cls: RankClass, stream: int,
                      indices: list[int]) -> Generator[simpy.Event, None, None]:
     """Wait until the group instances of the collective in flight on `stream` have ended. Those that
     end together release the class; when some have ended and others have not, the members of the
@@ -119,7 +119,7 @@ def _await_instances(env: simpy.Environment, run: _Run, cls: RankClass, stream: 
         yield wake
 
 
-def split(env: simpy.Environment, run: _Run, cls: RankClass, kind: str, groups: set[int],
+def split(env: simpy.Environment, run: RunState, cls: RankClass, kind: str, groups: set[int],
           indices: list[int]) -> None:
     """Move the members of `cls` in the `kind` group instances `groups` to a new class that resumes
     every stream where `cls` is; each keeps, of the collectives in flight, the instances of its own

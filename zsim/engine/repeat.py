@@ -188,7 +188,7 @@ def _totals(run: Any) -> tuple[float, ...]:
 
 @dataclass(slots=True)
 class Added:
-    """What a set of ops adds to a Result's totals (as zsim.engine.simulation.stream_worker adds them
+    """What a set of ops adds to a Result's totals (as zsim.engine.workers.stream_worker adds them
     in class mode on a GPU): (compute s, FLOPs, MP s, EP s, offload s) and per (group, collective):
     (count, payload bytes, sent bytes, seconds)."""
 
@@ -281,7 +281,7 @@ def _close(a: float, b: float) -> bool:
 
 def _starts(run: Any) -> list[float]:
     """When each op of the plan started: as its stream's worker reaches it once its stream predecessor
-    and its dependencies have ended (zsim.engine.simulation.stream_worker), the later of their ends."""
+    and its dependencies have ended (zsim.engine.workers.stream_worker), the later of their ends."""
     ops, end = run.plan.ops, run.end_time
     start = [0.0] * len(ops)
     for indices in run.by_stream:
