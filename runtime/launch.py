@@ -153,14 +153,23 @@ def activation_bytes(cfg: RunConfig) -> int:
     (micro-batches run one after another) with e-byte activations [K22 eq. 2, layer_saved_tensors], or
     with checkpointing each block's input (s·b·h·e) and one block's saved tensors [K22 §4.4]; plus
     the loss's logits and their fp32 copies and the fp32 softmax it saves, 4·s·b·V/t [K22 §4.3,
-    loss_work_tensors]. On one of `cfg.mp` MP ranks."""
+    loss_work_tensors]. On one of `cfg.mp` MP ranks. With pipeline stages, the busiest stage's: its
+    schedule's peak of micro-batch chunks in flight (zsim.parallel.pipeline.peak_in_flight: 1F1B p − s,
+    GPipe m) times its largest chunk's layers (an upper bound when chunks differ)."""
+    from zsim.parallel.pipeline import peak_in_flight, split_layers, stage_schedule
     from zsim.workload.transformer import Shape, layer_saved_tensors, loss_work_tensors
 
     m = cfg.model
     e = 4 if cfg.precision == "fp32" else 2
     s, b, t = m.seq_len, m.micro_batch, cfg.mp
     block = sum(layer_saved_tensors(Shape.of(m), s, b, t, e))
-    blocks = m.layers * s * b * m.hidden * e + block if cfg.checkpointing else m.layers * block
+    kept = s * b * m.hidden * e if cfg.checkpointing else block  # what a layer keeps per micro-batch
+    layers = m.layers
+    if cfg.pp > 1:
+        split = split_layers(m.layers, cfg.pp, cfg.virtual_stages, cfg.pp_layers)
+        layers = max(peak_in_flight(stage_schedule(cfg.pipeline_schedule, cfg.pp, st, cfg.accum, cfg.virtual_stages))
+                     * max(len(chunk) for chunk in split.layers[st]) for st in range(cfg.pp))
+    blocks = layers * kept + (block if cfg.checkpointing else 0)
     return blocks + sum(loss_work_tensors(s * b, m.vocab, t, e)) + 4 * s * b * m.vocab // t
 
 

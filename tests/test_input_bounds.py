@@ -231,3 +231,21 @@ def test_an_nccl_tests_header_with_a_huge_rank_index_is_refused(tmp_path):
     table.write_text("# Rank 99999 Group 0 Pid 1 on hostA device 0 [0x0] NVIDIA A100\n#  size count type\n")
     with pytest.raises(ConfigError, match="TABLE_RANKS"):
         header_of(table)
+
+
+def test_activation_estimate_of_a_pipeline_is_its_busiest_stages():
+    """With pipeline stages a rank holds its stage's layers for each micro-batch in flight: 1F1B over 2
+    stages keeps 2 micro-batches of 4 layers on stage 0 (as many layer-micro-batches as 8 layers of one),
+    GPipe all m = 4 of them; the loss's tensors are one micro-batch's either way."""
+    from runtime.config import RunConfig
+    from runtime.launch import activation_bytes
+    from zsim.config.schema import ModelSection
+
+    def cfg(layers, **changes):
+        model = ModelSection(layers=layers, hidden=128, heads=4, seq_len=64, vocab=512, micro_batch=2, grad_accum=4)
+        return RunConfig(model=model, stage=0, precision="fp32", world_size=2, steps=1, out_dir="x", **changes)
+
+    one, eight = activation_bytes(cfg(1)), activation_bytes(cfg(8))
+    layer = (eight - one) // 7  # one layer's saved tensors for one micro-batch
+    assert activation_bytes(cfg(8, pp=2)) == eight  # stage 0: 4 layers × 2 in flight
+    assert activation_bytes(cfg(8, pp=2, pipeline_schedule="gpipe")) == one + 15 * layer  # 4 layers × 4
