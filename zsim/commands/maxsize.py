@@ -86,8 +86,9 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
 
     trial = copy.deepcopy(data)
     trial["model"]["layers"] = layers
+    trial["model"]["grad_accum"] = pipeline_micro_batches(trial)
     trial["model"].pop("global_batch", None)
-    trial["model"]["grad_accum"] = 1
+    trial.get("parallel", {}).pop("pp_layers", None)  # a stated split is for its own layer count: split evenly
     steps = FIRST_STEPS
     while True:
         trial.setdefault("run", {})["steps"] = steps
@@ -104,6 +105,32 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
         if not result.fits or settled or steps >= MAX_STEPS:
             return Trial(result.fits, result.workload.total_params, result.ledger.peak_reserved, steps, settled)
         steps *= 2
+
+
+def pipeline_micro_batches(data: dict[str, Any]) -> int:
+    """Micro-batches per step a trial of scenario `data` runs: 1 without pipeline stages (memory does not
+    depend on them); with them, as many as the stages' memory peaks need. 1F1B holds min(p − s, m)
+    micro-batches on stage s (zsim.parallel.pipeline.peak_in_flight), and its peak is a forward that
+    brings it back to p − s after a backward has made the stage's gradients, which needs m > p − s: so
+    min(m, p + 1) gives every stage m's peaks (tests/test_maxsize_pipeline.py checks them equal). GPipe
+    holds all m and the interleaved schedule's warm-up grows with m, so they keep m (the scenario's
+    grad_accum, or global_batch / (micro_batch · dp))."""
+    par, model = data.get("parallel", {}), data["model"]
+    p = int(par.get("pp", 1))
+    if p == 1:
+        return 1
+    m = model.get("grad_accum")
+    if m is None and model.get("global_batch") is not None:
+        m = int(model["global_batch"]) // (int(model.get("micro_batch", 1)) * int(par.get("dp", 1)))
+    m = max(1, int(m or 1))
+    return min(m, p + 1) if par.get("pipeline_schedule", "1f1b") == "1f1b" else m
+
+
+def layer_unit(data: dict[str, Any]) -> int:
+    """The layer counts a search of `data` tries are multiples of this: pp × virtual_stages, so that
+    the layers split evenly over the (virtual) pipeline stages (Megatron-LM get_num_layers_to_build)."""
+    par = data.get("parallel", {})
+    return int(par.get("pp", 1)) * int(par.get("virtual_stages", 1))
 
 
 def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 4096,
@@ -128,21 +155,24 @@ def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 
 
 
 def _search(fits, data: dict[str, Any], gpu_bytes: int | None, limit: int) -> MaxModel:
-    t = fits(data, 1, gpu_bytes)
+    """Binary search over layer counts that are multiples of layer_unit(data) (1 without pipelines)."""
+    unit = layer_unit(data)
+    t = fits(data, unit, gpu_bytes)
     if not t.fits:
-        raise ZsimError("not even one layer of this shape fits: lower the micro-batch or raise mp / dp")
-    lo, best, hi = 1, MaxModel.of(1, t), 2
-    while hi <= limit:
-        t = fits(data, hi, gpu_bytes)
+        what = "one layer" if unit == 1 else f"{unit} layers (one per pipeline stage and chunk)"
+        raise ZsimError(f"not even {what} of this shape fits: lower the micro-batch or raise mp / dp")
+    lo, best, hi = 1, MaxModel.of(unit, t), 2  # in units of `unit` layers
+    while hi * unit <= limit:
+        t = fits(data, hi * unit, gpu_bytes)
         if not t.fits:
             break
-        lo, best, hi = hi, MaxModel.of(hi, t), hi * 2
-    hi = min(hi, limit + 1)  # lo fits, hi does not (or is past the limit)
+        lo, best, hi = hi, MaxModel.of(hi * unit, t), hi * 2
+    hi = min(hi, limit // unit + 1)  # lo fits, hi does not (or is past the limit)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        t = fits(data, mid, gpu_bytes)
+        t = fits(data, mid * unit, gpu_bytes)
         if t.fits:
-            lo, best = mid, MaxModel.of(mid, t)
+            lo, best = mid, MaxModel.of(mid * unit, t)
         else:
             hi = mid
     return best
