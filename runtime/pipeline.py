@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from .comm import Collectives
@@ -103,6 +104,12 @@ class PipelineSchedule:
         embedding group (first and last stage) of a tied head, None otherwise."""
         self.engine, self.p2p, self.place = engine, p2p, place
         self.chunks: list[list[Unit]] = [[engine.units[i] for i in ids] for ids in chunks]
+        # Megatron-LM's scatter/gather optimisation (Narayanan et al. 2021 §4.1; p2p_communication.py
+        # _communicate with scatter_gather_tensors_in_pipeline, on by default): with MP the activation
+        # a stage sends is the same on every MP rank, so each sends its 1/mp slice and the receiver
+        # all-gathers the slices over its MP group (mpu.gather_split_1d_tensor), traced in line on the
+        # compute track as `all_gather/pp.fwd|pp.bwd` (the plan's: zsim.zero.pipeline_plan)
+        self.mp_comm = engine.mp_comm.inline() if engine.mp_comm is not None else None
         self.embed_comm = embed_comm
         if embed_comm is not None and place.stage != 0:  # the last stage's copy of the word embedding
             engine.shared_grads = [self._tied_grad()]
@@ -129,12 +136,12 @@ class PipelineSchedule:
                         outputs[key] = out * multiplier
                     else:
                         outputs[key] = out
-                        self.p2p.send(out.detach(), place.next, "pp.fwd")
+                        self.p2p.send(self._slice(out.detach()), place.next, "pp.fwd")
                 else:
                     engine.reduce_now = work.mb == m - 1  # the chunk's last backward of the step
                     self._backward(work.chunk, outputs.pop(key))
                     if not place.first(work.chunk):
-                        self.p2p.send(inputs.pop(key).grad, place.prev, "pp.bwd")
+                        self.p2p.send(self._slice(inputs.pop(key).grad), place.prev, "pp.bwd")
             self.p2p.finish()
         tracer.micro_batch = m - 1
         self._reduce()
@@ -150,7 +157,7 @@ class PipelineSchedule:
             h = tokens
         else:  # (B, T, C) activations of the previous virtual stage, in the working dtype
             shape = (tokens.shape[0], tokens.shape[1], engine.cfg.hidden)
-            h = self.p2p.recv(shape, engine.dtype, engine.device, place.prev, "pp.fwd").requires_grad_(True)
+            h = self._recv(shape, engine.dtype, place.prev, "pp.fwd").requires_grad_(True)
             inputs[key] = h
         return engine.forward(self.chunks[chunk], h, targets if place.last(chunk) else None)
 
@@ -159,8 +166,29 @@ class PipelineSchedule:
             self.p2p.flush()
             out.backward()  # the scaled loss
         else:
-            grad = self.p2p.recv(tuple(out.shape), out.dtype, out.device, self.place.next, "pp.bwd")
+            grad = self._recv(tuple(out.shape), out.dtype, self.place.next, "pp.bwd")
             torch.autograd.backward(out, grad)
+
+    def _slice(self, tensor: torch.Tensor) -> torch.Tensor:
+        """What this rank sends of `tensor`: all of it, or with MP its 1/mp slice of the flattened tensor
+        (Megatron-LM mpu.split_tensor_into_1d_equal_chunks)."""
+        if self.mp_comm is None:
+            return tensor
+        return tensor.reshape(-1).chunk(self.mp_comm.size)[self.mp_comm.ranks.index(dist.get_rank())].contiguous()
+
+    def _recv(self, shape: tuple[int, ...], dtype: torch.dtype, peer: int, what: str) -> torch.Tensor:
+        """A tensor of `shape` from `peer`: received whole, or with MP received as this rank's 1/mp slice
+        and all-gathered over the MP group (Megatron-LM mpu.gather_split_1d_tensor)."""
+        engine = self.engine
+        if self.mp_comm is None:
+            return self.p2p.recv(shape, dtype, engine.device, peer, what)
+        numel = 1
+        for n in shape:
+            numel *= n
+        part = self.p2p.recv((numel // self.mp_comm.size,), dtype, engine.device, peer, what)
+        whole = torch.empty(numel, dtype=dtype, device=engine.device)
+        self.mp_comm.all_gather(whole, part, what).wait()
+        return whole.view(shape)
 
     def _reduce(self) -> None:
         """The step's gradient reductions. Stage 0's bucket all-reduces are already in flight: wait for

@@ -149,7 +149,8 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     engine = ENGINES[cfg.stage](part, options=EngineOptions(
         precision=cfg.precision, checkpointing=cfg.checkpointing, bucket_elements=cfg.bucket_elements,
         allgather_bucket_elements=cfg.allgather_bucket_elements,
-        prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp),
+        prefetch_layers=cfg.prefetch_layers, lr=cfg.lr, micro_batch=m.micro_batch, mp=cfg.mp,
+        chunks=tuple(tuple(ids) for ids in part.chunks) if cfg.pp > 1 else ()),
         comm=comm, tracer=tracer, ledger=ledger, device=device, mp_comm=mp_comm, pp_comm=groups.pp)
     pipeline = None
     if cfg.pp > 1:

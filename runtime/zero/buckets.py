@@ -26,8 +26,11 @@ class AllReduceBuckets:
     """Stage 0: all-reduce each bucket in place, on its slice of the contiguous gradient buffer."""
 
     def __init__(self, buckets: list[list[int]], offsets: list[int], elements: list[int],
-                 grad_buffer: torch.Tensor, comm: Collectives):
+                 grad_buffer: torch.Tensor, comm: Collectives, names: list[str] | None = None):
+        """`names`: each bucket's event name (default `grads.bucket.<b>`); a pipeline stage's numbers
+        restart per model chunk (runtime/zero/stage0.py)."""
         self.buckets = buckets
+        self.names = names or [f"grads.bucket.{b}" for b in range(len(buckets))]
         self.bucket_of = {u: b for b, units in enumerate(buckets) for u in units}
         self._range = [(offsets[units[0]], offsets[units[-1]] + elements[units[-1]]) for units in buckets]
         self._buffer = grad_buffer
@@ -41,7 +44,7 @@ class AllReduceBuckets:
         if self._ready[b] == len(self.buckets[b]):
             self._ready[b] = 0
             lo, hi = self._range[b]
-            self._pending.append(self._comm.all_reduce(self._buffer[lo:hi], f"grads.bucket.{b}"))
+            self._pending.append(self._comm.all_reduce(self._buffer[lo:hi], self.names[b]))
 
     def finish(self) -> None:
         """Wait for every bucket; the gradient buffer then holds the sum over ranks."""

@@ -68,6 +68,9 @@ class EngineOptions:
     micro_batch: int
     mp: int = 1  # tensor-parallel degree (for the FLOPs of a block and the head)
     allgather_bucket_elements: int = DEFAULT_ALLGATHER_ELEMENTS  # stage 2: elements per all-gather after the step
+    # pipeline: the unit indices of each model chunk of this stage (interleaved: v of them); () = one chunk.
+    # Stage 0 buckets each chunk's gradients apart, as Megatron-LM wraps each chunk in its own DDP
+    chunks: tuple[tuple[int, ...], ...] = ()
 
 
 class ZeroEngine:

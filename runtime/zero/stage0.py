@@ -26,8 +26,14 @@ class Stage0(ZeroEngine):
         self.offsets, self.grad_buffer = _contiguous_grads(self.units, self.dtype, self.device)
         self.ledger.add("grads", self.grad_buffer.nbytes)
         elements = [u.layout.padded for u in self.units]
-        self.reducer = AllReduceBuckets(plan_buckets(elements, self.options.bucket_elements), self.offsets,
-                                        elements, self.grad_buffer, self.comm)
+        # each model chunk's buckets apart, numbered from 0 per chunk (Megatron-LM: one DDP per chunk,
+        # its own buckets; the plan's StepPass per chunk), the later chunks' first as backward makes them
+        buckets, names = [], []
+        for ids in reversed(self.options.chunks or (tuple(range(len(self.units))),)):
+            for k, local in enumerate(plan_buckets([elements[i] for i in ids], self.options.bucket_elements)):
+                buckets.append([ids[j] for j in local])
+                names.append(f"grads.bucket.{k}")
+        self.reducer = AllReduceBuckets(buckets, self.offsets, elements, self.grad_buffer, self.comm, names)
         return self._optimizer([Segment(u.param.detach(), u.param.grad, i) for u, i in zip(self.units, init32)])
 
     def zero_grads(self) -> None:

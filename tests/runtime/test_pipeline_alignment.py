@@ -58,15 +58,9 @@ def measured_ops(trace: dict) -> list[tuple]:
     return [(e["name"], e["args"]["step"], e["args"]["micro_batch"], e["args"].get("bytes") or 0) for e in events]
 
 
-# Two known divergences between the halves, kept as strict expected failures until one side changes:
-KNOWN = {
-    # the plan numbers each chunk's DP buckets from 0 (one StepPass per chunk, as Megatron-LM keeps one
-    # DDP bucket set per model chunk); the runtime numbers one stage's buckets on across its chunks
-    "pp2_interleaved": "bucket names differ per chunk (same bytes)",
-    # the plan sends 1/mp of the activation (Megatron's scatter/gather optimisation, Narayanan et al. 2021
-    # §4.1); the runtime sends the whole replicated tensor from every MP rank
-    "pp2_mp2": "p2p bytes: plan e·s·b·h/mp, runtime e·s·b·h",
-}
+# Known divergences between the halves, kept as strict expected failures until one side changes (none
+# today: the runtime buckets each model chunk apart and sends 1/mp slices, as the plan and Megatron-LM do)
+KNOWN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n]))

@@ -83,11 +83,20 @@ def p2p_bytes(scenario: Scenario) -> int:
     """Bytes one rank sends per point-to-point transfer: the (s, b, h) activation or its gradient in the
     activation dtype, e·s·b·h, divided by mp when mp > 1: under sequence parallelism each MP rank holds
     s/mp of the tokens, and without it Megatron's scatter/gather optimisation sends 1/mp of the
-    replicated tensor and all-gathers it over NVLink on the other side (Narayanan et al. 2021 §4.1,
-    Megatron-LM --scatter-gather-tensors-in-pipeline; the all-gather is not planned)."""
+    replicated tensor and all-gathers it over the MP group on the other side (Narayanan et al. 2021 §4.1,
+    Megatron-LM --scatter-gather-tensors-in-pipeline; the all-gather is gather_bytes')."""
     m = scenario.model
     e = 4 if scenario.precision.dtype == "fp32" else 2
     return e * m.seq_len * m.micro_batch * m.hidden // scenario.layout.mp
+
+
+def gather_bytes(scenario: Scenario) -> int:
+    """Bytes of the MP all-gather that follows each receive under Megatron's scatter/gather optimisation
+    (mp > 1 without sequence parallelism: the receiver gathers the mp slices back into the whole e·s·b·h
+    activation, mpu.gather_split_1d_tensor, in line before the compute that uses it); 0 otherwise."""
+    if scenario.layout.mp == 1 or scenario.parallel.sequence_parallel:
+        return 0
+    return p2p_bytes(scenario) * scenario.layout.mp
 
 
 def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
@@ -96,7 +105,7 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
     par = scenario.parallel
     p, v, m = par.pp, par.virtual_stages, scenario.grad_accum
     stages = pipeline_stages(scenario, workload)
-    nbytes = p2p_bytes(scenario)
+    nbytes, gathered = p2p_bytes(scenario), gather_bytes(scenario)
     # a tied head's word-embedding gradient (V/t × h elements), summed over the embedding group; ZeRO-1
     # sums it inside its reduction (DeepSpeed), which is not planned apart (docs/parallel.md)
     tied = p > 1 and getattr(scenario.model, "tied_head", True)
@@ -114,6 +123,12 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
         items = stage_schedule(par.pipeline_schedule, p, s, m, v)
         last_bwd = max(k for k, w in enumerate(items) if w.kind == "bwd")
         b, base = PlanBuilder(), len(ops)
+
+        def gather(what: str, step: int, mb: int, b: PlanBuilder = b) -> None:
+            """The MP all-gather of a received slice (gather_bytes), after its receive, in line."""
+            if gathered:
+                b.add(name=f"all_gather/{what}", stream="compute", collective="all_gather", group="mp",
+                      nbytes=gathered, step=step, micro_batch=mb, deps=(b.last(),))
         for step in range(scenario.run.steps):
             boundary = b.last()
             for k, w in enumerate(items):
@@ -126,6 +141,7 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
                     if vs > 0:
                         recvs.append((base + b.add(name="recv/pp.fwd", collective="recv", deps=dep, **fields),
                                       ("fwd", step, w.mb, vs - 1)))
+                        gather("pp.fwd", step, w.mb)
                     pass_.forward(mods)
                     if vs < p * v - 1:
                         sends[("fwd", step, w.mb, vs)] = base + b.add(name="send/pp.fwd", collective="send", **fields)
@@ -133,6 +149,7 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
                     if vs < p * v - 1:
                         recvs.append((base + b.add(name="recv/pp.bwd", collective="recv", deps=dep, **fields),
                                       ("bwd", step, w.mb, vs + 1)))
+                        gather("pp.bwd", step, w.mb)
                     reduce = w.mb == m - 1 and (not stage1_fused or k == last_bwd)
                     pass_.backward(mods, reduce)
                     if vs > 0:
