@@ -113,3 +113,13 @@ def test_shipped_mixtral_pipeline_scenario():
     closed = bubble_fraction("1f1b", 4, m, 1)
     assert r.pipeline["bubble_closed_form"] == closed <= r.pipeline["bubble_measured"]
     assert r.fits and f["model"]["expert_params_per_rank"] > 0
+
+
+def test_ep_seconds_are_per_rank_as_the_other_totals():
+    """The all-to-all time a pipeline reports is one rank's (the stages' representatives' mean), as its
+    compute and MP seconds are: the four stages of equal MoE layers each spend the same in them."""
+    r = simulate(moe_pipe(), trace=False)
+    a2a = [op for op in workload_and_plan(moe_pipe())[1].ops if op.collective == "all_to_all"]
+    assert len({op.stage for op in a2a}) == 4
+    stats = r.comm[("ep", "all_to_all")]
+    assert r.ep_comm_seconds == pytest.approx(stats.seconds, rel=1e-12)

@@ -173,6 +173,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         pipeline = pipeline_facts(scenario, plan, run.ledgers, stage_states, bubbles, run.comm, plan.steps)
         model_flops /= p  # a model replica's FLOPs are spread over its p stages
         run.compute_seconds, run.mp_seconds, run.flops = run.compute_seconds / p, run.mp_seconds / p, run.flops / p
+        run.ep_seconds /= p  # a MoE stage's all-to-alls, per rank as the rest
         for stats in run.comm.values():
             stats.count, stats.payload_bytes, stats.sent_bytes, stats.seconds = (
                 stats.count / p, stats.payload_bytes / p, stats.sent_bytes / p, stats.seconds / p)

@@ -260,7 +260,7 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
 def _check_moe(spec: ScenarioFile, fail) -> None:
     """Expert parallelism as Megatron-Core lays it out (zsim.parallel.layout): ep divides dp and the
     experts; each expert's FFN splits across MP as the dense MLP does. ZeRO stage 3 with experts is
-    not modelled (its per-module gathers would need the expert-data-parallel group)."""
+    refused as DeepSpeed refuses it."""
     moe, par = spec.model.moe, spec.parallel
     if moe is None:
         if par.ep > 1:
@@ -280,14 +280,13 @@ def _check_moe(spec: ScenarioFile, fail) -> None:
         if width % par.mp:
             raise fail(key, f"{width} cannot be split evenly across mp {par.mp}")
     if spec.zero.stage == 3:
-        # DeepSpeed refuses it in every release with MoE: deepspeed/runtime/engine.py
-        # _configure_zero_optimizer, `assert not self.has_moe_layers, "MoE not supported with Stage 3"` (the
-        # ZERO_OPTIMIZATION_WEIGHTS branch of v0.5, ZeroStageEnum.weights since); Megatron-Core's MoE runs
-        # with its distributed optimizer (ZeRO-1).
-        raise fail("zero.stage", "3 with model.moe: DeepSpeed refuses ZeRO-3 with mixture-of-experts layers "
-                   "(deepspeed/runtime/engine.py: 'MoE not supported with Stage 3', every release since MoE "
-                   "came in v0.5), and zsim does not model FSDP-style sharding of experts; use stage 0-2 (DeepSpeed-MoE, "
-                   "Megatron-Core's distributed optimizer = stage 1)")
+        # deepspeed/runtime/engine.py _configure_zero_optimizer, every release read from v0.5.0 (DeepSpeed-MoE's
+        # first) to v0.16.4: under ZeroStageEnum.weights, assert not self.has_moe_layers, "MoE not supported with
+        # Stage 3" (v0.16.4 line 1675). Megatron-Core's distributed optimizer is ZeRO-1 (docs/parallel.md).
+        raise fail("zero.stage", "3 with model.moe: DeepSpeed refuses ZeRO stage 3 with MoE layers "
+                   "(deepspeed/runtime/engine.py, v0.5.0 to v0.16.4: 'MoE not supported with Stage 3'), and zsim "
+                   "does not model FSDP-style sharding of experts; use stage 0-2 (Megatron-Core's distributed "
+                   "optimizer is stage 1)")
 
 
 def _resolve_attention(model: ModelSection, dtype: str, cluster: Cluster) -> ModelSection:
