@@ -148,43 +148,55 @@ def prepare_out_dir(out: Path, force: bool) -> None:
         raise ConfigError(f"{printable(str(out))}: {exc.strerror or exc}", path="output") from None
 
 
-def activation_bytes(cfg: RunConfig) -> int:
-    """Activations one rank holds at its peak, in bytes: every block's saved tensors for one micro-batch
-    (micro-batches run one after another) with e-byte activations [K22 eq. 2, layer_saved_tensors], or
-    with checkpointing each block's input (s·b·h·e) and one block's saved tensors [K22 §4.4]; plus
-    the loss's logits and their fp32 copies and the fp32 softmax it saves, 4·s·b·V/t [K22 §4.3,
-    loss_work_tensors]. On one of `cfg.mp` MP ranks. With pipeline stages, the busiest stage's: its
-    schedule's peak of micro-batch chunks in flight (zsim.parallel.pipeline.peak_in_flight: 1F1B p − s,
-    GPipe m) times its largest chunk's layers (an upper bound when chunks differ)."""
-    from zsim.parallel.pipeline import peak_in_flight, split_layers, stage_schedule
+def activation_bytes(cfg: RunConfig, stage: int = -1) -> int:
+    """Activations one rank of pipeline stage `stage` (-1: the last; any stage when pp is 1) holds at
+    its peak, in bytes, on one of `cfg.mp` MP ranks. A block's saved tensors for one micro-batch are
+    layer_saved_tensors with e-byte activations [K22 eq. 2], or with checkpointing its input (s·b·h·e)
+    plus one block's saved tensors while it recomputes [K22 §4.4]. The stage holds them for every
+    micro-batch chunk whose forward has run and backward has not, at the schedule's peak
+    (zsim.parallel.pipeline.peak_in_flight over stage_schedule: 1F1B p - s, GPipe m, interleaved
+    Megatron's warm-up count; Narayanan et al. SC'21 §2.2.1-2.2.2); without pipelining one micro-batch
+    (micro-batches run one after another). The last stage adds the loss's logits and their fp32
+    copies, 4·s·b·V/t [K22 §4.3, loss_work_tensors], plus the fp32 softmax it saves per live
+    micro-batch."""
+    from zsim.parallel.pipeline import split_layers, stage_schedule
     from zsim.workload.transformer import Shape, layer_saved_tensors, loss_work_tensors
 
     m = cfg.model
     e = 4 if cfg.precision == "fp32" else 2
     s, b, t = m.seq_len, m.micro_batch, cfg.mp
     block = sum(layer_saved_tensors(Shape.of(m), s, b, t, e))
-    kept = s * b * m.hidden * e if cfg.checkpointing else block  # what a layer keeps per micro-batch
-    layers = m.layers
-    if cfg.pp > 1:
-        split = split_layers(m.layers, cfg.pp, cfg.virtual_stages, cfg.pp_layers)
-        layers = max(peak_in_flight(stage_schedule(cfg.pipeline_schedule, cfg.pp, st, cfg.accum, cfg.virtual_stages))
-                     * max(len(chunk) for chunk in split.layers[st]) for st in range(cfg.pp))
-    blocks = layers * kept + (block if cfg.checkpointing else 0)
-    return blocks + sum(loss_work_tensors(s * b, m.vocab, t, e)) + 4 * s * b * m.vocab // t
+    per_layer = s * b * m.hidden * e if cfg.checkpointing else block
+    transient = block if cfg.checkpointing else 0
+    p, v = cfg.pp, cfg.virtual_stages if cfg.pipeline_schedule == "interleaved" else 1
+    stage = stage % p
+    chunks = split_layers(m.layers, p, v, tuple(cfg.pp_layers)).layers[stage]
+    items = stage_schedule(cfg.pipeline_schedule, p, stage, cfg.accum if p > 1 else 1, v)
+    last = stage == p - 1
+    live = peak = softmax_live = 0
+    for w in items:  # peak_in_flight, weighted by each chunk's layers
+        sign = 1 if w.kind == "fwd" else -1
+        live += sign * len(chunks[w.chunk])
+        softmax_live += sign * (last and w.chunk == v - 1)
+        peak = max(peak, live * per_layer + softmax_live * 4 * s * b * m.vocab // t)
+    loss = sum(loss_work_tensors(s * b, m.vocab, t, e)) if last else 0
+    return peak + transient + loss
 
 
 def _check_memory(cfg: RunConfig) -> None:
     """Refuse a run whose ranks would not fit this machine's memory (CPU ranks): each rank builds the
     full fp32 model once and keeps fp32 Adam states, ~20 bytes per parameter (4 params + 4 grads + 8
-    Adam + 4 master or temporaries), and its activations (activation_bytes)."""
+    Adam + 4 master or temporaries), and its activations (activation_bytes of its pipeline stage, at
+    the schedule's peak in-flight micro-batches)."""
     from zsim.workload.transformer import total_params
     from zsim.zero.cost import available_bytes
 
     if cfg.device == "cuda":
         return
     states = 20.0 * total_params(cfg.model)
-    activations = activation_bytes(cfg)
-    need = (states + activations) * cfg.world_size
+    per_stage = [activation_bytes(cfg, s) for s in range(cfg.pp)]
+    activations = max(per_stage)
+    need = (states * cfg.pp + sum(per_stage)) * (cfg.world_size // cfg.pp)
     have = available_bytes()
     if need > 0.8 * have:
         raise ConfigError(f"{cfg.world_size} ranks of a {total_params(cfg.model) / 1e6:,.0f}M-parameter model need "

@@ -233,19 +233,22 @@ def test_an_nccl_tests_header_with_a_huge_rank_index_is_refused(tmp_path):
         header_of(table)
 
 
-def test_activation_estimate_of_a_pipeline_is_its_busiest_stages():
-    """With pipeline stages a rank holds its stage's layers for each micro-batch in flight: 1F1B over 2
-    stages keeps 2 micro-batches of 4 layers on stage 0 (as many layer-micro-batches as 8 layers of one),
-    GPipe all m = 4 of them; the loss's tensors are one micro-batch's either way."""
+def test_pipeline_activation_estimate_holds_the_schedules_peak_in_flight_micro_batches():
+    """Stage 0 of 2 with 4 micro-batches holds p - s = 2 micro-batches of its half of the layers under
+    1F1B and all 4 under GPipe (Narayanan et al. SC'21 §2.2.1); neither holds the loss's tensors."""
     from runtime.config import RunConfig
     from runtime.launch import activation_bytes
     from zsim.config.schema import ModelSection
+    from zsim.workload.transformer import Shape, layer_saved_tensors
 
-    def cfg(layers, **changes):
-        model = ModelSection(layers=layers, hidden=128, heads=4, seq_len=64, vocab=512, micro_batch=2, grad_accum=4)
-        return RunConfig(model=model, stage=0, precision="fp32", world_size=2, steps=1, out_dir="x", **changes)
+    model = ModelSection(layers=4, hidden=128, heads=4, seq_len=64, vocab=512, micro_batch=2)
 
-    one, eight = activation_bytes(cfg(1)), activation_bytes(cfg(8))
-    layer = (eight - one) // 7  # one layer's saved tensors for one micro-batch
-    assert activation_bytes(cfg(8, pp=2)) == eight  # stage 0: 4 layers × 2 in flight
-    assert activation_bytes(cfg(8, pp=2, pipeline_schedule="gpipe")) == one + 15 * layer  # 4 layers × 4
+    def cfg(schedule):
+        return RunConfig(model=model, stage=0, precision="fp32", world_size=2, steps=1, out_dir="x", pp=2,
+                         pipeline_schedule=schedule, grad_accum=4)
+
+    block = sum(layer_saved_tensors(Shape.of(model), 64, 2, 1, 4))
+    assert activation_bytes(cfg("1f1b"), 0) == 2 * 2 * block
+    assert activation_bytes(cfg("gpipe"), 0) == 4 * 2 * block
+    # the last stage holds one micro-batch under 1F1B, plus the loss's logits and saved softmax
+    assert 2 * block < activation_bytes(cfg("1f1b"), 1) < activation_bytes(cfg("gpipe"), 1)

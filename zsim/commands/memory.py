@@ -30,8 +30,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Per-GPU model-state bytes (fp16/bf16 params and grads, fp32 Adam states, K = 12) for Ψ "
                     "parameters on Nd data-parallel GPUs, per ZeRO stage (Rajbhandari et al., Table 1). "
                     "GB = 10^9 bytes, as in the paper.")
-    p.add_argument("--params", required=True, type=count_arg, metavar="Ψ", help="parameters, e.g. 7.5e9, 7.5B, 1T")
-    p.add_argument("--dp", required=True, type=positive("--dp"), metavar="Nd", help="data-parallel degree")
+    p.add_argument("--params", type=count_arg, metavar="Ψ", help="parameters, e.g. 7.5e9, 7.5B, 1T")
+    p.add_argument("--dp", type=positive("--dp"), metavar="Nd", help="data-parallel degree")
+    p.add_argument("--scenario", metavar="FILE",
+                   help="a scenario instead of --params/--dp: per pipeline stage, its model states and activations "
+                        "at the schedule's peak in-flight micro-batches (docs/parallel.md)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key (with --scenario)")
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), help="one ZeRO stage (default: all four)")
     p.add_argument("--mp", type=positive("--mp"), default=1, help="model-parallel degree: each DP group holds Ψ/mp")
     p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
@@ -111,6 +116,12 @@ def memory_command(args: argparse.Namespace) -> int:
         from zsim.report.outputs import check_file
 
         check_file(args.json)  # before any work: a bad --json costs nothing
+    if args.scenario is not None:
+        return stage_memory_command(args)
+    if args.params is None or args.dp is None:
+        raise ZsimError("give --params and --dp, or --scenario FILE")
+    if args.overrides:
+        raise ZsimError(f"--set {args.overrides[0]} overrides a scenario key: it needs --scenario FILE")
     stages = (args.stage,) if args.stage is not None else (0, 1, 2, 3)
     table = memory_table(args.params, args.dp, args.mp, stages, args.dtype)
     shape = (args.hidden, args.seq, args.batch)
@@ -154,4 +165,42 @@ def memory_command(args: argparse.Namespace) -> int:
         header = ["stage", "ckpts", "working", "grad buf", "loss", "fp32 grads", "bwd total", "loss total", "host"]
         for text in format_table(rows, header=[header], gap="  "):
             print(text, file=out)
+    return 0
+
+
+def stage_table(scenario) -> dict[str, Any]:
+    """Per pipeline stage, bytes per rank: model states, activations at the schedule's peak and the
+    micro-batch chunks then in flight (zsim.zero.stage_memory), and the binding (fullest) stage."""
+    from zsim.zero.stage_memory import binding_stage, stage_memory
+
+    stages = stage_memory(scenario)
+    par = scenario.parallel
+    return {"scenario": scenario.name, "pp": par.pp, "schedule": par.pipeline_schedule,
+            "micro_batches": scenario.grad_accum, "binding_stage": binding_stage(stages).stage,
+            "capacity_bytes": scenario.cluster.gpu.memory_bytes,
+            "stages": [{"stage": st.stage, "layers": st.layers, "in_flight": st.in_flight,
+                        **{k: v for k, v in st.states.as_dict().items()}, "activations": st.activations,
+                        "total": st.total} for st in stages]}
+
+
+def stage_memory_command(args: argparse.Namespace) -> int:
+    """`zsim memory --scenario FILE`: the per-stage table; raises ConfigError for a bad scenario."""
+    from zsim.scenario.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.overrides)
+    table = stage_table(scenario)
+    emit_json(args, table)
+    out = text_stream(args)
+    print(f"Memory per rank of each pipeline stage: {scenario.name}, pp {table['pp']}, {table['schedule']}, "
+          f"{table['micro_batches']} micro-batches; GB = 10^9 bytes; * = the binding stage", file=out)
+    rows = [[f"{st['stage']}{'*' if st['stage'] == table['binding_stage'] else ''}", str(st["layers"]),
+             str(st["in_flight"]), *(f"{st[k] / GB:.2f}" for k in ("params", "grads", "optimizer", "activations",
+                                                                    "total"))] for st in table["stages"]]
+    header = ["stage", "layers", "in flight", "params", "grads", "optimizer", "activations", "total"]
+    for text in format_table(rows, header=[header], gap="  "):
+        print(text, file=out)
+    worst = table["stages"][table["binding_stage"]]["total"]
+    print(f"Binding stage {table['binding_stage']}: {worst / GB:.2f} GB of {table['capacity_bytes'] / GB:.2f} GB per GPU "
+          f"({'fits' if worst <= table['capacity_bytes'] else 'does not fit'}, before the allocator's fragmentation "
+          "and working buffers: zsim run simulates those)", file=out)
     return 0
