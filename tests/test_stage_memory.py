@@ -83,3 +83,14 @@ def test_calculator_matches_the_simulated_stage_peaks_with_experts():
     for sim, c in zip(simulated, stage_memory(scenario), strict=True):
         assert c.states.as_dict() == sim["model_states"]
         assert 0 <= sim["activations_peak_bytes"] - c.activations <= WORKING * unit, (sim, c)
+
+
+def test_memory_scenario_mode_refuses_the_params_modes_flags(capsys):
+    from tests.conftest import ROOT
+    from zsim.cli import main
+
+    path = str(ROOT / "scenarios" / "llama-3-70b-3d-dgx-h100.yaml")
+    assert main(["memory", "--scenario", path, "--dp", "4"]) == 2
+    assert "--dp belongs to the --params mode" in capsys.readouterr().err
+    assert main(["memory", "--scenario", path, "--json", "-"]) == 0
+    assert '"binding_stage": 0' in capsys.readouterr().out

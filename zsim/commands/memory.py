@@ -117,6 +117,12 @@ def memory_command(args: argparse.Namespace) -> int:
 
         check_file(args.json)  # before any work: a bad --json costs nothing
     if args.scenario is not None:
+        given = [flag for flag, value in (("--params", args.params), ("--dp", args.dp), ("--stage", args.stage),
+                                          ("--hidden", args.hidden), ("--seq", args.seq), ("--batch", args.batch))
+                 if value is not None]
+        if given:
+            raise ZsimError(f"{given[0]} belongs to the --params mode; with --scenario change the scenario's keys "
+                            "with --set")
         return stage_memory_command(args)
     if args.params is None or args.dp is None:
         raise ZsimError("give --params and --dp, or --scenario FILE")
