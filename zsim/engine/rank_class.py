@@ -21,6 +21,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 import simpy
+from simpy.events import PENDING
 
 from zsim.engine.offload import transfer_seconds
 
@@ -60,7 +61,8 @@ class RankClass:
 
 def count(run: RunState, kind: str, members: set[int]) -> dict[int, int]:
     """How many of `members` each `kind` group instance holds, in instance order."""
-    return dict(sorted(Counter(run.group_of(kind, r) for r in members).items()))
+    index = run.s.layout.group_index  # RunState.group_of without its call per member
+    return dict(sorted(Counter(index(kind, r) for r in members).items()))
 
 
 def class_stream(env: simpy.Environment, run: RunState, cls: RankClass, stream: int,
@@ -102,7 +104,9 @@ def _await_instances(env: simpy.Environment, run: RunState, cls: RankClass, stre
     unfinished ones split off (`split`) and wait on in a class of their own."""
     while True:
         kind, ends = cls.inflight[stream]
-        unfinished = {g: e for g, e in ends.items() if not e.triggered}
+        # Event.triggered is `_value is not PENDING` (simpy/events.py); read in line: this runs over every
+        # instance of the collective (1024 at 16k GPUs) each time the class wakes
+        unfinished = {g: e for g, e in ends.items() if e._value is PENDING}
         if not unfinished:
             return
         if len(unfinished) < len(ends):
@@ -125,8 +129,9 @@ def split(env: simpy.Environment, run: RunState, cls: RankClass, kind: str, grou
     every stream where `cls` is; each keeps, of the collectives in flight, the instances of its own
     members."""
     moved: set[int] = set()
+    ranks = run.s.layout.group_ranks
     for group in groups:  # what it costs is the size of the instances that move, not of the class
-        moved.update(r for r in run.members(kind, group) if r in cls.members)
+        moved.update(cls.members.intersection(ranks(kind, group)))
     cls.members -= moved
     other = "mp" if kind == "dp" else "dp"
     counts = {kind: {g: n for g, n in cls.counts[kind].items() if g in groups}, other: count(run, other, moved)}

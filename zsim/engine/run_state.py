@@ -192,15 +192,16 @@ class RunState:
         has arrived, as in run_collective. Returns {instance: the event of its start}."""
         size = self.s.layout.dp if op.group == "dp" else self.s.layout.mp
         ends = {}
+        pending, env, fabric, phases = self.pending, self.env, self.fabric, self.phases  # the hot loop's names
         for group, n in counts.items():
             key = (index, group)
-            entry = self.pending.get(key)
+            entry = pending.get(key)
             if entry is None:
-                entry = self.pending[key] = [0, self.env.event()]
+                entry = pending[key] = [0, simpy.Event(env)]
             entry[0] += n
             if entry[0] == size:
-                del self.pending[key]
-                start_instance(self.env, self.fabric, self.phases(op, group)[1], entry[1])
+                del pending[key]
+                start_instance(env, fabric, phases(op, group)[1], entry[1])
             ends[group] = entry[1]
         return ends
 

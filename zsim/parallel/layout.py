@@ -99,6 +99,14 @@ class Layout:
             return (d // self.ep) * self.mp + m
         return (d % self.ep) * self.mp + m  # edp: DP ranks ep apart
 
+    def group_ranks(self, kind: str, index: int) -> range | list[int]:
+        """group_members without building a list where the group is a range (DP and MP groups)."""
+        if kind == "dp":
+            return self.dp_group(index)
+        if kind == "mp":
+            return self.mp_group(index * self.mp)
+        return self.group_members(kind, index)
+
     def group_members(self, kind: str, index: int) -> list[int]:
         """Global ranks of group `index` of `kind` (group_index's inverse)."""
         if kind == "dp":
