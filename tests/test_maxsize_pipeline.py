@@ -72,3 +72,15 @@ def test_maxsize_searches_whole_stages(tmp_path, capsys):
     assert found["layers"] % 4 == 0 and found["layers"] >= 4
     best = max_layers({k: v for k, v in data.items()}, gpu_bytes=30 * 10**9, limit=found["layers"] + 4)
     assert best.layers == found["layers"]
+
+
+def test_a_refused_layout_is_reported_not_read_as_too_big(capsys):
+    """A stage the loader refuses (ZeRO-3 with experts, ZeRO-2 with a pipeline) is the user's mistake,
+    named with its reason (exit 2); only model states that exceed the GPU count as "does not fit"."""
+    from tests.conftest import ROOT
+
+    path = str(ROOT / "scenarios" / "mixtral-8x7b-pp4-ep8-dgx-h100.yaml")
+    for stage, words in (("3", "MoE not supported with Stage 3"), ("2", "deepspeed/runtime/pipe/engine.py")):
+        assert main(["maxsize", "--scenario", path, "--set", f"zero.stage={stage}"]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "not even" not in err

@@ -31,6 +31,11 @@ class ConfigError(ZsimError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class ModelStatesError(ConfigError):
+    """A scenario whose model states alone exceed the GPU (ZeRO Table 1): valid in every key, too big for
+    the cluster; `zsim maxsize` reads it as "this many layers do not fit", not as a mistake."""
+
+
 MAX_VALUE_CHARS = 40  # characters of a bad value quoted in a message
 
 _repr = reprlib.Repr()

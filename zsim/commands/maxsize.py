@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from zsim.commands import HELP
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
 from zsim.console.units import positive, size_arg
-from zsim.errors import ConfigError, ZsimError
+from zsim.errors import ConfigError, ModelStatesError, ZsimError
 from zsim.zero.model_states import PARAM_BYTES, STAGE_NAMES, adam_k
 
 if TYPE_CHECKING:
@@ -95,10 +95,8 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
         try:
             scenario = build_scenario(trial, source=source, default_name="maxsize", gpu_memory_bytes=gpu_bytes,
                                       profiles=profiles)
-        except ConfigError as exc:
-            if exc.path == "zero.stage":  # model states alone exceed the GPU
-                return Trial(False, 0, 0)
-            raise
+        except ModelStatesError:  # model states alone exceed the GPU; any other error is the user's to read
+            return Trial(False, 0, 0)
         result = simulate(scenario, trace=False)
         states = result.step_memory_states
         settled = len(states) >= 2 and states[-1] == states[-2]

@@ -24,7 +24,7 @@ from zsim.config.shipped import command_name, find_file, is_sweep_mapping
 from zsim.config.struct import replace as replace_struct
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, ModelStatesError
 from zsim.parallel.layout import Layout
 from zsim.workload.transformer import mp_problems
 
@@ -325,7 +325,8 @@ def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
              if fitting and fitting[0] > spec.zero.stage else \
         "more GPUs (dp), more model parallelism (mp) or more pipeline stages (pp) are needed"
     per_gpu = "per GPU" if pp == 1 else f"per GPU on average over the {pp} pipeline stages"
-    raise fail("zero.stage", f"{spec.zero.stage}: the model does not fit: model states alone need "
+    err = fail("zero.stage", f"{spec.zero.stage}: the model does not fit: model states alone need "
                f"{states.total / 1e9:.1f} GB {per_gpu} (params {states.params / 1e9:.1f} + grads "
                f"{states.grads / 1e9:.1f} + optimizer {states.optimizer / 1e9:.1f}), but {cluster.gpu.name} has "
                f"{cap / 1e9:.1f} GB; {advice}")
+    raise ModelStatesError(err.message, source=err.source, path=err.path)
