@@ -72,6 +72,11 @@ def test_maxsize_searches_whole_stages(tmp_path, capsys):
     assert found["layers"] % 4 == 0 and found["layers"] >= 4
     best = max_layers({k: v for k, v in data.items()}, gpu_bytes=30 * 10**9, limit=found["layers"] + 4)
     assert best.layers == found["layers"]
+    # the boundary itself: the found count fits, one more stage's worth (4 layers) does not
+    from zsim.commands.maxsize import fits
+
+    assert fits(data, found["layers"], 30 * 10**9).fits
+    assert not fits(data, found["layers"] + 4, 30 * 10**9).fits
 
 
 def test_a_refused_layout_is_reported_not_read_as_too_big(capsys):

@@ -122,3 +122,17 @@ def test_layouts_that_do_not_work_are_refused(moe, sections, key, words):
 def test_top_k_above_the_experts_is_refused():
     with pytest.raises(ConfigError, match="top_k 3 is more than the 2 experts"):
         build_scenario(_moe_dict({"experts": 2, "top_k": 3}), source="<t>")
+
+
+def test_expert_groups_are_evenly_spaced_ranks_and_invert_group_index():
+    """EP groups are ep consecutive DP ranks of one MP rank, EDP groups the DP ranks ep apart (Megatron-Core);
+    Layout.group_ranks gives them as ranges, and every rank is in the group group_index names."""
+    from zsim.parallel.layout import Layout
+
+    lay = Layout(dp=16, mp=2, gpus_per_node=8, nodes=4, ep=4)
+    assert lay.group_members("ep", 3) == [9, 11, 13, 15]  # block 1 of DP ranks 4-7, MP rank 1
+    assert lay.group_members("edp", 3) == [3, 11, 19, 27]  # DP ranks 1, 5, 9, 13 of MP rank 1
+    for rank in range(32):
+        for kind in ("dp", "mp", "ep", "edp"):
+            members = lay.group_members(kind, lay.group_index(kind, rank))
+            assert rank in members and len(members) == lay.group_size(kind)

@@ -99,24 +99,23 @@ class Layout:
             return (d // self.ep) * self.mp + m
         return (d % self.ep) * self.mp + m  # edp: DP ranks ep apart
 
-    def group_ranks(self, kind: str, index: int) -> range | list[int]:
-        """group_members without building a list where the group is a range (DP and MP groups)."""
+    def group_ranks(self, kind: str, index: int) -> range:
+        """Global ranks of group `index` of `kind` (group_index's inverse), as a range: DP and MP groups,
+        and EP groups (consecutive DP ranks of one MP rank) and EDP groups (DP ranks ep apart), are each
+        evenly spaced."""
         if kind == "dp":
             return self.dp_group(index)
         if kind == "mp":
             return self.mp_group(index * self.mp)
-        return self.group_members(kind, index)
-
-    def group_members(self, kind: str, index: int) -> list[int]:
-        """Global ranks of group `index` of `kind` (group_index's inverse)."""
-        if kind == "dp":
-            return list(self.dp_group(index))
-        if kind == "mp":
-            return list(self.mp_group(index * self.mp))
         block, m = divmod(index, self.mp)
         if kind == "ep":
-            return [(block * self.ep + i) * self.mp + m for i in range(self.ep)]
-        return [(k * self.ep + block) * self.mp + m for k in range(self.dp // self.ep)]
+            return range(block * self.ep * self.mp + m, (block + 1) * self.ep * self.mp + m, self.mp)
+        step = self.ep * self.mp
+        return range(block * self.mp + m, (self.dp // self.ep) * step + block * self.mp + m, step)
+
+    def group_members(self, kind: str, index: int) -> list[int]:
+        """Global ranks of group `index` of `kind`, as a list (group_ranks)."""
+        return list(self.group_ranks(kind, index))
 
     def group_shape(self, kind: str) -> GroupShape:
         """Where a group of `kind` sits (see dp_shape, mp_shape); EP and EDP groups are DP groups' slices,
