@@ -37,6 +37,7 @@ class Transfer:
     keys: tuple[Hashable, ...] = ()  # the links without their weights
     mark: int = 0  # the last component search that reached this transfer (Fabric._component)
     entry: int = -1  # the number of its valid entry in Fabric._due (-1: none)
+    lists: list = field(default_factory=list)  # Fabric.on_link's list of each of its links, in `keys` order
 
 
 @dataclass(slots=True)
@@ -59,7 +60,9 @@ class Fabric:
     # tuples themselves, held so that their ids stay theirs). Collectives repeat a few shapes (55,856
     # solves, 176 shapes in the per-rank flagship, issue 28), and a solve is a function of exactly these.
     _solved: dict[tuple, tuple[tuple[float, ...], list]] = field(default_factory=dict)
-    _keys: dict[int, tuple[tuple, tuple[Hashable, ...]]] = field(default_factory=dict)  # id(links) -> (links, keys)
+    # id(links) -> (links, keys, the on_link lists of its links, in its order: an entry of on_link, once
+    # made, is never dropped, so these are the lists a start and an end would look up link by link)
+    _keys: dict[int, tuple[tuple, tuple[Hashable, ...], list[list[Transfer]]]] = field(default_factory=dict)
     _interned: dict[tuple[Hashable, ...], tuple[Hashable, ...]] = field(default_factory=dict)  # keys, one per value
     # A heap of (seconds to finish at the current rates, entry number, transfer), so that the next end
     # is found without a pass over thousands of transfers per start (per-rank mode at 16k GPUs); an entry
@@ -96,21 +99,16 @@ class Fabric:
                 self._keys.clear()
                 self._interned.clear()
             keys = tuple(link for link, _ in links)
-            known = self._keys[id(links)] = (links, self._interned.setdefault(keys, keys))
+            keys = self._interned.setdefault(keys, keys)
+            known = self._keys[id(links)] = (links, keys, [self.on_link.setdefault(link, []) for link in keys])
         self._advance()
-        t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap, known[1])
+        t = Transfer(links, float(nbytes), float(nbytes), simpy.Event(self.env), 0.0, cap, known[1], lists=known[2])
         self.active[t] = None
-        on_link = self.on_link
         shared = False
-        for link in t.keys:
-            on = on_link.get(link)
+        for on in known[2]:  # its links' lists (on_link[link] for each link, in order)
             if on:
                 shared = True
-                on.append(t)
-            elif on is None:
-                on_link[link] = [t]
-            else:
-                on.append(t)
+            on.append(t)
         self.transfers_started += 1
         # alone on its links, it is its own component (what _component's search would find)
         self._reschedule([t], None if shared else [t] if t.keys else [])
@@ -130,13 +128,12 @@ class Fabric:
         if len(seeds) == 1:  # the usual case: a transfer alone on its links (or no one left on them)
             seed = seeds[0]
             alone = True
-            for link, _ in seed.links:
-                on = self.on_link.get(link)
+            for on in seed.lists:  # on_link's list of each of its links
                 if on and (len(on) > 1 or on[0] is not seed):
                     alone = False
                     break
             if alone:
-                return [seed] if seed.links and self.on_link.get(seed.links[0][0]) else []
+                return [seed] if seed.lists and seed.lists[0] else []
             siblings = self._siblings(seed)
             if siblings is not None:
                 return siblings
@@ -179,11 +176,10 @@ class Fabric:
         instances of one per-rank collective over the same NICs): the transfers on its last link, in
         their order there, which is the order the search below reaches them in (it starts from that
         link). None otherwise. Costs the links and that one list, not the links times the transfers."""
-        keys = seed.keys
+        keys, lists = seed.keys, seed.lists
         if not keys:
             return None
-        on_link = self.on_link
-        last = on_link.get(keys[-1])
+        last = lists[-1]  # on_link[keys[-1]]
         if not last:
             return None
         for t in last:
@@ -192,9 +188,8 @@ class Fabric:
         n = len(last)
         if len({id(t) for t in last}) != n:  # a transfer over one link twice: the search's marks dedupe
             return None
-        for link in keys:
-            on = on_link.get(link)
-            if on is None or len(on) != n:  # another transfer on this link (each of `last` is on all of them)
+        for on in lists:
+            if len(on) != n:  # another transfer on this link (each of `last` is on all of them)
                 return None
         return list(last)
 
@@ -277,19 +272,17 @@ class Fabric:
         finished = [t for t in self.active if t.remaining <= _REL_EPS * t.total]
         if not finished:  # round-off left a few bytes: finish the closest
             finished = [min(self.active, key=lambda t: t.remaining / t.rate)]
-        on_link = self.on_link
-        left: list[Hashable] = []  # links that still carried a transfer after one of `finished` left
+        left: list[list[Transfer]] = []  # links' lists that still held a transfer after one of `finished` left
         for t in finished:
             del self.active[t]
             t.entry = -1
-            for link in t.keys:
-                on = on_link[link]
+            for on in t.lists:
                 on.remove(t)
                 if on:
-                    left.append(link)
+                    left.append(on)
             t.done.succeed()
         # none left on their links: nothing to solve (what _component's search would find)
-        self._reschedule(finished, None if any(on_link[link] for link in left) else [])
+        self._reschedule(finished, None if any(left) else [])
 
 
 def max_min_rates(transfers: list[Transfer], capacity: dict[Hashable, float]) -> None:
