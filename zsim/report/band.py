@@ -2,10 +2,12 @@
 (issue 25, item 5), from the validation suites' held-out points, never hand-set.
 
 A regime is (topology, GPU generation, profile kind):
-- topology: one node; data parallel across nodes (ZeRO 0-2, MP inside a node); tensor parallelism across
-  nodes (MP larger than a node); ZeRO-3 across nodes up to SCALE_GPUS GPUs; ZeRO-3 at scale (more); a
-  ZeRO-3 topology names its `zero.implementation` when it is a DeepSpeed version ("... under
-  deepspeed-0.5"): a run of another implementation gets that band only as the nearest;
+- topology: mixture-of-experts (any model.moe: its all-to-alls and expert states are a schedule of their
+  own); pipeline parallelism (parallel.pp > 1: the bubble and the p2p sends); then, for the rest, one node;
+  data parallel across nodes (ZeRO 0-2, MP inside a node); tensor parallelism across nodes (MP larger than
+  a node); ZeRO-3 across nodes up to SCALE_GPUS GPUs; ZeRO-3 at scale (more); a ZeRO-3 topology names its
+  `zero.implementation` when it is a DeepSpeed version ("... under deepspeed-0.5"): a run of another
+  implementation gets that band only as the nearest;
 - generation: the GPU's architecture (compute capability: Volta, Ampere, Hopper, Blackwell);
 - profile kind: shipped (hwprofiles/ as written) or calibrated (`zsim calibrate` wrote it).
 
@@ -13,7 +15,9 @@ The residuals (error = simulated / published step time − 1; negative: zsim is 
 - `zsim validate scale`'s held-out half (zsim/validate/suites/scale.yaml);
 - `zsim validate megatron`'s per-GPU throughput points (no zsim term was fitted to them: docs/validation.md);
 - `zsim validate paper`'s per-run chart points (CHART, CHART_MEGATRON: no term fitted to them), except the
-  runs the scale suite declares (they enter through it, in their half).
+  runs the scale suite declares (they enter through it, in their half);
+- `zsim validate modern`'s held-out half (zsim/validate/suites/modern.yaml: Megatron-LM's pipeline, sequence
+  parallel and selective-recompute runs on Selene's A100s).
 `python -m zsim.validate.band_table --write` simulates them (the suites sit above report) and rewrites
 band_table.json beside this file; tests/test_band.py checks that the stored table is the one its residuals
 give, and (slow) that the residuals are current.
@@ -57,7 +61,11 @@ class Regime:
 def regime_of(scenario) -> Regime:
     """The regime of a Scenario (module docstring)."""
     lay, cluster = scenario.layout, scenario.cluster
-    if lay.mp > cluster.gpus_per_node:
+    if getattr(scenario.model, "moe", None) is not None:
+        topology = "mixture-of-experts"
+    elif lay.pp > 1:
+        topology = "pipeline parallelism"
+    elif lay.mp > cluster.gpus_per_node:
         topology = "tensor parallelism across nodes"
     elif cluster.nodes == 1:
         topology = "one node"

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from zsim.report.band import TABLE, build_table, regime_of
 
 
-def collect(progress: bool = False) -> list[dict[str, Any]]:
-    """Simulate every held-out point of the suites (module docstring) and return its residual."""
+def collect(progress: bool = False, modern: bool = True) -> list[dict[str, Any]]:
+    """Simulate every held-out point of the suites (module docstring) and return its residual; without
+    `modern`, all but the modern suite's (its pipelines take minutes: modern_residuals)."""
     from zsim.validate import megatron, paper, scale
 
     out: list[dict[str, Any]] = []
@@ -21,6 +23,8 @@ def collect(progress: bool = False) -> list[dict[str, Any]]:
     for p, r in zip(points, res):
         if p.half == "held_out":
             out.append(_row("scale", p.id, r.scenario, r.error))
+    if modern:
+        out += modern_residuals()
     declared = {Path(p.scenario_file).stem for p in points if p.scenario_file}
     chart = {**paper.CHART, **paper.CHART_MEGATRON}
     for name, published in chart.items():
@@ -30,6 +34,17 @@ def collect(progress: bool = False) -> list[dict[str, Any]]:
         out.append(_tflops_row("megatron", name, megatron.scenarios_dir() / f"{name}.yaml",
                                efficiency * megatron.BASELINE_TFLOPS))
     return out
+
+
+def modern_residuals(only: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The residuals of `zsim validate modern`'s held-out points (those in `only`, by id, when given),
+    in the suite file's order. Its calibration half is not simulated: it gives no band."""
+    from zsim.validate import modern, scale
+
+    suite = modern.default_suite()
+    return [_row("modern", p.id, r.scenario, r.error)
+            for p in scale.load_suite(suite)[0] if p.half == "held_out" and (only is None or p.id in only)
+            for r in (scale.residual(p, suite),)]
 
 
 def _row(suite: str, point: str, scenario, error: float | None) -> dict[str, Any]:
