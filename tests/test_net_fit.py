@@ -157,3 +157,48 @@ def test_a_large_simulated_table_lists_each_node_once(tmp_path, capsys):
     assert path.read_text().count("#  Rank") == 33
     header = header_of(path)
     assert (header.ranks, header.nodes, header.gpus_per_node) == (128, 32, 4)
+
+
+def test_nccl_fit_holds_a_term_where_asked(tmp_path, capsys):
+    """`--hold efficiency=V` keeps that term out of the fit (ib-edr's way: ABCI's tables stop at 32 MiB):
+    the fit returns V, lists the term as held and fits the rest."""
+    write_tables(tmp_path, "abci-v100", [2, 4], 4)
+    capsys.readouterr()
+    assert main(["nccl-fit", str(tmp_path), "--profile", "abci-v100", "--hold", "efficiency=0.5", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out[captured.out.index("{"):])
+    assert data["values"]["efficiency"] == 0.5
+    text = captured.err
+    assert "held: {efficiency: given by --hold}" in text
+    terms = next(line for line in text.splitlines() if line.strip().startswith("terms:"))
+    assert "efficiency" not in terms.replace("tree_efficiency", "") and "latency_us" in terms
+
+
+@pytest.mark.parametrize("hold", ["efficiency=2", "efficiency=nan", "efficiency=x", "speed=1", "efficiency"])
+def test_nccl_fit_refuses_a_bad_hold(tmp_path, capsys, hold):
+    write_tables(tmp_path, "abci-v100", [2], 4)
+    capsys.readouterr()
+    assert main(["nccl-fit", str(tmp_path), "--profile", "abci-v100", "--hold", hold]) == 2
+    assert "--hold" in capsys.readouterr().err
+
+
+def test_a_hold_on_single_node_tables_is_refused(tmp_path, capsys):
+    (tmp_path / "all_reduce.txt").write_text("# nothing\n")
+    assert main(["nccl-fit", str(tmp_path), "--profile", "dgx2", "--gpus", "16", "--hold", "efficiency=0.9"]) == 2
+    assert "holds an inter-node term" in capsys.readouterr().err
+
+
+def test_infiniband_efficiency_is_the_published_share_and_says_so():
+    """ib-edr holds `efficiency` at NCCL's published share (not fitted: ABCI's tables stop at 32 MiB) and names
+    its source; ib-hdr takes the same figure; a run's network line says the term was held, not fitted."""
+    from zsim.calibrate.net_fit import IB_EFFICIENCY
+
+    edr = load_cluster("dgx2", 64)
+    assert edr.network_efficiency == IB_EFFICIENCY == 0.96
+    assert "efficiency" not in edr.network_fit.terms and "nccl-tests/issues/29" in edr.network_fit.held["efficiency"]
+    assert load_cluster("dgx-a100", 4).network_efficiency == IB_EFFICIENCY
+    facts = network_facts(edr)
+    assert list(facts["held_terms"]) == ["efficiency"] and "efficiency held at published figures" in facts["line"]
+    # ABCI's 8-node ring at 2 GiB: 0.96 of its two EDR NICs' 25 GB/s (docs/fabric.md)
+    rows = collective_table("abci-v100", 8, 32, "all_reduce", [1 << 31])
+    assert rows[0].busbw == pytest.approx(0.96 * 25.0, rel=0.01)

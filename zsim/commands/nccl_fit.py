@@ -65,10 +65,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--algo", choices=("auto", "ring", "tree"), default="auto",
                    help="multi-node tables: the NCCL_ALGO they ran with (their provenance says; default auto: "
                         "NCCL's tuner chose). With ring the tree's share is not fitted")
+    p.add_argument("--hold", action="append", default=[], type=_hold, metavar="TERM=VALUE",
+                   help="multi-node tables: keep an inter-node term at VALUE instead of fitting it (repeatable; "
+                        "terms: efficiency, tree_efficiency, ll128_share, latency_us, latency_growth_us), e.g. "
+                        "--hold efficiency=0.96 where the tables stop short of the sizes that set it "
+                        "(docs/fabric.md)")
     p.add_argument("-g", "--gpus-per-process", type=positive("-g", 64), default=1, dest="gpus_per_process",
                    help="nccl-tests -g of the recording (GPUs per process)")
     add_json_option(p, "the values and residuals")
     p.set_defaults(func=run_command)
+
+
+def _hold(text: str) -> tuple[str, float]:
+    """`--hold TERM=VALUE`: an inter-node term (zsim.calibrate.net_fit.TERMS) and a value within its
+    fitting bounds. Raises argparse.ArgumentTypeError (exit 2, naming the flag)."""
+    from zsim.calibrate.net_fit import _BOUNDS, TERMS
+
+    term, sep, value = text.partition("=")
+    if not sep or term not in TERMS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected TERM=VALUE with TERM one of {', '.join(TERMS)}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+    lo, hi = _BOUNDS[term]
+    if not lo <= number <= hi:  # NaN fails both
+        raise argparse.ArgumentTypeError(f"{text!r}: {term} must lie in [{lo:g}, {hi:g}]")
+    return term, number
 
 
 def _check_recording(args: argparse.Namespace) -> None:
@@ -87,27 +110,36 @@ def _check_recording(args: argparse.Namespace) -> None:
                             f"give --gpus {gpus} -g {per_process}, not --gpus {args.gpus} -g {args.gpus_per_process}")
 
 
-def network_yaml(values: dict[str, float], fitted_on: str, nodes: tuple[int, int]) -> str:
-    """The fitted terms of a network profile (hwprofiles/networks/), in its units, with their `fit:` block."""
+def network_yaml(values: dict[str, float], fitted_on: str, nodes: tuple[int, int],
+                 fitted: tuple[str, ...] | None = None, held: tuple[str, ...] = ()) -> str:
+    """The fitted terms of a network profile (hwprofiles/networks/), in its units, with their `fit:` block
+    (`fitted`: the terms the fit set, default all in `values`; `held`: those --hold gave)."""
     from zsim.calibrate.net_fit import TERMS
 
+    fitted = tuple(t for t in TERMS if t in values) if fitted is None else fitted
     lines = [f"{t}: {values[t]:.4g}" for t in TERMS if t in values]
-    return "\n".join(lines + ["fit:", f"  cluster: {fitted_on}", f"  tables: {fitted_on}", f"  nodes: [{nodes[0]}, {nodes[1]}]",
-                              f"  terms: [{', '.join(t for t in TERMS if t in values)}]"])
+    lines += ["fit:", f"  cluster: {fitted_on}", f"  tables: {fitted_on}", f"  nodes: [{nodes[0]}, {nodes[1]}]",
+              f"  terms: [{', '.join(t for t in TERMS if t in fitted)}]"]
+    if held:
+        lines.append("  held: {" + ", ".join(f"{t}: given by --hold" for t in held) + "}")
+    return "\n".join(lines)
 
 
 def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
     """Multi-node tables: fit the network's inter-node terms, the node's own held (zsim.calibrate.net_fit)."""
     from zsim.calibrate.net_fit import error_summary, fit_network, read_runs, residuals_of
 
+    from zsim.calibrate.net_fit import TERMS
+
     runs = read_runs(args.folder, max_nodes=args.max_nodes, algorithm=args.algo)
-    result = fit_network(profile, runs, profiles)
+    hold = dict(args.hold)
+    result = fit_network(profile, runs, profiles, terms=tuple(t for t in TERMS if t not in hold), held=hold)
     held = [r for r in read_runs(args.folder, algorithm=args.algo) if r.header.nodes > (args.max_nodes or 1 << 30)]
     held_res = residuals_of(profile, held, result.values, profiles) if held else []
     out = text_stream(args)
     print(f"# inter-node terms of profile '{profile}''s network fitted to {args.folder.name} "
           f"({result.nodes[0]}-{result.nodes[1]} nodes)", file=out)
-    print(network_yaml(result.values, args.folder.name, result.nodes), file=out)
+    print(network_yaml(result.values, args.folder.name, result.nodes, result.fitted, tuple(hold)), file=out)
     cells = [[tag, r.source.split("/")[-1], str(r.size), f"{r.measured_busbw:.2f}", f"{r.simulated_busbw:.2f}",
               f"{r.error:+.1%}", r.algorithm] for tag, rows in (("fit", result.residuals), ("held", held_res)) for r in rows]
     print("", *_commented(cells, ["", "table", "size", "measured", "simulated", "error", "algorithm"]), sep="\n", file=out)
@@ -143,6 +175,9 @@ def run_command(args: argparse.Namespace) -> int:
     profiles, profile = profile_search(args)
     if args.folder.is_dir() and any(p.suffix in (".txt", ".json") for p in args.folder.glob("*-*nodes.*")):
         return run_network(args, profiles, profile)
+    if args.hold:
+        raise ZsimError(f"--hold {args.hold[0][0]}=...: holds an inter-node term; {args.folder} holds no multi-node "
+                        "tables (<collective>-<N>nodes.txt)")
     if args.gpus is None:
         raise ZsimError(f"{args.folder}: single-node tables need --gpus (the GPUs the tests ran on)")
     tables = read_tables(args.folder)

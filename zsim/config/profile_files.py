@@ -126,6 +126,9 @@ class NetworkFit(_Profile, kw_only=True):
     tables: Annotated[str, Meta(max_length=400)]
     nodes: Annotated[list[Annotated[int, Meta(gt=0, le=1 << 20)]], Meta(min_length=2, max_length=2)]
     terms: list[Literal["efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us"]]
+    # Terms the fit did not set but held at a published figure: term -> its source (docs/fabric.md)
+    held: dict[Literal["efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us"],
+               Annotated[str, Meta(min_length=1, max_length=400)]] = {}
 
 
 class NetworkFile(_Profile, kw_only=True):

@@ -9,7 +9,8 @@ from zsim.fabric.cluster import Cluster
 
 
 def network_facts(cluster: Cluster) -> dict[str, Any]:
-    """{'network', 'terms', 'fitted_on', 'fit_nodes', 'fitted_terms', 'status', 'line'} for `cluster`.
+    """{'network', 'terms', 'fitted_on', 'fit_nodes', 'fitted_terms', 'held_terms', 'status', 'line'} for
+    `cluster` (held_terms: term -> the published source it was held at instead of fitted).
 
     status: 'single node' (no inter-node term used), 'fitted' (the run's node count lies within the
     fit's), 'extrapolated' (more nodes than the fit saw) or 'assumed' (the network has no fit, or a
@@ -21,7 +22,7 @@ def network_facts(cluster: Cluster) -> dict[str, Any]:
     name = cluster.nic_pool.name if cluster.nic_pool else ""
     base = {"network": cluster.network_profile, "terms": terms,
             "fitted_on": fit.cluster if fit else None, "fit_nodes": list(fit.nodes) if fit else None,
-            "fitted_terms": list(fit.terms) if fit else []}
+            "fitted_terms": list(fit.terms) if fit else [], "held_terms": dict(fit.held) if fit else {}}
     if cluster.nodes <= 1:
         return {**base, "status": "single node", "line": "one node: no inter-node term"}
     if fit is None:
@@ -31,5 +32,7 @@ def network_facts(cluster: Cluster) -> dict[str, Any]:
     lo, hi = fit.nodes
     status = "fitted" if lo <= cluster.nodes <= hi else "extrapolated"
     rest = "within the fit" if status == "fitted" else "extrapolated"
+    held = f", {' and '.join(fit.held)} held at published figures" if fit.held else ""
     return {**base, "status": status,
-            "line": f"{name} terms fitted on {fit.cluster} ({lo}–{hi} nodes); this run spans {cluster.nodes} nodes: {rest}"}
+            "line": f"{name} terms fitted on {fit.cluster} ({lo}–{hi} nodes){held}; this run spans {cluster.nodes} "
+                    f"nodes: {rest}"}
