@@ -66,15 +66,17 @@ def nvls_graph(c: Communicator) -> NvlsGraph | None:
     136): with k channels on k GPUs a GPU's NVLinks carry (k + 1) x bwIntra each way. The search takes the
     fastest speed of its list at which that fits the GPU's NVLinks as NCCL sees them (channels x the
     per-link speed of topo.h, e.g. SM90_NVLINK_BW 20.6 GB/s x 18 on H100: 8 channels at 40 GB/s). On one
-    node it forces k channels (line 982); across nodes it keeps the most channels (423-426), then raises
-    the NIC side alone while below twice bwIntra and within the NIC (1103), from the inter-node list;
-    `nic_line_GBps` is the NICs' line rate per GPU of the node (NCCL's NET bw, port Gb/s / 8).
+    node it forces k channels (line 982); across nodes it starts no faster than a GPU's NIC (1003-1004),
+    keeps the most channels (423-426), then raises the NIC side alone while below twice bwIntra and within
+    the NIC (1103), from the inter-node list; `nic_line_GBps` is the NICs' line rate per GPU of the node
+    (NCCL's NET bw, port Gb/s / 8; the PCIe path to it is not modelled).
     """
     if not nvls_supported(c):
         return None
     k = c.per_node
     nvlink = c.channels * c.speed_intra_GBps  # the GPU's NVLinks to the switch, as NCCL's topology has them
-    speeds = SM90_SPEEDS_INTRA if c.n_nodes == 1 else SM90_SPEEDS_INTER
+    # across nodes the search starts at the GPU-to-NIC path's speed (system->maxBw, search.cc 1003-1004)
+    speeds = SM90_SPEEDS_INTRA if c.n_nodes == 1 else [s for s in SM90_SPEEDS_INTER if s <= c.nic_line_GBps]
     fits = [s for s in speeds if (k + 1) * s <= nvlink]
     if not fits:
         return None
