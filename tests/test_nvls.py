@@ -6,7 +6,9 @@ import dataclasses
 
 import pytest
 
+from tests.conftest import small_scenario
 from zsim.config.profiles import Profiles
+from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
 from zsim.fabric.cluster import load_cluster
 from zsim.fabric.collective import Placement, _phases, communicator, plan_collective, uncontended_time
@@ -134,3 +136,19 @@ def test_nvls_needs_an_nvswitch_fabric(tmp_path):
     (tmp_path / "meshbox.yaml").write_text(text.replace("  fabric: cube-mesh\n", "  fabric: cube-mesh\n  nvls: true\n"))
     with pytest.raises(ConfigError, match=r"meshbox.yaml.*nvls: true needs fabric: nvswitch"):
         load_cluster("meshbox", 1, Profiles.from_environment([tmp_path]))
+
+
+@pytest.mark.parametrize("parallel, stage", [({"dp": 2, "mp": 8}, 1), ({"dp": 8, "mp": 2}, 0), ({"dp": 4, "mp": 4}, 2)])
+def test_class_and_per_rank_modes_agree_on_nvls_nodes(parallel, stage):
+    """TP all-reduces inside a DGX H100 run NVLS; DP groups of 4 or 8 GPUs a node may run NVLSTree, and two or
+    four of them share each node's NICs. NCCL 2.23's choice across nodes (the cheapest cell) is made for the one
+    communicator, as NCCL's tuner makes it, so both modes choose, and time, alike."""
+    s = small_scenario(model={"layers": 2, "hidden": 2048, "heads": 16, "seq_len": 1024, "vocab": 1000, "micro_batch": 2},
+                       parallel=parallel, zero={"stage": stage}, hardware={"profile": "dgx-h100", "nodes": 2},
+                       run={"steps": 2})
+    a, b = simulate(s, "class"), simulate(s, "per_rank")
+    assert (a.mode, b.mode) == ("class", "per_rank")
+    assert b.step_seconds == pytest.approx(a.step_seconds, rel=1e-9)
+    labels = {e["args"]["algorithm"] for e in a.events if e.get("ph") == "X" and "algorithm" in e.get("args", {})}
+    # 8 MB TP all-reduces: NVLS on 8 GPUs (266.7 GB/s); on 4 the ring's 370.8 x 4/6 GB/s beats NVLS's 4 x 60 x 5/6
+    assert ("nvls/Simple" in labels) == (parallel["mp"] == 8), labels

@@ -129,7 +129,10 @@ def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where:
     it choosing what is fastest where the choice is visible: trees on 2 nodes above the NICs' line
     rate (Alps, GCP TCPXO, OCI, the H100 NDR clusters), rings where a forced ring is no slower
     (issue-309 NCCL_ALGO=Ring). An assumption, stated in docs/fabric.md; single-node calls and the
-    2.5/2.7 releases keep NCCL's own tuner."""
+    2.5/2.7 releases keep NCCL's own tuner. Each cell is costed for this one communicator, as NCCL's
+    tuner knows no other: without the class mode's count of the node's concurrent groups, so class and
+    per-rank mode choose alike."""
+    where = Placement(where.members, class_mode=False)
     nvlink = cluster.nvlink_links * cluster.nvlink_link_bytes_per_s
     nic = cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.oversubscription
 
