@@ -155,6 +155,8 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
     n, k, big_n = shape.size, shape.per_node, shape.nodes
     if algo in NVLS_ALGORITHMS:
         phase = nvls_phase(fn, nbytes, communicator(shape, cluster), cluster)
+        # NVLSTree's NICs carry the tree's bytes: S each way on 2 nodes, 2S from 3 on (tuning.cc v2.23.4-1
+        # line 183: bwInter on <= 2 nodes, bwInter / 2 beyond); NVLS inside one node crosses no NIC
         nic = (1.0 if big_n == 2 else 2.0) if algo == "nvls_tree" else 0.0
         return [Phase(phase.latency_s, phase.nbytes,
                       _links(shape, cluster, where, phase.nvlink_share, cluster.nvls_tree_efficiency, True, nic))]
