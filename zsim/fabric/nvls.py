@@ -23,19 +23,19 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from zsim.fabric.nccl import Communicator
+from zsim.fabric.nccl import HW_LAT_US, Communicator
 
 if TYPE_CHECKING:
     from zsim.fabric.cluster import Cluster
 
-NVLS_ALGORITHMS = ("nvls", "nvls_tree")
-# tuning.cc v2.23.4-1 lines 57-59 / v2.26.2-1 121-123: baseLat[NVLS] = baseLat[NVLSTree] = 0 (µs).
-# hwLat[NVLINK][NVLS|NVLSTree][Simple] = 25 µs (line 69 / 133); hwLat[NET][NVLS][Simple] = 18,
-# hwLat[NET][NVLSTree][Simple] = 14 µs (line 77 / 141). LL and LL128 are 0: NVLS runs Simple only.
+# tuning.cc v2.23.4-1 lines 56-59 / v2.26.2-1 120-123: baseLat[NVLS] = baseLat[NVLSTree] = 0 (µs).
+# hwLat[NVLINK][NVLS|NVLSTree][Simple] = 25 µs (line 69 / 133); hwLat[NET][NVLSTree][Simple] = 14 µs
+# (line 77 / 141; zsim.fabric.nccl.HW_LAT_US, which Cluster.network_step_s scales by). LL and LL128: 0,
+# NVLS runs Simple only. (hwLat[NET][NVLS] = 18 µs is for NVLS across nodes, which needs CollNet.)
 HW_LAT_NVLINK_US = 25.0
-HW_LAT_NET_US = {"nvls": (0.0, 0.0, 18.0), "nvls_tree": (0.0, 0.0, 14.0)}
+HW_LAT_NET_NVLS_TREE_US = HW_LAT_US["2.23"]["net"]["nvls_tree"][2]
 # Bus bandwidth to algorithm bandwidth for all_reduce: ratio 5/6 (tuning.cc line 224 / 293); all_gather
-# and reduce_scatter keep the bus figure (the `!(a != RING && (AllGather || ReduceScatter))` test, 221 / 290).
+# and reduce_scatter keep the bus figure (the `!(a != RING && (AllGather || ReduceScatter))` test, line 221 / 290).
 ALLREDUCE_RATIO = 5.0 / 6.0
 # The topology search's per-channel speeds for compute capability >= 90 (search.cc 935-936 / 918-919), GB/s.
 SM90_SPEEDS_INTRA = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
@@ -109,7 +109,7 @@ def predict(c: Communicator, fn: str, algo: str, proto: str) -> tuple[float, flo
         bus = graph.channels * min(graph.bw_intra_GBps, inter)
         # baseLat 0 + intraLat + 2 log2i(nNodes) interLat (274-275 / 339-340); interLat: hwLat[NET] plus the
         # graph's latencyInter, 0 without a net plugin's (as nccl_223)
-        lat = HW_LAT_NVLINK_US + 2 * int(math.log2(c.n_nodes)) * HW_LAT_NET_US["nvls_tree"][2]
+        lat = HW_LAT_NVLINK_US + 2 * int(math.log2(c.n_nodes)) * HW_LAT_NET_NVLS_TREE_US
         return lat, bus * ALLREDUCE_RATIO
     return None
 
