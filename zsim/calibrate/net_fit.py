@@ -7,7 +7,9 @@ Five terms, the ones NCCL's inter-node cost rests on (zsim.fabric.collective):
   ll128_share        LL128's share of the NICs relative to Simple's (at most 120/128);
   latency_us         one inter-node step's latency on 2 nodes: switch hops, NIC, NCCL's proxy thread
                      posting the send and polling its completion;
-  latency_growth_us  added to every inter-node step per doubling of the nodes beyond 2.
+  latency_growth_us  added to every inter-node step per doubling of the nodes beyond 2;
+  nvls_tree_share    NVLSTree's share of the NICs relative to the ring's Simple, on NVLink SHARP nodes
+                     (fitted only where a table's all_reduce could run NVLSTree: zsim.fabric.nvls).
 They are fitted by least squares on log(time) over every row of every table (all sizes, all node
 counts given), with a soft-L1 loss so that the few rows a congested or failing fabric printed (Alps's
 rows flagged `#wrong` or timed out, SOURCE.md) do not drag the rest. NCCL's own tuner (the system
@@ -30,15 +32,17 @@ from zsim.calibrate.nccl_fit import Residual
 from zsim.fabric.cluster import Cluster, Tier, load_cluster
 from zsim.config.profiles import Profiles
 from zsim.errors import ZsimError
-from zsim.fabric.nccl import FUNCTIONS
-from zsim.fabric.perf import run_collective
+from zsim.fabric.collective import communicator
+from zsim.fabric.nccl import FUNCTIONS, NcclTuner
+from zsim.fabric.perf import group_of, run_collective
 from zsim.fabric.topology import healthy_capacities
 from zsim.trace.nccl_tests import NcclRow, TableHeader, header_of, read_nccl_tests
 
-TERMS = ("efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us")
+TERMS = ("efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us", "nvls_tree_share")
 _BOUNDS = {"efficiency": (0.05, 1.0), "tree_efficiency": (0.05, 1.0), "ll128_share": (0.05, 120 / 128),
-           "latency_us": (0.0, 500.0), "latency_growth_us": (0.0, 500.0)}
-_START = {"efficiency": 0.8, "tree_efficiency": 0.8, "ll128_share": 0.8, "latency_us": 5.0, "latency_growth_us": 1.0}
+           "latency_us": (0.0, 500.0), "latency_growth_us": (0.0, 500.0), "nvls_tree_share": (0.05, 1.0)}
+_START = {"efficiency": 0.8, "tree_efficiency": 0.8, "ll128_share": 0.8, "latency_us": 5.0, "latency_growth_us": 1.0,
+          "nvls_tree_share": 0.8}
 # Soft-L1 scale: residuals beyond ~25% in time count linearly (scipy least_squares f_scale).
 _F_SCALE = 0.25
 # InfiniBand's `efficiency` where a cluster's tables do not reach the sizes that set it (ABCI's stop at
@@ -106,7 +110,7 @@ def with_network(cluster: Cluster, values: dict[str, float]) -> Cluster:
     tree = values.get("tree_efficiency", cluster.tree_efficiency)
     ll128 = values.get("ll128_share", cluster.ll128_share)
     return dataclasses.replace(cluster, nic_bytes_per_s=nic, network_efficiency=eff, tree_efficiency=tree,
-                               ll128_share=ll128,
+                               ll128_share=ll128, nvls_tree_share=values.get("nvls_tree_share", cluster.nvls_tree_share),
                                nic_pool=Tier(cluster.nic_pool.name, nic * cluster.nics_per_node, lat),
                                nic_latency_growth_s=growth)
 
@@ -169,6 +173,9 @@ def fit_network(profile: str, runs: list[TableRun], profiles: Profiles | None = 
     if "tree_efficiency" in terms and not any(r.fn == "all_reduce" and r.algorithm in ("auto", "tree") for r in runs):
         terms = tuple(t for t in terms if t != "tree_efficiency")  # no row can run a tree (NCCL_ALGO=RING)
         held.setdefault("tree_efficiency", clusters[runs[0].header.nodes].tree_efficiency)
+    if "nvls_tree_share" in terms and not any(
+            r.fn == "all_reduce" and r.algorithm == "auto" and _runs_nvls_tree(clusters[r.header.nodes], r) for r in runs):
+        terms = tuple(t for t in terms if t != "nvls_tree_share")  # no row can run NVLSTree: the network keeps its own
     measured = np.array([row.time_us for run in runs for row in run.rows])
 
     def resid(x: np.ndarray) -> np.ndarray:
@@ -187,6 +194,12 @@ def fit_network(profile: str, runs: list[TableRun], profiles: Profiles | None = 
     values = {**held, **{t: float(v) for t, v in zip(terms, solution.x)}}
     nodes = (min(r.header.nodes for r in runs), max(r.header.nodes for r in runs))
     return NetFit(values, tuple(terms), residuals_of(profile, runs, values, profiles), nodes)
+
+
+def _runs_nvls_tree(cluster: Cluster, run: TableRun) -> bool:
+    """Whether NCCL's tuner enables NVLSTree for `run`'s all_reduce on `cluster` (zsim.fabric.nvls)."""
+    shape, _ = group_of(cluster, run.header.ranks)
+    return NcclTuner(communicator(shape, cluster)).predict("all_reduce", "nvls_tree", "Simple") is not None
 
 
 def error_summary(residuals: list[Residual], min_size: int = 1 << 20) -> tuple[float, float, int]:

@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "NCCL's tuner chose). With ring the tree's share is not fitted")
     p.add_argument("--hold", action="append", default=[], type=_hold, metavar="TERM=VALUE",
                    help="multi-node tables: keep an inter-node term at VALUE instead of fitting it (repeatable; "
-                        "terms: efficiency, tree_efficiency, ll128_share, latency_us, latency_growth_us), e.g. "
+                        "terms: efficiency, tree_efficiency, ll128_share, latency_us, latency_growth_us, nvls_tree_share), e.g. "
                         "--hold efficiency=0.96 where the tables stop short of the sizes that set it "
                         "(docs/fabric.md)")
     p.add_argument("-g", "--gpus-per-process", type=positive("-g", 64), default=1, dest="gpus_per_process",

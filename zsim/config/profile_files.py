@@ -125,10 +125,11 @@ class NetworkFit(_Profile, kw_only=True):
     cluster: Annotated[str, Meta(max_length=200)]
     tables: Annotated[str, Meta(max_length=400)]
     nodes: Annotated[list[Annotated[int, Meta(gt=0, le=1 << 20)]], Meta(min_length=2, max_length=2)]
-    terms: list[Literal["efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us"]]
+    terms: list[Literal["efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us",
+                        "nvls_tree_share"]]
     # Terms the fit did not set but held at a published figure: term -> its source (docs/fabric.md)
-    held: dict[Literal["efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us"],
-               Annotated[str, Meta(min_length=1, max_length=400)]] = {}
+    held: dict[Literal["efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us",
+                       "nvls_tree_share"], Annotated[str, Meta(min_length=1, max_length=400)]] = {}
 
 
 class NetworkFile(_Profile, kw_only=True):
@@ -145,6 +146,9 @@ class NetworkFile(_Profile, kw_only=True):
     ll128_share: Annotated[float, Meta(gt=0, le=1.0, description=(
         "LL128's share of the NICs relative to Simple's (at most its 120/128 data share; NCCL's own tuner "
         "gives 0.92); LL keeps its 8-of-16-byte wire share"))] = 0.9375
+    nvls_tree_share: Annotated[float, Meta(gt=0, le=1.0, description=(
+        "NCCL's NVLSTree's share of the NICs relative to its ring's Simple (NVLink SHARP nodes: "
+        "intra_node.nvls); unset: the tree's share (tree_efficiency), an assumption"))] | None = None
     fit: NetworkFit | None = None  # None: every term is an assumption
 
 
@@ -161,6 +165,17 @@ class IntraNodeSection(_Profile, kw_only=True):
     nvswitches: Annotated[int, Meta(ge=0, le=1024)] = 0
     baseboards: Annotated[int, Meta(gt=0, le=1024)] = 1
     gpus_per_pcie_switch: Annotated[int, Meta(gt=0, le=1024)] = 2
+    nvls: Annotated[bool, Meta(description=(
+        "the NVSwitches support NVLink SHARP (multicast and in-switch reduction: third-generation NVSwitch, "
+        "HGX/DGX H100, H200, B200) and NCCL may use it (NCCL_NVLS_ENABLE's default); false on DGX-2 "
+        "(V100) and DGX A100. NCCL >= 2.17 then runs NVLS inside a node and NVLSTree across nodes "
+        "(zsim.fabric.nvls)"))] = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.nvls and self.fabric != "nvswitch":
+            raise ValueError(f"nvls: true needs fabric: nvswitch (NVLink SHARP reduces in the NVSwitches; "
+                             f"got fabric: {self.fabric})")
 
 
 class InterNodeSection(_Profile, kw_only=True):

@@ -110,6 +110,8 @@ class Cluster:
     network_efficiency: float = 1.0  # the share of a NIC's line rate in `nic_bytes_per_s` (the profile's)
     tree_efficiency: float = 1.0  # the tree's share of the NICs relative to the ring's (fitted per network)
     ll128_share: float = 0.9375  # LL128's share of the NICs relative to Simple's (fitted per network)
+    nvls: bool = False  # the NVSwitches do NVLink SHARP (profile intra_node.nvls; zsim.fabric.nvls)
+    nvls_tree_share: float | None = None  # NVLSTree's share of the NICs relative to Simple's; None: the tree's
 
     def network_step_s(self, nodes: int, algo: str = "ring", proto: str = "Simple") -> float:
         """Latency of one inter-node step of a collective spanning `nodes` nodes, run as `algo`/`proto`.
@@ -124,6 +126,12 @@ class Cluster:
         ratio = net[algo][PROTOCOLS.index(proto)] / net["ring"][PROTOCOLS.index("Simple")]
         return self.nic_pool.latency_s * ratio + self.nic_latency_growth_s * math.log2(max(nodes, 2) / 2)
     calibration: CalibrationNote | None = None  # a profile written by `zsim calibrate`: what it fitted and kept
+
+    @property
+    def nvls_tree_efficiency(self) -> float:
+        """NVLSTree's share of the NICs relative to the ring's Simple: the network's fitted
+        `nvls_tree_share`, or, where no NVLSTree table was fitted, the tree's share (an assumption)."""
+        return self.tree_efficiency if self.nvls_tree_share is None else self.nvls_tree_share
 
     @property
     def world(self) -> int:
@@ -268,6 +276,8 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         tree_efficiency=net.tree_efficiency,
         calibration=calibration_note(system.provenance),
         ll128_share=net.ll128_share,
+        nvls=intra.nvls,
+        nvls_tree_share=net.nvls_tree_share,
     )
 
 

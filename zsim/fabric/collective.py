@@ -27,7 +27,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from zsim.fabric.cluster import Cluster
-from zsim.fabric.nccl import FUNCTIONS, NVLINK_WIDTH_GBPS, PROTOCOLS, WIRE_SHARE, Communicator, NcclTuner, bus_factor, ring_steps
+from zsim.fabric.nccl import (FUNCTIONS, NVLINK_WIDTH_GBPS, NVLS_ALGORITHMS, PROTOCOLS, WIRE_SHARE, Communicator,
+                              NcclTuner, bus_factor, ring_steps)
+from zsim.fabric.nvls import nvls_phase
 from zsim.parallel.layout import GroupShape
 
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
@@ -58,7 +60,9 @@ def communicator(shape: GroupShape, cluster: Cluster) -> Communicator:
         n_ranks=shape.size, n_nodes=shape.nodes, channels=channels,
         speed_intra_GBps=speed, speed_inter_GBps=max(nic_share, 1e-3) / channels,
         ll128=cc == 70 if tuner == "2.5" else cc in (70, 80) if tuner in ("2.7", "2.8") else cc in (70, 80, 90),
-        tuner=tuner, compute_capability=cc,
+        tuner=tuner, compute_capability=cc, nvls=cluster.nvls,
+        nic_line_GBps=cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.network_efficiency / 1e9
+        / cluster.gpus_per_node,
     )
 
 
@@ -105,11 +109,11 @@ def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster,
     if algorithm == "hierarchical" and fn in ("all_reduce", "reduce_scatter", "all_gather") and k > 1 and big_n > 1:
         _, proto = tuner.choose(fn, nbytes, ("ring",))
         return f"hierarchical/{proto}", _hierarchical(fn, nbytes, shape, cluster, where, proto)
-    allowed = ("tree", "ring") if algorithm in ("auto", "tree") else ("ring",)
-    if algorithm == "tree":
-        allowed = ("tree",) if fn == "all_reduce" and big_n > 1 else ("ring",)
-    if fn != "all_reduce" or big_n == 1:
-        allowed = ("ring",)  # NCCL: trees are for all_reduce, and inside one node NCCL uses rings
+    across = fn == "all_reduce" and big_n > 1  # NCCL: trees are for all_reduce across nodes
+    if algorithm == "auto":  # NVLS and NVLSTree wherever the tuner enables them (zsim.fabric.nvls)
+        allowed = ("tree", "ring", *NVLS_ALGORITHMS) if across else ("ring", *NVLS_ALGORITHMS)
+    else:
+        allowed = ("tree",) if algorithm == "tree" and across else ("ring",)
     if cluster.nccl_tuner == "2.23" and big_n > 1:
         algo, proto = _fastest(fn, nbytes, shape, cluster, where, in_place, tuner, allowed)
     else:
@@ -125,7 +129,10 @@ def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where:
     it choosing what is fastest where the choice is visible: trees on 2 nodes above the NICs' line
     rate (Alps, GCP TCPXO, OCI, the H100 NDR clusters), rings where a forced ring is no slower
     (issue-309 NCCL_ALGO=Ring). An assumption, stated in docs/fabric.md; single-node calls and the
-    2.5/2.7 releases keep NCCL's own tuner."""
+    2.5/2.7 releases keep NCCL's own tuner. Each cell is costed for this one communicator, as NCCL's
+    tuner knows no other: without the class mode's count of the node's concurrent groups, so class and
+    per-rank mode choose alike."""
+    where = Placement(where.members, class_mode=False)
     nvlink = cluster.nvlink_links * cluster.nvlink_link_bytes_per_s
     nic = cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.oversubscription
 
@@ -146,6 +153,13 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
             algo: str, proto: str) -> list[Phase]:
     """The phases of `fn` run as `algo`/`proto` (see the module's table)."""
     n, k, big_n = shape.size, shape.per_node, shape.nodes
+    if algo in NVLS_ALGORITHMS:
+        phase = nvls_phase(fn, nbytes, communicator(shape, cluster), cluster)
+        # NVLSTree's NICs carry the tree's bytes: S each way on 2 nodes, 2S from 3 on (tuning.cc v2.23.4-1
+        # line 183: bwInter on <= 2 nodes, bwInter / 2 beyond); NVLS inside one node crosses no NIC
+        nic = (1.0 if big_n == 2 else 2.0) if algo == "nvls_tree" else 0.0
+        return [Phase(phase.latency_s, phase.nbytes,
+                      _links(shape, cluster, where, phase.nvlink_share, cluster.nvls_tree_efficiency, True, nic))]
     kern = cluster.nccl
     eff = kern.share(proto, fn)
     # the NIC's share for this protocol, relative to Simple: LL's wire share, LL128's fitted one

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 FUNCTIONS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("tree", "ring")
+# NVLink SHARP: NVLS inside a node, NVLSTree across nodes (2.23's tuner only: zsim.fabric.nvls)
+NVLS_ALGORITHMS = ("nvls", "nvls_tree")
 
 TUNERS = ("2.5", "2.7", "2.8", "2.23")  # 2.23: zsim.fabric.nccl_223; 2.8: zsim.fabric.nccl_28
 # The collectives a profile may give LL128 its own efficiency for (all_to_all runs as all_gather's ring).
@@ -53,7 +55,8 @@ BASE_LAT_US = {"2.23": {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)},  # 
 HW_LAT_US = {
     "2.23": {"nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
              "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
-             "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)}},
+             "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0),
+                     "nvls_tree": (0.0, 0.0, 14.0)}},  # line 77: NVLSTree (Simple only; zsim.fabric.nvls)
     "2.8": {"nvlink": {"tree": (0.52, 1.25, 28.0), "ring": (0.47, 1.9, 3.4)},  # v2.8.4-1
             "pci": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7)},
             "net": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 9.6)}},
@@ -112,6 +115,8 @@ class Communicator:
     ll128: bool = True  # NCCL enables LL128 by default only on NVLink systems of some GPUs (see communicator)
     tuner: str = "2.7"  # the NCCL release whose tuner chooses (TUNERS); "2.8" (2.8.3-2.9.9): zsim.fabric.nccl_28
     compute_capability: int = 70  # 2.23's caps are per architecture (Volta, Ampere, Hopper)
+    nvls: bool = False  # the node's NVSwitches do NVLink SHARP (profile intra_node.nvls; zsim.fabric.nvls)
+    nic_line_GBps: float = 0.0  # the node's NIC line rate per GPU (NCCL's NET bw: port Gb/s / 8)
 
     @property
     def per_node(self) -> int:
@@ -128,6 +133,9 @@ class NcclTuner:
         """ncclTopoTuneModel (2.7; ncclSetThresholds in 2.5) for one cell, as (latency µs, algbw
         GB/s); None where NCCL disables it."""
         c = self.comm
+        if algo in NVLS_ALGORITHMS:  # NCCL >= 2.17: of the releases zsim has, 2.23's tuner alone
+            from zsim.fabric.nvls import predict as nvls_predict
+            return nvls_predict(c, fn, algo, proto) if c.tuner == "2.23" else None
         fn_model = "all_gather" if fn == "all_to_all" else fn  # point-to-point sends: a ring of n-1 steps
         if algo == "tree" and fn_model != "all_reduce":
             return None  # only all_reduce has a tree (both releases)
@@ -202,7 +210,11 @@ class NcclTuner:
 
     def predicted_time_us(self, fn: str, nbytes: float, algo: str, proto: str) -> float | None:
         """ncclTopoGetAlgoTime, without the tree correction table (tree is chosen at scale only);
-        2.23's with it (zsim.fabric.nccl_223)."""
+        2.23's with it (zsim.fabric.nccl_223). NVLS and NVLSTree take neither the tree's correction nor
+        the ring's plateau (both are for TREE and RING alone): latency + bytes / algbw."""
+        if algo in NVLS_ALGORITHMS:
+            cell = self.predict(fn, algo, proto)
+            return None if cell is None or cell[1] <= 0 else cell[0] + nbytes / (1000 * cell[1])
         if self.comm.tuner in ("2.23", "2.8"):
             from zsim.fabric import nccl_28, nccl_223
             port = nccl_223 if self.comm.tuner == "2.23" else nccl_28

@@ -4,9 +4,9 @@ H100 NDR clusters: 2.26.2; OCI: 2.19.3; GCP: 2.21–2.26). Releases 2.19 to 2.26
 (per-architecture LL/LL128/tree caps, netOverhead, the tree correction table); using 2.23.4's
 constants for the neighbouring releases is an assumption a profile states.
 
-Only ring and tree are modelled: NVLS, NVLSTree, CollNet and PAT need NVLink SHARP, SHARP switches
-or one GPU per node, and zsim has none of them. Where NCCL would run NVLSTree (H100 NVSwitch nodes)
-zsim runs its tree; docs/fabric.md says what that costs on the issue-309 tables.
+Rings and trees are here; NVLS and NVLSTree (NVLink SHARP, on nodes whose profile says
+`intra_node.nvls`) are in zsim.fabric.nvls, which NcclTuner asks for those cells. CollNet (SHARP
+switches) and PAT (one GPU per node) are not modelled.
 """
 
 from __future__ import annotations
