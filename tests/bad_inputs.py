@@ -53,6 +53,12 @@ def _replace(section: str, key: str, raw: str) -> str:
 BOMB = ('a: &a ["x","x","x","x","x","x","x","x","x"]\n' + "".join(
     f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "model: *i\n")
 
+# pp 2 × 50,000 interleaved chunks of a 100,000-layer model (each chunk one layer)
+DEEP_INTERLEAVED = (
+    "name: deep\nmodel: {layers: 100000, hidden: 64, heads: 2, seq_len: 128, vocab: 1000, micro_batch: 1, grad_accum: 2}\n"
+    "parallel: {dp: 8, mp: 1, pp: 2, pipeline_schedule: interleaved, virtual_stages: 50000}\n"
+    "zero: {stage: 1}\nprecision: {dtype: bf16}\nhardware: {profile: dgx-h100, nodes: 2}\n")
+
 SCENARIO_TEXTS: dict[str, str | bytes] = {
     "latin1": BASE_TEXT.encode() + b"# caf\xe9\n",
     "utf16": BASE_TEXT.encode("utf-16"),
@@ -311,4 +317,18 @@ CASES: dict[str, Callable[[Path], list[str]]] = {
     "cli/unknown_command": _args("runn"),
     "cli/no_command": _args(),
     "cli/bad_flag": _args("run", "--frobnicate"),
+    **{f"pipeline/{k}": v for k, v in {
+        # issue 28: global_batch implying more micro-batches than model.grad_accum may hold (a pp 4 memory
+        # table walked 6.25M of them for minutes)
+        "global_batch_accum": _args("memory", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
+                                    "model.global_batch=100000000"),
+        # within grad_accum's bound, 8M schedule items were 27 s; pp 1024 would be hours
+        "memory_schedule_items": _args("memory", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
+                                       "model.global_batch=16000000"),
+        # maxsize searched a gpipe pipeline of 10⁶ micro-batches per trial with no cost guard
+        "maxsize_gpipe_cost": _args("maxsize", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
+                                    "model.global_batch=16000000", "--set", "parallel.pipeline_schedule=gpipe"),
+        # 100,000 virtual stages: split_layers was quadratic in them, and maxsize's smallest trial is past its limit
+        "maxsize_unit_past_limit": lambda d: ["maxsize", "--scenario", str(_file("deep.yaml", DEEP_INTERLEAVED)(d))],
+    }.items()},
 }

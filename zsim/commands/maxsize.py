@@ -83,6 +83,7 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
     then and never ran out of memory counts as fitting)."""
     from zsim.scenario.scenario import build_scenario
     from zsim.engine.simulation import simulate
+    from zsim.zero.cost import check_cost
 
     trial = copy.deepcopy(data)
     trial["model"]["layers"] = layers
@@ -97,6 +98,7 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
                                       profiles=profiles)
         except ModelStatesError:  # model states alone exceed the GPU; any other error is the user's to read
             return Trial(False, 0, 0)
+        check_cost(scenario, trace=False)  # a trial costs what `zsim run` would: refused the same way (issue 28)
         result = simulate(scenario, trace=False)
         states = result.step_memory_states
         settled = len(states) >= 2 and states[-1] == states[-2]
@@ -155,6 +157,9 @@ def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 
 def _search(fits, data: dict[str, Any], gpu_bytes: int | None, limit: int) -> MaxModel:
     """Binary search over layer counts that are multiples of layer_unit(data) (1 without pipelines)."""
     unit = layer_unit(data)
+    if unit > limit:  # the smallest model the search could try is already past its limit (issue 28)
+        raise ZsimError(f"parallel.pp × parallel.virtual_stages = {unit:,} layers (one per pipeline stage and chunk) "
+                        f"is more than the {limit:,} layers maxsize searches: lower pp or virtual_stages")
     t = fits(data, unit, gpu_bytes)
     if not t.fits:
         what = "one layer" if unit == 1 else f"{unit} layers (one per pipeline stage and chunk)"
