@@ -220,6 +220,38 @@ def _args(*argv: str) -> Callable[[Path], list[str]]:
     return lambda d: list(argv)
 
 
+SUITE_POINT = {"id": "a", "cluster": "c", "half": "held_out", "published": {"step_s": 1.0}, "scenario": BASE}
+
+
+def _suite_case(suite: str, **changes) -> Callable[[Path], list[str]]:
+    """`zsim validate SUITE --suite-file` of a one-point suite with `changes` (point keys; `published`
+    replaced whole; `series` at the top level)."""
+    def build(d: Path) -> list[str]:
+        series = changes.pop("series", None)
+        point = {**SUITE_POINT, **changes}
+        doc = {"points": [point, {**point, "id": "b"}], **({"series": series} if series is not None else {})}
+        return ["validate", suite, "--suite-file", str(_file("suite.yaml", yaml.safe_dump(doc))(d))]
+    return build
+
+
+# issue 28: each was an internal error (ValueError, ZeroDivisionError, TypeError, KeyError) or a judged
+# run of a nonsense figure, after the points before it had been simulated
+SUITE_CASES = {
+    "step_string": dict(published={"step_s": "abc"}),
+    "step_zero": dict(published={"step_s": 0}),
+    "step_negative": dict(published={"step_s": -1}),
+    "step_list": dict(published={"step_s": [1]}),
+    "tokens_per_s_zero": dict(published={"tokens_per_s": 0, "tokens_per_step": 5}),
+    "tflops_string": dict(published={"tflops_per_gpu": "x", "flops": "narayanan-eq3"}),
+    "flops_list": dict(published={"tflops_per_gpu": 1, "flops": ["a"]}),
+    "scenario_list": dict(scenario=[1, 2]),
+    "scenario_run_list": dict(scenario={**BASE, "run": [1]}),
+    "id_list": dict(id=[1]),
+    "series_not_list": dict(series=5),
+    "series_without_name": dict(series=[{"points": ["a", "b"]}]),
+    "series_points_int": dict(series=[{"name": "x", "points": 5}]),
+}
+
 CASES: dict[str, Callable[[Path], list[str]]] = {
     **{f"scenario/{k}": _scenario_case(k, v) for k, v in SCENARIO_TEXTS.items()},
     "scenario/missing": lambda d: ["run", str(d / "nope.yaml")],
@@ -317,6 +349,7 @@ CASES: dict[str, Callable[[Path], list[str]]] = {
     "cli/unknown_command": _args("runn"),
     "cli/no_command": _args(),
     "cli/bad_flag": _args("run", "--frobnicate"),
+    **{f"validate/{suite}_{k}": _suite_case(suite, **v) for k, v in SUITE_CASES.items() for suite in ("scale", "modern")},
     **{f"pipeline/{k}": v for k, v in {
         # issue 28: global_batch implying more micro-batches than model.grad_accum may hold (a pp 4 memory
         # table walked 6.25M of them for minutes)
