@@ -103,3 +103,48 @@ def test_a_bucket_of_many_modules_is_summed_once(tmp_path):
     assert time.perf_counter() - started < 2.0
     total = sum(m.params for m in workload.modules)  # 20k small layers: one bucket of 5e8 elements
     assert set(step.bucket_elements_of.values()) == {total}
+
+
+def _replay_suite(tmp_path, **changes) -> "Path":
+    from tests.conftest import ROOT
+
+    suite = {"base_profile": "dev-2core", "ranks": 2, "steps": 3,
+             "calibrate": [{"scenario": str(ROOT / "scenarios/calibrate/gpt-tiny-a.yaml"), "stage": 0}],
+             "replay": [{"scenario": str(ROOT / "scenarios/calibrate/gpt-tiny-b.yaml"), "stage": 0}],
+             "criteria": {"median_step_error": 0.1, "max_step_error": 0.25}}
+    for key, value in changes.items():
+        suite[key] = value
+    path = tmp_path / "suite.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+@pytest.mark.parametrize("changes,message", [
+    # 100,000 steps and 10⁹ micro-batches per entry were accepted and recorded (issue 28)
+    (dict(steps=100_000), "steps"),
+    (dict(replay=[{"scenario": "calibrate/gpt-tiny-b.yaml", "stage": 0, "grad_accum": 10**9}]), "grad_accum"),
+])
+def test_a_replay_suite_is_refused_before_its_first_recording(tmp_path, monkeypatch, changes, message):
+    from zsim.validate import replay
+
+    def recorded(*args, **kwargs):
+        raise AssertionError("a run was recorded before the suite was checked")
+
+    monkeypatch.setattr(replay, "record", recorded)
+    with pytest.raises(ConfigError, match=message):
+        replay.run_suite(_replay_suite(tmp_path, **changes), tmp_path / "out")
+
+
+def test_a_replay_entry_the_runtime_refuses_is_named(tmp_path):
+    """An entry whose run the runtime's RunConfig refuses (a global batch that 2 ranks cannot split) was
+    found only when its turn to record came, after the entries before it had run (issue 28)."""
+    from zsim.validate.replay import load_suite
+
+    model = tmp_path / "odd.yaml"
+    model.write_text("layers: 2\nhidden: 32\nheads: 2\nseq_len: 8\nvocab: 64\nmicro_batch: 1\nglobal_batch: 3\n")
+    path = _replay_suite(tmp_path, replay=[{"scenario": str(model), "stage": 0}])
+    with pytest.raises(ConfigError, match=r"odd-s0-ga1 .*global_batch") as err:
+        load_suite(path)
+    assert str(err.value).startswith(str(path))
