@@ -358,6 +358,9 @@ CASES: dict[str, Callable[[Path], list[str]]] = {
         # within grad_accum's bound, 8M schedule items were 27 s; pp 1024 would be hours
         "memory_schedule_items": _args("memory", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
                                        "model.global_batch=16000000"),
+        # a whole number in scientific notation is valid to the schema but was int('1e3') to maxsize's search
+        "maxsize_pp_scientific": _args("maxsize", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
+                                       "parallel.pp=1e3"),
         # maxsize searched a gpipe pipeline of 10⁶ micro-batches per trial with no cost guard
         "maxsize_gpipe_cost": _args("maxsize", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
                                     "model.global_batch=16000000", "--set", "parallel.pipeline_schedule=gpipe"),

@@ -126,6 +126,18 @@ def pipeline_micro_batches(data: dict[str, Any]) -> int:
     return min(m, p + 1) if par.get("pipeline_schedule", "1f1b") == "1f1b" else m
 
 
+def _counts_as_validated(data: dict[str, Any], spec) -> dict[str, Any]:
+    """`data` with the counts the search reads from the raw mapping (layer_unit, pipeline_micro_batches)
+    replaced by their validated values: `pp: 1e3` is the whole number 1000 to the schema but a string in
+    the YAML (issue 28: int('1e3') was an internal error)."""
+    out = {**data, "model": dict(data["model"]), "parallel": dict(data.get("parallel") or {})}
+    for section, keys in (("model", ("micro_batch", "grad_accum", "global_batch")), ("parallel", ("pp", "dp", "virtual_stages"))):
+        for key in keys:
+            if key in out[section]:
+                out[section][key] = getattr(getattr(spec, section), key)
+    return out
+
+
 def layer_unit(data: dict[str, Any]) -> int:
     """The layer counts a search of `data` tries are multiples of this: pp × virtual_stages, so that
     the layers split evenly over the (virtual) pipeline stages (Megatron-LM get_num_layers_to_build)."""
@@ -294,9 +306,10 @@ def maxsize_command(args: argparse.Namespace) -> int:
                                        base_dir=path.parent)
                 # The file and its --set as given, before the search replaces layers and steps: a bad value
                 # there is an error naming the --set (or the file) and key, never "not even one layer fits".
-                validate(ScenarioFile, data, str(path))
+                spec = validate(ScenarioFile, data, str(path))
             except ConfigError as exc:
                 raise blame_override(exc, setters) from None
+            data = _counts_as_validated(data, spec)
             source = str(path)
         else:
             if args.dp is None:
