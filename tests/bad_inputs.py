@@ -350,6 +350,10 @@ CASES: dict[str, Callable[[Path], list[str]]] = {
     "cli/no_command": _args(),
     "cli/bad_flag": _args("run", "--frobnicate"),
     **{f"validate/{suite}_{k}": _suite_case(suite, **v) for k, v in SUITE_CASES.items() for suite in ("scale", "modern")},
+    # a --set that makes each run of a suite cost what `zsim run` refuses: checked on the suite's probe first
+    # (issue 28: 10⁶ micro-batches per point ran on for minutes)
+    "validate/megatron_set_accum": _args("validate", "megatron", "--set", "model.grad_accum=1000000"),
+    "validate/paper_set_global_batch": _args("validate", "paper", "--set", "model.global_batch=100000000"),
     **{f"pipeline/{k}": v for k, v in {
         # issue 28: global_batch implying more micro-batches than model.grad_accum may hold (a pp 4 memory
         # table walked 6.25M of them for minutes)
