@@ -141,7 +141,9 @@ def split_layers(num_layers: int, stages: int, chunks: int = 1, counts: tuple[in
     Raises ValueError when the layers do not divide or `counts` do not add up."""
     virtual = stages * chunks
     if counts:
-        if len(counts) != virtual or sum(counts) != num_layers or min(counts) < 1:
+        if min(counts) < 1:  # [10**30, 4 - 10**30] adds up, and was reported as if it did not
+            raise ValueError(f"layer count {min(counts):.3g} of a virtual stage is less than 1")
+        if len(counts) != virtual or sum(counts) != num_layers:
             raise ValueError(f"{len(counts)} layer counts adding to {sum(counts)} for {virtual} virtual stages of "
                              f"{num_layers} layers")
     else:
