@@ -53,6 +53,12 @@ def _replace(section: str, key: str, raw: str) -> str:
 BOMB = ('a: &a ["x","x","x","x","x","x","x","x","x"]\n' + "".join(
     f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "model: *i\n")
 
+# pp 2 × 50,000 interleaved chunks of a 100,000-layer model (each chunk one layer)
+DEEP_INTERLEAVED = (
+    "name: deep\nmodel: {layers: 100000, hidden: 64, heads: 2, seq_len: 128, vocab: 1000, micro_batch: 1, grad_accum: 2}\n"
+    "parallel: {dp: 8, mp: 1, pp: 2, pipeline_schedule: interleaved, virtual_stages: 50000}\n"
+    "zero: {stage: 1}\nprecision: {dtype: bf16}\nhardware: {profile: dgx-h100, nodes: 2}\n")
+
 SCENARIO_TEXTS: dict[str, str | bytes] = {
     "latin1": BASE_TEXT.encode() + b"# caf\xe9\n",
     "utf16": BASE_TEXT.encode("utf-16"),
@@ -214,6 +220,38 @@ def _args(*argv: str) -> Callable[[Path], list[str]]:
     return lambda d: list(argv)
 
 
+SUITE_POINT = {"id": "a", "cluster": "c", "half": "held_out", "published": {"step_s": 1.0}, "scenario": BASE}
+
+
+def _suite_case(suite: str, **changes) -> Callable[[Path], list[str]]:
+    """`zsim validate SUITE --suite-file` of a one-point suite with `changes` (point keys; `published`
+    replaced whole; `series` at the top level)."""
+    def build(d: Path) -> list[str]:
+        series = changes.pop("series", None)
+        point = {**SUITE_POINT, **changes}
+        doc = {"points": [point, {**point, "id": "b"}], **({"series": series} if series is not None else {})}
+        return ["validate", suite, "--suite-file", str(_file("suite.yaml", yaml.safe_dump(doc))(d))]
+    return build
+
+
+# issue 28: each was an internal error (ValueError, ZeroDivisionError, TypeError, KeyError) or a judged
+# run of a nonsense figure, after the points before it had been simulated
+SUITE_CASES = {
+    "step_string": dict(published={"step_s": "abc"}),
+    "step_zero": dict(published={"step_s": 0}),
+    "step_negative": dict(published={"step_s": -1}),
+    "step_list": dict(published={"step_s": [1]}),
+    "tokens_per_s_zero": dict(published={"tokens_per_s": 0, "tokens_per_step": 5}),
+    "tflops_string": dict(published={"tflops_per_gpu": "x", "flops": "narayanan-eq3"}),
+    "flops_list": dict(published={"tflops_per_gpu": 1, "flops": ["a"]}),
+    "scenario_list": dict(scenario=[1, 2]),
+    "scenario_run_list": dict(scenario={**BASE, "run": [1]}),
+    "id_list": dict(id=[1]),
+    "series_not_list": dict(series=5),
+    "series_without_name": dict(series=[{"points": ["a", "b"]}]),
+    "series_points_int": dict(series=[{"name": "x", "points": 5}]),
+}
+
 CASES: dict[str, Callable[[Path], list[str]]] = {
     **{f"scenario/{k}": _scenario_case(k, v) for k, v in SCENARIO_TEXTS.items()},
     "scenario/missing": lambda d: ["run", str(d / "nope.yaml")],
@@ -311,4 +349,26 @@ CASES: dict[str, Callable[[Path], list[str]]] = {
     "cli/unknown_command": _args("runn"),
     "cli/no_command": _args(),
     "cli/bad_flag": _args("run", "--frobnicate"),
+    **{f"validate/{suite}_{k}": _suite_case(suite, **v) for k, v in SUITE_CASES.items() for suite in ("scale", "modern")},
+    # a --set that makes each run of a suite cost what `zsim run` refuses: checked on the suite's probe first
+    # (issue 28: 10⁶ micro-batches per point ran on for minutes)
+    "validate/megatron_set_accum": _args("validate", "megatron", "--set", "model.grad_accum=1000000"),
+    "validate/paper_set_global_batch": _args("validate", "paper", "--set", "model.global_batch=100000000"),
+    **{f"pipeline/{k}": v for k, v in {
+        # issue 28: global_batch implying more micro-batches than model.grad_accum may hold (a pp 4 memory
+        # table walked 6.25M of them for minutes)
+        "global_batch_accum": _args("memory", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
+                                    "model.global_batch=100000000"),
+        # within grad_accum's bound, 8M schedule items were 27 s; pp 1024 would be hours
+        "memory_schedule_items": _args("memory", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
+                                       "model.global_batch=16000000"),
+        # a whole number in scientific notation is valid to the schema but was int('1e3') to maxsize's search
+        "maxsize_pp_scientific": _args("maxsize", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
+                                       "parallel.pp=1e3"),
+        # maxsize searched a gpipe pipeline of 10⁶ micro-batches per trial with no cost guard
+        "maxsize_gpipe_cost": _args("maxsize", "--scenario", "mixtral-8x7b-pp4-ep8-dgx-h100", "--set",
+                                    "model.global_batch=16000000", "--set", "parallel.pipeline_schedule=gpipe"),
+        # 100,000 virtual stages: split_layers was quadratic in them, and maxsize's smallest trial is past its limit
+        "maxsize_unit_past_limit": lambda d: ["maxsize", "--scenario", str(_file("deep.yaml", DEEP_INTERLEAVED)(d))],
+    }.items()},
 }

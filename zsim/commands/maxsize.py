@@ -83,6 +83,7 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
     then and never ran out of memory counts as fitting)."""
     from zsim.scenario.scenario import build_scenario
     from zsim.engine.simulation import simulate
+    from zsim.zero.cost import check_cost
 
     trial = copy.deepcopy(data)
     trial["model"]["layers"] = layers
@@ -97,6 +98,7 @@ def fits(data: dict[str, Any], layers: int, gpu_bytes: int | None, profiles: Pro
                                       profiles=profiles)
         except ModelStatesError:  # model states alone exceed the GPU; any other error is the user's to read
             return Trial(False, 0, 0)
+        check_cost(scenario, trace=False)  # a trial costs what `zsim run` would: refused the same way (issue 28)
         result = simulate(scenario, trace=False)
         states = result.step_memory_states
         settled = len(states) >= 2 and states[-1] == states[-2]
@@ -122,6 +124,18 @@ def pipeline_micro_batches(data: dict[str, Any]) -> int:
         m = int(model["global_batch"]) // (int(model.get("micro_batch", 1)) * int(par.get("dp", 1)))
     m = max(1, int(m or 1))
     return min(m, p + 1) if par.get("pipeline_schedule", "1f1b") == "1f1b" else m
+
+
+def _counts_as_validated(data: dict[str, Any], spec) -> dict[str, Any]:
+    """`data` with the counts the search reads from the raw mapping (layer_unit, pipeline_micro_batches)
+    replaced by their validated values: `pp: 1e3` is the whole number 1000 to the schema but a string in
+    the YAML (issue 28: int('1e3') was an internal error)."""
+    out = {**data, "model": dict(data["model"]), "parallel": dict(data.get("parallel") or {})}
+    for section, keys in (("model", ("micro_batch", "grad_accum", "global_batch")), ("parallel", ("pp", "dp", "virtual_stages"))):
+        for key in keys:
+            if key in out[section]:
+                out[section][key] = getattr(getattr(spec, section), key)
+    return out
 
 
 def layer_unit(data: dict[str, Any]) -> int:
@@ -155,6 +169,9 @@ def max_layers(data: dict[str, Any], gpu_bytes: int | None = None, limit: int = 
 def _search(fits, data: dict[str, Any], gpu_bytes: int | None, limit: int) -> MaxModel:
     """Binary search over layer counts that are multiples of layer_unit(data) (1 without pipelines)."""
     unit = layer_unit(data)
+    if unit > limit:  # the smallest model the search could try is already past its limit (issue 28)
+        raise ZsimError(f"parallel.pp × parallel.virtual_stages = {unit:,} layers (one per pipeline stage and chunk) "
+                        f"is more than the {limit:,} layers maxsize searches: lower pp or virtual_stages")
     t = fits(data, unit, gpu_bytes)
     if not t.fits:
         what = "one layer" if unit == 1 else f"{unit} layers (one per pipeline stage and chunk)"
@@ -289,9 +306,10 @@ def maxsize_command(args: argparse.Namespace) -> int:
                                        base_dir=path.parent)
                 # The file and its --set as given, before the search replaces layers and steps: a bad value
                 # there is an error naming the --set (or the file) and key, never "not even one layer fits".
-                validate(ScenarioFile, data, str(path))
+                spec = validate(ScenarioFile, data, str(path))
             except ConfigError as exc:
                 raise blame_override(exc, setters) from None
+            data = _counts_as_validated(data, spec)
             source = str(path)
         else:
             if args.dp is None:

@@ -11,6 +11,7 @@ from zsim.config.overrides import apply_overrides
 from zsim.scenario.pipeline_checks import check_pipeline
 from zsim.config.profiles import Profiles
 from zsim.config.schema import (
+    MAX_ACCUM,
     FabricSection,
     HardwareSection,
     ModelSection,
@@ -200,6 +201,9 @@ def _grad_accum(model: ModelSection, dp: int, fail) -> int:
         raise fail("model.global_batch", f"{model.global_batch} is not a multiple of micro_batch "
                    f"{model.micro_batch} × dp {dp} = {per_pass}")
     accum = model.global_batch // per_pass
+    if accum > MAX_ACCUM:  # the bound model.grad_accum has, for the count global_batch implies (issue 28)
+        raise fail("model.global_batch", f"{model.global_batch} = micro_batch {model.micro_batch} × dp {dp} × "
+                   f"{accum:,} micro-batches per step: more than {MAX_ACCUM:,} (model.grad_accum's bound)")
     if model.grad_accum is not None and model.grad_accum != accum:
         raise fail("model.grad_accum", f"{model.grad_accum} contradicts global_batch {model.global_batch} "
                    f"= micro_batch {model.micro_batch} × dp {dp} × {accum}")

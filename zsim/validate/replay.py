@@ -39,7 +39,7 @@ class _Strict(Section, kw_only=True):
 class Entry(_Strict, kw_only=True):
     scenario: Annotated[str, Meta(description="scenario file: relative to the suite file, else to scenarios/")]
     stage: Annotated[int, Meta(ge=0, le=3)]
-    grad_accum: Annotated[int, Meta(gt=0)] = 1
+    grad_accum: Annotated[int, Meta(gt=0, le=1_000_000)] = 1  # runtime.config.RunConfig's bound
 
     @property
     def label(self) -> str:
@@ -54,7 +54,8 @@ class Criteria(_Strict, kw_only=True):
 class SuiteFile(_Strict, kw_only=True):
     base_profile: str
     ranks: Annotated[int, Meta(gt=0, le=1024)]  # runtime/config.py MAX_RANKS
-    steps: Annotated[int, Meta(ge=2, description="optimizer steps per run; the first (warm-up) is not judged")]
+    steps: Annotated[int, Meta(ge=2, le=1000, description=(
+        "optimizer steps per run; the first (warm-up) is not judged (at most 1000: every entry records them all)"))]
     repeats: Annotated[int, Meta(ge=1, le=9, description=(
         "recordings of every entry (in rounds, each round in the interleaved order); a held-out run's measured "
         "step is the median of its recordings, and all recordings of the calibration entries are fitted"))] = 1
@@ -146,8 +147,9 @@ class SuiteResult:
 
 
 def load_suite(path: Path) -> SuiteFile:
-    """The validated suite file, its base profile found and every entry's scenario present, before any
-    run is recorded (minutes). Raises ConfigError naming the key."""
+    """The validated suite file, its base profile found and every entry's model and run checked as the
+    runtime checks them (check_entry), before any run is recorded (minutes). Raises ConfigError naming
+    the key."""
     from zsim.fabric.cluster import load_cluster
 
     suite: SuiteFile = validate(SuiteFile, read_yaml_mapping(path), str(path))  # type: ignore[assignment]
@@ -156,8 +158,28 @@ def load_suite(path: Path) -> SuiteFile:
     except ConfigError as exc:
         raise ConfigError(str(exc).split(": ", 1)[-1], source=str(path), path="base_profile") from None
     for entry in (*suite.calibrate, *suite.replay):
-        scenario_path(path, entry.scenario)
+        check_entry(suite, path, entry)
     return suite
+
+
+def check_entry(suite: SuiteFile, suite_path: Path, entry: Entry) -> Path:
+    """The scenario file of `entry`, read as the runtime reads it and its run validated as the runtime
+    validates it (ranks, stage, MP and pipeline rules, the batch arithmetic), so that a suite is refused
+    before its first recording rather than after minutes of them (issue 28).
+
+    Raises:
+        ConfigError: naming the suite file, the entry and what the runtime would refuse.
+    """
+    from zsim.runtime.config import RunConfig, read_model_file
+
+    model = scenario_path(suite_path, entry.scenario)
+    found = read_model_file(model)
+    try:
+        RunConfig(model=found.model, stage=entry.stage, precision=suite.precision, world_size=suite.ranks,
+                  out_dir=entry.label, steps=suite.steps, grad_accum=entry.grad_accum)
+    except ConfigError as exc:
+        raise ConfigError(f"{entry.label} ({model}): {exc}", source=str(suite_path)) from None
+    return model
 
 
 def scenario_path(suite_path: Path, name: str) -> Path:
@@ -374,13 +396,8 @@ def plan_suite(suite_path: Path = DEFAULT_SUITE) -> SuitePlan:
     """
     import importlib.metadata
 
-    from zsim.runtime.config import read_model_file
-
-    suite = load_suite(suite_path)
-    models = {}
-    for entry in (*suite.calibrate, *suite.replay):
-        models[entry.label] = scenario_path(suite_path, entry.scenario)
-        read_model_file(models[entry.label])
+    suite = load_suite(suite_path)  # every entry's model read and its run checked (check_entry)
+    models = {entry.label: scenario_path(suite_path, entry.scenario) for entry in (*suite.calibrate, *suite.replay)}
     try:
         torch = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:

@@ -12,12 +12,13 @@ of memory, fails (if held out).
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zsim.errors import ConfigError
+from zsim.errors import ConfigError, short
 from zsim.validate.report import Check, Point, Report
 
 MEDIAN_LIMIT = 0.15  # issue 25: median |step-time error| on the held-out half
@@ -71,7 +72,8 @@ def load_suite(path: Path) -> tuple[list[ScalePoint], list[dict[str, Any]]]:
 
     Raises:
         ConfigError: naming the file, the point's index and key, for a missing or wrong key, an unknown
-        half, a duplicate id, or a series naming a point the file does not hold.
+        half, a published figure that is not a finite number > 0, a scenario that is not a mapping, a
+        duplicate id, or a series without a name or naming a point the file does not hold.
     """
     from zsim.config.yamlfile import read_yaml_mapping
 
@@ -87,6 +89,8 @@ def load_suite(path: Path) -> tuple[list[ScalePoint], list[dict[str, Any]]]:
         for key in ("id", "cluster", "half", "published"):
             if key not in p:
                 raise ConfigError(f"missing key {key!r}", source=str(path), path=where)
+        if not isinstance(p["id"], str) or not p["id"].strip():
+            raise ConfigError(f"expected a point name, got {short(p['id'])}", source=str(path), path=f"{where}.id")
         if p["half"] not in HALVES:
             raise ConfigError(f"half {p['half']!r} must be one of {', '.join(HALVES)}", source=str(path),
                               path=f"{where}.half")
@@ -97,22 +101,55 @@ def load_suite(path: Path) -> tuple[list[ScalePoint], list[dict[str, Any]]]:
         if not isinstance(pub, dict) or not ({"tflops_per_gpu", "flops"} <= set(pub) or "step_s" in pub
                                               or {"tokens_per_s", "tokens_per_step"} <= set(pub)):
             raise ConfigError("published needs tflops_per_gpu and flops, tokens_per_s and tokens_per_step, or "
-                              f"step_s; got {pub!r}", source=str(path), path=f"{where}.published")
-        if "flops" in pub and pub["flops"] not in FLOP_COUNTS:
-            raise ConfigError(f"flops {pub['flops']!r} must be one of {', '.join(FLOP_COUNTS)}", source=str(path),
+                              f"step_s; got {short(pub)}", source=str(path), path=f"{where}.published")
+        if "flops" in pub and (not isinstance(pub["flops"], str) or pub["flops"] not in FLOP_COUNTS):
+            raise ConfigError(f"flops {short(pub['flops'])} must be one of {', '.join(FLOP_COUNTS)}", source=str(path),
                               path=f"{where}.published.flops")
+        _check_point_values(p, pub, path, where)
         if any(x.id == p["id"] for x in points):
             raise ConfigError(f"duplicate id {p['id']!r}", source=str(path), path=f"{where}.id")
         points.append(ScalePoint(str(p["id"]), str(p["cluster"]), p["half"], str(p.get("framework", "")), pub,
                                  str(p.get("quote", "")), p.get("scenario"), p.get("scenario_file")))
     ids = {p.id for p in points}
     series = data.get("series") or []
+    if not isinstance(series, list):
+        raise ConfigError(f"expected a list of series, got {short(series)}", source=str(path), path="series")
     for j, s in enumerate(series):
-        missing = [x for x in s.get("points", []) if x not in ids] if isinstance(s, dict) else ["?"]
-        if missing or len(s.get("points", [])) < 2:
-            raise ConfigError(f"a series needs a name and two or more of the file's point ids; unknown: {missing}",
-                              source=str(path), path=f"series[{j}]")
+        members = s.get("points") if isinstance(s, dict) else None
+        ok = isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(members, list)
+        missing = [short(x) for x in members if not isinstance(x, str) or x not in ids] if ok else ["?"]
+        if missing or len(members) < 2:
+            raise ConfigError(f"a series needs a name and two or more of the file's point ids; unknown: "
+                              f"{', '.join(missing[:4])}", source=str(path), path=f"series[{j}]")
     return points, series
+
+
+PUBLISHED_NUMBERS = ("tflops_per_gpu", "tokens_per_s", "tokens_per_step", "step_s")
+
+
+def _check_point_values(p: dict[str, Any], pub: dict[str, Any], path: Path, where: str) -> None:
+    """The values a point's run needs, checked before any point is simulated (issue 28: a string, zero or
+    list here was an internal error after the points before it had run): published figures finite numbers
+    > 0, `scenario` a mapping (its `run` too), `scenario_file` a path.
+
+    Raises:
+        ConfigError: naming the file, the point and the key.
+    """
+    for key in PUBLISHED_NUMBERS:
+        value = pub.get(key)
+        if key in pub and (isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf):
+            raise ConfigError(f"expected a finite number > 0, got {short(value)}", source=str(path),
+                              path=f"{where}.published.{key}")
+    scenario = p.get("scenario")
+    if "scenario" in p and not isinstance(scenario, dict):
+        raise ConfigError(f"expected a scenario mapping, got {short(scenario)}", source=str(path),
+                          path=f"{where}.scenario")
+    if isinstance(scenario, dict) and not isinstance(scenario.get("run", {}), dict):
+        raise ConfigError(f"expected a mapping, got {short(scenario['run'])}", source=str(path),
+                          path=f"{where}.scenario.run")
+    if "scenario_file" in p and (not isinstance(p["scenario_file"], str) or not p["scenario_file"].strip()):
+        raise ConfigError(f"expected the path of a shipped scenario, got {short(p['scenario_file'])}",
+                          source=str(path), path=f"{where}.scenario_file")
 
 
 def _narayanan_eq3(scenario) -> float:

@@ -59,17 +59,25 @@ class ScenarioSet:
         """Validate the overrides against scenario `name` once, before a suite runs.
 
         Raises:
-            ConfigError: naming the key or value an override gets wrong.
+            ConfigError: naming the key or value an override gets wrong, or runs past SUITE_STEPS or the
+            cost `zsim run` accepts (zsim.zero.cost.check_cost).
         """
         from zsim.config.limits import limit, lift
         from zsim.scenario.scenario import load_scenario
-        from zsim.errors import ConfigError
+        from zsim.errors import ConfigError, ZsimError
 
-        steps = load_scenario(self.path(name), list(self.overrides)).run.steps
+        from zsim.zero.cost import check_cost
+
+        scenario = load_scenario(self.path(name), list(self.overrides))
+        steps = scenario.run.steps
         most = limit("SUITE_STEPS")
         if steps > most:  # every run of the suite would simulate them all: minutes per step on the largest
             raise ConfigError(f"run.steps={steps}: a suite judges the step time, and runs at most {most} steps per "
                               f"scenario ({lift('SUITE_STEPS')})", path="--set")
+        try:  # what `zsim run` refuses (--set model.grad_accum=1000000 ran on for minutes: issue 28)
+            check_cost(scenario, trace=False)
+        except ZsimError as exc:
+            raise ConfigError(f"{' '.join(self.overrides)[:120]}: on {name}, {exc}", path="--set") from None
 
     def simulate(self, name: str):
         """(Result or None, error message) of scenario `name`: a suite reports a run that cannot be made
@@ -83,7 +91,11 @@ def simulate_file(path: Path, overrides: tuple[str, ...] = ()):
     from zsim.engine.simulation import simulate
     from zsim.errors import ZsimError
 
+    from zsim.zero.cost import check_cost
+
     try:
-        return simulate(load_scenario(path, list(overrides))), ""
+        scenario = load_scenario(path, list(overrides))
+        check_cost(scenario, trace=False)  # a point `zsim run` would refuse as too costly fails, at once
+        return simulate(scenario), ""
     except ZsimError as exc:
         return None, str(exc)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from zsim.parallel.pipeline import split_layers, stage_schedule
+from zsim.parallel.pipeline import check_schedule_size, split_layers, stage_schedule
 from zsim.zero.model_states import ModelStates
 
 if TYPE_CHECKING:
@@ -48,7 +48,10 @@ def stage_memory(scenario: Scenario) -> list[StageMemory]:
     The saved activations are the workload's own per module (zsim.workload.transformer: a block's
     saved tensors, MoE MLPs, FlashAttention and sequence parallelism included, or its checkpoint under
     recompute; the embedding's on stage 0; the head's and its loss on the last stage), held for every
-    micro-batch chunk the schedule has in flight at its peak."""
+    micro-batch chunk the schedule has in flight at its peak.
+
+    Raises:
+        ConfigError: the schedules to walk are longer than the SCHEDULE_ITEMS limit (check_schedule_size)."""
     from zsim.zero.pipeline_plan import stage_model_states
     from zsim.zero.rank_states import scenario_workload
 
@@ -60,6 +63,8 @@ def stage_memory(scenario: Scenario) -> list[StageMemory]:
     transient = max(blk.saved_bytes for blk in blocks) if ckpt and blocks else 0  # one block recomputing
     p = par.pp
     v = par.virtual_stages if par.pipeline_schedule == "interleaved" else 1
+    if p > 1:
+        check_schedule_size(p, scenario.grad_accum, v, scenario.source)  # before walking them (issue 28)
     split = split_layers(len(blocks), p, v, tuple(par.pp_layers or ()))
     states = stage_model_states(scenario, workload) if p > 1 else None
     out = []

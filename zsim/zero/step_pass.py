@@ -53,8 +53,10 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.uses = {m.name: (m.name, mods[0].name) if m.name == "head" and tied else (m.name,) for m in mods}
         self.nd = scenario.layout.dp
         sizes = [m.params for m in mods]  # each module's bucket's elements (zsim.zero.buckets)
-        self.bucket_elements_of = {mods[i].name: sum(sizes[j] for j in b)
-                                   for b in plan_buckets(sizes, scenario.zero.reduce_bucket_elements) for i in b}
+        self.bucket_elements_of = {}
+        for b in plan_buckets(sizes, scenario.zero.reduce_bucket_elements):
+            total = sum(sizes[j] for j in b)  # once per bucket: summing it per member was quadratic (issue 28)
+            self.bucket_elements_of.update((mods[i].name, total) for i in b)
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
         self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype,
                               arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
