@@ -129,7 +129,8 @@ def test_a_fit_the_model_reproduces_is_written_with_its_untouched_terms(tmp_path
     text = capsys.readouterr().out
     assert f"never measured, carried over from the base" in text
     assert (f"inter-node: nics_per_node 8, oversubscription 1, port_Gbps 100, efficiency {edr['efficiency']:g}, "
-            f"latency_us {edr['latency_us']:g}") in text
+            f"tree_efficiency {edr['tree_efficiency']:g}, ll128_share {edr['ll128_share']:g}, "
+            f"latency_us {edr['latency_us']:g}") in text  # every inter-node term of zsim.calibrate.net_fit
     assert "warning" not in text
     cal = json.loads((tmp_path / "r.json").read_text())["calibration"]
     assert cal["base"] == "dgx2" and cal["kept_from_base"] == kept and cal["warning"] == []

@@ -202,3 +202,35 @@ def test_infiniband_efficiency_is_the_published_share_and_says_so():
     # ABCI's 8-node ring at 2 GiB: 0.96 of its two EDR NICs' 25 GB/s (docs/fabric.md)
     rows = collective_table("abci-v100", 8, 32, "all_reduce", [1 << 31])
     assert rows[0].busbw == pytest.approx(0.96 * 25.0, rel=0.01)
+
+
+def test_calibrate_holds_a_term_and_counts_the_network_as_fitted(tmp_path, capsys):
+    """`zsim calibrate --hold efficiency=V` keeps the term at V, says so in the written network's `fit.held`,
+    and the report lists the fitted inter-node terms as fitted, not as kept from the base (they were listed
+    as never touched before)."""
+    write_tables(tmp_path / "tables", "abci-v100", [2, 4], 4)
+    capsys.readouterr()
+    out = tmp_path / "cal" / "mine.yaml"
+    assert main(["calibrate", str(tmp_path / "tables"), "--profile", "abci-v100", "-o", str(out),
+                 "--hold", "efficiency=0.96", "--json", str(tmp_path / "r.json")]) == 0
+    import yaml
+
+    net = yaml.safe_load((tmp_path / "cal" / "networks" / "mine-net.yaml").read_text())
+    assert net["efficiency"] == 0.96 and list(net["fit"]["held"]) == ["efficiency"]
+    assert "efficiency" not in net["fit"]["terms"] and "latency_us" in net["fit"]["terms"]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert "inter_node.network.latency_us" in report["fitted_terms"]
+    assert "inter_node.network.latency_us" not in report["kept_from_base"]
+    assert "inter_node.network.efficiency" in report["kept_from_base"]  # held: not fitted by the inputs
+    assert main(["calibrate", str(tmp_path / "tables"), "--profile", "abci-v100", "-o", str(out),
+                 "--hold", "efficiency=7"]) == 2
+
+
+def test_calibrate_refuses_a_network_fit_on_a_bound(shared_data, tmp_path, capsys):
+    """ABCI's tables stop at 32 MiB: fitting every term pins LL128's share at its 120/128 bound (the reason
+    ib-edr holds its efficiency, docs/fabric.md). `zsim calibrate` names that cause and writes nothing."""
+    out = tmp_path / "abci.yaml"
+    assert main(["calibrate", str(shared_data / "nccl-tests" / "abci-v100-ib-edr"), "--profile", "abci-v100",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "ll128_share = 0.9375 ended on the fit's bounds" in err and not out.exists()

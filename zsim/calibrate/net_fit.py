@@ -202,6 +202,23 @@ def _runs_nvls_tree(cluster: Cluster, run: TableRun) -> bool:
     return NcclTuner(communicator(shape, cluster)).predict("all_reduce", "nvls_tree", "Simple") is not None
 
 
+# Bounds a term may physically sit on without the fit being suspect: a latency or its growth of 0.
+_NATURAL = {("latency_us", 0), ("latency_growth_us", 0)}
+
+
+def on_bounds(fit: NetFit) -> list[str]:
+    """'term = value' for each fitted term that ended on a bound of its fit (_BOUNDS), but the natural
+    zeros (_NATURAL): a share at 1.0 or at LL128's 120/128 means the model wanted more than the wire can
+    give, a cause of a poor fit (zsim.calibrate.fit_quality)."""
+    out = []
+    for term in fit.fitted:
+        value = fit.values[term]
+        for side, edge in enumerate(_BOUNDS[term]):
+            if (term, side) not in _NATURAL and abs(value - edge) <= 1e-4 * max(1.0, abs(edge)):
+                out.append(f"{term} = {value:.4g}")
+    return out
+
+
 def error_summary(residuals: list[Residual], min_size: int = 1 << 20) -> tuple[float, float, int]:
     """(median |busbw error|, worst |busbw error|, rows) over rows of at least `min_size` bytes."""
     errors = [abs(r.error) for r in residuals if r.size >= min_size]

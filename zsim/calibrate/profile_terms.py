@@ -67,7 +67,8 @@ def system_terms(base: dict[str, Any], profiles: Profiles) -> dict[str, float]:
     for key in ("nics_per_node", "oversubscription"):
         _numbers(f"inter_node.{key}", inter.get(key), out)
     net = _component(profiles, "network", str(inter.get("network", "")))
-    for key in ("port_Gbps", "efficiency", "latency_us"):
+    for key in ("port_Gbps", "efficiency", "tree_efficiency", "ll128_share", "latency_us", "latency_growth_us",
+                "nvls_tree_share"):  # zsim.calibrate.net_fit.TERMS and the line rate
         _numbers(f"inter_node.network.{key}", net.get(key), out)
     link = _component(profiles, "link", str(base.get("offload_link", "")))
     for key in ("GBps_per_direction", "efficiency"):
@@ -113,6 +114,7 @@ def touched(sections: dict[str, Any]) -> set[str]:
         if (comp.get("slowest_rank_factor") or {}).get("how", "").startswith("median"):
             out.add("compute.slowest_rank_factor")
     out |= {f"compute.{k}" for k in ((sections.get("phases") or {}).get("fitted") or {})}
+    out |= {f"inter_node.network.{k}" for k in ((sections.get("network") or {}).get("fitted") or {})}
     return out
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zsim.commands import HELP
+from zsim.commands.nccl_fit import _hold  # the same TERM=VALUE parser as zsim nccl-fit --hold
 from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
-from zsim.errors import EXIT_OK
+from zsim.errors import EXIT_OK, ZsimError
 from zsim.report.table import format_table
 
 if TYPE_CHECKING:
@@ -41,13 +42,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="write a fit with terms at bounds, an in-sample median error above 15%% or terms more than "
                         "3x from the probe or the base (refused otherwise); the profile carries the causes as its "
                         "warning, and `zsim run` prints it")
+    p.add_argument("--hold", action="append", default=[], type=_hold, metavar="TERM=VALUE",
+                   help="multi-node nccl-tests tables: keep an inter-node term at VALUE instead of fitting it "
+                        "(repeatable; as zsim nccl-fit --hold), e.g. --hold efficiency=0.96 where the tables stop "
+                        "short of the sizes that set it (docs/fabric.md)")
     p.add_argument("--allow-missing-ranks", action="store_true",
                    help="accept Kineto traces of some ranks only (their collective times then include waiting)")
     p.set_defaults(func=run_command)
 
 
 def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_ranks: bool = False,
-              fit: str = "all", profiles: Profiles | None = None, accept_poor_fit: bool = False) -> dict[str, Any]:
+              fit: str = "all", profiles: Profiles | None = None, accept_poor_fit: bool = False,
+              hold: dict[str, float] | None = None) -> dict[str, Any]:
     """Fit, write `output`, and return the report (what `--json` prints). `profile`: the base profile, a
     name found by `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in ones) or a .yaml file.
     A poor fit (zsim.calibrate.fit_quality) is written only with `accept_poor_fit`, and then carries its
@@ -77,8 +83,11 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
     sections: dict[str, Any] = {}
     report: dict[str, Any] = {"profile": str(output), "base": profile, "inputs": data.sources}
     causes: list[str] = []  # of a poor fit (zsim.calibrate.fit_quality)
+    if hold and not multinode:
+        raise ZsimError(f"--hold {next(iter(hold))}=...: holds an inter-node term; no input is a folder of "
+                        "multi-node nccl-tests tables (<collective>-<N>nodes.txt)")
     if multinode and fit != "compute":
-        _calibrate_network(name, multinode, output, replace, sections, report, profiles)
+        _calibrate_network(name, multinode, output, replace, sections, report, profiles, causes, hold or {})
     if getattr(cluster, "host", None) is not None:  # a CPU host profile: gloo collectives and host compute terms
         from zsim.calibrate.host_calibration import calibrate_host
 
@@ -106,26 +115,33 @@ def _is_multinode(path: Path) -> bool:
 
 
 def _calibrate_network(profile: str, folders: list[Path], output: Path, replace: dict, sections: dict,
-                       report: dict, profiles=None) -> None:
-    """Fit the inter-node terms to multi-node tables (the node's own held: zsim.calibrate.net_fit) and write
-    them as a network profile beside the output, `networks/<output stem>-net.yaml`, which the written
-    system profile names (a profile file's own folder is searched first for the networks it names)."""
+                       report: dict, profiles=None, causes: list[str] | None = None,
+                       hold: dict[str, float] | None = None) -> None:
+    """Fit the inter-node terms to multi-node tables (the node's own held: zsim.calibrate.net_fit; `hold`'s
+    terms kept at their values) and write them as a network profile beside the output,
+    `networks/<output stem>-net.yaml`, which the written system profile names (a profile file's own folder
+    is searched first for the networks it names). A poor fit's causes (zsim.calibrate.fit_quality: a term
+    on a bound, an in-sample median above the limit on rows >= 1 MiB) are appended to `causes`."""
     import yaml
 
-    from zsim.calibrate.net_fit import error_summary, fit_network, read_runs
+    from zsim.calibrate.fit_quality import at_bounds, high_error
+    from zsim.calibrate.net_fit import TERMS, error_summary, fit_network, on_bounds, read_runs
     from zsim.fabric.cluster import load_cluster
     from zsim.config.profiles import Profiles
     from zsim.config.yamlfile import read_yaml_mapping
     from zsim.report.outputs import write_atomic
 
+    hold = dict(hold or {})
     runs = [run for folder in folders for run in read_runs(folder)]
-    result = fit_network(profile, runs, profiles)
+    result = fit_network(profile, runs, profiles, terms=tuple(t for t in TERMS if t not in hold), held=hold)
     base = load_cluster(profile, 2, profiles)
     search = profiles or Profiles.from_environment()
     net = read_yaml_mapping(search.path("network", base.network_profile))
     net.update({k: round(v, 4) for k, v in result.values.items()})
     net["fit"] = {"cluster": ", ".join(f.name for f in folders), "tables": ", ".join(str(f) for f in folders),
                   "nodes": list(result.nodes), "terms": list(result.fitted)}
+    if hold:
+        net["fit"]["held"] = {t: "given by zsim calibrate --hold" for t in hold}
     name = f"{output.stem}-net"
     path = output.parent / "networks" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,9 +150,13 @@ def _calibrate_network(profile: str, folders: list[Path], output: Path, replace:
     system = read_yaml_mapping(search.path("system", profile))
     replace["inter_node"] = {**system["inter_node"], "network": name}
     median, worst, rows = error_summary(result.residuals)
+    if causes is not None:
+        causes += at_bounds("inter-node terms", on_bounds(result))
+        causes += high_error("inter-node terms (rows >= 1 MiB)", median if rows else None)
     sections["network"] = {"model": "inter-node terms (docs/fabric.md, Between nodes)", "file": str(path),
                            "fitted": {k: result.values[k] for k in result.fitted}, "nodes": list(result.nodes),
-                           "kept_from_base": [k for k in result.values if k not in result.fitted],
+                           "kept_from_base": [k for k in result.values if k not in result.fitted and k not in hold],
+                           **({"held": dict(hold)} if hold else {}),
                            "residuals": {"rows_over_1MiB": rows, "median_error": median, "max_error": worst}}
     report["network"] = sections["network"]
 
@@ -158,7 +178,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
-                           profiles=profiles, accept_poor_fit=args.accept_poor_fit)
+                           profiles=profiles, accept_poor_fit=args.accept_poor_fit, hold=dict(args.hold))
     except Refusal as exc:  # every cause on its own line (the CLI prints two lines of an error)
         from zsim.console.parser import error_text
 
