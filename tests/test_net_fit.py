@@ -191,7 +191,7 @@ def test_a_hold_on_single_node_tables_is_refused(tmp_path, capsys):
 def test_infiniband_efficiency_is_the_published_share_and_says_so():
     """ib-edr holds `efficiency` at NCCL's published share (not fitted: ABCI's tables stop at 32 MiB) and names
     its source; ib-hdr takes the same figure; a run's network line says the term was held, not fitted."""
-    from zsim.calibrate.net_fit import IB_EFFICIENCY
+    from zsim.calibrate.net_terms import IB_EFFICIENCY
 
     edr = load_cluster("dgx2", 64)
     assert edr.network_efficiency == IB_EFFICIENCY == 0.96
@@ -234,3 +234,19 @@ def test_calibrate_refuses_a_network_fit_on_a_bound(shared_data, tmp_path, capsy
                  "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert "ll128_share = 0.9375 ended on the fit's bounds" in err and not out.exists()
+
+
+def test_calibrate_refuses_a_hold_it_would_not_use(tmp_path, capsys):
+    """--hold names an inter-node term: with --fit compute, or with no multi-node tables, it would be
+    ignored, so it is refused (exit 2) before anything is fitted."""
+    write_tables(tmp_path / "tables", "abci-v100", [2], 4)
+    capsys.readouterr()
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(tmp_path / "tables"), "--profile", "abci-v100", "-o", str(out), "--fit", "compute",
+                 "--hold", "efficiency=0.9"]) == 2
+    assert "--fit compute does not fit" in capsys.readouterr().err and not out.exists()
+    (tmp_path / "single").mkdir()
+    (tmp_path / "single" / "all_reduce.txt").write_text("# nothing\n")
+    assert main(["calibrate", str(tmp_path / "single"), "--profile", "dgx2", "-o", str(out),
+                 "--hold", "efficiency=0.9"]) == 2
+    assert "holds an inter-node term" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from zsim.validate.network import SPLITS, run_split
 
 # split name -> (median, worst) |busbw error| on held-out rows >= 1 MiB, as measured by the benchmark
 BOUNDS = {
-    # 14.6% / 40.4% until ib-edr's efficiency was held at InfiniBand's published 0.96 (zsim.calibrate.net_fit
+    # 14.6% / 40.4% until ib-edr's efficiency was held at InfiniBand's published 0.96 (zsim.calibrate.net_terms
     # .IB_EFFICIENCY) instead of fitted to tables that stop at 32 MiB: a deliberate change, worse on these rows
     # by 2 and 5 points (docs/fabric.md, "InfiniBand's efficiency")
     "ABCI EDR: fit 2-8 nodes, predict 16-32": (0.17, 0.46),

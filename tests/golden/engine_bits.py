@@ -8,7 +8,7 @@ results are meant to change: python -m tests.golden.engine_bits [CASE ...] (from
 reference path, so the rank classes are still checked against it). Regenerated 2026-11-26 after the
 inter-node terms were fitted (issue 24) and the compute model gained sustained clocks (issue 25), and again
 after the EDR terms were refit under NCCL 2.8's own tuner (issue 24, zsim/fabric/nccl_28.py), and after
-InfiniBand's efficiency was held at its published 0.96 (zsim.calibrate.net_fit.IB_EFFICIENCY).
+InfiniBand's efficiency was held at its published 0.96 (zsim.calibrate.net_terms.IB_EFFICIENCY).
 """
 
 from __future__ import annotations

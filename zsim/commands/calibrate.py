@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zsim.commands import HELP
-from zsim.commands.nccl_fit import _hold  # the same TERM=VALUE parser as zsim nccl-fit --hold
-from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
+from zsim.commands.options import (add_json_option, add_profile_options, emit_json, hold_term, profile_search,
+                                   text_stream)
 from zsim.errors import EXIT_OK, ZsimError
 from zsim.report.table import format_table
 
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="write a fit with terms at bounds, an in-sample median error above 15%% or terms more than "
                         "3x from the probe or the base (refused otherwise); the profile carries the causes as its "
                         "warning, and `zsim run` prints it")
-    p.add_argument("--hold", action="append", default=[], type=_hold, metavar="TERM=VALUE",
+    p.add_argument("--hold", action="append", default=[], type=hold_term, metavar="TERM=VALUE",
                    help="multi-node nccl-tests tables: keep an inter-node term at VALUE instead of fitting it "
                         "(repeatable; as zsim nccl-fit --hold), e.g. --hold efficiency=0.96 where the tables stop "
                         "short of the sizes that set it (docs/fabric.md)")
@@ -76,6 +76,11 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
 
     profiles, name = (Profiles.from_environment() if profiles is None else profiles).resolve_system(profile)
     multinode = [p for p in inputs if _is_multinode(p)]
+    if hold and fit == "compute":
+        raise ZsimError(f"--hold {next(iter(hold))}=...: holds an inter-node term, which --fit compute does not fit")
+    if hold and not multinode:
+        raise ZsimError(f"--hold {next(iter(hold))}=...: holds an inter-node term; no input is a folder of "
+                        "multi-node nccl-tests tables (<collective>-<N>nodes.txt)")
     data = read_inputs([p for p in inputs if p not in multinode], allow_missing_ranks)
     cluster = load_cluster(name, 1, profiles)
     check_machines(data.machines, cluster, profile)  # one machine per fit, the base's
@@ -83,9 +88,6 @@ def calibrate(inputs: list[Path], profile: str, output: Path, allow_missing_rank
     sections: dict[str, Any] = {}
     report: dict[str, Any] = {"profile": str(output), "base": profile, "inputs": data.sources}
     causes: list[str] = []  # of a poor fit (zsim.calibrate.fit_quality)
-    if hold and not multinode:
-        raise ZsimError(f"--hold {next(iter(hold))}=...: holds an inter-node term; no input is a folder of "
-                        "multi-node nccl-tests tables (<collective>-<N>nodes.txt)")
     if multinode and fit != "compute":
         _calibrate_network(name, multinode, output, replace, sections, report, profiles, causes, hold or {})
     if getattr(cluster, "host", None) is not None:  # a CPU host profile: gloo collectives and host compute terms

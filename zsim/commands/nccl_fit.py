@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from zsim.commands import HELP
-from zsim.commands.options import add_json_option, add_profile_options, emit_json, profile_search, text_stream
+from zsim.commands.options import (add_json_option, add_profile_options, emit_json, hold_term, profile_search,
+                                   text_stream)
 from zsim.console.units import positive
 from zsim.commands.collective import MAX_GPUS, MAX_NODES
 from zsim.errors import ZsimError
@@ -65,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--algo", choices=("auto", "ring", "tree"), default="auto",
                    help="multi-node tables: the NCCL_ALGO they ran with (their provenance says; default auto: "
                         "NCCL's tuner chose). With ring the tree's share is not fitted")
-    p.add_argument("--hold", action="append", default=[], type=_hold, metavar="TERM=VALUE",
+    p.add_argument("--hold", action="append", default=[], type=hold_term, metavar="TERM=VALUE",
                    help="multi-node tables: keep an inter-node term at VALUE instead of fitting it (repeatable; "
                         "terms: efficiency, tree_efficiency, ll128_share, latency_us, latency_growth_us, nvls_tree_share), e.g. "
                         "--hold efficiency=0.96 where the tables stop short of the sizes that set it "
@@ -74,24 +75,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="nccl-tests -g of the recording (GPUs per process)")
     add_json_option(p, "the values and residuals")
     p.set_defaults(func=run_command)
-
-
-def _hold(text: str) -> tuple[str, float]:
-    """`--hold TERM=VALUE`: an inter-node term (zsim.calibrate.net_fit.TERMS) and a value within its
-    fitting bounds. Raises argparse.ArgumentTypeError (exit 2, naming the flag)."""
-    from zsim.calibrate.net_fit import _BOUNDS, TERMS
-
-    term, sep, value = text.partition("=")
-    if not sep or term not in TERMS:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected TERM=VALUE with TERM one of {', '.join(TERMS)}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
-    lo, hi = _BOUNDS[term]
-    if not lo <= number <= hi:  # NaN fails both
-        raise argparse.ArgumentTypeError(f"{text!r}: {term} must lie in [{lo:g}, {hi:g}]")
-    return term, number
 
 
 def _check_recording(args: argparse.Namespace) -> None:

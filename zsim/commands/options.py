@@ -74,6 +74,25 @@ def json_path(text: str) -> str:
     return text
 
 
+def hold_term(text: str) -> tuple[str, float]:
+    """`--hold TERM=VALUE` of `zsim nccl-fit` and `zsim calibrate`: an inter-node term
+    (zsim.calibrate.net_fit.TERMS) and a value within its fitting bounds. Raises
+    argparse.ArgumentTypeError (exit 2, naming the flag)."""
+    from zsim.calibrate.net_terms import BOUNDS, TERMS
+
+    term, sep, value = text.partition("=")
+    if not sep or term not in TERMS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected TERM=VALUE with TERM one of {', '.join(TERMS)}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+    lo, hi = BOUNDS[term]
+    if not lo <= number <= hi:  # NaN fails both
+        raise argparse.ArgumentTypeError(f"{text!r}: {term} must lie in [{lo:g}, {hi:g}]")
+    return term, number
+
+
 def add_json_option(parser: argparse.ArgumentParser, what: str = "the figures") -> None:
     """`--json PATH|-`."""
     parser.add_argument("--json", metavar="PATH|-", type=json_path,

@@ -61,7 +61,7 @@ class Regime:
 def regime_of(scenario) -> Regime:
     """The regime of a Scenario (module docstring)."""
     lay, cluster = scenario.layout, scenario.cluster
-    if getattr(scenario.model, "moe", None) is not None:
+    if scenario.model.moe is not None:
         topology = "mixture-of-experts"
     elif lay.pp > 1:
         topology = "pipeline parallelism"

@@ -42,9 +42,12 @@ def modern_residuals(only: Collection[str] | None = None) -> list[dict[str, Any]
     from zsim.validate import modern, scale
 
     suite = modern.default_suite()
-    return [_row("modern", p.id, r.scenario, r.error)
-            for p in scale.load_suite(suite)[0] if p.half == "held_out" and (only is None or p.id in only)
-            for r in (scale.residual(p, suite),)]
+    rows = []
+    for p in scale.load_suite(suite)[0]:
+        if p.half == "held_out" and (only is None or p.id in only):
+            r = scale.residual(p, suite)
+            rows.append(_row("modern", p.id, r.scenario, r.error))
+    return rows
 
 
 def _row(suite: str, point: str, scenario, error: float | None) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from zsim.calibrate.net_fit import IB_EFFICIENCY, TERMS, TableRun, error_summary, fit_network, read_runs, residuals_of
+from zsim.calibrate.net_terms import IB_EFFICIENCY, TERMS
+from zsim.calibrate.net_fit import TableRun, error_summary, fit_network, read_runs, residuals_of
 
 
 @dataclass(frozen=True, slots=True)
