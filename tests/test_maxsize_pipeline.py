@@ -89,3 +89,15 @@ def test_a_refused_layout_is_reported_not_read_as_too_big(capsys):
         assert main(["maxsize", "--scenario", path, "--set", f"zero.stage={stage}"]) == 2
         err = capsys.readouterr().err
         assert words in err and "not even" not in err
+
+
+def test_a_pipelines_step_states_hold_every_stage_so_maxsize_settles_on_the_worst_too():
+    """maxsize reports the worst stage's reserved peak, so "settled" (two equal step-end states) must
+    cover every stage's allocator, not stage 0's alone; a run without stages keeps its one allocator's."""
+    from zsim.engine.run_state import _step_free_tag
+
+    r = simulate(pipe(run={"steps": 3}), trace=False)
+    assert len(r.step_memory_states) == 3 and len(r.stage_ledgers) == 4
+    assert r.step_memory_states[-1] == tuple(ledger.allocator.state(_step_free_tag) for ledger in r.stage_ledgers)
+    flat = simulate(pipe(parallel={"pp": 1, "dp": 8}, run={"steps": 2}), trace=False)
+    assert flat.step_memory_states[-1] == flat.ledger.allocator.state(_step_free_tag)

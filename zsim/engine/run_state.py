@@ -119,10 +119,15 @@ class RunState:
 
     def step_done(self, step: int) -> None:
         """An op of `step` ended: when it was the step's last, record the allocator's state (tags
-        without their step and micro-batch, so that equal states of two steps compare equal)."""
+        without their step and micro-batch, so that equal states of two steps compare equal); with
+        pipeline stages, every stage representative's, as a tuple (zsim maxsize reports the worst
+        stage's peak, so its settling must cover that stage too)."""
         self.left_in_step[step] -= 1
         if not self.left_in_step[step] and self.ledger.allocator is not None:
-            self.step_states.append(self.ledger.allocator.state(_step_free_tag))
+            if len(self.ledgers) == 1:
+                self.step_states.append(self.ledger.allocator.state(_step_free_tag))
+            else:
+                self.step_states.append(tuple(ledger.allocator.state(_step_free_tag) for ledger in self.ledgers))
 
     def phases(self, op: Op, group: int = -1) -> tuple[str, list[Phase], float]:
         """The algorithm, phases and bytes sent of `op`: for the representative rank (group -1, class
