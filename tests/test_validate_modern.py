@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 25
+    assert len(points) == 26
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 13
+    assert sum(p.half == "held_out" for p in points) == 14
     for p in points:
         assert p.quote and p.framework, p.id
         assert p.scenario is not None, p.id
@@ -26,13 +26,17 @@ def test_suite_declares_sourced_points_in_two_halves():
 
 
 def test_layouts_cover_their_clusters():
-    """TP × PP × DP = the GPUs of the declared nodes, and the layers divide across p·v virtual stages."""
+    """TP × PP × DP = the GPUs of the declared nodes, and the layers divide across p·v virtual stages, or a
+    stated split adds up to them (BLOOM's 5 + 6 × 10 + 5: its embeddings count as a block)."""
     points, _ = load_suite(modern.default_suite())
     for p in points:
         par, model = p.scenario["parallel"], p.scenario["model"]
         pp, v = par.get("pp", 1), par.get("virtual_stages", 1)
         assert par["dp"] * par["mp"] * pp == p.scenario["hardware"]["nodes"] * 8, p.id
-        assert model["layers"] % (pp * v) == 0, p.id
+        if "pp_layers" in par:
+            assert sum(par["pp_layers"]) == model["layers"] and len(par["pp_layers"]) == pp, p.id
+        else:
+            assert model["layers"] % (pp * v) == 0, p.id
 
 
 def test_an_iteration_time_is_the_published_step(tmp_path):
