@@ -2,7 +2,7 @@
 of the datasheet and with the network Jean Zay's own all_reduce measured the same week: how much of the
 miss is the network (docs/validation.md, "Jean Zay").
 
-The measurement: github.com/bigscience-workshop/bigscience experiments/bandwidth/README.md (commit da82eaf,
+The measurement: github.com/bigscience-workshop/bigscience experiments/bandwidth/README.md (commit 6c80f84,
 2021-05-24), a 4 GB fp32 all_reduce on 16 nodes / 64 GPUs, "algo throughput: 55.0766 Gbps" (44-57 when
 run longer). Its script (all_reduce_bench.py at that commit) prints 2 x bytes / time in Gb/s, so the
 busbw is 55.0766 / 16 x 2 x 63/64 = 6.78 GB/s. `hardware.nic_Gbps` is set so that zsim's own all_reduce
