@@ -90,13 +90,15 @@ def test_a_gpu_without_a_tf32_peak_is_refused():
 
 # Held-out bounds fixed when the fits were first made (docs/compute.md, "H100 and B200"): a few points above
 # the medians then reached, so a change to the model or the reader that loses accuracy fails here.
-@pytest.mark.parametrize("table,gpu,dtype,bound", [
-    ("xla-sm_90.csv", "h100-sxm5-80gb", "bf16", 0.04),
-    ("xla-sm_90.csv", "h100-sxm5-80gb", "tf32", 0.15),
-    ("xla-sm_100_B200.csv", "b200-180gb", "bf16", 0.05),
-    ("xla-sm_100_B200.csv", "b200-180gb", "tf32", 0.05),
+# `carried`: whether the profile carries that fit. The H100's bf16 terms are the H200's PyTorch fit instead
+# (same die; XLA's table runs above PyTorch's GEMMs: docs/compute.md, "A known gap ... changed").
+@pytest.mark.parametrize("table,gpu,dtype,bound,carried", [
+    ("xla-sm_90.csv", "h100-sxm5-80gb", "bf16", 0.04, False),
+    ("xla-sm_90.csv", "h100-sxm5-80gb", "tf32", 0.15, True),
+    ("xla-sm_100_B200.csv", "b200-180gb", "bf16", 0.05, True),
+    ("xla-sm_100_B200.csv", "b200-180gb", "tf32", 0.05, True),
 ])
-def test_xla_fit_predicts_unseen_shapes(table, gpu, dtype, bound):
+def test_xla_fit_predicts_unseen_shapes(table, gpu, dtype, bound, carried):
     if not (XLA / table).is_file():
         pytest.skip(f"{XLA / table} absent")
     spec = load_profile(Profiles.from_environment([]), "gpu", gpu, GpuFile)
@@ -106,8 +108,12 @@ def test_xla_fit_predicts_unseen_shapes(table, gpu, dtype, bound):
     assert len(rows) == len(result.heldout_errors) == 375
     assert result.heldout_median <= bound  # even/odd 2-fold
     assert statistics.median(family_holdout(rows, hw)) <= bound + 0.01  # fit batch 1, predict batch 2 and 4
-    # the profile carries this fit (to its printed precision)
-    assert result.values["efficiency"] == pytest.approx(spec.compute.gemm[dtype].efficiency, abs=2e-3)
+    # the profile carries this fit (to its printed precision), or the H200's PyTorch fit (H100 bf16)
+    if carried:
+        assert result.values["efficiency"] == pytest.approx(spec.compute.gemm[dtype].efficiency, abs=2e-3)
+    else:
+        h200 = load_profile(Profiles.from_environment([]), "gpu", "h200-sxm-141gb", GpuFile)
+        assert spec.compute.gemm[dtype] == h200.compute.gemm[dtype]
 
 
 def test_sustained_ratio_slows_compute_bound_gemms_only():
