@@ -202,7 +202,8 @@ def run_command(args: argparse.Namespace) -> int:
         n = report["network"]
         r = n["residuals"]
         print(f"  network   {', '.join(f'{k} {v:.4g}' for k, v in n['fitted'].items())} on {n['nodes'][0]}-{n['nodes'][1]} "
-              f"nodes → {n['file']}; rows >= 1 MiB: median {r['median_error']:.1%}, worst {r['max_error']:.1%}", file=out)
+              f"nodes → {n['file']}; " + (f"rows >= 1 MiB: median {r['median_error']:.1%}, worst {r['max_error']:.1%}"
+                                         if r["rows_over_1MiB"] else "no row >= 1 MiB to judge it by"), file=out)
     coll = report.get("collectives")
     if coll and coll.get("model", "").startswith("gloo"):
         for key, entry in coll["fitted"].items():
