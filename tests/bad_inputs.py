@@ -208,6 +208,75 @@ def _row(size, time="10.0", algbw="1.0", busbw="1.0") -> str:
            f"{time} {algbw} {busbw} 0\n"
 
 
+def _table(nodes: int, sizes=tuple(8 << i for i in range(24)), per_node: int = 4, host: str = "node") -> str:
+    """A multi-node nccl-tests all_reduce table (ABCI's layout: 4 GPUs a node, an `error` column), times
+    from an α-β line (20 µs + S / 10 GB/s)."""
+    ranks = "".join(f"#   Rank {r:2d} Pid {100 + r} on {host}{r // per_node:04d} device {r % per_node} [0x3d] GPU\n"
+                    for r in range(nodes * per_node))
+    head = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 64M step: 2(factor)\n#\n# Using devices\n" + ranks + "#\n"
+            "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n")
+    rows = ""
+    for size in sizes:
+        t = 20.0 + size / 1e4
+        algbw = size / t / 1e3
+        rows += f"  {size} {size // 4} float sum {t:.2f} {algbw:.2f} {algbw * 1.75:.2f} 0 {t:.2f} {algbw:.2f} {algbw * 1.75:.2f} 0\n"
+    return head + rows
+
+
+def _netfit_case(files: dict[str, str], *extra: str, command: str = "nccl-fit") -> Callable[[Path], list[str]]:
+    """`zsim nccl-fit` (or calibrate) of a folder of multi-node tables `files` on abci-v100."""
+    def build(d: Path) -> list[str]:
+        folder = d / "net"
+        folder.mkdir(exist_ok=True)
+        for name, text in files.items():
+            _file(name, text)(folder)
+        if command == "calibrate":
+            # --accept-poor-fit: the synthetic tables fit poorly, which must not be why a case exits 2
+            return ["calibrate", str(folder), "--profile", "abci-v100", "-o", str(d / "fit.yaml"), "--accept-poor-fit",
+                    *extra]
+        return ["nccl-fit", str(folder), "--profile", "abci-v100", *extra]
+    return build
+
+
+NET_GOOD = {"all_reduce-2nodes.txt": _table(2), "all_reduce-4nodes.txt": _table(4)}
+HOLD_ALL = [x for t, v in (("efficiency", 0.9), ("tree_efficiency", 0.5), ("ll128_share", 0.8), ("latency_us", 10),
+                           ("latency_growth_us", 1), ("nvls_tree_share", 0.8)) for x in ("--hold", f"{t}={v}")]
+
+
+def _many_tables(d: Path) -> list[str]:
+    folder = d / "many"
+    folder.mkdir(exist_ok=True)
+    text = _table(2)
+    for i in range(3000):
+        (folder / f"all_reduce-{i}nodes.txt").write_text(text)
+    return ["nccl-fit", str(folder), "--profile", "abci-v100"]
+
+
+# issue 28, second pass: multi-node nccl-tests folders and --hold (each was an internal error, a run past
+# 60 s, or a fit of contradictory input)
+NETFIT_CASES: dict[str, Callable[[Path], list[str]]] = {
+    # {"gpus": 1e400} in zsim collective --json rows: int(inf) was an OverflowError
+    "json_gpus_overflow": _netfit_case({"all_reduce-2nodes.json": '[{"gpus": 1e400, "nodes": 2, "size": 8}]'}),
+    "json_size_overflow": _netfit_case({"all_reduce-2nodes.json": '[{"gpus": 8, "nodes": 2, "size": 1e400, "count": 1,'
+                                        ' "dtype": "float", "time_us": 1, "algbw": 1, "busbw": 1}]'}),
+    # a reduce_scatter named table holding an all_reduce's tiny rows: 8 B over 8 ranks is no element each,
+    # a 0-byte collective, and busbw 0 divided by (ZeroDivisionError)
+    "rows_below_one_element": _netfit_case({**NET_GOOD, "reduce_scatter-2nodes.txt": _table(2, sizes=(8, 16))}),
+    # the name says 2 nodes, the header lists 4 hosts: silently fitted as 4
+    "name_contradicts_header": _netfit_case({"all_reduce-2nodes.txt": _table(4), "all_reduce-4nodes.txt": _table(4)}),
+    "name_zero_nodes": _netfit_case({"all_reduce-0nodes.txt": _table(2), "all_reduce-4nodes.txt": _table(4)}),
+    # 3,000 tables: each read and its cluster built, past 70 s
+    "thousands_of_tables": _many_tables,
+    # a term held twice: the last silently won
+    "hold_twice": _netfit_case(NET_GOOD, "--hold", "efficiency=0.9", "--hold", "efficiency=0.5"),
+    "hold_twice_calibrate": _netfit_case(NET_GOOD, "--hold", "latency_us=5", "--hold", "latency_us=9",
+                                         command="calibrate"),
+    # every term held: a "fit" of nothing, written as a fitted profile
+    "hold_every_term": _netfit_case(NET_GOOD, *HOLD_ALL),
+    "hold_every_term_calibrate": _netfit_case(NET_GOOD, *HOLD_ALL, command="calibrate"),
+}
+
+
 def _trace_case(model: str | bytes, *extra: str) -> Callable[[Path], list[str]]:
     def build(d: Path) -> list[str]:
         path = _file("model.yaml", model)(d)
@@ -298,6 +367,7 @@ CASES: dict[str, Callable[[Path], list[str]]] = {
     "nccl/same_rows": _nccl_case(HEADER + _row(1 << 20) * 50),
     "nccl/garbage_cols": _nccl_case("# size count type\n" + "1 2 3\n" * 10),
     "nccl/binary": _nccl_case(bytes(range(256)) * 100),
+    **{f"netfit/{k}": v for k, v in NETFIT_CASES.items()},
     "nccl/not_folder": lambda d: ["nccl-fit", str(_file("x.txt", "x")(d)), "--hw", "dgx2", "--gpus", "8"],
     "trace/latin1": _trace_case(TINY_MODEL.encode() + b"# \xe9\n"),
     "trace/dup": _trace_case(TINY_MODEL + "layers: 3\n"),

@@ -19,11 +19,59 @@ from typing import Any
 
 from zsim.scenario.scenario import Scenario, build_scenario
 from zsim.engine.result import Result
-from zsim.errors import ConfigError, ZsimError
+from zsim.errors import ConfigError, ZsimError, short
 from zsim.sweep.table import SweepTable
 
 __all__ = ["ConfigError", "Result", "Scenario", "SweepTable", "ZsimError", "facts", "load", "run", "simulate",
            "sweep", "sweep_run"]
+
+
+# A mapping given in place of a file is held to the YAML reader's limits (zsim.config.yamlfile): nesting,
+# and values once shared parts are expanded (validation walks each use of a shared container)
+MAX_DEPTH = 32
+MAX_NODES = 100_000
+MODES = (None, "class", "per_rank")
+
+
+def _check_source(source: object, what: str) -> None:
+    """A path, a shipped name or a mapping, nested at most MAX_DEPTH levels and never inside itself (a
+    cyclic mapping recursed without end in validation). Raises ConfigError naming the argument."""
+    if isinstance(source, bool) or not isinstance(source, (str, Path, dict)):
+        raise ConfigError(f"{what}: expected a file path, a shipped name or a mapping (got {short(source)})")
+    if isinstance(source, str) and "\0" in source:
+        raise ConfigError(f"{what}: {short(source)} holds a NUL character: not a file name")
+    if _expanded_size(source, what, 1, frozenset(), {}) > MAX_NODES:
+        raise ConfigError(f"{what}: more than {MAX_NODES:,} values once shared parts are expanded (a YAML file "
+                          "is held to the same)")
+
+
+def _expanded_size(value: object, what: str, depth: int, ancestors: frozenset[int], sizes: dict[int, int]) -> int:
+    """How many values `value` holds with every shared container counted where it is used (what
+    validation walks), memoized by identity so a shared "billion laughs" costs one visit a container.
+
+    Raises:
+        ConfigError: nesting deeper than MAX_DEPTH, or a container inside itself.
+    """
+    if not isinstance(value, (dict, list, tuple)):
+        return 1
+    if depth > MAX_DEPTH or id(value) in ancestors:
+        raise ConfigError(f"{what}: nested more than {MAX_DEPTH} levels deep, or holds itself")
+    if id(value) not in sizes:  # a shared container's size does not depend on where it is met
+        inner = ancestors | {id(value)}
+        items = value.values() if isinstance(value, dict) else value
+        sizes[id(value)] = 1 + sum(_expanded_size(v, what, depth + 1, inner, sizes) for v in items)
+    return sizes[id(value)]
+
+
+def _check_set(set: object) -> None:  # noqa: A002
+    """`set` is None or a mapping of dotted-key strings. Raises ConfigError."""
+    if set is None:
+        return
+    if not isinstance(set, dict):
+        raise ConfigError(f"set: expected a mapping of dotted keys to values (got {short(set)})")
+    for key in set:
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"set: key {short(key)}: expected a dotted key such as 'zero.stage'")
 
 
 def load(source: str | Path | dict[str, Any], set: dict[str, Any] | None = None) -> Scenario:  # noqa: A002
@@ -38,6 +86,8 @@ def load(source: str | Path | dict[str, Any], set: dict[str, Any] | None = None)
     from zsim.config.overrides import set_key
     from zsim.scenario.scenario import blame_override, find_scenario
 
+    _check_source(source, "source")
+    _check_set(set)
     if isinstance(source, dict):
         data, path, where = copy.deepcopy(source), None, "<api>"
     else:  # a file, or a shipped scenario's name as `zsim run` takes it
@@ -57,16 +107,32 @@ def load(source: str | Path | dict[str, Any], set: dict[str, Any] | None = None)
 
 def simulate(scenario: Scenario, mode: str | None = None) -> Result:
     """Simulate `scenario.run.steps` steps. `mode` ('class' or 'per_rank') overrides fabric.mode.
-    A point that runs out of memory still returns its Result (`result.fits` is False)."""
+    A point that runs out of memory still returns its Result (`result.fits` is False).
+
+    Raises:
+        ConfigError: `scenario` is not a Scenario (api.load makes one), or `mode` is not one of MODES.
+    """
     from zsim.engine.simulation import simulate as _simulate
+
+    if not isinstance(scenario, Scenario):
+        raise ConfigError(f"scenario: expected a Scenario from zsim.api.load (got {short(scenario)})")
+    if mode not in MODES:
+        raise ConfigError(f"mode: {short(mode)}: expected 'class', 'per_rank' or None (the scenario's fabric.mode)")
 
     return _simulate(scenario, mode)
 
 
 def facts(result: Result) -> dict[str, Any]:
     """The facts of `result`: the JSON-ready dict `zsim run` writes as result.json
-    (keys in docs/result-json.md; seconds, bytes, TFLOPS)."""
+    (keys in docs/result-json.md; seconds, bytes, TFLOPS).
+
+    Raises:
+        ConfigError: `result` is not a Result (api.simulate makes one).
+    """
     from zsim.report.facts import facts as _facts
+
+    if not isinstance(result, Result):
+        raise ConfigError(f"result: expected a Result from zsim.api.simulate (got {short(result)})")
 
     return _facts(result)
 
@@ -84,12 +150,22 @@ def sweep_run(source: str | Path | dict[str, Any], *, out: str | Path | None = N
     without it nothing is written.
 
     Raises:
-        ConfigError: a bad sweep file, key or value (naming the point), before anything runs.
+        ConfigError: a bad sweep file, key or value (naming the point), before anything runs; an argument
+            of the wrong type (`workers` not a whole number >= 1, `out` not a path, `address` not a string).
     """
     from zsim.sweep.points import load_plan, plan_sweep
     from zsim.sweep.runner import run_sweep
     from zsim.sweep.spec import sweep_from_mapping
 
+    _check_source(source, "source")
+    if out is not None and (isinstance(out, bool) or not isinstance(out, (str, Path)) or not str(out)):
+        raise ConfigError(f"out: expected a folder path or None (got {short(out)})")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"workers: expected a whole number >= 1 or None (got {short(workers)})")
+    if address is not None and not isinstance(address, str):
+        raise ConfigError(f"address: expected '[tcp://]HOST:PORT' or None (got {short(address)})")
+    if not isinstance(per_point, bool):
+        raise ConfigError(f"per_point: expected True or False (got {short(per_point)})")
     if isinstance(source, dict):
         plan = plan_sweep(sweep_from_mapping(source), "<api>", Path.cwd())
     else:

@@ -31,10 +31,11 @@ from scipy.optimize import least_squares
 from zsim.calibrate.nccl_fit import Residual
 from zsim.fabric.cluster import Cluster, Tier, load_cluster
 from zsim.config.profiles import Profiles
-from zsim.errors import ZsimError
+from zsim.config.limits import limit, too_many
+from zsim.errors import ConfigError, ZsimError
 from zsim.fabric.collective import communicator
 from zsim.fabric.nccl import FUNCTIONS, NcclTuner
-from zsim.fabric.perf import group_of, run_collective
+from zsim.fabric.perf import group_of, nccl_tests_size, run_collective
 from zsim.fabric.topology import healthy_capacities
 from zsim.trace.nccl_tests import NcclRow, TableHeader, header_of, read_nccl_tests
 from zsim.calibrate.net_terms import BOUNDS as _BOUNDS, IB_EFFICIENCY, TERMS  # noqa: F401 (IB_EFFICIENCY: re-exported)
@@ -61,8 +62,12 @@ class TableRun:
 def read_run(path: Path) -> TableRun:
     """A table named `<collective>[-<N>nodes].txt` (or `zsim collective`'s `.json`) with its header.
 
+    Rows too small to give each rank one element of an all_gather, reduce_scatter or all_to_all (nccl-tests
+    prints none: they are another collective's rows) are skipped, as read_nccl_tests skips damaged rows.
+
     Raises:
-        ZsimError: the name does not start with a collective, or the header lists no ranks.
+        ZsimError: the name does not start with a collective, the header lists no ranks, the name's node
+            count is not the header's, or no row is left.
     """
     path = Path(path)
     fn = re.sub(r"-\d+nodes$", "", path.stem)
@@ -72,16 +77,31 @@ def read_run(path: Path) -> TableRun:
     header = header_of(path)
     if header is None:
         raise ZsimError(f"{path}: its header lists no '# Rank ... on HOST' lines, so its node count is unknown")
-    return TableRun(path, fn, header, tuple(read_nccl_tests(path)))
+    named = re.search(r"-(\d+)nodes$", path.stem)
+    if named and int(named.group(1)) != header.nodes:  # a renamed or mislabelled table: which count is right?
+        raise ZsimError(f"{path}: named for {int(named.group(1)):,} nodes, but its header lists {header.nodes} hosts")
+    # predict() times every row as float elements (run_collective's default): a row that rounds to no
+    # element per rank would be a collective of 0 bytes, and its busbw 0
+    rows = tuple(r for r in read_nccl_tests(path) if nccl_tests_size(fn, r.size, header.ranks, 4)[0] > 0)
+    if not rows:
+        raise ZsimError(f"{path}: no row moves an element per rank of a {header.ranks}-rank {fn}")
+    return TableRun(path, fn, header, rows)
 
 
 def read_runs(folder: Path, max_nodes: int | None = None, min_nodes: int = 2,
               algorithm: str = "auto") -> list[TableRun]:
     """Every multi-node table in `folder` (`<collective>-<N>nodes.txt`), those spanning
     `min_nodes`..`max_nodes` nodes, run with NCCL held to `algorithm` ("ring", "tree"; "auto": its
-    tuner's choice). Raises ZsimError if there is none."""
-    runs = [dataclasses.replace(read_run(p), algorithm=algorithm)
-            for p in sorted(Path(folder).glob("*-*nodes.*")) if p.suffix in (".txt", ".json")]
+    tuner's choice).
+
+    Raises:
+        ZsimError: there is none, or more than the TABLE_FILES limit (counted before any is read).
+    """
+    paths = sorted(p for p in Path(folder).glob("*-*nodes.*") if p.suffix in (".txt", ".json"))
+    if len(paths) > limit("TABLE_FILES"):
+        raise ConfigError(too_many("TABLE_FILES", len(paths), "multi-node tables (<collective>-<N>nodes.txt)"),
+                          source=str(folder))
+    runs = [dataclasses.replace(read_run(p), algorithm=algorithm) for p in paths]
     runs = [r for r in runs if min_nodes <= r.header.nodes <= (max_nodes or r.header.nodes)]
     if not runs:
         raise ZsimError(f"{folder}: no multi-node nccl-tests tables (<collective>-<N>nodes.txt) in "

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zsim.commands import HELP
-from zsim.commands.options import (add_json_option, add_profile_options, emit_json, hold_term, profile_search,
-                                   text_stream)
+from zsim.commands.options import (add_json_option, add_profile_options, emit_json, held_terms, hold_term,
+                                   profile_search, text_stream)
 from zsim.errors import EXIT_OK, ZsimError
 from zsim.report.table import format_table
 
@@ -159,7 +159,8 @@ def _calibrate_network(profile: str, folders: list[Path], output: Path, replace:
                            "fitted": {k: result.values[k] for k in result.fitted}, "nodes": list(result.nodes),
                            "kept_from_base": [k for k in result.values if k not in result.fitted and k not in hold],
                            **({"held": dict(hold)} if hold else {}),
-                           "residuals": {"rows_over_1MiB": rows, "median_error": median, "max_error": worst}}
+                           "residuals": {"rows_over_1MiB": rows, "median_error": median if rows else None,
+                                         "max_error": worst if rows else None}}  # none >= 1 MiB: NaN is not JSON
     report["network"] = sections["network"]
 
 
@@ -180,7 +181,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         report = calibrate(args.inputs, args.profile, args.output, args.allow_missing_ranks, args.fit,
-                           profiles=profiles, accept_poor_fit=args.accept_poor_fit, hold=dict(args.hold))
+                           profiles=profiles, accept_poor_fit=args.accept_poor_fit, hold=held_terms(args.hold))
     except Refusal as exc:  # every cause on its own line (the CLI prints two lines of an error)
         from zsim.console.parser import error_text
 
@@ -201,7 +202,8 @@ def run_command(args: argparse.Namespace) -> int:
         n = report["network"]
         r = n["residuals"]
         print(f"  network   {', '.join(f'{k} {v:.4g}' for k, v in n['fitted'].items())} on {n['nodes'][0]}-{n['nodes'][1]} "
-              f"nodes → {n['file']}; rows >= 1 MiB: median {r['median_error']:.1%}, worst {r['max_error']:.1%}", file=out)
+              f"nodes → {n['file']}; " + (f"rows >= 1 MiB: median {r['median_error']:.1%}, worst {r['max_error']:.1%}"
+                                         if r["rows_over_1MiB"] else "no row >= 1 MiB to judge it by"), file=out)
     coll = report.get("collectives")
     if coll and coll.get("model", "").startswith("gloo"):
         for key, entry in coll["fitted"].items():

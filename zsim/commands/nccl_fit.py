@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from zsim.commands import HELP
-from zsim.commands.options import (add_json_option, add_profile_options, emit_json, hold_term, profile_search,
-                                   text_stream)
+from zsim.commands.options import (add_json_option, add_profile_options, emit_json, held_terms, hold_term,
+                                   profile_search, text_stream)
 from zsim.console.units import positive
 from zsim.commands.collective import MAX_GPUS, MAX_NODES
 from zsim.errors import ZsimError
@@ -115,7 +115,7 @@ def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
     from zsim.calibrate.net_fit import TERMS
 
     runs = read_runs(args.folder, max_nodes=args.max_nodes, algorithm=args.algo)
-    hold = dict(args.hold)
+    hold = held_terms(args.hold)
     result = fit_network(profile, runs, profiles, terms=tuple(t for t in TERMS if t not in hold), held=hold)
     held = [r for r in read_runs(args.folder, algorithm=args.algo) if r.header.nodes > (args.max_nodes or 1 << 30)]
     held_res = residuals_of(profile, held, result.values, profiles) if held else []
@@ -126,7 +126,8 @@ def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
     cells = [[tag, r.source.split("/")[-1], str(r.size), f"{r.measured_busbw:.2f}", f"{r.simulated_busbw:.2f}",
               f"{r.error:+.1%}", r.algorithm] for tag, rows in (("fit", result.residuals), ("held", held_res)) for r in rows]
     print("", *_commented(cells, ["", "table", "size", "measured", "simulated", "error", "algorithm"]), sep="\n", file=out)
-    summary = {tag: error_summary(rows) for tag, rows in (("fit", result.residuals), ("held", held_res)) if rows}
+    summary = {tag: error_summary(rows) for tag, rows in (("fit", result.residuals), ("held", held_res))}
+    summary = {tag: s for tag, s in summary.items() if s[2]}  # no row >= 1 MiB: no median (NaN is not JSON)
     print("\n# sizes >= 1 MiB: median |busbw error|, worst |busbw error|, rows", file=out)
     for tag, (med, worst, n) in summary.items():
         print(f"# {tag:>5}  {med:6.1%}  {worst:6.1%}  {n}", file=out)
@@ -156,6 +157,7 @@ def run_command(args: argparse.Namespace) -> int:
     from zsim.calibrate.nccl_fit import _PARAMS
 
     profiles, profile = profile_search(args)
+    held_terms(args.hold)  # a term twice, or every term: refused before any table is read
     if args.folder.is_dir() and any(p.suffix in (".txt", ".json") for p in args.folder.glob("*-*nodes.*")):
         return run_network(args, profiles, profile)
     if args.hold:

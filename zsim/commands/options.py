@@ -93,6 +93,27 @@ def hold_term(text: str) -> tuple[str, float]:
     return term, number
 
 
+def held_terms(pairs: list[tuple[str, float]]) -> dict[str, float]:
+    """The `--hold` pairs (hold_term) as {term: value}, checked as a whole: a term given twice is ambiguous
+    (the last would silently win), and holding every term leaves nothing to fit.
+
+    Raises:
+        ZsimError: a term held twice (naming it and both values), or every term held.
+    """
+    from zsim.calibrate.net_terms import TERMS
+
+    held: dict[str, float] = {}
+    for term, value in pairs:
+        if term in held:
+            raise ZsimError(f"--hold {term}: given twice ({held[term]:g} and {value:g}); hold a term once")
+        held[term] = value
+    if set(held) >= set(TERMS):
+        raise ZsimError(f"--hold: all {len(TERMS)} inter-node terms held, nothing is left to fit; drop the --hold "
+                        "of a term to fit it (to time given terms, write them in a network profile and run "
+                        "zsim collective)")
+    return held
+
+
 def add_json_option(parser: argparse.ArgumentParser, what: str = "the figures") -> None:
     """`--json PATH|-`."""
     parser.add_argument("--json", metavar="PATH|-", type=json_path,

@@ -12,6 +12,7 @@ positive whole number) lifts or lowers one.
 | JSON_VALUES | 5,000,000 | values in one JSON document (an upper bound: `,` `[` `{` counted) | 5M × 72 B = 360 MB; a 1000-step, 100-layer runtime trace holds ~1M |
 | TABLE_ROWS | 4,000 | data rows of one GEMM or nccl-tests table | gemm-fit took 19.5 s on 2,000 rows here (2 cores); the shared tables have ≤ 750 rows |
 | SUITE_STEPS | 2 | `run.steps` of each scenario in `zsim validate paper/megatron --set` | the suites judge one step (their scenarios say 1); `validate paper` took 76 s with 1 step and 185 s with 10 here, and `--set run.steps=1000` grew without bound (issue 28) |
+| TABLE_FILES | 256 | multi-node nccl-tests tables in one folder | a cluster's tables are one per collective and node count: 6 × 12 (2 to 2048 nodes) = 72; the shared folders hold ≤ 10; each is read and its cluster built before the fit (3,000 tables ran past 70 s) |
 | TABLE_RANKS | 4,096 | ranks an nccl-tests header lists | calibrate took 28 s on the 2,048-rank alps 512-node table and 97 s on 8,192 ranks here |
 | SCHEDULE_ITEMS | 4,000,000 | forwards and backwards of all pipeline stages' schedules, 2·pp·m·v, that `zsim memory --scenario` and `zsim trace`'s memory guard walk | ~3.4 µs and ~100 B an item here: 4M in ~14 s; pp 4 with m = 10⁶ micro-batches took 27 s, pp 1024 would take hours |
 """
@@ -28,6 +29,7 @@ DEFAULTS = {
     "JSON_VALUES": 5_000_000,
     "TABLE_ROWS": 4_000,
     "TABLE_RANKS": 4_096,
+    "TABLE_FILES": 256,
     "SCHEDULE_ITEMS": 4_000_000,
     "SUITE_STEPS": 2,
 }

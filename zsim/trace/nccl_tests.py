@@ -99,7 +99,7 @@ def _json_rows(path: Path) -> list[NcclRow]:
         try:
             row = NcclRow(int(r["size"]), int(r["count"]), str(r["dtype"])[:16], float(r["time_us"]),
                           float(r["algbw"]), float(r["busbw"]))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # int(1e400) is OverflowError
             continue  # as a damaged text row
         if 0 < row.size <= MAX_SIZE and 0 < row.time_us < math.inf:
             rows.append(row)
@@ -122,7 +122,7 @@ def header_of(path: Path) -> TableHeader | None:
         first = _json_records(Path(path))[0]
         try:
             ranks, nodes, g = int(first["gpus"]), int(first["nodes"]), int(first.get("gpus_per_process", 1))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # "gpus": 1e400 is int(inf)
             return None
         if not (0 < nodes <= ranks and ranks % nodes == 0 and 0 < g and ranks % g == 0):
             raise ConfigError(f"rows: {ranks} GPUs on {nodes} nodes, {g} per process, is not a run", source=str(path))
