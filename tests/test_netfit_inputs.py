@@ -40,3 +40,12 @@ def test_calibrate_json_without_rows_over_1mib(small_tables, tmp_path, capsys):
     residuals = json.loads(out.read_text())["network"]["residuals"]
     assert residuals == {"rows_over_1MiB": 0, "median_error": None, "max_error": None}
     assert "no row >= 1 MiB" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("make, words", [(lambda p: p / "missing", "no such folder"),
+                                         (lambda p: (p / "a.txt").write_text("x") and p / "a.txt", "not a folder")])
+def test_a_missing_folder_is_named_before_gpus_is_asked_for(tmp_path, capsys, make, words):
+    """Without --gpus a missing folder was answered "single-node tables need --gpus", as if it held tables."""
+    assert cli.main(["nccl-fit", str(make(tmp_path)), "--profile", "dgx2"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "--gpus" not in err

@@ -158,7 +158,11 @@ def run_command(args: argparse.Namespace) -> int:
 
     profiles, profile = profile_search(args)
     held_terms(args.hold)  # a term twice, or every term: refused before any table is read
-    if args.folder.is_dir() and any(p.suffix in (".txt", ".json") for p in args.folder.glob("*-*nodes.*")):
+    if not args.folder.is_dir():  # named before asking for --gpus, which a missing folder would not need
+        what = "not a folder" if args.folder.exists() else "no such folder"
+        raise ZsimError(f"{args.folder}: {what} (expected a folder of nccl-tests tables: <collective>.txt for one "
+                        "node, <collective>-<N>nodes.txt across nodes)")
+    if any(p.suffix in (".txt", ".json") for p in args.folder.glob("*-*nodes.*")):
         return run_network(args, profiles, profile)
     if args.hold:
         raise ZsimError(f"--hold {args.hold[0][0]}=...: holds an inter-node term; {args.folder} holds no multi-node "
