@@ -10,7 +10,7 @@ on that layout gives that busbw (one measurement: the rate it fixes is the netwo
 the training runs). Their January 2022 run on 4 nodes (NCCL 2.10.3, all_reduce_bench-32gb-4n.txt:
 busbw 84.7 Gb/s = 10.6 GB/s) is printed beside zsim's at the same rate, as a check.
 
-Run: .venv/bin/python benchmarks/jean_zay_network.py   (~2 s; prints two tables)
+Run: .venv/bin/python benchmarks/jean_zay_network.py   (~5 s; prints three tables)
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from zsim.fabric.perf import run_collective
 from zsim.scenario.scenario import build_scenario
 from zsim.validate import scale
 
-GB = 1e9
 BENCH_BUSBW = 55.0766 / 16 * 2 * 63 / 64  # GB/s: 16 nodes, 64 GPUs, 4 GB all_reduce, May 2021 (docstring)
 CHECK_BUSBW = 84.7 / 8  # GB/s: 4 nodes, 16 GPUs, January 2022, NCCL 2.10.3 (docstring)
 SIZE = 4 * 10**9  # bytes: the script's N x M fp32 matrix, 500000 x 2000 x 4
@@ -36,8 +35,9 @@ def busbw(nodes: int, nic_Gbps: float | None) -> float:
 
 
 def main() -> None:
-    port = 100.0  # Gb/s: Omni-Path 100 (the profile's network, ib-edr's port)
-    measured_nic = port * BENCH_BUSBW / busbw(16, None)  # busbw scales with the NICs' rate at 4 GB
+    cluster = load_cluster("jean-zay-v100", 16)
+    port = cluster.nic_bytes_per_s * 8 / 1e9 / cluster.network_efficiency  # Gb/s: the network profile's port
+    measured_nic = port * BENCH_BUSBW / busbw(16, None)  # Gb/s a port; busbw scales with the NICs' rate at 4 GB
     print("all_reduce 4 GB, busbw GB/s          zsim datasheet  zsim at measured rate  Jean Zay measured")
     print(f"  16 nodes, 64 GPUs (May 2021)      {busbw(16, None):14.2f}  {busbw(16, measured_nic):21.2f}"
           f"  {BENCH_BUSBW:17.2f}")
@@ -60,6 +60,22 @@ def main() -> None:
         pub = float(p.published["step_s"])
         print(f"{p.id:<12}{p.half:<13}{pub:>12.1f}{steps[0]:>12.1f}{steps[0] / pub - 1:>+8.1%}"
               f"{steps[1]:>15.1f}{steps[1] / pub - 1:>+8.1%}")
+    tp4 = next(p for p in points if p.id == "jz-52b-tp4")
+    print("\njz-52b-tp4 against its log (meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out, steps 1-3): forward 34.6-35.7 s, "
+          "backward 85.9-90.3 s;\nafter step 1 max allocated 26,118 MiB, max reserved 28,234 MiB (torch.cuda, no "
+          "CUDA context)")
+    for nic in (None, measured_nic):
+        data = {"name": tp4.id, **copy.deepcopy(tp4.scenario), "run": {"steps": 1}}
+        if nic is not None:
+            data["hardware"]["nic_Gbps"] = round(nic, 3)
+        r = simulate(build_scenario(data, source=str(suite), default_name=tp4.id))
+        spans = [e for e in r.events if e.get("ph") == "X"]
+        bwd = min(e["ts"] for e in spans if e["name"].startswith(("bwd", "recompute")))
+        opt = min(e["ts"] for e in spans if e["name"].startswith("optimizer"))
+        context = r.ledger.peak_by_category["context"]
+        print(f"  zsim, {'datasheet' if nic is None else 'measured'} network: forward {bwd / 1e6:.1f} s, backward "
+              f"{(opt - bwd) / 1e6:.1f} s; allocated {(r.ledger.peak - context) / 2**20:,.0f} MiB, reserved "
+              f"{(r.ledger.peak_reserved - context) / 2**20:,.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ def test_a_point_zsim_misses_fails_the_suite_and_exits_1(tmp_path):
 
 def test_each_point_runs_the_framework_its_source_ran():
     """Narayanan et al.'s ZeRO-3 rows (Selene) ran DeepSpeed's stage 3 of March-April 2021 and BigScience's
-    Jean Zay rows DeepSpeed 0.3.17 (their log): they declare `deepspeed-0.5`; the FSDP runs keep the paper plan (FSDP is not DeepSpeed)."""
+    Jean Zay rows DeepSpeed 0.3.17 (their log): they declare `deepspeed-0.5`; the FSDP runs keep the paper
+    plan (FSDP is not DeepSpeed)."""
     points, _ = load_suite(default_suite())
     for p in points:
         implementation = ((p.scenario or {}).get("zero") or {}).get("implementation", "paper")

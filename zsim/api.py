@@ -19,6 +19,7 @@ from typing import Any
 
 from zsim.scenario.scenario import Scenario, build_scenario
 from zsim.engine.result import Result
+from zsim.config.yamlfile import MAX_DEPTH, MAX_NODES
 from zsim.errors import ConfigError, ZsimError, short
 from zsim.sweep.table import SweepTable
 
@@ -26,10 +27,8 @@ __all__ = ["ConfigError", "Result", "Scenario", "SweepTable", "ZsimError", "fact
            "sweep", "sweep_run"]
 
 
-# A mapping given in place of a file is held to the YAML reader's limits (zsim.config.yamlfile): nesting,
-# and values once shared parts are expanded (validation walks each use of a shared container)
-MAX_DEPTH = 32
-MAX_NODES = 100_000
+# A mapping given in place of a file is held to the YAML reader's limits (zsim.config.yamlfile's MAX_DEPTH and
+# MAX_NODES): nesting, and values once shared parts are expanded (validation walks each use of a shared container)
 MODES = (None, "class", "per_rank")
 
 
