@@ -8,7 +8,8 @@ import pytest
 from tests.conftest import small_scenario
 from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
-from zsim.zero.implementation import (GATHER_PYTHON_HOST_OPS, PERSISTENCE_THRESHOLD, V014_HOST_OPS_PER_TENSOR,
+from zsim.zero.implementation import (GATHER_PYTHON_HOST_OPS, PERSISTENCE_THRESHOLD, V014_HOST_OPS_PER_TENSOR, coordinator,
+                                      live_grads,
                                       fetch_epilogue, fetch_host, fetch_prologue, reduce_lists, unflatten)
 from zsim.zero.plan import build_plan, scenario_workload
 
@@ -205,3 +206,75 @@ def test_deepspeed_05_waits_for_the_previous_buckets_reduction_before_the_next()
     for (i, prev), (j, op) in zip(copies, copies[1:]):
         last_rs = max(k for k in range(i, j) if plan.ops[k].collective == "reduce_scatter")
         assert last_rs in op.deps
+
+
+# ---- deepspeed-0.5's parameter coordinator: what it holds gathered, what it gathers again -------------
+def _block(h: int, t: int = 1) -> tuple[int, ...]:
+    """A GPT block's four weight matrices in forward order (QKV, attention output, the MLP's two)."""
+    return tuple(n // t for n in (3 * h * h, h * h, 4 * h * h, 4 * h * h))
+
+
+def test_coordinator_releases_what_is_used_again_too_far_and_gathers_it_again():
+    """GPT-175B's block (h 12288): after the recompute, QKV, the attention output and the MLP's first matrix
+    are used again in backward beyond stage3_max_reuse_distance (1e9 elements of fetches), so the
+    coordinator releases them and gathers them again; the MLP's last matrix, used again at once, is kept."""
+    block = _block(12288)
+    c = coordinator(block, True, True, 50_000_000, 10**9, 10**9)
+    assert sorted(c.refetched) == [0, 1, 2]
+    # at most a tensor and the one prefetched after it: the MLP's two (8h², 2/3 of the block)
+    assert c.peak_elements == block[2] + block[3]
+    # without the recompute nothing is used twice; forward holds the same pair at most
+    assert coordinator(block, False, True, 50_000_000, 10**9, 10**9).refetched == ()
+    assert coordinator(block, False, False, 50_000_000, 10**9, 10**9).peak_elements == block[2] + block[3]
+    # a reuse distance larger than the pass keeps everything: one gather per tensor, as before
+    assert coordinator(block, True, True, 50_000_000, 10**9, 10**12).refetched == ()
+
+
+def test_coordinator_keeps_a_small_block_whole_between_recompute_and_backward():
+    """BigScience's 52B under TP 4 (h 8192, their prefetch bucket 6.04e7): every tensor is used again within
+    1e9 elements, so the block stays gathered from its recompute through its backward."""
+    block = _block(8192, 4)
+    c = coordinator(block, True, True, 60_397_977, 10**9, 10**9)
+    assert c.refetched == () and c.peak_elements == sum(block)
+
+
+def test_coordinator_does_not_prefetch_past_the_live_limit():
+    """GPT-530B (h 20480): one MLP matrix alone (1.68e9 elements) exceeds stage3_max_live_parameters, so
+    nothing is prefetched after it; the peak is a smaller tensor and the one prefetched after it."""
+    block = _block(20480)
+    c = coordinator(block, False, False, 50_000_000, 10**9, 10**9)
+    assert c.peak_elements == block[1] + block[2]
+    assert coordinator(block, False, False, 50_000_000, 10**12, 10**9).peak_elements > c.peak_elements
+
+
+def test_live_grads_is_one_gradient_and_an_oversized_predecessor():
+    """Each gradient leaves for the bucket buffer when its hook runs; one larger than the bucket waits for
+    the next gradient (stage3.py @ v0.3.13 extra_large_param_to_reduce)."""
+    block = _block(12288)
+    assert live_grads(block, 5 * 10**8) == block[3] + block[2]  # fc1's gradient arrives while fc2's waits
+    assert live_grads(block, 10**10) == max(block)
+    assert live_grads((), 5 * 10**8) == 0
+
+
+def test_deepspeed_05_plan_gathers_released_tensors_again_and_holds_less():
+    """In the plan: with a reuse distance under one block's fetches, backward gathers the released tensors
+    again (`.again` ops before the block's backward), and a block's gathered memory and gradient are its
+    largest tensors', not the whole block's."""
+    zero = {"stage": 3, "activation_checkpointing": True, "implementation": "deepspeed-0.5",
+            "prefetch_bucket_elements": 1_000_000}
+    kept = small_scenario(zero=zero, **BIG)
+    released = small_scenario(zero={**zero, "max_reuse_elements": 1_000_000}, **BIG)
+    for s, again in ((kept, False), (released, True)):
+        w = scenario_workload(s)
+        plan = build_plan(s, w)
+        assert any(op.name.startswith("fetch/params.layer.0.again") for op in plan.ops) == again
+        gathered = [a.nbytes for op in plan.ops for a in op.allocs if a.tag.startswith("gathered.bwd.layer.0.")]
+        grads = [a.nbytes for op in plan.ops for a in op.allocs if a.tag.startswith("grad.layer.0.")]
+        block = [n for n in w.blocks[0].tensors if n >= PERSISTENCE_THRESHOLD]
+        padded = tuple(s.layout.dp * -(-n // s.layout.dp) for n in block)
+        peak = coordinator(padded, True, True, 1_000_000, 10**9, s.zero.max_reuse_elements).peak_elements
+        assert gathered == [2 * peak]  # one allocation a pass, of the most held at once
+        assert grads == [2 * live_grads(w.blocks[0].tensors, s.zero.reduce_bucket_elements)] < [2 * sum(block)]
+    # released tensors leave room: the block is never held whole
+    assert peak < sum(padded)
+    assert simulate(released).step_seconds[0] > simulate(kept).step_seconds[0]

@@ -281,6 +281,19 @@ class ZeroSection(Section, kw_only=True):
         "it shipped in v0.3.13)"))] = 1000000000000
     prefetch_layers: Annotated[int, Meta(ge=0, le=MAX_LAYERS, description=(
         "stage 3: layers gathered ahead of the one computing"))] = 1
+    # deepspeed-0.5's parameter coordinator (zsim.zero.implementation.coordinator); the defaults are DeepSpeed's
+    # (runtime/zero/constants.py @ v0.3.13 L86-94: stage3_max_live_parameters 1e9, stage3_max_reuse_distance 1e9,
+    # stage3_prefetch_bucket_size 5e7).
+    prefetch_bucket_elements: Annotated[int, Meta(gt=0, le=MAX_ELEMENTS, description=(
+        "deepspeed-0.5, stage 3: parameter elements prefetched after each sub-module's fetch (DeepSpeed "
+        "stage3_prefetch_bucket_size)"))] = 50000000
+    max_live_elements: Annotated[int, Meta(gt=0, le=MAX_ELEMENTS, description=(
+        "deepspeed-0.5, stage 3: no prefetch while this many gathered parameter elements are live (DeepSpeed "
+        "stage3_max_live_parameters)"))] = 1000000000
+    max_reuse_elements: Annotated[int, Meta(gt=0, le=MAX_ELEMENTS, description=(
+        "deepspeed-0.5, stage 3: a gathered tensor is kept, not released, when it is used again within this "
+        "many parameter elements of fetches (DeepSpeed stage3_max_reuse_distance); released tensors are "
+        "gathered again"))] = 1000000000
     # zsim.zero.implementation cites each version's code (DeepSpeed tags v0.3.13, v0.5.10, v0.14.0).
     implementation: Annotated[Literal["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14"], Meta(description=(
         "ZeRO as implemented: 'paper' (default) the paper's schedules (stage 2: one reduce-scatter per "

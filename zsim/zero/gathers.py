@@ -6,7 +6,8 @@ compute (zsim.zero.implementation cites the code). A mixin of zsim.zero.step_pas
 from __future__ import annotations
 
 from zsim.zero.buckets import padded_tensors, partition
-from zsim.zero.implementation import fetch_epilogue, fetch_host, fetched_tensors, fetch_prologue, unflatten
+from zsim.zero.implementation import (Coordination, coordinator, fetch_epilogue, fetch_host, fetched_tensors,
+                                     fetch_prologue, unflatten)
 from zsim.zero.ops import Alloc
 from zsim.zero.residual import list_collective_staging_bytes
 
@@ -71,29 +72,53 @@ class Gathers:
                                                  deps=(self.gather_op[name],), kernels=kernels,
                                                  hbm_bytes=kernels.bytes)
 
-    def _fetch_in_line(self, pos: int, used: tuple[str, ...], phase: str) -> None:
+    def _coordination(self, name: str, phase: str) -> Coordination:
+        """deepspeed-0.5: what DeepSpeed's coordinator holds and gathers again of module `name` in `phase`
+        (zsim.zero.implementation.coordinator; its prefetch, live and reuse limits from the scenario)."""
+        m = self.by_name[name]
+        return coordinator(self._padded(name), phase == "bwd" and self._checkpointed(m), phase == "bwd",
+                           self.z.prefetch_bucket_elements, self.z.max_live_elements, self.z.max_reuse_elements)
+
+    def _fetch_in_line(self, pos: int, used: tuple[str, ...], phase: str, kind: str) -> None:
         """deepspeed-0.5: fetch each module the item uses and this phase has not, when the item is
         reached: the zero-fill of every tensor, then (the device idle after the synchronise) the host's
         narrows and Python around each gather, one all-gather per tensor in line on the compute stream,
-        then the list copies (zsim.zero.implementation)."""
+        then the list copies (zsim.zero.implementation). The module's gathered memory is the most its
+        sub-modules hold at once (Coordination.peak_elements), held from the fetch to the last use. At a
+        checkpointed module's backward item, the tensors the coordinator released after the recompute
+        are gathered again the same way."""
         for name in used:
             if name in self.gather_op:
+                if kind == "bwd" and name in self.recompute_fetched:
+                    self.recompute_fetched.discard(name)
+                    padded = self._padded(name)
+                    again = tuple(padded[i] for i in sorted(self._coordination(name, phase).refetched))
+                    if again:
+                        self.gather_op[name] = self._gather_in_line(name, again, phase, f"{phase}.again", ())
                 continue
             padded = self._padded(name)
-            prologue = fetch_prologue(padded, self.nd, self.e)
-            tag = self._tags(f"gathered.{phase}", name)
+            peak = self._coordination(name, phase).peak_elements if padded else 0
             deps = self.phase_dep + self.first_dep if pos == 0 else ()
-            op = self._add(name=f"fetch/params.{name}", stream="compute", deps=deps, kernels=prologue,
-                           hbm_bytes=prologue.bytes, allocs=(Alloc("params", self.e * sum(padded), tag),))
-            if padded:  # the host's work after the synchronise, the device idle (zsim.zero.implementation)
-                op = self._add(name=f"fetch_host/params.{name}", stream="compute", kernels=fetch_host(padded, self.nd))
-            for i, n in enumerate(padded):
-                staging = Alloc("buffers", list_collective_staging_bytes(n, self.e),
-                                self._tags(f"ag_list.{phase}.{i}", name))
-                op = self._add(name=f"all_gather/params.{name}.{i}", stream="compute", collective="all_gather",
-                               group="dp", nbytes=self.e * n, allocs=(staging,), frees=(staging.tag,))
-            if padded:
-                epilogue = fetch_epilogue(padded, self.nd, self.e)
-                op = self._add(name=f"copy/params.{name}", stream="compute", kernels=epilogue,
-                               hbm_bytes=epilogue.bytes)
-            self.gather_op[name] = op
+            self.gather_op[name] = self._gather_in_line(name, padded, phase, phase, deps,
+                                                        Alloc("params", self.e * peak, self._tags(f"gathered.{phase}", name)))
+            if kind == "recompute":
+                self.recompute_fetched.add(name)
+
+    def _gather_in_line(self, name: str, padded: tuple[int, ...], phase: str, what: str, deps: tuple[int, ...],
+                        gathered: Alloc | None = None) -> int:
+        """deepspeed-0.5: the ops of one fetch of `padded` tensors of module `name` in line on the compute
+        stream (zero-fill, host work, one all-gather per tensor, list copies); returns the last op."""
+        again = "" if what == phase else ".again"
+        prologue = fetch_prologue(padded, self.nd, self.e)
+        op = self._add(name=f"fetch/params.{name}{again}", stream="compute", deps=deps, kernels=prologue,
+                       hbm_bytes=prologue.bytes, allocs=(gathered,) if gathered is not None else ())
+        if padded:  # the host's work after the synchronise, the device idle (zsim.zero.implementation)
+            op = self._add(name=f"fetch_host/params.{name}{again}", stream="compute", kernels=fetch_host(padded, self.nd))
+        for i, n in enumerate(padded):
+            staging = Alloc("buffers", list_collective_staging_bytes(n, self.e), self._tags(f"ag_list.{what}.{i}", name))
+            op = self._add(name=f"all_gather/params.{name}{again}.{i}", stream="compute", collective="all_gather",
+                           group="dp", nbytes=self.e * n, allocs=(staging,), frees=(staging.tag,))
+        if padded:
+            epilogue = fetch_epilogue(padded, self.nd, self.e)
+            op = self._add(name=f"copy/params.{name}{again}", stream="compute", kernels=epilogue, hbm_bytes=epilogue.bytes)
+        return op

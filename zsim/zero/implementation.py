@@ -57,6 +57,7 @@ Stages 0-2 follow DeepSpeed v0.2.0's schedule for every value.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from zsim.compute.kernels import Kernel, KernelList
 
@@ -87,6 +88,71 @@ def fetched_tensors(tensors: tuple[int, ...], implementation: str) -> tuple[int,
 # Paid once per gathered tensor, with the device idle: the synchronise before each gather (v0.3.13
 # partition_parameters.py L611) keeps the host from running ahead of it.
 GATHER_PYTHON_HOST_OPS = 21
+
+
+@dataclass(frozen=True, slots=True)
+class Coordination:
+    """deepspeed-0.5: what the parameter coordinator does with one module's fetched tensors in one phase
+    (`coordinator`): the most elements it holds gathered at once, and the tensors (indices into the
+    module's fetched tensors) released after the recompute and gathered again for backward."""
+
+    peak_elements: int
+    refetched: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def coordinator(padded: tuple[int, ...], recompute: bool, backward: bool, prefetch: int, max_live: int,
+                max_reuse: int) -> Coordination:
+    """deepspeed-0.5's PartitionedParameterCoordinator (stage3.py @ v0.3.13) over one module's fetched tensors
+    (`padded` elements, in forward order; each a Linear's weight, a sub-module of its own) in one phase: the
+    forward (`backward` false), or the backward in reverse order, after the checkpointed recompute in forward
+    order when `recompute`. At each sub-module (stage3.py L1135-1185):
+      - fetch_sub_module gathers its tensor (L357-411);
+      - prefetch_next_sub_modules (L312-331), only while fewer than `max_live` elements are gathered
+        (stage3_max_live_parameters), gathers the next tensors of the trace not yet gathered until they add up
+        to `prefetch` elements (get_params_to_prefetch L188-216, stage3_prefetch_bucket_size);
+      - release_sub_module (L413-458) frees it unless it is used again within `max_reuse` elements of the
+        trace (_keep_for_later L464-470, _distance_in_numel L262-270, stage3_max_reuse_distance).
+    A tensor released after the recompute is gathered again for backward. Within one module only: a prefetch
+    that reaches into the next module is not counted (it is bounded by the same `prefetch` elements)."""
+    n = len(padded)
+    trace = list(range(n)) if not backward else (list(range(n)) if recompute else []) + list(reversed(range(n)))
+    gathered: set[int] = set()
+    peak, fetched, refetched = 0, set(), []
+
+    def gather(j: int) -> None:
+        if j in fetched:  # released since its last gather (by fetch or prefetch): gathered again
+            refetched.append(j)
+        gathered.add(j)
+        fetched.add(j)
+
+    for step, i in enumerate(trace):
+        if i not in gathered:
+            gather(i)
+        if sum(padded[j] for j in gathered) < max_live:
+            ahead = 0
+            for j in trace[step + 1:]:
+                if j not in gathered:
+                    gather(j)
+                    ahead += padded[j]
+                    if ahead >= prefetch:
+                        break
+        peak = max(peak, sum(padded[j] for j in gathered))
+        reuse = next((k for k in range(step + 1, len(trace)) if trace[k] == i), None)
+        if reuse is None or sum(padded[trace[k]] for k in range(step + 1, reuse)) >= max_reuse:
+            gathered.discard(i)
+    return Coordination(peak, tuple(refetched))
+
+
+def live_grads(tensors: tuple[int, ...], bucket: int) -> int:
+    """deepspeed-0.5, stage 3: the most gradient elements of one module live at once in its backward. Each
+    parameter's gradient is copied into the contiguous bucket buffer by its hook and its own storage dropped
+    (reduce_independent_p_g_buckets_and_remove_grads, stage3.py @ v0.3.13 L1431-1467: `param.grad.data =
+    new_grad_tensor.data`), except one larger than the bucket (`extra_large_param_to_reduce`), which is kept
+    until the next gradient's arrival reduces it (L1433-1440): a gradient, plus the one before it when that
+    one exceeded the bucket. `tensors` in forward order; backward produces them in reverse."""
+    order = tuple(reversed(tensors))
+    return max((t + (order[k - 1] if k and order[k - 1] > bucket else 0) for k, t in enumerate(order)), default=0)
 
 
 def _host(name: str, count: int) -> Kernel:

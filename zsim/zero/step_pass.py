@@ -12,6 +12,7 @@ from zsim.workload.transformer import Module, Workload
 from zsim.zero.buckets import plan_buckets
 from zsim.zero.checkpoints import Checkpoints, md_checkpoints
 from zsim.zero.gathers import Gathers
+from zsim.zero.implementation import live_grads
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
 from zsim.zero.rank_states import full_grad_tag, selective
@@ -152,6 +153,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.gather_queue = sorted(first_use, key=first_use.get)
         self.gathered: list[str] = []  # modules whose gather this phase has issued, in order
         self.unflattened: set[str] = set()  # deepspeed-0.14: modules rebuilt from their gather this phase
+        self.recompute_fetched: set[str] = set()  # deepspeed-0.5: modules fetched for their recompute this phase
         self.first_use = first_use
         self.phase_dep = (self.b.last_compute,) if self.b.last_compute is not None else self.first_dep
         self.compute_ops: list[int] = []  # last compute op index per item position
@@ -162,7 +164,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.bucket_elems = 0
         for pos, item in enumerate(items):
             if self.stage == 3 and self.z.implementation == "deepspeed-0.5":
-                self._fetch_in_line(pos, self.uses[item.module.name], phase)
+                self._fetch_in_line(pos, self.uses[item.module.name], phase, item.kind)
             elif self.stage == 3:
                 self._issue_gathers_up_to(pos, phase)
                 if self.z.implementation == "deepspeed-0.14":
@@ -235,7 +237,11 @@ class StepPass(Gathers, Checkpoints, Reductions):
         MD's arena when on); gradients join the reduction bucket."""
         work = self._tags("dgrad", m.name)
         allocs = [Alloc("activations", self._backward_work_bytes(m), work)]
-        if self.stage >= 2:
+        if self.stage == 3 and reduce and self.z.implementation == "deepspeed-0.5":
+            # each parameter's gradient leaves for the bucket buffer as its hook runs (zsim.zero.implementation)
+            allocs.append(Alloc("grads", self.e * live_grads(m.tensors, self.z.reduce_bucket_elements),
+                                self._tags("grad", m.name), arena="grads" if self.md else ""))
+        elif self.stage >= 2:
             allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
         elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
             allocs.append(Alloc("grads", self.e * m.params, full_grad_tag(m.name, self.step)))
