@@ -155,11 +155,14 @@ def test_an_unknown_implementation_names_the_key_and_value():
         _scenario("deepspeed-0.3")
 
 
-@pytest.mark.parametrize(("implementation", "stage"), [("deepspeed-0.2", 2), ("deepspeed-0.5", 3),
-                                                       ("deepspeed-0.14", 3)])
-def test_class_and_per_rank_modes_agree(implementation, stage):
+@pytest.mark.parametrize(("implementation", "stage", "extra"), [
+    ("deepspeed-0.2", 2, {}), ("deepspeed-0.5", 3, {}), ("deepspeed-0.14", 3, {}),
+    # the coordinator releasing tensors after the recompute and gathering them again
+    ("deepspeed-0.5", 3, {"activation_checkpointing": True, "max_reuse_elements": 1_000_000,
+                          "prefetch_bucket_elements": 1_000_000})])
+def test_class_and_per_rank_modes_agree(implementation, stage, extra):
     """Two nodes (DP 32 over the NICs), symmetric: one rank per class and every rank give the same step."""
-    s = small_scenario(zero={"stage": stage, "implementation": implementation},
+    s = small_scenario(zero={"stage": stage, "implementation": implementation, **extra},
                        model={"layers": 2, "hidden": 1024, "heads": 16, "seq_len": 128, "vocab": 5000,
                               "micro_batch": 1},
                        parallel={"dp": 32, "mp": 1}, hardware={"profile": "dgx2", "nodes": 2})
