@@ -94,31 +94,32 @@ class Gathers:
                     padded = self._padded(name)
                     again = tuple(padded[i] for i in sorted(self._coordination(name, phase).refetched))
                     if again:
-                        self.gather_op[name] = self._gather_in_line(name, again, phase, f"{phase}.again", ())
+                        self.gather_op[name] = self._gather_in_line(name, again, phase, (), again=True)
                 continue
             padded = self._padded(name)
             peak = self._coordination(name, phase).peak_elements if padded else 0
             deps = self.phase_dep + self.first_dep if pos == 0 else ()
-            self.gather_op[name] = self._gather_in_line(name, padded, phase, phase, deps,
-                                                        Alloc("params", self.e * peak, self._tags(f"gathered.{phase}", name)))
+            gathered = Alloc("params", self.e * peak, self._tags(f"gathered.{phase}", name))
+            self.gather_op[name] = self._gather_in_line(name, padded, phase, deps, gathered)
             if kind == "recompute":
                 self.recompute_fetched.add(name)
 
-    def _gather_in_line(self, name: str, padded: tuple[int, ...], phase: str, what: str, deps: tuple[int, ...],
-                        gathered: Alloc | None = None) -> int:
+    def _gather_in_line(self, name: str, padded: tuple[int, ...], phase: str, deps: tuple[int, ...],
+                        gathered: Alloc | None = None, again: bool = False) -> int:
         """deepspeed-0.5: the ops of one fetch of `padded` tensors of module `name` in line on the compute
-        stream (zero-fill, host work, one all-gather per tensor, list copies); returns the last op."""
-        again = "" if what == phase else ".again"
+        stream (zero-fill, host work, one all-gather per tensor, list copies), `again` for a re-gather in
+        backward (op names end in `.again`); returns the last op."""
+        what, suffix = (f"{phase}.again", ".again") if again else (phase, "")
         prologue = fetch_prologue(padded, self.nd, self.e)
-        op = self._add(name=f"fetch/params.{name}{again}", stream="compute", deps=deps, kernels=prologue,
+        op = self._add(name=f"fetch/params.{name}{suffix}", stream="compute", deps=deps, kernels=prologue,
                        hbm_bytes=prologue.bytes, allocs=(gathered,) if gathered is not None else ())
         if padded:  # the host's work after the synchronise, the device idle (zsim.zero.implementation)
-            op = self._add(name=f"fetch_host/params.{name}{again}", stream="compute", kernels=fetch_host(padded, self.nd))
+            op = self._add(name=f"fetch_host/params.{name}{suffix}", stream="compute", kernels=fetch_host(padded, self.nd))
         for i, n in enumerate(padded):
             staging = Alloc("buffers", list_collective_staging_bytes(n, self.e), self._tags(f"ag_list.{what}.{i}", name))
-            op = self._add(name=f"all_gather/params.{name}{again}.{i}", stream="compute", collective="all_gather",
+            op = self._add(name=f"all_gather/params.{name}{suffix}.{i}", stream="compute", collective="all_gather",
                            group="dp", nbytes=self.e * n, allocs=(staging,), frees=(staging.tag,))
         if padded:
             epilogue = fetch_epilogue(padded, self.nd, self.e)
-            op = self._add(name=f"copy/params.{name}{again}", stream="compute", kernels=epilogue, hbm_bytes=epilogue.bytes)
+            op = self._add(name=f"copy/params.{name}{suffix}", stream="compute", kernels=epilogue, hbm_bytes=epilogue.bytes)
         return op
