@@ -281,3 +281,9 @@ def test_deepspeed_05_plan_gathers_released_tensors_again_and_holds_less():
     # released tensors leave room: the block is never held whole
     assert peak < sum(padded)
     assert simulate(released).step_seconds[0] > simulate(kept).step_seconds[0]
+
+
+@pytest.mark.parametrize(("implementation", "stage"), [("paper", 3), ("deepspeed-0.14", 3), ("deepspeed-0.5", 2)])
+def test_the_coordinators_keys_are_refused_where_no_coordinator_runs(implementation, stage):
+    with pytest.raises(ConfigError, match=r"zero.max_reuse_elements.*deepspeed-0.5 at stage 3 only"):
+        small_scenario(zero={"stage": stage, "implementation": implementation, "max_reuse_elements": 10}, **BIG)

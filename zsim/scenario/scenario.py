@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import msgspec
+
 from zsim.fabric.cluster import Cluster, load_cluster
 from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
@@ -215,6 +217,13 @@ def _check_implementation(zero: ZeroSection, fail) -> None:
     if zero.implementation == "deepspeed-0.2" and zero.stage == 3:
         raise fail("zero.implementation", "deepspeed-0.2 with zero.stage 3: DeepSpeed v0.2 had stages 0-2 only "
                    "(stage 3 shipped in v0.3.13); use deepspeed-0.5, deepspeed-0.14 or paper")
+    if zero.implementation != "deepspeed-0.5" or zero.stage != 3:
+        # deepspeed-0.5's coordinator limits (zsim.zero.implementation.coordinator) change nothing elsewhere
+        defaults = {f.name: f.default for f in msgspec.structs.fields(ZeroSection)}
+        for key in ("prefetch_bucket_elements", "max_live_elements", "max_reuse_elements"):
+            if getattr(zero, key) != defaults[key]:
+                raise fail(f"zero.{key}", f"{getattr(zero, key)} applies to zero.implementation deepspeed-0.5 at "
+                           f"stage 3 only (this scenario: {zero.implementation}, stage {zero.stage})")
 
 
 def _check_zero_r(zero: ZeroSection, fail) -> None:
