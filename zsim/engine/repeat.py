@@ -34,6 +34,7 @@ k·P once (tests/test_repeat.py).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 import time
@@ -44,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.memory.ledger import MemoryLedger
-from zsim.zero.plan import rank_model_states
 
 if TYPE_CHECKING:
     from zsim.scenario.scenario import Scenario
@@ -168,7 +168,9 @@ def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch]
     return dataclasses.replace(
         reduced,
         scenario=scenario,
-        model_states=rank_model_states(scenario, workload),
+        # rank_model_states reads the zero, layout and precision sections and the workload, which the
+        # reduced scenario shares (it differs in grad_accum only): its model states are these
+        model_states=reduced.model_states,
         step_seconds=[reduced.step_seconds[0] + extra * period],
         compute_seconds=totals[0], hardware_flops=totals[1], mp_comm_seconds=totals[2], ep_comm_seconds=totals[3],
         offload_seconds=totals[4],
@@ -206,19 +208,20 @@ class Added:
 def _added(run: Any, indices: list[int], start: list[float]) -> Added:
     compute = flops = mp = ep = offload = 0.0
     comm: dict[tuple[str, str], tuple[int, int, float, float]] = {}
+    ops, end, phases, compute_time = run.plan.ops, run.end_time, run.phases, run.compute_time  # the loop's names
     for i in indices:
-        op = run.plan.ops[i]
-        if op.is_collective:
-            seconds = run.end_time[i] - start[i]
-            count, payload, sent, total = comm.get((op.group, op.collective), (0, 0, 0.0, 0.0))
-            comm[(op.group, op.collective)] = (count + 1, payload + op.nbytes, sent + run.phases(op)[2],
-                                               total + seconds)
+        op = ops[i]
+        if op.collective:
+            seconds = end[i] - start[i]
+            key = (op.group, op.collective)
+            count, payload, sent, total = comm.get(key, (0, 0, 0.0, 0.0))
+            comm[key] = (count + 1, payload + op.nbytes, sent + phases(op)[2], total + seconds)
             mp += seconds if op.group == "mp" else 0.0
             ep += seconds if op.group == "ep" else 0.0
         elif op.transfer:
             offload += transfer_seconds(op.nbytes, run.s.cluster.offload)
         else:
-            compute += run.compute_time(op, i)
+            compute += compute_time(op, i)
             flops += op.flops
     return Added((compute, flops, mp, ep, offload), comm)
 
@@ -303,20 +306,16 @@ def splice_ledger(ledger: MemoryLedger | None, first: float, last: float, extra:
     if ledger is None:
         return None
     period = last - first
-    times, rows, reserved = [], [], []
-    n = len(ledger.times)
-    a = next((k for k in range(n) if ledger.times[k] >= first), n)
-    z = next((k for k in range(a, n) if ledger.times[k] >= last), n)
+    times: list[float] = []
+    a = bisect.bisect_left(ledger.times, first)  # the timeline's times never decrease
+    z = bisect.bisect_left(ledger.times, last, a)
+    unit = ledger.times[a:z]
     times += ledger.times[:a]
-    rows += ledger.rows[:a]
-    reserved += ledger.reserved_rows[:a]
-    for j in range(extra + 1):
-        times += [t + j * period for t in ledger.times[a:z]]
-        rows += ledger.rows[a:z]
-        reserved += ledger.reserved_rows[a:z]
-    times += [t + extra * period for t in ledger.times[z:]]
-    rows += ledger.rows[z:]
-    reserved += ledger.reserved_rows[z:]
+    for j in range(extra + 1):  # t + j·P: the float addition of the element-wise form, once per copy
+        times += list(map((j * period).__radd__, unit))
+    times += list(map((extra * period).__radd__, ledger.times[z:]))
+    rows = ledger.rows[:a] + ledger.rows[a:z] * (extra + 1) + ledger.rows[z:]
+    reserved = ledger.reserved_rows[:a] + ledger.reserved_rows[a:z] * (extra + 1) + ledger.reserved_rows[z:]
     flushes = [t for t in ledger.flush_times if t < first]
     for j in range(extra + 1):
         flushes += [t + j * period for t in ledger.flush_times if first <= t < last]
