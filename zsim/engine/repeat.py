@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from zsim.engine import shifted_unit
 from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.memory.ledger import MemoryLedger
@@ -137,28 +138,36 @@ def applies(scenario: Scenario, per_rank: bool, overridden: bool) -> bool:
             and scenario.grad_accum > REDUCED[0] and pp == 1)
 
 
-def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch], Result]) -> Result | None:
-    """The Result of `scenario` (grad_accum G) from a simulation of n < G micro-batches, n from REDUCED
-    in turn while a larger one may prove what a smaller did not (`simulate_reduced(reduced scenario,
-    observer)`), or None when no micro-batch is proven to repeat (module docstring); the caller then
-    simulates all G."""
+def extrapolate(scenario: Scenario, simulate_reduced: Callable[..., Result],
+                plan_of: Callable[[Scenario], tuple] | None = None) -> Result | None:
+    """The Result of `scenario` (grad_accum G) from a simulation of one micro-batch where the later ones
+    are proven to be it shifted (zsim.engine.shifted_unit; `plan_of(scenario)` gives its workload and
+    plan), else of n < G, n from REDUCED in turn while a larger one may prove what a smaller did not
+    (`simulate_reduced(reduced scenario, observer[, (workload, plan) to run])`), or None when no
+    micro-batch is proven to repeat (module docstring); the caller then simulates all G."""
     wall = time.perf_counter()
-    for n in REDUCED:
-        if n >= scenario.grad_accum:
-            return None
-        watch = Watch()
-        reduced = simulate_reduced(dataclasses.replace(scenario, grad_accum=n), watch)
-        proof = _prove(watch, reduced)
-        if proof is not None:
-            break
-        if not watch.unsettled:
-            return None  # more micro-batches would not help
+    one = shifted_unit.simulate_one(scenario, simulate_reduced, plan_of) if plan_of is not None else None
+    if one is not None:  # a Result of 2 micro-batches whose second (the unit) was not simulated
+        reduced, t0, added = one
+        n, simulated, proof = 2, 1, (1, t0, t0 + t0, added)
     else:
-        return None
+        for n in REDUCED:
+            if n >= scenario.grad_accum:
+                return None
+            watch = Watch()
+            reduced = simulate_reduced(dataclasses.replace(scenario, grad_accum=n), watch)
+            proof = _prove(watch, reduced)
+            if proof is not None:
+                break
+            if not watch.unsettled:
+                return None  # more micro-batches would not help
+        else:
+            return None
+        simulated = n
     unit, first_start, unit_end, added = proof
     extra = scenario.grad_accum - n
     period = unit_end - first_start  # the unit's window is [first_start, unit_end): both times of the clock
-    totals = [a + extra * d for a, d in zip(_totals(watch.run), added.totals)]
+    totals = [a + extra * d for a, d in zip(_totals(reduced), added.totals)]
     comm = {}
     for key, stats in reduced.comm.items():
         d = added.comm.get(key, (0, 0, 0.0, 0.0))
@@ -180,12 +189,13 @@ def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch]
         host_ledger=splice_ledger(reduced.host_ledger, first_start, unit_end, extra),
         events=splice_events(reduced.events, unit, first_start, unit_end, extra),
         wall_seconds=time.perf_counter() - wall,
-        repeated_micro_batches=extra,
+        repeated_micro_batches=scenario.grad_accum - simulated,
     )
 
 
-def _totals(run: Any) -> tuple[float, ...]:
-    return run.compute_seconds, run.flops, run.mp_seconds, run.ep_seconds, run.offload_seconds
+def _totals(result: Result) -> tuple[float, ...]:
+    return (result.compute_seconds, result.hardware_flops, result.mp_comm_seconds, result.ep_comm_seconds,
+            result.offload_seconds)
 
 
 @dataclass(slots=True)
