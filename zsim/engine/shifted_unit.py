@@ -95,19 +95,40 @@ class Probe:
     run: Any
     plan: Plan  # of 2 micro-batches
     n0: int
-    op_of: dict[tuple[str, str], int]  # (kind, a tag it allocates or frees) -> reduced-plan index
+    by_id: dict[int, int]  # id of an op's allocs or frees tuple (what the engine passes) -> reduced-plan index
     calls: list[tuple[int, str]] = field(default_factory=list)
     replayed: bool = False
     marks: dict[str, Any] = field(default_factory=dict)  # where the replay begins and ends in the outputs
+    by_tag: dict[tuple[str, str], list[int]] | None = None  # for calls split between GPU and host
+    done: dict[str, bytearray] = field(default_factory=dict)
+    persistent: frozenset[str] = frozenset()
 
-    def before(self, kind: str, tag: str) -> None:
-        i = self.op_of.get((kind, tag), -1)
+    def before(self, kind: str, given: tuple) -> None:
+        i = self.by_id.get(id(given), -1)
         if i < 0:
-            return  # persistent state, made before the streams start
+            i = self._by_tag(kind, given[0].tag if kind == "a" else given[0])
+            if i < 0:
+                return  # the model states
         if i >= self.n0 and not self.replayed:
             self.replay()
         if not self.calls or self.calls[-1] != (i, kind):  # a call split between GPU and host is one
             self.calls.append((i, kind))
+            self.done[kind][i] = 1
+
+    def _by_tag(self, kind: str, tag: str) -> int:
+        """The op of a call whose tuple is not an op's own (the engine split it between GPU and host): of
+        those that allocate (free) `tag`, the one making its call now, or the first yet to make it."""
+        if kind == "a" and tag in self.persistent:
+            return -1  # the model states, allocated before the streams start
+        if self.by_tag is None:
+            self.by_tag = {}
+            for k, op in enumerate(self.run.plan.ops):
+                for key in [("a", a.tag) for a in op.allocs] + [("f", tag) for tag in op.frees]:
+                    self.by_tag.setdefault(key, []).append(k)
+        candidates = self.by_tag.get((kind, tag), [])
+        if self.calls and self.calls[-1][1] == kind and self.calls[-1][0] in candidates:
+            return self.calls[-1][0]
+        return next((k for k in candidates if not self.done[kind][k]), -1)
 
     def replay(self) -> None:
         run, n0 = self.run, self.n0
@@ -163,25 +184,31 @@ class ProbedLedger(MemoryLedger):
     def alloc_many(self, time: float, requests, stream: str = "compute") -> None:
         requests = tuple(requests)
         if requests and self.probe is not None:
-            self.probe.before("a", requests[0].tag)
+            self.probe.before("a", requests)
         MemoryLedger.alloc_many(self, time, requests, stream)
 
     def free_many(self, time: float, tags) -> None:
         tags = tuple(tags)
         if tags and self.probe is not None:
-            self.probe.before("f", tags[0])
+            self.probe.before("f", tags)
         MemoryLedger.free_many(self, time, tags)
 
 
 def probe_for(plan: Plan, n0: int) -> Probe:
     """A Probe for the reduced run of `plan` (of 2 micro-batches); attach() it to the run."""
-    op_of: dict[tuple[str, str], int] = {}
+    by_id: dict[int, int] = {}
+    shared: set[int] = set()
     for k, op in enumerate(plan.ops[:n0] + plan.ops[2 * n0:]):
-        for a in op.allocs:
-            op_of[("a", a.tag)] = k
-        for tag in op.frees:
-            op_of[("f", tag)] = k
-    return Probe(None, plan, n0, op_of)
+        for given in (op.allocs, op.frees):
+            if given:
+                if id(given) in by_id:
+                    shared.add(id(given))  # one tuple for several ops: found by tag instead
+                by_id[id(given)] = k
+    for key in shared:
+        del by_id[key]
+    size = n0 + len(plan.ops) - 2 * n0
+    return Probe(None, plan, n0, by_id, done={"a": bytearray(size), "f": bytearray(size)},
+                 persistent=frozenset(a.tag for a in plan.persistent))
 
 
 def attach(probe: Probe, run: Any) -> None:
