@@ -71,12 +71,14 @@ def split(plan: Plan) -> int | None:
         return None
     if list(map(_TIMING, first)) != list(map(_TIMING, second)):
         return None
+    if max((max(a.deps) for a in first if a.deps), default=-1) >= n0 \
+            or max((max(b.deps) for b in second if b.deps), default=-1) >= opt:
+        return None  # the first waits only for itself, the second for no optimizer op
     for a, b in zip(first, second):
         if (b.allocs and not a.allocs) or (b.frees and not a.frees) or a.group == "pp":  # replay's positions
             return None
-        if any(d >= n0 for d in a.deps) or tuple(d - n0 for d in b.deps if d >= n0) != a.deps \
-                or any(d >= opt for d in b.deps):
-            return None
+        if b.deps != tuple(map(n0.__add__, a.deps)) and tuple(d - n0 for d in b.deps if d >= n0) != a.deps:
+            return None  # (the second may also wait for ops of the first)
     return n0
 
 
