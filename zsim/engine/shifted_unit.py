@@ -108,9 +108,12 @@ class Probe:
     def before(self, kind: str, given: tuple) -> None:
         i = self.by_id.get(id(given), -1)
         if i < 0:
-            i = self._by_tag(kind, given[0].tag if kind == "a" else given[0])
+            tag = given[0].tag if kind == "a" else given[0]
+            if kind == "a" and tag in self.persistent:
+                return  # the model states, allocated before the streams start
+            i = self._by_tag(kind, tag)
             if i < 0:
-                return  # the model states
+                raise Unproven(f"a memory call of no op of the plan ({kind} {tag})")
         if i >= self.n0 and not self.replayed:
             self.replay()
         if not self.calls or self.calls[-1] != (i, kind):  # a call split between GPU and host is one
@@ -120,8 +123,6 @@ class Probe:
     def _by_tag(self, kind: str, tag: str) -> int:
         """The op of a call whose tuple is not an op's own (the engine split it between GPU and host): of
         those that allocate (free) `tag`, the one making its call now, or the first yet to make it."""
-        if kind == "a" and tag in self.persistent:
-            return -1  # the model states, allocated before the streams start
         if self.by_tag is None:
             self.by_tag = {}
             for k, op in enumerate(self.run.plan.ops):
