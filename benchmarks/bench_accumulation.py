@@ -1,6 +1,9 @@
 """Where the flagship's time goes at gradient accumulation 1 and 64 (issue 28 item 9): CPU ms of the
-plan build (zsim.engine.simulation.workload_and_plan), the simpy run (run_to_end) and the rest (setup,
-the repeat proof and splice, the Result), median of 5, class mode without trace events.
+plan build (zsim.engine.simulation.workload_and_plan), the simpy run (run_to_end: at 64 it holds the
+replay of the second micro-batch's memory, zsim.engine.shifted_unit) and the rest (setup, the proof and
+splice, the Result), median of 5, class mode without trace events, with each total as a multiple of
+grad_accum 1's; then what replaying one micro-batch's ledger calls costs alone (replay_ms): with the second
+micro-batch's plan, the floor of any exact proof that simulates one micro-batch (docs/fabric.md).
 
 Run: .venv/bin/python benchmarks/bench_accumulation.py   (prints a table; not a timed test)
 """

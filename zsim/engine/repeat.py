@@ -7,9 +7,12 @@ ones still in flight on any stream or link (a *clean* boundary), and the same me
 allocator, live tensors, arenas). `extrapolate` simulates the step with n < G micro-batches, proves that
 one of them, the unit, repeats, and builds the G-micro-batch Result with G − n more copies of the unit:
 
-  n = 2 (the unit is the last micro-batch; where its ops are those of the others, as at stages 2-3 that
-        reduce every micro-batch), then n = 3, 5, 7 (the unit is the one before the last; more while the
-        allocator still reserves new segments in it).
+  first, one micro-batch simulated (zsim.engine.shifted_unit: where the second's ops are the first's, as
+        at stages 2-3 that reduce every micro-batch, the second is proven to be the first shifted from
+        the first's run and the plan, and its memory is replayed on the ledger: a Result of n = 2 whose
+        second, the unit, was not simulated);
+  else n = 2 (the unit is the last micro-batch, where its ops are those of the others), then n = 3, 5, 7
+        (the unit is the one before the last; more while the allocator still reserves new segments in it).
   - clean boundaries: every op of micro-batch k ends before any op of k + 1 starts, and every op of the
     unit before any op after it;
   - periodic timing: every op of the unit starts and ends one period P after its counterpart in the
