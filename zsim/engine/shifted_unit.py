@@ -329,9 +329,9 @@ def two_micro_batches(probe: Probe, reduced: Result, t0: float) -> tuple[Result,
 
 
 def _shifted(ledger: MemoryLedger, rows: int, flushes: int, peaks: tuple[int, int], p: float) -> MemoryLedger:
-    """`ledger` with what the optimizer step recorded after the replay (its timeline from row `rows`,
-    its flushes from `flushes`, a peak above `peaks`, those after the replay) moved P later; its first row merges with
-    the replay's last where they fall on one instant (the timeline keeps one state per instant)."""
+    """`ledger` with what the optimizer step recorded after the replay moved `p` s later: its timeline
+    from row `rows`, its flushes from `flushes`, a peak above `peaks` (the peaks after the replay). Its
+    first row replaces the replay's last where both fall on one instant (one state per instant)."""
     times = ledger.times[:rows] + [t + p for t in ledger.times[rows:]]
     rows_, reserved = list(ledger.rows), list(ledger.reserved_rows)
     if 0 < rows < len(times) and times[rows] == times[rows - 1]:
