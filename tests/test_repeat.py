@@ -16,7 +16,7 @@ import math
 import pytest
 
 from zsim.scenario.scenario import load_scenario
-from zsim.engine import repeat
+from zsim.engine import repeat, shifted_unit
 from zsim.engine.simulation import simulate
 from tests.golden.engine_bits import CASES, FILE, FLAGSHIP, ROOT, SMALL
 
@@ -24,16 +24,17 @@ TIME_TOL = 1e-12
 
 # (scenario, overrides, micro-batches the proof simulates) where it holds at every stage: the 7.5B example
 # at 6 layers (stages 0-1: the last micro-batch reduces, so the unit is one before it, and the allocator
-# settles after 2: 5 are simulated; stages 2-3: the last is a unit: 2), stage 2 without overlap_comm
-# (with it the reduce-scatters fall further behind every micro-batch: no clean boundary, see below), and
-# the flagship (stage 1: the allocator has settled by the second: 3).
+# settles after 2: 5 are simulated; stages 2-3: every micro-batch after the first is the first shifted,
+# zsim.engine.shifted_unit: 1), stage 2 without overlap_comm (with it the reduce-scatters fall further
+# behind every micro-batch: no clean boundary, see below), and the flagship (stage 1: the allocator has
+# settled by the second: 3).
 STAGES = {
     0: (SMALL, ("model.layers=6", "zero.stage=0"), 5),
     1: (SMALL, ("model.layers=6", "zero.stage=1"), 5),
-    2: (SMALL, ("model.layers=6", "zero.stage=2", "zero.overlap_comm=false"), 2),
-    3: (SMALL, ("model.layers=6",), 2),
+    2: (SMALL, ("model.layers=6", "zero.stage=2", "zero.overlap_comm=false"), 1),
+    3: (SMALL, ("model.layers=6",), 1),
     "flagship-1": (FLAGSHIP, ("model.layers=4", "zero.stage=1"), 3),
-    "flagship-3": (FLAGSHIP, ("model.layers=4",), 2),
+    "flagship-3": (FLAGSHIP, ("model.layers=4",), 1),
 }
 
 
@@ -118,9 +119,9 @@ def test_spliced_step_equals_the_full_simulation(case, accum):
     spliced = simulate(scenario, mode="class")
     full = simulate(scenario, mode="class", repeat=False)
     assert full.repeated_micro_batches == 0
-    # ga 2 is below the micro-batches the proof simulates: every one is simulated
-    assert spliced.repeated_micro_batches == max(0, accum - simulated)
-    if accum > simulated:
+    # ga 2 is below the micro-batches the proofs cover (repeat.applies): every one is simulated
+    assert spliced.repeated_micro_batches == (accum - simulated if accum > repeat.REDUCED[0] else 0)
+    if spliced.repeated_micro_batches:
         assert spliced.sim_events < full.sim_events
     assert_same_result(spliced, full)
 
@@ -161,7 +162,7 @@ def test_without_trace_the_totals_are_the_same():
     scenario = _scenario(FLAGSHIP, ("model.layers=4",), 16)
     spliced = simulate(scenario, mode="class", trace=False)
     full = simulate(scenario, mode="class", trace=False, repeat=False)
-    assert spliced.repeated_micro_batches == 14 and spliced.events == [] == full.events
+    assert spliced.repeated_micro_batches == 15 and spliced.events == [] == full.events
     assert_same_result(spliced, full)
 
 
@@ -197,7 +198,10 @@ def test_an_unsettled_allocator_is_not_spliced(monkeypatch):
 
 
 def test_a_schedule_that_drifts_is_not_spliced(monkeypatch):
-    """The timing check can fail: an op of the unit made one microsecond slower than its counterpart."""
+    """The timing check can fail: an op of the unit made one microsecond slower than its counterpart
+    (repeat's proof from 2 or more simulated micro-batches; the one-micro-batch proof made to fail
+    first, as in the next test)."""
+    monkeypatch.setattr(shifted_unit, "proven", lambda probe, reduced: None)
     real = repeat._starts
 
     def drifting(run):
@@ -209,3 +213,61 @@ def test_a_schedule_that_drifts_is_not_spliced(monkeypatch):
 
     monkeypatch.setattr(repeat, "_starts", drifting)
     assert simulate(_scenario(FLAGSHIP, ("model.layers=4",), 8), mode="class").repeated_micro_batches == 0
+
+
+def test_two_ops_ending_the_micro_batch_together_leave_the_shift_unproven(monkeypatch):
+    """The boundary must be one op's end: with another op of the first micro-batch made to end at the
+    same instant, the order of what the second's first ops do there is not the engine's to force, so
+    the one-micro-batch proof fails and repeat's runs of 2 micro-batches splice the step instead."""
+    real = shifted_unit.proven
+
+    def tied(probe, reduced):
+        end, n0 = probe.run.end_time, probe.n0
+        t0 = max(end[:n0])
+        other = max((i for i in range(n0) if end[i] < t0), key=end.__getitem__)
+        end[other] = t0
+        return real(probe, reduced)
+
+    monkeypatch.setattr(shifted_unit, "proven", tied)
+    scenario = _scenario(FLAGSHIP, ("model.layers=4",), 8)
+    spliced = simulate(scenario, mode="class")
+    assert spliced.repeated_micro_batches == 6  # 2 simulated, not 1
+    assert_same_result(spliced, simulate(scenario, mode="class", repeat=False))
+
+
+def test_the_first_micro_batch_differs_from_the_second_at_stages_0_and_1():
+    """Stages 0-1 reduce only in the last micro-batch: the plan of 2 is not two alike, so the
+    one-micro-batch proof does not start (zsim.engine.shifted_unit.split), where stage 3's is."""
+    from zsim.engine.simulation import workload_and_plan
+
+    for stage, alike in ((1, False), (3, True)):
+        scenario = _scenario(SMALL, ("model.layers=2", f"zero.stage={stage}"), 2)
+        _, plan = workload_and_plan(scenario)
+        assert (shifted_unit.split(plan) is not None) is alike, stage
+
+
+def _ops(*specs):
+    """Ops (name, stream, deps) for _forced's tests: compute ops of 1 s unless a time says otherwise."""
+    from zsim.zero.ops import Op
+
+    return [Op(name=name, stream=stream, deps=deps) for name, stream, deps in specs]
+
+
+def test_the_order_of_one_instants_memory_calls_must_be_forced():
+    """zsim.engine.shifted_unit._forced on a hand-made schedule: A (compute) ends at 1 and frees; B, the
+    next compute op, starts at once (A's worker runs on to it) and allocates; C (comm) waited for A and
+    allocates after. Forced in that order, not in the reverse; frees commute; an op that two ops ending
+    together release, or two ops that start on their own at 0, leave the order to the engine's history."""
+    ops = _ops(("A", "compute", ()), ("B", "compute", ()), ("C", "comm", (0,)), ("D", "comm", (0, 1)))
+    pred = [-1, 0, -1, 2]
+    start, end = [0.0, 1.0, 1.0, 2.0], [1.0, 2.0, 2.0, 3.0]
+    forced = shifted_unit._forced
+    assert forced([(0, "f"), (1, "a"), (2, "a")], ops, pred, start, end)
+    assert not forced([(0, "f"), (2, "a"), (1, "a")], ops, pred, start, end)
+    assert forced([(2, "f"), (1, "f")], ops, pred, start, end)  # two frees at 2, in either order
+    # D waits for B and C, which both end at 2: which of them releases it is the engine's history
+    assert not forced([(1, "f"), (3, "a"), (2, "f")], ops, pred, start, end)
+    # with C ending at 1.5, B alone releases D at 2: its free comes first
+    assert forced([(1, "f"), (3, "a")], ops, pred, start, [1.0, 2.0, 1.5, 3.0])
+    roots = _ops(("X", "compute", ()), ("Y", "comm", ()))
+    assert not forced([(0, "a"), (1, "a")], roots, [-1, -1], [0.0, 0.0], [1.0, 1.0])

@@ -7,9 +7,12 @@ ones still in flight on any stream or link (a *clean* boundary), and the same me
 allocator, live tensors, arenas). `extrapolate` simulates the step with n < G micro-batches, proves that
 one of them, the unit, repeats, and builds the G-micro-batch Result with G − n more copies of the unit:
 
-  n = 2 (the unit is the last micro-batch; where its ops are those of the others, as at stages 2-3 that
-        reduce every micro-batch), then n = 3, 5, 7 (the unit is the one before the last; more while the
-        allocator still reserves new segments in it).
+  first, one micro-batch simulated (zsim.engine.shifted_unit: where the second's ops are the first's, as
+        at stages 2-3 that reduce every micro-batch, the second is proven to be the first shifted from
+        the first's run and the plan, and its memory is replayed on the ledger: a Result of n = 2 whose
+        second, the unit, was not simulated);
+  else n = 2 (the unit is the last micro-batch, where its ops are those of the others), then n = 3, 5, 7
+        (the unit is the one before the last; more while the allocator still reserves new segments in it).
   - clean boundaries: every op of micro-batch k ends before any op of k + 1 starts, and every op of the
     unit before any op after it;
   - periodic timing: every op of the unit starts and ends one period P after its counterpart in the
@@ -34,6 +37,7 @@ k·P once (tests/test_repeat.py).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 import time
@@ -41,10 +45,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from zsim.engine import shifted_unit
 from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.memory.ledger import MemoryLedger
-from zsim.zero.plan import rank_model_states
 
 if TYPE_CHECKING:
     from zsim.scenario.scenario import Scenario
@@ -137,28 +141,36 @@ def applies(scenario: Scenario, per_rank: bool, overridden: bool) -> bool:
             and scenario.grad_accum > REDUCED[0] and pp == 1)
 
 
-def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch], Result]) -> Result | None:
-    """The Result of `scenario` (grad_accum G) from a simulation of n < G micro-batches, n from REDUCED
-    in turn while a larger one may prove what a smaller did not (`simulate_reduced(reduced scenario,
-    observer)`), or None when no micro-batch is proven to repeat (module docstring); the caller then
-    simulates all G."""
+def extrapolate(scenario: Scenario, simulate_reduced: Callable[..., Result],
+                plan_of: Callable[[Scenario], tuple] | None = None) -> Result | None:
+    """The Result of `scenario` (grad_accum G) from a simulation of one micro-batch where the later ones
+    are proven to be it shifted (zsim.engine.shifted_unit; `plan_of(scenario)` gives its workload and
+    plan), else of n < G, n from REDUCED in turn while a larger one may prove what a smaller did not
+    (`simulate_reduced(reduced scenario, observer[, (workload, plan) to run])`), or None when no
+    micro-batch is proven to repeat (module docstring); the caller then simulates all G."""
     wall = time.perf_counter()
-    for n in REDUCED:
-        if n >= scenario.grad_accum:
-            return None
-        watch = Watch()
-        reduced = simulate_reduced(dataclasses.replace(scenario, grad_accum=n), watch)
-        proof = _prove(watch, reduced)
-        if proof is not None:
-            break
-        if not watch.unsettled:
-            return None  # more micro-batches would not help
+    one = shifted_unit.simulate_one(scenario, simulate_reduced, plan_of) if plan_of is not None else None
+    if one is not None:  # a Result of 2 micro-batches whose second (the unit) was not simulated
+        reduced, t0, added = one
+        n, simulated, proof = 2, 1, (1, t0, t0 + t0, added)
     else:
-        return None
+        for n in REDUCED:
+            if n >= scenario.grad_accum:
+                return None
+            watch = Watch()
+            reduced = simulate_reduced(dataclasses.replace(scenario, grad_accum=n), watch)
+            proof = _prove(watch, reduced)
+            if proof is not None:
+                break
+            if not watch.unsettled:
+                return None  # more micro-batches would not help
+        else:
+            return None
+        simulated = n
     unit, first_start, unit_end, added = proof
     extra = scenario.grad_accum - n
     period = unit_end - first_start  # the unit's window is [first_start, unit_end): both times of the clock
-    totals = [a + extra * d for a, d in zip(_totals(watch.run), added.totals)]
+    totals = [a + extra * d for a, d in zip(_totals(reduced), added.totals)]
     comm = {}
     for key, stats in reduced.comm.items():
         d = added.comm.get(key, (0, 0, 0.0, 0.0))
@@ -168,7 +180,9 @@ def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch]
     return dataclasses.replace(
         reduced,
         scenario=scenario,
-        model_states=rank_model_states(scenario, workload),
+        # rank_model_states reads the zero, layout and precision sections and the workload, which the
+        # reduced scenario shares (it differs in grad_accum only): its model states are these
+        model_states=reduced.model_states,
         step_seconds=[reduced.step_seconds[0] + extra * period],
         compute_seconds=totals[0], hardware_flops=totals[1], mp_comm_seconds=totals[2], ep_comm_seconds=totals[3],
         offload_seconds=totals[4],
@@ -178,12 +192,13 @@ def extrapolate(scenario: Scenario, simulate_reduced: Callable[[Scenario, Watch]
         host_ledger=splice_ledger(reduced.host_ledger, first_start, unit_end, extra),
         events=splice_events(reduced.events, unit, first_start, unit_end, extra),
         wall_seconds=time.perf_counter() - wall,
-        repeated_micro_batches=extra,
+        repeated_micro_batches=scenario.grad_accum - simulated,
     )
 
 
-def _totals(run: Any) -> tuple[float, ...]:
-    return run.compute_seconds, run.flops, run.mp_seconds, run.ep_seconds, run.offload_seconds
+def _totals(result: Result) -> tuple[float, ...]:
+    return (result.compute_seconds, result.hardware_flops, result.mp_comm_seconds, result.ep_comm_seconds,
+            result.offload_seconds)
 
 
 @dataclass(slots=True)
@@ -206,19 +221,20 @@ class Added:
 def _added(run: Any, indices: list[int], start: list[float]) -> Added:
     compute = flops = mp = ep = offload = 0.0
     comm: dict[tuple[str, str], tuple[int, int, float, float]] = {}
+    ops, end, phases, compute_time = run.plan.ops, run.end_time, run.phases, run.compute_time  # the loop's names
     for i in indices:
-        op = run.plan.ops[i]
-        if op.is_collective:
-            seconds = run.end_time[i] - start[i]
-            count, payload, sent, total = comm.get((op.group, op.collective), (0, 0, 0.0, 0.0))
-            comm[(op.group, op.collective)] = (count + 1, payload + op.nbytes, sent + run.phases(op)[2],
-                                               total + seconds)
+        op = ops[i]
+        if op.collective:
+            seconds = end[i] - start[i]
+            key = (op.group, op.collective)
+            count, payload, sent, total = comm.get(key, (0, 0, 0.0, 0.0))
+            comm[key] = (count + 1, payload + op.nbytes, sent + phases(op)[2], total + seconds)
             mp += seconds if op.group == "mp" else 0.0
             ep += seconds if op.group == "ep" else 0.0
         elif op.transfer:
             offload += transfer_seconds(op.nbytes, run.s.cluster.offload)
         else:
-            compute += run.compute_time(op, i)
+            compute += compute_time(op, i)
             flops += op.flops
     return Added((compute, flops, mp, ep, offload), comm)
 
@@ -303,20 +319,16 @@ def splice_ledger(ledger: MemoryLedger | None, first: float, last: float, extra:
     if ledger is None:
         return None
     period = last - first
-    times, rows, reserved = [], [], []
-    n = len(ledger.times)
-    a = next((k for k in range(n) if ledger.times[k] >= first), n)
-    z = next((k for k in range(a, n) if ledger.times[k] >= last), n)
+    times: list[float] = []
+    a = bisect.bisect_left(ledger.times, first)  # the timeline's times never decrease
+    z = bisect.bisect_left(ledger.times, last, a)
+    unit = ledger.times[a:z]
     times += ledger.times[:a]
-    rows += ledger.rows[:a]
-    reserved += ledger.reserved_rows[:a]
-    for j in range(extra + 1):
-        times += [t + j * period for t in ledger.times[a:z]]
-        rows += ledger.rows[a:z]
-        reserved += ledger.reserved_rows[a:z]
-    times += [t + extra * period for t in ledger.times[z:]]
-    rows += ledger.rows[z:]
-    reserved += ledger.reserved_rows[z:]
+    for j in range(extra + 1):  # t + j·P: the float addition of the element-wise form, once per copy
+        times += list(map((j * period).__radd__, unit))
+    times += list(map((extra * period).__radd__, ledger.times[z:]))
+    rows = ledger.rows[:a] + ledger.rows[a:z] * (extra + 1) + ledger.rows[z:]
+    reserved = ledger.reserved_rows[:a] + ledger.reserved_rows[a:z] * (extra + 1) + ledger.reserved_rows[z:]
     flushes = [t for t in ledger.flush_times if t < first]
     for j in range(extra + 1):
         flushes += [t + j * period for t in ledger.flush_times if first <= t < last]

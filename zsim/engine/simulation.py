@@ -108,8 +108,10 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         raise ConfigError("per-rank mode with parallel.pp > 1 is not modelled: use class mode (docs/parallel.md)",
                           source=scenario.source, path="fabric.mode")
     if repeat and repeat_micro_batches.applies(scenario, per_rank, compute_override is not None):
-        extrapolated = repeat_micro_batches.extrapolate(scenario, lambda reduced, watch: simulate(
-            reduced, mode="class", trace=trace, plans=plans, repeat=False, observe=watch))
+        plans = {} if plans is None else plans  # the reduced plan, built once for the proofs that use it
+        extrapolated = repeat_micro_batches.extrapolate(scenario, lambda reduced, watch, planned=None: simulate(
+            reduced, mode="class", trace=trace, plans=plans if planned is None else {plan_key(reduced): planned},
+            repeat=False, observe=watch), lambda reduced: workload_and_plan(reduced, plans))
         if extrapolated is not None:
             return extrapolated
     workload, plan = workload_and_plan(scenario, plans)
