@@ -31,6 +31,11 @@ What each version does, read from DeepSpeed's code at its tag (deepspeed/runtime
     - gradients: one reduce-scatter per parameter tensor of a bucket (partition_parameters.py @ v0.5.10
       _reduce_scatter_gradients L1050-1079), each from a list of Nd narrowed views (L1081-) that
       PyTorch first copies into a flat buffer, Nd copy kernels.
+    - the parameter coordinator (stage3.py @ v0.3.13 L281-470) fetches per sub-module, prefetches up to
+      stage3_prefetch_bucket_size while under stage3_max_live_parameters, and releases what is not used
+      again within stage3_max_reuse_distance: zsim's block holds the most its sub-modules hold at once,
+      and the tensors released after the recompute are gathered again for backward (`coordinator`);
+      each gradient leaves for the bucket buffer in its hook (`live_grads`).
   deepspeed-0.14 (v0.14.0, coalesced fetches):
     - one all_gather_into_tensor per fetched module (partitioned_param_coordinator.py @ v0.14.0
       __all_gather_params_ L436-470: all_gather_coalesced), on its own stream, prefetched by
