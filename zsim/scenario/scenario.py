@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -212,6 +213,14 @@ def _grad_accum(model: ModelSection, dp: int, fail) -> int:
     return accum
 
 
+@functools.cache
+def _coordinator_defaults() -> dict[str, int]:
+    """The schema's defaults of zero.prefetch_bucket_elements, max_live_elements and max_reuse_elements
+    (read once: msgspec.structs.fields costs ~1 ms a call, and every scenario build checks them)."""
+    return {f.name: f.default for f in msgspec.structs.fields(ZeroSection)
+            if f.name in ("prefetch_bucket_elements", "max_live_elements", "max_reuse_elements")}
+
+
 def _check_implementation(zero: ZeroSection, fail) -> None:
     """zero.implementation deepspeed-0.2 has no stage 3: ZeRO-3 first shipped in DeepSpeed v0.3.13."""
     if zero.implementation == "deepspeed-0.2" and zero.stage == 3:
@@ -219,7 +228,7 @@ def _check_implementation(zero: ZeroSection, fail) -> None:
                    "(stage 3 shipped in v0.3.13); use deepspeed-0.5, deepspeed-0.14 or paper")
     if zero.implementation != "deepspeed-0.5" or zero.stage != 3:
         # deepspeed-0.5's coordinator limits (zsim.zero.implementation.coordinator) change nothing elsewhere
-        defaults = {f.name: f.default for f in msgspec.structs.fields(ZeroSection)}
+        defaults = _coordinator_defaults()
         for key in ("prefetch_bucket_elements", "max_live_elements", "max_reuse_elements"):
             if getattr(zero, key) != defaults[key]:
                 raise fail(f"zero.{key}", f"{getattr(zero, key)} applies to zero.implementation deepspeed-0.5 at "
