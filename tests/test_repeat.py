@@ -188,9 +188,9 @@ def test_runs_the_proof_does_not_cover_are_simulated_in_full():
 def test_an_unsettled_allocator_is_not_spliced(monkeypatch):
     """The memory check can fail: with the allocator's state made to differ at every micro-batch, the
     proof refuses and the step is simulated in full (the same numbers as repeat=False)."""
-    real = repeat._memory_state
+    real = repeat.memory_state
     counter = iter(range(10**6))
-    monkeypatch.setattr(repeat, "_memory_state", lambda ledger: (real(ledger), next(counter)))
+    monkeypatch.setattr(repeat, "memory_state", lambda ledger: (real(ledger), next(counter)))
     scenario = _scenario(FLAGSHIP, ("model.layers=4",), 8)
     result = simulate(scenario, mode="class")
     assert result.repeated_micro_batches == 0
@@ -247,7 +247,7 @@ def test_the_first_micro_batch_differs_from_the_second_at_stages_0_and_1():
 
 
 def _ops(*specs):
-    """Ops (name, stream, deps) for _forced's tests: compute ops of 1 s unless a time says otherwise."""
+    """Ops (name, stream, deps) for _forced's tests (their times are given to _forced apart)."""
     from zsim.zero.ops import Op
 
     return [Op(name=name, stream=stream, deps=deps) for name, stream, deps in specs]

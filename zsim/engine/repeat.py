@@ -79,7 +79,7 @@ class Snapshot:
     memory: tuple
 
 
-def _memory_state(ledger: MemoryLedger) -> tuple:
+def memory_state(ledger: MemoryLedger) -> tuple:
     allocator = ledger.allocator
     live = sorted((_mb_free(tag), entry) for tag, entry in ledger.live.items())
     return (allocator.state(_mb_free) if allocator is not None else None, tuple(live),
@@ -130,7 +130,7 @@ class Watch:
         run.ledgers[0] = run.ledger  # the engine allocates through its per-stage list (one stage here)
 
     def snapshot(self, now: float, key: int) -> None:
-        self.snapshots[key] = Snapshot(now, (_memory_state(self.run.ledger), _memory_state(self.run.host_ledger)))
+        self.snapshots[key] = Snapshot(now, (memory_state(self.run.ledger), memory_state(self.run.host_ledger)))
 
 
 def applies(scenario: Scenario, per_rank: bool, overridden: bool) -> bool:
@@ -218,7 +218,7 @@ class Added:
                    for a, b in ((self.comm[k], other.comm[k]) for k in self.comm))
 
 
-def _added(run: Any, indices: list[int], start: list[float]) -> Added:
+def added_by(run: Any, indices: list[int], start: list[float]) -> Added:
     compute = flops = mp = ep = offload = 0.0
     comm: dict[tuple[str, str], tuple[int, int, float, float]] = {}
     ops, end, phases, compute_time = run.plan.ops, run.end_time, run.phases, run.compute_time  # the loop's names
@@ -278,8 +278,8 @@ def _prove(watch: Watch, reduced: Result) -> tuple[int, float, float, Added] | N
         if (ops[i].name, ops[i].stream) != (ops[j].name, ops[j].stream) or \
                 abs(start[j] - start[i] - period) > tol or abs(end[j] - end[i] - period) > tol:
             return None
-    added = _added(run, unit, start)
-    if not added.matches(_added(run, previous, start)):
+    added = added_by(run, unit, start)
+    if not added.matches(added_by(run, previous, start)):
         return None
     for key, idx in ((u, unit), (after, phases[u + 1])):  # the snapshots are taken before any memory effect
         at = snaps[key].time
@@ -363,12 +363,12 @@ def splice_events(events: list[dict[str, Any]], unit_mb: int, first: float, last
             (before if ts < first_us else unit if ts < last_us else after).append(e)
     out = list(before)
     for j in range(extra + 1):
-        out += [_moved(e, j, period_us) for e in unit] if j else unit
-    out += [_moved(e, extra, period_us) for e in after]
+        out += [moved_event(e, j, period_us) for e in unit] if j else unit
+    out += [moved_event(e, extra, period_us) for e in after]
     return out
 
 
-def _moved(event: dict[str, Any], copies: int, period_us: float) -> dict[str, Any]:
+def moved_event(event: dict[str, Any], copies: int, period_us: float) -> dict[str, Any]:
     moved = dict(event)
     moved["ts"] = event["ts"] + copies * period_us
     moved["args"] = dict(event["args"])  # its own: a copy's args are not the original's

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from zsim.memory.ledger import MemoryLedger
@@ -47,9 +47,10 @@ from zsim.zero.ops import Plan
 if TYPE_CHECKING:
     from zsim.engine.result import Result
 
-# What times an op and what it waits for, without its memory effects and micro-batch (zsim.zero.ops.Op's
-# fields: name, stream, flops, hbm_bytes, collective, group, nbytes, step, transfer, kernels, elements, stage)
-_TIMING = itemgetter(0, 1, 3, 4, 5, 6, 7, 10, 12, 13, 14, 15)
+# What times an op, without its dependencies, memory effects and micro-batch (zsim.zero.ops.Op's fields by
+# name: a field added to Op is not compared until it is named here)
+_TIMING = attrgetter("name", "stream", "flops", "hbm_bytes", "collective", "group", "nbytes", "step", "transfer",
+                     "kernels", "elements", "stage")
 
 
 class Unproven(Exception):
@@ -173,7 +174,7 @@ class Probe:
 
 
 def _memory_state(ledger: MemoryLedger) -> tuple:
-    from zsim.engine.repeat import _memory_state as state  # one definition of a ledger's state
+    from zsim.engine.repeat import memory_state as state  # one definition of a ledger's state
 
     return state(ledger)
 
@@ -301,10 +302,10 @@ def _forced(calls: list[tuple[int, str]], ops, pred: list[int], start: list[floa
 def two_micro_batches(probe: Probe, reduced: Result, t0: float) -> tuple[Result, Any]:
     """The Result of the plan of 2 micro-batches from the reduced run: its totals with the first's again,
     the second's memory from the replay, its trace events one period P = T0 later (the optimizer's too)."""
-    from zsim.engine.repeat import _added, _moved  # the totals an op set adds, an event moved by copies
+    from zsim.engine.repeat import added_by, moved_event  # the totals an op set adds, an event moved by copies
 
     run, n0, marks = probe.run, probe.n0, probe.marks
-    added = _added(run, list(range(n0)), run.start_time)
+    added = added_by(run, list(range(n0)), run.start_time)
     totals = [a + d for a, d in zip((reduced.compute_seconds, reduced.hardware_flops, reduced.mp_comm_seconds,
                                      reduced.ep_comm_seconds, reduced.offload_seconds), added.totals)]
     comm = {}
@@ -320,7 +321,7 @@ def two_micro_batches(probe: Probe, reduced: Result, t0: float) -> tuple[Result,
         p_us, a, z = t0 * 1e6, marks["events"], marks["events_end"]
         optimizer = [e for e in events[:a] if e["ph"] == "X" and e["args"]["micro_batch"] == 1] + events[z:]
         first = [e for e in events[:a] if e["ph"] != "X" or e["args"]["micro_batch"] == 0]
-        events = (first + [_moved(e, 1, p_us) for e in first if e["ph"] == "X"] + events[a:z]
+        events = (first + [moved_event(e, 1, p_us) for e in first if e["ph"] == "X"] + events[a:z]
                   + [dict(e, ts=e["ts"] + p_us) for e in optimizer])
     return dataclasses.replace(
         reduced, step_seconds=[reduced.step_seconds[0] + t0], compute_seconds=totals[0], hardware_flops=totals[1],

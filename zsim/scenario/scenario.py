@@ -213,24 +213,26 @@ def _grad_accum(model: ModelSection, dp: int, fail) -> int:
     return accum
 
 
+# deepspeed-0.5's coordinator limits (zsim.zero.implementation.coordinator): they change nothing elsewhere
+COORDINATOR_KEYS = ("prefetch_bucket_elements", "max_live_elements", "max_reuse_elements")
+
+
 @functools.cache
 def _coordinator_defaults() -> dict[str, int]:
-    """The schema's defaults of zero.prefetch_bucket_elements, max_live_elements and max_reuse_elements
-    (read once: msgspec.structs.fields costs ~1 ms a call, and every scenario build checks them)."""
-    return {f.name: f.default for f in msgspec.structs.fields(ZeroSection)
-            if f.name in ("prefetch_bucket_elements", "max_live_elements", "max_reuse_elements")}
+    """The schema's defaults of COORDINATOR_KEYS (read once: msgspec.structs.fields costs ~1 ms a call, and
+    every scenario build checks them)."""
+    return {f.name: f.default for f in msgspec.structs.fields(ZeroSection) if f.name in COORDINATOR_KEYS}
 
 
 def _check_implementation(zero: ZeroSection, fail) -> None:
-    """zero.implementation deepspeed-0.2 has no stage 3: ZeRO-3 first shipped in DeepSpeed v0.3.13."""
+    """zero.implementation deepspeed-0.2 has no stage 3: ZeRO-3 first shipped in DeepSpeed v0.3.13; and the
+    coordinator's keys, set away from their defaults, need deepspeed-0.5 at stage 3 (nothing else reads them)."""
     if zero.implementation == "deepspeed-0.2" and zero.stage == 3:
         raise fail("zero.implementation", "deepspeed-0.2 with zero.stage 3: DeepSpeed v0.2 had stages 0-2 only "
                    "(stage 3 shipped in v0.3.13); use deepspeed-0.5, deepspeed-0.14 or paper")
     if zero.implementation != "deepspeed-0.5" or zero.stage != 3:
-        # deepspeed-0.5's coordinator limits (zsim.zero.implementation.coordinator) change nothing elsewhere
-        defaults = _coordinator_defaults()
-        for key in ("prefetch_bucket_elements", "max_live_elements", "max_reuse_elements"):
-            if getattr(zero, key) != defaults[key]:
+        for key, default in _coordinator_defaults().items():
+            if getattr(zero, key) != default:
                 raise fail(f"zero.{key}", f"{getattr(zero, key)} applies to zero.implementation deepspeed-0.5 at "
                            f"stage 3 only (this scenario: {zero.implementation}, stage {zero.stage})")
 

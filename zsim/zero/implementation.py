@@ -119,7 +119,8 @@ def coordinator(padded: tuple[int, ...], recompute: bool, backward: bool, prefet
       - release_sub_module (L413-458) frees it unless it is used again within `max_reuse` elements of the
         trace (_keep_for_later L464-470, _distance_in_numel L262-270, stage3_max_reuse_distance).
     A tensor released after the recompute is gathered again for backward. Within one module only: a prefetch
-    that reaches into the next module is not counted (it is bounded by the same `prefetch` elements)."""
+    that reaches into the next module is not counted (it is bounded by the same `prefetch` elements). The limits
+    are compared with padded sizes where DeepSpeed uses ds_numel: at most Nd − 1 elements a tensor apart."""
     n = len(padded)
     trace = list(range(n)) if not backward else (list(range(n)) if recompute else []) + list(reversed(range(n)))
     gathered: set[int] = set()
