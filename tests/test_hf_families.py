@@ -4,6 +4,7 @@ the released checkpoint, exactly; MLA prices its attention by DeepSeek-V2 §2.1;
 is refused naming the key."""
 
 import json
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -68,6 +69,12 @@ QWEN2_57B = QWEN15_MOE | {"hidden_size": 3584, "intermediate_size": 18944, "num_
                           "num_hidden_layers": 28, "num_key_value_heads": 4, "max_position_embeddings": 131072,
                           "moe_intermediate_size": 2560, "shared_expert_intermediate_size": 20480,
                           "num_experts": 64, "num_experts_per_tok": 8}
+# https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json
+QWEN3_8B = {"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_attention_heads": 32,
+            "num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+            "max_position_embeddings": 40960, "attention_bias": False, "tie_word_embeddings": False}
+# scenarios/hf/qwen3-30b-a3b.json (Qwen/Qwen3-30B-A3B's config.json)
+QWEN3_30B_A3B = json.loads((Path(__file__).resolve().parents[1] / "scenarios/hf/qwen3-30b-a3b.json").read_text())
 # https://huggingface.co/deepseek-ai/DeepSeek-V2/blob/main/config.json
 DEEPSEEK_V2 = {"model_type": "deepseek_v2", "hidden_size": 5120, "intermediate_size": 12288,
                "moe_intermediate_size": 1536, "num_attention_heads": 128, "num_key_value_heads": 128,
@@ -99,6 +106,8 @@ RELEASED = [  # (name, config, checkpoint count, tied head)
     ("falcon-7b", FALCON_7B, 6_921_720_704, True),  # Hub tiiuae/falcon-7b
     ("qwen1.5-moe-a2.7b", QWEN15_MOE, 14_315_784_192, False),  # keras-hub qwen1.5_moe_2.7b_en
     ("qwen2-57b-a14b", QWEN2_57B, 57_408_658_944, False),  # Hub Qwen/Qwen2-57B-A14B safetensors total
+    ("qwen3-8b", QWEN3_8B, 8_190_735_360, False),  # keras-hub qwen3_8b_en "params"
+    ("qwen3-30b-a3b", QWEN3_30B_A3B, 30_532_122_624, False),  # keras-hub qwen3_moe_30b_a3b_en "params"
     ("deepseek-v2", DEEPSEEK_V2, 235_741_434_880, False),  # Hub deepseek-ai/DeepSeek-V2
     ("deepseek-v2-lite", DEEPSEEK_V2_LITE, 15_706_484_224, False),  # Hub deepseek-ai/DeepSeek-V2-Lite
     # the main model's tensors of the FP8 checkpoint (the scale_inv tensors and the MTP layer left out)
@@ -250,9 +259,21 @@ def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path):
     assert refused(OLMO2_7B | {"attention_bias": True}).path == "attention_bias"
     err = refused({"model_type": "gemma3", "text_config": {}})
     assert "nearest supported family gemma3_text, which lacks the vision tower" in str(err)
-    err = refused({"model_type": "qwen3_moe", "num_experts": 128})
-    assert err.path == "num_experts" and "mixtral, qwen2_moe, deepseek_v2, deepseek_v3" in str(err)
-    assert "nearest supported family qwen2_moe, which lacks Qwen3's per-head QK-norm" in str(err)
+    err = refused({"model_type": "olmoe", "num_experts": 64})
+    assert err.path == "num_experts" and "mixtral, qwen2_moe, deepseek_v2, deepseek_v3, qwen3_moe" in str(err)
+    assert "nearest supported family mixtral, which lacks OLMoE's QK-norm over all heads" in str(err)
+    assert refused(QWEN3_8B | {"attention_bias": True}).path == "attention_bias"
+    assert refused(QWEN3_30B_A3B | {"decoder_sparse_step": 2}).path == "decoder_sparse_step"
+
+
+def test_qwen3_has_per_head_qk_norms_and_qwen3_moe_no_shared_expert(tmp_path):
+    dense, moe = imported(tmp_path, QWEN3_8B), imported(tmp_path, QWEN3_30B_A3B)
+    assert (dense.qk_norm, dense.qkv_bias, dense.linear_bias, dense.head_dim) == ("head", False, False, None)
+    assert (moe.qk_norm, moe.qkv_bias, moe.head_dim) == ("head", False, 128)  # 32 heads x 128 != hidden 2048
+    assert (moe.moe.experts, moe.moe.top_k, moe.moe.expert_ffn_hidden, moe.moe.shared_experts) == (128, 8, 768, 0)
+    # a shared-expert key on a Qwen3-MoE config names no tensor (Qwen3MoeSparseMoeBlock has none)
+    assert imported(tmp_path, QWEN3_30B_A3B | {"shared_expert_intermediate_size": 4096}).moe.shared_experts == 0
+    assert imported(tmp_path, {k: v for k, v in QWEN3_30B_A3B.items() if k != "num_experts_per_tok"}).moe.top_k == 8
 
 
 def test_mla_excludes_the_keys_it_replaces():

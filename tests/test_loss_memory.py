@@ -13,13 +13,15 @@ from zsim.zero.plan import build_plan
 
 def test_loss_tensors_closed_forms():
     """megatron keeps the fp32 softmax (4 bytes a logit) beside three copies while forward runs (e + 4 + 4);
-    fused keeps the e-byte logits and a 4-byte log-sum-exp per token, and no copy."""
+    fused keeps the e-byte logits and a 4-byte log-sum-exp per token, and no copy; torch saves the e-byte
+    log-softmax while the training loop holds the e-byte logits."""
     tokens, vocab, t = 4096, 51200, 4
     logits = tokens * vocab // t
-    assert loss_tensors(tokens, vocab, t, 2) == ((4 * logits,), loss_work_tensors(tokens, vocab, t, 2))
+    assert loss_tensors(tokens, vocab, t, 2) == ((4 * logits,), loss_work_tensors(tokens, vocab, t, 2), ())
     assert sum(loss_work_tensors(tokens, vocab, t, 2)) == (2 + 4 + 4) * logits
-    assert loss_tensors(tokens, vocab, t, 2, "fused") == ((2 * logits, 4 * tokens), ())
-    assert loss_tensors(tokens, vocab, t, 4, "fused") == ((4 * logits, 4 * tokens), ())
+    assert loss_tensors(tokens, vocab, t, 2, "fused") == ((2 * logits, 4 * tokens), (), ())
+    assert loss_tensors(tokens, vocab, t, 4, "fused") == ((4 * logits, 4 * tokens), (), ())
+    assert loss_tensors(tokens, vocab, 1, 2, "torch") == ((2 * tokens * vocab,), (), (2 * tokens * vocab,))
 
 
 def _head(loss: str, mp: int = 1):

@@ -105,7 +105,8 @@ def test_class_and_per_rank_modes_agree_with_experts():
 @pytest.mark.parametrize("moe, sections, key, words", [
     ({"experts": 8, "top_k": 2}, dict(parallel={"dp": 8, "mp": 1, "ep": 3}), "parallel.ep", "divide dp"),
     ({"experts": 6, "top_k": 2}, dict(parallel={"dp": 8, "mp": 1, "ep": 4}), "parallel.ep", "experts"),
-    ({"experts": 8, "top_k": 2}, dict(zero={"stage": 3}), "zero.stage", "MoE not supported with Stage 3"),
+    ({"experts": 8, "top_k": 2}, dict(zero={"stage": 3, "implementation": "deepspeed-0.5"}), "zero.implementation",
+     "MoE not supported with Stage 3"),
     ({"experts": 8, "top_k": 2}, dict(parallel={"dp": 4, "mp": 2, "ep": 4}), "parallel.sequence_parallel",
      "Megatron-LM requires sequence parallelism"),
     (None, dict(parallel={"dp": 8, "mp": 1, "ep": 2}), "parallel.ep", "no"),

@@ -539,7 +539,7 @@ _MTA_ELEMENTS = 65536 * 320
 
 
 @functools.lru_cache(maxsize=64)
-def optimizer_kernels(elements: int, tensors: int, dtype: str) -> dict[str, KernelList]:
+def optimizer_kernels(elements: int, tensors: int, dtype: str, master: bool = True) -> dict[str, KernelList]:
     """The optimizer step's kernels over this rank's partition of `elements` in `tensors` pieces, as
     DeepSpeed's ZeRO optimizer of 2020 ran them (deepspeed/pt/deepspeed_zero_optimizer.py, step()):
       overflow: per gradient tensor `float(x.float().sum())` (_has_inf_or_nan): a cast (2 B read,
@@ -549,15 +549,24 @@ def optimizer_kernels(elements: int, tensors: int, dtype: str) -> dict[str, Kern
       adam: the fp16 partition flattened and cast to fp32 (2 + 2, 2 + 4 B), unscale and clip
           (`mul_`, 4 + 4 B), fused Adam (apex FusedAdam: reads fp32 master, m, v, gradient, writes
           master, m, v: 28 B per element, Kingma & Ba 2015 Alg. 1), the fp32 → fp16 copy (4 + 2 B).
-    Returns {'overflow', 'norm', 'adam'}; 'overflow' is empty for fp32 training."""
+    Pure bf16 (`master` false, precision.master_weights): no overflow check, no cast, no copy back; the norm
+    reads 2 B, the clip reads and writes the bf16 gradient (4 B), the update reads and writes the bf16 parameter, momentum and variance and reads the gradient
+    (14 B per element; PyTorch's foreach Adam, the same update rule).
+    Returns {'overflow', 'norm', 'adam'}; 'overflow' is empty for fp32 and pure bf16 training."""
     n, pieces = elements, max(1, tensors)
-    mixed = dtype != "fp32"
+    mixed = dtype != "fp32" and master
     launches = max(1, math.ceil(n / _MTA_ELEMENTS))
     overflow = (_mem("overflow.cast", 6 * n, count=pieces), _red("overflow.sum", 4 * n, count=pieces)) if mixed else ()
-    norm = (_mem("grad_norm.to_double", (10 if mixed else 12) * n, count=pieces), _red("grad_norm.norm", 8 * n, count=pieces))
+    pure = dtype != "fp32" and not master
+    norm = (_mem("grad_norm.to_double", (10 if mixed or pure else 12) * n, count=pieces),
+            _red("grad_norm.norm", 8 * n, count=pieces))
     adam: tuple[Kernel, ...] = ()
     if mixed:
         adam += (_mem("grads.flatten", 4 * n), _mem("grads.to_fp32", 6 * n))
+    if pure:
+        adam += (_mem("grads.unscale_clip", 4 * n), _mem("fused_adam", 14 * n, count=launches))
+        return {"overflow": KernelList("optimizer.overflow", ()), "norm": KernelList("optimizer.norm", norm),
+                "adam": KernelList("optimizer.adam", adam)}
     adam += (_mem("grads.unscale_clip", 8 * n), _mem("fused_adam", 28 * n, count=launches))
     if mixed:
         adam += (_mem("params.to_fp16", 6 * n),)

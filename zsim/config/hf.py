@@ -20,7 +20,8 @@ modeling_<type>.py for which tensors exist); docs/models.md has the table.
   gemma2, gemma3_text  the Gemma layout with four norms per block, sliding-window blocks, (Gemma-3) QK-norm.
   olmo2     the LLaMA layout with QK-norm over all heads.
   falcon    GPT shape with multi-query (7B) or grouped (40B, 180B) attention and one or two LayerNorms.
-  qwen2_moe, deepseek_v2, deepseek_v3
+  qwen3     the LLaMA layout with per-head QK-norm, no biases.
+  qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3
             their MoE MLPs (shared experts, gate, router bias) and, for DeepSeek, multi-head latent
             attention (zsim.workload.mla). docs/models.md has each mapping and its checked counts.
 
@@ -156,7 +157,8 @@ def _llama_family(c: _Config) -> dict[str, Any]:
     head_dim = c.positive("head_dim", default=None)
     if head_dim is not None and head_dim * heads == hidden:
         head_dim = None  # the default: written only where it differs (Mistral-Nemo, Gemma)
-    if c.model_type in ("olmo2", "gemma2", "gemma3_text", "deepseek_v2", "deepseek_v3") and c.flag("attention_bias", False):
+    if c.model_type in ("olmo2", "gemma2", "gemma3_text", "deepseek_v2", "deepseek_v3", "qwen3", "qwen3_moe") \
+            and c.flag("attention_bias", False):
         raise c.fail("attention_bias", f"true is not modelled for {c.model_type} (its released models have none)")
     if c.model_type == "llama":  # LlamaConfig: attention_bias on q, k, v and o; mlp_bias on the MLP
         qkv_bias, mlp_bias = c.flag("attention_bias", False), c.flag("mlp_bias", False)
@@ -249,13 +251,29 @@ def _falcon(c: _Config) -> dict[str, Any]:
     return keys | ({"head_dim": head_dim} if head_dim and head_dim * heads != hidden else {})
 
 
-def _qwen2_moe(c: _Config) -> dict[str, Any]:
+def _qwen3(c: _Config) -> dict[str, Any]:
+    # Qwen3Config / modeling_qwen3.py (Qwen Team 2025, "Qwen3 Technical Report", §2): the LLaMA layout without
+    # the Qwen2 q/k/v biases (attention_bias, default false; refused true above) and with QK-norm:
+    # Qwen3Attention's q_norm and k_norm, one head_dim-wide RMSNorm each, shared by the heads.
+    return _llama_family(c) | {"qk_norm": "head"}
+
+
+def _qwen3_moe(c: _Config) -> dict[str, Any]:
+    # Qwen3MoeConfig / modeling_qwen3_moe.py: Qwen3's attention (above) and Qwen2-MoE's sparse layers
+    # without the shared expert (Qwen3MoeSparseMoeBlock: gate h × num_experts without bias, num_experts SwiGLU
+    # experts of moe_intermediate_size, top num_experts_per_tok, default 8); norm_topk_prob rescales the
+    # top-k weights (no parameter, no matmul).
+    return _qwen2_moe(c, top_k=8, shared=False) | {"qk_norm": "head"}
+
+
+def _qwen2_moe(c: _Config, top_k: int = 4, shared: bool = True) -> dict[str, Any]:
     # Qwen2MoeConfig / modeling_qwen2_moe.py: the Qwen2 attention (q/k/v biases) and, in every
     # decoder_sparse_step-th layer not in mlp_only_layers, Qwen2MoeSparseMoeBlock: gate h × num_experts,
     # num_experts SwiGLU experts of moe_intermediate_size, top num_experts_per_tok, one shared expert of
     # shared_expert_intermediate_size scaled by sigmoid(shared_expert_gate(x)) (h × 1); the other layers a
     # dense Qwen2MoeMLP of intermediate_size. zsim's MoE blocks follow the dense ones: only
-    # mlp_only_layers = the first k layers (and decoder_sparse_step 1) can be expressed.
+    # mlp_only_layers = the first k layers (and decoder_sparse_step 1) can be expressed. `top_k`: the default
+    # of num_experts_per_tok; `shared`: whether the type has the shared expert (Qwen3-MoE has none).
     keys = _llama_family(c)
     layers = keys["layers"]
     step = c.positive("decoder_sparse_step", default=1)
@@ -267,8 +285,8 @@ def _qwen2_moe(c: _Config) -> dict[str, Any]:
                      "modelled; zsim's dense blocks come first (moe.dense_layers)")
     if sorted(dense) != list(range(len(dense))) or len(dense) > layers:
         raise c.fail("mlp_only_layers", f"{dense}: zsim models dense layers only as the first k (moe.dense_layers)")
-    shared = c.positive("shared_expert_intermediate_size", default=None)
-    moe = {"experts": c.positive("num_experts"), "top_k": c.positive("num_experts_per_tok", default=4),
+    shared = c.positive("shared_expert_intermediate_size", default=None) if shared else None
+    moe = {"experts": c.positive("num_experts"), "top_k": c.positive("num_experts_per_tok", default=top_k),
            "expert_ffn_hidden": c.positive("moe_intermediate_size"), "dense_layers": len(dense),
            **({"shared_experts": 1, "shared_ffn_hidden": shared, "shared_expert_gate": True} if shared else {})}
     return keys | {"moe": moe}
@@ -324,17 +342,16 @@ FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_family, "mistral": _llama_family, "qwen2": _llama_family,
     "phi3": _llama_family, "mixtral": _mixtral, "gemma": _llama_family, "olmo": _olmo, "opt": _opt, "bloom": _bloom,
     "gemma2": _gemma2, "gemma3_text": _gemma2, "olmo2": _olmo2, "falcon": _falcon, "qwen2_moe": _qwen2_moe,
-    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
 }
 
 # Mixture-of-experts types refused (transformers' configuration classes whose routers, attention or
 # hybrid layers no importer maps), and the keys that say a config routes tokens to experts: refused with
 # a message that names MoE and the MoE families that do import (issue 27 item 6).
-MOE_TYPES = frozenset({"qwen3_moe", "dbrx", "olmoe", "phimoe",
+MOE_TYPES = frozenset({"dbrx", "olmoe", "phimoe",
                        "granitemoe", "jamba", "jetmoe", "switch_transformers", "nllb_moe", "gpt_oss"})
 # What each refused MoE type has that its nearest imported family lacks (transformers' modeling_<type>.py).
 MOE_NEAREST = {
-    "qwen3_moe": ("qwen2_moe", "Qwen3's per-head QK-norm (qk_norm: head) without q/k/v biases or a shared expert"),
     "dbrx": ("mixtral", "DBRX's key names (d_model, ffn_config, attn_config), its clip_qkv and bias-free LayerNorms"),
     "olmoe": ("mixtral", "OLMoE's QK-norm over all heads (qk_norm: full) and its num_experts key names"),
     "phimoe": ("mixtral", "PhiMoE's LayerNorms with biases and its attention biases"),
@@ -345,7 +362,7 @@ MOE_NEAREST = {
     "switch_transformers": (None, "Switch Transformer is an encoder-decoder; zsim models decoder-only transformers"),
     "nllb_moe": (None, "NLLB-MoE is an encoder-decoder; zsim models decoder-only transformers"),
 }
-MOE_FAMILIES = ("mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3")
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 # Dense types zsim does not import yet: what they have that the nearest supported family lacks

@@ -181,11 +181,13 @@ class ModelSection(Section, kw_only=True):
     # of the logits (zsim.workload.transformer.loss_work_tensors); a fused kernel keeps the e-byte logits
     # and one fp32 log-sum-exp per token (flash-attn flash_attn/losses/cross_entropy.py
     # SoftmaxCrossEntropyLossFn: ctx.save_for_backward(logits, lse, labels)).
-    loss: Annotated[Literal["megatron", "fused"], Meta(description=(
+    loss: Annotated[Literal["megatron", "fused", "torch"], Meta(description=(
         "the cross-entropy's memory: megatron: Megatron-LM's vocab-parallel loss of 2020 (the e-byte logits, "
         "their fp32 copy, its fp32 clone and the saved fp32 softmax: (e + 12) bytes per logit); fused: a fused "
         "kernel that keeps only the e-byte logits and a per-token fp32 log-sum-exp (flash-attn's xentropy, "
-        "llm-foundry's default loss_fn: fused_crossentropy)"))] = "megatron"
+        "llm-foundry's default loss_fn: fused_crossentropy); torch: PyTorch's cross_entropy on the e-byte "
+        "logits without an fp32 upcast, which saves its e-byte log-softmax while the training loop holds the "
+        "logits until backward ends (NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false)"))] = "megatron"
     moe: Annotated[MoeSection, Meta(description=(
         "mixture-of-experts MLPs (docs/moe.md); absent: every MLP dense"))] | None = None
     from_hf: Annotated[Text, Meta(description=(
@@ -345,10 +347,18 @@ class ZeroSection(Section, kw_only=True):
 
 
 class PrecisionSection(Section, kw_only=True):
-    """fp16/bf16 mixed precision (fp32 master weights and Adam, K = 12) or plain fp32 training (K = 8)."""
+    """fp16/bf16 mixed precision (fp32 master weights and Adam, K = 12), plain fp32 training (K = 8), or pure
+    bf16 training (master_weights false: Adam's states in bf16, K = 4)."""
 
     dtype: Annotated[Literal["fp16", "bf16", "fp32"], Meta(description=(
         "parameter, gradient and activation dtype; fp32 means no 16-bit copy and no master copy"))] = "fp16"
+    # PyTorch's torch.optim.Adam keeps exp_avg and exp_avg_sq in the parameters' dtype (torch.zeros_like(p)),
+    # so a model built in bf16 and trained without a master copy holds 2 + 2 bytes of Adam states per
+    # parameter (NeMo AutoModel's custom MoE models: initialize_weights() casts the model to bf16, FSDP2 shards
+    # the bf16 parameters). zsim.zero.model_states.pure_bf16_k.
+    master_weights: Annotated[bool, Meta(description=(
+        "false: pure bf16 training, no fp32 master copy: the parameters, gradients and Adam's momentum and "
+        "variance all in bf16 (K = 4; torch.optim.Adam on a model cast to bf16); bf16 only"))] = True
     optimizer: Annotated[Literal["adam"], Meta(description="Adam: fp32 master, momentum, variance")] = "adam"
 
 

@@ -276,6 +276,10 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
         raise fail("zero.partition_activations", "true partitions full-recompute checkpoints, but "
                    "zero.recompute_granularity is selective (no layer checkpoint to partition)")
     _check_moe(spec, fail)
+    if not spec.precision.master_weights and spec.precision.dtype != "bf16":
+        raise fail("precision.master_weights", f"false with dtype {spec.precision.dtype}: training without an "
+                   "fp32 master copy is modelled for bf16 only (fp16 needs loss scaling against its master copy; "
+                   "fp32 has no 16-bit copy to drop)")
     if spec.parallel.sequence_parallel and zero.partition_activations and spec.parallel.mp > 1:
         raise fail("zero.partition_activations", "true with parallel.sequence_parallel: sequence parallelism "
                    "already keeps 1/mp of every layer input per MP rank (Korthikanti et al. 2022 §4.2.2)")
@@ -283,8 +287,8 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
 
 def _check_moe(spec: ScenarioFile, fail) -> None:
     """Expert parallelism as Megatron-Core lays it out (zsim.parallel.layout): ep divides dp and the
-    experts; each expert's FFN splits across MP as the dense MLP does. ZeRO stage 3 with experts is
-    refused as DeepSpeed refuses it."""
+    experts; each expert's FFN splits across MP as the dense MLP does. ZeRO stage 3 with experts runs
+    as FSDP shards it (zero.implementation 'paper'); DeepSpeed's implementations refuse it as DeepSpeed does."""
     moe, par = spec.model.moe, spec.parallel
     if moe is None:
         if par.ep > 1:
@@ -303,14 +307,16 @@ def _check_moe(spec: ScenarioFile, fail) -> None:
     for key, width in (("model.moe.expert_ffn_hidden", ffn), ("model.moe.shared_ffn_hidden", moe.shared_ffn_hidden or ffn)):
         if width % par.mp:
             raise fail(key, f"{width} cannot be split evenly across mp {par.mp}")
-    if spec.zero.stage == 3:
+    if spec.zero.stage == 3 and spec.zero.implementation != "paper":
         # deepspeed/runtime/engine.py _configure_zero_optimizer, every release read from v0.5.0 (DeepSpeed-MoE's
         # first) to v0.16.4: under ZeroStageEnum.weights, assert not self.has_moe_layers, "MoE not supported with
         # Stage 3" (v0.16.4 line 1675). Megatron-Core's distributed optimizer is ZeRO-1 (docs/parallel.md).
-        raise fail("zero.stage", "3 with model.moe: DeepSpeed refuses ZeRO stage 3 with MoE layers "
-                   "(deepspeed/runtime/engine.py, v0.5.0 to v0.16.4: 'MoE not supported with Stage 3'), and zsim "
-                   "does not model FSDP-style sharding of experts; use stage 0-2 (Megatron-Core's distributed "
-                   "optimizer is stage 1)")
+        # FSDP2 with expert parallelism (torchtitan, NeMo AutoModel) shards the experts over their own group:
+        # zero.implementation 'paper' (docs/moe.md, "ZeRO").
+        raise fail("zero.implementation", f"{spec.zero.implementation} with model.moe at stage 3: DeepSpeed "
+                   "refuses ZeRO stage 3 with MoE layers (deepspeed/runtime/engine.py, v0.5.0 to v0.16.4: 'MoE not "
+                   "supported with Stage 3'); use stage 0-2, or implementation 'paper' for FSDP-style sharding "
+                   "of the experts over their expert-data-parallel group")
 
 
 def _resolve_attention(model: ModelSection, dtype: str, cluster: Cluster) -> ModelSection:
@@ -328,13 +334,14 @@ def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     """A model whose model states alone exceed the GPU (ZeRO Table 1) cannot fit at any batch size:
     that is a scenario error, reported before simulating, with the stage that would fit."""
     from zsim.zero.cost import model_states_closed_form
+    from zsim.zero.model_states import optimizer_k
 
     cap = cluster.gpu.memory_bytes
     pp = spec.parallel.pp
 
     def states_at(stage: int):  # closed form: a huge `layers` is not expanded layer by layer (issue 13)
         whole = model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype,
-                                         spec.parallel.ep)
+                                         spec.parallel.ep, optimizer_k(spec.precision.dtype, spec.precision.master_weights))
         # with pipeline stages each holds its share: the busiest holds at least the mean, 1/pp of the whole
         return whole if pp == 1 else type(whole)(params=whole.params // pp, grads=whole.grads // pp,
                                                  optimizer=whole.optimizer // pp)
@@ -342,8 +349,9 @@ def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     states = states_at(spec.zero.stage)
     if states.total <= cap:
         return
-    # MoE with stage 3 is refused (_check_moe), and pipelines with stages 2-3 (pipeline_checks)
-    stages = (1,) if pp > 1 else (1, 2) if spec.model.moe is not None else (1, 2, 3)
+    # DeepSpeed's MoE with stage 3 is refused (_check_moe), and pipelines with stages 2-3 (pipeline_checks)
+    moe_stage3 = spec.model.moe is None or spec.zero.implementation == "paper"
+    stages = (1,) if pp > 1 else (1, 2, 3) if moe_stage3 else (1, 2)
     fitting = [st for st in stages if states_at(st).total <= cap]
     advice = f"ZeRO stage {fitting[0]} would need {states_at(fitting[0]).total / 1e9:.1f} GB" \
              if fitting and fitting[0] > spec.zero.stage else \

@@ -71,7 +71,7 @@ class Shape:
     mla: Mla | None = None  # multi-head latent attention in place of Q/K/V (zsim.workload.mla)
     window: int = 0  # sliding-window attention: keys a query attends to at most (0: global) [BPC20]
     full_every: int = 0  # with a window: every full_every-th block global (0: none)
-    loss: str = "megatron"  # what the cross-entropy keeps: "megatron" (fp32 copies) or "fused" (loss_tensors)
+    loss: str = "megatron"  # what the cross-entropy keeps: "megatron" (fp32 copies), "fused" or "torch" (loss_tensors)
 
     @classmethod
     def of(cls, model: ModelSection) -> Shape:
@@ -179,6 +179,9 @@ class Module:
     # the head's copies of the logits in Megatron-LM's loss (see build_workload); none for a block,
     # whose transients within the layer are below zsim's unit (docs/memory.md).
     fwd_work_tensors: tuple[int, ...] = ()
+    # Tensors (bytes) the training loop holds from the module's forward until the whole backward pass has
+    # run, freed with the pass's last op: the head's e-byte logits under model.loss torch (loss_tensors).
+    held_tensors: tuple[int, ...] = ()
     # Sequence parallelism [K22 §4.2.2]: the MP collectives (op, bytes of the whole tensor) in forward and
     # in backward, in place of the all-reduces (whose counts are then 0).
     mp_collectives_fwd: tuple[tuple[str, int], ...] = ()
@@ -429,9 +432,11 @@ def loss_work_tensors(tokens: int, vocab: int, t: int, e: int) -> tuple[int, ...
     return (e * logits,) + ((4 * logits,) if e != 4 else ()) + (4 * logits,)
 
 
-def loss_tensors(tokens: int, vocab: int, t: int, e: int, loss: str = "megatron") -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(saved, work): the bytes the cross-entropy over `tokens` tokens and the V/t logit columns of an MP
-    rank keeps for backward, and those it holds only while forward runs.
+def loss_tensors(tokens: int, vocab: int, t: int, e: int,
+                 loss: str = "megatron") -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(saved, work, held): the bytes the cross-entropy over `tokens` tokens and the V/t logit columns of an
+    MP rank keeps for backward, those it holds only while forward runs, and those the training loop holds
+    until the backward pass ends.
       megatron: the fp32 softmax (4·T·V/t) [K22 §4.3], beside loss_work_tensors' copies.
       fused: a fused softmax-cross-entropy kernel keeps its e-byte input logits and one fp32 log-sum-exp
           per token (4·T: every MP rank keeps the lse of all T tokens after the all-reduce over the vocab
@@ -439,11 +444,19 @@ def loss_tensors(tokens: int, vocab: int, t: int, e: int, loss: str = "megatron"
           (forward: `ctx.save_for_backward(logits, lse, labels)`; backward writes the logits' gradient,
           into a new tensor or, with inplace_backward, into the logits), llm-foundry's default
           (`loss_fn: fused_crossentropy`, llmfoundry/models/mpt/modeling_mpt.py). The e-byte logits
-          are the head GEMM's output, which the Megatron loss also holds (as work)."""
+          are the head GEMM's output, which the Megatron loss also holds (as work).
+      torch: PyTorch's F.cross_entropy on the e-byte logits without an fp32 upcast (NeMo AutoModel's
+          MaskedCrossEntropy(fp32_upcast=False), nemo_automodel/components/loss/masked_ce.py): log_softmax
+          saves its e-byte output for backward (nll_loss reads the same tensor); the logits themselves are
+          held by the training loop's model output until its backward() returns (train_ft.py
+          _forward_backward_step: `out = model(**batch)`, then `calculate_loss(..., logits=out.logits)` and
+          `.backward()` in the same scope). No tensor parallelism (t = 1 in that loss)."""
     logits = tokens * vocab // t
     if loss == "fused":
-        return (e * logits, 4 * tokens), ()
-    return (4 * logits,), loss_work_tensors(tokens, vocab, t, e)
+        return (e * logits, 4 * tokens), (), ()
+    if loss == "torch":
+        return (e * logits,), (), (e * logits,)
+    return (4 * logits,), loss_work_tensors(tokens, vocab, t, e), ()
 
 
 def total_params(model: ModelSection, vocab: int | None = None) -> int:
@@ -621,7 +634,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     # V/t × h output layer (Megatron untie_embeddings_and_output_weights) (2bshV/t FLOPs [N21 §5.1]),
     # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input, or a
     # fused kernel's e-byte logits and per-token log-sum-exp (model.loss; loss_tensors).
-    loss_saved, loss_work = loss_tensors(s * b, v, t, e, shape.loss)
+    loss_saved, loss_work, loss_held = loss_tensors(s * b, v, t, e, shape.loss)
     head_saved = sum(loss_saved) + e * sbh // r  # the final norm's input is sequence-split under SP
     head_tensors = shape.norm_tensors + (() if shape.tied_head else (v * h // t,))
     head = Module(
@@ -634,7 +647,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
         # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
         mp_loss_allreduce_bytes=(4 * s * b,) * 3 if t > 1 else (),
-        fwd_work_tensors=loss_work, **(_sp_collectives("head", mp_bytes) if sp else {}),
+        fwd_work_tensors=loss_work, held_tensors=loss_held, **(_sp_collectives("head", mp_bytes) if sp else {}),
     )
     modules = (embed, *block, head)
     if sp:  # the reduce-scatters and all-gathers replace every MP all-reduce but the loss's

@@ -33,7 +33,8 @@ MAX_SECONDS = 1800.0  # refuse runs estimated longer than this (ZSIM_MAX_SECONDS
 MEMORY_SHARE = 0.5  # refuse runs estimated to need more than this share of the available memory
 
 
-def model_states_closed_form(model, mp: int, dp: int, stage: int, dtype: str, ep: int = 1) -> ModelStates:
+def model_states_closed_form(model, mp: int, dp: int, stage: int, dtype: str, ep: int = 1,
+                             k: int | None = None) -> ModelStates:
     """Per-GPU model states (ZeRO Table 1, with DeepSpeed's padding) of `model` with any number of
     layers, from the workloads of 1 and 2 layers: every block is the same, so Ψ(L) = Ψ(1) + (L-1)·Ψ_block
     and stage 3's per-tensor partition grows by the block's partition per layer. Cost: O(1) in L.
@@ -43,18 +44,18 @@ def model_states_closed_form(model, mp: int, dp: int, stage: int, dtype: str, ep
         from zsim.workload.transformer import build_workload
 
         w = build_workload(model, mp, dtype, ep=ep)
-        dense = model_states(w.params_per_mp_rank, dp, stage, dtype)
-        experts = model_states(w.expert_params_per_rank, dp // ep, stage, dtype)
+        dense = model_states(w.params_per_mp_rank, dp, stage, dtype, k=k)
+        experts = model_states(w.expert_params_per_rank, dp // ep, stage, dtype, k=k)
         return ModelStates(params=dense.params + experts.params, grads=dense.grads + experts.grads,
                            optimizer=dense.optimizer + experts.optimizer)
     one, block = _one_layer_and_block(model, mp, dtype)
     extra = model.layers - 1
     psi = one.params_per_mp_rank + extra * block.params
     if stage != 3:
-        return model_states(psi, dp, stage, dtype)
+        return model_states(psi, dp, stage, dtype, k=k)
     part = tensor_partition(one.tensors, dp) + extra * tensor_partition(block.tensors, dp)
     e = PARAM_BYTES[dtype]
-    return ModelStates(params=e * part, grads=e * part, optimizer=adam_k(dtype) * part)
+    return ModelStates(params=e * part, grads=e * part, optimizer=(adam_k(dtype) if k is None else k) * part)
 
 
 def _one_layer_and_block(model, mp: int, dtype: str):

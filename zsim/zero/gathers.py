@@ -53,6 +53,22 @@ class Gathers:
                 name=f"all_gather/params.{name}", stream="comm", deps=deps, collective="all_gather", group="dp",
                 nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)), staging),
                 frees=(staging.tag,))
+            if self.expert_gathers and self.by_name[name].expert_params:
+                self._gather_experts(name, phase)
+
+    def _gather_experts(self, name: str, phase: str) -> None:
+        """FSDP with expert parallelism (zero.implementation 'paper' at stage 3 with MoE): a MoE block's local
+        experts, sharded over their expert-data-parallel group, are all-gathered over that group after the
+        block's dense parameters, on the same stream (torchtitan's and NeMo AutoModel's fully_shard of the
+        experts on the dp_shard_mod_ep mesh: one more FSDP unit, gathered in the block's pre-forward). The
+        compute waits for this gather, which follows the dense one in stream order; the gathered experts are
+        freed with the block's dense parameters (docs/moe.md, "ZeRO")."""
+        m, edp = self.by_name[name], self.edp
+        nbytes = self.e * padded_tensors(m.expert_tensors, edp)  # each tensor padded to the group, as the dense
+        self.gather_op[name] = self._add(
+            name=f"all_gather/params.experts.{name}", stream="comm", deps=(self.gather_op[name],),
+            collective="all_gather", group=self.expert_group, nbytes=nbytes,
+            allocs=(Alloc("params", nbytes, self._tags(f"gathered.experts.{phase}", name)),))
 
     # ---- forward --------------------------------------------------------------------------------
 

@@ -75,6 +75,16 @@ def tensor_partition(tensors: Sequence[int], nd: int) -> int:
     return sum(partition(n, nd) for n in tensors)
 
 
+# Pure bf16 training (precision.master_weights false): Adam's momentum and variance in bf16, no master
+# copy (torch.optim.Adam: exp_avg, exp_avg_sq = torch.zeros_like(p)): K = 2 + 2.
+PURE_BF16_K = 4
+
+
+def optimizer_k(dtype: str, master_weights: bool = True) -> int:
+    """K for training in `dtype`, with (mixed precision) or without an fp32 master copy (PURE_BF16_K)."""
+    return adam_k(dtype) if master_weights else PURE_BF16_K
+
+
 def adam_k(dtype: str) -> int:
     """K, optimizer-state bytes per parameter, for training in `dtype`. Raises ValueError."""
     if dtype not in ADAM_K_BY_DTYPE:

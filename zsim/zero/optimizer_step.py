@@ -13,12 +13,15 @@ from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
 from zsim.zero.rank_states import (expert_dp, expert_partition, full_grad_tag, partition_grad_tag, rank_partition,
                                    rank_pieces)
-from zsim.zero.residual import list_collective_staging_bytes, step_gradient_bytes
+from zsim.zero.residual import StepGradients, list_collective_staging_bytes, step_gradient_bytes
 
 # Adam's update streams, per element: reads fp32 master, momentum, variance and the fp16 gradient
 # (4+4+4+2 bytes) and writes master, momentum, variance and the fp16 parameter (4+4+4+2): memory-bound
 # (DeepSpeed FusedAdam; counts from the update rule in Kingma & Ba 2015, Alg. 1).
 ADAM_BYTES_PER_ELEMENT = 28
+# Pure bf16 (precision.master_weights false): bf16 parameter, momentum and variance read and written, the bf16
+# gradient read: 14 bytes (the same update rule, PyTorch's foreach Adam on bf16 tensors).
+PURE_BF16_ADAM_BYTES_PER_ELEMENT = 14
 
 
 def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
@@ -34,7 +37,8 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
     # SUM) over the DP group and, with MP, over the MP group; in line on the compute stream, as the
     # optimizer waits for the result (zsim.compute.kernels.optimizer_kernels has the kernels).
     tensors = math.ceil(len(w.tensors) / nd) if z.stage >= 1 else len(w.tensors)
-    kernels = optimizer_kernels(elements, tensors, dtype)
+    master = s.precision.master_weights
+    kernels = optimizer_kernels(elements, tensors, dtype, master)
     for check in ("overflow", "norm"):
         if not kernels[check].kernels:
             continue
@@ -51,7 +55,8 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
     # The gradients' copy the update reads (zsim.zero.residual.step_gradient_bytes): made by one cast
     # pass, which then frees the fp16 gradients; held until the update has run.
     sub_group = z.sub_group_elements if z.constant_buffers else elements
-    grads = step_gradient_bytes(z.stage, elements, dtype, sub_group)
+    # pure bf16 (no master copy): Adam reads the bf16 gradients in place, as fp32 training reads its own
+    grads = step_gradient_bytes(z.stage, elements, dtype, sub_group) if master else StepGradients(0, 0)
     e = PARAM_BYTES[dtype]
     held, transient = f"optimizer.grads_copy.s{step}", f"optimizer.grads_pieces.s{step}"
     grad_tags = tuple(full_grad_tag(m.name, step) for m in w.modules) if z.stage <= 1 else (partition_grad_tag(step),)
@@ -65,7 +70,8 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
           frees=(transient,) + grad_tags, step=step, micro_batch=last_mb)
     # A CPU host runs the runtime's chunked update, not the fused kernel: its launches are its aten ops.
     adam = host_adam_kernels(elements, tensors) if s.cluster.fabric == "host" else kernels["adam"]
-    opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=ADAM_BYTES_PER_ELEMENT * elements,
+    per_element = ADAM_BYTES_PER_ELEMENT if master else PURE_BF16_ADAM_BYTES_PER_ELEMENT
+    opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=per_element * elements,
                 frees=(held,), step=step, kernels=adam, micro_batch=last_mb, elements=elements)
     if z.stage in (1, 2):
         # Stage 1 (v0.2) all-gathers each comm interval, stage 2 (v0.2) its partition in shards

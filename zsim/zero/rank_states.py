@@ -6,7 +6,7 @@ from __future__ import annotations
 from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Workload, build_workload
 from zsim.zero.buckets import flat_pieces
-from zsim.zero.model_states import ModelStates, model_states, stage_partition
+from zsim.zero.model_states import ModelStates, model_states, optimizer_k, stage_partition
 
 
 def selective(scenario: Scenario) -> bool:
@@ -35,13 +35,14 @@ def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
 def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
     """Model-state bytes of one rank as the plan lays them out (padding included, as the runtime
     allocates them): zsim.zero.model_states with the plan's stage 1-2 pieces and stage 3 tensors."""
+    k = optimizer_k(scenario.precision.dtype, scenario.precision.master_weights)
     dense = model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
-                         scenario.precision.dtype, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
+                         scenario.precision.dtype, k=k, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
     if not workload.expert_params_per_rank:
         return dense
     # a MoE model's local experts: ZeRO partitions them over the expert-data-parallel group (dp/ep ranks)
     experts = model_states(workload.expert_params_per_rank, expert_dp(scenario), scenario.zero.stage,
-                           scenario.precision.dtype)
+                           scenario.precision.dtype, k=k)
     return ModelStates(params=dense.params + experts.params, grads=dense.grads + experts.grads,
                        optimizer=dense.optimizer + experts.optimizer)
 

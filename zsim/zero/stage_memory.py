@@ -74,7 +74,8 @@ def stage_memory(scenario: Scenario) -> list[StageMemory]:
         for c, layers in enumerate(chunks):
             held = sum(kept[i] for i in layers)
             held += embed.saved_bytes if st == 0 and c == 0 else 0
-            held += head.saved_bytes if st == p - 1 and c == v - 1 else 0
+            # the head's saved tensors, and what the training loop holds until the backward ends (held_tensors)
+            held += head.saved_bytes + sum(head.held_tensors) if st == p - 1 and c == v - 1 else 0
             held_per_chunk.append(held)
         items = stage_schedule(par.pipeline_schedule, p, st, scenario.grad_accum if p > 1 else 1, v)
         loss_work = sum(head.fwd_work_tensors)

@@ -15,7 +15,7 @@ from zsim.zero.gathers import Gathers
 from zsim.zero.implementation import live_grads
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
-from zsim.zero.rank_states import full_grad_tag, selective
+from zsim.zero.rank_states import expert_dp, full_grad_tag, selective
 from zsim.zero.reductions import Reductions
 from zsim.zero.residual import bucket_buffer_bytes
 
@@ -63,6 +63,10 @@ class StepPass(Gathers, Checkpoints, Reductions):
                               arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
                               sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep)
         self.expert_group = "edp"  # = the DP group's ranks when ep is 1
+        # Stage 3 with MoE (FSDP-style, zsim.zero.gathers._gather_experts): the local experts are gathered over
+        # their expert-data-parallel group before use, unless that group is one rank (its experts whole on it).
+        self.edp = expert_dp(scenario)
+        self.expert_gathers = self.stage == 3 and bool(workload.expert_params_per_rank) and self.edp > 1
 
     # ---- naming and small helpers -------------------------------------------------------------
     def _tags(self, kind: str, name: str) -> str:
@@ -150,6 +154,8 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.frees_after: dict[int, list[str]] = {}
         for name, pos in last_use.items():
             self.frees_after.setdefault(pos, []).append(self._tags(f"gathered.{phase}", name))
+            if self.expert_gathers and self.by_name[name].expert_params:
+                self.frees_after[pos].append(self._tags(f"gathered.experts.{phase}", name))
         self.gather_queue = sorted(first_use, key=first_use.get)
         self.gathered: list[str] = []  # modules whose gather this phase has issued, in order
         self.unflattened: set[str] = set()  # deepspeed-0.14: modules rebuilt from their gather this phase
@@ -180,6 +186,11 @@ class StepPass(Gathers, Checkpoints, Reductions):
             else:
                 op = self._backward(item.module, deps, frees, reduce)
             self.compute_ops.append(op)
+        held = tuple(self._tags(f"held{i}", it.module.name) for it in items if it.kind == "bwd"
+                     for i in range(len(it.module.held_tensors)))
+        if held:  # what the training loop holds until backward() returns: freed as the pass's last op ends
+            last = self.compute_ops[-1]
+            self.b.ops[last] = self.b.ops[last]._replace(frees=self.b.ops[last].frees + held)
         if reduce and self.bucket:
             self._reduce(self.bucket, self.compute_ops[-1])
 
@@ -189,6 +200,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         every layer holds its activations only while it runs."""
         if not self._checkpointed(m):
             allocs = list(self._activations(m, "act"))
+            allocs += [Alloc("activations", n, self._tags(f"held{i}", m.name)) for i, n in enumerate(m.held_tensors)]
             if m.fwd_work_tensors:  # the head's loss: held while the forward runs
                 work = [Alloc("activations", n, self._tags(f"fwork{i}", m.name)) for i, n in enumerate(m.fwd_work_tensors)]
                 allocs += work
