@@ -72,6 +72,12 @@ def read_model_file(path: str | Path) -> ModelDefaults:
     validate(ScenarioFile, data, str(path))
     view: _ScenarioView = validate(_ScenarioView, data, str(path))  # type: ignore[assignment]
     zero = view.zero
+    if view.precision is not None and not view.precision.master_weights:
+        # the runtime's mixed precision always keeps the fp32 master and Adam (runtime/zero/): a trace of it
+        # would calibrate another optimizer than the one asked for
+        raise ConfigError("false (pure bf16 training) is not what the runtime trains: it keeps an fp32 master "
+                          "copy and fp32 Adam states; `zsim run` simulates it, but it cannot be traced yet",
+                          source=str(path), path="precision.master_weights")
     return ModelDefaults(
         model=view.model,
         stage=zero.stage if zero else None,
@@ -198,7 +204,8 @@ class RunConfig:
             ("model.qk_norm", m.qk_norm != "none", "query/key norms"),
             ("model.sliding_window", m.sliding_window is not None, "sliding-window attention"),
             ("model.embedding_norm", bool(getattr(m, "embedding_norm", False)), "a norm after the embedding"),
-            ("model.loss", getattr(m, "loss", "megatron") != "megatron", "a fused cross-entropy kernel"),
+            ("model.loss", getattr(m, "loss", "megatron") != "megatron",
+             f"the {getattr(m, 'loss', 'megatron')} cross-entropy (it runs Megatron's fp32 one)"),
         ]
         for key, used, what in unbuilt:
             if used:

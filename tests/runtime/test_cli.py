@@ -102,6 +102,7 @@ def test_trace_command_does_not_import_torch():
     (dict(qk_norm="head"), "model.qk_norm"),
     (dict(sliding_window=16), "model.sliding_window"),
     (dict(loss="fused"), "model.loss"),
+    (dict(loss="torch"), "model.loss"),
 ])
 def test_model_options_the_runtime_does_not_build_are_refused(tmp_path, changes, key):
     """A model the simulator prices but the runtime's GPT does not build is refused by key, never traced as
@@ -111,3 +112,16 @@ def test_model_options_the_runtime_does_not_build_are_refused(tmp_path, changes,
     with pytest.raises(ConfigError) as err:
         run_config(tmp_path, model=tiny_model(**changes))
     assert err.value.path == key and "does not build" in str(err.value)
+
+
+def test_a_pure_bf16_scenario_is_not_traced_as_mixed_precision(tmp_path):
+    """precision.master_weights false is simulated, but the runtime keeps an fp32 master: refused by key."""
+    from runtime.config import read_model_file
+
+    path = tmp_path / "run.yaml"
+    path.write_text("name: t\nmodel: {layers: 2, hidden: 64, heads: 4, seq_len: 32, vocab: 128, micro_batch: 1}\n"
+                    "parallel: {dp: 2}\nzero: {stage: 1}\nprecision: {dtype: bf16, master_weights: false}\n"
+                    "hardware: {profile: dgx2, nodes: 1, gpus_per_node: 2}\n")
+    with pytest.raises(ConfigError) as err:
+        read_model_file(path)
+    assert err.value.path == "precision.master_weights" and "cannot be traced yet" in str(err.value)
