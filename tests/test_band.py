@@ -155,10 +155,11 @@ def test_a_run_that_flushes_the_cache_says_when():
     assert f"caution   {sum(per_step)} allocator cache flush" in summary(f)
 
 
-def test_a_pipeline_gets_the_pipeline_band_and_experts_have_none():
+def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     """A pipeline's band is the modern suite's held-out pipelines' (Selene's A100s), exact on Ampere and the
-    nearest on Hopper, never the data-parallel band its ZeRO-1 stage fell into before; no held-out published
-    MoE run exists, so a MoE run says it is outside every validated regime."""
+    nearest on Hopper, never the data-parallel band its ZeRO-1 stage fell into before. A MoE run on Hopper gets
+    the one held-out MoE run's band (NeMo AutoModel's Qwen3-30B-A3B); on another generation only as the
+    nearest, and in a table without MoE runs it says it is outside every validated regime."""
     table = read_table()
     row = table["regimes"]["pipeline parallelism | Ampere | shipped profile"]
     assert row["n"] >= 5 and all(p.startswith("modern:") for p in row["points"])
@@ -166,6 +167,19 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_have_none():
     assert hopper is not None and hopper.match == "nearest"
     assert hopper.regime == "pipeline parallelism | Ampere | shipped profile"
     moe = api.load(ROOT / "scenarios" / "mixtral-8x7b-ep8-dgx-h100.yaml")
-    assert band_for(moe, table) is None
-    assert outside_words(moe, table).startswith("outside every validated regime: no held-out published run of "
-                                                "mixture-of-experts")
+    band = band_for(moe, table)
+    assert band is not None and band.match == "exact" and band.points == ("modern:automodel-qwen3-30b-8",)
+    without = {**table, "regimes": {k: v for k, v in table["regimes"].items() if "mixture-of-experts" not in k}}
+    assert band_for(moe, without) is None
+    assert outside_words(moe, without).startswith("outside every validated regime: no held-out published run of "
+                                                  "mixture-of-experts")
+
+
+def test_a_band_of_one_run_says_one_figure():
+    from zsim.report.band import Band
+
+    one = Band("mixture-of-experts | Hopper | shipped profile", 1, 0.25, 0.25, 0.25, ("modern:x",))
+    assert one.words(25.0) == ("20 s: 1 held-out published run of mixture-of-experts | Hopper | shipped profile "
+                               "took 0.80x zsim's step")
+    two = Band("r", 2, 0.0, -0.2, 0.25, ("a", "b"))
+    assert two.words(25.0).startswith("20-31.2 s (median 25 s): 2 held-out published runs of r took 0.80x to 1.25x")

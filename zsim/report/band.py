@@ -109,6 +109,8 @@ class Band:
                  if self.match == "exact" else
                  f"outside every validated regime; nearest: {self.n} held-out run{'s' if self.n > 1 else ''} of "
                  f"{self.regime}")
+        if self.low == self.high:  # one run, or runs that agree: one figure, not a range of one
+            return f"{mid:.3g} s: {where} took {1 / (1 + self.high):.2f}x zsim's step"
         return (f"{lo:.3g}-{hi:.3g} s (median {mid:.3g} s): {where} took {1 / (1 + self.high):.2f}x to "
                 f"{1 / (1 + self.low):.2f}x zsim's step")
 
