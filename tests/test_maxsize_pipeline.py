@@ -80,13 +80,16 @@ def test_maxsize_searches_whole_stages(tmp_path, capsys):
 
 
 def test_a_refused_layout_is_reported_not_read_as_too_big(capsys):
-    """A stage the loader refuses (ZeRO-3 with experts, ZeRO-2 with a pipeline) is the user's mistake,
-    named with its reason (exit 2); only model states that exceed the GPU count as "does not fit"."""
+    """A stage the loader refuses (DeepSpeed's ZeRO-3 with experts, ZeRO-2 or 3 with a pipeline) is the
+    user's mistake, named with its reason (exit 2); only model states that exceed the GPU count as "does not
+    fit"."""
     from tests.conftest import ROOT
 
     path = str(ROOT / "scenarios" / "mixtral-8x7b-pp4-ep8-dgx-h100.yaml")
-    for stage, words in (("3", "MoE not supported with Stage 3"), ("2", "deepspeed/runtime/pipe/engine.py")):
-        assert main(["maxsize", "--scenario", path, "--set", f"zero.stage={stage}"]) == 2
+    for sets, words in ((("zero.stage=3", "zero.implementation=deepspeed-0.14"), "MoE not supported with Stage 3"),
+                        (("zero.stage=3",), "deepspeed/runtime/pipe/engine.py"),
+                        (("zero.stage=2",), "deepspeed/runtime/pipe/engine.py")):
+        assert main(["maxsize", "--scenario", path, *[a for s in sets for a in ("--set", s)]]) == 2
         err = capsys.readouterr().err
         assert words in err and "not even" not in err
 

@@ -313,10 +313,9 @@ def _check_moe(spec: ScenarioFile, fail) -> None:
         # Stage 3" (v0.16.4 line 1675). Megatron-Core's distributed optimizer is ZeRO-1 (docs/parallel.md).
         # FSDP2 with expert parallelism (torchtitan, NeMo AutoModel) shards the experts over their own group:
         # zero.implementation 'paper' (docs/moe.md, "ZeRO").
-        raise fail("zero.implementation", f"{spec.zero.implementation} with model.moe at stage 3: DeepSpeed "
-                   "refuses ZeRO stage 3 with MoE layers (deepspeed/runtime/engine.py, v0.5.0 to v0.16.4: 'MoE not "
-                   "supported with Stage 3'); use stage 0-2, or implementation 'paper' for FSDP-style sharding "
-                   "of the experts over their expert-data-parallel group")
+        raise fail("zero.implementation", f"{spec.zero.implementation} with model.moe at stage 3: 'MoE not "
+                   "supported with Stage 3' (DeepSpeed's runtime/engine.py, v0.5.0-v0.16.4); use stage 0-2, or "
+                   "implementation 'paper' (experts sharded FSDP-style over their expert-data-parallel group)")
 
 
 def _resolve_attention(model: ModelSection, dtype: str, cluster: Cluster) -> ModelSection:
