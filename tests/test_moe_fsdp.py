@@ -111,3 +111,11 @@ def test_shipped_qwen3_scenario_fits_with_its_recipes_states():
     assert r.model_states.total == pytest.approx(8 * w.total_params / 8, rel=1e-4)
     f = facts(r)
     assert not [x for x in f["comm"]["collectives"] if x["group"] == "edp" and x["op"] == "all_gather"]
+
+
+def test_torch_loss_under_tensor_parallelism_is_refused():
+    data = _moe(dp=4, ep=4, model={"loss": "torch"})
+    data["parallel"] = {"dp": 4, "mp": 2, "ep": 4, "sequence_parallel": True}
+    with pytest.raises(ConfigError) as err:
+        build_scenario(data, source="<t>")
+    assert err.value.path == "model.loss" and "gathered first under tensor parallelism" in str(err.value)

@@ -187,7 +187,7 @@ class ModelSection(Section, kw_only=True):
         "kernel that keeps only the e-byte logits and a per-token fp32 log-sum-exp (flash-attn's xentropy, "
         "llm-foundry's default loss_fn: fused_crossentropy); torch: PyTorch's cross_entropy on the e-byte "
         "logits without an fp32 upcast, which saves its e-byte log-softmax while the training loop holds the "
-        "logits until backward ends (NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false)"))] = "megatron"
+        "logits until backward ends (NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false; mp 1 only)"))] = "megatron"
     moe: Annotated[MoeSection, Meta(description=(
         "mixture-of-experts MLPs (docs/moe.md); absent: every MLP dense"))] | None = None
     from_hf: Annotated[Text, Meta(description=(
