@@ -550,8 +550,9 @@ def optimizer_kernels(elements: int, tensors: int, dtype: str, master: bool = Tr
           (`mul_`, 4 + 4 B), fused Adam (apex FusedAdam: reads fp32 master, m, v, gradient, writes
           master, m, v: 28 B per element, Kingma & Ba 2015 Alg. 1), the fp32 → fp16 copy (4 + 2 B).
     Pure bf16 (`master` false, precision.master_weights): no overflow check, no cast, no copy back; the norm
-    reads 2 B, the clip reads and writes the bf16 gradient (4 B), the update reads and writes the bf16 parameter, momentum and variance and reads the gradient
-    (14 B per element; PyTorch's foreach Adam, the same update rule).
+    reads 2 B, the clip reads and writes the bf16 gradient (4 B), the update reads and writes the bf16
+    parameter, momentum and variance and reads the gradient (14 B per element; PyTorch's foreach Adam, the
+    same update rule).
     Returns {'overflow', 'norm', 'adam'}; 'overflow' is empty for fp32 and pure bf16 training."""
     n, pieces = elements, max(1, tensors)
     mixed = dtype != "fp32" and master

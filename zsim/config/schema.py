@@ -355,7 +355,7 @@ class PrecisionSection(Section, kw_only=True):
     # PyTorch's torch.optim.Adam keeps exp_avg and exp_avg_sq in the parameters' dtype (torch.zeros_like(p)),
     # so a model built in bf16 and trained without a master copy holds 2 + 2 bytes of Adam states per
     # parameter (NeMo AutoModel's custom MoE models: initialize_weights() casts the model to bf16, FSDP2 shards
-    # the bf16 parameters). zsim.zero.model_states.pure_bf16_k.
+    # the bf16 parameters). zsim.zero.model_states.PURE_BF16_K.
     master_weights: Annotated[bool, Meta(description=(
         "false: pure bf16 training, no fp32 master copy: the parameters, gradients and Adam's momentum and "
         "variance all in bf16 (K = 4; torch.optim.Adam on a model cast to bf16); bf16 only"))] = True
