@@ -566,9 +566,8 @@ def optimizer_kernels(elements: int, tensors: int, dtype: str, master: bool = Tr
         adam += (_mem("grads.flatten", 4 * n), _mem("grads.to_fp32", 6 * n))
     if pure:
         adam += (_mem("grads.unscale_clip", 4 * n), _mem("fused_adam", 14 * n, count=launches))
-        return {"overflow": KernelList("optimizer.overflow", ()), "norm": KernelList("optimizer.norm", norm),
-                "adam": KernelList("optimizer.adam", adam)}
-    adam += (_mem("grads.unscale_clip", 8 * n), _mem("fused_adam", 28 * n, count=launches))
+    else:
+        adam += (_mem("grads.unscale_clip", 8 * n), _mem("fused_adam", 28 * n, count=launches))
     if mixed:
         adam += (_mem("params.to_fp16", 6 * n),)
     return {"overflow": KernelList("optimizer.overflow", overflow), "norm": KernelList("optimizer.norm", norm),

@@ -156,6 +156,11 @@ class StepPass(Gathers, Checkpoints, Reductions):
             self.frees_after.setdefault(pos, []).append(self._tags(f"gathered.{phase}", name))
             if self.expert_gathers and self.by_name[name].expert_params:
                 self.frees_after[pos].append(self._tags(f"gathered.experts.{phase}", name))
+        # what the training loop holds until backward() returns (Module.held_tensors): freed by the pass's last item
+        held = [self._tags(f"held{i}", it.module.name) for it in items if it.kind == "bwd"
+                for i in range(len(it.module.held_tensors))]
+        if held:
+            self.frees_after.setdefault(len(items) - 1, []).extend(held)
         self.gather_queue = sorted(first_use, key=first_use.get)
         self.gathered: list[str] = []  # modules whose gather this phase has issued, in order
         self.unflattened: set[str] = set()  # deepspeed-0.14: modules rebuilt from their gather this phase
@@ -186,11 +191,6 @@ class StepPass(Gathers, Checkpoints, Reductions):
             else:
                 op = self._backward(item.module, deps, frees, reduce)
             self.compute_ops.append(op)
-        held = tuple(self._tags(f"held{i}", it.module.name) for it in items if it.kind == "bwd"
-                     for i in range(len(it.module.held_tensors)))
-        if held:  # what the training loop holds until backward() returns: freed as the pass's last op ends
-            last = self.compute_ops[-1]
-            self.b.ops[last] = self.b.ops[last]._replace(frees=self.b.ops[last].frees + held)
         if reduce and self.bucket:
             self._reduce(self.bucket, self.compute_ops[-1])
 
