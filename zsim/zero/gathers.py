@@ -53,6 +53,8 @@ class Gathers:
                 name=f"all_gather/params.{name}", stream="comm", deps=deps, collective="all_gather", group="dp",
                 nbytes=nbytes, allocs=(Alloc("params", nbytes, self._tags(f"gathered.{phase}", name)), staging),
                 frees=(staging.tag,))
+            if trigger == 0 and phase == "fwd":
+                self._entry_user(self.gather_op[name])
             if self.expert_gathers and self.by_name[name].expert_params:
                 self._gather_experts(name, phase)
 
@@ -116,7 +118,10 @@ class Gathers:
             peak = self._coordination(name, phase).peak_elements if padded else 0
             deps = self.phase_dep + self.first_dep if pos == 0 else ()
             gathered = Alloc("params", self.e * peak, self._tags(f"gathered.{phase}", name))
+            first = len(self.b.ops)
             self.gather_op[name] = self._gather_in_line(name, padded, phase, deps, gathered)
+            if pos == 0 and phase == "fwd":
+                self._entry_user(first)
             if kind == "recompute":
                 self.recompute_fetched.add(name)
 

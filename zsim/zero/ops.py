@@ -88,6 +88,15 @@ class PlanBuilder:
             self.last_compute = len(self.ops) - 1
         return len(self.ops) - 1
 
+    def extend(self, ops: list[Op]) -> None:
+        """Append `ops` (their dependencies already indices of this builder), as add() would one by one."""
+        for op in ops:
+            self.ops.append(op)
+            if op.stream == "comm":
+                self.last_comm = len(self.ops) - 1
+            elif op.stream == "compute":
+                self.last_compute = len(self.ops) - 1
+
     def last(self) -> int | None:
         return len(self.ops) - 1 if self.ops else None
 

@@ -50,6 +50,7 @@ from zsim.zero.checkpoints import md_checkpoints
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, Plan, PlanBuilder
 from zsim.zero.optimizer_step import ADAM_BYTES_PER_ELEMENT, optimizer_step
+from zsim.zero.pass_copy import PassRecord, copy_pass
 from zsim.zero.pipeline_plan import build_pipeline_plan
 from zsim.zero.rank_states import (expert_dp, expert_partition, rank_model_states, rank_partition, rank_pieces,
                                    scenario_workload, selective)
@@ -63,9 +64,11 @@ __all__ = ["ADAM_BYTES_PER_ELEMENT", "STAGE1_COPY_TENSORS", "_stage1_flat_copy",
            "selective"]
 
 
-def build_plan(scenario: Scenario, workload: Workload) -> Plan:
+def build_plan(scenario: Scenario, workload: Workload, copy_passes: bool = True) -> Plan:
     """The ops of `scenario.run.steps` optimizer steps for one rank (all ranks of a class are alike); with
-    pipeline parallelism, for one rank of each stage (zsim.zero.pipeline_plan)."""
+    pipeline parallelism, for one rank of each stage (zsim.zero.pipeline_plan). A micro-batch's pass is
+    made from the one before it where zsim.zero.pass_copy's rule applies (the same ops as building it;
+    `copy_passes=False` builds every one, the tests' reference)."""
     if scenario.layout.pp > 1:
         return build_pipeline_plan(scenario, workload)
     zero = scenario.zero
@@ -81,10 +84,19 @@ def build_plan(scenario: Scenario, workload: Workload) -> Plan:
     b = PlanBuilder()
     for step in range(scenario.run.steps):
         boundary = b.last()
+        previous: PassRecord | None = None
         for mb in range(scenario.grad_accum):
-            last_mb = mb == scenario.grad_accum - 1
-            first_dep = (boundary,) if boundary is not None and mb == 0 else ()
-            StepPass(b, scenario, workload, step, mb, first_dep).run(reduce=zero.stage >= 2 or last_mb)
+            reduce = zero.stage >= 2 or mb == scenario.grad_accum - 1
+            copied = copy_pass(b, previous, reduce) if copy_passes and previous is not None else None
+            if copied is None:
+                first_dep = (boundary,) if boundary is not None and mb == 0 else ()
+                entry = b.last_compute
+                built = StepPass(b, scenario, workload, step, mb, first_dep)
+                built.run(reduce=reduce)
+                # a pass waiting for an earlier step (first_dep) is not copied (zsim.zero.pass_copy)
+                copied = None if first_dep else PassRecord(built.start, len(b.ops), step, mb, entry,
+                                                           frozenset(built.entry_users), reduce)
+            previous = copied
         optimizer_step(b, scenario, workload, step)
     arenas = _arenas(scenario, workload) if zero.defragment else {}
     return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()),

@@ -38,6 +38,10 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.z = scenario.zero
         self.step, self.mb = step, mb
         self.first_dep = first_dep
+        self.start = len(b.ops)  # the pass's first op
+        # Ops that wait for the pass's entry, the last compute op before it (the forward's phase_dep), by
+        # index in the pass: what zsim.zero.pass_copy moves when it makes the next micro-batch's pass
+        self.entry_users: list[int] = []
         self.stage = scenario.zero.stage
         # Full recompute keeps one input per segment; selective keeps the layer's activations but the
         # attention core's (zsim.workload.transformer.layer_saved_tensors) and recomputes the core in the
@@ -74,6 +78,10 @@ class StepPass(Gathers, Checkpoints, Reductions):
 
     def _add(self, **fields) -> int:
         return self.b.add(step=self.step, micro_batch=self.mb, **fields)
+
+    def _entry_user(self, op: int) -> None:
+        """Note that op `op` waits for the pass's entry (the forward's phase_dep), or would if it had one."""
+        self.entry_users.append(op - self.start)
 
     def _checkpointed(self, m: Module) -> bool:
         return self.ckpt and m.layer is not None

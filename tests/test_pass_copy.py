@@ -1,0 +1,147 @@
+"""A micro-batch's pass copied from the one before it (zsim.zero.pass_copy) is the pass build_plan builds:
+the whole plan, op for op and field for field, equals the plan with every pass built, across the shipped
+scenarios and drawn combinations of every option that shapes a pass."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ROOT, small_scenario
+from zsim.errors import ZsimError
+from zsim.scenario.scenario import load_scenario
+from zsim.zero.ops import PlanBuilder
+from zsim.zero.pass_copy import PassRecord, copy_pass
+from zsim.zero.plan import build_plan, scenario_workload
+
+SCENARIOS = sorted(p for p in (ROOT / "scenarios").rglob("*.yaml") if p.parent.name != "whatif")
+
+
+def _same_plans(scenario) -> None:
+    """Assert the plan with copied passes is the plan built pass by pass."""
+    workload = scenario_workload(scenario)
+    copied, built = build_plan(scenario, workload), build_plan(scenario, workload, copy_passes=False)
+    assert len(copied.ops) == len(built.ops)
+    for i, (a, b) in enumerate(zip(copied.ops, built.ops)):
+        assert a == b, (i, a, b)
+    assert copied == built
+
+
+def _shipped(path: Path, accum: int, steps: int):
+    """The shipped scenario at `accum` micro-batches and `steps` steps, at 4 layers where it allows (the
+    rule does not depend on how many; the flagship's 128 would take seconds), else as many as it has;
+    None where it refuses `accum` (an interleaved pipeline needs a multiple of its stages)."""
+    for layers in (["model.layers=4"], []):
+        try:
+            return load_scenario(path, [*layers, f"model.grad_accum={accum}", "model.global_batch=null",
+                                        f"run.steps={steps}"])
+        except ZsimError:
+            continue
+    return None
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: str(p.relative_to(ROOT / "scenarios")))
+def test_shipped_scenarios_copy_their_passes_exactly(path: Path):
+    tried = [s for s in (_shipped(path, accum, steps) for accum, steps in ((3, 1), (2, 2), (8, 1))) if s is not None]
+    assert tried, f"{path} refuses every accumulation tried"
+    for scenario in tried[:2]:
+        _same_plans(scenario)
+
+
+options = st.fixed_dictionaries({
+    "stage": st.integers(0, 3),
+    "implementation": st.sampled_from(["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14"]),
+    "ckpt": st.booleans(),
+    "every": st.integers(1, 3),
+    "pa": st.booleans(),
+    "offload": st.booleans(),
+    "md": st.booleans(),
+    "cb": st.booleans(),
+    "overlap": st.booleans(),
+    "prefetch": st.integers(0, 3),
+    "bucket": st.sampled_from([10_000, 300_000, 10**9]),
+    "mp": st.sampled_from([1, 2, 4]),
+    "accum": st.integers(2, 4),
+    "steps": st.integers(1, 2),
+    "moe": st.booleans(),
+    "loss": st.sampled_from(["megatron", "torch"]),
+})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=options)
+def test_drawn_options_copy_their_passes_exactly(p):
+    model = {"grad_accum": p["accum"], "loss": p["loss"] if p["mp"] == 1 else "megatron"}
+    parallel = {"dp": 32 // p["mp"], "mp": p["mp"]}
+    if p["moe"]:
+        model["moe"] = {"experts": 4, "top_k": 2}
+        parallel.update(ep=4, sequence_parallel=p["mp"] > 1)  # Megatron-LM's rule for MoE with TP
+    implementation = "paper" if p["implementation"] == "deepspeed-0.2" and p["stage"] == 3 else p["implementation"]
+    try:
+        scenario = small_scenario(
+            model=model,
+            parallel=parallel,
+            zero={"stage": p["stage"], "implementation": implementation, "activation_checkpointing": p["ckpt"],
+                  "checkpoint_every": p["every"] if p["ckpt"] else 1, "partition_activations": p["pa"] and p["ckpt"] and p["mp"] > 1,
+                  "cpu_offload_activations": p["offload"] and p["pa"] and p["ckpt"] and p["mp"] > 1,
+                  "defragment": p["md"], "constant_buffers": p["cb"], "overlap_comm": p["overlap"],
+                  "prefetch_layers": p["prefetch"], "reduce_bucket_elements": p["bucket"]},
+            run={"steps": p["steps"]})
+    except ZsimError:  # a combination the loader refuses (stage 3 MoE under a DeepSpeed implementation)
+        return
+    _same_plans(scenario)
+
+
+def test_passes_are_copied_where_the_rule_applies(monkeypatch):
+    """Stages 2-3 copy every pass after the first; stages 0-1 the middle ones (the last reduces); a second
+    step builds its first (it waits for the first step) and copies from its second on."""
+    import zsim.zero.plan as plan
+
+    made: list[int] = []
+
+    def counted(b, previous, reduce):
+        record = copy_pass(b, previous, reduce)
+        made.extend([record.mb] if record is not None else [])
+        return record
+
+    monkeypatch.setattr(plan, "copy_pass", counted)
+    for stage, steps, copied in ((3, 1, [1, 2, 3]), (1, 1, [1, 2]), (2, 2, [1, 2, 3, 2, 3]), (0, 2, [1, 2, 2])):
+        made.clear()
+        scenario = small_scenario(model={"grad_accum": 4}, zero={"stage": stage}, run={"steps": steps})
+        build_plan(scenario, scenario_workload(scenario))
+        assert made == copied, (stage, steps)
+        _same_plans(scenario)
+
+
+def test_a_pass_that_waits_for_an_earlier_step_or_differs_in_reducing_is_not_copied():
+    b = PlanBuilder()
+    b.add(name="fwd/x", stream="compute", micro_batch=0, allocs=(), frees=())
+    record = PassRecord(0, 1, 0, 0, None, frozenset(), reduce=False)
+    assert copy_pass(b, record, reduce=True) is None and len(b.ops) == 1
+    b.add(name="fwd/y", stream="compute", deps=(0,), micro_batch=0)  # an op after the pass
+    assert copy_pass(b, record, reduce=False) is None and len(b.ops) == 2
+    earlier = PlanBuilder()
+    earlier.add(name="optimizer/step", stream="compute")
+    earlier.add(name="fwd/x", stream="compute", deps=(0,), micro_batch=0)  # waits for op 0, not its entry
+    assert copy_pass(earlier, PassRecord(1, 2, 0, 0, None, frozenset(), False), reduce=False) is None
+
+
+def test_a_copy_renames_its_tensors_and_leaves_the_steps_gradients_to_the_first():
+    from zsim.zero.ops import Alloc
+    b = PlanBuilder()
+    b.add(name="gather", stream="comm", micro_batch=0, allocs=(Alloc("params", 8, "gathered.fwd.x.s0.m0"),))
+    b.add(name="bwd/x", stream="compute", deps=(0,), micro_batch=0,
+          allocs=(Alloc("grads", 4, "grads.partition.s0"), Alloc("activations", 2, "dgrad.x.s0.m0")),
+          frees=("gathered.fwd.x.s0.m0", "dgrad.x.s0.m0"))
+    record = copy_pass(b, PassRecord(0, 2, 0, 0, None, frozenset({0}), True), reduce=True)
+    assert record == PassRecord(2, 4, 0, 1, 1, frozenset({0}), True)
+    gather, bwd = b.ops[2:]
+    assert gather.deps == (1,) and gather.micro_batch == 1 and gather.allocs[0].tag == "gathered.fwd.x.s0.m1"
+    assert bwd.deps == (2,) and [a.tag for a in bwd.allocs] == ["dgrad.x.s0.m1"]
+    assert bwd.frees == ("gathered.fwd.x.s0.m1", "dgrad.x.s0.m1")
+    assert b.last_compute == 3 and b.last_comm == 2
+    # micro-batch 1 allocating the step's gradients again is not the rule: no copy of it
+    assert copy_pass(b, PassRecord(2, 4, 0, 1, 1, frozenset({0}), True), reduce=True) is not None
+    b.ops[5] = b.ops[5]._replace(allocs=(Alloc("grads", 4, "grads.partition.s0"),))
+    assert copy_pass(b, PassRecord(4, 6, 0, 2, 3, frozenset({0}), True), reduce=True) is None
