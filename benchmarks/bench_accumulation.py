@@ -1,7 +1,8 @@
 """Where the flagship's time goes at gradient accumulation 1 and 64 (issue 28 item 9): CPU ms of the
-plan build (zsim.engine.simulation.workload_and_plan), the simpy run (run_to_end: at 64 it holds the
-replay of the second micro-batch's memory, zsim.engine.shifted_unit) and the rest (setup, the proof and
-splice, the Result), median of 5, class mode without trace events, with each total as a multiple of
+plan build (zsim.engine.simulation.workload_and_plan, or workload_and_unit where one micro-batch is
+simulated), the simpy run (run_to_end: at 64 it holds the replay of the second micro-batch's memory,
+zsim.engine.shifted_unit) and the rest (setup, the proof and splice, the Result), the least of 7
+interleaved rounds, class mode without trace events, with each total as a multiple of
 grad_accum 1's; then what replaying one micro-batch's ledger calls costs alone (replay_ms): with the second
 micro-batch's plan, the floor of any exact proof that simulates one micro-batch (docs/fabric.md).
 
@@ -22,9 +23,12 @@ from zsim.scenario.scenario import load_scenario
 FLAGSHIP = Path(__file__).resolve().parents[1] / "scenarios/1T-1024gpu.yaml"
 
 
-def timed_parts(accum: int, runs: int = 5) -> tuple[float, float, float]:
-    """(total, plan build, simpy run) CPU seconds of the flagship at `accum` micro-batches of 64 sequences,
-    the run with the median total of `runs`. Wraps the two functions on the module for the call only."""
+def timed_parts(accums: tuple[int, ...], rounds: int = 7) -> dict[int, tuple[float, float, float]]:
+    """Per grad_accum in `accums`: (total, plan build, simpy run) CPU seconds of the flagship at that many
+    micro-batches of 64 sequences, the run with the least total of `rounds`, each round running every
+    accumulation once in turn. The least, as timeit reports: what the code costs when nothing else on
+    the shared machine gets in its way (a median moved by ±20% between runs of this benchmark, measured).
+    Wraps the plan and run functions on the module for the call only."""
     spent: dict[str, float] = {}
 
     def wrap(name: str, f: Callable) -> Callable:
@@ -36,20 +40,23 @@ def timed_parts(accum: int, runs: int = 5) -> tuple[float, float, float]:
                 spent[name] = spent.get(name, 0.0) + time.process_time() - start
         return timed
 
-    scenario = load_scenario(FLAGSHIP, [f"model.global_batch={64 * accum}"])
-    originals = simulation.workload_and_plan, simulation.run_to_end
+    scenarios = {accum: load_scenario(FLAGSHIP, [f"model.global_batch={64 * accum}"]) for accum in accums}
+    originals = simulation.workload_and_plan, simulation.run_to_end, simulation.workload_and_unit
     simulation.workload_and_plan, simulation.run_to_end = wrap("plan", originals[0]), wrap("run", originals[1])
+    simulation.workload_and_unit = wrap("plan", originals[2])
+    rows: dict[int, list] = {accum: [] for accum in accums}
     try:
-        simulation.simulate(scenario, mode="class", trace=False)  # warm caches
-        rows = []
-        for _ in range(runs):
-            spent.clear()
-            start = time.process_time()
-            simulation.simulate(scenario, mode="class", trace=False)
-            rows.append((time.process_time() - start, spent.get("plan", 0.0), spent.get("run", 0.0)))
+        for scenario in scenarios.values():
+            simulation.simulate(scenario, mode="class", trace=False)  # warm caches
+        for _ in range(rounds):
+            for accum, scenario in scenarios.items():
+                spent.clear()
+                start = time.process_time()
+                simulation.simulate(scenario, mode="class", trace=False)
+                rows[accum].append((time.process_time() - start, spent.get("plan", 0.0), spent.get("run", 0.0)))
     finally:
-        simulation.workload_and_plan, simulation.run_to_end = originals
-    return sorted(rows)[len(rows) // 2]
+        simulation.workload_and_plan, simulation.run_to_end, simulation.workload_and_unit = originals
+    return {accum: min(r) for accum, r in rows.items()}
 
 
 class _Recording(MemoryLedger):
@@ -115,10 +122,9 @@ def main() -> None:
     """The table, with each row's total as a multiple of grad_accum 1's (issue 28: 64 within 1.5×; the
     same figure benchmarks/bench_run.py prints, from whole simulate() calls, as "CPU ×… of 1")."""
     print(f"{'grad_accum':>10}{'total ms':>10}{'plan ms':>9}{'run ms':>8}{'rest ms':>9}{'× of 1':>8}")
-    base = None
-    for accum in (1, 2, 64):
-        total, plan, run = timed_parts(accum)
-        base = base or total
+    parts = timed_parts((1, 2, 64))
+    base = parts[1][0]
+    for accum, (total, plan, run) in parts.items():
         print(f"{accum:>10}{total * 1e3:>10.0f}{plan * 1e3:>9.0f}{run * 1e3:>8.0f}{(total - plan - run) * 1e3:>9.0f}"
               f"{total / base:>8.2f}")
     replay, calls = replay_ms()

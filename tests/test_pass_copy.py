@@ -2,6 +2,7 @@
 the whole plan, op for op and field for field, equals the plan with every pass built, across the shipped
 scenarios and drawn combinations of every option that shapes a pass."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,19 +14,52 @@ from zsim.errors import ZsimError
 from zsim.scenario.scenario import load_scenario
 from zsim.zero.ops import PlanBuilder
 from zsim.zero.pass_copy import PassRecord, copy_pass
-from zsim.zero.plan import build_plan, scenario_workload
+from zsim.zero.plan import build_plan, build_unit_plan, scenario_workload
 
 SCENARIOS = sorted(p for p in (ROOT / "scenarios").rglob("*.yaml") if p.parent.name != "whatif")
 
 
 def _same_plans(scenario) -> None:
-    """Assert the plan with copied passes is the plan built pass by pass."""
+    """Assert the plan with copied passes is the plan built pass by pass, and the unit plan and its
+    Second are that plan's at 2 micro-batches (_same_unit)."""
     workload = scenario_workload(scenario)
     copied, built = build_plan(scenario, workload), build_plan(scenario, workload, copy_passes=False)
     assert len(copied.ops) == len(built.ops)
     for i, (a, b) in enumerate(zip(copied.ops, built.ops)):
         assert a == b, (i, a, b)
     assert copied == built
+    if scenario.run.steps == 1 and scenario.layout.pp == 1:
+        _same_unit(dataclasses.replace(scenario, grad_accum=2))
+
+
+def _same_unit(two) -> None:
+    """build_unit_plan(two) is build_plan(two, every pass built) with micro-batch 1 cut out and the optimizer
+    step's dependencies on it moved to micro-batch 0's counterparts, and its Second gives micro-batch 1's
+    dependencies and allocations (under micro-batch 0's tags); None exactly where micro-batch 1 is not
+    micro-batch 0 with pass_copy's changes."""
+    workload = scenario_workload(two)
+    full, unit = build_plan(two, workload, copy_passes=False), build_unit_plan(two, workload)
+    opt = next(i for i, op in enumerate(full.ops) if op.name.startswith("optimizer/"))
+    n0 = sum(op.micro_batch == 0 for op in full.ops[:opt])
+    first, second = full.ops[:n0], full.ops[n0:opt]
+    suffix = ".s0.m0"
+
+    def as_first(op):  # micro-batch 1's op under micro-batch 0's tags and index
+        return op._replace(micro_batch=0, allocs=tuple(a._replace(tag=a.tag.replace(".s0.m1", suffix)) for a in op.allocs),
+                           frees=tuple(t.replace(".s0.m1", suffix) for t in op.frees))
+
+    alike = len(second) == n0 and all(
+        as_first(b)._replace(deps=(), allocs=()) == a._replace(deps=(), allocs=()) for a, b in zip(first, second))
+    if two.zero.stage < 2 or not alike:
+        assert unit is None
+        return
+    assert unit is not None
+    plan, later = unit
+    tail = tuple(op._replace(deps=tuple(d - n0 if d >= n0 else d for d in op.deps)) for op in full.ops[2 * n0:])
+    assert plan == dataclasses.replace(full, ops=first + tail)
+    for k, (a, b) in enumerate(zip(first, second)):
+        assert later.deps(a, k) == b.deps, (k, a, b)
+        assert later.allocs(a, later.suffix) == as_first(b).allocs, (k, a, b)
 
 
 def _shipped(path: Path, accum: int, steps: int):

@@ -236,14 +236,48 @@ def test_two_ops_ending_the_micro_batch_together_leave_the_shift_unproven(monkey
 
 
 def test_the_first_micro_batch_differs_from_the_second_at_stages_0_and_1():
-    """Stages 0-1 reduce only in the last micro-batch: the plan of 2 is not two alike, so the
-    one-micro-batch proof does not start (zsim.engine.shifted_unit.split), where stage 3's is."""
-    from zsim.engine.simulation import workload_and_plan
+    """Stages 0-1 reduce only in the last micro-batch: the second of 2 is not the first copied, so the
+    one-micro-batch proof does not start (zsim.zero.plan.build_unit_plan is None), where stage 3's is."""
+    from zsim.engine.simulation import workload_and_unit
 
     for stage, alike in ((1, False), (3, True)):
         scenario = _scenario(SMALL, ("model.layers=2", f"zero.stage={stage}"), 2)
-        _, plan = workload_and_plan(scenario)
-        assert (shifted_unit.split(plan) is not None) is alike, stage
+        _, unit = workload_and_unit(scenario)
+        assert (unit is not None) is alike, stage
+
+
+def test_a_tensor_of_the_first_micro_batch_alive_at_the_replay_leaves_the_shift_unproven(monkeypatch):
+    """The replay makes the second's calls under the first's tags: one still held when the replay
+    allocates it would be two tensors under one name, so the proof stops and every micro-batch is
+    simulated (the same Result)."""
+    from zsim.zero import plan as planning
+
+    real = planning.build_unit_plan
+
+    def leaking(scenario, workload):  # the first micro-batch's first activation is never freed
+        unit = real(scenario, workload)
+        plan, second = unit
+        tag = next(a.tag for op in plan.ops for a in op.allocs if a.category == "activations")
+        ops = tuple(op._replace(frees=tuple(t for t in op.frees if t != tag)) for op in plan.ops)
+        return plan.__class__(**{**{f: getattr(plan, f) for f in plan.__dataclass_fields__}, "ops": ops}), second
+
+    import zsim.engine.simulation as simulation
+    monkeypatch.setattr(simulation, "build_unit_plan", leaking)
+    scenario = _scenario(SMALL, ("model.layers=2",), 8)
+    stopped, replay = [], shifted_unit.Probe.replay
+
+    def watched(probe):
+        try:
+            replay(probe)
+        except shifted_unit.Unproven as e:
+            stopped.append(str(e))
+            raise
+
+    monkeypatch.setattr(shifted_unit.Probe, "replay", watched)
+    result = simulate(scenario, mode="class")
+    assert len(stopped) == 1 and "outlives it" in stopped[0]
+    assert result.repeated_micro_batches < 7  # not the one-micro-batch proof's
+    assert_same_result(result, simulate(scenario, mode="class", repeat=False))
 
 
 def _ops(*specs):

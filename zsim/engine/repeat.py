@@ -7,10 +7,10 @@ ones still in flight on any stream or link (a *clean* boundary), and the same me
 allocator, live tensors, arenas). `extrapolate` simulates the step with n < G micro-batches, proves that
 one of them, the unit, repeats, and builds the G-micro-batch Result with G − n more copies of the unit:
 
-  first, one micro-batch simulated (zsim.engine.shifted_unit: where the second's ops are the first's, as
-        at stages 2-3 that reduce every micro-batch, the second is proven to be the first shifted from
-        the first's run and the plan, and its memory is replayed on the ledger: a Result of n = 2 whose
-        second, the unit, was not simulated);
+  first, one micro-batch simulated (zsim.engine.shifted_unit: where the second is the first copied
+        (zsim.zero.pass_copy), as at stages 2-3 that reduce every micro-batch, it is neither planned nor
+        simulated: it is proven to be the first shifted from the first's run, and its memory is replayed
+        on the ledger: a Result of n = 2 whose second, the unit, was not simulated);
   else n = 2 (the unit is the last micro-batch, where its ops are those of the others), then n = 3, 5, 7
         (the unit is the one before the last; more while the allocator still reserves new segments in it).
   - clean boundaries: every op of micro-batch k ends before any op of k + 1 starts, and every op of the
@@ -44,6 +44,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from zsim.engine import shifted_unit
 from zsim.engine.offload import transfer_seconds
@@ -142,14 +144,14 @@ def applies(scenario: Scenario, per_rank: bool, overridden: bool) -> bool:
 
 
 def extrapolate(scenario: Scenario, simulate_reduced: Callable[..., Result],
-                plan_of: Callable[[Scenario], tuple] | None = None) -> Result | None:
+                unit_of: Callable[[Scenario], tuple] | None = None) -> Result | None:
     """The Result of `scenario` (grad_accum G) from a simulation of one micro-batch where the later ones
-    are proven to be it shifted (zsim.engine.shifted_unit; `plan_of(scenario)` gives its workload and
-    plan), else of n < G, n from REDUCED in turn while a larger one may prove what a smaller did not
+    are proven to be it shifted (zsim.engine.shifted_unit; `unit_of(scenario)` gives its workload and
+    zsim.zero.plan.build_unit_plan's answer), else of n < G, n from REDUCED in turn while a larger one may prove what a smaller did not
     (`simulate_reduced(reduced scenario, observer[, (workload, plan) to run])`), or None when no
     micro-batch is proven to repeat (module docstring); the caller then simulates all G."""
     wall = time.perf_counter()
-    one = shifted_unit.simulate_one(scenario, simulate_reduced, plan_of) if plan_of is not None else None
+    one = shifted_unit.simulate_one(scenario, simulate_reduced, unit_of) if unit_of is not None else None
     if one is not None:  # a Result of 2 micro-batches whose second (the unit) was not simulated
         reduced, t0, added = one
         n, simulated, proof = 2, 1, (1, t0, t0 + t0, added)
@@ -322,10 +324,10 @@ def splice_ledger(ledger: MemoryLedger | None, first: float, last: float, extra:
     times: list[float] = []
     a = bisect.bisect_left(ledger.times, first)  # the timeline's times never decrease
     z = bisect.bisect_left(ledger.times, last, a)
-    unit = ledger.times[a:z]
     times += ledger.times[:a]
-    for j in range(extra + 1):  # t + j·P: the float addition of the element-wise form, once per copy
-        times += list(map((j * period).__radd__, unit))
+    # t + j·P for copy j: float64 additions, numpy's the same IEEE operations as Python's element-wise ones
+    shifts = np.arange(extra + 1, dtype=np.float64) * period
+    times += np.add.outer(shifts, np.asarray(ledger.times[a:z], dtype=np.float64)).ravel().tolist()
     times += list(map((extra * period).__radd__, ledger.times[z:]))
     rows = ledger.rows[:a] + ledger.rows[a:z] * (extra + 1) + ledger.rows[z:]
     reserved = ledger.reserved_rows[:a] + ledger.reserved_rows[a:z] * (extra + 1) + ledger.reserved_rows[z:]

@@ -1,10 +1,12 @@
 """Gradient accumulation from ONE simulated micro-batch: the later ones are the first, shifted in time,
 with their memory replayed (zsim.engine.repeat tries this before it simulates two or more).
 
-The plan of 2 micro-batches is built (zsim.zero.plan: the first, the second and the optimizer step). When
-the second's ops are the first's (name, stream, cost, collective and bytes, the same dependencies among
-themselves, memory effects only where the first has some), the engine simulates only the first and the
-optimizer step (their dependencies on the second moved to the first's ops), and proves from that run:
+Where the second micro-batch of a step's first two is the first copied (zsim.zero.pass_copy: the same
+ops, names, streams, costs, collectives and bytes, its dependencies the first's moved, its memory effects
+the first's less the step's tensors, which only the first allocates), it is not planned at all: the plan
+is the first micro-batch's ops and the optimizer step's, whose dependencies on the second are on the
+first's counterparts (zsim.zero.plan.build_unit_plan), and the second is known by the copy rule
+(zsim.zero.pass_copy.Second). The engine simulates that plan and proves from the run:
 
   - a clean boundary: exactly one op of the first micro-batch ends last, at T0, and every stream's first
     op of the second becomes ready at T0 exactly (its stream predecessor or a dependency in the first
@@ -16,10 +18,11 @@ optimizer step (their dependencies on the second moved to the first's ops), and 
   - the optimizer step's first op on each stream becomes ready when the last micro-batch ends (its
     dependencies on that micro-batch, moved to the first, end at T0 exactly), so it runs as in the
     reduced run, (G − 1)·P later;
-  - memory: the ledger's calls of the second micro-batch are made again (the replay) on the ledger as the
+  - memory: the ledger's calls of the second micro-batch are made (the replay) on the ledger as the
     first leaves it, before the optimizer's first call, at the first's times + P, in the order the first
-    made its own. That order is the full simulation's wherever it is forced: within one instant, two
-    calls that do not commute (not both frees) come from one op (allocation before free), or from an op
+    made its own, under the first's tags (a tag is a name, never a size or a place: the allocator keys
+    its blocks by it and nothing else), which none of the first's tensors still holds (else unproven).
+    That order is the full simulation's wherever it is forced: within one instant, two calls that do not commute (not both frees) come from one op (allocation before free), or from an op
     and one that it released at that instant (its dependency or stream predecessor that ended last, in
     a chain), or from the op its stream's worker ran on to at once and one the same op released through
     its event; anything else (two ops released independently at one instant, e.g. both at the start)
@@ -36,58 +39,20 @@ caller goes on to repeat's simulation of 2 or more micro-batches.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from zsim.memory.ledger import MemoryLedger
 from zsim.trace import schema
 from zsim.zero.ops import Plan
+from zsim.zero.pass_copy import Second
 
 if TYPE_CHECKING:
     from zsim.engine.result import Result
 
-# What times an op, without its dependencies, memory effects and micro-batch (zsim.zero.ops.Op's fields by
-# name: a field added to Op is not compared until it is named here)
-_TIMING = attrgetter("name", "stream", "flops", "hbm_bytes", "collective", "group", "nbytes", "step", "transfer",
-                     "kernels", "elements", "stage")
-
-
 class Unproven(Exception):
     """The reduced run cannot prove the shift (raised inside it to stop it early)."""
-
-
-def split(plan: Plan) -> int | None:
-    """n0, the ops of each micro-batch, when `plan` (of 2 micro-batches, one step, one stage) is the first
-    micro-batch's ops, the second's, alike and in the same order, then the optimizer step's; else None."""
-    ops = plan.ops
-    if plan.steps != 1 or plan.stages != 1:
-        return None
-    opt = next((i for i, op in enumerate(ops) if op.name.startswith("optimizer/")), len(ops))
-    n0 = opt // 2
-    if opt == len(ops) or opt != 2 * n0 or n0 == 0:
-        return None
-    first, second = ops[:n0], ops[n0:opt]
-    if any(op.micro_batch != 0 for op in first) or any(op.micro_batch != 1 for op in second):
-        return None
-    if list(map(_TIMING, first)) != list(map(_TIMING, second)):
-        return None
-    if max((max(a.deps) for a in first if a.deps), default=-1) >= n0 \
-            or max((max(b.deps) for b in second if b.deps), default=-1) >= opt:
-        return None  # the first waits only for itself, the second for no optimizer op
-    for a, b in zip(first, second):
-        if (b.allocs and not a.allocs) or (b.frees and not a.frees) or a.group == "pp":  # replay's positions
-            return None
-        if b.deps != tuple(map(n0.__add__, a.deps)) and tuple(d - n0 for d in b.deps if d >= n0) != a.deps:
-            return None  # (the second may also wait for ops of the first)
-    return n0
-
-
-def reduced_plan(plan: Plan, n0: int) -> Plan:
-    """The first micro-batch's ops and the optimizer step's, whose dependencies on the second move to
-    the first's counterparts (indices ≥ n0 shift down by n0)."""
-    tail = tuple(op._replace(deps=tuple(d - n0 if d >= n0 else d for d in op.deps)) for op in plan.ops[2 * n0:])
-    return dataclasses.replace(plan, ops=plan.ops[:n0] + tail)
 
 
 @dataclass(slots=True)
@@ -96,7 +61,8 @@ class Probe:
     plan, 'a' or 'f'), and at the optimizer step's first call the replay of the second micro-batch."""
 
     run: Any
-    plan: Plan  # of 2 micro-batches
+    plan: Plan  # the first micro-batch's ops and the optimizer step's (zsim.zero.plan.build_unit_plan)
+    second: Second
     n0: int
     by_id: dict[int, int]  # id of an op's allocs or frees tuple (what the engine passes) -> reduced-plan index
     calls: list[tuple[int, str]] = field(default_factory=list)
@@ -135,27 +101,34 @@ class Probe:
         return next((k for k in candidates if not self.done[kind][k]), -1)
 
     def replay(self) -> None:
-        run, n0 = self.run, self.n0
+        run, n0, second = self.run, self.n0, self.second
         if not all(run.done[i].triggered for i in range(n0)):
             raise Unproven("the optimizer step touched memory before the first micro-batch ended")
         gpu, host = run.ledger, run.host_ledger
         t0 = max(run.end_time[:n0])
+        suffix = second.suffix
+        # The replay's tags are the first's: none may still be held. Then none collides, as none did when
+        # the first made the same calls from a state holding none of them.
+        held = [tag for ledger in (gpu, host) for tag in ledger.live if tag.endswith(suffix)]
+        if held:
+            raise Unproven(f"a tensor of the first micro-batch outlives it ({held[0]})")
         self.marks.update(state=(_memory_state(gpu), _memory_state(host)), events=len(run.events))
         self.replayed = True
         ops, start, end, trace = self.plan.ops, run.start_time, run.end_time, run.trace
         for i, kind in list(self.calls):
-            op = ops[i + n0]
-            if not (op.allocs if kind == "a" else op.frees):
-                continue  # what only the first micro-batch does (e.g. its gradient partition at stage 3)
+            op = ops[i]
             if kind == "a":
+                allocs = second.allocs(op, suffix)
+                if not allocs:
+                    continue  # what only the first micro-batch does (e.g. its gradient partition at stage 3)
                 now = t0 + start[i]
-                if any(a.where == "host" for a in op.allocs):  # as zsim.engine.workers.stream_worker
+                if any(a.where == "host" for a in allocs):  # as zsim.engine.workers.stream_worker
                     for on_host in (False, True):
-                        requests = [a for a in op.allocs if (a.where == "host") == on_host]
+                        requests = [a for a in allocs if (a.where == "host") == on_host]
                         if requests:
                             MemoryLedger.alloc_many(host if on_host else gpu, now, requests, op.stream)
                 else:
-                    MemoryLedger.alloc_many(gpu, now, op.allocs, op.stream)
+                    MemoryLedger.alloc_many(gpu, now, allocs, op.stream)
             else:
                 now = t0 + end[i]
                 live = gpu.live
@@ -198,11 +171,11 @@ class ProbedLedger(MemoryLedger):
         MemoryLedger.free_many(self, time, tags)
 
 
-def probe_for(plan: Plan, n0: int) -> Probe:
-    """A Probe for the reduced run of `plan` (of 2 micro-batches); attach() it to the run."""
+def probe_for(plan: Plan, second: Second) -> Probe:
+    """A Probe for the run of `plan` (zsim.zero.plan.build_unit_plan's, with `second`); attach() it to the run."""
     by_id: dict[int, int] = {}
     shared: set[int] = set()
-    for k, op in enumerate(plan.ops[:n0] + plan.ops[2 * n0:]):
+    for k, op in enumerate(plan.ops):
         for given in (op.allocs, op.frees):
             if given:
                 if id(given) in by_id:
@@ -210,9 +183,9 @@ def probe_for(plan: Plan, n0: int) -> Probe:
                 by_id[id(given)] = k
     for key in shared:
         del by_id[key]
-    size = n0 + len(plan.ops) - 2 * n0
-    return Probe(None, plan, n0, by_id, done={"a": bytearray(size), "f": bytearray(size)},
-                 persistent=frozenset(a.tag for a in plan.persistent))
+    size = len(plan.ops)
+    return Probe(None, plan, second, second.first.end - second.first.start, by_id,
+                 done={"a": bytearray(size), "f": bytearray(size)}, persistent=frozenset(a.tag for a in plan.persistent))
 
 
 def attach(probe: Probe, run: Any) -> None:
@@ -225,7 +198,7 @@ def attach(probe: Probe, run: Any) -> None:
 
 def proven(probe: Probe, reduced: Result) -> float | None:
     """T0, the first micro-batch's end (s), when the reduced run proves the shift (module docstring)."""
-    run, n0, plan = probe.run, probe.n0, probe.plan
+    run, n0 = probe.run, probe.n0
     if not probe.replayed or reduced.ledger.oom is not None or probe.marks["state"] != probe.marks["after"]:
         return None
     end, start, sub = run.end_time, run.start_time, run.plan.ops
@@ -236,21 +209,24 @@ def proven(probe: Probe, reduced: Result) -> float | None:
     for indices in run.by_stream:
         for a, b in zip(indices, indices[1:]):
             pred[b] = a
-    full = plan.ops
+    second = probe.second
     for indices in run.by_stream:
         mb0 = [i for i in indices if i < n0]
         rest = [i for i in indices if i >= n0]
         # The first op on this stream of the second micro-batch, and of the optimizer step: ready at T0
         # (through what it waits for in the first, or stands for the second), unless it waits for an op
-        # of its own part, which starts at T0 or later (then T0 at most will do: it is).
-        if mb0 and not any(n0 <= d for d in full[mb0[0] + n0].deps):
-            if max([end[mb0[-1]]] + [end[d] for d in full[mb0[0] + n0].deps]) != t0:
+        # of its own part, which starts at T0 or later (then T0 at most will do: it is). The optimizer
+        # step's dependencies below n0 are on the second's ops, planned as their counterparts in the first.
+        if mb0:
+            waits = second.deps(sub[mb0[0]], mb0[0])  # in the plan of both micro-batches
+            if not any(n0 <= d for d in waits) and max([end[mb0[-1]]] + [end[d] for d in waits]) != t0:
                 return None
-        if rest and not any(2 * n0 <= d for d in full[rest[0] + n0].deps):
+        if rest:
             k = rest[0]
-            moved = [end[d - n0] for d in full[k + n0].deps if n0 <= d]
-            if max(moved + ([end[pred[k]]] if pred[k] >= 0 else []), default=-1.0) != t0:
-                return None
+            waits = sub[k].deps
+            if not any(n0 <= d for d in waits):
+                if max([end[d] for d in waits] + ([end[pred[k]]] if pred[k] >= 0 else []), default=-1.0) != t0:
+                    return None
     if not _forced(probe.calls, sub, pred, start, end):
         return None
     return t0
@@ -262,6 +238,7 @@ def _forced(calls: list[tuple[int, str]], ops, pred: list[int], start: list[floa
     def when(call: tuple[int, str]) -> float:
         return start[call[0]] if call[1] == "a" else end[call[0]]
 
+    @functools.cache  # asked again for each pair of one instant's calls and along each chain
     def cause(i: int) -> int:
         at = start[i]
         found = {x for x in ((pred[i],) if pred[i] >= 0 else ()) + ops[i].deps if end[x] == at}
@@ -345,19 +322,20 @@ def _shifted(ledger: MemoryLedger, rows: int, flushes: int, peaks: tuple[int, in
     return MemoryLedger(**fields)
 
 
-def simulate_one(scenario: Any, simulate_reduced: Any, plan_of: Any) -> tuple[Result, float, Any] | None:
+def simulate_one(scenario: Any, simulate_reduced: Any, unit_of: Any) -> tuple[Result, float, Any] | None:
     """(the Result of 2 micro-batches, T0 s, what one micro-batch adds: zsim.engine.repeat.Added) from a
-    run of one (module docstring), or None where unproven. `plan_of(scenario)`: its (workload, plan);
-    `simulate_reduced(scenario, observe, planned)`: a class-mode run of `scenario` with `planned` as its
-    (workload, plan)."""
+    run of one (module docstring), or None where unproven. `unit_of(scenario)`: its workload and
+    zsim.zero.plan.build_unit_plan's (plan, Second), the latter None where the second micro-batch is not
+    the first copied; `simulate_reduced(scenario, observe, planned)`: a class-mode run of `scenario` with
+    `planned` as its (workload, plan)."""
     two = dataclasses.replace(scenario, grad_accum=2)
-    workload, plan = plan_of(two)
-    n0 = split(plan)
-    if n0 is None:
+    workload, unit = unit_of(two)
+    if unit is None:
         return None
-    probe = probe_for(plan, n0)
+    plan, second = unit
+    probe = probe_for(plan, second)
     try:
-        reduced = simulate_reduced(two, lambda run: attach(probe, run), (workload, reduced_plan(plan, n0)))
+        reduced = simulate_reduced(two, lambda run: attach(probe, run), (workload, plan))
     except Unproven:
         return None
     t0 = proven(probe, reduced)

@@ -32,7 +32,8 @@ from zsim.errors import ConfigError
 from zsim.workload.transformer import Workload
 from zsim.zero.ops import Op, Plan
 from zsim.zero.pipeline_plan import stage_model_states
-from zsim.zero.plan import build_plan, rank_model_states, scenario_workload
+from zsim.zero.pass_copy import Second
+from zsim.zero.plan import build_plan, build_unit_plan, rank_model_states, scenario_workload
 
 
 def run_to_end(env: simpy.Environment, run: RunState, progress: bool) -> None:
@@ -84,6 +85,19 @@ def workload_and_plan(scenario: Scenario, plans: dict[str, tuple[Workload, Plan]
     return planned
 
 
+def workload_and_unit(scenario: Scenario, plans: dict | None = None) -> tuple[Workload, tuple[Plan, Second] | None]:
+    """The workload of `scenario` (2 micro-batches, 1 step) and zsim.zero.plan.build_unit_plan's answer,
+    reused from `plans` as workload_and_plan reuses a plan (under its own key)."""
+    key = "unit " + plan_key(scenario) if plans is not None else ""
+    if plans is not None and key in plans:
+        return plans[key]
+    workload = scenario_workload(scenario)
+    planned = workload, build_unit_plan(scenario, workload)
+    if plans is not None:
+        plans[key] = planned
+    return planned
+
+
 def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False,
              compute_override: Callable[[list[Op]], dict[int, float]] | None = None, trace: bool = True,
              plans: dict[str, tuple[Workload, Plan]] | None = None, rank_classes: bool = True,
@@ -111,7 +125,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         plans = {} if plans is None else plans  # the reduced plan, built once for the proofs that use it
         extrapolated = repeat_micro_batches.extrapolate(scenario, lambda reduced, watch, planned=None: simulate(
             reduced, mode="class", trace=trace, plans=plans if planned is None else {plan_key(reduced): planned},
-            repeat=False, observe=watch), lambda reduced: workload_and_plan(reduced, plans))
+            repeat=False, observe=watch), lambda two: workload_and_unit(two, plans))
         if extrapolated is not None:
             return extrapolated
     workload, plan = workload_and_plan(scenario, plans)

@@ -44,59 +44,85 @@ class PassRecord:
     reduce: bool
 
 
+def _suffix(step: int, mb: int) -> str:
+    """The ending of the tags of micro-batch `mb` of `step` (zsim.zero.step_pass.StepPass._tags)."""
+    return f".s{step}.m{mb}"
+
+
+def copyable(ops: list[Op] | tuple[Op, ...], previous: PassRecord, reduce: bool, entry: int | None) -> bool:
+    """Whether the pass after `previous` is it copied (module docstring): `ops` hold the pass at
+    [previous.start, previous.end); `entry`, the copy's entry (the last compute op before it)."""
+    if reduce != previous.reduce:
+        return False
+    start, end, old = previous.start, previous.end, _suffix(previous.step, previous.mb)
+    no_entry = previous.entry is None
+    for k in range(start, end):
+        op = ops[k]
+        if op.deps and min(op.deps) < start and not all(d >= start or d == previous.entry for d in op.deps):
+            return False  # an op before the pass that is not its entry (an earlier step's)
+        if no_entry and k - start in previous.entry_users and (op.deps or entry is None):
+            return False
+        if op.frees and not all(tag.endswith(old) for tag in op.frees):
+            return False  # the step's tensor freed by a micro-batch
+        if previous.mb and op.allocs and not all(a.tag.endswith(old) for a in op.allocs):
+            return False  # the step's tensor: only micro-batch 0 allocates it
+    return True
+
+
 def copy_pass(b: PlanBuilder, previous: PassRecord, reduce: bool) -> PassRecord | None:
     """Append to `b` the pass after `previous` (module docstring) and return its record, or None (and `b`
-    unchanged) where the rule does not apply: the reduce flags differ, the builder has ops after the
-    pass, or an op of the pass depends on, allocates or frees what the rule does not move."""
+    unchanged) where the rule does not apply (copyable) or the builder has ops after the pass."""
     start, end, n = previous.start, previous.end, previous.end - previous.start
-    if reduce != previous.reduce or len(b.ops) != end:
-        return None
     entry = b.last_compute
-    old, new = f".s{previous.step}.m{previous.mb}", f".s{previous.step}.m{previous.mb + 1}"
-    cut = len(old)
-    renamed: dict[str, str] = {}
-
-    def rename(tag: str) -> str | None:
-        found = renamed.get(tag)
-        if found is None:
-            if not tag.endswith(old):
-                return None
-            found = renamed[tag] = tag[:-cut] + new
-        return found
-
-    mb = previous.mb + 1
+    if len(b.ops) != end or not copyable(b.ops, previous, reduce, entry):
+        return None
+    old, new = _suffix(previous.step, previous.mb), _suffix(previous.step, previous.mb + 1)
+    cut, mb = -len(old), previous.mb + 1
+    users = previous.entry_users if previous.entry is None else ()
     ops: list[Op] = []
     for k, op in enumerate(b.ops[start:end]):
-        deps = []
-        for d in op.deps:
-            if d >= start:
-                deps.append(d + n)
-            elif d == previous.entry:
-                deps.append(entry)
-            else:
-                return None  # an op before the pass that is not its entry (an earlier step's)
-        if k in previous.entry_users and previous.entry is None:
-            if deps or entry is None:
-                return None
-            deps = [entry]
+        deps = op.deps
+        if k in users:
+            deps = (entry,)
+        elif deps:
+            deps = tuple([d + n if d >= start else entry for d in deps])
         allocs = op.allocs
-        if allocs:
-            moved = []
-            for a in allocs:
-                tag = rename(a.tag)
-                if tag is None:  # the step's: only micro-batch 0 allocates it
-                    if previous.mb != 0:
-                        return None
-                    continue
-                moved.append(tuple.__new__(Alloc, (a.category, a.nbytes, tag, a.where, a.arena, a.stream)))
-            allocs = tuple(moved)
+        if allocs:  # the step's tensors (micro-batch 0's only) left out
+            allocs = tuple([tuple.__new__(Alloc, (a.category, a.nbytes, a.tag[:cut] + new, a.where, a.arena, a.stream))
+                            for a in allocs if a.tag.endswith(old)])
         frees = op.frees
         if frees:
-            frees = tuple(rename(tag) for tag in frees)
-            if None in frees:
-                return None
+            frees = tuple([tag[:cut] + new for tag in frees])
         fields = list(op)
-        fields[2], fields[8], fields[9], fields[11] = tuple(deps), allocs, frees, mb
+        fields[2], fields[8], fields[9], fields[11] = deps, allocs, frees, mb
         ops.append(tuple.__new__(Op, fields))
     b.extend(ops)
     return PassRecord(end, end + n, previous.step, mb, entry, previous.entry_users, reduce)
+
+
+@dataclass(frozen=True, slots=True)
+class Second:
+    """Micro-batch 1 of a step's first two, where it is micro-batch 0 copied, described without being
+    made (zsim.engine.shifted_unit's proof needs its dependencies and memory calls, not its ops): `first`,
+    micro-batch 0's record; `entry`, the copy's entry (micro-batch 0's last compute op)."""
+
+    first: PassRecord
+    entry: int | None
+
+    def deps(self, op: Op, k: int) -> tuple[int, ...]:
+        """The copy's dependencies of micro-batch 0's op `op`, its `k`-th, in the plan of both."""
+        if self.first.entry is None and k in self.first.entry_users:
+            return (self.entry,)
+        n, start = self.first.end - self.first.start, self.first.start
+        return tuple(d + n if d >= start else self.entry for d in op.deps)
+
+    @property
+    def suffix(self) -> str:
+        """The ending of micro-batch 0's tags (and, in allocs' answers, of the copy's)."""
+        return _suffix(self.first.step, self.first.mb)
+
+    def allocs(self, op: Op, suffix: str) -> tuple[Alloc, ...]:
+        """What the copy of `op` allocates, under micro-batch 0's tags (ending in `suffix`, self.suffix): its
+        own less the step's tensors."""
+        kept = [a for a in op.allocs if a.tag.endswith(suffix)]
+        return op.allocs if len(kept) == len(op.allocs) else tuple(kept)

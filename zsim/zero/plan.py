@@ -50,7 +50,7 @@ from zsim.zero.checkpoints import md_checkpoints
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, Plan, PlanBuilder
 from zsim.zero.optimizer_step import ADAM_BYTES_PER_ELEMENT, optimizer_step
-from zsim.zero.pass_copy import PassRecord, copy_pass
+from zsim.zero.pass_copy import PassRecord, Second, copy_pass, copyable
 from zsim.zero.pipeline_plan import build_pipeline_plan
 from zsim.zero.rank_states import (expert_dp, expert_partition, rank_model_states, rank_partition, rank_pieces,
                                    scenario_workload, selective)
@@ -59,8 +59,8 @@ from zsim.zero.residual import checkpoint_bytes_per_rank, checkpoint_segments, m
 from zsim.zero.step_pass import StepPass
 
 # The plan's one interface is build_plan; these names are re-exported for its callers.
-__all__ = ["ADAM_BYTES_PER_ELEMENT", "STAGE1_COPY_TENSORS", "_stage1_flat_copy", "build_plan", "expert_dp",
-           "expert_partition", "rank_model_states", "rank_partition", "rank_pieces", "scenario_workload",
+__all__ = ["ADAM_BYTES_PER_ELEMENT", "STAGE1_COPY_TENSORS", "_stage1_flat_copy", "build_plan", "build_unit_plan",
+           "expert_dp", "expert_partition", "rank_model_states", "rank_partition", "rank_pieces", "scenario_workload",
            "selective"]
 
 
@@ -71,7 +71,49 @@ def build_plan(scenario: Scenario, workload: Workload, copy_passes: bool = True)
     `copy_passes=False` builds every one, the tests' reference)."""
     if scenario.layout.pp > 1:
         return build_pipeline_plan(scenario, workload)
-    zero = scenario.zero
+    b = PlanBuilder()
+    for step in range(scenario.run.steps):
+        boundary = b.last()
+        previous: PassRecord | None = None
+        for mb in range(scenario.grad_accum):
+            reduce = scenario.zero.stage >= 2 or mb == scenario.grad_accum - 1
+            copied = copy_pass(b, previous, reduce) if copy_passes and previous is not None else None
+            previous = copied or _build_pass(b, scenario, workload, step, mb, boundary, reduce)
+        optimizer_step(b, scenario, workload, step)
+    return _plan(scenario, workload, b)
+
+
+def build_unit_plan(scenario: Scenario, workload: Workload) -> tuple[Plan, Second] | None:
+    """`scenario` (2 micro-batches, 1 step, no pipeline) planned with micro-batch 1 left out, where it is
+    micro-batch 0 copied (zsim.zero.pass_copy), for zsim.engine.shifted_unit's proof: micro-batch 0's pass
+    and the optimizer step, with the Second that describes micro-batch 1; else None. The optimizer step
+    waits only for the last comm op before it (optimizer_step), micro-batch 1's copy of micro-batch 0's
+    last: here micro-batch 0's, its counterpart (build_plan's plan with micro-batch 1 cut out and its
+    dependencies moved so: tests/test_pass_copy.py)."""
+    assert scenario.grad_accum == 2 and scenario.run.steps == 1 and scenario.layout.pp == 1, scenario
+    b = PlanBuilder()
+    first = _build_pass(b, scenario, workload, 0, 0, None, reduce=scenario.zero.stage >= 2)
+    if first is None or not copyable(b.ops, first, True, b.last_compute):
+        return None
+    second = Second(first, b.last_compute)
+    optimizer_step(b, scenario, workload, 0)
+    return _plan(scenario, workload, b), second
+
+
+def _build_pass(b: PlanBuilder, scenario: Scenario, workload: Workload, step: int, mb: int, boundary: int | None,
+                reduce: bool) -> PassRecord | None:
+    """Build micro-batch `mb`'s pass of `step` (after op `boundary`, the step's first op's wait); its
+    record, or None where it waits for an earlier step (not copied: zsim.zero.pass_copy)."""
+    first_dep = (boundary,) if boundary is not None and mb == 0 else ()
+    entry = b.last_compute
+    built = StepPass(b, scenario, workload, step, mb, first_dep)
+    built.run(reduce=reduce)
+    return None if first_dep else PassRecord(built.start, len(b.ops), step, mb, entry, frozenset(built.entry_users),
+                                             reduce)
+
+
+def _plan(scenario: Scenario, workload: Workload, b: PlanBuilder) -> Plan:
+    """The Plan of the ops in `b`, with the scenario's model states, arenas and context."""
     states = rank_model_states(scenario, workload)
     # Gradients are not persistent: DeepSpeed's fp16 gradients (all of them at stages 0/1, the
     # partition at 2/3) appear during backward and are freed in the optimizer step (_grads_tags).
@@ -81,27 +123,9 @@ def build_plan(scenario: Scenario, workload: Workload, copy_passes: bool = True)
     )
     lay = scenario.layout
     context = context_memory(lay.world, lay.dp, lay.mp, scenario.cluster.nvlink_links).items()
-    b = PlanBuilder()
-    for step in range(scenario.run.steps):
-        boundary = b.last()
-        previous: PassRecord | None = None
-        for mb in range(scenario.grad_accum):
-            reduce = zero.stage >= 2 or mb == scenario.grad_accum - 1
-            copied = copy_pass(b, previous, reduce) if copy_passes and previous is not None else None
-            if copied is None:
-                first_dep = (boundary,) if boundary is not None and mb == 0 else ()
-                entry = b.last_compute
-                built = StepPass(b, scenario, workload, step, mb, first_dep)
-                built.run(reduce=reduce)
-                # a pass waiting for an earlier step (first_dep) is not copied (zsim.zero.pass_copy)
-                copied = None if first_dep else PassRecord(built.start, len(b.ops), step, mb, entry,
-                                                           frozenset(built.entry_users), reduce)
-            previous = copied
-        optimizer_step(b, scenario, workload, step)
-    arenas = _arenas(scenario, workload) if zero.defragment else {}
+    arenas = _arenas(scenario, workload) if scenario.zero.defragment else {}
     return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()),
                 context=tuple(context))
-
 
 
 def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
