@@ -63,6 +63,31 @@ def test_all_to_all_volume_is_the_closed_form():
     assert f["time"]["ep_comm_seconds_per_step"] > 0 and "EP all-to-all" in summary(f)
 
 
+def test_deepep_sends_a_token_once_per_rank_its_experts_are_on():
+    """moe.dispatcher deepep: the closed form ep · (1 − C(E − E/ep, k)/C(E, k)) of the ranks a token's k
+    experts fall on, against a count over uniform draws; one expert per rank leaves k; the step's EP bytes
+    scale by it."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for experts, k, ep in ((128, 8, 8), (64, 6, 8), (16, 4, 4), (8, 2, 8), (8, 2, 2)):
+        moe = Moe(experts=experts, top_k=k, ffn=1, shared=0, shared_ffn=1, load=1.0, dense_layers=0, gated=True,
+                  bias=False, dispatcher="deepep")
+        picks = np.argsort(rng.random((100_000, experts)), axis=1)[:, :k] // (experts // ep)  # rank of each pick
+        counted = np.mean([len(set(row)) for row in picks])
+        assert moe.copies_per_token(ep) == pytest.approx(counted, rel=0.01), (experts, k, ep)
+    one_each = Moe(experts=8, top_k=2, ffn=1, shared=0, shared_ffn=1, load=1.0, dense_layers=0, gated=True,
+                   bias=False, dispatcher="deepep")
+    assert one_each.copies_per_token(8) == pytest.approx(2.0)  # k distinct experts on k distinct ranks
+    bytes_of = {}
+    for dispatcher in ("alltoall", "deepep"):
+        sc = build_scenario(_moe_dict({"experts": 16, "top_k": 4, "dispatcher": dispatcher}), source="<t>")
+        a2a = [x for x in facts(simulate(sc, mode="class"))["comm"]["collectives"] if x["group"] == "ep"]
+        bytes_of[dispatcher] = a2a[0]["payload_bytes_per_step"]
+    ranks = 4 * (1 - (12 * 11 * 10 * 9) / (16 * 15 * 14 * 13))  # C(12, 4) / C(16, 4)
+    assert bytes_of["deepep"] == pytest.approx(bytes_of["alltoall"] * ranks / 4, rel=1e-6)
+
+
 def test_model_flops_count_active_experts_and_the_load_factor_is_hardware_work():
     balanced = simulate(build_scenario(_moe_dict({"experts": 8, "top_k": 2}), source="<t>"), mode="class")
     skewed = simulate(build_scenario(_moe_dict({"experts": 8, "top_k": 2, "imbalance": 1.5}), source="<t>"), mode="class")

@@ -84,6 +84,10 @@ class MoeSection(Section, kw_only=True):
     router_bias: Annotated[bool, Meta(description=(
         "the router holds a per-expert bias of E elements used for top-k selection (DeepSeek-V3's "
         "e_score_correction_bias)"))] = False
+    dispatcher: Annotated[Literal["alltoall", "deepep"], Meta(description=(
+        "how tokens reach their experts' EP ranks: alltoall, one copy per routed expert (Megatron-Core's "
+        "alltoall dispatcher); deepep, one copy per destination rank however many of its experts the token "
+        "picked (DeepEP's dispatch; the expected ranks under uniform routing, docs/moe.md)"))] = "alltoall"
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -12,6 +12,9 @@ Sources:
         shared expert and its shared_expert_gate (h × 1, no bias: sigmoid(gate(x)) scales its output).
   [DV3] DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §2.1.2 eq. 16 (a per-expert bias b_i added to
         the affinities for top-k selection only: the router's e_score_correction_bias, E elements).
+  [DEP] DeepEP v1.2.1 deep_ep/buffer.py Buffer.get_dispatch_layout: `is_token_in_rank` [tokens, ranks],
+        "whether a token be sent to a rank", and `num_tokens_per_rank`: dispatch sends a token once to each
+        rank holding any of its top-k experts, combine returns one reduced row per rank.
   [MC]  Megatron-Core transformer/moe/: experts split across EP ranks (num_local_experts = E / ep),
         each expert's FFN split across TP as the dense MLP is (expert_tensor_parallel_size = tp), the
         router's weight replicated (router.py TopKRouter: weight h × E), the alltoall token dispatcher
@@ -23,6 +26,7 @@ factor: every expert padded to its capacity [F22]).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -41,6 +45,7 @@ class Moe:
     bias: bool
     shared_gate: bool = False  # the shared experts' h × 1 sigmoid gate [Q24]
     router_bias: bool = False  # E per-expert selection biases [DV3]
+    dispatcher: str = "alltoall"  # "alltoall" [MC] or "deepep" [DEP]
 
     @classmethod
     def of(cls, model) -> Moe | None:
@@ -52,7 +57,7 @@ class Moe:
         return cls(experts=m.experts, top_k=m.top_k, ffn=ffn, shared=m.shared_experts, shared_ffn=m.shared_ffn_hidden or ffn,
                    load=m.capacity_factor if m.capacity_factor is not None else m.imbalance,
                    dense_layers=m.dense_layers, gated=model.gated_mlp, bias=model.linear_bias,
-                   shared_gate=m.shared_expert_gate, router_bias=m.router_bias)
+                   shared_gate=m.shared_expert_gate, router_bias=m.router_bias, dispatcher=m.dispatcher)
 
     def is_moe(self, layer: int) -> bool:
         return layer >= self.dense_layers
@@ -93,12 +98,22 @@ class Moe:
         """Token copies this rank's local experts compute: tokens_per_expert × E/ep (= load · T · top_k)."""
         return self.tokens_per_expert(tokens, ep) * (self.experts // ep)
 
+    def copies_per_token(self, ep: int) -> float:
+        """Copies of a token the dispatch sends: top_k, one per routed expert [MC alltoall dispatcher]; with
+        DeepEP one per EP rank holding any of its experts [DEP], under uniform routing (each token's top_k
+        experts a uniform draw without replacement of the E, E/ep on each rank) the expected number of
+        ranks hit, ep · (1 − C(E − E/ep, k) / C(E, k)) (the chance that a rank holds none of the k)."""
+        if self.dispatcher != "deepep":
+            return float(self.top_k)
+        miss = math.comb(self.experts - self.experts // ep, self.top_k) / math.comb(self.experts, self.top_k)
+        return ep * (1.0 - miss)
+
     def all_to_all_bytes(self, tokens: int, h: int, e: int, ep: int, t: int = 1) -> int:
-        """Bytes one rank's dispatch (and combine) all-to-all carries: its T·top_k token copies of h
-        elements, × load (padded to capacity, or the busiest receiver's share) [L20 §2.2; MC alltoall
-        dispatcher]; with MP t (which needs sequence parallelism) each MP rank sends its T/t tokens.
-        0 without EP."""
-        return round(self.load * tokens * self.top_k * h * e / t) if ep > 1 else 0
+        """Bytes one rank's dispatch (and combine) all-to-all carries: its T token rows of h elements ×
+        copies_per_token, × load (padded to capacity, or the busiest receiver's share) [L20 §2.2; MC
+        alltoall dispatcher; DEP]; with MP t (which needs sequence parallelism) each MP rank sends its T/t
+        tokens. 0 without EP."""
+        return round(self.load * tokens * self.copies_per_token(ep) * h * e / t) if ep > 1 else 0
 
     def saved_tensors(self, tokens: int, h: int, t: int, e: int, ep: int) -> tuple[int, ...]:
         """What the MoE MLP keeps for backward, in bytes: the router's fp32 logits (4·T·E) and the top-k
