@@ -14,7 +14,8 @@ from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
 from zsim.report.facts import facts
 from zsim.report.summary import summary
-from zsim.workload.transformer import Shape, attention_score_bytes, layer_saved_tensors
+from zsim.workload.activations import attention_score_bytes, layer_saved_tensors
+from zsim.workload.shape import Shape
 
 S, B, H, A, T = 256, 2, 64, 8, 4  # s, b, h, a, t: every K22 term an integer
 SBH = S * B * H
