@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import ROOT, small_dict, small_scenario
 from zsim.compute.flash import H100_PEAK_TFLOPS, PUBLISHED, efficiency, fit_report, h100_curve
-from zsim.compute.kernels import Shape as KShape
+from zsim.compute.kernel_shape import Shape as KShape
 from zsim.compute.kernels import block_backward, block_forward
 from zsim.compute.model import list_seconds
 from zsim.scenario.scenario import build_scenario, load_scenario
@@ -75,7 +75,7 @@ def test_flash_kernel_runs_its_flops_at_the_published_rate():
     assert fwd[0].flops == 4 * b * s * s * h / 2  # causal: half of 4·b·s²·a·d
     assert bwd[0].flops == 2.5 * fwd[0].flops  # five s×s×d matmuls, QKᵀ recomputed
     assert not any(k.name.startswith(("attention.scores", "attention.softmax")) for k in block_forward(x))
-    from zsim.compute.kernels import KernelList
+    from zsim.compute.kernel_list import KernelList
     from zsim.fabric.cluster import load_cluster
 
     import dataclasses

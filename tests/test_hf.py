@@ -175,7 +175,7 @@ def test_head_dim_times_heads_other_than_hidden_imports_and_prices_its_widths():
     assert layer_tensors(Shape.of(nemo))[:2] == (5120 * (4096 + 2 * 1024), 4096 * 5120)
     assert "head_dim" not in read_hf_config(HF / "llama-2-7b.json")  # 128 × 32 = 4096: the default, not written
     # the kernels the compute model prices do the workload's FLOPs: 2bsh(q + 2kv) + 4bs²q + 2bsqh + 6bshf
-    from zsim.compute.kernels import Shape as KShape
+    from zsim.compute.kernel_shape import Shape as KShape
     from zsim.compute.kernels import block_forward
     from zsim.workload.transformer import layer_fwd_flops
     small = imported("mistral-nemo-12b.json", seq_len=256, attention="standard")

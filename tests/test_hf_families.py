@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from zsim.compute.kernels import Shape as KShape
+from zsim.compute.kernel_shape import Shape as KShape
 from zsim.compute.kernels import block_backward, block_forward, moe_block_forward
 from zsim.config.hf import read_hf_config
 from zsim.config.schema import ModelSection

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from zsim.compute.kernels import KernelList, Shape, module_kernels, with_bucket_copy
+from zsim.compute.kernel_list import KernelList
+
+from zsim.compute.kernel_shape import Shape
+
+from zsim.compute.kernels import module_kernels, with_bucket_copy
 from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.buckets import plan_buckets
