@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from zsim.config.struct import Meta, Section, field, strip_control
+from zsim.config.struct import Meta, Section, field
 from zsim.config.validation import PROFILE_NAME_PATTERN, PROFILE_NAME_RULE
 
 # Upper bounds (issue 13): far above any real training run, low enough that the closed-form checks
