@@ -74,7 +74,9 @@ def per_rank_and_accumulation(full: bool) -> None:
 def kernel_list_seconds(repeat: int = 5) -> tuple[float, int, int]:
     """What the compute model costs the flagship: building and pricing every kernel list it uses from a
     cold cache (the engine then looks each price up per op): (seconds, lists, kernels)."""
-    from zsim.compute.kernels import Shape, module_kernels, optimizer_kernels
+    from zsim.compute.kernel_shape import Shape
+    from zsim.compute.kernels import module_kernels
+    from zsim.compute.optimizer_kernels import optimizer_kernels
     from zsim.compute.model import list_seconds
     from zsim.workload.transformer import padded_vocab
 

@@ -16,7 +16,8 @@ import statistics
 from pathlib import Path
 
 from zsim.compute.gemm import gemm_seconds
-from zsim.compute.kernels import Shape, block_backward, block_forward
+from zsim.compute.kernel_shape import Shape
+from zsim.compute.kernels import block_backward, block_forward
 from zsim.compute.model import kernel_seconds
 from zsim.fabric.cluster import load_cluster
 

@@ -160,7 +160,8 @@ def activation_bytes(cfg: RunConfig, stage: int = -1) -> int:
     copies, 4·s·b·V/t [K22 §4.3, loss_work_tensors], plus the fp32 softmax it saves per live
     micro-batch."""
     from zsim.parallel.pipeline import split_layers, stage_schedule
-    from zsim.workload.transformer import Shape, layer_saved_tensors, loss_work_tensors
+    from zsim.workload.activations import layer_saved_tensors, loss_work_tensors
+    from zsim.workload.shape import Shape
 
     m = cfg.model
     e = 4 if cfg.precision == "fp32" else 2
@@ -199,7 +200,7 @@ def _check_memory(cfg: RunConfig) -> None:
     Raises:
         ConfigError: the schedules are too long to walk (SCHEDULE_ITEMS), or the ranks need more than 80%
             of the memory available."""
-    from zsim.workload.transformer import total_params
+    from zsim.workload.parameters import total_params
     from zsim.zero.cost import available_bytes
 
     if cfg.device == "cuda":

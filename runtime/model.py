@@ -15,7 +15,7 @@ The LM head is tied to the word embedding by default (`tied_head`, as Megatron-L
 the head unit then owns only the final layer norm and computes its logits with the embedding unit's
 word weight, which the engine passes in. The vocabulary is padded as the simulator and Megatron-LM
 pad it (`gpt_config`: a multiple of vocab_padding x MP, 128 unless the model says), so the parameter count Ψ that traces record is the
-simulator's (zsim.workload.transformer.total_params).
+simulator's (zsim.workload.parameters.total_params).
 """
 
 from __future__ import annotations

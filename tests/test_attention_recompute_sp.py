@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import ROOT, small_dict, small_scenario
 from zsim.compute.flash import H100_PEAK_TFLOPS, PUBLISHED, efficiency, fit_report, h100_curve
-from zsim.compute.kernels import Shape as KShape
+from zsim.compute.kernel_shape import Shape as KShape
 from zsim.compute.kernels import block_backward, block_forward
 from zsim.compute.model import list_seconds
 from zsim.scenario.scenario import build_scenario, load_scenario
@@ -14,7 +14,8 @@ from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
 from zsim.report.facts import facts
 from zsim.report.summary import summary
-from zsim.workload.transformer import Shape, attention_score_bytes, layer_saved_tensors
+from zsim.workload.activations import attention_score_bytes, layer_saved_tensors
+from zsim.workload.shape import Shape
 
 S, B, H, A, T = 256, 2, 64, 8, 4  # s, b, h, a, t: every K22 term an integer
 SBH = S * B * H
@@ -74,7 +75,7 @@ def test_flash_kernel_runs_its_flops_at_the_published_rate():
     assert fwd[0].flops == 4 * b * s * s * h / 2  # causal: half of 4·b·s²·a·d
     assert bwd[0].flops == 2.5 * fwd[0].flops  # five s×s×d matmuls, QKᵀ recomputed
     assert not any(k.name.startswith(("attention.scores", "attention.softmax")) for k in block_forward(x))
-    from zsim.compute.kernels import KernelList
+    from zsim.compute.kernel_list import KernelList
     from zsim.fabric.cluster import load_cluster
 
     import dataclasses

@@ -8,7 +8,9 @@ import pytest
 from tests.conftest import SHARED_DATA, small_scenario
 from zsim.calibrate.gemm_fit import GemmHardware, fit, read_gemm_csv
 from zsim.compute.gemm import gemm_seconds
-from zsim.compute.kernels import Shape, module_kernels, optimizer_kernels
+from zsim.compute.kernel_shape import Shape
+from zsim.compute.kernels import module_kernels
+from zsim.compute.optimizer_kernels import optimizer_kernels
 from zsim.compute.model import list_seconds
 from zsim.config.profile_files import ComputeOverride
 from zsim.fabric.cluster import compute_terms, load_cluster

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import ROOT
 from zsim.calibrate.gemm_fit import family_holdout, fit, read_gemm_csv
 from zsim.commands.gemm_fit import table_hardware
-from zsim.compute.kernels import Kernel, KernelList
+from zsim.compute.kernel_list import Kernel, KernelList
 from zsim.compute.model import list_seconds
 from zsim.config.profile_files import GpuFile, load_profile
 from zsim.fabric.cluster import load_cluster

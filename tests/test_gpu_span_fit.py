@@ -13,7 +13,7 @@ import yaml
 
 from zsim.calibrate.span_timing import SpanSample, combination, own_host_us
 from zsim.cli import main
-from zsim.compute.kernels import Kernel, KernelList
+from zsim.compute.kernel_list import Kernel, KernelList
 from zsim.compute.model import list_seconds
 from zsim.compute.terms import ComputeTerms, GemmTerms
 from zsim.fabric.cluster import load_cluster

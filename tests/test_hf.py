@@ -13,7 +13,9 @@ from zsim.config.hf import read_hf_config, resolve_from_hf
 from zsim.scenario.scenario import build_scenario, load_scenario
 from zsim.config.schema import ModelSection
 from zsim.errors import ConfigError
-from zsim.workload.transformer import Shape, build_workload, total_params
+from zsim.workload.parameters import total_params
+from zsim.workload.shape import Shape
+from zsim.workload.transformer import build_workload
 from zsim.config.struct import dump, replace
 from zsim.config.validation import validate
 
@@ -169,11 +171,11 @@ def test_head_dim_times_heads_other_than_hidden_imports_and_prices_its_widths():
     assert nemo.head_dim == 128 and total_params(nemo) == PUBLISHED_SIMULATOR_ONLY["mistral-nemo-12b.json"]
     gemma = imported("gemma-7b.json")
     assert gemma.head_dim == 256 and gemma.tied_head and total_params(gemma) == PUBLISHED_SIMULATOR_ONLY["gemma-7b.json"]
-    from zsim.workload.transformer import Shape, layer_tensors
+    from zsim.workload.shape import Shape, layer_tensors
     assert layer_tensors(Shape.of(nemo))[:2] == (5120 * (4096 + 2 * 1024), 4096 * 5120)
     assert "head_dim" not in read_hf_config(HF / "llama-2-7b.json")  # 128 × 32 = 4096: the default, not written
     # the kernels the compute model prices do the workload's FLOPs: 2bsh(q + 2kv) + 4bs²q + 2bsqh + 6bshf
-    from zsim.compute.kernels import Shape as KShape
+    from zsim.compute.kernel_shape import Shape as KShape
     from zsim.compute.kernels import block_forward
     from zsim.workload.transformer import layer_fwd_flops
     small = imported("mistral-nemo-12b.json", seq_len=256, attention="standard")

@@ -9,13 +9,16 @@ from dataclasses import replace
 
 import pytest
 
-from zsim.compute.kernels import Shape as KShape
+from zsim.compute.kernel_shape import Shape as KShape
 from zsim.compute.kernels import block_backward, block_forward, moe_block_forward
 from zsim.config.hf import read_hf_config
 from zsim.config.schema import ModelSection
 from zsim.config.validation import validate
 from zsim.errors import ConfigError
-from zsim.workload.transformer import Shape, active_params, build_workload, layer_fwd_flops, layer_saved_tensors, total_params
+from zsim.workload.activations import layer_saved_tensors
+from zsim.workload.parameters import active_params, total_params
+from zsim.workload.shape import Shape
+from zsim.workload.transformer import build_workload, layer_fwd_flops
 
 # Each count is the checkpoint's: the Hugging Face Hub's safetensors parameter total (api/models/<id>,
 # "safetensors.total", the sum of the tensor sizes), quoted where a public repository records it:

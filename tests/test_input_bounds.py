@@ -239,7 +239,8 @@ def test_pipeline_activation_estimate_holds_the_schedules_peak_in_flight_micro_b
     from runtime.config import RunConfig
     from runtime.launch import activation_bytes
     from zsim.config.schema import ModelSection
-    from zsim.workload.transformer import Shape, layer_saved_tensors
+    from zsim.workload.activations import layer_saved_tensors
+    from zsim.workload.shape import Shape
 
     model = ModelSection(layers=4, hidden=128, heads=4, seq_len=64, vocab=512, micro_batch=2)
 

@@ -7,7 +7,8 @@ import pytest
 
 from tests.conftest import small_scenario
 from zsim.cli import main
-from zsim.workload.transformer import build_workload, loss_tensors, loss_work_tensors, padded_vocab
+from zsim.workload.activations import loss_tensors, loss_work_tensors
+from zsim.workload.transformer import build_workload, padded_vocab
 from zsim.zero.plan import build_plan
 
 

@@ -10,15 +10,10 @@ from tests.conftest import small_dict
 from zsim.scenario.scenario import build_scenario
 from zsim.config.schema import ModelSection
 from zsim.errors import ConfigError
-from zsim.workload.transformer import (
-    Shape,
-    build_workload,
-    layer_fwd_flops,
-    layer_saved_tensors,
-    layer_tensors,
-    mp_problems,
-    total_params,
-)
+from zsim.workload.activations import layer_saved_tensors
+from zsim.workload.parameters import total_params
+from zsim.workload.shape import Shape, layer_tensors
+from zsim.workload.transformer import build_workload, layer_fwd_flops, mp_problems
 
 # h 8, a 4 query heads, 2 KV heads (d = 2, K and V 4 wide), SwiGLU of 12, no biases, RMSNorm, rotary, untied.
 LLAMA_LIKE = dict(layers=2, hidden=8, heads=4, kv_heads=2, ffn_hidden=12, gated_mlp=True, linear_bias=False,

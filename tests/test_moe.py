@@ -12,7 +12,8 @@ from zsim.errors import ConfigError
 from zsim.report.facts import facts
 from zsim.report.summary import summary
 from zsim.workload.moe import Moe
-from zsim.workload.transformer import active_params, build_workload, total_params
+from zsim.workload.parameters import active_params, total_params
+from zsim.workload.transformer import build_workload
 
 HF = ROOT / "scenarios" / "hf"
 MIXTRAL = ROOT / "scenarios" / "mixtral-8x7b-ep8-dgx-h100.yaml"

@@ -5,7 +5,7 @@ features NeMo AutoModel's Qwen3-30B-A3B run needs (zsim validate modern, automod
 import pytest
 
 from tests.conftest import ROOT, small_dict
-from zsim.compute.kernels import optimizer_kernels
+from zsim.compute.optimizer_kernels import optimizer_kernels
 from zsim.engine.simulation import simulate, workload_and_plan
 from zsim.errors import ConfigError
 from zsim.report.facts import facts

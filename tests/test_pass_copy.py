@@ -100,28 +100,41 @@ options = st.fixed_dictionaries({
     "steps": st.integers(1, 2),
     "moe": st.booleans(),
     "loss": st.sampled_from(["megatron", "torch"]),
+    "granularity": st.sampled_from(["full", "selective"]),
+    "sp": st.booleans(),
+    "attention": st.sampled_from(["standard", "flash2"]),
+    "md_checkpoints": st.sampled_from(["deepspeed", "reserved"]),
+    "offload_overlap": st.booleans(),
+    "coordinator": st.sampled_from([None, (2_000, 50_000, 20_000)]),  # deepspeed-0.5's prefetch, live, reuse
 })
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(p=options)
 def test_drawn_options_copy_their_passes_exactly(p):
-    model = {"grad_accum": p["accum"], "loss": p["loss"] if p["mp"] == 1 else "megatron"}
-    parallel = {"dp": 32 // p["mp"], "mp": p["mp"]}
+    model = {"grad_accum": p["accum"], "loss": p["loss"] if p["mp"] == 1 else "megatron", "attention": p["attention"]}
+    parallel = {"dp": 32 // p["mp"], "mp": p["mp"], "sequence_parallel": p["sp"] and p["mp"] > 1}
     if p["moe"]:
         model["moe"] = {"experts": 4, "top_k": 2}
         parallel.update(ep=4, sequence_parallel=p["mp"] > 1)  # Megatron-LM's rule for MoE with TP
     implementation = "paper" if p["implementation"] == "deepspeed-0.2" and p["stage"] == 3 else p["implementation"]
+    selective = p["ckpt"] and p["granularity"] == "selective"
+    # Pa splits full-recompute checkpoints over MP (none under SP); checkpoint_every groups full recompute's layers
+    pa = p["pa"] and p["ckpt"] and p["mp"] > 1 and not parallel["sequence_parallel"] and not selective
     try:
         scenario = small_scenario(
             model=model,
             parallel=parallel,
             zero={"stage": p["stage"], "implementation": implementation, "activation_checkpointing": p["ckpt"],
-                  "checkpoint_every": p["every"] if p["ckpt"] else 1, "partition_activations": p["pa"] and p["ckpt"] and p["mp"] > 1,
-                  "cpu_offload_activations": p["offload"] and p["pa"] and p["ckpt"] and p["mp"] > 1,
+                  "checkpoint_every": p["every"] if p["ckpt"] and not selective else 1, "partition_activations": pa, "cpu_offload_activations": p["offload"] and pa,
                   "defragment": p["md"], "constant_buffers": p["cb"], "overlap_comm": p["overlap"],
-                  "prefetch_layers": p["prefetch"], "reduce_bucket_elements": p["bucket"]},
-            run={"steps": p["steps"]})
+                  "prefetch_layers": p["prefetch"], "reduce_bucket_elements": p["bucket"],
+                  "recompute_granularity": p["granularity"] if p["ckpt"] else "full",
+                  "md_checkpoints": p["md_checkpoints"], "cpu_offload_overlap": p["offload_overlap"],
+                  **(dict(zip(("prefetch_bucket_elements", "max_live_elements", "max_reuse_elements"), p["coordinator"]))
+                     if p["coordinator"] and implementation == "deepspeed-0.5" and p["stage"] == 3 else {})},
+            run={"steps": p["steps"]},
+            **({"hardware": {"profile": "dgx-h100", "nodes": 4}} if p["attention"] == "flash2" else {}))
     except ZsimError:  # a combination the loader refuses (stage 3 MoE under a DeepSpeed implementation)
         return
     _same_plans(scenario)

@@ -3,7 +3,8 @@
 import pytest
 
 from zsim.config.schema import ModelSection
-from zsim.workload.transformer import block_params, build_workload, padded_vocab, total_params
+from zsim.workload.parameters import block_params, total_params
+from zsim.workload.transformer import build_workload, padded_vocab
 
 
 def model(**kw):

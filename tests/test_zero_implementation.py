@@ -173,7 +173,7 @@ def test_class_and_per_rank_modes_agree(implementation, stage, extra):
 
 def test_host_ops_take_host_time_and_no_gpu_time():
     """A 'host' kernel (a narrow) costs the GPU nothing; a list of them takes launches × host_op_s."""
-    from zsim.compute.kernels import Kernel, KernelList
+    from zsim.compute.kernel_list import Kernel, KernelList
     from zsim.compute.model import list_seconds
     s = _scenario("deepspeed-0.5")
     terms = s.cluster.gpu.compute

@@ -277,7 +277,7 @@ class ZeroEngine:
         with self.tracer.span("optimizer/norm"):
             # Per tensor `g.double().norm(2)`, squared and summed, as DeepSpeed's get_grad_norm_direct
             # (deepspeed/pt/deepspeed_zero_optimizer.py, 2020): a cast pass and a norm pass, the two
-            # kernels of the simulator's optimizer.norm (zsim/compute/kernels.py optimizer_kernels).
+            # kernels of the simulator's optimizer.norm (zsim/compute/optimizer_kernels.py).
             square = torch.zeros(1, dtype=torch.float64, device=self.device)
             for seg in self.optimizer.segments:
                 square += seg.grad.double().norm(2) ** 2

@@ -7,7 +7,7 @@ fp16/bf16 working parameters; fp32 training updates the parameters in place (K =
 The update is torch.optim.Adam's single-tensor formula, op for op, so the torch cross-checks agree
 bit for bit; it runs in chunks of CHUNK elements so that a chunk's tensors stay in cache between
 its ops: memory sees each element's state read and written once, as with the fused Adam kernel
-DeepSpeed ran (apex FusedAdam; the simulator's optimizer.adam, zsim/compute/kernels.py), instead of
+DeepSpeed ran (apex FusedAdam; the simulator's optimizer.adam, zsim/compute/optimizer_kernels.py), instead of
 once per op with full-size temporaries (the unchunked formula moves ~2.6x the bytes).
 
 On a GPU that loop would launch ~7 kernels per 65,536 elements (139k launches a step for a 1.3B
@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import torch
 
-from zsim.compute.kernels import HOST_ADAM_CHUNK
+from zsim.compute.optimizer_kernels import HOST_ADAM_CHUNK
 
 from ..ledger import MemoryLedger
 
 # Elements per chunk of the update: apex multi_tensor_apply's chunk_size (65,536), 256 KiB per fp32
 # tensor; the five a chunk touches (state, gradient, denominator) fit a core's 1-2 MiB L2. The
-# simulator prices a host's update by the same chunks (zsim.compute.kernels.host_adam_kernels).
+# simulator prices a host's update by the same chunks (zsim.compute.optimizer_kernels.host_adam_kernels).
 CHUNK = HOST_ADAM_CHUNK
 
 

@@ -13,7 +13,9 @@ from tests.test_hf import HF, PUBLISHED, imported
 from zsim.config.schema import ModelSection
 from zsim.runtime.model import GPT, Block, GPTConfig, forward_flops
 from zsim.runtime.tensor_parallel import shard_block
-from zsim.workload.transformer import Shape, layer_fwd_flops, total_params
+from zsim.workload.parameters import total_params
+from zsim.workload.shape import Shape
+from zsim.workload.transformer import layer_fwd_flops
 
 # A LLaMA-shaped tiny model: 4 query heads on 2 KV heads (d = 8), SwiGLU of 48, RMSNorm, rotary, no biases.
 LLAMA = dict(hidden=32, heads=4, kv_heads=2, ffn_hidden=48, gated_mlp=True, linear_bias=False, norm="rmsnorm",

@@ -161,11 +161,11 @@ def test_merge_fills_last_arrival_on_each_ranks_clock():
 
 def test_host_adam_kernel_list_counts_the_runtimes_aten_ops():
     """The simulator prices a CPU host's update by the runtime's chunked ops
-    (zsim.compute.kernels.host_adam_kernels): count the compute ops FlatAdam.step really dispatches
+    (zsim.compute.optimizer_kernels.host_adam_kernels): count the compute ops FlatAdam.step really dispatches
     (views and slices are free) against the kernel list's launches."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from zsim.compute.kernels import HOST_ADAM_CHUNK, host_adam_kernels
+    from zsim.compute.optimizer_kernels import HOST_ADAM_CHUNK, host_adam_kernels
 
     free = {"slice", "view", "alias", "detach", "empty", "as_strided", "_to_copy", "lift_fresh"}
 

@@ -30,11 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def fit_table(csv: Path, gpu: str, dtype: str, folders: list[str] | None = None):
     """Fit `csv` on GPU profile `gpu` in `dtype` (found in the user `folders`, $ZSIM_PROFILE_PATH, then
     the built-in profiles); returns a GemmFit. Raises ZsimError/ConfigError."""
-    from zsim.calibrate.gemm_fit import GemmHardware, fit, read_gemm_csv
+    from zsim.calibrate.gemm_fit import fit, read_gemm_csv
     from zsim.config.profile_files import GpuFile, load_profile
-    from zsim.fabric.cluster import compute_terms
     from zsim.config.profiles import Profiles
-    from zsim.errors import ZsimError
 
     spec: GpuFile = load_profile(Profiles.from_environment(folders or []), "gpu", gpu, GpuFile)  # type: ignore[assignment]
     hw = table_hardware(spec, gpu, dtype)

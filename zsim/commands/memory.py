@@ -86,7 +86,8 @@ def residual_table(params: int, dp: int, mp: int, stage: int, *, hidden: int, se
           V/mp columns, as Megatron-LM of the paper's time: the e-byte logits, their fp32 copy, the
           cross-entropy's clone of it and its fp32 softmax, (e + 12)·T·V/mp bytes (fp32: 12) (docs/memory.md).
     `host` is Pa+cpu's host memory. Bytes; raises ZsimError for an impossible shape."""
-    from zsim.workload.transformer import block_saved_bytes, loss_work_tensors, padded_vocab
+    from zsim.workload.activations import block_saved_bytes, loss_work_tensors
+    from zsim.workload.transformer import padded_vocab
 
     heads = heads or max(1, hidden // 128)
     if hidden % heads or heads % mp:

@@ -30,166 +30,10 @@ paper, §4.2.2) runs the norms, dropouts, residual adds and row-parallel bias ad
 from __future__ import annotations
 
 import functools
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-
-@dataclass(frozen=True, slots=True)
-class Kernel:
-    """One kernel (or `count` identical ones). GEMMs: m, n, k, batch (each launch); others: `bytes`
-    moved by all `count` launches together."""
-
-    name: str
-    # 'gemm', 'mem' (elementwise), 'reduce' (a reduction: sum, max, norm), 'flash' (FlashAttention) or
-    # 'host' (a host-only op such as a narrow: no GPU time, one host op; zsim.zero.implementation)
-    kind: str
-    m: int = 0
-    n: int = 0
-    k: int = 0
-    batch: int = 1
-    bytes: float = 0.0
-    count: int = 1
-    efficiency: float = 0.0  # 'flash': the fraction of the 16-bit peak it runs at (zsim.compute.flash)
-
-    @property
-    def flops(self) -> float:
-        """2·m·n·k·batch per launch: a GEMM's; a 'flash' kernel is written as one GEMM of m queries × n
-        keys × k (head dim × its s×s×d matmuls: 2 forward, 5 backward), flash-attn's FLOP count."""
-        return 2.0 * self.m * self.n * self.k * self.batch * self.count if self.kind in ("gemm", "flash") else 0.0
-
-
-@dataclass(frozen=True, eq=False, slots=True)
-class KernelList:
-    """The kernels of one module and pass, in launch order. Compared and hashed by identity (lists
-    are built once per shape and pass and shared by every op that runs them)."""
-
-    key: str
-    kernels: tuple[Kernel, ...] = field(default=())
-
-    @property
-    def launches(self) -> int:
-        return sum(k.count for k in self.kernels)
-
-    @property
-    def flops(self) -> float:
-        return sum(k.flops for k in self.kernels)
-
-    @property
-    def bytes(self) -> float:
-        """Bytes the non-GEMM kernels move (all launches)."""
-        return sum(k.bytes for k in self.kernels if k.kind != "gemm")
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """The transformer shape on one MP rank, as the kernel lists need it."""
-
-    s: int  # sequence length
-    b: int  # micro-batch
-    h: int  # hidden
-    a: int  # attention heads
-    t: int  # MP degree
-    v: int  # padded vocabulary
-    ffn: int  # MLP hidden
-    kv_heads: int
-    gated: bool
-    linear_bias: bool
-    qkv_bias: bool
-    e: int  # activation element bytes
-    rotary: bool = False  # rotary position embedding on Q and K instead of a learned table
-    alibi: bool = False  # ALiBi: no position table (its score bias rides the mask kernels)
-    embedding_norm: bool = False  # a LayerNorm after the word embedding (BLOOM)
-    flash: int = 0  # FlashAttention version (2, 3), 0 for the unfused attention
-    arch: int = 0  # the GPU's compute capability (FlashAttention's speed depends on it)
-    selective: bool = False  # selective recompute of the attention core in backward
-    sp: bool = False  # sequence parallelism (mp > 1)
-    # MoE MLP on this rank (zsim.workload.moe): (experts E, local experts, tokens per local expert,
-    # expert width per MP rank, shared experts' width per MP rank, top_k); None for a dense MLP
-    moe: tuple[int, int, int, int, int, int] | None = None
-    d: int = 0  # head dim when the model gives one (heads·d ≠ h); 0: h / a
-    norms: int = 2  # h-wide norms per block: 1 (Falcon-7B), 2, 4 (Gemma-2's post-norms too)
-    qk_norm: bool = False  # RMSNorm on q and k (OLMo-2, Gemma-3): one fused norm kernel over both
-    # multi-head latent attention (zsim.workload.mla): (q_lora_rank or 0, kv_lora_rank, qk_nope_head_dim,
-    # qk_rope_head_dim, v_head_dim); None for Q/K/V projections
-    mla: tuple[int, int, int, int, int] | None = None
-    moe_gate: bool = False  # a MoE MLP's shared-expert gate h × 1 (Qwen2-MoE)
-    # FlashAttention in a sliding-window block: the mean keys per query (zsim.workload.transformer
-    # Shape.window_keys; set per module by the plan); 0: causal over the whole sequence
-    window: int = 0
-
-    @staticmethod
-    def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
-           sp: bool = False, ep: int = 1) -> "Shape":
-        """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
-        `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
-        and sequence parallelism (ignored at mp 1)."""
-        h = model.hidden
-        linear_bias = getattr(model, "linear_bias", True)
-        qkv_bias = getattr(model, "qkv_bias", None)
-        attention = getattr(model, "attention", "standard")
-        return Shape(s=model.seq_len, b=model.micro_batch, h=h, a=model.heads, t=mp, v=padded_vocab,
-                     ffn=getattr(model, "ffn_hidden", None) or 4 * h,
-                     kv_heads=getattr(model, "kv_heads", None) or model.heads,
-                     gated=bool(getattr(model, "gated_mlp", False)), linear_bias=bool(linear_bias),
-                     qkv_bias=bool(linear_bias if qkv_bias is None else qkv_bias),
-                     e=4 if dtype == "fp32" else 2, rotary=getattr(model, "position", "learned") == "rotary",
-                     alibi=getattr(model, "position", "learned") == "alibi",
-                     embedding_norm=bool(getattr(model, "embedding_norm", False)),
-                     flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
-                     arch=arch if attention in ("flash2", "flash3") else 0,
-                     selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep),
-                     d=getattr(model, "head_dim", None) or 0, norms=getattr(model, "layer_norms", 2),
-                     qk_norm=getattr(model, "qk_norm", "none") != "none", mla=_mla_dims(model),
-                     moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)))
-
-
-def _mla_dims(model) -> tuple[int, int, int, int, int] | None:
-    """Shape.mla of a model with model.mla, else None."""
-    m = getattr(model, "mla", None)
-    if m is None:
-        return None
-    return (m.q_lora_rank or 0, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim)
-
-
-def _moe_dims(model, mp: int, ep: int) -> tuple[int, int, int, int, int, int] | None:
-    """Shape.moe of a model with model.moe (zsim.workload.moe.Moe), else None."""
-    from zsim.workload.moe import Moe
-
-    moe = Moe.of(model) if getattr(model, "moe", None) is not None else None
-    if moe is None:
-        return None
-    tokens = model.seq_len * model.micro_batch
-    return (moe.experts, moe.experts // ep, moe.tokens_per_expert(tokens, ep), moe.ffn // mp,
-            moe.shared * moe.shared_ffn // mp, moe.top_k)
-
-
-def _gemm(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
-    return Kernel(name, "gemm", m=m, n=n, k=k, batch=batch)
-
-
-def _mem(name: str, nbytes: float, count: int = 1) -> Kernel:
-    return Kernel(name, "mem", bytes=nbytes, count=count)
-
-
-def _red(name: str, nbytes: float, count: int = 1) -> Kernel:
-    """A reduction kernel (PyTorch reduce_kernel: sum, max, norm): memory-bound, its own fixed time."""
-    return Kernel(name, "reduce", bytes=nbytes, count=count)
-
-
-def _linear_fwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: int) -> list[Kernel]:
-    """F.linear on (T, k_in) → (T, n_out): matmul, then the bias add (reads and writes T·n_out)."""
-    out = [_gemm(name, tokens, n_out, k_in)]
-    if bias:
-        out.append(_mem(f"{name}.bias", 2 * e * tokens * n_out))
-    return out
-
-
-def _linear_bwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: int) -> list[Kernel]:
-    """Input gradient (T×k_in×n_out), weight gradient (n_out×k_in×T), bias gradient (a sum over T)."""
-    out = [_gemm(f"{name}.dgrad", tokens, k_in, n_out), _gemm(f"{name}.wgrad", n_out, k_in, tokens)]
-    if bias:
-        out.append(_red(f"{name}.bias_grad", e * tokens * n_out))
-    return out
+from zsim.compute.kernel_list import Kernel, KernelList, gemm, linear_bwd, linear_fwd, mem, red
+from zsim.compute.kernel_shape import Shape
 
 
 def _block_dims(x: Shape) -> tuple[int, int, int, int, int, int]:
@@ -237,11 +81,11 @@ def _attention_core(x: Shape) -> list[Kernel]:
     if x.flash:
         return [_flash(x, "fwd", "attention.flash")]
     qk, vd = _head_dims(x)
-    return [_gemm("attention.scores", x.s, x.s, qk, x.b * heads), _mem("attention.scale", 2 * e * S),
-            _mem("attention.mask_const", 2 * e * x.s * x.s, count=2),  # 1 − mask, 10000·(…)
-            _mem("attention.mask", 4 * e * S, count=2),  # scores·mask, − 10000(1 − mask)
-            _mem("attention.softmax", 2 * e * S), _mem("attention.dropout", (2 * e + 1) * S),
-            _gemm("attention.context", x.s, vd, x.s, x.b * heads)]
+    return [gemm("attention.scores", x.s, x.s, qk, x.b * heads), mem("attention.scale", 2 * e * S),
+            mem("attention.mask_const", 2 * e * x.s * x.s, count=2),  # 1 − mask, 10000·(…)
+            mem("attention.mask", 4 * e * S, count=2),  # scores·mask, − 10000(1 − mask)
+            mem("attention.softmax", 2 * e * S), mem("attention.dropout", (2 * e + 1) * S),
+            gemm("attention.context", x.s, vd, x.s, x.b * heads)]
 
 
 def _rotary_width(x: Shape, heads: int, hn: int, qkv: int) -> int:
@@ -258,9 +102,9 @@ def _mla_forward(x: Shape) -> list[Kernel]:
     column-parallel up projections ÷ t."""
     q_rank, kv_rank, nope, rope, vd = x.mla
     T, e, h, heads = x.s * x.b, x.e, x.h, max(1, x.a // x.t)
-    ks = [_gemm("mla.q_down", T, q_rank, h), _mem("mla.q_norm", 2 * e * T * q_rank)] if q_rank else []
-    ks += [_gemm("mla.q_up", T, heads * (nope + rope), q_rank or h), _gemm("mla.kv_down", T, kv_rank + rope, h),
-           _mem("mla.kv_norm", 2 * e * T * kv_rank), _gemm("mla.kv_up", T, heads * (nope + vd), kv_rank)]
+    ks = [gemm("mla.q_down", T, q_rank, h), mem("mla.q_norm", 2 * e * T * q_rank)] if q_rank else []
+    ks += [gemm("mla.q_up", T, heads * (nope + rope), q_rank or h), gemm("mla.kv_down", T, kv_rank + rope, h),
+           mem("mla.kv_norm", 2 * e * T * kv_rank), gemm("mla.kv_up", T, heads * (nope + vd), kv_rank)]
     return ks
 
 
@@ -269,9 +113,9 @@ def _mla_backward(x: Shape) -> list[Kernel]:
     ks = []
     for k in reversed(_mla_forward(x)):
         if k.kind == "gemm":
-            ks += [_gemm(f"{k.name}.dgrad", k.m, k.k, k.n), _gemm(f"{k.name}.wgrad", k.n, k.k, k.m)]
+            ks += [gemm(f"{k.name}.dgrad", k.m, k.k, k.n), gemm(f"{k.name}.wgrad", k.n, k.k, k.m)]
         else:
-            ks.append(_mem(f"{k.name}.bwd", 5 * k.bytes / 2, count=2))
+            ks.append(mem(f"{k.name}.bwd", 5 * k.bytes / 2, count=2))
     return ks
 
 
@@ -283,37 +127,37 @@ def block_forward(x: Shape) -> tuple[Kernel, ...]:
     e, h = x.e, x.h
     th = T * h
     tr = th // x.t if x.sp else th  # the elementwise kernels outside attention and MLP: T/t tokens under SP
-    ks: list[Kernel] = [_mem("input_layernorm", 2 * e * tr)]
-    ks += _mla_forward(x) if x.mla is not None else _linear_fwd("qkv", T, qkv, h, x.qkv_bias, e)
+    ks: list[Kernel] = [mem("input_layernorm", 2 * e * tr)]
+    ks += _mla_forward(x) if x.mla is not None else linear_fwd("qkv", T, qkv, h, x.qkv_bias, e)
     if x.qk_norm:  # q and k through their RMSNorms: read and write both
-        ks.append(_mem("attention.qk_norm", 2 * e * T * (qkv - (qkv - heads * hn) // 2)))
+        ks.append(mem("attention.qk_norm", 2 * e * T * (qkv - (qkv - heads * hn) // 2)))
     if not x.flash:
-        ks.append(_mem("qkv.contiguous", 2 * e * T * qkv, count=3))  # Q, K, V permuted copies for matmul
+        ks.append(mem("qkv.contiguous", 2 * e * T * qkv, count=3))  # Q, K, V permuted copies for matmul
     if x.rotary:  # rotate Q and K (cos/sin tables read once): read and write both
-        ks.append(_mem("attention.rotary", 2 * e * T * _rotary_width(x, heads, hn, qkv), count=2))
+        ks.append(mem("attention.rotary", 2 * e * T * _rotary_width(x, heads, hn, qkv), count=2))
     ks += _attention_core(x)
     if not x.flash:
-        ks.append(_mem("attention.context.contiguous", 2 * e * T * heads * hn))
-    ks.append(_gemm("attention.dense", T, h, heads * hn))
+        ks.append(mem("attention.context.contiguous", 2 * e * T * heads * hn))
+    ks.append(gemm("attention.dense", T, h, heads * hn))
     if x.norms == 4:
-        ks.append(_mem("post_attention_norm", 2 * e * tr))
+        ks.append(mem("post_attention_norm", 2 * e * tr))
     ks += _residual_tail("attention", tr, x.linear_bias, e)
     if x.norms != 1:
-        ks.append(_mem("post_attention_layernorm", 2 * e * tr))
+        ks.append(mem("post_attention_layernorm", 2 * e * tr))
     width = 2 * ffn if x.gated else ffn
-    ks += _linear_fwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
-    ks.append(_mem("mlp.swiglu" if x.gated else "mlp.gelu", (3 if x.gated else 2) * e * T * ffn))
-    ks.append(_gemm("mlp.4h_to_h", T, h, ffn))
+    ks += linear_fwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
+    ks.append(mem("mlp.swiglu" if x.gated else "mlp.gelu", (3 if x.gated else 2) * e * T * ffn))
+    ks.append(gemm("mlp.4h_to_h", T, h, ffn))
     if x.norms == 4:
-        ks.append(_mem("post_mlp_norm", 2 * e * tr))
+        ks.append(mem("post_mlp_norm", 2 * e * tr))
     ks += _residual_tail("mlp", tr, x.linear_bias, e)
     return tuple(ks)
 
 
 def _residual_tail(name: str, th: int, bias: bool, e: int) -> list[Kernel]:
     """After a row-parallel GEMM and its all-reduce: bias add, dropout (1-byte mask), residual add."""
-    ks = [_mem(f"{name}.bias", 2 * e * th)] if bias else []
-    return ks + [_mem(f"{name}.dropout", (2 * e + 1) * th), _mem(f"{name}.residual", 3 * e * th)]
+    ks = [mem(f"{name}.bias", 2 * e * th)] if bias else []
+    return ks + [mem(f"{name}.dropout", (2 * e + 1) * th), mem(f"{name}.residual", 3 * e * th)]
 
 
 def block_backward(x: Shape) -> tuple[Kernel, ...]:
@@ -325,36 +169,36 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
     # selective recompute: the attention core's forward again, first [K22 §5; Megatron-Core
     # CheckpointWithoutOutput of core_attention runs when backward reaches the layer]
     ks: list[Kernel] = [replace(k, name=f"recompute.{k.name}") for k in _attention_core(x)] if x.selective else []
-    ks += [_mem("mlp.residual_grad_sum", 3 * e * tr), _mem("mlp.dropout.bwd", (2 * e + 1) * tr)]
+    ks += [mem("mlp.residual_grad_sum", 3 * e * tr), mem("mlp.dropout.bwd", (2 * e + 1) * tr)]
     if x.linear_bias:
-        ks.append(_red("mlp.bias_grad", e * tr))
+        ks.append(red("mlp.bias_grad", e * tr))
     if x.norms == 4:
-        ks.append(_mem("post_mlp_norm.bwd", 5 * e * tr, count=2))
-    ks += [_gemm("mlp.4h_to_h.dgrad", T, ffn, h), _gemm("mlp.4h_to_h.wgrad", h, ffn, T)]
-    ks.append(_mem("mlp.swiglu.bwd" if x.gated else "mlp.gelu.bwd", (5 if x.gated else 3) * e * T * ffn))
+        ks.append(mem("post_mlp_norm.bwd", 5 * e * tr, count=2))
+    ks += [gemm("mlp.4h_to_h.dgrad", T, ffn, h), gemm("mlp.4h_to_h.wgrad", h, ffn, T)]
+    ks.append(mem("mlp.swiglu.bwd" if x.gated else "mlp.gelu.bwd", (5 if x.gated else 3) * e * T * ffn))
     width = 2 * ffn if x.gated else ffn
-    ks += _linear_bwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
+    ks += linear_bwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
     if x.norms != 1:
-        ks.append(_mem("post_attention_layernorm.bwd", 5 * e * tr, count=2))
-    ks += [_mem("attention.residual_grad_sum", 3 * e * tr), _mem("attention.dropout.bwd", (2 * e + 1) * tr)]
+        ks.append(mem("post_attention_layernorm.bwd", 5 * e * tr, count=2))
+    ks += [mem("attention.residual_grad_sum", 3 * e * tr), mem("attention.dropout.bwd", (2 * e + 1) * tr)]
     if x.linear_bias:
-        ks.append(_red("attention.bias_grad", e * tr))
+        ks.append(red("attention.bias_grad", e * tr))
     if x.norms == 4:
-        ks.append(_mem("post_attention_norm.bwd", 5 * e * tr, count=2))
-    ks += [_gemm("attention.dense.dgrad", T, heads * hn, h), _gemm("attention.dense.wgrad", h, heads * hn, T)]
+        ks.append(mem("post_attention_norm.bwd", 5 * e * tr, count=2))
+    ks += [gemm("attention.dense.dgrad", T, heads * hn, h), gemm("attention.dense.wgrad", h, heads * hn, T)]
     if x.flash:
         ks.append(_flash(x, "bwd", "attention.flash.bwd"))
     else:
         ks += _attention_core_bwd(x)
     if x.rotary:
-        ks.append(_mem("attention.rotary.bwd", 2 * e * T * _rotary_width(x, heads, hn, qkv), count=2))
+        ks.append(mem("attention.rotary.bwd", 2 * e * T * _rotary_width(x, heads, hn, qkv), count=2))
     if not x.flash:
-        ks.append(_mem("qkv.contiguous.bwd", 2 * e * T * qkv, count=3))
+        ks.append(mem("qkv.contiguous.bwd", 2 * e * T * qkv, count=3))
     if x.qk_norm:
-        ks.append(_mem("attention.qk_norm.bwd", 5 * e * T * (qkv - (qkv - heads * hn) // 2)))
-    ks.append(_mem("qkv.split.bwd", 2 * e * T * qkv))  # the three gradients gathered into one
-    ks += _mla_backward(x) if x.mla is not None else _linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
-    ks.append(_mem("input_layernorm.bwd", 5 * e * tr, count=2))
+        ks.append(mem("attention.qk_norm.bwd", 5 * e * T * (qkv - (qkv - heads * hn) // 2)))
+    ks.append(mem("qkv.split.bwd", 2 * e * T * qkv))  # the three gradients gathered into one
+    ks += _mla_backward(x) if x.mla is not None else linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
+    ks.append(mem("input_layernorm.bwd", 5 * e * tr, count=2))
     return tuple(ks)
 
 
@@ -362,40 +206,40 @@ def _attention_core_bwd(x: Shape) -> list[Kernel]:
     """The unfused attention's backward, from the context copy to the scores' gradients."""
     T, hn, heads, qkv, ffn, S = _block_dims(x)
     e = x.e
-    ks = [_mem("attention.context.contiguous.bwd", 2 * e * T * heads * hn)]
-    ks += [_gemm("attention.context.dgrad_probs", x.s, x.s, hn, x.b * heads),
-           _gemm("attention.context.dgrad_value", x.s, hn, x.s, x.b * heads)]
-    ks.append(_mem("attention.dropout.bwd", (2 * e + 1) * S))
-    ks.append(_mem("attention.softmax.bwd", 3 * e * S))
-    ks.append(_mem("attention.mask.bwd", 2 * e * S))
-    ks.append(_mem("attention.scale.bwd", 2 * e * S))
+    ks = [mem("attention.context.contiguous.bwd", 2 * e * T * heads * hn)]
+    ks += [gemm("attention.context.dgrad_probs", x.s, x.s, hn, x.b * heads),
+           gemm("attention.context.dgrad_value", x.s, hn, x.s, x.b * heads)]
+    ks.append(mem("attention.dropout.bwd", (2 * e + 1) * S))
+    ks.append(mem("attention.softmax.bwd", 3 * e * S))
+    ks.append(mem("attention.mask.bwd", 2 * e * S))
+    ks.append(mem("attention.scale.bwd", 2 * e * S))
     qk = _head_dims(x)[0]
-    return ks + [_gemm("attention.scores.dgrad_q", x.s, qk, x.s, x.b * heads),
-                 _gemm("attention.scores.dgrad_k", x.s, qk, x.s, x.b * heads)]
+    return ks + [gemm("attention.scores.dgrad_q", x.s, qk, x.s, x.b * heads),
+                 gemm("attention.scores.dgrad_k", x.s, qk, x.s, x.b * heads)]
 
 
 def embed_forward(x: Shape) -> tuple[Kernel, ...]:
     """Vocab-parallel word embedding (mask ids outside this rank's range, gather, zero the masked
     rows), position embedding, their sum, dropout (mpu/layers.py VocabParallelEmbedding)."""
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
-    ks = [_mem("embed.mask_ids", 8 * 4 * T, count=4), _mem("embed.word", 2 * e * th), _mem("embed.zero_masked", 2 * e * th)]
+    ks = [mem("embed.mask_ids", 8 * 4 * T, count=4), mem("embed.word", 2 * e * th), mem("embed.zero_masked", 2 * e * th)]
     if not x.rotary and not x.alibi:  # a learned position table: gather and add
-        ks += [_mem("embed.position", 2 * e * th), _mem("embed.add", 3 * e * th)]
+        ks += [mem("embed.position", 2 * e * th), mem("embed.add", 3 * e * th)]
     if x.embedding_norm:
-        ks.append(_mem("embed.layernorm", 2 * e * th))
-    return tuple(ks + [_mem("embed.dropout", (2 * e + 1) * (th // x.t if x.sp else th))])
+        ks.append(mem("embed.layernorm", 2 * e * th))
+    return tuple(ks + [mem("embed.dropout", (2 * e + 1) * (th // x.t if x.sp else th))])
 
 
 def embed_backward(x: Shape) -> tuple[Kernel, ...]:
     """Dropout backward, and the dense embedding gradients: zero the (V/t)×h and s×h tables, then
     scatter-add the T·h token gradients into them (embedding_dense_backward)."""
     th, e = x.s * x.b * x.h, x.e
-    ks = [_mem("embed.dropout.bwd", (2 * e + 1) * th), _mem("embed.mask.bwd", 2 * e * th),
-          _mem("embed.word.zero_grad", e * x.v // x.t * x.h), _mem("embed.word.scatter_add", 3 * e * th)]
+    ks = [mem("embed.dropout.bwd", (2 * e + 1) * th), mem("embed.mask.bwd", 2 * e * th),
+          mem("embed.word.zero_grad", e * x.v // x.t * x.h), mem("embed.word.scatter_add", 3 * e * th)]
     if x.embedding_norm:
-        ks.insert(1, _mem("embed.layernorm.bwd", 5 * e * th, count=2))
+        ks.insert(1, mem("embed.layernorm.bwd", 5 * e * th, count=2))
     if not x.rotary and not x.alibi:
-        ks += [_mem("embed.position.zero_grad", e * x.s * x.h), _mem("embed.position.scatter_add", 3 * e * th)]
+        ks += [mem("embed.position.zero_grad", e * x.s * x.h), mem("embed.position.scatter_add", 3 * e * th)]
     return tuple(ks)
 
 
@@ -405,12 +249,12 @@ def head_forward(x: Shape) -> tuple[Kernel, ...]:
     (mpu/cross_entropy.py: `logits = vocab_parallel_logits.clone()`)."""
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
     tv = T * x.v // x.t
-    ks = [_mem("final_layernorm", 2 * e * (th // x.t if x.sp else th)), _gemm("logits", T, x.v // x.t, x.h)]
+    ks = [mem("final_layernorm", 2 * e * (th // x.t if x.sp else th)), gemm("logits", T, x.v // x.t, x.h)]
     if e != 4:
-        ks.append(_mem("logits.float", 6 * tv))
-    return tuple(ks + [_mem("cross_entropy.clone", 8 * tv), _red("cross_entropy.max", 4 * tv), _mem("cross_entropy.sub", 8 * tv),
-                       _mem("cross_entropy.exp", 8 * tv), _red("cross_entropy.sum", 4 * tv),
-                       _mem("cross_entropy.div", 8 * tv), _mem("cross_entropy.targets", 4 * 4 * T, count=6)])
+        ks.append(mem("logits.float", 6 * tv))
+    return tuple(ks + [mem("cross_entropy.clone", 8 * tv), red("cross_entropy.max", 4 * tv), mem("cross_entropy.sub", 8 * tv),
+                       mem("cross_entropy.exp", 8 * tv), red("cross_entropy.sum", 4 * tv),
+                       mem("cross_entropy.div", 8 * tv), mem("cross_entropy.targets", 4 * 4 * T, count=6)])
 
 
 def head_backward(x: Shape) -> tuple[Kernel, ...]:
@@ -418,11 +262,11 @@ def head_backward(x: Shape) -> tuple[Kernel, ...]:
     GEMM's input and weight gradients, the final layer norm's backward."""
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
     tv = T * x.v // x.t
-    ks = [_mem("cross_entropy.bwd.targets", 4 * 4 * T, count=2), _mem("cross_entropy.bwd.scale", 8 * tv)]
+    ks = [mem("cross_entropy.bwd.targets", 4 * 4 * T, count=2), mem("cross_entropy.bwd.scale", 8 * tv)]
     if e != 4:
-        ks.append(_mem("logits.float.bwd", 6 * tv))
-    return tuple(ks + [_gemm("logits.dgrad", T, x.h, x.v // x.t), _gemm("logits.wgrad", x.v // x.t, x.h, T),
-                       _mem("final_layernorm.bwd", 5 * e * th, count=2)])
+        ks.append(mem("logits.float.bwd", 6 * tv))
+    return tuple(ks + [gemm("logits.dgrad", T, x.h, x.v // x.t), gemm("logits.wgrad", x.v // x.t, x.h, T),
+                       mem("final_layernorm.bwd", 5 * e * th, count=2)])
 
 
 def _moe_mlp_forward(x: Shape) -> list[Kernel]:
@@ -435,15 +279,15 @@ def _moe_mlp_forward(x: Shape) -> list[Kernel]:
     T, e, h = x.s * x.b, x.e, x.h
     R = m * local  # token copies this rank's experts compute
     width = 2 * f if x.gated else f
-    ks = [_gemm("moe.router", T, E, h), _mem("moe.router.softmax_topk", 2 * 4 * T * E), _mem("moe.permute", 2 * e * T * k * h),
-          _gemm("moe.experts.fc1", m, width, h, local), _mem("moe.experts.act", (3 if x.gated else 2) * e * R * f),
-          _gemm("moe.experts.fc2", m, h, f, local), _mem("moe.unpermute", 2 * e * T * k * h),
-          _mem("moe.combine", (k + 1) * e * T * h)]
+    ks = [gemm("moe.router", T, E, h), mem("moe.router.softmax_topk", 2 * 4 * T * E), mem("moe.permute", 2 * e * T * k * h),
+          gemm("moe.experts.fc1", m, width, h, local), mem("moe.experts.act", (3 if x.gated else 2) * e * R * f),
+          gemm("moe.experts.fc2", m, h, f, local), mem("moe.unpermute", 2 * e * T * k * h),
+          mem("moe.combine", (k + 1) * e * T * h)]
     if fs:
-        ks += [_gemm("moe.shared.fc1", T, 2 * fs if x.gated else fs, h), _mem("moe.shared.act", (3 if x.gated else 2) * e * T * fs),
-               _gemm("moe.shared.fc2", T, h, fs)]
+        ks += [gemm("moe.shared.fc1", T, 2 * fs if x.gated else fs, h), mem("moe.shared.act", (3 if x.gated else 2) * e * T * fs),
+               gemm("moe.shared.fc2", T, h, fs)]
     if x.moe_gate:  # Qwen2-MoE's sigmoid gate on the shared expert: T × 1 × h, then the scale
-        ks += [_gemm("moe.shared.gate", T, 1, h), _mem("moe.shared.gate.scale", 3 * e * T * h)]
+        ks += [gemm("moe.shared.gate", T, 1, h), mem("moe.shared.gate.scale", 3 * e * T * h)]
     return ks
 
 
@@ -456,18 +300,18 @@ def _moe_mlp_backward(x: Shape) -> list[Kernel]:
     width = 2 * f if x.gated else f
     ks = []
     if x.moe_gate:
-        ks += [_mem("moe.shared.gate.scale.bwd", 4 * e * T * h), _gemm("moe.shared.gate.dgrad", T, h, 1),
-               _gemm("moe.shared.gate.wgrad", 1, h, T)]
+        ks += [mem("moe.shared.gate.scale.bwd", 4 * e * T * h), gemm("moe.shared.gate.dgrad", T, h, 1),
+               gemm("moe.shared.gate.wgrad", 1, h, T)]
     if fs:
-        ks += [_gemm("moe.shared.fc2.dgrad", T, fs, h), _gemm("moe.shared.fc2.wgrad", h, fs, T),
-               _mem("moe.shared.act.bwd", (5 if x.gated else 3) * e * T * fs),
-               _gemm("moe.shared.fc1.dgrad", T, h, 2 * fs if x.gated else fs), _gemm("moe.shared.fc1.wgrad", 2 * fs if x.gated else fs, h, T)]
-    return ks + [_mem("moe.combine.bwd", (k + 1) * e * T * h), _mem("moe.unpermute.bwd", 2 * e * T * k * h),
-                 _gemm("moe.experts.fc2.dgrad", m, f, h, local), _gemm("moe.experts.fc2.wgrad", h, f, m, local),
-                 _mem("moe.experts.act.bwd", (5 if x.gated else 3) * e * R * f),
-                 _gemm("moe.experts.fc1.dgrad", m, h, width, local), _gemm("moe.experts.fc1.wgrad", width, h, m, local),
-                 _mem("moe.permute.bwd", 2 * e * T * k * h), _mem("moe.router.softmax_topk.bwd", 3 * 4 * T * E),
-                 _gemm("moe.router.dgrad", T, h, E), _gemm("moe.router.wgrad", E, h, T)]
+        ks += [gemm("moe.shared.fc2.dgrad", T, fs, h), gemm("moe.shared.fc2.wgrad", h, fs, T),
+               mem("moe.shared.act.bwd", (5 if x.gated else 3) * e * T * fs),
+               gemm("moe.shared.fc1.dgrad", T, h, 2 * fs if x.gated else fs), gemm("moe.shared.fc1.wgrad", 2 * fs if x.gated else fs, h, T)]
+    return ks + [mem("moe.combine.bwd", (k + 1) * e * T * h), mem("moe.unpermute.bwd", 2 * e * T * k * h),
+                 gemm("moe.experts.fc2.dgrad", m, f, h, local), gemm("moe.experts.fc2.wgrad", h, f, m, local),
+                 mem("moe.experts.act.bwd", (5 if x.gated else 3) * e * R * f),
+                 gemm("moe.experts.fc1.dgrad", m, h, width, local), gemm("moe.experts.fc1.wgrad", width, h, m, local),
+                 mem("moe.permute.bwd", 2 * e * T * k * h), mem("moe.router.softmax_topk.bwd", 3 * 4 * T * E),
+                 gemm("moe.router.dgrad", T, h, E), gemm("moe.router.wgrad", E, h, T)]
 
 
 def _replace_mlp(ks: tuple[Kernel, ...], first: str, last: str, moe: list[Kernel]) -> tuple[Kernel, ...]:
@@ -513,62 +357,6 @@ def with_bucket_copy(base: KernelList, elements: int, e: int) -> KernelList:
     `new_grad_tensor.copy_(param.grad.view(-1))` into the ipg buffer) and ZeRO-3
     (__add_grad_to_ipg_bucket) do it in the backward hook, on the compute stream; the runtime's
     stages 2 and 3 too (runtime/zero/buckets.py)."""
-    return KernelList(f"{base.key}+grads.to_bucket", base.kernels + (_mem("grads.to_bucket", 2 * e * elements),))
+    return KernelList(f"{base.key}+grads.to_bucket", base.kernels + (mem("grads.to_bucket", 2 * e * elements),))
 
 
-# The runtime's Adam on a CPU host (runtime/zero/optimizer.py FlatAdam.step): the partition in chunks of
-# HOST_ADAM_CHUNK elements (apex multi_tensor_apply's chunk_size), each updated by 7 aten ops (lerp_,
-# mul_, addcmul_, sqrt, div_, add_, addcdiv_) whose temporaries stay in cache.
-HOST_ADAM_CHUNK = 65536
-HOST_ADAM_OPS_PER_CHUNK = 7
-
-
-@functools.lru_cache(maxsize=64)
-def host_adam_kernels(elements: int, tensors: int) -> KernelList:
-    """The update as a CPU host runs it: HOST_ADAM_OPS_PER_CHUNK aten ops per chunk of each of the
-    `tensors` segments (at most one partial chunk per segment), streaming the state once (28 B per
-    element, as the fused kernel: the chunk's temporaries stay in cache)."""
-    chunks = math.ceil(elements / HOST_ADAM_CHUNK) + max(0, tensors - 1)
-    return KernelList("optimizer.adam.host", (_mem("adam.chunk_ops", 28 * elements,
-                                                   count=HOST_ADAM_OPS_PER_CHUNK * chunks),))
-
-
-# Multi-tensor apply processes 65,536-element chunks, up to 320 per launch (apex csrc/multi_tensor_apply.cuh:
-# depth_to_max_blocks, chunk_size 2048·32): one launch per 20,971,520 elements.
-_MTA_ELEMENTS = 65536 * 320
-
-
-@functools.lru_cache(maxsize=64)
-def optimizer_kernels(elements: int, tensors: int, dtype: str, master: bool = True) -> dict[str, KernelList]:
-    """The optimizer step's kernels over this rank's partition of `elements` in `tensors` pieces, as
-    DeepSpeed's ZeRO optimizer of 2020 ran them (deepspeed/pt/deepspeed_zero_optimizer.py, step()):
-      overflow: per gradient tensor `float(x.float().sum())` (_has_inf_or_nan): a cast (2 B read,
-          4 B written) and a sum (4 B read) per element, a host sync per tensor (mixed precision only);
-      norm: per tensor `g.data.double().norm(2)` and `.item()` (get_grad_norm_direct): 2 B read, 8 B
-          written, 8 B read per element (fp32 training: 4 + 8 + 8);
-      adam: the fp16 partition flattened and cast to fp32 (2 + 2, 2 + 4 B), unscale and clip
-          (`mul_`, 4 + 4 B), fused Adam (apex FusedAdam: reads fp32 master, m, v, gradient, writes
-          master, m, v: 28 B per element, Kingma & Ba 2015 Alg. 1), the fp32 → fp16 copy (4 + 2 B).
-    Pure bf16 (`master` false, precision.master_weights): no overflow check, no cast, no copy back; the norm
-    reads 2 B, the clip reads and writes the bf16 gradient (4 B), the update reads and writes the bf16
-    parameter, momentum and variance and reads the gradient (14 B per element; PyTorch's foreach Adam, the
-    same update rule).
-    Returns {'overflow', 'norm', 'adam'}; 'overflow' is empty for fp32 and pure bf16 training."""
-    n, pieces = elements, max(1, tensors)
-    mixed = dtype != "fp32" and master
-    launches = max(1, math.ceil(n / _MTA_ELEMENTS))
-    overflow = (_mem("overflow.cast", 6 * n, count=pieces), _red("overflow.sum", 4 * n, count=pieces)) if mixed else ()
-    pure = dtype != "fp32" and not master
-    norm = (_mem("grad_norm.to_double", (10 if mixed or pure else 12) * n, count=pieces),
-            _red("grad_norm.norm", 8 * n, count=pieces))
-    adam: tuple[Kernel, ...] = ()
-    if mixed:
-        adam += (_mem("grads.flatten", 4 * n), _mem("grads.to_fp32", 6 * n))
-    if pure:
-        adam += (_mem("grads.unscale_clip", 4 * n), _mem("fused_adam", 14 * n, count=launches))
-    else:
-        adam += (_mem("grads.unscale_clip", 8 * n), _mem("fused_adam", 28 * n, count=launches))
-    if mixed:
-        adam += (_mem("params.to_fp16", 6 * n),)
-    return {"overflow": KernelList("optimizer.overflow", overflow), "norm": KernelList("optimizer.norm", norm),
-            "adam": KernelList("optimizer.adam", adam)}

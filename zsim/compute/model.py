@@ -7,7 +7,7 @@ the GPU is busy), so the slower one sets the pace (docs/compute.md, "Overheads")
 from __future__ import annotations
 
 from zsim.compute.gemm import gemm_seconds
-from zsim.compute.kernels import Kernel, KernelList
+from zsim.compute.kernel_list import Kernel, KernelList
 from zsim.compute.terms import ComputeTerms
 
 

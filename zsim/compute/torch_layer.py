@@ -27,7 +27,7 @@ branches' gradient sums; and `AccumulateGrad` adding every parameter's gradient 
 
 from __future__ import annotations
 
-from zsim.compute.kernels import Kernel, KernelList, _gemm, _linear_bwd, _linear_fwd, _mem, _red
+from zsim.compute.kernel_list import Kernel, KernelList, gemm, linear_bwd, linear_fwd, mem, red
 
 
 def encoder_layer_forward(b: int, s: int, h: int, a: int, f: int, e: int = 2,
@@ -36,21 +36,21 @@ def encoder_layer_forward(b: int, s: int, h: int, a: int, f: int, e: int = 2,
     T, d, N = b * s, h // a, b * a * s * s  # tokens, head dim, attention-score elements
     th, tf = T * h, T * f
     ks: list[Kernel] = []
-    ks += _linear_fwd("in_proj", T, 3 * h, h, True, e)
-    ks.append(_mem("q.scaling", 2 * e * th))
-    ks.append(_mem("kv.contiguous", 2 * e * 2 * th, count=2))
-    ks.append(_gemm("scores", s, s, d, b * a))
-    ks.append(_mem("softmax", 2 * e * N))
-    ks.append(_mem("attn.dropout", (2 * e + 1) * N))
-    ks.append(_gemm("context", s, d, s, b * a))
-    ks.append(_mem("context.contiguous", 2 * e * th))
-    ks += _linear_fwd("out_proj", T, h, h, True, e)
-    ks += [_mem("dropout1", (2 * e + 1) * th), _mem("residual1", 3 * e * th), _mem("norm1", 2 * e * th)]
-    ks += _linear_fwd("linear1", T, f, h, True, e)
-    ks.append(_mem(activation, 2 * e * tf))
-    ks.append(_mem("dropout", (2 * e + 1) * tf))
-    ks += _linear_fwd("linear2", T, h, f, True, e)
-    ks += [_mem("dropout2", (2 * e + 1) * th), _mem("residual2", 3 * e * th), _mem("norm2", 2 * e * th)]
+    ks += linear_fwd("in_proj", T, 3 * h, h, True, e)
+    ks.append(mem("q.scaling", 2 * e * th))
+    ks.append(mem("kv.contiguous", 2 * e * 2 * th, count=2))
+    ks.append(gemm("scores", s, s, d, b * a))
+    ks.append(mem("softmax", 2 * e * N))
+    ks.append(mem("attn.dropout", (2 * e + 1) * N))
+    ks.append(gemm("context", s, d, s, b * a))
+    ks.append(mem("context.contiguous", 2 * e * th))
+    ks += linear_fwd("out_proj", T, h, h, True, e)
+    ks += [mem("dropout1", (2 * e + 1) * th), mem("residual1", 3 * e * th), mem("norm1", 2 * e * th)]
+    ks += linear_fwd("linear1", T, f, h, True, e)
+    ks.append(mem(activation, 2 * e * tf))
+    ks.append(mem("dropout", (2 * e + 1) * tf))
+    ks += linear_fwd("linear2", T, h, f, True, e)
+    ks += [mem("dropout2", (2 * e + 1) * th), mem("residual2", 3 * e * th), mem("norm2", 2 * e * th)]
     return KernelList("torch_encoder.fwd", tuple(ks))
 
 
@@ -61,21 +61,21 @@ def encoder_layer_backward(b: int, s: int, h: int, a: int, f: int, e: int = 2,
     th, tf = T * h, T * f
     params = 4 * h * h + 2 * h * f + 8 * h + f  # in_proj 3h²+3h, out_proj h²+h, linear1 hf+f, linear2 fh+h, norms 4h
     act_bwd = 3 * e * tf  # relu: threshold_backward(grad, output); gelu_backward(grad, input)
-    ks: list[Kernel] = [_mem("norm2.bwd", 3 * e * th), _red("norm2.weight_grad", 2 * e * th),
-                        _mem("dropout2.bwd", (2 * e + 1) * th)]
-    ks += _linear_bwd("linear2", T, h, f, True, e)
-    ks += [_mem("dropout.bwd", (2 * e + 1) * tf), _mem(f"{activation}.bwd", act_bwd)]
-    ks += _linear_bwd("linear1", T, f, h, True, e)
-    ks.append(_mem("residual2.grad_sum", 3 * e * th))
-    ks += [_mem("norm1.bwd", 3 * e * th), _red("norm1.weight_grad", 2 * e * th),
-           _mem("dropout1.bwd", (2 * e + 1) * th)]
-    ks += _linear_bwd("out_proj", T, h, h, True, e)
-    ks += [_gemm("context.dgrad_probs", s, s, d, b * a), _gemm("context.dgrad_value", s, d, s, b * a)]
-    ks += [_mem("attn.dropout.bwd", (2 * e + 1) * N), _mem("softmax.bwd", 3 * e * N)]
-    ks += [_gemm("scores.dgrad_q", s, d, s, b * a), _gemm("scores.dgrad_k", s, d, s, b * a)]
-    ks.append(_mem("q.scaling.bwd", 2 * e * th))
-    ks.append(_mem("chunk.bwd", 2 * e * 3 * th))  # the q, k, v gradients concatenated into one
-    ks += _linear_bwd("in_proj", T, 3 * h, h, True, e)
-    ks.append(_mem("residual1.grad_sum", 3 * e * th))
-    ks.append(_mem("accumulate_grad", 3 * e * params, count=12))  # .grad += new, per parameter tensor (12)
+    ks: list[Kernel] = [mem("norm2.bwd", 3 * e * th), red("norm2.weight_grad", 2 * e * th),
+                        mem("dropout2.bwd", (2 * e + 1) * th)]
+    ks += linear_bwd("linear2", T, h, f, True, e)
+    ks += [mem("dropout.bwd", (2 * e + 1) * tf), mem(f"{activation}.bwd", act_bwd)]
+    ks += linear_bwd("linear1", T, f, h, True, e)
+    ks.append(mem("residual2.grad_sum", 3 * e * th))
+    ks += [mem("norm1.bwd", 3 * e * th), red("norm1.weight_grad", 2 * e * th),
+           mem("dropout1.bwd", (2 * e + 1) * th)]
+    ks += linear_bwd("out_proj", T, h, h, True, e)
+    ks += [gemm("context.dgrad_probs", s, s, d, b * a), gemm("context.dgrad_value", s, d, s, b * a)]
+    ks += [mem("attn.dropout.bwd", (2 * e + 1) * N), mem("softmax.bwd", 3 * e * N)]
+    ks += [gemm("scores.dgrad_q", s, d, s, b * a), gemm("scores.dgrad_k", s, d, s, b * a)]
+    ks.append(mem("q.scaling.bwd", 2 * e * th))
+    ks.append(mem("chunk.bwd", 2 * e * 3 * th))  # the q, k, v gradients concatenated into one
+    ks += linear_bwd("in_proj", T, 3 * h, h, True, e)
+    ks.append(mem("residual1.grad_sum", 3 * e * th))
+    ks.append(mem("accumulate_grad", 3 * e * params, count=12))  # .grad += new, per parameter tensor (12)
     return KernelList("torch_encoder.bwd", tuple(ks))

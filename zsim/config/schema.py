@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from zsim.config.struct import Meta, Section, field, strip_control
+from zsim.config.struct import Meta, Section, field
 from zsim.config.validation import PROFILE_NAME_PATTERN, PROFILE_NAME_RULE
 
 # Upper bounds (issue 13): far above any real training run, low enough that the closed-form checks
@@ -182,7 +182,7 @@ class ModelSection(Section, kw_only=True):
         "the published benchmarks; auto: flash2 where it runs (a 16-bit dtype on Ampere or newer), else "
         "standard (what from_hf imports of the families trained with FlashAttention set)"))] = "standard"
     # What the cross-entropy keeps (docs/memory.md, "The loss"): Megatron-LM's of 2020 holds fp32 copies
-    # of the logits (zsim.workload.transformer.loss_work_tensors); a fused kernel keeps the e-byte logits
+    # of the logits (zsim.workload.activations.loss_work_tensors); a fused kernel keeps the e-byte logits
     # and one fp32 log-sum-exp per token (flash-attn flash_attn/losses/cross_entropy.py
     # SoftmaxCrossEntropyLossFn: ctx.save_for_backward(logits, lse, labels)).
     loss: Annotated[Literal["megatron", "fused", "torch"], Meta(description=(

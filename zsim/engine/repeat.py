@@ -45,8 +45,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from zsim.engine import shifted_unit
 from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
@@ -324,11 +322,11 @@ def splice_ledger(ledger: MemoryLedger | None, first: float, last: float, extra:
     times: list[float] = []
     a = bisect.bisect_left(ledger.times, first)  # the timeline's times never decrease
     z = bisect.bisect_left(ledger.times, last, a)
+    unit = ledger.times[a:z]
     times += ledger.times[:a]
-    # t + j·P for copy j: float64 additions, numpy's the same IEEE operations as Python's element-wise ones
-    shifts = np.arange(extra + 1, dtype=np.float64) * period
-    times += np.add.outer(shifts, np.asarray(ledger.times[a:z], dtype=np.float64)).ravel().tolist()
-    times += list(map((extra * period).__radd__, ledger.times[z:]))
+    for j in range(extra + 1):  # t + j·P: the float addition of the element-wise form, once per copy
+        times += map((j * period).__radd__, unit)
+    times += map((extra * period).__radd__, ledger.times[z:])
     rows = ledger.rows[:a] + ledger.rows[a:z] * (extra + 1) + ledger.rows[z:]
     reserved = ledger.reserved_rows[:a] + ledger.reserved_rows[a:z] * (extra + 1) + ledger.reserved_rows[z:]
     flushes = [t for t in ledger.flush_times if t < first]

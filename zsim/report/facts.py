@@ -11,7 +11,8 @@ from zsim.config.struct import dump
 from zsim.engine.result import Result
 from zsim.memory.ledger import CATEGORIES
 from zsim.memory.timeline import timeline_facts
-from zsim.workload.transformer import active_params, attention_score_bytes
+from zsim.workload.activations import attention_score_bytes
+from zsim.workload.parameters import active_params
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.report.network import network_facts
 from zsim.report.error_band import band_facts
@@ -58,7 +59,7 @@ def _calibration(note: Any) -> dict[str, Any] | None:
 
 
 def _attention_memory(result: Result) -> dict[str, Any]:
-    """One layer's s×s attention tensors (zsim.workload.transformer.attention_score_bytes: 0 with
+    """One layer's s×s attention tensors (zsim.workload.activations.attention_score_bytes: 0 with
     FlashAttention or selective recompute), how many layers keep them at once (all L without
     checkpointing, the k layers of a recomputed segment with full recompute), and that total's share
     of the activations held at the allocated peak: the summary names it when it dominates."""

@@ -1,32 +1,20 @@
-"""The workload of a GPT-style transformer: parameters, FLOPs and activation bytes per module.
+"""The workload of a GPT-style transformer: its modules per MP rank (embedding, blocks, head) with their
+parameters, FLOPs, activation bytes and MP collectives, per micro-batch.
 
 Every figure is per micro-batch and per MP rank (Megatron tensor parallelism divides the GEMMs, and
-some activations, by the MP degree t). Sources:
+some activations, by the MP degree t). The block's shape and parameter tensors are zsim.workload.shape,
+Ψ and active parameters zsim.workload.parameters, saved activations zsim.workload.activations, MoE
+zsim.workload.moe, multi-head latent attention zsim.workload.mla. Sources:
   [N21] Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
-        Megatron-LM", §5.1 (parameter count and FLOPs).
-  [K22] Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4
-        (activation bytes per layer, fp16, with tensor parallelism and no sequence parallelism; for
-        fp32 training the 2-byte tensors become 4-byte ones and the 1-byte dropout masks stay).
-  [S19] Shoeybi et al. 2019, "Megatron-LM", §3 (which tensors MP splits; the MP all-reduces).
-  [T23] Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language Models", §2.2 (RMSNorm,
-        SwiGLU, rotary embeddings); Hugging Face transformers models/llama/modeling_llama.py
-        (LlamaMLP: down(act(gate(x)) · up(x)); q/k/v/o projections without bias; untied lm_head).
-  [A23] Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models from Multi-Head
-        Checkpoints" (kv_heads key/value heads shared by groups of query heads: K and V are h × kv_heads·d).
-  [D23] Dao 2023, "FlashAttention-2", §2-3 (the fused kernel saves Q, K, V, its output and the fp32
-        row log-sum-exp, b·a·s values, and recomputes the s×s scores in backward; dropout from the RNG
-        state, no mask); GQA's K and V stay kv_heads wide (flash-attn: "MQA/GQA ... nheads_k").
-  [MC]  Megatron-Core transformer/attention.py and mlp.py: GQA's query groups split across MP
-        (num_query_groups % tensor_model_parallel_size == 0); the gated MLP's gate and up fused in one
-        column-parallel linear_fc1 of width 2f; fusions/fused_bias_swiglu.py saves that 2f-wide input.
-  [G24] Gemma Team 2024, "Gemma 2", §2 (a norm before and after each sub-layer: four per block);
-        transformers models/gemma2/modeling_gemma2.py (pre_/post_feedforward_layernorm).
-  [BPC20] Beltagy, Peters & Cohan 2020, "Longformer", §3.1 (sliding-window attention: each token
-        attends w neighbours; causal here, as Mistral's and Gemma's); Dao 2023 flash-attn's window_size
-        (the fused kernel skips the blocks outside the window).
-  [O24] OLMo Team 2024, "2 OLMo 2 Furious", §3.1 (QK-norm: RMSNorm on the whole q and k projections;
-        norms after attention and after the MLP); transformers modeling_olmo2.py (q_norm, k_norm).
-Multi-head latent attention (DeepSeek-V2/V3) is zsim.workload.mla.
+        Megatron-LM", §5.1 (FLOPs).
+  [K22] Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4-5
+        (checkpoints, sequence parallelism's collectives, selective recompute).
+  [S19] Shoeybi et al. 2019, "Megatron-LM", §3 (the MP all-reduces, the vocab-parallel embedding and loss).
+  [T23] Touvron et al. 2023, "LLaMA", §2.2 (SwiGLU: three h×f matmuls; rotary: no position table).
+  [A23] Ainslie et al. 2023, "GQA" (K and V h × kv_heads·d).
+  [D23] Dao 2023, "FlashAttention-2", §3.1.2 (the causal kernel skips the masked half; backward recomputes QKᵀ).
+  [MC]  Megatron-Core (MLA's down projections replicated over MP).
+  [BPC20] Beltagy, Peters & Cohan 2020, "Longformer", §3.1 (sliding-window attention).
 The GPT shape is the default; docs/models.md derives the general formulas from these sources.
 """
 
@@ -36,106 +24,14 @@ import math
 from dataclasses import dataclass, field, replace
 
 from zsim.config.schema import ModelSection
-from zsim.workload.mla import Mla
+from zsim.workload.activations import layer_saved_tensors, loss_tensors
 from zsim.workload.moe import Moe
+from zsim.workload.parameters import moe_layer_tensors, total_params
+from zsim.workload.shape import Shape, layer_tensors
 
 # Megatron-LM pads the vocabulary to a multiple of 128 × t (arguments.make_vocab_size_divisible_by,
 # megatron/training/tokenizer: _vocab_size_with_padding) so the embedding splits evenly over MP.
 VOCAB_MULTIPLE = 128
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """A decoder's shape with every default of ModelSection resolved (sizes in elements).
-
-    Build it with `Shape.of(model)`; `Shape.gpt(h)` is the GPT block of hidden size h.
-    """
-
-    layers: int  # L
-    hidden: int  # h
-    heads: int  # a (query heads)
-    kv_heads: int  # key/value heads; = heads without grouped-query attention [A23]
-    ffn: int  # MLP inner width f
-    gated: bool  # gated (SwiGLU) MLP: gate and up h×f, down f×h [T23]
-    linear_bias: bool  # biases on the attention output and MLP linears
-    qkv_bias: bool  # biases on Q, K, V
-    norm: str  # "layernorm" (weight + bias), "rmsnorm" (weight) or "nonparametric" (none: OLMo-1)
-    position: str  # "learned", "rotary" or "alibi"
-    positions: int  # rows of the learned position table (0 when rotary or alibi)
-    tied_head: bool  # the LM head reuses the word embedding
-    dropout: bool = True  # dropout on attention probabilities and residual branches (K22 saves its masks)
-    attention: str = "standard"  # "standard" (s×s scores kept) or "flash2"/"flash3" (FlashAttention) [D23]
-    head_width: int = 0  # d when given (heads·d ≠ h: Gemma, Mistral-Nemo); 0: h / a
-    layer_norms: int = 2  # h-wide norms per block: 1 (Falcon-7B), 2, 4 (Gemma-2: before and after each) [G24]
-    qk_norm: str = "none"  # RMSNorm weights on q and k: "head" (d each), "full" (a·d and kv·d: OLMo-2 [O24])
-    mla: Mla | None = None  # multi-head latent attention in place of Q/K/V (zsim.workload.mla)
-    window: int = 0  # sliding-window attention: keys a query attends to at most (0: global) [BPC20]
-    full_every: int = 0  # with a window: every full_every-th block global (0: none)
-    loss: str = "megatron"  # what the cross-entropy keeps: "megatron" (fp32 copies), "fused" or "torch" (loss_tensors)
-
-    @classmethod
-    def of(cls, model: ModelSection) -> Shape:
-        h = model.hidden
-        return cls(
-            layers=model.layers, hidden=h, heads=model.heads, kv_heads=model.kv_heads or model.heads,
-            ffn=model.ffn_hidden or 4 * h, gated=model.gated_mlp, linear_bias=model.linear_bias,
-            qkv_bias=model.linear_bias if model.qkv_bias is None else model.qkv_bias, norm=model.norm,
-            position=model.position,
-            positions=0 if model.position in ("rotary", "alibi") else (model.max_positions or model.seq_len),
-            tied_head=model.tied_head, dropout=model.dropout, attention=model.attention,
-            head_width=model.head_dim or 0, layer_norms=model.layer_norms, qk_norm=model.qk_norm,
-            mla=Mla.of(model), window=model.sliding_window or 0, full_every=model.full_attention_every,
-            loss=model.loss,
-        )
-
-    @classmethod
-    def gpt(cls, hidden: int, heads: int = 1, layers: int = 1, positions: int = 0) -> Shape:
-        """The GPT shape [N21]: MLP 4h with GeLU, biases everywhere, layer norms, tied head."""
-        return cls(layers=layers, hidden=hidden, heads=heads, kv_heads=heads, ffn=4 * hidden, gated=False,
-                   linear_bias=True, qkv_bias=True, norm="layernorm", position="learned", positions=positions,
-                   tied_head=True)
-
-    @property
-    def head_dim(self) -> int:
-        """d: h / a, or the model's head_dim."""
-        return self.head_width or self.hidden // self.heads
-
-    @property
-    def q_dim(self) -> int:
-        """Width of Q, of the attention's output and of the output projection's input: a·d (h unless
-        head_dim says otherwise)."""
-        return self.heads * self.head_dim
-
-    @property
-    def flash(self) -> bool:
-        """FlashAttention: no s×s tensor is kept [D23] ('auto' unresolved, without a GPU: the unfused one)."""
-        return self.attention in ("flash2", "flash3")
-
-    def window_keys(self, i: int, s: int) -> int:
-        """Mean keys per query of block i when it attends through a sliding window shorter than s: a
-        causal query at position p attends min(p + 1, w) keys [BPC20 §3.1], so w(w + 1)/2 + (s − w)·w
-        pairs over s queries; 0 for a global block (or a window not shorter than s)."""
-        w = self.window
-        if not w or w >= s or (self.full_every and (i + 1) % self.full_every == 0):
-            return 0
-        return (w * (w + 1) // 2 + (s - w) * w) // s
-
-    @property
-    def kv_dim(self) -> int:
-        """Width of K (and of V): kv_heads · d [A23]; h without GQA."""
-        return self.kv_heads * self.head_dim
-
-    @property
-    def norm_tensors(self) -> tuple[int, ...]:
-        """One norm's parameter tensors: LayerNorm's weight and bias, RMSNorm's weight [T23]."""
-        if self.norm == "nonparametric":  # OLMo's LayerNorm without affine parameters (Groeneveld et al. 2024 §2.1)
-            return ()
-        return (self.hidden, self.hidden) if self.norm == "layernorm" else (self.hidden,)
-
-    @property
-    def layer_params(self) -> int:
-        """Parameters of one whole block (no MP)."""
-        return sum(layer_tensors(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,135 +176,6 @@ def mp_problems(model: ModelSection, mp: int) -> list[tuple[str, str]]:
     return problems
 
 
-def layer_tensors(shape: Shape, t: int = 1) -> tuple[int, ...]:
-    """The parameter tensors of one block on one of t MP ranks, in elements, in Megatron's order:
-    fused QKV weight h × (h + 2·kv_dim) [A23] and its bias, attention output weight h × h and bias,
-    MLP linear_fc1 h × f (h × 2f when gated: gate and up fused [MC]) and bias, linear_fc2 f × h and
-    bias, two norms. Under MP [S19 §3] QKV and fc1 are column-parallel (weights and biases split), the
-    output projection and fc2 row-parallel (weights split, biases whole), norms replicated."""
-    h, f, kv, q = shape.hidden, shape.ffn, shape.kv_dim, shape.q_dim
-    qkv, fc1 = q + 2 * kv, (2 if shape.gated else 1) * f
-    assert (h * qkv) % t == 0 and qkv % t == 0 and f % t == 0 and (h * q) % t == 0, "checked by mp_problems"
-    qkv_b, row_b, fc1_b = (qkv // t,) if shape.qkv_bias else (), (h,) if shape.linear_bias else (), \
-        (fc1 // t,) if shape.linear_bias else ()
-    return (*attention_tensors(shape, t), h * fc1 // t, *fc1_b, f * h // t, *row_b, *shape.norm_tensors * shape.layer_norms)
-
-
-def attention_tensors(shape: Shape, t: int = 1) -> tuple[int, ...]:
-    """The attention's tensors of one block on one of t MP ranks (layer_tensors' first ones): fused QKV
-    weight [and bias], output weight [and bias]; the QK-norm weights (column-parallel with their heads
-    when "full" [O24], replicated when "head"); with MLA, zsim.workload.mla's projections instead."""
-    h, kv, q = shape.hidden, shape.kv_dim, shape.q_dim
-    row_b = (h,) if shape.linear_bias else ()
-    if shape.mla is not None:
-        return (*shape.mla.tensors(h, shape.heads, t), *row_b)
-    qkv = q + 2 * kv
-    qk = {"none": (), "head": (shape.head_dim, shape.head_dim), "full": (q // t, kv // t)}[shape.qk_norm]
-    return (h * qkv // t, *((qkv // t,) if shape.qkv_bias else ()), q * h // t, *row_b, *qk)
-
-
-def moe_layer_tensors(shape: Shape, moe: Moe, t: int = 1) -> tuple[int, ...]:
-    """A MoE block's tensors every DP rank holds on one of t MP ranks: layer_tensors with the MLP
-    replaced by the router and the shared experts (zsim.workload.moe); the routed experts are apart."""
-    return attention_tensors(shape, t) + moe.dense_tensors(shape.hidden, t) + shape.norm_tensors * shape.layer_norms
-
-
-def block_params(h: int, t: int = 1) -> int:
-    """Parameters of one GPT block held by one of t MP ranks.
-
-    Whole block (t = 1): 12h² + 13h [N21 §5.1]: QKV 3h² + 3h, attention output h² + h,
-    MLP 4h² + 4h and 4h² + h, two layer norms 4h. Under MP [S19 §3] the column-parallel QKV and
-    first MLP matmul split weights and biases; the row-parallel output matmuls split weights but
-    keep their biases whole; layer norms are replicated: 12h²/t + 7h/t + 6h.
-    """
-    return sum(block_tensors(h, t))
-
-
-def block_tensors(h: int, t: int = 1) -> tuple[int, ...]:
-    """The parameter tensors of one GPT block on one of t MP ranks, in elements (they sum to
-    block_params(h, t)): QKV weight and bias, attention output weight and bias, MLP weights and
-    biases, two layer norms' weight and bias [S19 §3 for which are split]."""
-    return layer_tensors(Shape.gpt(h), t)
-
-
-def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp: bool = False,
-                        selective: bool = False, mlp_inner: tuple[int, ...] | None = None) -> tuple[int, ...]:
-    """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
-    activations: K22 §4.1-4.2 with the MLP f wide.
-
-    Attention: norm input, QKV input (replicated, e·sbh each), Q and K (2e·sbh/t), softmax output
-    (e·as²b/t), its dropout mask (as²b/t bytes), dropout output (e·as²b/t), V (e·sbh/t),
-    output-projection input (e·sbh/t), dropout mask (sbh). With grouped-query attention K and V are
-    still h wide here: the unfused attention this model prices (K22's s² scores) repeats each KV head
-    for its query heads before QKᵀ and attention·V, and those matmuls save the repeated tensors
-    [MC dot_product_attention.py: key/value.repeat_interleave]. MLP: norm input, fc1 input (e·sbh
-    each), then GeLU input and output (e·sbf/t each), or for a gated MLP the fused SwiGLU's 2f-wide
-    input and the down projection's input (2e·sbf/t and e·sbf/t) [MC fused_bias_swiglu], dropout
-    mask (sbh). For the GPT shape their sum is K22 eq. 2 for e = 2: sbh(10 + 24/t + 5as/(ht)). An
-    RMSNorm saves its input as a LayerNorm does. Without dropout (shape.dropout false: LLaMA,
-    Mistral, Qwen2 train without) the three masks and the dropout output are not there: for the GPT
-    widths at e = 2, sbh(8 + 24/t + 2as/(ht)).
-
-    Options: `sp` (sequence parallelism [K22 §4.2.2]) divides the tensors MP replicates (norm inputs,
-    QKV and fc1 inputs, residual dropout masks) by t: K22 Table 2, sbh(34/t + 5as/(ht)). `selective`
-    (selective recompute [K22 §5]) drops the attention core's s×s tensors (softmax output, its mask and
-    dropout output), recomputed in backward: K22 Table 2, sbh(10 + 24/t), or sbh·34/t with sp.
-    FlashAttention (shape.flash [D23]) keeps Q (e·sbh/t), K and V (e·sb·kv_dim/t each, not repeated),
-    the fp32 log-sum-exp (4·a·s·b/t) and its output (the output projection's input), and no s×s
-    tensor; with `selective` as well, Megatron recomputes the fused kernel and the log-sum-exp goes.
-    `mlp_inner` replaces the MLP's inner tensors (a MoE MLP's, zsim.workload.moe.Moe.saved_tensors).
-
-    Shape options: QK-norm (shape.qk_norm) keeps q and k before their norms (e·sb·(a·d + kv·d)/t)
-    [O24]; a third and fourth norm (Gemma-2's after attention and after the MLP [G24]) each keep their
-    input (e·sbh, replicated); one norm (Falcon-7B's parallel block) feeds attention and MLP the same
-    tensors, which the MLP does not keep twice. MLA (zsim.workload.mla) keeps its latents and a
-    Q, K a·(d_h + d_h^R) wide and V and the output a·d_v wide.
-    """
-    h, a, f = shape.hidden, shape.heads, shape.ffn
-    sb = s * b
-    sbh, sbf, as2b = sb * h, sb * f, a * s * s * b
-    # widths of Q, of K and of V as the attention core keeps them, and of its output (the output
-    # projection's input): a·d (h unless head_dim) for Q, the output and the unfused K and V (repeated
-    # per query head), kv·d for flash's K and V; MLA: a·(d_h + d_h^R) and a·d_v (zsim.workload.mla)
-    mla = shape.mla
-    q_w, out_w = (a * mla.qk_head, a * mla.v) if mla else (shape.q_dim, shape.q_dim)
-    k_w, v_w = (q_w, out_w) if mla or not shape.flash else (shape.kv_dim, shape.kv_dim)
-    r = t if sp else 1  # what MP replicates, SP splits
-    inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
-    if mlp_inner is not None:
-        inner = mlp_inner
-    attention = [e * sbh // r, e * sbh // r]
-    if mla:
-        attention += mla.latent_tensors(sb, e)
-    if shape.qk_norm != "none":
-        attention += [e * sb * shape.q_dim // t, e * sb * shape.kv_dim // t]
-    if shape.flash:
-        attention += [e * sb * q_w // t, e * sb * k_w // t, e * sb * v_w // t,
-                      *(() if selective else (4 * a * s * b // t,)), e * sb * out_w // t]
-    else:
-        attention.append(e * sb * (q_w + k_w) // t)
-        if not selective:  # the softmax output; with dropout, its mask and the dropout's output
-            attention += [e * as2b // t, as2b // t, e * as2b // t] if shape.dropout else [e * as2b // t]
-        attention += [e * sb * v_w // t, e * sb * out_w // t]
-    masks = (sbh // r,) if shape.dropout else ()
-    post = (e * sbh // r,) if shape.layer_norms == 4 else ()  # the post-norm's input [G24]
-    mlp_in = () if shape.layer_norms == 1 else (e * sbh // r, e * sbh // r)
-    return (*attention, *post, *masks, *mlp_in, *inner, *post, *masks)
-
-
-def block_saved_tensors(s: int, b: int, h: int, a: int, t: int, e: int = 2) -> tuple[int, ...]:
-    """The tensors one GPT block saves for backward on one of t MP ranks, in bytes, with e-byte
-    activations [K22 §4.1-4.2]; see layer_saved_tensors. Their sum is K22 eq. 2 for e = 2:
-    sbh(10 + 24/t + 5as/(ht)); in general sbh(4e + 2 + 12e/t) + as²b(2e + 1)/t."""
-    return layer_saved_tensors(Shape.gpt(h, heads=a), s, b, t, e)
-
-
-def block_saved_bytes(s: int, b: int, h: int, a: int, t: int, e: int = 2) -> int:
-    """Activation bytes one GPT block saves for backward on one of t MP ranks [K22 §4.2, eq. 2]: the
-    sum of block_saved_tensors."""
-    return sum(block_saved_tensors(s, b, h, a, t, e))
-
-
 def layer_fwd_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
     """Forward FLOPs of one block on one of t MP ranks: 2 FLOPs per multiply-add of each GEMM [N21 §5.1].
     QKV 2bsh(h + 2·kv_dim) [A23], QKᵀ and attention·V 4bs²h, output projection 2bsh², MLP 4bshf, or
@@ -419,61 +186,6 @@ def layer_fwd_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
         model, _ = shape.mla.projection_flops(s * b, h, shape.heads, t)
         return model + shape.mla.core_flops(s, b, shape.heads, t) + mlp / t
     return (2 * b * s * h * (q + 2 * kv) + 4 * b * s * s * q + 2 * b * s * q * h + mlp) / t
-
-
-def loss_work_tensors(tokens: int, vocab: int, t: int, e: int) -> tuple[int, ...]:
-    """Bytes the loss holds while it runs over `tokens` tokens and the V/t logit columns of an MP rank,
-    beside the fp32 softmax it saves (4·T·V/t) [K22 §4.3]. As Megatron-LM of the ZeRO paper's time
-    (DeepSpeedExamples/Megatron-LM @ 5426d18a, pretrain_gpt2.py forward_step, mpu/cross_entropy.py): the
-    e-byte logits (`output`, alive until forward_step returns), their fp32 copy (`output.float()`, the
-    loss's input; none when e = 4) and the loss's own fp32 copy of that (`logits =
-    vocab_parallel_logits.clone()`, "so the input remains unchanged")."""
-    logits = tokens * vocab // t
-    return (e * logits,) + ((4 * logits,) if e != 4 else ()) + (4 * logits,)
-
-
-def loss_tensors(tokens: int, vocab: int, t: int, e: int,
-                 loss: str = "megatron") -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(saved, work, held): the bytes the cross-entropy over `tokens` tokens and the V/t logit columns of an
-    MP rank keeps for backward, those it holds only while forward runs, and those the training loop holds
-    until the backward pass ends.
-      megatron: the fp32 softmax (4·T·V/t) [K22 §4.3], beside loss_work_tensors' copies.
-      fused: a fused softmax-cross-entropy kernel keeps its e-byte input logits and one fp32 log-sum-exp
-          per token (4·T: every MP rank keeps the lse of all T tokens after the all-reduce over the vocab
-          split) and nothing else: flash-attn flash_attn/losses/cross_entropy.py SoftmaxCrossEntropyLossFn
-          (forward: `ctx.save_for_backward(logits, lse, labels)`; backward writes the logits' gradient,
-          into a new tensor or, with inplace_backward, into the logits), llm-foundry's default
-          (`loss_fn: fused_crossentropy`, llmfoundry/models/mpt/modeling_mpt.py). The e-byte logits
-          are the head GEMM's output, which the Megatron loss also holds (as work).
-      torch: PyTorch's F.cross_entropy on the e-byte logits without an fp32 upcast (NeMo AutoModel's
-          MaskedCrossEntropy(fp32_upcast=False), nemo_automodel/components/loss/masked_ce.py): log_softmax
-          saves its e-byte output for backward (nll_loss reads the same tensor); the logits themselves are
-          held by the training loop's model output until its backward() returns (train_ft.py
-          _forward_backward_step: `out = model(**batch)`, then `calculate_loss(..., logits=out.logits)` and
-          `.backward()` in the same scope). No tensor parallelism (t = 1 in that loss)."""
-    logits = tokens * vocab // t
-    if loss == "fused":
-        return (e * logits, 4 * tokens), (), ()
-    if loss == "torch":
-        return (e * logits,), (), (e * logits,)
-    return (4 * logits,), loss_work_tensors(tokens, vocab, t, e), ()
-
-
-def total_params(model: ModelSection, vocab: int | None = None) -> int:
-    """Ψ of the whole model: L blocks, the word embedding V × h, the LM head V × h unless tied, the
-    learned position table, the final norm. For GPT: L(12h² + 13h) + (V + s)h + 2h [N21 §5.1].
-    `vocab` replaces model.vocab (e.g. the padded vocabulary)."""
-    shape = Shape.of(model)
-    v, h = model.vocab if vocab is None else vocab, model.hidden
-    head = 0 if shape.tied_head else v * h
-    moe = Moe.of(model)
-    if moe is None:
-        blocks = model.layers * shape.layer_params
-    else:  # dense_layers dense blocks, then MoE blocks holding all E experts (zsim.workload.moe)
-        moe_block = sum(moe_layer_tensors(shape, moe)) + sum(moe.expert_tensors(h, moe.ffn, 1)) * moe.experts
-        blocks = moe.dense_layers * shape.layer_params + (model.layers - moe.dense_layers) * moe_block
-    embed_norm = 2 * h if getattr(model, "embedding_norm", False) else 0  # BLOOM's word_embeddings_layernorm
-    return blocks + v * h + head + shape.positions * h + sum(shape.norm_tensors) + embed_norm
 
 
 # Sequence parallelism's MP collectives per module [K22 §4.2.2, Fig. 5; Megatron-Core
@@ -522,26 +234,6 @@ def _moe_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep: int,
                 fwd_hw_extra_flops=fwd_extra + (moe.load - 1) * routed, bwd_hw_extra_flops=bwd_extra + 2 * (moe.load - 1) * routed,
                 expert_tensors=moe.local_expert_tensors(h, t, ep), ep_all_to_all_bytes=moe.all_to_all_bytes(tokens, h, e, ep, t),
                 moe=True)
-
-
-def attention_score_bytes(shape: Shape, s: int, b: int, t: int, e: int = 2) -> int:
-    """Bytes of one layer's s×s attention tensors on one of t MP ranks, as layer_saved_tensors keeps them
-    without FlashAttention or selective recompute: the softmax output and, with dropout, its mask and
-    output [K22 §4.1]; 0 with FlashAttention."""
-    if shape.flash:
-        return 0
-    as2b = shape.heads * s * s * b
-    return e * as2b // t + as2b // t + e * as2b // t if shape.dropout else e * as2b // t
-
-
-def active_params(model: ModelSection) -> int:
-    """Parameters one token passes through: Ψ less the routed experts it is not sent to, (E − top_k)
-    experts in each MoE block (zsim.workload.moe); Ψ for a dense model."""
-    moe = Moe.of(model)
-    if moe is None:
-        return total_params(model)
-    idle = (moe.experts - moe.top_k) * sum(moe.expert_tensors(model.hidden, moe.ffn, 1))
-    return total_params(model) - (model.layers - moe.dense_layers) * idle
 
 
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,

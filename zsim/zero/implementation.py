@@ -64,7 +64,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from zsim.compute.kernels import Kernel, KernelList
+from zsim.compute.kernel_list import Kernel, KernelList
 
 IMPLEMENTATIONS = ("paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from zsim.compute.kernels import KernelList
+from zsim.compute.kernel_list import KernelList
 
 
 class Alloc(NamedTuple):

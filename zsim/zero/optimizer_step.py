@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from zsim.compute.kernels import host_adam_kernels, optimizer_kernels
+from zsim.compute.optimizer_kernels import host_adam_kernels, optimizer_kernels
 from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Workload
 from zsim.zero.buckets import allgather_shards
@@ -35,7 +35,7 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
     # The step's checks before Adam (DeepSpeed ZeRO optimizer of 2020, step()): the fp16 overflow check
     # and the gradient norm, each a kernel pass over the partition, then a 4-byte all-reduce (MAX,
     # SUM) over the DP group and, with MP, over the MP group; in line on the compute stream, as the
-    # optimizer waits for the result (zsim.compute.kernels.optimizer_kernels has the kernels).
+    # optimizer waits for the result (zsim.compute.optimizer_kernels.optimizer_kernels has the kernels).
     tensors = math.ceil(len(w.tensors) / nd) if z.stage >= 1 else len(w.tensors)
     master = s.precision.master_weights
     kernels = optimizer_kernels(elements, tensors, dtype, master)

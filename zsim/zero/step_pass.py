@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from zsim.compute.kernels import KernelList, Shape, module_kernels, with_bucket_copy
+from zsim.compute.kernel_list import KernelList
+
+from zsim.compute.kernel_shape import Shape
+
+from zsim.compute.kernels import module_kernels, with_bucket_copy
 from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.buckets import plan_buckets
@@ -44,7 +48,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.entry_users: list[int] = []
         self.stage = scenario.zero.stage
         # Full recompute keeps one input per segment; selective keeps the layer's activations but the
-        # attention core's (zsim.workload.transformer.layer_saved_tensors) and recomputes the core in the
+        # attention core's (zsim.workload.activations.layer_saved_tensors) and recomputes the core in the
         # block's backward kernels (zsim.compute.kernels.block_backward) [K22 §5].
         self.ckpt = scenario.zero.activation_checkpointing and scenario.zero.recompute_granularity == "full"
         self.k = scenario.zero.checkpoint_every

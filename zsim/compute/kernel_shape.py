@@ -1,0 +1,89 @@
+"""What the kernel lists of a module depend on: the model's shape per MP rank, the micro-batch, the
+precision and the options that change kernels (zsim.compute.kernels builds a list once per Shape)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The transformer shape on one MP rank, as the kernel lists need it."""
+
+    s: int  # sequence length
+    b: int  # micro-batch
+    h: int  # hidden
+    a: int  # attention heads
+    t: int  # MP degree
+    v: int  # padded vocabulary
+    ffn: int  # MLP hidden
+    kv_heads: int
+    gated: bool
+    linear_bias: bool
+    qkv_bias: bool
+    e: int  # activation element bytes
+    rotary: bool = False  # rotary position embedding on Q and K instead of a learned table
+    alibi: bool = False  # ALiBi: no position table (its score bias rides the mask kernels)
+    embedding_norm: bool = False  # a LayerNorm after the word embedding (BLOOM)
+    flash: int = 0  # FlashAttention version (2, 3), 0 for the unfused attention
+    arch: int = 0  # the GPU's compute capability (FlashAttention's speed depends on it)
+    selective: bool = False  # selective recompute of the attention core in backward
+    sp: bool = False  # sequence parallelism (mp > 1)
+    # MoE MLP on this rank (zsim.workload.moe): (experts E, local experts, tokens per local expert,
+    # expert width per MP rank, shared experts' width per MP rank, top_k); None for a dense MLP
+    moe: tuple[int, int, int, int, int, int] | None = None
+    d: int = 0  # head dim when the model gives one (heads·d ≠ h); 0: h / a
+    norms: int = 2  # h-wide norms per block: 1 (Falcon-7B), 2, 4 (Gemma-2's post-norms too)
+    qk_norm: bool = False  # RMSNorm on q and k (OLMo-2, Gemma-3): one fused norm kernel over both
+    # multi-head latent attention (zsim.workload.mla): (q_lora_rank or 0, kv_lora_rank, qk_nope_head_dim,
+    # qk_rope_head_dim, v_head_dim); None for Q/K/V projections
+    mla: tuple[int, int, int, int, int] | None = None
+    moe_gate: bool = False  # a MoE MLP's shared-expert gate h × 1 (Qwen2-MoE)
+    # FlashAttention in a sliding-window block: the mean keys per query (zsim.workload.transformer
+    # Shape.window_keys; set per module by the plan); 0: causal over the whole sequence
+    window: int = 0
+
+    @staticmethod
+    def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
+           sp: bool = False, ep: int = 1) -> "Shape":
+        """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
+        `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
+        and sequence parallelism (ignored at mp 1)."""
+        h = model.hidden
+        linear_bias = getattr(model, "linear_bias", True)
+        qkv_bias = getattr(model, "qkv_bias", None)
+        attention = getattr(model, "attention", "standard")
+        return Shape(s=model.seq_len, b=model.micro_batch, h=h, a=model.heads, t=mp, v=padded_vocab,
+                     ffn=getattr(model, "ffn_hidden", None) or 4 * h,
+                     kv_heads=getattr(model, "kv_heads", None) or model.heads,
+                     gated=bool(getattr(model, "gated_mlp", False)), linear_bias=bool(linear_bias),
+                     qkv_bias=bool(linear_bias if qkv_bias is None else qkv_bias),
+                     e=4 if dtype == "fp32" else 2, rotary=getattr(model, "position", "learned") == "rotary",
+                     alibi=getattr(model, "position", "learned") == "alibi",
+                     embedding_norm=bool(getattr(model, "embedding_norm", False)),
+                     flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
+                     arch=arch if attention in ("flash2", "flash3") else 0,
+                     selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep),
+                     d=getattr(model, "head_dim", None) or 0, norms=getattr(model, "layer_norms", 2),
+                     qk_norm=getattr(model, "qk_norm", "none") != "none", mla=_mla_dims(model),
+                     moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)))
+
+
+def _mla_dims(model) -> tuple[int, int, int, int, int] | None:
+    """Shape.mla of a model with model.mla, else None."""
+    m = getattr(model, "mla", None)
+    if m is None:
+        return None
+    return (m.q_lora_rank or 0, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim)
+
+
+def _moe_dims(model, mp: int, ep: int) -> tuple[int, int, int, int, int, int] | None:
+    """Shape.moe of a model with model.moe (zsim.workload.moe.Moe), else None."""
+    from zsim.workload.moe import Moe
+
+    moe = Moe.of(model) if getattr(model, "moe", None) is not None else None
+    if moe is None:
+        return None
+    tokens = model.seq_len * model.micro_batch
+    return (moe.experts, moe.experts // ep, moe.tokens_per_expert(tokens, ep), moe.ffn // mp,
+            moe.shared * moe.shared_ffn // mp, moe.top_k)
