@@ -22,10 +22,11 @@ first's counterparts (zsim.zero.plan.build_unit_plan), and the second is known b
     first leaves it, before the optimizer's first call, at the first's times + P, in the order the first
     made its own, under the first's tags (a tag is a name, never a size or a place: the allocator keys
     its blocks by it and nothing else), which none of the first's tensors still holds (else unproven).
-    That order is the full simulation's wherever it is forced: within one instant, two calls that do not commute (not both frees) come from one op (allocation before free), or from an op
-    and one that it released at that instant (its dependency or stream predecessor that ended last, in
-    a chain), or from the op its stream's worker ran on to at once and one the same op released through
-    its event; anything else (two ops released independently at one instant, e.g. both at the start)
+    That order is the full simulation's wherever it is forced: within one instant, two calls that do not
+    commute (not both frees) come from one op (allocation before free), or from an op and one that it
+    released at that instant (its dependency or stream predecessor that ended last, in a chain), or
+    from the op its stream's worker ran on to at once and one the same op released through its event;
+    anything else (two ops released independently at one instant, e.g. both at the start)
     leaves the proof unproven. The ledger's state (allocator, live tensors, arenas, totals; tags without
     their micro-batch) after the replay must equal the state before it: from equal states the same
     requests make the same decisions, so every later micro-batch holds the same memory, and the
