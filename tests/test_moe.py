@@ -87,6 +87,10 @@ def test_deepep_sends_a_token_once_per_rank_its_experts_are_on():
         bytes_of[dispatcher] = a2a[0]["payload_bytes_per_step"]
     ranks = 4 * (1 - (12 * 11 * 10 * 9) / (16 * 15 * 14 * 13))  # C(12, 4) / C(16, 4)
     assert bytes_of["deepep"] == pytest.approx(bytes_of["alltoall"] * ranks / 4, rel=1e-6)
+    sc = build_scenario(_moe_dict({"experts": 16, "top_k": 4, "dispatcher": "deepep"}), source="<t>")
+    f = facts(simulate(sc, mode="class"))
+    assert f["comm"]["ep_dispatcher"] == "deepep" and f["comm"]["ep_copies_per_token"] == pytest.approx(ranks)
+    assert f"(deepep dispatch: {ranks:.2f} copies a token)" in summary(f)
 
 
 def test_model_flops_count_active_experts_and_the_load_factor_is_hardware_work():

@@ -12,6 +12,7 @@ from zsim.engine.result import Result
 from zsim.memory.ledger import CATEGORIES
 from zsim.memory.timeline import timeline_facts
 from zsim.workload.activations import attention_score_bytes
+from zsim.workload.moe import Moe
 from zsim.workload.parameters import active_params
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.report.network import network_facts
@@ -167,6 +168,9 @@ def facts(result: Result) -> dict[str, Any]:
             "dp_volume_over_psi": dp_volume_bytes(result) / psi_bytes,
             "psi_bytes": psi_bytes,
             "algorithms": result.algorithms,
+            # MoE with EP: the copies of a token its dispatch sends (zsim.workload.moe: top_k, or DeepEP's ranks hit)
+            **({"ep_dispatcher": moe.dispatcher, "ep_copies_per_token": moe.copies_per_token(s.layout.ep)}
+               if (moe := Moe.of(s.model)) is not None and s.layout.ep > 1 else {}),
             "collectives": [
                 {"group": group, "op": op, "count_per_step": st.count / steps,
                  "payload_bytes_per_step": st.payload_bytes / steps, "sent_bytes_per_step": st.sent_bytes / steps,
