@@ -62,8 +62,9 @@ VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=
                       max_leaves=12)
 
 SCENARIO_KEYS = {
-    "model": ["layers", "hidden", "heads", "seq_len", "vocab", "micro_batch", "global_batch", "grad_accum", "loss"],
-    "parallel": ["dp", "mp"],
+    "model": ["layers", "hidden", "heads", "seq_len", "vocab", "micro_batch", "global_batch", "grad_accum", "loss",
+              "moe.experts", "moe.top_k", "moe.dispatcher", "moe.imbalance"],
+    "parallel": ["dp", "mp", "ep"],
     "zero": ["stage", "activation_checkpointing", "checkpoint_every", "reduce_bucket_elements", "prefetch_layers",
              "partition_activations", "cpu_offload_activations", "constant_buffers", "defragment", "implementation",
              "prefetch_bucket_elements", "max_live_elements", "max_reuse_elements"],
