@@ -93,6 +93,53 @@ def test_deepep_sends_a_token_once_per_rank_its_experts_are_on():
     assert f"(deepep dispatch: {ranks:.2f} copies a token)" in summary(f)
 
 
+def test_deepep_crosses_to_each_node_once():
+    """Across nodes DeepEP sends a token once to each other node holding any of its experts (Moe.nic_share):
+    the closed form against counted random draws (with one EP rank a node it is the rank count: 1), and the
+    simulated EP all-to-all of a run whose EP group spans 4 nodes, 2 ranks on each: NIC-bound, it takes
+    nic_share × the alltoall dispatch's time for the same bytes; class and per-rank mode agree."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for experts, k, ep, per_node in ((128, 8, 32, 8), (64, 4, 16, 4), (8, 2, 8, 2), (16, 4, 4, 1)):
+        moe = Moe(experts=experts, top_k=k, ffn=1, shared=0, shared_ffn=1, load=1.0, dense_layers=0, gated=True,
+                  bias=False, dispatcher="deepep")
+        picks = np.argsort(rng.random((50_000, experts)), axis=1)[:, :k] // (experts // ep)  # each pick's rank
+        home = rng.integers(0, ep, 50_000)  # the sender's rank
+        remote_nodes = np.mean([len({r // per_node for r in row} - {h // per_node}) for row, h in zip(picks, home)])
+        even = moe.copies_per_token(ep) * (ep - per_node) / ep
+        assert moe.nic_share(ep, per_node) == pytest.approx(remote_nodes / even, rel=0.02), (experts, k, ep)
+        assert Moe(**{**{f: getattr(moe, f) for f in moe.__dataclass_fields__}, "dispatcher": "alltoall"}
+                   ).nic_share(ep, per_node) == 1.0
+    assert moe.nic_share(4, 4) == 1.0  # one node: nothing crosses
+    # the fabric: an all-to-all across 4 nodes, 2 members each, NIC-bound: its bandwidth phase takes nic_share
+    # of the time for the same bytes (zsim.fabric.collective: the NIC weight scaled)
+    from zsim.fabric.cluster import load_cluster
+    from zsim.fabric.collective import plan_collective, uncontended_time
+    from zsim.fabric.topology import aggregate_capacities, build_topology
+    from zsim.parallel.layout import GroupShape
+
+    cluster = load_cluster("dgx-h100", nodes=4)
+    shape = GroupShape(size=8, per_node=2, nodes=4, concurrent_per_node=4)
+    capacity = aggregate_capacities(build_topology(cluster), cluster)
+    share = Moe(experts=16, top_k=4, ffn=1, shared=0, shared_ffn=1, load=1.0, dense_layers=0, gated=True, bias=False,
+                dispatcher="deepep").nic_share(8, 2)
+    _, even = plan_collective("all_to_all", 1 << 30, shape, cluster)
+    _, deepep = plan_collective("all_to_all", 1 << 30, shape, cluster, nic_share=share)
+    moving = [uncontended_time(p, capacity) - sum(x.latency_s for x in p) for p in (even, deepep)]
+    assert 0 < share < 1 and moving[1] == pytest.approx(share * moving[0], rel=1e-9)
+    # a run whose EP groups span 4 nodes, 2 ranks on each: less EP time with DeepEP; class = per-rank mode
+    runs = {}
+    for dispatcher in ("alltoall", "deepep"):
+        data = _moe_dict({"experts": 16, "top_k": 4, "dispatcher": dispatcher}, hardware={"profile": "dgx-h100", "nodes": 4},
+                         parallel={"dp": 8, "mp": 4, "ep": 8, "sequence_parallel": True})  # EP ranks 4 apart: 2 a node
+        sc = build_scenario(data, source="<t>")
+        runs[dispatcher] = simulate(sc, mode="class")
+    per_rank = simulate(sc, mode="per_rank")
+    assert per_rank.step_seconds == pytest.approx(runs["deepep"].step_seconds, rel=1e-9)
+    assert runs["deepep"].ep_comm_seconds < runs["alltoall"].ep_comm_seconds
+
+
 def test_model_flops_count_active_experts_and_the_load_factor_is_hardware_work():
     balanced = simulate(build_scenario(_moe_dict({"experts": 8, "top_k": 2}), source="<t>"), mode="class")
     skewed = simulate(build_scenario(_moe_dict({"experts": 8, "top_k": 2, "imbalance": 1.5}), source="<t>"), mode="class")

@@ -133,8 +133,8 @@ class RunState:
         """The algorithm, phases and bytes sent of `op`: for the representative rank (group -1, class
         weights) or for one group instance (per-rank mode: its members' own links). Memoized: a
         simulation repeats a few shapes of collectives."""
-        key = (op.collective, op.group, op.nbytes, group) if not op.stage else (op.collective, op.group, op.nbytes,
-                                                                                  group, op.stage)
+        key = (op.collective, op.group, op.nbytes, group, op.nic_share) if not op.stage else (
+            op.collective, op.group, op.nbytes, group, op.nic_share, op.stage)
         planned = self._phases.get(key)
         if planned is not None:
             return planned
@@ -157,7 +157,7 @@ class RunState:
             shape = layout.group_shape(op.group)
             where = Placement() if group < 0 else Placement(self.members(op.group, group), class_mode=False)
             algorithm, phases = plan_collective(op.collective, op.nbytes, shape, self.s.cluster,
-                                                self.s.fabric.algorithm, where)
+                                                self.s.fabric.algorithm, where, nic_share=op.nic_share)
         planned = self._phases[key] = (algorithm, phases, sum(p.nbytes for p in phases))
         return planned
 

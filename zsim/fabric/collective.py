@@ -92,8 +92,11 @@ def _links(shape: GroupShape, cluster: Cluster, where: Placement, eff: float, ef
 
 
 def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, algorithm: str = "auto",
-                    where: Placement = Placement(), in_place: bool = True) -> tuple[str, list[Phase]]:
+                    where: Placement = Placement(), in_place: bool = True,
+                    nic_share: float = 1.0) -> tuple[str, list[Phase]]:
     """('algorithm/protocol', phases) for collective `fn` of payload `nbytes` on a group of `shape`.
+    `nic_share` scales what an all_to_all sends across nodes, relative to its even spread (DeepEP's
+    dispatch, which crosses to each node once: zsim.workload.moe.Moe.nic_share); 1 for every other call.
 
     Raises:
         ValueError: unknown `fn` or `algorithm` (the scenario schema rejects them earlier).
@@ -115,14 +118,14 @@ def plan_collective(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster,
     else:
         allowed = ("tree",) if algorithm == "tree" and across else ("ring",)
     if cluster.nccl_tuner == "2.23" and big_n > 1:
-        algo, proto = _fastest(fn, nbytes, shape, cluster, where, in_place, tuner, allowed)
+        algo, proto = _fastest(fn, nbytes, shape, cluster, where, in_place, tuner, allowed, nic_share)
     else:
         algo, proto = tuner.choose(fn, nbytes, allowed)
-    return f"{algo}/{proto}", _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto)
+    return f"{algo}/{proto}", _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto, nic_share)
 
 
 def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement, in_place: bool,
-             tuner: NcclTuner, allowed: tuple[str, ...]) -> tuple[str, str]:
+             tuner: NcclTuner, allowed: tuple[str, ...], nic_share: float = 1.0) -> tuple[str, str]:
     """Across nodes, for the 2.23-family releases: the (algorithm, protocol) NCCL enables that costs
     least on this system's own fitted terms. NCCL 2.19-2.26's tuner reads the ring's and the tree's
     bandwidth across nodes from topology-search speeds zsim does not reproduce, and the tables show
@@ -139,7 +142,7 @@ def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where:
     def cost(algo: str, proto: str) -> float:
         caps = {"nvlink": nvlink, "nic": nic}
         total = 0.0
-        for p in _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto):
+        for p in _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto, nic_share):
             rate = min(caps[link[0]] / w for link, w in p.links) if p.links else math.inf
             rate = min(rate, p.cap_Bps) if p.cap_Bps else rate
             total += p.latency_s + (p.nbytes / rate if p.nbytes else 0.0)
@@ -150,8 +153,8 @@ def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where:
 
 
 def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement, in_place: bool,
-            algo: str, proto: str) -> list[Phase]:
-    """The phases of `fn` run as `algo`/`proto` (see the module's table)."""
+            algo: str, proto: str, nic_share: float = 1.0) -> list[Phase]:
+    """The phases of `fn` run as `algo`/`proto` (see the module's table); `nic_share` as plan_collective's."""
     n, k, big_n = shape.size, shape.per_node, shape.nodes
     if algo in NVLS_ALGORITHMS:
         phase = nvls_phase(fn, nbytes, communicator(shape, cluster), cluster)
@@ -181,8 +184,8 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
                  "all_to_all": big_n - 1}.get(fn, big_n - 1)
     latency = (kern.latency_s[proto] + (steps - crossings) * kern.step_latency_s[proto] + crossings * net_lat)
     bus = bus_factor(fn, n) * nbytes
-    if fn == "all_to_all":
-        nic_weight = k * (n - k) / (n - 1) if big_n > 1 else 0.0  # the node's members' off-node share
+    if fn == "all_to_all":  # the node's members' off-node share (× nic_share: DeepEP's once per node)
+        nic_weight = nic_share * k * (n - k) / (n - 1) if big_n > 1 else 0.0
     else:
         nic_weight = 1.0 if big_n > 1 else 0.0  # a ring leaves and enters each node once per stream
     links = _links(shape, cluster, where, eff, eff_net, nvlink=k > 1, nic_weight=nic_weight)

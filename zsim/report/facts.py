@@ -169,7 +169,8 @@ def facts(result: Result) -> dict[str, Any]:
             "psi_bytes": psi_bytes,
             "algorithms": result.algorithms,
             # MoE with EP: the copies of a token its dispatch sends (zsim.workload.moe: top_k, or DeepEP's ranks hit)
-            **({"ep_dispatcher": moe.dispatcher, "ep_copies_per_token": moe.copies_per_token(s.layout.ep)}
+            **({"ep_dispatcher": moe.dispatcher, "ep_copies_per_token": moe.copies_per_token(s.layout.ep),
+                "ep_nic_share": moe.nic_share(s.layout.ep, s.layout.group_shape("ep").per_node)}
                if (moe := Moe.of(s.model)) is not None and s.layout.ep > 1 else {}),
             "collectives": [
                 {"group": group, "op": op, "count_per_step": st.count / steps,

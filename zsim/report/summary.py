@@ -184,7 +184,9 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         *_calibration(f.get("calibration")),
         f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
         f"MP {mp_bytes / GB:.1f} GB/step" + (f"; EP all-to-all {ep_bytes / GB:.1f} GB/step" if ep_bytes else "")
-        + (f" ({c['ep_dispatcher']} dispatch: {c['ep_copies_per_token']:.2f} copies a token)" if ep_bytes and "ep_dispatcher" in c else ""),
+        + (f" ({c['ep_dispatcher']} dispatch: {c['ep_copies_per_token']:.2f} copies a token"
+           + (f", {c['ep_nic_share']:.2f}x an even spread across nodes" if c["ep_nic_share"] < 1 else "") + ")"
+           if ep_bytes and "ep_dispatcher" in c else ""),
     ]
     fab = f.get("fabric", {})
     algos = ", ".join(f"{g.upper()} {a}" for g, a in sorted(c["algorithms"].items()))

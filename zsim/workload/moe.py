@@ -108,6 +108,20 @@ class Moe:
         miss = math.comb(self.experts - self.experts // ep, self.top_k) / math.comb(self.experts, self.top_k)
         return ep * (1.0 - miss)
 
+    def nic_share(self, ep: int, per_node: int) -> float:
+        """What the dispatch sends across nodes relative to zsim's all-to-all, which spreads a rank's copies
+        evenly over the EP group ((ep − per_node)/ep of them leave the node): 1 for the alltoall dispatcher;
+        DeepEP's internode kernels send a token once to each other node holding any of its experts, over
+        RDMA to the rank of the same local index, which forwards it over NVLink [DEP internode.cu: the RDMA
+        ranks' `num_tokens_per_rdma_rank`], so (N − 1) · (1 − C(E − E/N, k)/C(E, k)) rows for N = ep/per_node
+        nodes, under uniform routing, against copies_per_token · (ep − per_node)/ep. Its NVLink forwarding is
+        not added (NVLink is ~9x a GPU's share of the NICs on the systems it runs on)."""
+        nodes = ep // per_node if per_node else 1
+        if self.dispatcher != "deepep" or nodes <= 1:
+            return 1.0
+        miss = math.comb(self.experts - self.experts // nodes, self.top_k) / math.comb(self.experts, self.top_k)
+        return (nodes - 1) * (1.0 - miss) / (self.copies_per_token(ep) * (ep - per_node) / ep)
+
     def all_to_all_bytes(self, tokens: int, h: int, e: int, ep: int, t: int = 1) -> int:
         """Bytes one rank's dispatch (and combine) all-to-all carries: its T token rows of h elements ×
         copies_per_token, × load (padded to capacity, or the busiest receiver's share) [L20 §2.2; MC

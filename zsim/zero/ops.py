@@ -47,6 +47,7 @@ class Op(NamedTuple):
     kernels: KernelList | None = None  # compute ops: the kernels the GPU runs (zsim.compute), shared per shape
     elements: int = 0  # the optimizer step: elements this rank updates (its partition, padding included)
     stage: int = 0  # the pipeline stage whose representative rank runs it (zsim.zero.pipeline_plan)
+    nic_share: float = 1.0  # an all_to_all's bytes across nodes relative to an even spread (DeepEP: Moe.nic_share)
 
     @property
     def is_collective(self) -> bool:

@@ -12,6 +12,7 @@ from zsim.compute.kernel_shape import Shape
 
 from zsim.compute.kernels import module_kernels, with_bucket_copy
 from zsim.zero.inputs import Scenario
+from zsim.workload.moe import Moe
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.buckets import plan_buckets
 from zsim.zero.checkpoints import Checkpoints, md_checkpoints
@@ -71,6 +72,10 @@ class StepPass(Gathers, Checkpoints, Reductions):
                               arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
                               sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep)
         self.expert_group = "edp"  # = the DP group's ranks when ep is 1
+        # what an EP all-to-all sends across nodes against an even spread (DeepEP's dispatch: Moe.nic_share)
+        moe = Moe.of(scenario.model) if scenario.layout.ep > 1 else None
+        self.ep_nic_share = 1.0 if moe is None else moe.nic_share(scenario.layout.ep,
+                                                                 scenario.layout.group_shape("ep").per_node)
         # Stage 3 with MoE (FSDP-style, zsim.zero.gathers._gather_experts): the local experts are gathered over
         # their expert-data-parallel group before use, unless that group is one rank (its experts whole on it).
         self.edp = expert_dp(scenario)
@@ -118,7 +123,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         stream (Megatron-Core's alltoall token dispatcher); backward runs their two mirrors."""
         for what in ("dispatch", "combine") if m.ep_all_to_all_bytes else ():
             self._add(name=f"all_to_all/ep.{m.name}.{what}", stream="compute", collective="all_to_all", group="ep",
-                      nbytes=m.ep_all_to_all_bytes)
+                      nbytes=m.ep_all_to_all_bytes, nic_share=self.ep_nic_share)
 
     def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = (),
                        collectives: tuple[tuple[str, int], ...] = ()) -> None:
