@@ -140,6 +140,38 @@ def test_drawn_options_copy_their_passes_exactly(p):
     _same_plans(scenario)
 
 
+pipelines = st.fixed_dictionaries({
+    "pp": st.sampled_from([2, 4]),
+    "schedule": st.sampled_from(["gpipe", "1f1b", "interleaved"]),
+    "accum_per_stage": st.integers(1, 3),
+    "stage": st.integers(0, 1),
+    "ckpt": st.booleans(),
+    "mp": st.sampled_from([1, 2]),
+    "steps": st.integers(1, 2),
+    "moe": st.booleans(),
+})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=pipelines)
+def test_drawn_pipelines_copy_their_passes_exactly(p):
+    """A pipeline stage copies a chunk's forward or backward from its previous one, across the other passes,
+    sends and receives between them: the plan equals the one built pass by pass."""
+    interleaved = p["schedule"] == "interleaved"
+    model = {"layers": 8, "grad_accum": p["pp"] * p["accum_per_stage"]}
+    parallel = {"dp": 32 // (p["mp"] * p["pp"]), "mp": p["mp"], "pp": p["pp"], "pipeline_schedule": p["schedule"],
+                **({"virtual_stages": 2} if interleaved else {})}
+    if p["moe"]:
+        model["moe"] = {"experts": 4, "top_k": 2}
+        parallel.update(ep=2, sequence_parallel=p["mp"] > 1)
+    try:
+        scenario = small_scenario(model=model, parallel=parallel, run={"steps": p["steps"]},
+                                  zero={"stage": p["stage"], "activation_checkpointing": p["ckpt"]})
+    except ZsimError:  # a layout the loader refuses
+        return
+    _same_plans(scenario)
+
+
 def test_passes_are_copied_where_the_rule_applies(monkeypatch):
     """Stages 2-3 copy every pass after the first; stages 0-1 the middle ones (the last reduces); a second
     step builds its first (it waits for the first step) and copies from its second on."""
@@ -164,10 +196,13 @@ def test_passes_are_copied_where_the_rule_applies(monkeypatch):
 def test_a_pass_that_waits_for_an_earlier_step_or_differs_in_reducing_is_not_copied():
     b = PlanBuilder()
     b.add(name="fwd/x", stream="compute", micro_batch=0, allocs=(), frees=())
-    record = PassRecord(0, 1, 0, 0, None, frozenset(), reduce=False)
-    assert copy_pass(b, record, reduce=True) is None and len(b.ops) == 1
-    b.add(name="fwd/y", stream="compute", deps=(0,), micro_batch=0)  # an op after the pass
-    assert copy_pass(b, record, reduce=False) is None and len(b.ops) == 2
+    b.add(name="fwd/x2", stream="compute", deps=(0,), micro_batch=0)
+    record = PassRecord(0, 2, 0, 0, None, frozenset(), reduce=False)
+    assert copy_pass(b, record, reduce=True) is None and len(b.ops) == 2
+    b.add(name="send/pp.fwd", stream="compute", micro_batch=0)  # an op after the pass: the copy goes after it
+    copied = copy_pass(b, record, reduce=False, mb=1)
+    assert copied == PassRecord(3, 5, 0, 1, 2, frozenset(), False)
+    assert [op.name for op in b.ops[3:]] == ["fwd/x", "fwd/x2"] and b.ops[4].deps == (3,)
     earlier = PlanBuilder()
     earlier.add(name="optimizer/step", stream="compute")
     earlier.add(name="fwd/x", stream="compute", deps=(0,), micro_batch=0)  # waits for op 0, not its entry

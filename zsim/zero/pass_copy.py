@@ -4,7 +4,9 @@ accumulation's plan in the time of about one micro-batch's).
 zsim.zero.step_pass builds the forward and backward of micro-batch k of a step from the scenario, the
 workload, the step, k, the reduce flag and the builder's state. k enters in exactly these places, so the
 pass of k + 1 is the pass of k with them changed, where both reduce or both do not and neither waits for
-an op of an earlier step (`first_dep` empty; steps after the first make their micro-batch 1 afresh):
+an op of an earlier step (`first_dep` empty; steps after the first make their micro-batch 1 afresh). A
+pipeline stage's passes are a chunk's forward or its backward (zsim.zero.pipeline_plan), each copied from
+the same chunk's previous one of that kind, with other passes, sends and receives between them:
 
   - tags: a tensor of the micro-batch is tagged `<what>.s<step>.m<k>` (StepPass._tags); the copy's end
     in `.m<k+1>`. A tag without that ending is the step's (stages 0/1's full gradients, stages 2/3's
@@ -12,7 +14,7 @@ an op of an earlier step (`first_dep` empty; steps after the first make their mi
     (StepPass._backward, Reductions._reduce), so the copy of micro-batch 0 leaves those allocations out;
     a later micro-batch allocating or freeing one cannot be copied;
   - `micro_batch`: k + 1;
-  - dependencies: indices inside the pass move by its length; the pass's entry, the last compute op
+  - dependencies: indices inside the pass move by its distance from the copy; the pass's entry, the last compute op
     before it (the forward's `phase_dep`, which its first gathers wait for: zsim.zero.gathers), becomes
     the copy's entry. Micro-batch 0 of the first step has no entry: the ops that would wait for one
     (`StepPass.entry_users`) wait for the copy's. Any other dependency outside the pass: no copy.
@@ -69,15 +71,17 @@ def copyable(ops: list[Op] | tuple[Op, ...], previous: PassRecord, reduce: bool,
     return True
 
 
-def copy_pass(b: PlanBuilder, previous: PassRecord, reduce: bool) -> PassRecord | None:
-    """Append to `b` the pass after `previous` (module docstring) and return its record, or None (and `b`
-    unchanged) where the rule does not apply (copyable) or the builder has ops after the pass."""
+def copy_pass(b: PlanBuilder, previous: PassRecord, reduce: bool, mb: int | None = None) -> PassRecord | None:
+    """Append to `b` the pass of micro-batch `mb` (default the next) copied from `previous` (module
+    docstring), wherever `previous` lies in `b` (a pipeline stage runs other passes between a chunk's), and
+    return its record; None (and `b` unchanged) where the rule does not apply (copyable)."""
     start, end, n = previous.start, previous.end, previous.end - previous.start
     entry = b.last_compute
-    if len(b.ops) != end or not copyable(b.ops, previous, reduce, entry):
+    if not copyable(b.ops, previous, reduce, entry):
         return None
-    old, new = _suffix(previous.step, previous.mb), _suffix(previous.step, previous.mb + 1)
-    cut, mb = -len(old), previous.mb + 1
+    mb = previous.mb + 1 if mb is None else mb
+    old, new = _suffix(previous.step, previous.mb), _suffix(previous.step, mb)
+    cut, offset = -len(old), len(b.ops) - start
     users = previous.entry_users if previous.entry is None else ()
     ops: list[Op] = []
     for k, op in enumerate(b.ops[start:end]):
@@ -85,7 +89,7 @@ def copy_pass(b: PlanBuilder, previous: PassRecord, reduce: bool) -> PassRecord 
         if k in users:
             deps = (entry,)
         elif deps:
-            deps = tuple([d + n if d >= start else entry for d in deps])
+            deps = tuple([d + offset if d >= start else entry for d in deps])
         allocs = op.allocs
         if allocs:  # the step's tensors (micro-batch 0's only) left out
             allocs = tuple([tuple.__new__(Alloc, (a.category, a.nbytes, a.tag[:cut] + new, a.where, a.arena, a.stream))
@@ -96,8 +100,9 @@ def copy_pass(b: PlanBuilder, previous: PassRecord, reduce: bool) -> PassRecord 
         fields = list(op)
         fields[2], fields[8], fields[9], fields[11] = deps, allocs, frees, mb
         ops.append(tuple.__new__(Op, fields))
+    at = len(b.ops)
     b.extend(ops)
-    return PassRecord(end, end + n, previous.step, mb, entry, previous.entry_users, reduce)
+    return PassRecord(at, at + n, previous.step, mb, entry, previous.entry_users, reduce)
 
 
 @dataclass(frozen=True, slots=True)

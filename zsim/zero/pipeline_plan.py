@@ -32,6 +32,7 @@ from zsim.parallel.pipeline import split_layers, stage_schedule
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.model_states import PARAM_BYTES, ModelStates
 from zsim.zero.ops import Alloc, Op, Plan, PlanBuilder
+from zsim.zero.pass_copy import PassRecord, copy_pass
 from zsim.zero.optimizer_step import optimizer_step
 from zsim.zero.rank_states import rank_model_states
 from zsim.zero.step_pass import StepPass
@@ -99,9 +100,11 @@ def gather_bytes(scenario: Scenario) -> int:
     return p2p_bytes(scenario) * scenario.layout.mp
 
 
-def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
+def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: bool = True) -> Plan:
     """The ops of `scenario.run.steps` optimizer steps for one rank of every pipeline stage, in one Plan
-    whose ops carry their stage (Op.stage); each recv depends on its matching send."""
+    whose ops carry their stage (Op.stage); each recv depends on its matching send. A chunk's forward (or
+    backward) is copied from its previous one where zsim.zero.pass_copy's rule applies (`copy_passes=False`
+    builds every one, the tests' reference)."""
     par = scenario.parallel
     p, v, m = par.pp, par.virtual_stages, scenario.grad_accum
     stages = pipeline_stages(scenario, workload)
@@ -131,18 +134,35 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
                       nbytes=gathered, step=step, micro_batch=mb, deps=(b.last(),))
         for step in range(scenario.run.steps):
             boundary = b.last()
+            passes: dict[tuple[str, int], PassRecord | None] = {}  # (kind, chunk) -> its last pass this step
+
+            def run_pass(kind: str, chunk: int, mb: int, dep: tuple[int, ...], reduce: bool, b: PlanBuilder = b,
+                         stage: Stage = stage, step: int = step, passes: dict = passes) -> None:
+                """The chunk's forward or backward: copied from its last one (zsim.zero.pass_copy), else built;
+                with a receive before it, its first op waits for what `dep` names only through the stream."""
+                previous = passes.get((kind, chunk))
+                copied = copy_pass(b, previous, reduce, mb) if copy_passes and previous is not None else None
+                if copied is None:
+                    entry, built = b.last_compute, StepPass(b, scenario, stage.workload, step, mb, dep)
+                    mods = list(stage.chunks[chunk])
+                    if kind == "fwd":
+                        built.forward(mods)
+                    else:
+                        built.backward(mods, reduce)
+                    copied = None if dep else PassRecord(built.start, len(b.ops), step, mb, entry,
+                                                         frozenset(built.entry_users), reduce)
+                passes[(kind, chunk)] = copied
+
             for k, w in enumerate(items):
                 dep = (boundary,) if boundary is not None and k == 0 else ()
                 vs = w.chunk * p + s
                 fields = dict(stream="compute", group="pp", nbytes=nbytes, step=step, micro_batch=w.mb)
-                pass_ = StepPass(b, scenario, stage.workload, step, w.mb, dep)
-                mods = list(stage.chunks[w.chunk])
                 if w.kind == "fwd":
                     if vs > 0:
                         recvs.append((base + b.add(name="recv/pp.fwd", collective="recv", deps=dep, **fields),
                                       ("fwd", step, w.mb, vs - 1)))
                         gather("pp.fwd", step, w.mb)
-                    pass_.forward(mods)
+                    run_pass("fwd", w.chunk, w.mb, dep, False)
                     if vs < p * v - 1:
                         sends[("fwd", step, w.mb, vs)] = base + b.add(name="send/pp.fwd", collective="send", **fields)
                 else:
@@ -151,7 +171,7 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload) -> Plan:
                                       ("bwd", step, w.mb, vs + 1)))
                         gather("pp.bwd", step, w.mb)
                     reduce = w.mb == m - 1 and (not stage1_fused or k == last_bwd)
-                    pass_.backward(mods, reduce)
+                    run_pass("bwd", w.chunk, w.mb, dep, reduce)
                     if vs > 0:
                         sends[("bwd", step, w.mb, vs)] = base + b.add(name="send/pp.bwd", collective="send", **fields)
             if tied and s in (0, p - 1) and z.stage == 0:

@@ -70,7 +70,7 @@ def build_plan(scenario: Scenario, workload: Workload, copy_passes: bool = True)
     made from the one before it where zsim.zero.pass_copy's rule applies (the same ops as building it;
     `copy_passes=False` builds every one, the tests' reference)."""
     if scenario.layout.pp > 1:
-        return build_pipeline_plan(scenario, workload)
+        return build_pipeline_plan(scenario, workload, copy_passes)
     b = PlanBuilder()
     for step in range(scenario.run.steps):
         boundary = b.last()
