@@ -3,7 +3,8 @@
 Run: .venv/bin/python benchmarks/bench_run.py [--full]   (prints tables; not a timed test)
 Targets: the 1T-1024gpu scenario simulates one step in under 2 s on 2 cores (issue: the spine); per-rank
 mode at 1024 GPUs under 2 s and at 16,384 GPUs under 30 s; gradient accumulation 64 within 1.5× of 1
-(issue 28). The machine is shared: compare the CPU seconds of rows of one run, not runs. `--full` adds
+(issue 28); one pipeline, PTD-P's 145.6B on 1536 GPUs, every micro-batch of every stage simulated. The
+machine is shared: compare the CPU seconds of rows of one run, not runs. `--full` adds
 per-rank mode at 16,384 GPUs (a minute or more of CPU).
 """
 
@@ -108,6 +109,11 @@ def main() -> None:
                      f"model.global_batch={nodes}"]
         seconds, events = simulate_seconds(overrides)
         print(f"{f'1T, ZeRO-3, MP 16, {steps} step(s)':<42}{nodes * 16:>7}{events:>10,}{seconds:>12.3f}")
+    pipeline = load_scenario(ROOT / "scenarios/megatron/ptdp-145.6B-1536gpu.yaml")
+    start = time.perf_counter()
+    result = simulate(pipeline, trace=False)  # every micro-batch of every stage (no splice for pipelines)
+    print(f"{'PTD-P 145.6B, PP 8 interleaved, m 24':<42}{1536:>7}{result.sim_events:>10,}"
+          f"{time.perf_counter() - start:>12.3f}")
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "zsim.cli", "run", str(FLAGSHIP), "-o", "/tmp/zsim-bench"], check=True,
                    capture_output=True, cwd=ROOT)
