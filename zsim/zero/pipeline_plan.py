@@ -138,8 +138,9 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
 
             def run_pass(kind: str, chunk: int, mb: int, dep: tuple[int, ...], reduce: bool, b: PlanBuilder = b,
                          stage: Stage = stage, step: int = step, passes: dict = passes) -> None:
-                """The chunk's forward or backward: copied from its last one (zsim.zero.pass_copy), else built;
-                with a receive before it, its first op waits for what `dep` names only through the stream."""
+                """The chunk's forward or backward of micro-batch `mb`: copied from the chunk's last one of that
+                kind (zsim.zero.pass_copy), else built; `dep`, the step's boundary for its first item (a pass
+                that waits for an earlier step is not copied from)."""
                 previous = passes.get((kind, chunk))
                 copied = copy_pass(b, previous, reduce, mb) if copy_passes and previous is not None else None
                 if copied is None:
