@@ -17,7 +17,8 @@ from zsim.config.profiles import Profiles
 from zsim.errors import ConfigError
 from zsim.calibrate.inputs import kind_of, read_inputs
 from zsim.trace.kineto_run import read_kineto
-from zsim.trace.run_reader import collective_samples, read_run
+from zsim.trace.run_reader import read_run
+from zsim.trace.run_samples import collective_samples
 from zsim.trace.schema import SCHEMA, complete
 
 DGX2 = "nccl-tests/dgx2-v100-12gpu"

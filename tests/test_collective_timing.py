@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from zsim.errors import ConfigError
-from zsim.trace.run_reader import MeasuredRun, check_events, collective_samples, compute_samples
+from zsim.trace.run_reader import MeasuredRun, check_events
+from zsim.trace.run_samples import collective_samples, compute_samples
 
 
 def collective(ts, dur, last, name="reduce_scatter/grads.bucket.0", tid=1, **args):

@@ -39,7 +39,8 @@ def test_the_merged_trace_nests_on_every_thread_and_keeps_every_span(traced):
 def test_every_rank_file_nests_on_every_thread_and_keeps_its_streams(traced):
     """The rank files too (issue 26): the prefetched gathers that overlap on the comm stream go to lanes
     of it (tid 1 + 10·j), the readers find every span's stream (zsim.trace.tracks.stream_of)."""
-    from zsim.trace.run_reader import collective_samples, compute_samples, read_run
+    from zsim.trace.run_reader import read_run
+    from zsim.trace.run_samples import collective_samples, compute_samples
     from zsim.trace.tracks import stream_of
 
     run = _stage3(traced)

@@ -100,7 +100,7 @@ def alone_samples(data: Any, profile: str, profiles: Any = None) -> list[Any]:
     """`data.collectives` with each runtime run's own collectives taken again without the time they
     shared the rank's cores with compute (zsim.calibrate.core_sharing); other samples as they are."""
     from zsim.calibrate.rebuild import rebuild
-    from zsim.trace.run_reader import collective_samples
+    from zsim.trace.run_samples import collective_samples
 
     runs = [run for run in data.runs if run.metadata.get("source") != "simulated"]
     folders = {str(run.folder) for run in runs}

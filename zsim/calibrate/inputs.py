@@ -92,7 +92,8 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
     from zsim.trace.deepbench import read_gemm_table
     from zsim.trace.kineto_run import read_kineto
     from zsim.trace.nccl_tests import MAX_TABLE_BYTES, read_nccl_tests, recording_of
-    from zsim.trace.run_reader import collective_samples, compute_samples, read_run
+    from zsim.trace.run_reader import read_run
+    from zsim.trace.run_samples import collective_samples, compute_samples
 
     out = Inputs()
     for path in paths:
