@@ -19,7 +19,8 @@ from zsim.cli import main
 from zsim.errors import ConfigError
 from zsim.trace.deepbench import is_gemm_table, read_gemm_table
 from zsim.calibrate.inputs import kind_of, read_inputs
-from zsim.trace.kineto import load_json, read_rank
+from zsim.trace.json_file import load_json
+from zsim.trace.kineto import read_rank
 from zsim.trace.nccl_tests import recording_of
 from zsim.trace.run_reader import read_run
 from zsim.trace.schema import SCHEMA, complete

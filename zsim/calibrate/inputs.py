@@ -44,7 +44,8 @@ def kind_of(path: Path) -> str:
     """
     from zsim.trace.deepbench import is_gemm_table
     from zsim.trace.xla_gemm import is_xla_table
-    from zsim.trace.kineto import is_kineto, load_json
+    from zsim.trace.json_file import load_json
+    from zsim.trace.kineto import is_kineto
     from zsim.trace.nccl_tests import is_table
     from zsim.trace.run_reader import is_run_folder
 
@@ -141,7 +142,7 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
                 if empty:  # nccl-tests rounds small all_gather/reduce_scatter sizes down to 0 bytes
                     skipped["zero bytes"] = skipped.get("zero bytes", 0) + empty
         elif kind == "simulated":
-            from zsim.trace.kineto import load_json
+            from zsim.trace.json_file import load_json
             from zsim.trace.run_reader import check_events
 
             doc = load_json(path)

@@ -138,9 +138,9 @@ def kernel_class(op: str) -> str:
 
 
 def _load(path: Path) -> dict:
-    """The parsed trace: streamed, decompressed and parsed within the JSON limits (zsim.trace.kineto.load_json).
+    """The parsed trace: streamed, decompressed and parsed within the JSON limits (zsim.trace.json_file.load_json).
     Raises ConfigError naming the file."""
-    from zsim.trace.kineto import load_json
+    from zsim.trace.json_file import load_json
 
     return load_json(path)
 

@@ -37,10 +37,11 @@ def read_labelled(folder: Path) -> dict[int, LabelledTrace]:
     """The labelled ops of every rank's Kineto file in `folder`.
 
     Raises:
-        ConfigError: a file that is not a readable trace (zsim.trace.kineto.load_json), or whose spans
+        ConfigError: a file that is not a readable trace (zsim.trace.json_file.load_json), or whose spans
         have no numeric times.
     """
-    from zsim.trace.kineto import _spans, load_json
+    from zsim.trace.json_file import load_json
+    from zsim.trace.kineto import _spans
 
     out = {}
     for rank, path in kineto_files(folder).items():

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zsim.errors import ConfigError
-from zsim.trace.kineto import KinetoCollective, KinetoRank, _ranges, read_rank
+from zsim.trace.json_file import rank_ranges
+from zsim.trace.kineto import KinetoCollective, KinetoRank, read_rank
 from zsim.trace.samples import CollectiveSample, ComputeSample
 
 
@@ -101,7 +102,7 @@ def read_kineto(paths: list[Path], allow_missing_ranks: bool = False) -> KinetoR
     world = next(iter(ranks.values())).world_size
     missing = sorted(set(range(world)) - set(ranks))
     if missing and not allow_missing_ranks:
-        raise ConfigError(f"ranks {_ranges(missing)} of {world} missing: without every rank the waiting for the "
+        raise ConfigError(f"ranks {rank_ranges(missing)} of {world} missing: without every rank the waiting for the "
                           "last one cannot be separated from the transfer (pass --allow-missing-ranks to use "
                           "kernel durations as they are, waiting included)", source=str(files[0].parent))
     run = KinetoRun([ranks[r] for r in sorted(ranks)])
@@ -131,4 +132,4 @@ def _check_counts(run: KinetoRun, folder: Path) -> None:
         if len(set(present.values())) > 1:
             name = f"process group {pg!r} " if pg else "process group "
             raise ConfigError(f"ranks recorded different numbers of NCCL collectives of {name}(ranks "
-                              f"{_ranges(list(ranks))}) {present}: truncated or mixed traces", source=str(folder))
+                              f"{rank_ranges(list(ranks))}) {present}: truncated or mixed traces", source=str(folder))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from zsim.errors import ConfigError, printable, short
-from zsim.trace.kineto import _ranges, load_json
+from zsim.trace.json_file import load_json, rank_ranges
 from zsim.trace.schema import COLLECTIVES, SCHEMA
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.trace\.json$")
@@ -209,7 +209,7 @@ def _check_world(world: int, ranks: set[int], folder: Path) -> None:
                           "trace file", source=str(folder))
     missing = sorted(set(range(world)) - ranks)
     if missing:
-        raise ConfigError(f"ranks {_ranges(missing)} of world size {world} have no trace file", source=str(folder))
+        raise ConfigError(f"ranks {rank_ranges(missing)} of world size {world} have no trace file", source=str(folder))
     extra = sorted(r for r in ranks if r >= world)
     if extra:
         raise ConfigError(f"rank files {extra} beyond world size {world}: files of different runs", source=str(folder))
