@@ -15,7 +15,7 @@ from pathlib import Path
 
 from zsim.runtime.config import RunConfig
 from zsim.runtime.launch import launch
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 
 # A small GPT: 4 layers, hidden 256, 4 heads, 128 tokens, vocab 1024: Ψ = 3,716,608 parameters.
 SMALL = ModelSection(layers=4, hidden=256, heads=4, seq_len=128, vocab=1024, micro_batch=2)

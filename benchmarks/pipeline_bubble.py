@@ -21,7 +21,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.parallel.pipeline import bubble_fraction
 from zsim.runtime.config import RunConfig
 from zsim.runtime.launch import launch

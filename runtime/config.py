@@ -15,7 +15,8 @@ from pathlib import Path
 import msgspec
 
 from zsim.config.hf import resolve_from_hf
-from zsim.config.schema import ModelSection, PrecisionSection, ScenarioFile, ZeroSection
+from zsim.config.model_section import ModelSection
+from zsim.config.schema import PrecisionSection, ScenarioFile, ZeroSection
 from zsim.config.struct import dump
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping

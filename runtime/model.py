@@ -30,7 +30,7 @@ from torch import nn
 from zsim.workload.transformer import model_vocab
 
 if TYPE_CHECKING:
-    from zsim.config.schema import ModelSection
+    from zsim.config.model_section import ModelSection
 
 
 @dataclass(frozen=True, kw_only=True)

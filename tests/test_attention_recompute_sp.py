@@ -52,7 +52,7 @@ def test_k22_table2_selective_and_sequence_parallel_closed_forms():
 
 
 def test_flash_attention_keeps_no_score_and_its_log_sum_exp():
-    from zsim.config.schema import ModelSection
+    from zsim.config.model_section import ModelSection
 
     model = ModelSection(layers=1, hidden=H, heads=A, seq_len=S, vocab=100, micro_batch=B, attention="flash2")
     shape = Shape.of(model)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import small_dict, small_scenario
 from zsim.scenario.scenario import build_scenario
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.errors import ConfigError, ZsimError
 from zsim.workload.transformer import build_workload
 from zsim.zero.cost import check_cost, estimate, model_states_closed_form

@@ -11,7 +11,7 @@ import yaml
 from tests.conftest import ROOT, small_dict
 from zsim.config.hf import read_hf_config, resolve_from_hf
 from zsim.scenario.scenario import build_scenario, load_scenario
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.errors import ConfigError
 from zsim.workload.parameters import total_params
 from zsim.workload.shape import Shape

@@ -12,7 +12,7 @@ import pytest
 from zsim.compute.kernel_shape import Shape as KShape
 from zsim.compute.kernels import block_backward, block_forward, moe_block_forward
 from zsim.config.hf import read_hf_config
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.config.validation import validate
 from zsim.errors import ConfigError
 from zsim.workload.activations import layer_saved_tensors

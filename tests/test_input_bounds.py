@@ -211,7 +211,7 @@ def test_zsim_trace_counts_activations_in_its_memory_guard(tmp_path, capsys):
 def test_activation_estimate_grows_with_the_batch_and_shrinks_with_checkpointing():
     from runtime.config import RunConfig
     from runtime.launch import activation_bytes
-    from zsim.config.schema import ModelSection
+    from zsim.config.model_section import ModelSection
 
     model = ModelSection(layers=4, hidden=128, heads=4, seq_len=64, vocab=512, micro_batch=2)
     plain = RunConfig(model=model, stage=0, precision="fp32", world_size=2, steps=1, out_dir="x")
@@ -238,7 +238,7 @@ def test_pipeline_activation_estimate_holds_the_schedules_peak_in_flight_micro_b
     1F1B and all 4 under GPipe (Narayanan et al. SC'21 §2.2.1); neither holds the loss's tensors."""
     from runtime.config import RunConfig
     from runtime.launch import activation_bytes
-    from zsim.config.schema import ModelSection
+    from zsim.config.model_section import ModelSection
     from zsim.workload.activations import layer_saved_tensors
     from zsim.workload.shape import Shape
 

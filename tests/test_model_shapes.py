@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import small_dict
 from zsim.scenario.scenario import build_scenario
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.errors import ConfigError
 from zsim.workload.activations import layer_saved_tensors
 from zsim.workload.parameters import total_params

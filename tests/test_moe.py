@@ -6,7 +6,7 @@ import pytest
 from tests.conftest import ROOT, small_dict
 from zsim.config.hf import read_hf_config
 from zsim.scenario.scenario import build_scenario, load_scenario
-from zsim.config.schema import ModelSection, MoeSection
+from zsim.config.model_section import ModelSection, MoeSection
 from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
 from zsim.report.facts import facts

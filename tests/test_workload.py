@@ -2,7 +2,7 @@
 
 import pytest
 
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.workload.parameters import block_params, total_params
 from zsim.workload.transformer import build_workload, padded_vocab
 

@@ -17,7 +17,7 @@ import pytest
 
 from zsim.runtime.config import RunConfig
 from zsim.runtime.launch import launch
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 
 # 2 layers, hidden 30, 2 heads, seq 16, vocab 63: units of 2370 (embedding), 11190 (block) and
 # 1950 (head) elements, none a multiple of 4, so a 4-way partition pads every unit (exact and

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from zsim.runtime.data import global_batch, micro_batch
 from zsim.runtime.model import GPT, gpt_config
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 
 TINY = dict(layers=2, hidden=30, heads=2, seq_len=16, vocab=63, micro_batch=2)  # tests/runtime/conftest.py
 

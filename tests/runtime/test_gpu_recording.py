@@ -186,7 +186,7 @@ def test_memory_fraction_is_checked():
 
 
 def GPTConfigModel():  # noqa: N802 - a model section as the runtime reads it
-    from zsim.config.schema import ModelSection
+    from zsim.config.model_section import ModelSection
     return ModelSection(**TINY)
 
 

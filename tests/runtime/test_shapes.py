@@ -10,7 +10,7 @@ import torch
 from tests.runtime.conftest import tiny_model
 from tests.runtime.test_parity import assert_losses_close
 from tests.test_hf import HF, PUBLISHED, imported
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.runtime.model import GPT, Block, GPTConfig, forward_flops
 from zsim.runtime.tensor_parallel import shard_block
 from zsim.workload.parameters import total_params

@@ -9,7 +9,8 @@ from typing import Any
 from zsim.fabric.cluster import load_cluster
 from zsim.config.profiles import Profiles
 from zsim.scenario.scenario import Scenario, build_scenario
-from zsim.config.schema import ModelSection, ZeroSection
+from zsim.config.model_section import ModelSection
+from zsim.config.schema import ZeroSection
 from zsim.config.struct import fields
 from zsim.errors import ConfigError
 from zsim.trace.run_reader import MeasuredRun

@@ -13,17 +13,10 @@ from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
 from zsim.scenario.pipeline_checks import check_pipeline
 from zsim.config.profiles import Profiles
-from zsim.config.schema import (
-    MAX_ACCUM,
-    FabricSection,
-    HardwareSection,
-    ModelSection,
-    ParallelSection,
-    PrecisionSection,
-    RunSection,
-    ScenarioFile,
-    ZeroSection,
-)
+from zsim.config.model_section import ModelSection
+from zsim.config.bounds import MAX_ACCUM
+from zsim.config.schema import (FabricSection, HardwareSection, ParallelSection, PrecisionSection, RunSection,
+                                 ScenarioFile, ZeroSection)
 from zsim.config.shipped import command_name, find_file, is_sweep_mapping
 from zsim.config.struct import replace as replace_struct
 from zsim.config.validation import validate

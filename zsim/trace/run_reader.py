@@ -177,7 +177,9 @@ def metadata_value_ok(where: str, value: Any) -> bool:
     precision as a dtype. True for any other key (nothing to judge it by)."""
     import msgspec
 
-    from zsim.config.schema import ModelSection, ZeroSection
+    from zsim.config.model_section import ModelSection
+
+    from zsim.config.schema import ZeroSection
 
     section, _, key = where.partition(".")
     struct = {"model": ModelSection, "zero": ZeroSection}.get(section)

@@ -7,7 +7,7 @@ tensors MP splits); zsim.workload.moe for the experts; zsim.workload.shape for t
 
 from __future__ import annotations
 
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.workload.moe import Moe
 from zsim.workload.shape import Shape, attention_tensors, layer_tensors
 

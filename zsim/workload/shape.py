@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.workload.mla import Mla
 
 

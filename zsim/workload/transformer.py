@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from zsim.config.schema import ModelSection
+from zsim.config.model_section import ModelSection
 from zsim.workload.activations import layer_saved_tensors, loss_tensors
 from zsim.workload.moe import Moe
 from zsim.workload.parameters import moe_layer_tensors, total_params

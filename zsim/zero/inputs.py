@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from zsim.config.schema import FabricSection, ModelSection, ParallelSection, PrecisionSection, RunSection, ZeroSection
+from zsim.config.model_section import ModelSection
+
+from zsim.config.schema import FabricSection, ParallelSection, PrecisionSection, RunSection, ZeroSection
 from zsim.fabric.cluster import Cluster
 from zsim.parallel.layout import Layout
 
