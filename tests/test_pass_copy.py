@@ -193,7 +193,7 @@ def test_passes_are_copied_where_the_rule_applies(monkeypatch):
         _same_plans(scenario)
 
 
-def test_a_pass_that_waits_for_an_earlier_step_or_differs_in_reducing_is_not_copied():
+def test_a_pass_is_copied_past_later_ops_but_not_when_it_waits_for_an_earlier_step_or_reduces_otherwise():
     b = PlanBuilder()
     b.add(name="fwd/x", stream="compute", micro_batch=0, allocs=(), frees=())
     b.add(name="fwd/x2", stream="compute", deps=(0,), micro_batch=0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any
 
 import simpy
 
@@ -75,24 +76,23 @@ def without_speeds(cluster: Cluster) -> Cluster:
 def workload_and_plan(scenario: Scenario, plans: dict[str, tuple[Workload, Plan]] | None = None) -> tuple[Workload, Plan]:
     """The workload and ZeRO plan of `scenario`; reused from `plans` (a dict the caller keeps, keyed by
     plan_key) when a scenario with the same key was planned before. Both are immutable."""
-    key = plan_key(scenario) if plans is not None else ""
-    if plans is not None and key in plans:
-        return plans[key]
-    workload = scenario_workload(scenario)
-    planned = workload, build_plan(scenario, workload)
-    if plans is not None:
-        plans[key] = planned
-    return planned
+    return _planned(scenario, plans, "", build_plan)
 
 
 def workload_and_unit(scenario: Scenario, plans: dict | None = None) -> tuple[Workload, tuple[Plan, Second] | None]:
     """The workload of `scenario` (2 micro-batches, 1 step) and zsim.zero.plan.build_unit_plan's answer,
     reused from `plans` as workload_and_plan reuses a plan (under its own key)."""
-    key = "unit " + plan_key(scenario) if plans is not None else ""
+    return _planned(scenario, plans, "unit ", build_unit_plan)
+
+
+def _planned(scenario: Scenario, plans: dict | None, kind: str, build: Callable[[Scenario, Workload], Any]) -> tuple:
+    """(workload, build(scenario, workload)), from `plans` under `kind` + plan_key when there, else made and
+    kept there."""
+    key = kind + plan_key(scenario) if plans is not None else ""
     if plans is not None and key in plans:
         return plans[key]
     workload = scenario_workload(scenario)
-    planned = workload, build_unit_plan(scenario, workload)
+    planned = workload, build(scenario, workload)
     if plans is not None:
         plans[key] = planned
     return planned

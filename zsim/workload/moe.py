@@ -115,7 +115,8 @@ class Moe:
         RDMA to the rank of the same local index, which forwards it over NVLink [DEP internode.cu: the RDMA
         ranks' `num_tokens_per_rdma_rank`], so (N − 1) · (1 − C(E − E/N, k)/C(E, k)) rows for N = ep/per_node
         nodes, under uniform routing, against copies_per_token · (ep − per_node)/ep. Its NVLink forwarding is
-        not added (NVLink is ~9x a GPU's share of the NICs on the systems it runs on)."""
+        not added: on a DGX H100 a GPU's NVLink moves 450 GB/s each way against its NDR NIC's 50 GB/s
+        (NVIDIA's datasheets: NVLink 4 900 GB/s bidirectional, ConnectX-7 400 Gb/s), so the NICs bind."""
         nodes = ep // per_node if per_node else 1
         if self.dispatcher != "deepep" or nodes <= 1:
             return 1.0
