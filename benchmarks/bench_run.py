@@ -59,7 +59,7 @@ def per_rank_and_accumulation(full: bool) -> None:
         print(f"{name:<50}{gpus:>7}{events:>11,}{wall:>9.2f}{cpu:>9.2f}")
     # The least CPU time of 7 rounds, each running every case once in turn (as timeit reports: what the code
     # costs when nothing else on the shared machine gets in its way; a median of runs of ~0.1 s moved by
-    # ±20% between runs of this benchmark); every micro-batch simulated once (~10 s).
+    # ±20% between runs of this benchmark); every micro-batch simulated once (~5-7 s).
     cases = [(1, True), (2, True), (4, True), (64, True)]
     rounds = [[timed([f"model.global_batch={64 * accum}"], "class", repeat) for accum, repeat in cases]
               for _ in range(7)]
