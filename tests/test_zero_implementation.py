@@ -49,10 +49,11 @@ def test_deepspeed_02_changes_only_stage_2(stage):
 
 
 def test_deepspeed_02_reduces_each_bucket_to_its_owners():
-    """Stage 2 of v0.2: per bucket, one reduce per rank whose partition the bucket overlaps; together
-    they move the whole gradient (Ψ elements a pass), and each is at most one partition."""
+    """Stage 2 of v0.2 with contiguous gradients (MD): per bucket, one reduce per rank whose partition the
+    bucket overlaps; together they move the whole gradient (Ψ elements a pass), and each is at most one
+    partition."""
     s = small_scenario(zero={"stage": 2, "activation_checkpointing": True, "implementation": "deepspeed-0.2",
-                             "reduce_bucket_elements": 5_000_000}, **BIG)
+                             "defragment": True, "reduce_bucket_elements": 5_000_000}, **BIG)
     w = scenario_workload(s)
     plan = build_plan(s, w)
     reduces = [op for op in plan.ops if op.collective == "reduce"]
@@ -63,6 +64,29 @@ def test_deepspeed_02_reduces_each_bucket_to_its_owners():
     buckets = {op.name.rsplit(".", 1)[0] for op in reduces}
     # each bucket starts a new reduce at every partition boundary it crosses: at least Nd reduces in all
     assert nd <= len(reduces) <= nd + len(buckets)
+
+
+def test_deepspeed_02_without_contiguous_gradients_all_reduces_each_bucket():
+    """Stage 2 of v0.2 without MD (contiguous_gradients false, v0.2.0's default): each bucket flattened,
+    all-reduced whole over DP and copied back, on the reduction stream (buffered_reduce_fallback(None)).
+    The buckets' all-reduces carry the whole gradient once (e·Ψ bytes a pass), so the DP traffic is 3Ψ
+    a step (all-reduce 2Ψ, the parameters' all-gather Ψ) against 2Ψ with MD; the step is no faster."""
+    zero = {"stage": 2, "activation_checkpointing": True, "implementation": "deepspeed-0.2",
+            "reduce_bucket_elements": 5_000_000}
+    s = small_scenario(zero=zero, **BIG)
+    w = scenario_workload(s)
+    plan = build_plan(s, w)
+    dp = [op for op in plan.ops if op.collective and op.group == "dp"]
+    reduces = [op for op in dp if op.name.startswith("all_reduce/grads.bucket.")]
+    assert {op.collective for op in dp} == {"all_reduce", "all_gather"}  # (and the step's scalar all-reduces)
+    assert sum(op.nbytes for op in reduces) == 2 * w.params_per_mp_rank  # fp16: every gradient once
+    for op in reduces:  # each between its flatten and its copy-back, on one stream
+        what = op.name.split("/", 1)[1]
+        flatten, back = (next(o for o in plan.ops if o.name == f"{kind}/{what}") for kind in ("flatten", "copy"))
+        assert flatten.stream == op.stream == back.stream and flatten.hbm_bytes == 2 * back.hbm_bytes > 0
+    contiguous = small_scenario(zero={**zero, "defragment": True}, **BIG)
+    a, b = simulate(s, trace=False), simulate(contiguous, trace=False)
+    assert a.step_seconds[0] >= b.step_seconds[0]
 
 
 def test_deepspeed_02_has_no_stage_3():
@@ -156,7 +180,7 @@ def test_an_unknown_implementation_names_the_key_and_value():
 
 
 @pytest.mark.parametrize(("implementation", "stage", "extra"), [
-    ("deepspeed-0.2", 2, {}), ("deepspeed-0.5", 3, {}), ("deepspeed-0.14", 3, {}),
+    ("deepspeed-0.2", 2, {}), ("deepspeed-0.2", 2, {"defragment": True}), ("deepspeed-0.5", 3, {}), ("deepspeed-0.14", 3, {}),
     # the coordinator releasing tensors after the recompute and gathering them again
     ("deepspeed-0.5", 3, {"activation_checkpointing": True, "max_reuse_elements": 1_000_000,
                           "prefetch_bucket_elements": 1_000_000})])

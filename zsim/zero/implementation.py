@@ -10,6 +10,13 @@ What each version does, read from DeepSpeed's code at its tag (deepspeed/runtime
     - stage 2 reduces each gradient bucket not by a reduce-scatter but by one dist.reduce to each rank
       whose partition the bucket overlaps (deepspeed/pt/deepspeed_zero_optimizer.py @ v0.2.0
       average_tensor L603-668), about B·Nd/Ψ + 1 reduces of up to Ψ/Nd elements per bucket of B;
+    - that is the path of contiguous_gradients (zsim: MD, `zero.defragment`). Without it (v0.2.0's
+      default, ZERO_OPTIMIZATION_CONTIGUOUS_GRADIENTS_DEFAULT = False in deepspeed_zero_config.py, and
+      the public Megatron-LM example of the release, DeepSpeedExamples @ 5426d18a
+      scripts/ds_zero2_config.json, which sets only "stage": 2) reduce_ipg_grads calls
+      buffered_reduce_fallback(None, ...) (L696-702), whose rank None makes allreduce_bucket **all-reduce**
+      the flattened bucket (L796-822) and allreduce_and_copy copy each gradient back (L824-841): twice
+      a reduce-scatter's bytes, a cat, a divide and a copy kernel per tensor (`bucket_allreduce_copies`);
     - not modelled: under overlap_comm, the torch.cuda.synchronize() before each bucket (L604-605) and
       after the last (L424-425); the paper's configurations leave overlap_comm off.
   deepspeed-0.5 (v0.3.13 to v0.5.10, the ZeRO-3 of 2021; PyTorch without dist._all_gather_base, which
@@ -217,6 +224,25 @@ def unflatten(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
         kernels += (_host("fetch.narrow", nd), _host("fetch.hooks", V014_HOST_OPS_PER_TENSOR),
                     Kernel("fetch.cat", "mem", bytes=2 * e * n))
     return KernelList(f"unflatten.{padded}.{nd}.{e}", kernels)
+
+
+@functools.lru_cache(maxsize=4096)
+def bucket_flatten(tensors: tuple[int, ...], e: int) -> KernelList:
+    """deepspeed-0.2, stage 2 without contiguous gradients: the bucket flattened by a torch.cat of its
+    gradients (`flatten`, deepspeed_zero_optimizer.py @ v0.2.0 allreduce_bucket L797) and divided by Nd in
+    place (`div_`, L808): two kernels, each reading and writing the bucket (2·e bytes an element)."""
+    n = sum(tensors)
+    return KernelList(f"bucket_flatten.{tensors}.{e}", (Kernel("reduce.flatten", "mem", bytes=2 * e * n),
+                                                       Kernel("reduce.divide", "mem", bytes=2 * e * n)))
+
+
+@functools.lru_cache(maxsize=4096)
+def bucket_copy_back(tensors: tuple[int, ...], e: int) -> KernelList:
+    """deepspeed-0.2, stage 2 without contiguous gradients: each gradient copied back from the all-reduced
+    flat bucket (allreduce_and_copy L838-840: `buf.copy_(synced)` per tensor of the bucket), a copy kernel
+    per tensor reading and writing it (2·e bytes an element)."""
+    kernels = tuple(Kernel("reduce.copy_back", "mem", bytes=2 * e * n) for n in tensors)
+    return KernelList(f"bucket_copy_back.{tensors}.{e}", kernels)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from zsim.workload.transformer import Module
 from zsim.zero.buckets import padded_bucket, padded_tensors, partition
-from zsim.zero.implementation import reduce_lists
+from zsim.zero.implementation import bucket_copy_back, bucket_flatten, reduce_lists
 from zsim.zero.ops import Alloc
 from zsim.zero.rank_states import expert_dp, full_grad_tag, partition_grad_tag, rank_partition
 from zsim.zero.residual import (
@@ -90,7 +90,10 @@ class Reductions:
             self._reduce_per_tensor(bucket, after, what, staging, tuple(frees))
             return
         if self.stage == 2 and self.z.implementation == "deepspeed-0.2":
-            self._reduce_to_owners(elements, after, what, staging, tuple(frees))
+            if self.md:  # contiguous_gradients: average_tensor's reduces to the owners
+                self._reduce_to_owners(elements, after, what, staging, tuple(frees))
+            else:  # v0.2.0's default: buffered_reduce_fallback's all-reduce (zsim.zero.implementation)
+                self._allreduce_and_copy(bucket, after, what, staging, tuple(frees))
             return
         self.b.add(name=f"{op}/{what}", stream=self._reduction_stream(), deps=(after,), collective=op, group="dp",
                    nbytes=nbytes,
@@ -114,6 +117,24 @@ class Reductions:
             self.b.add(name=f"reduce/{what}.{i}", stream=self._reduction_stream(), deps=(after,) if i == 0 else (),
                        collective="reduce", group="dp", nbytes=self.e * n, allocs=allocs if i == 0 else (),
                        frees=frees if i == len(slices) - 1 else (), step=self.step, micro_batch=self.mb)
+
+    def _allreduce_and_copy(self, bucket: list[Module], after: int, what: str, allocs: tuple[Alloc, ...],
+                            frees: tuple[str, ...]) -> None:
+        """deepspeed-0.2, stage 2 without contiguous gradients (DeepSpeed v0.2.0's default): the bucket's
+        gradients flattened and divided, the flat bucket all-reduced over DP, each gradient copied back
+        (deepspeed_zero_optimizer.py @ v0.2.0 reduce_ipg_grads L696-702 -> buffered_reduce_fallback(None)
+        -> allreduce_no_retain -> allreduce_and_copy -> allreduce_bucket, L796-870), all on the reduction
+        stream. The flatten takes the bucket's allocations, the copy-back frees what the bucket frees."""
+        tensors = tuple(n for m in bucket for n in m.tensors)
+        stream = self._reduction_stream()
+        flat = bucket_flatten(tensors, self.e)
+        op = self.b.add(name=f"flatten/{what}", stream=stream, deps=(after,), kernels=flat, hbm_bytes=flat.bytes,
+                        allocs=allocs, step=self.step, micro_batch=self.mb)
+        op = self.b.add(name=f"all_reduce/{what}", stream=stream, deps=(op,), collective="all_reduce", group="dp",
+                        nbytes=self.e * sum(tensors), step=self.step, micro_batch=self.mb)
+        back = bucket_copy_back(tensors, self.e)
+        self.b.add(name=f"copy/{what}", stream=stream, deps=(op,), kernels=back, hbm_bytes=back.bytes, frees=frees,
+                   step=self.step, micro_batch=self.mb)
 
     def _reduce_per_tensor(self, bucket: list[Module], after: int, what: str, allocs: tuple[Alloc, ...],
                            frees: tuple[str, ...]) -> None:
