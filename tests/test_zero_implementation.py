@@ -10,7 +10,8 @@ from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
 from zsim.zero.implementation import (GATHER_PYTHON_HOST_OPS, PERSISTENCE_THRESHOLD, V014_HOST_OPS_PER_TENSOR, coordinator,
                                       live_grads,
-                                      fetch_epilogue, fetch_host, fetch_prologue, reduce_lists, unflatten)
+                                      fetch_copy_launches, fetch_copy_tail, fetch_host, fetch_prologue, reduce_lists,
+                                      unflatten)
 from zsim.zero.plan import build_plan, scenario_workload
 
 # Large enough that every block's weight matrices pass the persistence threshold (h 1024: QKV 3.1M,
@@ -137,8 +138,9 @@ def test_a_gather_costs_the_host_time_deepspeed_measured():
     A100 profile's 10 µs per op, and they sit in a host-only op: nothing hides them behind GPU work."""
     padded, nd = (320 * 8,), 8
     ops = (fetch_prologue(padded, nd, 2).launches + fetch_host(padded, nd).launches
-           + fetch_epilogue(padded, nd, 2).launches)
+           + fetch_copy_launches(padded[0], nd).launches)
     assert ops * 10.0 == 380.0
+    assert fetch_copy_tail(padded[0], nd, 2).launches == 0  # the copies' GPU side: launched with the gather
     assert all(k.kind == "host" for k in fetch_host(padded, nd).kernels)
 
 
@@ -149,6 +151,66 @@ def test_deepspeed_05_runs_the_host_work_between_the_zero_fill_and_the_gather():
     module = names[fetch].removeprefix("fetch/params.")
     assert names[fetch + 1] == f"fetch_host/params.{module}"
     assert names[fetch + 2].startswith(f"all_gather/params.{module}.")
+
+
+def _spans(result) -> dict[str, tuple[float, float]]:
+    """Step 0's trace events of rank 0 by name: (start, end) in µs."""
+    return {e["name"]: (e["ts"], e["ts"] + e["dur"]) for e in result.events
+            if e["ph"] == "X" and e["pid"] == 0 and e["args"].get("step") == 0}
+
+
+def test_deepspeed_05_launches_each_gathers_copies_while_its_transfer_runs():
+    """c10d's all_gather launches the list's Nd copies in its post hook, right after enqueueing the transfer:
+    on the plan's 'host' lane each tensor's launches start with its gather, the copies' GPU time follows the
+    transfer, and the host issues the next gather (or the compute after the fetch) only once it has launched
+    them. Across two DGX-2 nodes (DP 32) a fetch of k tensors then costs less than their transfers plus their
+    launches in a row."""
+    s = small_scenario(zero={"stage": 3, "implementation": "deepspeed-0.5"},
+                       model={"layers": 2, "hidden": 1024, "heads": 16, "seq_len": 128, "vocab": 5000, "micro_batch": 1},
+                       parallel={"dp": 32, "mp": 1}, hardware={"profile": "dgx2", "nodes": 2})
+    plan = build_plan(s, scenario_workload(s))
+    launches = [op for op in plan.ops if op.name.startswith("launch/params.")]
+    assert launches and all(op.stream == "host" and op.kernels.launches == s.layout.dp for op in launches)
+    tails = [op for op in plan.ops if op.name.startswith("copy/params.")]
+    assert tails and all(op.kernels.launches == 0 and op.stream == "compute" for op in tails)
+    spans = _spans(simulate(s))
+    host_op_us = s.cluster.gpu.compute.host_op_s * 1e6
+    hidden = 0.0
+    for op in launches:
+        gather = spans[op.name.replace("launch/", "all_gather/")]
+        launch = spans[op.name]
+        assert launch[0] == pytest.approx(gather[0])
+        assert launch[1] - launch[0] == pytest.approx(s.layout.dp * host_op_us)
+        hidden += min(gather[1], launch[1]) - launch[0]
+        module, i = op.name.removeprefix("launch/params.").rsplit(".", 1)
+        after = spans.get(f"all_gather/params.{module}.{int(i) + 1}") or spans[f"launched/params.{module}"]
+        assert after[0] >= launch[1] - 1e-6  # the host is free again only when it has launched them
+    # here the launches (32 × 10 µs) outlast the smaller tensors' transfers: some 40% of them hide
+    assert hidden > 0.3 * sum(spans[op.name][1] - spans[op.name][0] for op in launches)
+
+
+def test_deepspeed_05_builds_the_next_tensors_list_while_a_reduce_scatter_runs():
+    """v0.3.13's _reduce_scatter_gradients launches each tensor's reduce-scatter (list copies, then the
+    collective, async) before building the next tensor's list: a tensor's list waits for no earlier
+    reduce-scatter of its bucket, and in the trace some list is built while the previous tensor's
+    reduce-scatter is still running."""
+    s = small_scenario(zero={"stage": 3, "implementation": "deepspeed-0.5"},
+                       model={"layers": 2, "hidden": 1024, "heads": 16, "seq_len": 128, "vocab": 5000, "micro_batch": 1},
+                       parallel={"dp": 32, "mp": 1}, hardware={"profile": "dgx2", "nodes": 2})
+    plan = build_plan(s, scenario_workload(s))
+    index = {op.name: i for i, op in enumerate(plan.ops) if op.step == 0}
+    pairs = []
+    for name, i in index.items():
+        if name.startswith("reduce_scatter/grads.bucket."):
+            what, k = name.removeprefix("reduce_scatter/").rsplit(".", 1)
+            copy = index[f"copy/{what}.{k}"]
+            assert plan.ops[i].deps == (copy,)
+            nxt = index.get(f"copy/{what}.{int(k) + 1}")
+            if nxt is not None:
+                assert i not in plan.ops[nxt].deps
+                pairs.append((name, plan.ops[nxt].name))
+    spans = _spans(simulate(s))
+    assert pairs and any(spans[nxt][0] < spans[rs][1] for rs, nxt in pairs)
 
 
 def test_deepspeed_014_coalesces_each_module_and_unflattens_it():
@@ -228,9 +290,9 @@ def test_deepspeed_05_waits_for_the_previous_buckets_reduction_before_the_next()
     s = small_scenario(zero={"stage": 3, "activation_checkpointing": True, "implementation": "deepspeed-0.5",
                              "reduce_bucket_elements": 2_000_000}, **BIG)
     plan = build_plan(s, scenario_workload(s))
-    copies = [(i, op) for i, op in enumerate(plan.ops) if op.name.startswith("copy/grads.bucket")]
-    assert len(copies) >= 2
-    for (i, prev), (j, op) in zip(copies, copies[1:]):
+    firsts = [(i, op) for i, op in enumerate(plan.ops) if op.name.startswith("copy/grads.bucket") and op.name.endswith(".0")]
+    assert len(firsts) >= 2
+    for (i, prev), (j, op) in zip(firsts, firsts[1:]):
         last_rs = max(k for k in range(i, j) if plan.ops[k].collective == "reduce_scatter")
         assert last_rs in op.deps
 

@@ -24,6 +24,9 @@ class Kernel:
     bytes: float = 0.0
     count: int = 1
     efficiency: float = 0.0  # 'flash': the fraction of the 16-bit peak it runs at (zsim.compute.flash)
+    # Launched by host work priced in another op (deepspeed-0.5's list copies, launched on the 'host' lane while
+    # their collective runs): GPU time here, no launch (zsim.zero.implementation.fetch_copy_tail).
+    prelaunched: bool = False
 
     @property
     def flops(self) -> float:
@@ -42,7 +45,8 @@ class KernelList:
 
     @property
     def launches(self) -> int:
-        return sum(k.count for k in self.kernels)
+        """Host ops the list issues: every kernel's launches but those launched elsewhere (`prelaunched`)."""
+        return sum(k.count for k in self.kernels if not k.prelaunched)
 
     @property
     def flops(self) -> float:

@@ -25,7 +25,7 @@ KIND_COLORS = {"fwd": "#4c72b0", "bwd": "#dd8452", "recompute": "#8c8c8c", "opti
                "mp": "#da8bc3", "offload": "#ccb974", "other": "#64b5cd"}
 BAR_COLORS = {"compute": "#4c72b0", "MP comm": "#da8bc3", "exposed DP comm": "#c44e52",
               "exposed offload": "#ccb974", "other waits": "#cccccc"}
-STREAM_ROWS = ("compute", "comm", "offload")
+STREAM_ROWS = ("compute", "comm", "offload", "host")
 
 
 def _kind(event: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 SCHEMA = "zsim-trace/1"
 
 # Streams: one thread (track) each, same tid on every rank.
-STREAMS = ("compute", "comm", "offload")
+STREAMS = ("compute", "comm", "offload", "host")
 STREAM_TID = {name: i for i, name in enumerate(STREAMS)}
 
 # Memory categories of the counter events, in bytes.

@@ -6,8 +6,8 @@ compute (zsim.zero.implementation cites the code). A mixin of zsim.zero.step_pas
 from __future__ import annotations
 
 from zsim.zero.buckets import padded_tensors, partition
-from zsim.zero.implementation import (Coordination, coordinator, fetch_epilogue, fetch_host, fetched_tensors,
-                                     fetch_prologue, unflatten)
+from zsim.zero.implementation import (Coordination, coordinator, fetch_copy_launches, fetch_copy_tail, fetch_host,
+                                     fetched_tensors, fetch_prologue, unflatten)
 from zsim.zero.ops import Alloc
 from zsim.zero.residual import list_collective_staging_bytes
 
@@ -128,19 +128,28 @@ class Gathers:
     def _gather_in_line(self, name: str, padded: tuple[int, ...], phase: str, deps: tuple[int, ...],
                         gathered: Alloc | None = None, again: bool = False) -> int:
         """deepspeed-0.5: the ops of one fetch of `padded` tensors of module `name` in line on the compute
-        stream (zero-fill, host work, one all-gather per tensor, list copies), `again` for a re-gather in
-        backward (op names end in `.again`); returns the last op."""
+        stream (zero-fill, host work, then per tensor its all-gather and the GPU side of its list copies, whose
+        launches run on the 'host' lane beside the transfer), `again` for a re-gather in backward (op names end
+        in `.again`); returns the last op."""
         what, suffix = (f"{phase}.again", ".again") if again else (phase, "")
         prologue = fetch_prologue(padded, self.nd, self.e)
         op = self._add(name=f"fetch/params.{name}{suffix}", stream="compute", deps=deps, kernels=prologue,
                        hbm_bytes=prologue.bytes, allocs=(gathered,) if gathered is not None else ())
         if padded:  # the host's work after the synchronise, the device idle (zsim.zero.implementation)
             op = self._add(name=f"fetch_host/params.{name}{suffix}", stream="compute", kernels=fetch_host(padded, self.nd))
+        launched: tuple[int, ...] = ()
         for i, n in enumerate(padded):
+            # c10d launches the copy-out in the gather's post hook, while the transfer runs (zsim.zero.implementation):
+            # the launches on the host lane from the gather's issue, the copies' GPU time after the transfer; the
+            # host issues nothing else (the next gather, the compute after the fetch) until it has launched them.
+            issued = op
             staging = Alloc("buffers", list_collective_staging_bytes(n, self.e), self._tags(f"ag_list.{what}.{i}", name))
-            op = self._add(name=f"all_gather/params.{name}{suffix}.{i}", stream="compute", collective="all_gather",
-                           group="dp", nbytes=self.e * n, allocs=(staging,), frees=(staging.tag,))
-        if padded:
-            epilogue = fetch_epilogue(padded, self.nd, self.e)
-            op = self._add(name=f"copy/params.{name}{suffix}", stream="compute", kernels=epilogue, hbm_bytes=epilogue.bytes)
+            self._add(name=f"all_gather/params.{name}{suffix}.{i}", stream="compute", deps=launched,
+                      collective="all_gather", group="dp", nbytes=self.e * n, allocs=(staging,), frees=(staging.tag,))
+            launched = (self._add(name=f"launch/params.{name}{suffix}.{i}", stream="host", deps=(issued,),
+                                  kernels=fetch_copy_launches(n, self.nd)),)
+            tail = fetch_copy_tail(n, self.nd, self.e)
+            op = self._add(name=f"copy/params.{name}{suffix}.{i}", stream="compute", kernels=tail, hbm_bytes=tail.bytes)
+        if launched:  # no GPU work: the compute stream resumes when the host has launched the last copies
+            op = self._add(name=f"launched/params.{name}{suffix}", stream="compute", deps=launched)
         return op

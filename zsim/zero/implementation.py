@@ -34,10 +34,16 @@ What each version does, read from DeepSpeed's code at its tag (deepspeed/runtime
     - each gather first zero-fills the full tensor (`torch.zeros`, @ v0.3.13 L607), then narrows it
       into Nd views on the host (L622-627) and passes them as a list: PyTorch's ProcessGroupNCCL
       all_gather gathers into a flat buffer and copies out each of the Nd views, one copy kernel each
-      (torch/lib/c10d/ProcessGroupNCCL.cpp allgather, `outputTensors[i][j].copy_(outputFlattened[i][j])`);
+      (torch/lib/c10d/ProcessGroupNCCL.cpp allgather, `outputTensors[i][j].copy_(outputFlattened[i][j])`).
+      c10d launches those copies in its post hook, right after enqueueing the gather and before the call
+      returns, so the host issues them while the transfer runs: a gather costs the transfer or the Nd
+      launches, whichever is longer, then the copies' GPU time (`fetch_copy_launches` on the plan's 'host'
+      lane beside the gather, `fetch_copy_tail` after it);
     - gradients: one reduce-scatter per parameter tensor of a bucket (partition_parameters.py @ v0.5.10
       _reduce_scatter_gradients L1050-1079), each from a list of Nd narrowed views (L1081-) that
-      PyTorch first copies into a flat buffer, Nd copy kernels.
+      PyTorch first copies into a flat buffer, Nd copy kernels launched in c10d's pre hook before the
+      collective. Tensor by tensor: the host builds and launches the next tensor's list while the
+      previous reduce-scatter runs (one list op per tensor, each reduce-scatter after its own).
     - the parameter coordinator (stage3.py @ v0.3.13 L281-470) fetches per sub-module, prefetches up to
       stage3_prefetch_bucket_size while under stage3_max_live_parameters, and releases what is not used
       again within stage3_max_reuse_distance: zsim's block holds the most its sub-modules hold at once,
@@ -94,7 +100,7 @@ def fetched_tensors(tensors: tuple[int, ...], implementation: str) -> tuple[int,
 # pre_launch typically takes 130us, the launch takes 250us about, and there is a torch.cuda.synchronize()
 # sync point when pre_launch next all_gather" (tensors of 320 elements per partition: host time, not data).
 # At that Nd = 8 zsim's list already charges 1 zero-fill launch + 8 narrows (fetch_prologue) + 8 copy
-# launches (fetch_epilogue) = 17 ops; at the A100 profile's 10 µs per op the other (130 + 250) / 10 − 17
+# launches (fetch_copy_launches) = 17 ops; at the A100 profile's 10 µs per op the other (130 + 250) / 10 − 17
 # = 21 ops are the Python (param bookkeeping, print_rank_0's f-strings, the stream context, c10d's
 # argument checks and flat-buffer allocation) that the measurement contains and the lists do not.
 # Paid once per gathered tensor, with the device idle: the synchronise before each gather (v0.3.13
@@ -194,11 +200,23 @@ def fetch_host(padded: tuple[int, ...], nd: int) -> KernelList:
 
 
 @functools.lru_cache(maxsize=4096)
-def fetch_epilogue(padded: tuple[int, ...], nd: int, e: int) -> KernelList:
-    """deepspeed-0.5: after each tensor's all-gather, PyTorch's copy-out of the list, Nd copy kernels
-    that read and write the tensor once (2·e bytes per padded element)."""
-    kernels = tuple(Kernel("fetch.list_copy", "mem", bytes=2 * e * n, count=nd) for n in padded)
-    return KernelList(f"fetch_epilogue.{padded}.{nd}.{e}", kernels)
+def fetch_copy_launches(n: int, nd: int) -> KernelList:
+    """deepspeed-0.5: the host's launches of PyTorch's copy-out of one tensor's list all-gather, Nd copies.
+    c10d launches them in the collective's post hook right after enqueueing ncclAllGather
+    (ProcessGroupNCCL.cpp allgather, torch 1.8: the third lambda of `collective()`,
+    `outputTensors[i][j].copy_(outputFlattened[i][j], true)` per view), so the host issues them while the
+    transfer runs: host ops only, on the plan's 'host' lane beside the gather (`n`, the tensor's padded
+    elements, keys the list)."""
+    return KernelList(f"fetch_copy_launches.{n}.{nd}", (_host("fetch.list_copy_launch", nd),))
+
+
+@functools.lru_cache(maxsize=4096)
+def fetch_copy_tail(n: int, nd: int, e: int) -> KernelList:
+    """deepspeed-0.5: the GPU's side of one tensor's copy-out, Nd copy kernels that read and write the tensor
+    once (2·e bytes per padded element), queued behind the transfer on its stream; launched by
+    `fetch_copy_launches`, so no host op here."""
+    return KernelList(f"fetch_copy_tail.{n}.{nd}.{e}",
+                      (Kernel("fetch.list_copy", "mem", bytes=2 * e * n, count=nd, prelaunched=True),))
 
 
 # deepspeed-0.14: host ops per fetched tensor besides the unflatten's narrows, counted from the code

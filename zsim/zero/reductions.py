@@ -139,23 +139,27 @@ class Reductions:
     def _reduce_per_tensor(self, bucket: list[Module], after: int, what: str, allocs: tuple[Alloc, ...],
                            frees: tuple[str, ...]) -> None:
         """deepspeed-0.5, stage 3: the bucket's tensors reduce-scattered one by one, each from a list of
-        Nd views that PyTorch first copies into a flat buffer; the host builds the lists (narrows) and
-        launches the copies in the backward hook, on the compute stream's host thread
-        (zsim.zero.implementation). The first reduce-scatter takes the bucket's allocations, the last
-        frees what the bucket frees.
+        Nd views that PyTorch first copies into a flat buffer; the host builds each list (narrows) and
+        launches its copies in the backward hook, on the compute stream's host thread, then the tensor's
+        reduce-scatter, and goes on to the next tensor's list while it runs (zsim.zero.implementation).
+        The first list waits for the backward (and the previous bucket, below); the first reduce-scatter
+        takes the bucket's allocations, the last frees what the bucket frees.
 
         Under overlap_comm (stage 3's default, constants.py @ v0.3.13 L55) reduce_ipg_grads first
         blocks the host on the reduction stream (stage3.py @ v0.3.13 L1689-1691:
         `self.reduction_stream.synchronize()`): a bucket's lists, and every compute op the host launches
         after them, wait for the previous bucket's last reduce-scatter of this pass."""
         padded = tuple(self.nd * partition(n, self.nd) for m in bucket for n in m.tensors)
-        lists = reduce_lists(padded, self.nd, self.e)
         waits = (self.last_reduce,) if self.last_reduce is not None and self._reduction_stream() != "compute" else ()
-        deps = (self.b.add(name=f"copy/{what}", stream="compute", deps=(after,) + waits, kernels=lists,
-                           hbm_bytes=lists.bytes, step=self.step, micro_batch=self.mb),)
+        deps = (after,) + waits
         for i, n in enumerate(padded):
+            # tensor by tensor: its list built and copied (c10d's pre hook), then its reduce-scatter, while the
+            # host goes on to the next tensor's list (zsim.zero.implementation)
+            lists = reduce_lists((n,), self.nd, self.e)
+            copy = self.b.add(name=f"copy/{what}.{i}", stream="compute", deps=deps, kernels=lists,
+                              hbm_bytes=lists.bytes, step=self.step, micro_batch=self.mb)
             last = i == len(padded) - 1
-            op = self.b.add(name=f"reduce_scatter/{what}.{i}", stream=self._reduction_stream(), deps=deps,
+            op = self.b.add(name=f"reduce_scatter/{what}.{i}", stream=self._reduction_stream(), deps=(copy,),
                             collective="reduce_scatter", group="dp", nbytes=self.e * n, allocs=allocs if i == 0 else (),
                             frees=frees if last else (), step=self.step, micro_batch=self.mb)
             deps = ()
