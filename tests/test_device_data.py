@@ -76,17 +76,36 @@ def _miss(reason: str):
 
 @pytest.mark.parametrize("shape,quantity", [
     pytest.param("h1024", "allocated_peak", marks=_miss("+9.5% (2026-11-26 H200)")),
-    pytest.param("h1024", "reserved_peak", marks=_miss("-9.9%")),
+    pytest.param("h1024", "reserved_peak", marks=_miss("-9.6% (-9.9% before the setup residue)")),
     ("h2048", "allocated_peak"),
-    pytest.param("h2048", "reserved_peak", marks=_miss("+18.4%")),
+    pytest.param("h2048", "reserved_peak", marks=_miss("+18.5% (+18.4% before the setup residue)")),
     ("h4096", "allocated_peak"),
-    pytest.param("h4096", "reserved_peak", marks=_miss("-5.3%")),
+    ("h4096", "reserved_peak"),  # -3.5% with the setup residue (-5.3% before)
 ])
 @pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)
 def test_simulated_allocator_peaks_within_5_percent(run, shape, quantity):
     measured = dr.measured_memory(run, shape)[quantity]
     simulated = _simulated(run.folder, shape)[quantity]
     assert simulated == pytest.approx(measured, rel=0.05)
+
+
+@pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)
+@pytest.mark.parametrize("shape", ["h1024", "h2048", "h4096"])
+def test_the_setup_residue_is_what_the_runtime_left_cached(run, shape):
+    """zero.setup_residue 'runtime' (set by the rebuild of a runtime run on a GPU): the blocks the runtime's
+    setup frees and torch keeps cached, reserved − allocated after setup, as measured (cuda_setup) within 5%:
+    its fp32 initial values per module, and the fp32 flat copy at stages 1-2 (1.66, 2.07 and 8.17 GB here)."""
+    from zsim.calibrate.rebuild import rebuild
+    from zsim.engine.simulation import simulate
+    from zsim.trace.run_reader import read_run
+
+    measured_run = read_run(run.run_dir(shape))
+    scenario = rebuild(measured_run, "hgx-h200")
+    assert scenario.zero.setup_residue == "runtime"
+    ledger = simulate(scenario, trace=False).ledger
+    simulated = ledger.reserved_rows[0] - sum(ledger.rows[0])  # after setup: the cached blocks (context cancels)
+    setup = measured_run.metadata["cuda_setup"]
+    assert simulated == pytest.approx(setup["reserved"] - setup["allocated"], rel=0.05)
 
 
 @pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)

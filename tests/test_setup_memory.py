@@ -31,3 +31,41 @@ def test_setup_beyond_the_ledger_is_the_allocators_rounding_and_one_small_block(
     found = setup_excess(doc)
     assert found["excess"] > 0 and found["rounding"] > 0
     assert found["rest"] == MIN_BLOCK, found  # one tensor of <= 512 B (docs/device-check.md)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_a_setup_residue_is_cached_before_the_first_step_and_no_peak_counts_it(stage):
+    """zero.setup_residue 'runtime': each module's fp32 initial values (4 B a parameter) and, at stages 1-2,
+    the fp32 flat copy (4 B a padded parameter) are allocated before the model states and freed before the
+    first step: the allocator keeps them cached (reserved − allocated after setup is their size), and the
+    peaks count from the first step, as the runtime resets torch's after setup."""
+    from tests.conftest import small_scenario
+    from zsim.engine.simulation import simulate
+    from zsim.zero.plan import build_plan, scenario_workload
+
+    base = dict(zero={"stage": stage}, model={"layers": 2, "hidden": 512, "heads": 8, "seq_len": 128, "vocab": 4096,
+                                            "micro_batch": 2},
+                parallel={"dp": 8, "mp": 1}, hardware={"profile": "dgx-a100", "nodes": 1})
+    plain = small_scenario(**base)
+    residue = small_scenario(**{**base, "zero": {"stage": stage, "setup_residue": "runtime"}})
+    w = scenario_workload(residue)
+    setup = build_plan(residue, w).setup
+    fp32_values = sum(4 * m.params for m in w.modules)
+    assert sum(a.nbytes for a in setup) > fp32_values if stage < 3 else sum(a.nbytes for a in setup) == fp32_values
+    assert build_plan(plain, scenario_workload(plain)).setup == ()
+    a, b = simulate(plain).ledger, simulate(residue).ledger
+    assert b.rows[0] == a.rows[0]  # the same tensors live when the first step starts
+    assert b.reserved_rows[0] - a.reserved_rows[0] >= fp32_values - 2 * ROUND_LARGE * len(setup)
+    assert b.peak == a.peak and b.peak_reserved >= a.peak_reserved
+
+
+def test_a_setup_residue_is_refused_where_it_is_not_the_runtimes():
+    from tests.conftest import small_scenario
+    from zsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="zero.setup_residue.*deepspeed-0.5"):
+        small_scenario(zero={"stage": 3, "setup_residue": "runtime", "implementation": "deepspeed-0.5"})
+    with pytest.raises(ConfigError, match="zero.setup_residue.*pipeline"):
+        small_scenario(zero={"stage": 1, "setup_residue": "runtime"}, parallel={"dp": 16, "mp": 1, "pp": 2},
+                       model={"layers": 4, "hidden": 256, "heads": 4, "seq_len": 64, "vocab": 1024, "micro_batch": 1,
+                              "grad_accum": 4})

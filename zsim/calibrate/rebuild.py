@@ -33,6 +33,8 @@ def scenario_dict(run: MeasuredRun, profile: str, profiles: Profiles | None = No
     if meta.get("source") == "measured":
         model.update(runtime_model_options(meta))
     zero = {k: v for k, v in meta["zero"].items() if k in fields(ZeroSection)}
+    if meta.get("source") == "measured" and model.get("attention", "").startswith("flash") and not pipeline_keys(meta):
+        zero["setup_residue"] = "runtime"  # a runtime run on a GPU: its setup's cached blocks (ZeroSection)
     cluster = load_cluster(profile, 1, profiles)
     world = int(meta["world_size"])
     per_node = cluster.gpus_per_node

@@ -105,11 +105,25 @@ class ZeroSection(Section, kw_only=True):
     implementation: Annotated[Literal["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14"], Meta(description=(
         "ZeRO as implemented: 'paper' (default) the paper's schedules (stage 2: one reduce-scatter per "
         "bucket; stage 3: one all-gather per module overlapping compute); 'deepspeed-0.2' (stages 0-2) "
-        "stage 2 reduces each bucket to its owners, one reduce per rank; 'deepspeed-0.5' DeepSpeed "
+        "stage 2 reduces each bucket to its owners, one reduce per rank (with MD; without it, all-reduces "
+        "each flattened bucket); 'deepspeed-0.5' DeepSpeed "
         "v0.3.13-v0.5.10 stage 3: one all-gather per parameter tensor with a device synchronise before each "
         "(no overlap), list copies of Nd pieces per gather and per reduce-scatter; 'deepspeed-0.14' stage 3: "
         "coalesced gathers per module, each parameter rebuilt by a cat of its Nd pieces. Stages 0-1 (and 2 "
         "but under deepspeed-0.2) follow DeepSpeed v0.2.0 for every value"))] = "paper"
+    # What a framework's setup leaves cached in the caching allocator before the first step. zsim's runtime
+    # copies each module's fp32 initial values to the device (runtime/zero/engine.py: layout.flatten(module)
+    # .to(device)) and, at stages 1-2, lays them out in one fp32 flat buffer (runtime/zero/stage1.py
+    # flat_params), then frees both once the optimizer holds its master copy: 4 B a parameter per module, and
+    # 4 B a (padded) parameter more at stages 1-2, cached in blocks of those sizes (the 2026-11-26 H200 runs:
+    # reserved − allocated after setup 1.66 GB = 8.1 B a parameter at stage 1, 8.17 GB = 8.0 at stage 2,
+    # 2.07 GB = 4.1 at stage 3; data/device/20261126-h200, cuda_setup).
+    setup_residue: Annotated[Literal["none", "runtime"], Meta(description=(
+        "what the framework's setup leaves cached in the caching allocator before the first step: 'none' "
+        "(the model states alone) or 'runtime' (zsim's runtime: its fp32 initial values, a block of 4 B a "
+        "parameter per module, and at stages 1-2 its fp32 flat copy, freed before the first step and kept "
+        "cached; `zsim replay` sets it for runtime runs on a GPU). Peaks are counted from the first step, as "
+        "the runtime resets torch's after setup"))] = "none"
     # DeepSpeed overlap_comm. DeepSpeed's own default for stages 1-2 was false from v0.2.0 (2020-06) to
     # v0.3.13 (2021-03) and beyond (deepspeed/pt/deepspeed_zero_config.py @ 96c4daabc,
     # runtime/zero/constants.py @ v0.3.13: ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT = False; stage 3: True),

@@ -141,8 +141,11 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         ledger = run.ledgers[stage]
         for name, nbytes in plan.context if scenario.cluster.host is None else ():
             ledger.reserve_context(0.0, name, nbytes)
-        for a in persistent:
+        for a in plan.setup + persistent:  # setup's transient tensors first (zero.setup_residue), then the states
             ledger.alloc(0.0, a.category, a.nbytes, a.tag)
+        if plan.setup:  # freed, left cached; peaks from here on, as the runtime resets torch's after setup
+            ledger.free_many(0.0, [a.tag for a in plan.setup])
+            ledger.reset_peaks()
     for name, nbytes in plan.arenas:  # MD: contiguous buffers reserved before the first step
         run.ledger.reserve_arena(0.0, name, nbytes)
     if trace:

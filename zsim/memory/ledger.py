@@ -172,6 +172,13 @@ class MemoryLedger:
             assert totals[category] >= 0, (category, totals[category])
         self._record(time)
 
+    def reset_peaks(self) -> None:
+        """Peaks from now on: the allocated and reserved peaks become the current values, as
+        torch.cuda.reset_peak_memory_stats() makes them (the runtime calls it after setup)."""
+        self.peak, self.peak_by_category = self.allocated, dict(self.totals)
+        self.peak_reserved = self.reserved
+        self.peak_time = self.peak_reserved_time = self.times[-1] if self.times else 0.0
+
     def counters(self) -> dict[str, int]:
         """The memory counter values now: bytes per category and fragmentation (reserved − allocated)."""
         values = dict(self.totals)

@@ -69,6 +69,7 @@ def check_pipeline(spec: ScenarioFile, cluster: Cluster, micro_batches: int, fai
         ("zero.defragment", z.defragment, "MD's contiguous arenas"),
         ("zero.cpu_offload_activations", z.cpu_offload_activations, "Pa+cpu"),
         ("hardware.profile", cluster.host is not None, "a CPU host"),
+        ("zero.setup_residue", z.setup_residue != "none", "a setup residue (each stage's setup is its own)"),
     )
     for key, used, what in unmodelled:
         if used:

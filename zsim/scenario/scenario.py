@@ -223,6 +223,9 @@ def _check_implementation(zero: ZeroSection, fail) -> None:
     if zero.implementation == "deepspeed-0.2" and zero.stage == 3:
         raise fail("zero.implementation", "deepspeed-0.2 with zero.stage 3: DeepSpeed v0.2 had stages 0-2 only "
                    "(stage 3 shipped in v0.3.13); use deepspeed-0.5, deepspeed-0.14 or paper")
+    if zero.setup_residue != "none" and zero.implementation != "paper":
+        raise fail("zero.setup_residue", f"'{zero.setup_residue}' is zsim's runtime's setup, which runs the 'paper' "
+                   f"schedules: not zero.implementation {zero.implementation}")
     if zero.implementation != "deepspeed-0.5" or zero.stage != 3:
         for key, default in _coordinator_defaults().items():
             if getattr(zero, key) != default:

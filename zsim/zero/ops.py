@@ -66,6 +66,9 @@ class Plan:
     context: tuple[tuple[str, int], ...] = ()  # held outside the allocator all run (zsim.memory.context)
     # Pipeline parallelism: each stage's persistent allocations (stage 0's are `persistent`), one per stage.
     stage_persistent: tuple[tuple[Alloc, ...], ...] = ()
+    # Made before `persistent` and freed right after it, before the first step: what the framework's setup
+    # leaves cached in the allocator (zero.setup_residue); the peaks count from the first step.
+    setup: tuple[Alloc, ...] = ()
 
     @property
     def stages(self) -> int:

@@ -125,7 +125,21 @@ def _plan(scenario: Scenario, workload: Workload, b: PlanBuilder) -> Plan:
     context = context_memory(lay.world, lay.dp, lay.mp, scenario.cluster.nvlink_links).items()
     arenas = _arenas(scenario, workload) if scenario.zero.defragment else {}
     return Plan(persistent=persistent, ops=tuple(b.ops), steps=scenario.run.steps, arenas=tuple(arenas.items()),
-                context=tuple(context))
+                context=tuple(context), setup=setup_residue(scenario, workload))
+
+
+def setup_residue(scenario: Scenario, workload: Workload) -> tuple[Alloc, ...]:
+    """zero.setup_residue 'runtime': what zsim's runtime allocates in setup and frees before the first step,
+    in its order (zsim.config.schema ZeroSection.setup_residue cites the code): each module's fp32 initial
+    values, 4 B a parameter of this MP rank, then at stages 1-2 the fp32 flat copy of them all, padded as the
+    flat buffer is (4 B a padded element). () for 'none'."""
+    if scenario.zero.setup_residue == "none":
+        return ()
+    residue = tuple(Alloc("buffers", 4 * m.params, f"setup.init32.{m.name}") for m in workload.modules if m.params)
+    if scenario.zero.stage in (1, 2):
+        flat = rank_model_states(scenario, workload).params // PARAM_BYTES[scenario.precision.dtype]
+        residue += (Alloc("buffers", 4 * flat, "setup.flat32"),)
+    return residue
 
 
 def _arenas(s: Scenario, w: Workload) -> dict[str, int]:
