@@ -18,6 +18,8 @@ def test_interval_arithmetic():
     {"zero": {"stage": 2}, "run": {"steps": 2}},
     {"zero": {"stage": 3, "partition_activations": True, "cpu_offload_activations": True}},
     {"zero": {"stage": 3, "partition_activations": True, "cpu_offload_activations": True, "cpu_offload_overlap": True}},
+    # copy launches on the 'host' lane (not compute), zero-fills named fetch/params (not Pa+cpu's offload)
+    {"zero": {"stage": 3, "implementation": "deepspeed-0.5"}},
 ])
 def test_breakdown_adds_up_to_the_step(sections):
     result = simulate(small_scenario(**sections))
@@ -29,6 +31,8 @@ def test_breakdown_adds_up_to_the_step(sections):
     if steps == 1:  # the compute and MP parts are the Result's own totals
         assert parts["compute"] == pytest.approx(result.compute_seconds)
         assert parts["MP comm"] == pytest.approx(result.mp_comm_seconds)
+    if not sections["zero"].get("cpu_offload_activations"):
+        assert parts["exposed offload"] == 0
     if sections["zero"].get("cpu_offload_activations"):
         assert result.offload_seconds > 0
         if not sections["zero"].get("cpu_offload_overlap"):  # DeepSpeed's copies in line: all of them exposed

@@ -233,7 +233,7 @@ def added_by(run: Any, indices: list[int], start: list[float]) -> Added:
             ep += seconds if op.group == "ep" else 0.0
         elif op.transfer:
             offload += transfer_seconds(op.nbytes, run.s.cluster.offload)
-        else:
+        elif op.stream != "host":  # as stream_worker: the 'host' lane is no compute-stream time
             compute += compute_time(op, i)
             flops += op.flops
     return Added((compute, flops, mp, ep, offload), comm)

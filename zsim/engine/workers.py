@@ -115,7 +115,8 @@ def stream_worker(env: simpy.Environment, run: RunState, indices: list[int],
             seconds = run.compute_time(op, i)
             yield run.compute(i, seconds, 0)
             end = env.now
-            run.compute_seconds += (end - start) if run.threads else seconds  # a host's ops may share cores
+            if op.stream != "host":  # the 'host' lane's launches are no compute-stream time (Result.compute_seconds)
+                run.compute_seconds += (end - start) if run.threads else seconds  # a host's ops may share cores
             run.flops += op.flops
             if trace:
                 args = {"step": op.step, "micro_batch": op.micro_batch, "flops": op.flops}

@@ -31,7 +31,7 @@ STREAM_ROWS = ("compute", "comm", "offload", "host")
 def _kind(event: dict[str, Any]) -> str:
     name = event["name"]
     head = name.split("/", 1)[0]
-    if event["cat"] == "offload" or head in ("offload", "prefetch", "fetch"):
+    if event["cat"] == "offload" or head == "offload" or name.startswith(("prefetch/activations", "fetch/activations")):
         return "offload"  # Pa+cpu's copies: on their own stream, or in line as DeepSpeed makes them
     if head in COLLECTIVES and event["cat"] == "compute" and event["args"].get("group") != "dp":
         return "mp"  # MP collectives (Megatron's all-reduces, Pa's all-gathers) run in line on the compute stream
@@ -173,16 +173,16 @@ def timeline_png(result: Result | RunFiles, path: Path, step: int = -1) -> Path:
     s = result.scenario
     bar.set_title(f"{s.name}: step {step} of rank 0 ({s.layout.world} GPUs alike), {total:.3f} s; ZeRO stage "
                   f"{s.zero.stage}, DP {s.layout.dp} × MP {s.layout.mp}", fontsize=10)
-    # The streams.
+    # The streams (the 'host' lane only where a plan uses it: deepspeed-0.5's copy launches).
+    shown = [e for e in result.events if e["ph"] == "X" and e["args"].get("step") == step and e["pid"] == 0]
+    rows = [r for r in STREAM_ROWS if r != "host" or any(e["cat"] == "host" for e in shown)]
     boxes: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    for e in result.events:
-        if e["ph"] != "X" or e["args"].get("step") != step or e["pid"] != 0:
-            continue
-        row = STREAM_ROWS.index(e["cat"])
+    for e in shown:
+        row = rows.index(e["cat"])
         boxes.setdefault((row, _kind(e)), []).append((e["ts"] * 1e-6 - t0, max(e["dur"] * 1e-6, total * 2e-4)))
     for (row, kind), spans in boxes.items():
-        gantt.broken_barh(spans, (len(STREAM_ROWS) - 1 - row - 0.4, 0.8), facecolors=KIND_COLORS[kind], linewidth=0)
-    gantt.set_yticks(range(len(STREAM_ROWS)), list(reversed(STREAM_ROWS)))
+        gantt.broken_barh(spans, (len(rows) - 1 - row - 0.4, 0.8), facecolors=KIND_COLORS[kind], linewidth=0)
+    gantt.set_yticks(range(len(rows)), list(reversed(rows)))
     gantt.set_xlim(0, total)
     kinds = sorted({k for _, k in boxes}, key=list(KIND_COLORS).index)
     gantt.legend(handles=[Patch(color=KIND_COLORS[k], label="MP collectives" if k == "mp" else k) for k in kinds],
