@@ -75,15 +75,17 @@ def _miss(reason: str):
 
 
 @pytest.mark.parametrize("shape,quantity", [
-    pytest.param("h1024", "allocated_peak", marks=_miss("+9.5% (2026-11-26 H200)")),
-    pytest.param("h1024", "reserved_peak", marks=_miss("-9.6% (-9.9% before the setup residue)")),
-    ("h2048", "allocated_peak"),
-    pytest.param("h2048", "reserved_peak", marks=_miss("+18.5% (+18.4% before the setup residue)")),
-    ("h4096", "allocated_peak"),
-    ("h4096", "reserved_peak"),  # -3.5% with the setup residue (-5.3% before)
+    ("h1024", "allocated_peak"),  # +2.8% (2026-11-26 H200), context excluded as torch excludes it
+    pytest.param("h1024", "reserved_peak", marks=_miss("-15.1%")),
+    pytest.param("h2048", "allocated_peak", marks=_miss("-6.7%")),
+    pytest.param("h2048", "reserved_peak", marks=_miss("+13.7%")),
+    ("h4096", "allocated_peak"),  # -4.6%
+    pytest.param("h4096", "reserved_peak", marks=_miss("-6.1%")),
 ])
 @pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)
 def test_simulated_allocator_peaks_within_5_percent(run, shape, quantity):
+    """Both as torch.cuda counts them: zsim's memory outside the allocator (the CUDA context, 0.77 GB on one
+    GPU) is left out of its peaks, as torch.cuda.memory_stats() leaves it out (device_report.simulated_memory)."""
     measured = dr.measured_memory(run, shape)[quantity]
     simulated = _simulated(run.folder, shape)[quantity]
     assert simulated == pytest.approx(measured, rel=0.05)

@@ -118,14 +118,18 @@ def measured_memory(run: DeviceRun, part: str) -> dict[str, int]:
 
 def simulated_memory(run: DeviceRun, part: str, profile: str) -> dict[str, int]:
     """zsim's allocated and reserved peaks (bytes) for the traced run rebuilt from its metadata
-    (zsim replay's rebuild) and simulated on `profile`."""
+    (zsim replay's rebuild) and simulated on `profile`, as torch.cuda counts them: without what zsim holds
+    outside the caching allocator for the whole run (category `context`: the CUDA context, NCCL's buffers;
+    zsim.memory.context), which torch.cuda.memory_stats() does not see."""
     from zsim.calibrate.rebuild import rebuild
     from zsim.engine.simulation import simulate
     from zsim.trace.run_reader import read_run
 
     result = simulate(rebuild(read_run(run.run_dir(part)), profile))
     ledger = result.ledger
-    return {"allocated_peak": int(ledger.peak), "reserved_peak": int(ledger.peak_reserved),
+    outside = ledger.totals.get("context", 0)  # reserved at the start, held to the end
+    return {"allocated_peak": int(ledger.peak - outside), "reserved_peak": int(ledger.peak_reserved - outside),
+            "outside_allocator": int(outside),
             "by_category": {k: int(v) for k, v in ledger.peak_by_category.items()}}
 
 
