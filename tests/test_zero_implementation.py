@@ -90,6 +90,33 @@ def test_deepspeed_02_without_contiguous_gradients_all_reduces_each_bucket():
     assert a.step_seconds[0] >= b.step_seconds[0]
 
 
+def test_deepspeed_02_builds_each_shards_list_on_the_host_and_launches_its_copy_outs_beside_the_gather():
+    """v0.2.0's stage-2 step all-gathers the partition in shards, each from a list of Nd narrowed and detached
+    views the host builds, and c10d launches the Nd copy-outs while the transfer runs: per shard a 'list' op
+    (2·Nd host ops) before the gather, a 'launch' op (Nd) beside it on the host lane, and the copies' GPU time
+    after it. The host's 3·Nd ops per shard bound the phase from below."""
+    zero = {"stage": 2, "implementation": "deepspeed-0.2", "defragment": True, "allgather_bucket_elements": 2_000_000}
+    s = small_scenario(zero=zero, **BIG)
+    plan = build_plan(s, scenario_workload(s))
+    nd = s.layout.dp
+    index = {op.name: i for i, op in enumerate(plan.ops) if op.step == 0}
+    shards = sorted(int(n.rsplit(".", 1)[1]) for n in index if n.startswith("all_gather/params.bucket."))
+    assert len(shards) > 1
+    for j in shards:
+        listed, gather = plan.ops[index[f"list/params.bucket.{j}"]], plan.ops[index[f"all_gather/params.bucket.{j}"]]
+        launch, copy = plan.ops[index[f"launch/params.bucket.{j}"]], plan.ops[index[f"copy/params.bucket.{j}"]]
+        assert listed.stream == launch.stream == "host" and gather.stream == copy.stream == "comm"
+        assert index[f"list/params.bucket.{j}"] in gather.deps and index[f"launch/params.bucket.{j}"] in copy.deps
+        assert listed.kernels.launches == 2 * nd and launch.kernels.launches == nd and copy.kernels.launches == 0
+    spans = _spans(simulate(s))
+    start = min(spans[f"list/params.bucket.{j}"][0] for j in shards)
+    end = max(spans[f"copy/params.bucket.{j}"][1] for j in shards)
+    host_op_us = s.cluster.gpu.compute.host_op_s * 1e6
+    assert end - start >= len(shards) * 3 * nd * host_op_us - 1e-6
+    paper = small_scenario(zero={**zero, "implementation": "paper"}, **BIG)
+    assert not [op for op in build_plan(paper, scenario_workload(paper)).ops if op.stream == "host"]
+
+
 def test_deepspeed_02_has_no_stage_3():
     with pytest.raises(ConfigError, match="zero.implementation.*v0.3.13"):
         _scenario("deepspeed-0.2")

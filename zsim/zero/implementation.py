@@ -10,6 +10,11 @@ What each version does, read from DeepSpeed's code at its tag (deepspeed/runtime
     - stage 2 reduces each gradient bucket not by a reduce-scatter but by one dist.reduce to each rank
       whose partition the bucket overlaps (deepspeed/pt/deepspeed_zero_optimizer.py @ v0.2.0
       average_tensor L603-668), about B·Nd/Ψ + 1 reduces of up to Ψ/Nd elements per bucket of B;
+    - after the step, stage 2 all-gathers the partition in shards (step() L1145-1175), each from a list the
+      host builds, a narrow and a detach per rank (`shard_list`), handed to c10d, which launches the Nd
+      copy-outs in its post hook while the transfer runs (as deepspeed-0.5's gathers: `fetch_copy_launches`,
+      `fetch_copy_tail`); the host goes on to the next shard's list meanwhile (a blocking all_gather waits
+      on the stream, not the host);
     - that is the path of contiguous_gradients (zsim: MD, `zero.defragment`). Without it (v0.2.0's
       default, ZERO_OPTIMIZATION_CONTIGUOUS_GRADIENTS_DEFAULT = False in deepspeed_zero_config.py, and
       the public Megatron-LM example of the release, DeepSpeedExamples @ 5426d18a
@@ -208,6 +213,14 @@ def fetch_copy_launches(n: int, nd: int) -> KernelList:
     transfer runs: host ops only, on the plan's 'host' lane beside the gather (`n`, the tensor's padded
     elements, keys the list)."""
     return KernelList(f"fetch_copy_launches.{n}.{nd}", (_host("fetch.list_copy_launch", nd),))
+
+
+@functools.lru_cache(maxsize=4096)
+def shard_list(nd: int) -> KernelList:
+    """deepspeed-0.2, stage 2: the host's list of one all-gather shard of the updated parameters, a narrow and
+    a detach per rank (deepspeed_zero_optimizer.py @ v0.2.0 step() L1165-1171:
+    `partitioned_params[dp_id].narrow(0, shard_id * shard_size, num_elements).detach()`): 2·Nd host ops."""
+    return KernelList(f"shard_list.{nd}", (_host("shard.narrow", nd), _host("shard.detach", nd)))
 
 
 @functools.lru_cache(maxsize=4096)
