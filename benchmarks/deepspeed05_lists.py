@@ -42,6 +42,9 @@ def main(ids: list[str]) -> None:
     points, _ = scale.load_suite(scale.default_suite())
     chosen = [p for p in points if p.scenario and p.scenario.get("zero", {}).get("implementation") == "deepspeed-0.5"
               and (not ids or p.id in ids)]
+    unknown = sorted(set(ids) - {p.id for p in chosen})
+    if unknown:
+        sys.exit(f"deepspeed05_lists: {', '.join(unknown)}: not a deepspeed-0.5 point of zsim/validate/suites/scale.yaml")
     print("seconds of step 0: RS lists = the reduce-scatters' input lists; fetch host = the host's narrows and Python\n"
           "before each gather; copy-outs = the gathers' copy-outs on the GPU; launches = their launches, on the host lane\n"
           "beside the transfers; gathers = the per-tensor transfers")

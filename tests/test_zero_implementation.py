@@ -10,7 +10,7 @@ from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
 from zsim.zero.implementation import (GATHER_PYTHON_HOST_OPS, PERSISTENCE_THRESHOLD, V014_HOST_OPS_PER_TENSOR, coordinator,
                                       live_grads,
-                                      fetch_copy_launches, fetch_copy_tail, fetch_host, fetch_prologue, reduce_lists,
+                                      list_copy_launches, list_copy_tail, fetch_host, fetch_prologue, reduce_lists,
                                       unflatten)
 from zsim.zero.plan import build_plan, scenario_workload
 
@@ -165,9 +165,9 @@ def test_a_gather_costs_the_host_time_deepspeed_measured():
     A100 profile's 10 µs per op, and they sit in a host-only op: nothing hides them behind GPU work."""
     padded, nd = (320 * 8,), 8
     ops = (fetch_prologue(padded, nd, 2).launches + fetch_host(padded, nd).launches
-           + fetch_copy_launches(padded[0], nd).launches)
+           + list_copy_launches(padded[0], nd).launches)
     assert ops * 10.0 == 380.0
-    assert fetch_copy_tail(padded[0], nd, 2).launches == 0  # the copies' GPU side: launched with the gather
+    assert list_copy_tail(padded[0], nd, 2).launches == 0  # the copies' GPU side: launched with the gather
     assert all(k.kind == "host" for k in fetch_host(padded, nd).kernels)
 
 

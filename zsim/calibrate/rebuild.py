@@ -33,7 +33,7 @@ def scenario_dict(run: MeasuredRun, profile: str, profiles: Profiles | None = No
     if meta.get("source") == "measured":
         model.update(runtime_model_options(meta))
     zero = {k: v for k, v in meta["zero"].items() if k in fields(ZeroSection)}
-    if meta.get("source") == "measured" and model.get("attention", "").startswith("flash") and not pipeline_keys(meta):
+    if meta.get("source") == "measured" and _device_facts(meta).get("type") == "cuda" and not pipeline_keys(meta):
         zero["setup_residue"] = "runtime"  # a runtime run on a GPU: its setup's cached blocks (ZeroSection)
     cluster = load_cluster(profile, 1, profiles)
     world = int(meta["world_size"])
@@ -72,6 +72,11 @@ def pipeline_keys(meta: dict[str, Any]) -> dict[str, Any]:
     return keys
 
 
+def _device_facts(meta: dict[str, Any]) -> dict[str, Any]:
+    """The runtime's record of the device a run used (runtime/device_facts.py), {} where there is none."""
+    return meta["device_facts"] if isinstance(meta.get("device_facts"), dict) else {}
+
+
 def runtime_model_options(meta: dict[str, Any]) -> dict[str, Any]:
     """What zsim's runtime model (runtime/model.py) is, beyond the shape its metadata records: it has
     no dropout, and its attention is `torch.nn.functional.scaled_dot_product_attention`, which on a GPU
@@ -80,7 +85,7 @@ def runtime_model_options(meta: dict[str, Any]) -> dict[str, Any]:
     flash backend). CPU runs keep zsim's standard attention: the host model prices them that way and
     the CPU replay suite is calibrated on it."""
     options: dict[str, Any] = {"dropout": False}
-    facts = meta.get("device_facts") if isinstance(meta.get("device_facts"), dict) else {}
+    facts = _device_facts(meta)
     capability = str(facts.get("capability", ""))
     if facts.get("type") == "cuda" and capability[:1].isdigit():
         major = int(capability.split(".")[0])

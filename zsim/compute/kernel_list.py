@@ -25,7 +25,7 @@ class Kernel:
     count: int = 1
     efficiency: float = 0.0  # 'flash': the fraction of the 16-bit peak it runs at (zsim.compute.flash)
     # Launched by host work priced in another op (deepspeed-0.5's list copies, launched on the 'host' lane while
-    # their collective runs): GPU time here, no launch (zsim.zero.implementation.fetch_copy_tail).
+    # their collective runs): GPU time here, no launch (zsim.zero.implementation.list_copy_tail).
     prelaunched: bool = False
 
     @property

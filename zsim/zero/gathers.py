@@ -6,7 +6,7 @@ compute (zsim.zero.implementation cites the code). A mixin of zsim.zero.step_pas
 from __future__ import annotations
 
 from zsim.zero.buckets import padded_tensors, partition
-from zsim.zero.implementation import (Coordination, coordinator, fetch_copy_launches, fetch_copy_tail, fetch_host,
+from zsim.zero.implementation import (Coordination, coordinator, list_copy_launches, list_copy_tail, fetch_host,
                                      fetched_tensors, fetch_prologue, unflatten)
 from zsim.zero.ops import Alloc
 from zsim.zero.residual import list_collective_staging_bytes
@@ -147,8 +147,8 @@ class Gathers:
             self._add(name=f"all_gather/params.{name}{suffix}.{i}", stream="compute", deps=launched,
                       collective="all_gather", group="dp", nbytes=self.e * n, allocs=(staging,), frees=(staging.tag,))
             launched = (self._add(name=f"launch/params.{name}{suffix}.{i}", stream="host", deps=(issued,),
-                                  kernels=fetch_copy_launches(n, self.nd)),)
-            tail = fetch_copy_tail(n, self.nd, self.e)
+                                  kernels=list_copy_launches(n, self.nd)),)
+            tail = list_copy_tail(n, self.nd, self.e)
             op = self._add(name=f"copy/params.{name}{suffix}.{i}", stream="compute", kernels=tail, hbm_bytes=tail.bytes)
         if launched:  # no GPU work: the compute stream resumes when the host has launched the last copies
             op = self._add(name=f"launched/params.{name}{suffix}", stream="compute", deps=launched)

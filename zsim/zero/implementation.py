@@ -12,8 +12,8 @@ What each version does, read from DeepSpeed's code at its tag (deepspeed/runtime
       average_tensor L603-668), about B·Nd/Ψ + 1 reduces of up to Ψ/Nd elements per bucket of B;
     - after the step, stage 2 all-gathers the partition in shards (step() L1145-1175), each from a list the
       host builds, a narrow and a detach per rank (`shard_list`), handed to c10d, which launches the Nd
-      copy-outs in its post hook while the transfer runs (as deepspeed-0.5's gathers: `fetch_copy_launches`,
-      `fetch_copy_tail`); the host goes on to the next shard's list meanwhile (a blocking all_gather waits
+      copy-outs in its post hook while the transfer runs (as deepspeed-0.5's gathers: `list_copy_launches`,
+      `list_copy_tail`); the host goes on to the next shard's list meanwhile (a blocking all_gather waits
       on the stream, not the host);
     - that is the path of contiguous_gradients (zsim: MD, `zero.defragment`). Without it (v0.2.0's
       default, ZERO_OPTIMIZATION_CONTIGUOUS_GRADIENTS_DEFAULT = False in deepspeed_zero_config.py, and
@@ -42,8 +42,8 @@ What each version does, read from DeepSpeed's code at its tag (deepspeed/runtime
       (torch/lib/c10d/ProcessGroupNCCL.cpp allgather, `outputTensors[i][j].copy_(outputFlattened[i][j])`).
       c10d launches those copies in its post hook, right after enqueueing the gather and before the call
       returns, so the host issues them while the transfer runs: a gather costs the transfer or the Nd
-      launches, whichever is longer, then the copies' GPU time (`fetch_copy_launches` on the plan's 'host'
-      lane beside the gather, `fetch_copy_tail` after it);
+      launches, whichever is longer, then the copies' GPU time (`list_copy_launches` on the plan's 'host'
+      lane beside the gather, `list_copy_tail` after it);
     - gradients: one reduce-scatter per parameter tensor of a bucket (partition_parameters.py @ v0.5.10
       _reduce_scatter_gradients L1050-1079), each from a list of Nd narrowed views (L1081-) that
       PyTorch first copies into a flat buffer, Nd copy kernels launched in c10d's pre hook before the
@@ -105,7 +105,7 @@ def fetched_tensors(tensors: tuple[int, ...], implementation: str) -> tuple[int,
 # pre_launch typically takes 130us, the launch takes 250us about, and there is a torch.cuda.synchronize()
 # sync point when pre_launch next all_gather" (tensors of 320 elements per partition: host time, not data).
 # At that Nd = 8 zsim's list already charges 1 zero-fill launch + 8 narrows (fetch_prologue) + 8 copy
-# launches (fetch_copy_launches) = 17 ops; at the A100 profile's 10 µs per op the other (130 + 250) / 10 − 17
+# launches (list_copy_launches) = 17 ops; at the A100 profile's 10 µs per op the other (130 + 250) / 10 − 17
 # = 21 ops are the Python (param bookkeeping, print_rank_0's f-strings, the stream context, c10d's
 # argument checks and flat-buffer allocation) that the measurement contains and the lists do not.
 # Paid once per gathered tensor, with the device idle: the synchronise before each gather (v0.3.13
@@ -205,14 +205,14 @@ def fetch_host(padded: tuple[int, ...], nd: int) -> KernelList:
 
 
 @functools.lru_cache(maxsize=4096)
-def fetch_copy_launches(n: int, nd: int) -> KernelList:
-    """deepspeed-0.5: the host's launches of PyTorch's copy-out of one tensor's list all-gather, Nd copies.
+def list_copy_launches(n: int, nd: int) -> KernelList:
+    """The host's launches of PyTorch's copy-out of one list all-gather of `n` elements (deepspeed-0.5's
+    per-tensor gathers, deepspeed-0.2's shards after the step), Nd copies.
     c10d launches them in the collective's post hook right after enqueueing ncclAllGather
     (ProcessGroupNCCL.cpp allgather, torch 1.8: the third lambda of `collective()`,
     `outputTensors[i][j].copy_(outputFlattened[i][j], true)` per view), so the host issues them while the
-    transfer runs: host ops only, on the plan's 'host' lane beside the gather (`n`, the tensor's padded
-    elements, keys the list)."""
-    return KernelList(f"fetch_copy_launches.{n}.{nd}", (_host("fetch.list_copy_launch", nd),))
+    transfer runs: host ops only, on the plan's 'host' lane beside the gather (`n` keys the list)."""
+    return KernelList(f"list_copy_launches.{n}.{nd}", (_host("list.copy_launch", nd),))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -224,12 +224,12 @@ def shard_list(nd: int) -> KernelList:
 
 
 @functools.lru_cache(maxsize=4096)
-def fetch_copy_tail(n: int, nd: int, e: int) -> KernelList:
-    """deepspeed-0.5: the GPU's side of one tensor's copy-out, Nd copy kernels that read and write the tensor
+def list_copy_tail(n: int, nd: int, e: int) -> KernelList:
+    """The GPU's side of one list all-gather's copy-out, Nd copy kernels that read and write the tensor
     once (2·e bytes per padded element), queued behind the transfer on its stream; launched by
-    `fetch_copy_launches`, so no host op here."""
-    return KernelList(f"fetch_copy_tail.{n}.{nd}.{e}",
-                      (Kernel("fetch.list_copy", "mem", bytes=2 * e * n, count=nd, prelaunched=True),))
+    `list_copy_launches`, so no host op here."""
+    return KernelList(f"list_copy_tail.{n}.{nd}.{e}",
+                      (Kernel("list.copy", "mem", bytes=2 * e * n, count=nd, prelaunched=True),))
 
 
 # deepspeed-0.14: host ops per fetched tensor besides the unflatten's narrows, counted from the code

@@ -9,7 +9,7 @@ from zsim.compute.optimizer_kernels import host_adam_kernels, optimizer_kernels
 from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Workload
 from zsim.zero.buckets import allgather_shards
-from zsim.zero.implementation import fetch_copy_launches, fetch_copy_tail, shard_list
+from zsim.zero.implementation import list_copy_launches, list_copy_tail, shard_list
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
 from zsim.zero.rank_states import (expert_dp, expert_partition, full_grad_tag, partition_grad_tag, rank_partition,
@@ -96,9 +96,9 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
                                step=step, micro_batch=last_mb)
                 b.add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=(opt, listed), collective="all_gather",
                       group="dp", nbytes=e * n, allocs=(stage_buf,), step=step, micro_batch=last_mb)
-                launched = b.add(name=f"launch/params.bucket.{j}", stream="host", kernels=fetch_copy_launches(n, nd),
+                launched = b.add(name=f"launch/params.bucket.{j}", stream="host", kernels=list_copy_launches(n, nd),
                                  step=step, micro_batch=last_mb)
-                tail = fetch_copy_tail(n, nd, e)
+                tail = list_copy_tail(n, nd, e)
                 b.add(name=f"copy/params.bucket.{j}", stream="comm", deps=(launched,), kernels=tail,
                       hbm_bytes=tail.bytes, frees=(stage_buf.tag,), step=step, micro_batch=last_mb)
                 continue
