@@ -84,6 +84,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-memory-fraction", type=positive_float("--cuda-memory-fraction", 1.0), default=None,
                         help="CUDA: cap the caching allocator at this share of the GPU's memory "
                              "(torch.cuda.set_per_process_memory_fraction), to run at the allocator's limit")
+    parser.add_argument("--cuda-memory-history", action="store_true",
+                        help="CUDA: record the caching allocator's history, block by block with its call sites, "
+                             "into rank<R>.memory_history.json.gz (torch.cuda.memory._record_memory_history)")
     parser.add_argument("--fail-rank", type=_natural("--fail-rank"), default=None, help="testing aid: this rank raises ...")
     parser.add_argument("--fail-at-step", type=_natural("--fail-at-step"), default=None, help="... at this step (0-based)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the trace files")
@@ -122,4 +125,5 @@ def config_from_args(args: argparse.Namespace, *, world_size: int | None = None)
                                        DEFAULT_ALLGATHER_ELEMENTS),
         prefetch_layers=pick(args.prefetch, found.prefetch_layers, 1),
         lr=args.lr, seed=args.seed, device=args.device, profile=args.torch_profiler,
-        fail_rank=args.fail_rank, fail_at_step=args.fail_at_step, cuda_memory_fraction=args.cuda_memory_fraction)
+        fail_rank=args.fail_rank, fail_at_step=args.fail_at_step, cuda_memory_fraction=args.cuda_memory_fraction,
+        cuda_memory_history=args.cuda_memory_history)

@@ -124,6 +124,9 @@ class RunConfig:
     # CUDA: torch.cuda.set_per_process_memory_fraction, a cap on what the caching allocator may reserve
     # (the device check pushes a run to the allocator's limit with it, to price a cache flush)
     cuda_memory_fraction: float | None = None
+    # CUDA: record the caching allocator's history block by block (runtime/memory_history.py) into
+    # rank<R>.memory_history.json.gz; ignored on CPU (no caching allocator), which the summary says
+    cuda_memory_history: bool = False
 
     def __post_init__(self) -> None:
         def fail(key: str, message: str) -> None:
@@ -131,7 +134,7 @@ class RunConfig:
 
         for name, kind in (("stage", int), ("world_size", int), ("mp", int), ("steps", int), ("seed", int),
                            ("bucket_elements", int), ("allgather_bucket_elements", int), ("prefetch_layers", int), ("checkpointing", bool),
-                           ("profile", bool), ("save_params", bool), ("lr", float), ("precision", str), ("device", str), ("out_dir", str)):
+                           ("profile", bool), ("save_params", bool), ("cuda_memory_history", bool), ("lr", float), ("precision", str), ("device", str), ("out_dir", str)):
             value = getattr(self, name)
             # bool is an int in Python: `stage: true` must not become stage 1; an int lr is fine.
             if isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float) if kind is float else kind):

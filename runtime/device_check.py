@@ -16,7 +16,13 @@ how long it took and what failed):
   DeepBench's CSV layout, so `zsim gemm-fit` makes a profile for this GPU from them;
 - (d) `runs/flush-<f>/`: the smallest shape again with `torch.cuda.set_per_process_memory_fraction`
   capping the allocator just above the run's allocated peak, so that the allocator flushes its cache
-  and retries: step time and `num_alloc_retries` per step price a flush by measurement.
+  and retries: step time and `num_alloc_retries` per step price a flush by measurement;
+- (b') `runs/<shape>-memhist/`: each shape again (3 steps, no profiler) with the caching allocator's
+  history recorded block by block (`rank0.memory_history.json.gz`, runtime/memory_history.py), so
+  that zsim's allocator model is checked on the very requests the runtime made;
+- (e) `attention.csv`: fused attention (PyTorch's FlashAttention-2, cuDNN, memory-efficient) timed in
+  the published FlashAttention tables' layout (runtime/attention_timing.py), a held-out check of
+  zsim.compute.flash.
 
 The shapes and which of them calibration holds out are fixed here, before any data exist (SHAPES,
 HELD_OUT): calibrate on the others, replay the held-out one.
@@ -36,6 +42,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from .attention_timing import attention_table
 
 
 @dataclass(frozen=True)
@@ -170,8 +178,9 @@ def gemm_tables(out: Path, shapes: list[tuple[str, int, int, int, str, str]], dr
 
 
 def run_shape(out: Path, shape: Shape, dry: bool, *, steps: int = STEPS, profile: bool = True,
-              fraction: float | None = None, name: str | None = None, timeout: float = 240) -> dict:
-    """Parts (a), (b), (d): one traced run through the runtime's own launcher (a subprocess)."""
+              fraction: float | None = None, name: str | None = None, timeout: float = 240,
+              history: bool = False) -> dict:
+    """Parts (a), (b), (b'), (d): one traced run through the runtime's own launcher (a subprocess)."""
     folder = out / "runs" / (name or shape.name)
     model_file = out / "models" / f"{shape.name}.yaml"
     model_file.parent.mkdir(parents=True, exist_ok=True)
@@ -183,6 +192,8 @@ def run_shape(out: Path, shape: Shape, dry: bool, *, steps: int = STEPS, profile
         cmd.append("--torch-profiler")
     if fraction is not None:
         cmd += ["--cuda-memory-fraction", f"{fraction:.6f}"]
+    if history:
+        cmd.append("--cuda-memory-history")
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
@@ -230,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="run on the CPU with tiny shapes (tests, no GPU)")
     parser.add_argument("--gemm-shapes", type=Path, default=None,
                         help="DeepBench's GEMM table (CSV with source,M,N,K,transA,transB); its shapes are timed")
-    parser.add_argument("--parts", choices=("all", "gemm", "kineto"), default="all",
-                        help="gemm: only the GEMM tables (c); kineto: only the profiled runs of (a) (default all)")
+    parser.add_argument("--parts", choices=("all", "gemm", "kineto", "memhist", "attention"), default="all",
+                        help="gemm: only the GEMM tables (c); kineto: only the profiled runs of (a); memhist: only "
+                             "the allocator histories (b'); attention: only the attention table (e) (default all)")
     parser.add_argument("--budget-s", type=float, default=450.0, help="stop starting new parts after this (default 450)")
     args = parser.parse_args(argv)
     import torch
@@ -288,8 +300,28 @@ def main(argv: list[str] | None = None) -> int:
             manifest["parts"][key] = record
         save()
         print(f"device-check: {key}: {manifest['parts'][key].get('exit', 'skipped')}", flush=True)
+    for shape in shapes if args.parts in ("all", "memhist") else ():  # (b')
+        name = f"{shape.name}-memhist"
+        if time.monotonic() > deadline:
+            manifest["parts"][name] = {"skipped": "out of time"}
+            continue
+        record = run_shape(out, shape, dry, steps=3, profile=False, name=name, history=True)
+        ok &= record["exit"] == 0
+        manifest["parts"][name] = record
+        save()
+        print(f"device-check: {name}: exit {record['exit']} in {record['seconds']} s", flush=True)
+    if args.parts in ("all", "attention"):  # (e)
+        t0 = time.monotonic()
+        try:
+            manifest["parts"]["attention"] = attention_table(out, dry, deadline + 30)
+        except Exception as exc:  # noqa: BLE001 - recorded; the runs' data are kept
+            ok = False
+            manifest["parts"]["attention"] = {"error": f"{type(exc).__name__}: {exc}"}
+        manifest["parts"]["attention"]["seconds"] = round(time.monotonic() - t0, 1)
+        save()
+        print(f"device-check: attention: {manifest['parts']['attention']}", flush=True)
     # (c) last: it is the part that can be cut short without losing a table
-    if args.parts == "kineto":
+    if args.parts in ("kineto", "memhist", "attention"):
         manifest["seconds"] = round(time.monotonic() - start, 1)
         manifest["ok"] = bool(ok)
         save()

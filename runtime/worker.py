@@ -29,6 +29,7 @@ import torch.distributed as dist
 import zsim
 from .clock import clock_for
 from .comm import Collectives
+from . import memory_history
 from .device_facts import cuda_memory_stats, device_facts
 from .config import RunConfig
 from .data import global_batch, micro_batch
@@ -129,6 +130,9 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     on_cuda = device.type == "cuda"
     if on_cuda and cfg.cuda_memory_fraction is not None:
         torch.cuda.set_per_process_memory_fraction(cfg.cuda_memory_fraction, device)
+    history = [] if on_cuda and cfg.cuda_memory_history else None  # step marks (runtime/memory_history.py)
+    if history is not None:
+        memory_history.start(torch, device)
     tracer = Tracer(env.rank, clock=lambda now_us: clock_for(device.type, now_us),
                     cuda_memory=_cuda_memory if on_cuda else None, label=_label if cfg.profile else None)
     offset = _clock_offset_us(tracer, device)
@@ -170,6 +174,9 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
                                   "ledger": dict(ledger.bytes), "ledger_total": sum(ledger.bytes.values())}
         torch.cuda.reset_peak_memory_stats()
     summary: dict[str, Any] = {"rank": env.rank, "dp_rank": engine.rank, "pp_rank": stage, "losses": [],
+                               "memory_history": (memory_history.path(out, env.rank).name if history is not None else
+                                                  "not recorded: no caching allocator on CPU"
+                                                  if cfg.cuda_memory_history else None),
                                "model_states": engine.model_state_bytes(), "params": total_params,
                                "params_per_mp_rank": engine.params,
                                "params_padded": engine.params_padded, "step_seconds": []}
@@ -185,6 +192,8 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
     try:
         for step in range(cfg.steps):
             tracer.begin_step(step)  # on CUDA: resolves the last step's events, synchronises, re-anchors
+            if history is not None:
+                memory_history.mark(torch, device, history, step)
             if cfg.fail_rank == env.rank and cfg.fail_at_step == step:
                 raise InjectedFailure(f"injected failure at step {step} (--fail-rank {env.rank})")
             tokens = global_batch(seed=cfg.seed, step=step, sequences=cfg.global_batch, seq_len=m.seq_len,
@@ -222,6 +231,10 @@ def _train(cfg: RunConfig, env: RankEnv, out: Path) -> None:
         if profiler is not None:
             profiler.stop()
         tracer.write(trace_path(out, env.rank), metadata)
+        if history is not None:  # kept when a step failed: the history up to the failure
+            torch.cuda.synchronize()
+            memory_history.mark(torch, device, history, "end")
+            memory_history.stop_and_write(torch, device, history, memory_history.path(out, env.rank))
 
 
 @dataclass(frozen=True)
