@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-FORMAT = "zsim-memory-history/1"
+from zsim.calibrate.memory_history import FORMAT
 MAX_ENTRIES = 2_000_000  # a ring buffer in the allocator; a 3-step run of the device check's shapes is far below
 MARK_BYTES = 1  # the step marker: one byte, a 512 B block of the small pool (kMinBlockSize)
 SITE_FRAMES = 3
@@ -110,12 +110,3 @@ def compact(snapshot: dict[str, Any], device_index: int, marks: list[dict[str, A
     return {"format": FORMAT, "device": device_index, "events": events, "sites": list(sites), "marks": marks,
             "segments": segments, "allocator_settings": snapshot.get("allocator_settings"),
             "max_entries": MAX_ENTRIES, "truncated": len(entries) >= MAX_ENTRIES}
-
-
-def read(path: Path) -> dict[str, Any]:
-    """A written history. Raises ValueError when `path` is not one (wrong format tag)."""
-    with gzip.open(path, "rt") as f:
-        data = json.load(f)
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a zsim memory history (format {FORMAT!r})")
-    return data

@@ -78,3 +78,34 @@ def test_run_peak_drops_by_the_closed_form(tmp_path):
         peaks[loss] = json.loads((tmp_path / f"{loss}.json").read_text())["memory"]["peak_bytes"]
     tokens, v, h, e = 512 * 8, padded_vocab(128000, 1), 256, 2
     assert peaks["megatron"] - peaks["fused"] == (14 - 4) * tokens * v - 4 * tokens - e * tokens * h - e * 2 * h
+
+
+def test_the_fp32_upcast_loss_saves_its_log_softmax_and_holds_two_gradients_in_backward():
+    """torch-fp32 (F.cross_entropy(logits.float()), zsim's runtime and HF transformers' ForCausalLMLoss): forward
+    holds the e-byte logits and their fp32 copy beside the saved fp32 log-softmax; backward holds nll_loss's
+    and log_softmax's fp32 gradients at once, then the input's gradient (data/device/20261127-h200-memhist:
+    three 1648 MB blocks live at h1024's head backward)."""
+    from zsim.workload.activations import loss_backward_tensors
+
+    tokens, vocab = 8192, 50304
+    logits = tokens * vocab
+    assert loss_tensors(tokens, vocab, 1, 2, "torch-fp32") == ((4 * logits,), (2 * logits, 4 * logits), ())
+    assert loss_tensors(tokens, vocab, 1, 4, "torch-fp32") == ((4 * logits,), (4 * logits,), ())  # .float() is a no-op
+    assert loss_backward_tensors(tokens, vocab, 1, "torch-fp32") == (4 * logits, 4 * logits)
+    assert loss_backward_tensors(tokens, vocab, 1, "megatron") == ()
+    scenario, workload, head = _head("torch-fp32")
+    m = scenario.model
+    sbh = 2 * m.seq_len * m.micro_batch * m.hidden
+    v = workload.padded_vocab
+    assert head.bwd_work_tensors == (4 * m.seq_len * m.micro_batch * v, 4 * m.seq_len * m.micro_batch * v, sbh)
+    plan = build_plan(scenario, workload)
+    bwd = next(op for op in plan.ops if op.name == "bwd/head")
+    assert [a.nbytes for a in bwd.allocs if a.tag.startswith("dgrad")] == list(head.bwd_work_tensors)
+    assert all(a.tag in bwd.frees for a in bwd.allocs if a.tag.startswith("dgrad"))
+
+
+def test_the_fp32_upcast_loss_needs_whole_logits():
+    from zsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.loss.*torch-fp32 with parallel.mp 2"):
+        small_scenario(model={"loss": "torch-fp32"}, parallel={"mp": 2, "dp": 16}, zero={"stage": 1})

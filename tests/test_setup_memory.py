@@ -33,30 +33,73 @@ def test_setup_beyond_the_ledger_is_the_allocators_rounding_and_one_small_block(
     assert found["rest"] == MIN_BLOCK, found  # one tensor of <= 512 B (docs/device-check.md)
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
-def test_a_setup_residue_is_cached_before_the_first_step_and_no_peak_counts_it(stage):
-    """zero.setup_residue 'runtime': each module's fp32 initial values (4 B a parameter) and, at stages 1-2,
-    the fp32 flat copy (4 B a padded parameter) are allocated before the model states and freed before the
-    first step: the allocator keeps them cached (reserved − allocated after setup is their size), and the
-    peaks count from the first step, as the runtime resets torch's after setup."""
+def _residue_scenarios(stage: int):
     from tests.conftest import small_scenario
-    from zsim.engine.simulation import simulate
-    from zsim.zero.plan import build_plan, scenario_workload
 
     base = dict(zero={"stage": stage}, model={"layers": 2, "hidden": 512, "heads": 8, "seq_len": 128, "vocab": 4096,
                                             "micro_batch": 2},
                 parallel={"dp": 8, "mp": 1}, hardware={"profile": "dgx-a100", "nodes": 1})
-    plain = small_scenario(**base)
-    residue = small_scenario(**{**base, "zero": {"stage": stage, "setup_residue": "runtime"}})
+    return small_scenario(**base), small_scenario(**{**base, "zero": {"stage": stage, "setup_residue": "runtime"}})
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_a_setup_residue_is_cached_before_the_first_step(stage):
+    """zero.setup_residue 'runtime': each module's fp32 initial values (4 B a parameter) and, at stages 1-2,
+    the fp32 flat copy (4 B a padded parameter) are allocated before the model states and freed before the
+    first step: the allocator keeps them cached (reserved − allocated after setup is their size)."""
+    from zsim.memory.allocator import CachingAllocator
+    from zsim.zero.plan import build_plan, scenario_workload
+
+    plain, residue = _residue_scenarios(stage)
     w = scenario_workload(residue)
-    setup = build_plan(residue, w).setup
+    plan = build_plan(residue, w)
     fp32_values = sum(4 * m.params for m in w.modules)
-    assert sum(a.nbytes for a in setup) > fp32_values if stage < 3 else sum(a.nbytes for a in setup) == fp32_values
+    assert sum(a.nbytes for a in plan.setup) > fp32_values if stage < 3 else sum(a.nbytes for a in plan.setup) == fp32_values
     assert build_plan(plain, scenario_workload(plain)).setup == ()
-    a, b = simulate(plain).ledger, simulate(residue).ledger
-    assert b.rows[0] == a.rows[0]  # the same tensors live when the first step starts
-    assert b.reserved_rows[0] - a.reserved_rows[0] >= fp32_values - 2 * ROUND_LARGE * len(setup)
-    assert b.peak == a.peak and b.peak_reserved >= a.peak_reserved
+    allocator = CachingAllocator(capacity=1 << 62)
+    for a in plan.setup + plan.persistent:
+        allocator.malloc(a.tag, a.nbytes)
+    for a in plan.setup:
+        allocator.free(a.tag)
+    assert allocator.reserved - allocator.allocated >= sum(a.nbytes for a in plan.setup) - 2 * ROUND_LARGE * len(plan.setup)
+    assert not any(a.tag.startswith("setup.") for op in plan.ops for a in op.allocs)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_the_runtime_plan_holds_its_gradient_buffer_and_cublas_workspaces(stage):
+    """The runtime's allocations beyond DeepSpeed's (zsim.zero.plan runtime_gradients, allocator_workspaces,
+    runtime_step_temporaries; data/device/20261127-h200-memhist): one gradient buffer from setup on (e·Ψ at
+    stage 1, e·Ψ/Nd at 2-3) in place of gradients made in backward; cuBLAS's workspaces from the caching
+    allocator at the first forward and backward GEMM, never freed, not beside it; the norm's fp64 copy of
+    the largest segment; every request from the loop's stream."""
+    from zsim.zero.plan import CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, build_plan, largest_segment, scenario_workload
+    from zsim.zero.rank_states import rank_model_states
+
+    plain, residue = _residue_scenarios(stage)
+    w = scenario_workload(residue)
+    plan, base = build_plan(residue, w), build_plan(plain, scenario_workload(plain))
+    grads = {a.tag: a.nbytes for a in plan.persistent}["model.grads"]
+    assert grads == rank_model_states(residue, w).grads
+    assert "model.grads" not in {a.tag for a in base.persistent}
+    made = [a.tag for op in plan.ops for a in op.allocs]
+    assert not any(t.startswith("grads.partition.") for t in made)
+    assert not any(t.startswith("grad.") and t.rsplit(".", 1)[-1].startswith("s") for t in made)  # stage 1's full grads
+    assert {op.stream for op in plan.ops if op.allocs} >= {"compute"}
+    assert all(a.stream == "compute" for op in plan.ops for a in op.allocs)
+    first = {}
+    for op in plan.ops:
+        for a in op.allocs:
+            first.setdefault(a.tag, op.name)
+    assert first["cublas.loop"] == first["cublaslt.loop"] == "fwd/layer.0"
+    assert first["cublas.autograd"].startswith("bwd/")
+    sizes = {a.tag: a.nbytes for op in plan.ops for a in op.allocs}
+    assert sizes["cublas.loop"] == CUBLAS_WORKSPACE and sizes["cublaslt.loop"] == CUBLASLT_WORKSPACE  # an A100
+    freed = {t for op in plan.ops for t in op.frees}
+    assert not {"cublas.loop", "cublaslt.loop", "cublas.autograd"} & freed
+    assert "context.cublas" in dict(base.context) and "context.cublas" not in dict(plan.context)
+    norm = next(op for op in plan.ops if op.name == "optimizer/norm" and op.step == 0)
+    assert [a.nbytes for a in norm.allocs] == [8 * largest_segment(residue, w)]
+    assert norm.allocs[0].tag in norm.frees
 
 
 def test_a_setup_residue_is_refused_where_it_is_not_the_runtimes():

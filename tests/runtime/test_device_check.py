@@ -32,6 +32,14 @@ def test_dry_run_writes_every_part(tmp_path):
         assert (out / "runs" / shape.name / "rank0.trace.json").is_file()
     assert (out / "runs" / f"{device_check.DRY_SHAPES[0].name}-kineto" / "rank0.kineto.json").is_file()
     assert any(k.startswith("flush-") and v["exit"] == 0 for k, v in parts.items())
+    for shape in device_check.DRY_SHAPES:  # (b'): on a CPU the runs go through, the history is not recorded
+        assert parts[f"{shape.name}-memhist"]["exit"] == 0
+    summary = json.loads((out / "runs" / f"{device_check.DRY_SHAPES[0].name}-memhist" / "rank0.summary.json").read_text())
+    assert summary["memory_history"] == "not recorded: no caching allocator on CPU"
+    with (out / "attention.csv").open() as fh:  # (e): the math backend on a CPU, every row timed
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == parts["attention"]["rows"] > 0
+    assert all(r["backend"] == "math" and float(r["tflops"]) > 0 and not r["error"] for r in rows)
     for dtype in device_check.GEMM_DTYPES:
         with (out / f"gemm_{dtype}.csv").open() as fh:
             rows = list(csv.DictReader(fh))

@@ -83,8 +83,11 @@ def runtime_model_options(meta: dict[str, Any]) -> dict[str, Any]:
     runs a fused kernel that keeps no s×s scores (on the 2026-11-26 H200 run, cuDNN's sm90 flash kernels,
     data/device/20261126-h200: Hopper's FlashAttention-3 class; FlashAttention-2 on Ampere, torch's own
     flash backend). CPU runs keep zsim's standard attention: the host model prices them that way and
-    the CPU replay suite is calibrated on it."""
+    the CPU replay suite is calibrated on it. Its head takes `F.cross_entropy(logits.float())` (model.loss
+    torch-fp32) without tensor parallelism; a tensor-parallel run keeps the default (vocab-parallel)."""
     options: dict[str, Any] = {"dropout": False}
+    if int(meta.get("mp", 1) or 1) == 1:
+        options["loss"] = "torch-fp32"
     facts = _device_facts(meta)
     capability = str(facts.get("capability", ""))
     if facts.get("type") == "cuda" and capability[:1].isdigit():

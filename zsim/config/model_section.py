@@ -148,13 +148,16 @@ class ModelSection(Section, kw_only=True):
     # of the logits (zsim.workload.activations.loss_work_tensors); a fused kernel keeps the e-byte logits
     # and one fp32 log-sum-exp per token (flash-attn flash_attn/losses/cross_entropy.py
     # SoftmaxCrossEntropyLossFn: ctx.save_for_backward(logits, lse, labels)).
-    loss: Annotated[Literal["megatron", "fused", "torch"], Meta(description=(
+    loss: Annotated[Literal["megatron", "fused", "torch", "torch-fp32"], Meta(description=(
         "the cross-entropy's memory: megatron: Megatron-LM's vocab-parallel loss of 2020 (the e-byte logits, "
         "their fp32 copy, its fp32 clone and the saved fp32 softmax: (e + 12) bytes per logit); fused: a fused "
         "kernel that keeps only the e-byte logits and a per-token fp32 log-sum-exp (flash-attn's xentropy, "
         "llm-foundry's default loss_fn: fused_crossentropy); torch: PyTorch's cross_entropy on the e-byte "
         "logits without an fp32 upcast, which saves its e-byte log-softmax while the training loop holds the "
-        "logits until backward ends (NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false; mp 1 only)"))] = "megatron"
+        "logits until backward ends (NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false; mp 1 only); "
+        "torch-fp32: PyTorch's cross_entropy on an fp32 upcast of the logits (F.cross_entropy(logits.float()), "
+        "as Hugging Face transformers' ForCausalLMLoss and zsim's runtime compute it), which saves its fp32 "
+        "log-softmax and whose backward holds two fp32 logit gradients at once; mp 1 only"))] = "megatron"
     moe: Annotated[MoeSection, Meta(description=(
         "mixture-of-experts MLPs (docs/moe.md); absent: every MLP dense"))] | None = None
     from_hf: Annotated[Text, Meta(description=(

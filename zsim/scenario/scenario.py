@@ -272,10 +272,10 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
         raise fail("zero.partition_activations", "true partitions full-recompute checkpoints, but "
                    "zero.recompute_granularity is selective (no layer checkpoint to partition)")
     _check_moe(spec, fail)
-    if spec.model.loss == "torch" and spec.parallel.mp > 1:
+    if spec.model.loss in ("torch", "torch-fp32") and spec.parallel.mp > 1:
         # a DTensor's logits are gathered whole before PyTorch's loss (NeMo AutoModel's MaskedCrossEntropy:
         # `logits.full_tensor()`), a collective and memory zsim does not model
-        raise fail("model.loss", f"torch with parallel.mp {spec.parallel.mp}: PyTorch's cross-entropy runs on whole "
+        raise fail("model.loss", f"{spec.model.loss} with parallel.mp {spec.parallel.mp}: PyTorch's cross-entropy runs on whole "
                    "logits, gathered first under tensor parallelism, which zsim does not model; use megatron "
                    "(vocab-parallel) or fused")
     if not spec.precision.master_weights and spec.precision.dtype != "bf16":

@@ -117,6 +117,19 @@ def loss_work_tensors(tokens: int, vocab: int, t: int, e: int) -> tuple[int, ...
     return (e * logits,) + ((4 * logits,) if e != 4 else ()) + (4 * logits,)
 
 
+def loss_backward_tensors(tokens: int, vocab: int, t: int, loss: str) -> tuple[int, ...]:
+    """The fp32 logit gradients the loss's backward holds at once, beside its saved tensors, or () where
+    the head's default backward work applies (StepPass._backward_work_bytes). torch-fp32: nll_loss's
+    backward writes a dense fp32 gradient of the log-softmax (4·T·V), and log_softmax's backward a second
+    one for the fp32 logits before the first is freed (aten log_softmax_backward_data allocates its
+    output); the 2026-11-27 H200 history shows both live with the saved log-softmax
+    (data/device/20261127-h200-memhist, h1024: three 1648 MB blocks)."""
+    if loss != "torch-fp32":
+        return ()
+    logits = tokens * vocab // t
+    return (4 * logits, 4 * logits)
+
+
 def loss_tensors(tokens: int, vocab: int, t: int, e: int,
                  loss: str = "megatron") -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(saved, work, held): the bytes the cross-entropy over `tokens` tokens and the V/t logit columns of an
@@ -135,8 +148,16 @@ def loss_tensors(tokens: int, vocab: int, t: int, e: int,
           saves its e-byte output for backward (nll_loss reads the same tensor); the logits themselves are
           held by the training loop's model output until its backward() returns (train_ft.py
           _forward_backward_step: `out = model(**batch)`, then `calculate_loss(..., logits=out.logits)` and
-          `.backward()` in the same scope). No tensor parallelism (t = 1 in that loss)."""
+          `.backward()` in the same scope). No tensor parallelism (t = 1 in that loss).
+      torch-fp32: PyTorch's F.cross_entropy on an fp32 copy of the logits (Hugging Face transformers
+          loss/loss_utils.py ForCausalLMLoss: `logits = logits.float()`; zsim's runtime, runtime/model.py
+          Head): log_softmax saves its fp32 output; the e-byte logits and their fp32 copy are freed when
+          the forward ends (the loss is all the model returns). Measured block by block on an H200
+          (data/device/20261127-h200-memhist): 824 MB of bf16 logits, 1648 MB fp32 copy, 1648 MB saved
+          log-softmax at T·V = 412M. Its backward's tensors are loss_backward_tensors'. t = 1."""
     logits = tokens * vocab // t
+    if loss == "torch-fp32":  # the e-byte logits and their fp32 copy while forward runs (none when e = 4)
+        return (4 * logits,), (e * logits,) + ((4 * logits,) if e != 4 else ()), ()
     if loss == "fused":
         return (e * logits, 4 * tokens), (), ()
     if loss == "torch":

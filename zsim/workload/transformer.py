@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from zsim.config.model_section import ModelSection
-from zsim.workload.activations import layer_saved_tensors, loss_tensors
+from zsim.workload.activations import layer_saved_tensors, loss_backward_tensors, loss_tensors
 from zsim.workload.moe import Moe
 from zsim.workload.parameters import moe_layer_tensors, total_params
 from zsim.workload.shape import Shape, layer_tensors
@@ -78,6 +78,10 @@ class Module:
     # Tensors (bytes) the training loop holds from the module's forward until the whole backward pass has
     # run, freed with the pass's last op: the head's e-byte logits under model.loss torch (loss_tensors).
     held_tensors: tuple[int, ...] = ()
+    # Tensors (bytes) the module's backward holds at once, beside its saved activations, when they are
+    # known one by one (the head under model.loss torch-fp32: loss_backward_tensors and its input's
+    # gradient); () for the single sum of StepPass._backward_work_bytes.
+    bwd_work_tensors: tuple[int, ...] = ()
     # Sequence parallelism [K22 §4.2.2]: the MP collectives (op, bytes of the whole tensor) in forward and
     # in backward, in place of the all-reduces (whose counts are then 0).
     mp_collectives_fwd: tuple[tuple[str, int], ...] = ()
@@ -327,6 +331,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     # cross-entropy in fp32 on the vocab-parallel logits: 4sbV/t bytes [K22 §4.3] plus its input, or a
     # fused kernel's e-byte logits and per-token log-sum-exp (model.loss; loss_tensors).
     loss_saved, loss_work, loss_held = loss_tensors(s * b, v, t, e, shape.loss)
+    bwd_loss = loss_backward_tensors(s * b, v, t, shape.loss)
     head_saved = sum(loss_saved) + e * sbh // r  # the final norm's input is sequence-split under SP
     head_tensors = shape.norm_tensors + (() if shape.tied_head else (v * h // t,))
     head = Module(
@@ -339,7 +344,9 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         # Megatron's vocab_parallel_cross_entropy all-reduces the per-token max logit, target logit
         # and sum of exponentials over MP, in fp32 (megatron/core/tensor_parallel/cross_entropy.py).
         mp_loss_allreduce_bytes=(4 * s * b,) * 3 if t > 1 else (),
-        fwd_work_tensors=loss_work, held_tensors=loss_held, **(_sp_collectives("head", mp_bytes) if sp else {}),
+        fwd_work_tensors=loss_work, held_tensors=loss_held,
+        bwd_work_tensors=(bwd_loss + (e * sbh // r,)) if bwd_loss else (),
+        **(_sp_collectives("head", mp_bytes) if sp else {}),
     )
     modules = (embed, *block, head)
     if sp:  # the reduce-scatters and all-gathers replace every MP all-reduce but the loss's

@@ -264,8 +264,12 @@ class StepPass(Gathers, Checkpoints, Reductions):
         """A module's backward: frees its activations, holds its input and output gradients while
         it runs (_backward_work_bytes), and from stage 2 produces its gradient tensor (into
         MD's arena when on); gradients join the reduction bucket."""
-        work = self._tags("dgrad", m.name)
-        allocs = [Alloc("activations", self._backward_work_bytes(m), work)]
+        if m.bwd_work_tensors:  # known one by one (the head under model.loss torch-fp32)
+            work = tuple(self._tags(f"dgrad{i}", m.name) for i in range(len(m.bwd_work_tensors)))
+            allocs = [Alloc("activations", n, tag) for n, tag in zip(m.bwd_work_tensors, work)]
+        else:
+            work = (self._tags("dgrad", m.name),)
+            allocs = [Alloc("activations", self._backward_work_bytes(m), work[0])]
         if self.stage == 3 and reduce and self.z.implementation == "deepspeed-0.5":
             # each parameter's gradient leaves for the bucket buffer as its hook runs (zsim.zero.implementation)
             allocs.append(Alloc("grads", self.e * live_grads(m.tensors, self.z.reduce_bucket_elements),
@@ -274,7 +278,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
             allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
         elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
             allocs.append(Alloc("grads", self.e * m.params, full_grad_tag(m.name, self.step)))
-        frees = frees + self._activation_tags(m, "act") + (work,)
+        frees = frees + self._activation_tags(m, "act") + work
         if m.expert_params and (self.stage >= 2 or self.mb == 0):  # the local experts' gradients (_expert_grads)
             allocs.append(Alloc("grads", self.e * m.expert_params, self._expert_grad_tag(m)))
         if self.stage == 3 and reduce:
