@@ -3,8 +3,8 @@ FlashAttention benchmark tables that `zsim.compute.flash` is fitted to, so that 
 GPU and a build it never saw.
 
 The layout is flash-attn's benchmark's (benchmarks/benchmark_flash_attention.py; FlashAttention-3
-paper §4.1): batch × sequence = 16,384 tokens, 16 heads of 128, bf16, causal and not, forward and
-backward, at 512 to 16k tokens. FLOPs are counted as those tables count them: forward 4·b·s²·a·d,
+paper §4.1): batch × sequence = 16,384 tokens, hidden 2048 (16 heads of 128; 32 of 64 or 8 of 256 at the
+other head dimensions, `head_dims`), bf16, causal and not, forward and backward, at 512 to 16k tokens. FLOPs are counted as those tables count them: forward 4·b·s²·a·d,
 halved when causal; backward 2.5 × the forward. Each backend of
 `torch.nn.functional.scaled_dot_product_attention` is forced in turn (`torch.nn.attention.sdpa_kernel`):
 `flash` is FlashAttention-2 as vendored in PyTorch, `cudnn` cuDNN's fused attention, `efficient`
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 TOKENS = 16_384
-HEADS = 16
+HIDDEN = 2048  # heads = HIDDEN // head dim, as the FlashAttention-3 paper's benchmarks keep it
 HEAD_DIM = 128
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 BACKENDS = ("flash", "cudnn", "efficient")
@@ -60,17 +60,18 @@ def _median_seconds(torch: Any, fn: Any, cuda: bool) -> float:
     return sorted(timed() for _ in range(5))[2]
 
 
-def time_attention(torch: Any, backend: str, seq: int, causal: bool, device: Any, batch: int
-                   ) -> tuple[float, float]:
+def time_attention(torch: Any, backend: str, seq: int, causal: bool, device: Any, batch: int,
+                   head_dim: int = HEAD_DIM) -> tuple[float, float]:
     """(forward seconds, backward seconds) of one fused attention call of `batch` × `seq` tokens."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     kernel = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
               "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend]
     dtype = torch.bfloat16
-    q, k, v = (torch.randn(batch, HEADS, seq, HEAD_DIM, dtype=dtype, device=device, requires_grad=True)
+    heads = HIDDEN // head_dim
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, dtype=dtype, device=device, requires_grad=True)
                for _ in range(3))
-    grad = torch.randn(batch, HEADS, seq, HEAD_DIM, dtype=dtype, device=device)
+    grad = torch.randn(batch, heads, seq, head_dim, dtype=dtype, device=device)
     cuda = device.type == "cuda"
     sdpa = torch.nn.functional.scaled_dot_product_attention
     with sdpa_kernel(kernel):
@@ -81,8 +82,9 @@ def time_attention(torch: Any, backend: str, seq: int, causal: bool, device: Any
     return fwd, bwd
 
 
-def attention_table(out: Path, dry: bool, deadline: float) -> dict:
-    """Write `attention.csv` (COLUMNS); returns what the manifest records."""
+def attention_table(out: Path, dry: bool, deadline: float, head_dims: tuple[int, ...] = (HEAD_DIM,)) -> dict:
+    """Write `attention.csv` (COLUMNS), one block of rows per head dimension in `head_dims`; returns what
+    the manifest records."""
     import torch
 
     device = torch.device("cpu" if dry else "cuda")
@@ -91,24 +93,26 @@ def attention_table(out: Path, dry: bool, deadline: float) -> dict:
     with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(COLUMNS)
-        for backend in DRY_BACKENDS if dry else BACKENDS:
-            for causal in (True, False):
-                for seq in DRY_LENGTHS if dry else LENGTHS:
-                    if time.monotonic() > deadline:
-                        skipped += 1
-                        continue
-                    batch = max(1, TOKENS // seq) if not dry else 1
-                    try:
-                        fwd, bwd = time_attention(torch, backend, seq, causal, device, batch)
-                    except Exception as exc:  # noqa: BLE001 - a backend this build lacks is data
-                        writer.writerow([backend, "both", causal, seq, batch, HEADS, HEAD_DIM, "", "",
-                                         f"{type(exc).__name__}: {str(exc)[:200]}"])
-                        continue
-                    for phase, seconds in (("fwd", fwd), ("bwd", bwd)):
-                        f = flops(batch, seq, HEADS, HEAD_DIM, causal, phase)
-                        writer.writerow([backend, phase, causal, seq, batch, HEADS, HEAD_DIM,
-                                         f"{seconds * 1e3:.6f}", f"{f / seconds / 1e12:.3f}", ""])
-                        rows += 1
+        for head_dim in head_dims:
+            heads = HIDDEN // head_dim
+            for backend in DRY_BACKENDS if dry else BACKENDS:
+                for causal in (True, False):
+                    for seq in DRY_LENGTHS if dry else LENGTHS:
+                        if time.monotonic() > deadline:
+                            skipped += 1
+                            continue
+                        batch = max(1, TOKENS // seq) if not dry else 1
+                        try:
+                            fwd, bwd = time_attention(torch, backend, seq, causal, device, batch, head_dim)
+                        except Exception as exc:  # noqa: BLE001 - a backend this build lacks is data
+                            writer.writerow([backend, "both", causal, seq, batch, heads, head_dim, "", "",
+                                             f"{type(exc).__name__}: {str(exc)[:200]}"])
+                            continue
+                        for phase, seconds in (("fwd", fwd), ("bwd", bwd)):
+                            f = flops(batch, seq, heads, head_dim, causal, phase)
+                            writer.writerow([backend, phase, causal, seq, batch, heads, head_dim,
+                                             f"{seconds * 1e3:.6f}", f"{f / seconds / 1e12:.3f}", ""])
+                            rows += 1
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
     return {"table": path.name, "rows": rows, "skipped_for_time": skipped}

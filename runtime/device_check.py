@@ -67,6 +67,16 @@ SHAPES = (
           checkpointing=True),
 )
 HELD_OUT = "h2048"  # replayed, never calibrated on (chosen before the first measurement)
+# Shapes for a held-out check of the simulated allocator peaks (`--parts holdout`): chosen on 2026-11-27 after
+# the rebuild was made to mirror the runtime's requests seen in SHAPES' histories, before these were measured.
+# Widths and stages that SHAPES pair differently (GPT-3 paper Table 2.1 widths 1536, 2560, 3072).
+HOLDOUT_SHAPES = (
+    Shape("h1536", dict(layers=6, hidden=1536, heads=12, seq_len=2048, vocab=50304, micro_batch=4), stage=2),
+    Shape("h2560", dict(layers=6, hidden=2560, heads=20, seq_len=1024, vocab=50304, micro_batch=4), stage=3,
+          checkpointing=True),
+    Shape("h3072", dict(layers=4, hidden=3072, heads=24, seq_len=1024, vocab=50304, micro_batch=8), stage=1,
+          checkpointing=True),
+)
 DRY_SHAPES = tuple(Shape(s.name, dict(layers=2, hidden=64, heads=4, seq_len=32, vocab=128, micro_batch=2),
                          s.stage, s.checkpointing) for s in SHAPES)
 STEPS = 4  # the first is warm-up (allocator growth, cuBLAS heuristics); tests read steps 1..
@@ -231,7 +241,9 @@ def provenance(dry: bool) -> dict[str, Any]:
             "device": facts, "commit": os.environ.get("ZSIM_COMMIT"),
             "shapes": [{"name": s.name, "model": s.model, "stage": s.stage, "checkpointing": s.checkpointing}
                        for s in (DRY_SHAPES if dry else SHAPES)],
-            "held_out": HELD_OUT, "steps": STEPS, "flush_headroom": FLUSH_HEADROOM}
+            "held_out": HELD_OUT, "steps": STEPS, "flush_headroom": FLUSH_HEADROOM,
+            "holdout_shapes": [{"name": s.name, "model": s.model, "stage": s.stage, "checkpointing": s.checkpointing}
+                               for s in HOLDOUT_SHAPES]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,9 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="run on the CPU with tiny shapes (tests, no GPU)")
     parser.add_argument("--gemm-shapes", type=Path, default=None,
                         help="DeepBench's GEMM table (CSV with source,M,N,K,transA,transB); its shapes are timed")
-    parser.add_argument("--parts", choices=("all", "gemm", "kineto", "memhist", "attention"), default="all",
+    parser.add_argument("--parts", choices=("all", "gemm", "kineto", "memhist", "holdout", "attention"), default="all",
                         help="gemm: only the GEMM tables (c); kineto: only the profiled runs of (a); memhist: only "
-                             "the allocator histories (b'); attention: only the attention table (e) (default all)")
+                             "the allocator histories (b'); holdout: the histories of HOLDOUT_SHAPES (not in all); "
+                             "attention: only the attention table (e) (default all)")
+    parser.add_argument("--attention-head-dims", default="128", metavar="D,D,...",
+                        help="(e): head dimensions to time, hidden 2048 (default 128; 64,128,256 for all three)")
     parser.add_argument("--budget-s", type=float, default=450.0, help="stop starting new parts after this (default 450)")
     args = parser.parse_args(argv)
     import torch
@@ -254,6 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.gemm_shapes is not None and not args.gemm_shapes.is_file():
         print(f"device-check: --gemm-shapes {args.gemm_shapes}: no such file", file=sys.stderr)
+        return 2
+    try:
+        head_dims = tuple(int(d) for d in args.attention_head_dims.split(","))
+    except ValueError:
+        head_dims = ()
+    if not head_dims or any(d not in (64, 128, 256) for d in head_dims):
+        print(f"device-check: --attention-head-dims {args.attention_head_dims}: a list of 64, 128, 256", file=sys.stderr)
         return 2
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -300,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
             manifest["parts"][key] = record
         save()
         print(f"device-check: {key}: {manifest['parts'][key].get('exit', 'skipped')}", flush=True)
-    for shape in shapes if args.parts in ("all", "memhist") else ():  # (b')
+    memhist = (shapes if args.parts in ("all", "memhist") else
+               (DRY_SHAPES[:1] if dry else HOLDOUT_SHAPES) if args.parts == "holdout" else ())
+    for shape in memhist:  # (b')
         name = f"{shape.name}-memhist"
         if time.monotonic() > deadline:
             manifest["parts"][name] = {"skipped": "out of time"}
@@ -313,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.parts in ("all", "attention"):  # (e)
         t0 = time.monotonic()
         try:
-            manifest["parts"]["attention"] = attention_table(out, dry, deadline + 30)
+            manifest["parts"]["attention"] = attention_table(out, dry, deadline + 30, head_dims)
         except Exception as exc:  # noqa: BLE001 - recorded; the runs' data are kept
             ok = False
             manifest["parts"]["attention"] = {"error": f"{type(exc).__name__}: {exc}"}
@@ -321,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
         print(f"device-check: attention: {manifest['parts']['attention']}", flush=True)
     # (c) last: it is the part that can be cut short without losing a table
-    if args.parts in ("kineto", "memhist", "attention"):
+    if args.parts in ("kineto", "memhist", "holdout", "attention"):
         manifest["seconds"] = round(time.monotonic() - start, 1)
         manifest["ok"] = bool(ok)
         save()
