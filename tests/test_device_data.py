@@ -91,6 +91,28 @@ def test_simulated_allocator_peaks_within_5_percent(run, shape, quantity):
     assert simulated == pytest.approx(measured, rel=0.05)
 
 
+HOLDOUT = ROOT / "data" / "device" / "20261127-h200-holdout"
+
+
+# Held out: three shapes chosen after the rebuild was made to mirror the runtime's requests seen in the
+# histories of the three above, and measured after (runtime/device_check.py HOLDOUT_SHAPES). Before the
+# mirror (commit fb3b672) zsim gave +2.0/+0.6% (h1536), +2.6/+17.9% (h2560), +13.1/+19.0% (h3072).
+@pytest.mark.skipif(not HOLDOUT.is_dir(), reason="no held-out device runs in data/device/")
+@pytest.mark.parametrize("shape,quantity", [
+    ("h1536", "allocated_peak"),  # stage 2: -0.0%
+    ("h1536", "reserved_peak"),  # -0.2%
+    pytest.param("h2560", "allocated_peak", marks=_miss("+6.5%: stage 3, the plan's bucket at the head's backward")),
+    pytest.param("h2560", "reserved_peak", marks=_miss("+12.0%")),
+    ("h3072", "allocated_peak"),  # stage 1 with checkpointing: -0.0%
+    ("h3072", "reserved_peak"),  # -0.0%
+])
+def test_held_out_shapes_peaks_within_5_percent(shape, quantity):
+    run = dr.DeviceRun.read(HOLDOUT)
+    measured = dr.measured_memory(run, f"{shape}-memhist")[quantity]
+    simulated = dr.simulated_memory(run, f"{shape}-memhist", "hgx-h200")[quantity]
+    assert simulated == pytest.approx(measured, rel=0.05)
+
+
 @pytest.mark.parametrize("run", TRACED, ids=lambda r: r.folder.name)
 @pytest.mark.parametrize("shape", ["h1024", "h2048", "h4096"])
 def test_the_setup_residue_is_what_the_runtime_left_cached(run, shape):

@@ -1,6 +1,6 @@
 """The allocator's own history of a CUDA run (`--cuda-memory-history`, runtime/memory_history.py) and its
 replay through zsim's allocator model (zsim.calibrate.memory_history): compacting a snapshot, reading it
-back, and on the H200 histories (data/device/20261127-h200-memhist; skipped without them) the replay of
+back, and on the H200 histories (data/device/20261127-h200-memhist and -holdout; skipped without them) the replay of
 the runtime's own requests reserving what PyTorch reserved, to the byte."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from zsim.calibrate.memory_history import FORMAT, live_at_peak, read, replay
 from zsim.runtime import memory_history as mh
 
-HISTORIES = Path(__file__).resolve().parents[1] / "data" / "device" / "20261127-h200-memhist" / "runs"
-SHAPES = ("h1024", "h2048", "h4096")
+DEVICE = Path(__file__).resolve().parents[1] / "data" / "device"
+HISTORY_FILES = sorted(DEVICE.glob("20261127-h200-*/runs/*-memhist/rank0.memory_history.json.gz"))
 
 
 def _frame(path: str, line: int, name: str) -> dict:
@@ -79,13 +79,13 @@ def test_replay_of_a_small_history(tmp_path):
         live_at_peak(read(path), step=5)
 
 
-@pytest.mark.skipif(not HISTORIES.is_dir(), reason="no H200 allocator histories in data/device/")
-@pytest.mark.parametrize("shape", SHAPES)
-def test_zsims_allocator_reserves_what_pytorch_reserved_for_the_same_requests(shape):
-    """Every request of three steps (1,129-2,063 blocks), replayed in the runtime's order through
-    zsim.memory.allocator: the same reserved bytes after setup and the same reserved peak, to the byte. What
-    the simulated peaks still miss (docs/device-check.md) is in the plan's requests, not in the allocator."""
-    r = replay(read(HISTORIES / f"{shape}-memhist" / "rank0.memory_history.json.gz"))
+@pytest.mark.skipif(not HISTORY_FILES, reason="no H200 allocator histories in data/device/")
+@pytest.mark.parametrize("path", HISTORY_FILES, ids=lambda p: p.parts[-3])
+def test_zsims_allocator_reserves_what_pytorch_reserved_for_the_same_requests(path):
+    """Every request of three steps (over a thousand blocks a run, six runs), replayed in the runtime's order
+    through zsim.memory.allocator: the same reserved bytes after setup and the same reserved peak, to the
+    byte. What the simulated peaks still miss (docs/device-check.md) is in the plan's requests."""
+    r = replay(read(path))
     assert r.unknown_frees == 0 and r.requests > 1000
     assert r.replayed_at_start == r.reserved_at_start
     assert r.replayed_peak == r.reserved_peak

@@ -8,7 +8,8 @@ the forward, for its five s×s×d matmuls, one of them the recomputed QKᵀ):
   [FA3] Shah, Bikshandi, Zhang, Thakkar, Ramani & Dao 2024, "FlashAttention-3: Fast and Accurate
         Attention with Asynchrony and Low-precision", §4.1, Fig. 5 (forward, causal, head dim 128,
         H100 80GB SXM5, BF16) and Fig. 6 (backward, head dim 128; no causal panel is published for
-        the backward, so the causal backward is priced at the non-causal rate: an assumption).
+        the backward: the full-mask rate times the causal/full ratio measured on an H200, [H200] below;
+        until 2026-11-27 the full-mask rate alone, up to 94% too fast at 512 tokens).
   [FA2] Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
         abstract and §4.1: on A100 the forward reaches up to 73% of the theoretical maximum, the
         backward up to 63%. No A100 table is used here: the A100 curve takes those plateaus with the
@@ -39,6 +40,18 @@ PUBLISHED: dict[tuple[int, str], tuple[tuple[int, float], ...]] = {
     (2, "bwd"): ((512, 214.0), (1024, 260.0), (2048, 291.0), (4096, 310.0), (8192, 318.0), (16384, 322.0)),
 }
 FIT_LENGTHS = (512, 2048, 8192)  # the fit's half; 1k, 4k and 16k are held out
+# The causal backward, measured: no causal backward panel is published, and a causal mask costs the
+# backward more than its halved FLOPs (the diagonal blocks are partly masked and the key blocks' work is
+# uneven). [H200] zsim's device check, part (e), on an H200 (989 dense TFLOPs, the H100's), 2026-11-27,
+# data/device/20261127-h200-attention: PyTorch 2.11's FlashAttention-2 ('flash') and cuDNN 9.19's fused
+# attention ('cudnn', the FlashAttention-3 class zsim prices on Hopper), head dim 128, hidden 2048, 16k
+# tokens, bf16: (seq, causal TFLOPs/s, full-mask TFLOPs/s), FLOPs counted as the published tables count them.
+MEASURED_BWD: dict[int, tuple[tuple[int, float, float], ...]] = {
+    2: ((512, 110.286, 172.620), (1024, 155.040, 212.744), (2048, 195.098, 248.385), (4096, 235.819, 272.090),
+        (8192, 269.201, 290.822), (16384, 300.293, 299.128)),
+    3: ((512, 199.368, 316.450), (1024, 282.683, 413.582), (2048, 364.586, 481.223), (4096, 436.108, 522.439),
+        (8192, 506.034, 555.878), (16384, 545.320, 583.341)),
+}
 # [FA2] §4.1: the plateaus on A100, as fractions of its peak.
 A100_PLATEAU = {"fwd": 0.73, "bwd": 0.63}
 
@@ -75,6 +88,16 @@ def h100_curve(version: int, phase: str) -> Curve:
     return fit_curve(points, H100_PEAK_TFLOPS)
 
 
+@functools.lru_cache(maxsize=None)
+def causal_backward(version: int) -> Curve:
+    """The causal backward's rate over the full-mask backward's, ratio(s) = a · s / (s + s_half), fitted
+    (fit_curve, peak 1) on the measured ratios at FIT_LENGTHS (MEASURED_BWD); 1k, 4k, 16k and the head
+    dimensions 64 and 256 (data/device/20261127-h200-attention-hd) are held out (tests/test_flash_measured.py).
+    The same ratio is taken for FlashAttention-2 on Ampere (an assumption: measured on Hopper only)."""
+    points = tuple((s, causal / full) for s, causal, full in MEASURED_BWD[version] if s in FIT_LENGTHS)
+    return fit_curve(points, 1.0)
+
+
 def supported(version: int, compute_capability: int) -> str:
     """'' when FlashAttention `version` runs on a GPU of `compute_capability`, else why not."""
     if version == 3 and compute_capability // 10 != HOPPER // 10:
@@ -93,10 +116,11 @@ def efficiency(version: int, phase: str, compute_capability: int, seq: int) -> f
     why = supported(version, compute_capability)
     if why:
         raise ValueError(why)
+    causal = causal_backward(version).at(seq) if phase == "bwd" else 1.0  # the forward's fit is causal already
     if compute_capability // 10 == HOPPER // 10:
-        return h100_curve(version, phase).at(seq)
+        return h100_curve(version, phase).at(seq) * causal
     shape = h100_curve(2, phase)
-    return Curve(A100_PLATEAU[phase], shape.s_half).at(seq)
+    return Curve(A100_PLATEAU[phase], shape.s_half).at(seq) * causal
 
 
 def fit_report() -> list[tuple[int, str, int, float, float]]:
