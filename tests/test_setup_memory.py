@@ -72,7 +72,8 @@ def test_the_runtime_plan_holds_its_gradient_buffer_and_cublas_workspaces(stage)
     stage 1, e·Ψ/Nd at 2-3) in place of gradients made in backward; cuBLAS's workspaces from the caching
     allocator at the first forward and backward GEMM, never freed, not beside it; the norm's fp64 copy of
     the largest segment; every request from the loop's stream."""
-    from zsim.zero.plan import CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, build_plan, largest_segment, scenario_workload
+    from zsim.zero.plan import (CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, build_plan, largest_segment, runtime_segments,
+                                scenario_workload)
     from zsim.zero.rank_states import rank_model_states
 
     plain, residue = _residue_scenarios(stage)
@@ -100,6 +101,14 @@ def test_the_runtime_plan_holds_its_gradient_buffer_and_cublas_workspaces(stage)
     norm = next(op for op in plan.ops if op.name == "optimizer/norm" and op.step == 0)
     assert [a.nbytes for a in norm.allocs] == [8 * largest_segment(residue, w)]
     assert norm.allocs[0].tag in norm.frees
+    copy = next(op for op in plan.ops if op.name == "optimizer/grads_copy" and op.step == 0)
+    assert [a.nbytes for a in copy.allocs] == [4 * n for n in runtime_segments(residue, w)]  # one per segment
+    if stage == 3:  # the bucket is taken after the module's backward, by an op of its own; its row beside the reduce
+        taken = [i for i, op in enumerate(plan.ops) if any(a.tag.startswith("bucket.") for a in op.allocs)]
+        assert taken and all(plan.ops[i].name.startswith("bucket/") and plan.ops[i].deps == (i - 1,)
+                              and plan.ops[i - 1].name.startswith("bwd/") for i in taken)
+        reduces = [op for op in plan.ops if op.name.startswith("reduce_scatter/grads.bucket.")]
+        assert reduces and all(a.nbytes == op.nbytes // 8 and a.tag in op.frees for op in reduces for a in op.allocs)
 
 
 def test_a_setup_residue_is_refused_where_it_is_not_the_runtimes():
@@ -112,3 +121,32 @@ def test_a_setup_residue_is_refused_where_it_is_not_the_runtimes():
         small_scenario(zero={"stage": 1, "setup_residue": "runtime"}, parallel={"dp": 16, "mp": 1, "pp": 2},
                        model={"layers": 4, "hidden": 256, "heads": 4, "seq_len": 64, "vocab": 1024, "micro_batch": 1,
                               "grad_accum": 4})
+
+
+def test_the_runtime_plan_gathers_as_the_runtime_does_after_the_step():
+    """zsim.zero.plan.runtime_gathers: stage 1 gathers in place (no staging); stage 2 holds each shard's
+    `rows` until the next shard's gather ends, `mine` for its own gather only."""
+    from tests.conftest import small_scenario
+    from zsim.zero.plan import build_plan, scenario_workload
+
+    def gathers(stage: int):
+        s = small_scenario(zero={"stage": stage, "setup_residue": "runtime", "allgather_bucket_elements": 200_000},
+                           model={"layers": 2, "hidden": 512, "heads": 8, "seq_len": 128, "vocab": 4096,
+                                  "micro_batch": 2},
+                           parallel={"dp": 8, "mp": 1}, hardware={"profile": "dgx-a100", "nodes": 1})
+        plan = build_plan(s, scenario_workload(s))
+        return plan, [op for op in plan.ops if op.name.startswith("all_gather/params.bucket.") and op.step == 0]
+
+    plan, ops = gathers(1)
+    assert ops and all(not op.allocs for op in ops)
+    plan, ops = gathers(2)
+    assert len(ops) >= 2
+    for j, op in enumerate(ops):
+        mine, rows = (a.tag for a in op.allocs)
+        assert [a.nbytes for a in op.allocs] == [op.nbytes // 8, op.nbytes]
+        assert mine in op.frees and (rows not in op.frees or op is plan.ops[-1])  # the step's last op frees its own
+        if j:
+            assert f"runtime.rows.{ops[j - 1].name}.s0" in op.frees
+    last = max(i for i, op in enumerate(plan.ops) if op.step == 0)
+    assert f"runtime.rows.{ops[-1].name}.s0" in plan.ops[last].frees
+

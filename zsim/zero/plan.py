@@ -50,6 +50,7 @@ from zsim.zero.checkpoints import md_checkpoints
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, Op, Plan, PlanBuilder
 from zsim.zero.optimizer_step import ADAM_BYTES_PER_ELEMENT, optimizer_step
+from zsim.zero.buckets import padded_tensors
 from zsim.zero.pass_copy import PassRecord, Second, copy_pass, copyable
 from zsim.zero.pipeline_plan import build_pipeline_plan
 from zsim.zero.rank_states import (expert_dp, expert_partition, rank_model_states, rank_partition, rank_pieces,
@@ -128,20 +129,23 @@ def _plan(scenario: Scenario, workload: Workload, b: PlanBuilder) -> Plan:
     if scenario.zero.setup_residue == "runtime" and scenario.cluster.host is None:
         # torch 2.x takes cuBLAS's workspaces from the caching allocator (allocator_workspaces), not beside it
         context = [(name, n) for name, n in context if name != "context.cublas"]
-        ops, persistent = runtime_gradients(ops, persistent, scenario.zero.stage, states.grads)
-        ops = runtime_step_temporaries(ops, largest_segment(scenario, workload), PARAM_BYTES[scenario.precision.dtype])
+        ops, persistent = runtime_gradients(ops, persistent, scenario.zero.stage, states.grads, lay.dp)
+        ops = runtime_step_temporaries(ops, runtime_segments(scenario, workload), PARAM_BYTES[scenario.precision.dtype])
+        ops = runtime_gathers(ops, scenario.zero.stage, lay.dp)
         ops = allocator_workspaces(ops, scenario.cluster.gpu.compute_capability)
     return Plan(persistent=persistent, ops=ops, steps=scenario.run.steps, arenas=tuple(arenas.items()),
                 context=tuple(context), setup=setup_residue(scenario, workload))
 
 
-def runtime_gradients(ops: tuple[Op, ...], persistent: tuple[Alloc, ...], stage: int, grad_bytes: int
+def runtime_gradients(ops: tuple[Op, ...], persistent: tuple[Alloc, ...], stage: int, grad_bytes: int, dp: int
                       ) -> tuple[tuple[Op, ...], tuple[Alloc, ...]]:
     """zsim's runtime's gradients, where the plan has DeepSpeed's: one flat buffer made in setup and kept
     (runtime/zero/stage1.py `grad_flat`, the full e·Ψ that autograd accumulates into; stage2.py and
     stage3.py `grad_partition`, e·Ψ/Nd), between the parameters and the optimizer's states, in place of
     gradients made in backward and freed by the step; and every tensor from the training loop's stream
-    (the runtime allocates its buckets and gathers there, data/device/20261127-h200-memhist: one stream)."""
+    (the runtime allocates its buckets and gathers there, data/device/20261127-h200-memhist: one stream);
+    at stage 3 each reduce-scatter's output, the bucket's row of this rank (ReduceScatterBuckets `out`,
+    e·width, freed when the bucket is delivered: here with the reduce-scatter)."""
     persistent = persistent[:1] + (Alloc("grads", grad_bytes, "model.grads"),) + persistent[1:]
     def made_in_pass(tag: str) -> bool:
         return (tag.startswith("grad.") and tag.rsplit(".", 1)[-1].startswith("s")) if stage <= 1 \
@@ -150,32 +154,42 @@ def runtime_gradients(ops: tuple[Op, ...], persistent: tuple[Alloc, ...], stage:
     for op in ops:
         allocs = tuple(a._replace(stream="compute") for a in op.allocs if not made_in_pass(a.tag))
         frees = tuple(t for t in op.frees if not made_in_pass(t))
+        if stage == 3 and op.name.startswith("reduce_scatter/grads.bucket."):
+            row = f"runtime.out.{op.name}.s{op.step}.m{op.micro_batch}"
+            allocs += (Alloc("buffers", op.nbytes // dp, row, stream="compute"),)
+            frees += (row,)
         out.append(op._replace(allocs=allocs, frees=frees))
     return tuple(out), persistent
 
 
-def largest_segment(scenario: Scenario, workload: Workload) -> int:
-    """Elements of the runtime optimizer's largest segment on this rank (runtime/zero/optimizer.py
-    FlatAdam.segments): its share of a flat piece at stages 1-2 (zsim.zero.buckets.flat_pieces), of a
-    module's padded tensor at stage 3 (one segment per unit), the whole model at stage 0."""
+def runtime_segments(scenario: Scenario, workload: Workload) -> list[int]:
+    """Elements of each of the runtime optimizer's segments on this rank (runtime/zero/optimizer.py
+    FlatAdam.segments): its share of each flat piece at stages 1-2 (zsim.zero.buckets.flat_pieces), of each
+    module's padded tensors at stage 3 (one segment per unit), the whole model at stage 0."""
     dp = scenario.layout.dp
     pieces = rank_pieces(scenario, workload)
     if pieces:
-        return max(-(-n // dp) for n in pieces)
+        return [-(-n // dp) for n in pieces]
     if scenario.zero.stage == 3:
-        return max(-(-m.params // dp) for m in workload.modules if m.params)
-    return workload.params_per_mp_rank
+        return [padded_tensors(m.tensors, dp) // dp for m in workload.modules if m.params]
+    return [workload.params_per_mp_rank]
 
 
-def runtime_step_temporaries(ops: tuple[Op, ...], largest: int, e: int) -> tuple[Op, ...]:
+def largest_segment(scenario: Scenario, workload: Workload) -> int:
+    """Elements of the runtime optimizer's largest segment on this rank (runtime_segments)."""
+    return max(runtime_segments(scenario, workload))
+
+
+def runtime_step_temporaries(ops: tuple[Op, ...], segments: list[int], e: int) -> tuple[Op, ...]:
     """The temporaries of zsim's runtime's step checks, made segment by segment and freed before the next
     (runtime/zero/engine.py, optimizer.py), sized for the `largest` segment: the overflow check's
     `torch.isfinite` (the |g| copy, e bytes an element, and its boolean mask), the norm's
     `g.double()` (8 bytes an element; DeepSpeed's get_grad_norm_direct casts per parameter, the runtime per
-    segment); and the fp32 gradient copy without a transient beside it (one `.float()` per segment), held
-    until the step's last op (a local of _optimizer_step, alive through after_step's gathers).
+    segment); and the fp32 gradient copy as one tensor per segment (`.float()` each, no transient beside
+    them), held until the step's last op (a local of _optimizer_step, alive through after_step's gathers).
     Seen on the H200 (data/device/20261127-h200-memhist, h4096's 604M-element segment: 1208.3 MB and
     604.1 MB in the overflow check, 4833.2 MB in the norm, which sets that run's reserved peak)."""
+    largest = max(segments)
     temporaries = {"optimizer/overflow": ((e * largest, "overflow.abs"), (largest, "overflow.mask")),
                    "optimizer/norm": ((8 * largest, "norm.double"),)}
     out = []
@@ -187,6 +201,10 @@ def runtime_step_temporaries(ops: tuple[Op, ...], largest: int, e: int) -> tuple
         if op.name == "optimizer/grads_copy":
             allocs = tuple(a for a in allocs if not a.tag.startswith("optimizer.grads_pieces."))
             frees = tuple(t for t in frees if not t.startswith("optimizer.grads_pieces."))
+            held = [a for a in allocs if a.tag.startswith("optimizer.grads_copy.")]
+            if held:  # one fp32 copy per segment
+                allocs = tuple(a for a in allocs if a not in held) + tuple(
+                    Alloc("buffers", 4 * n, f"{held[0].tag}.{j}", stream="compute") for j, n in enumerate(segments))
         if op.name == "optimizer/step":  # the copies stay referenced until the step's gathers are done
             frees = tuple(t for t in frees if not t.startswith("optimizer.grads_copy."))
         out.append(op._replace(allocs=allocs, frees=frees) if extra or frees != op.frees or allocs != op.allocs
@@ -194,8 +212,40 @@ def runtime_step_temporaries(ops: tuple[Op, ...], largest: int, e: int) -> tuple
     last = {op.step: i for i, op in enumerate(out)}  # each step's last op: the runtime's _optimizer_step returns
     for step, i in last.items():
         tag = f"optimizer.grads_copy.s{step}"
-        if any(a.tag == tag for op in out for a in op.allocs if op.step == step):
-            out[i] = out[i]._replace(frees=out[i].frees + (tag,))
+        if any(a.tag.startswith(tag + ".") for op in out for a in op.allocs if op.step == step):
+            out[i] = out[i]._replace(frees=out[i].frees + tuple(f"{tag}.{j}" for j in range(len(segments))))
+    return tuple(out)
+
+
+def runtime_gathers(ops: tuple[Op, ...], stage: int, dp: int) -> tuple[Op, ...]:
+    """zsim's runtime's parameter gathers after the step, where the plan has DeepSpeed v0.2's lists:
+    stage 1 gathers each interval in place into the flat buffer (runtime/zero/stage1.py after_step), no
+    staging; stage 2 makes per shard `mine` (its e·n/Nd rows) and `rows` (e·n) and rebinds both for the
+    next shard, so a shard's `rows` lives until the next shard's are made (stage2.py after_step): `mine`
+    freed with its gather, `rows` with the next gather, the last with the step's last op. h4096's step ends
+    with three 1,020 MB buffers live (data/device/20261127-h200-memhist)."""
+    if stage not in (1, 2):
+        return ops
+    out = list(ops)
+    pending: dict[int, str] = {}  # step -> the last shard's `rows`, not yet freed
+    for i, op in enumerate(ops):
+        staged = [a for a in op.allocs if a.tag.startswith("ag_list.step.")]
+        if not (op.name.startswith("all_gather/params.bucket.") and staged):
+            continue
+        kept = tuple(a for a in op.allocs if a not in staged)
+        frees = tuple(t for t in op.frees if t not in {a.tag for a in staged})
+        if stage == 1:
+            out[i] = op._replace(allocs=kept, frees=frees)
+            continue
+        mine, rows = f"runtime.mine.{op.name}.s{op.step}", f"runtime.rows.{op.name}.s{op.step}"
+        previous = (pending.pop(op.step),) if op.step in pending else ()
+        out[i] = op._replace(allocs=kept + (Alloc("buffers", op.nbytes // dp, mine, stream="compute"),
+                                            Alloc("buffers", op.nbytes, rows, stream="compute")),
+                             frees=frees + (mine,) + previous)
+        pending[op.step] = rows
+    last = {op.step: i for i, op in enumerate(out)}
+    for step, tag in pending.items():
+        out[last[step]] = out[last[step]]._replace(frees=out[last[step]].frees + (tag,))
     return tuple(out)
 
 

@@ -14,7 +14,7 @@ from zsim.compute.kernels import module_kernels, with_bucket_copy
 from zsim.zero.inputs import Scenario
 from zsim.workload.moe import Moe
 from zsim.workload.transformer import Module, Workload
-from zsim.zero.buckets import plan_buckets
+from zsim.zero.buckets import padded_tensors, plan_buckets
 from zsim.zero.checkpoints import Checkpoints, md_checkpoints
 from zsim.zero.gathers import Gathers
 from zsim.zero.implementation import live_grads
@@ -64,9 +64,13 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.nd = scenario.layout.dp
         sizes = [m.params for m in mods]  # each module's bucket's elements (zsim.zero.buckets)
         self.bucket_elements_of = {}
+        self.bucket_padded_of: dict[str, int] = {}  # stage 3 under the runtime: each tensor padded, uncapped
         for b in plan_buckets(sizes, scenario.zero.reduce_bucket_elements):
             total = sum(sizes[j] for j in b)  # once per bucket: summing it per member was quadratic (issue 28)
             self.bucket_elements_of.update((mods[i].name, total) for i in b)
+            if scenario.zero.stage == 3 and scenario.zero.setup_residue == "runtime":  # the runtime's whole buffer
+                padded = sum(padded_tensors(mods[j].tensors, self.nd) for j in b)
+                self.bucket_padded_of.update((mods[i].name, padded) for i in b)
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
         self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype,
                               arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
@@ -264,6 +268,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         """A module's backward: frees its activations, holds its input and output gradients while
         it runs (_backward_work_bytes), and from stage 2 produces its gradient tensor (into
         MD's arena when on); gradients join the reduction bucket."""
+        bucket_op: Alloc | None = None  # zero.setup_residue runtime, stage 3: the bucket, after the backward
         if m.bwd_work_tensors:  # known one by one (the head under model.loss torch-fp32)
             work = tuple(self._tags(f"dgrad{i}", m.name) for i in range(len(m.bwd_work_tensors)))
             allocs = [Alloc("activations", n, tag) for n, tag in zip(m.bwd_work_tensors, work)]
@@ -287,8 +292,13 @@ class StepPass(Gathers, Checkpoints, Reductions):
             # ReduceScatterBuckets): the buffer is taken by the bucket's first module.
             if not self.bucket:
                 elements = self.bucket_elements_of[m.name]
-                allocs.append(Alloc("buffers", bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, self.e),
-                                    self._tags("bucket", m.name)))
+                taken = Alloc("buffers", bucket_buffer_bytes(self.z.reduce_bucket_elements, elements, self.e),
+                              self._tags("bucket", m.name))
+                if self.z.setup_residue == "runtime":  # zsim's runtime: taken by the hook, after the backward ran,
+                    # the bucket's whole rank-major buffer (runtime/zero/buckets.py ReduceScatterBuckets)
+                    bucket_op = taken._replace(nbytes=self.e * self.bucket_padded_of[m.name])
+                else:
+                    allocs.append(taken)
             frees = frees + (self._tags("grad", m.name),)
         kernels, nbytes = self._kernels(m, "bwd"), 2 * m.fwd_hbm_bytes
         if (self.stage == 2 and self.z.constant_buffers) or (self.stage == 3 and reduce):
@@ -297,6 +307,12 @@ class StepPass(Gathers, Checkpoints, Reductions):
             nbytes += 2 * self.e * m.params
         op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
                        hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
+        if bucket_op is not None:
+            # The runtime's ReduceScatterBuckets.grad_ready takes a bucket's buffer when the first gradient
+            # of the bucket is handed to it, once the module's backward has run (its loss gradients freed):
+            # a zero-cost op of its own (data/device/20261127-h200-memhist, h2048: not beside the head's
+            # 1.6 GB loss gradients)
+            op = self._add(name=f"bucket/{m.name}", stream="compute", deps=(op,), allocs=(bucket_op,))
         self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
         self._all_to_alls(m)
         if m.expert_params:
