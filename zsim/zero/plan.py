@@ -272,8 +272,12 @@ def allocator_workspaces(ops: tuple[Op, ...], capability: int | None) -> tuple[O
               "bwd/": (("cublas.autograd", workspace),),
               "recompute/": (("cublaslt.autograd", CUBLASLT_WORKSPACE),)}
     out = list(ops)
+    # the head's backward GEMMs run in its `.logits` op where the plan splits the head's backward (StepPass)
+    first_gemm_bwd = next((op.name for op in ops if op.step == 0 and op.name.endswith(".logits")), None)
     for i, op in enumerate(ops):
         if op.step != 0 or op.stream != "compute":
+            continue
+        if first_gemm_bwd is not None and op.name.startswith("bwd/") and op.name != first_gemm_bwd:
             continue
         for prefix in [p for p in wanted if op.name.startswith(p)]:
             extra = tuple(Alloc("buffers", n, tag, stream="compute") for tag, n in wanted.pop(prefix))

@@ -269,7 +269,19 @@ class StepPass(Gathers, Checkpoints, Reductions):
         it runs (_backward_work_bytes), and from stage 2 produces its gradient tensor (into
         MD's arena when on); gradients join the reduction bucket."""
         bucket_op: Alloc | None = None  # zero.setup_residue runtime, stage 3: the bucket, after the backward
-        if m.bwd_work_tensors:  # known one by one (the head under model.loss torch-fp32)
+        tail: tuple[Alloc, ...] = ()  # zero.setup_residue runtime: the head's requests after its loss gradients
+        if m.bwd_work_tensors and self.z.setup_residue == "runtime" and self.s.cluster.host is None:
+            # The runtime's order (data/device/20261127-h200-memhist, h1024): the loss's two fp32 gradients,
+            # freed; then the bf16 cast of the logits' gradient, the head weight's gradient (a new tensor
+            # that autograd adds into the flat gradient buffer; the tied embedding's V×h) and the input's
+            # gradient, beside which autograd's thread takes its cuBLAS workspace (allocator_workspaces).
+            work = tuple(self._tags(f"dgrad{i}", m.name) for i in range(2))
+            allocs = [Alloc("activations", n, tag) for n, tag in zip(m.bwd_work_tensors[:2], work)]
+            weight = self.w.padded_vocab * self.s.model.hidden // self.s.layout.mp
+            tail = (Alloc("activations", self.e * m.bwd_work_tensors[0] // 4, self._tags("dgrad.cast", m.name)),
+                    Alloc("buffers", self.e * weight, self._tags("wgrad", m.name)),
+                    Alloc("activations", m.bwd_work_tensors[2], self._tags("dgrad2", m.name)))
+        elif m.bwd_work_tensors:  # known one by one (the head under model.loss torch-fp32)
             work = tuple(self._tags(f"dgrad{i}", m.name) for i in range(len(m.bwd_work_tensors)))
             allocs = [Alloc("activations", n, tag) for n, tag in zip(m.bwd_work_tensors, work)]
         else:
@@ -283,7 +295,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
             allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
         elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
             allocs.append(Alloc("grads", self.e * m.params, full_grad_tag(m.name, self.step)))
-        frees = frees + self._activation_tags(m, "act") + work
+        frees = frees + self._activation_tags(m, "act") + (() if tail else work)
         if m.expert_params and (self.stage >= 2 or self.mb == 0):  # the local experts' gradients (_expert_grads)
             allocs.append(Alloc("grads", self.e * m.expert_params, self._expert_grad_tag(m)))
         if self.stage == 3 and reduce:
@@ -305,8 +317,14 @@ class StepPass(Gathers, Checkpoints, Reductions):
             # the gradient is copied into its bucket in the backward hook (zsim.compute.kernels.with_bucket_copy)
             kernels = with_bucket_copy(kernels, m.params, self.e)
             nbytes += 2 * self.e * m.params
-        op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
-                       hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
+        if tail:  # the loss gradients freed when the loss's backward is done; the rest after, zero-cost
+            op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
+                           hbm_bytes=nbytes, allocs=tuple(allocs), frees=work, kernels=kernels)
+            allocs, frees, deps = tail, frees + tuple(a.tag for a in tail), (op,)
+            op = self._add(name=f"bwd/{m.name}.logits", stream="compute", deps=deps, allocs=allocs, frees=frees)
+        else:
+            op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
+                           hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
         if bucket_op is not None:
             # The runtime's ReduceScatterBuckets.grad_ready takes a bucket's buffer when the first gradient
             # of the bucket is handed to it, once the module's backward has run (its loss gradients freed):
