@@ -99,15 +99,36 @@ HOLDOUT = ROOT / "data" / "device" / "20261127-h200-holdout"
 # mirror (commit fb3b672) zsim gave +2.0/+0.6% (h1536), +2.6/+17.9% (h2560), +13.1/+19.0% (h3072).
 @pytest.mark.skipif(not HOLDOUT.is_dir(), reason="no held-out device runs in data/device/")
 @pytest.mark.parametrize("shape,quantity", [
-    ("h1536", "allocated_peak"),  # stage 2: -0.0%
+    ("h1536", "allocated_peak"),  # stage 2: -0.3%
     ("h1536", "reserved_peak"),  # -0.2%
-    ("h2560", "allocated_peak"),  # stage 3 with checkpointing: -1.2%
+    ("h2560", "allocated_peak"),  # stage 3 with checkpointing: -1.4%
     ("h2560", "reserved_peak"),  # -0.1%
-    ("h3072", "allocated_peak"),  # stage 1 with checkpointing: -0.0%
+    ("h3072", "allocated_peak"),  # stage 1 with checkpointing: -0.3%
     ("h3072", "reserved_peak"),  # -0.0%
 ])
 def test_held_out_shapes_peaks_within_5_percent(shape, quantity):
     run = dr.DeviceRun.read(HOLDOUT)
+    measured = dr.measured_memory(run, f"{shape}-memhist")[quantity]
+    simulated = dr.simulated_memory(run, f"{shape}-memhist", "hgx-h200")[quantity]
+    assert simulated == pytest.approx(measured, rel=0.05)
+
+
+HOLDOUT2 = ROOT / "data" / "device" / "20261127-h200-holdout2"
+
+
+# Held out, second set (runtime/device_check.py HOLDOUT_SETS[2]): chosen after every mirror change above was
+# made and measured after; nothing was changed on seeing them.
+@pytest.mark.skipif(not HOLDOUT2.is_dir(), reason="no second held-out device set in data/device/")
+@pytest.mark.parametrize("shape,quantity", [
+    ("h1280", "allocated_peak"),  # stage 3: -0.6%
+    ("h1280", "reserved_peak"),  # +0.5%
+    ("h2304", "allocated_peak"),  # stage 1: -0.2%
+    pytest.param("h2304", "reserved_peak", marks=_miss("-5.3%")),
+    ("h3584", "allocated_peak"),  # stage 2 with checkpointing: -0.0%
+    ("h3584", "reserved_peak"),  # -0.0%
+])
+def test_second_held_out_set_within_5_percent(shape, quantity):
+    run = dr.DeviceRun.read(HOLDOUT2)
     measured = dr.measured_memory(run, f"{shape}-memhist")[quantity]
     simulated = dr.simulated_memory(run, f"{shape}-memhist", "hgx-h200")[quantity]
     assert simulated == pytest.approx(measured, rel=0.05)

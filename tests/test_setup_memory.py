@@ -150,3 +150,30 @@ def test_the_runtime_plan_gathers_as_the_runtime_does_after_the_step():
     last = max(i for i, op in enumerate(plan.ops) if op.step == 0)
     assert f"runtime.rows.{ops[-1].name}.s0" in plan.ops[last].frees
 
+
+
+def test_the_runtime_plan_orders_the_heads_backward_as_the_runtime_does():
+    """Under the runtime mirror with the runtime's loss (torch-fp32): the head's backward holds the loss's two
+    fp32 gradients and frees them, then a zero-cost `bwd/head.logits` op takes the bf16 cast of the logits'
+    gradient, the tied weight's gradient and the input's gradient, and autograd's cuBLAS workspace there."""
+    from tests.conftest import small_scenario
+    from zsim.zero.plan import build_plan, scenario_workload
+
+    model = {"layers": 2, "hidden": 512, "heads": 8, "seq_len": 128, "vocab": 4096, "micro_batch": 2,
+             "loss": "torch-fp32"}
+    s = small_scenario(zero={"stage": 1, "setup_residue": "runtime"}, model=model,
+                       parallel={"dp": 8, "mp": 1}, hardware={"profile": "dgx-a100", "nodes": 1})
+    w = scenario_workload(s)
+    ops = build_plan(s, w).ops
+    i = next(i for i, op in enumerate(ops) if op.name == "bwd/head" and op.step == 0)
+    head, tail = ops[i], ops[i + 1]
+    tokens, v = 128 * 2, w.padded_vocab
+    assert [a.nbytes for a in head.allocs if a.category == "activations"] == [4 * tokens * v, 4 * tokens * v]
+    assert set(head.frees) == {a.tag for a in head.allocs if a.category == "activations"}
+    assert tail.name == "bwd/head.logits" and tail.deps == (i,) and tail.flops == 0 and tail.kernels is None
+    sizes = [a.nbytes for a in tail.allocs]
+    assert sizes[:3] == [2 * tokens * v, 2 * v * 512, 2 * tokens * 512]  # cast, tied weight's gradient, input's
+    assert "cublas.autograd" in {a.tag for a in tail.allocs}
+    plain = small_scenario(zero={"stage": 1}, model=model, parallel={"dp": 8, "mp": 1},
+                           hardware={"profile": "dgx-a100", "nodes": 1})
+    assert not any(op.name.endswith(".logits") for op in build_plan(plain, scenario_workload(plain)).ops)
