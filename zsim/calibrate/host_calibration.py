@@ -23,7 +23,7 @@ def compute_keys(plan):
     (name, step, micro-batch, k), k counting the ops of the same name in one micro-batch."""
     seen: dict[tuple[str, int, int], int] = defaultdict(int)
     for op in plan.ops:
-        if op.is_collective or op.transfer:
+        if op.is_collective or op.transfer or op.memory_only:  # memory-only ops have no measured span
             continue
         base = (op.name, op.step, op.micro_batch)
         yield op, (*base, seen[base])

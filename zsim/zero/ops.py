@@ -48,6 +48,9 @@ class Op(NamedTuple):
     elements: int = 0  # the optimizer step: elements this rank updates (its partition, padding included)
     stage: int = 0  # the pipeline stage whose representative rank runs it (zsim.zero.pipeline_plan)
     nic_share: float = 1.0  # an all_to_all's bytes across nodes relative to an even spread (DeepEP: Moe.nic_share)
+    # A zero-cost op that only allocates or frees, at a point of the runtime's order that no op of its own marks
+    # (zero.setup_residue runtime: `bucket/<module>`, `bwd/head.logits`): no measured span corresponds to it.
+    memory_only: bool = False
 
     @property
     def is_collective(self) -> bool:

@@ -321,7 +321,8 @@ class StepPass(Gathers, Checkpoints, Reductions):
             op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
                            hbm_bytes=nbytes, allocs=tuple(allocs), frees=work, kernels=kernels)
             allocs, frees, deps = tail, frees + tuple(a.tag for a in tail), (op,)
-            op = self._add(name=f"bwd/{m.name}.logits", stream="compute", deps=deps, allocs=allocs, frees=frees)
+            op = self._add(name=f"bwd/{m.name}.logits", stream="compute", deps=deps, allocs=allocs, frees=frees,
+                           memory_only=True)
         else:
             op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
                            hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
@@ -330,7 +331,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
             # of the bucket is handed to it, once the module's backward has run (its loss gradients freed):
             # a zero-cost op of its own (data/device/20261127-h200-memhist, h2048: not beside the head's
             # 1.6 GB loss gradients)
-            op = self._add(name=f"bucket/{m.name}", stream="compute", deps=(op,), allocs=(bucket_op,))
+            op = self._add(name=f"bucket/{m.name}", stream="compute", deps=(op,), allocs=(bucket_op,), memory_only=True)
         self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
         self._all_to_alls(m)
         if m.expert_params:
