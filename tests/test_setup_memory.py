@@ -72,8 +72,8 @@ def test_the_runtime_plan_holds_its_gradient_buffer_and_cublas_workspaces(stage)
     stage 1, e·Ψ/Nd at 2-3) in place of gradients made in backward; cuBLAS's workspaces from the caching
     allocator at the first forward and backward GEMM, never freed, not beside it; the norm's fp64 copy of
     the largest segment; every request from the loop's stream."""
-    from zsim.zero.plan import (CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, build_plan, largest_segment, runtime_segments,
-                                scenario_workload)
+    from zsim.zero.plan import build_plan, scenario_workload
+    from zsim.zero.runtime_requests import CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, largest_segment, runtime_segments
     from zsim.zero.rank_states import rank_model_states
 
     plain, residue = _residue_scenarios(stage)
