@@ -111,7 +111,7 @@ def attention_table(out: Path, dry: bool, deadline: float, head_dims: tuple[int,
                         for phase, seconds in (("fwd", fwd), ("bwd", bwd)):
                             f = flops(batch, seq, heads, head_dim, causal, phase)
                             writer.writerow([backend, phase, causal, seq, batch, heads, head_dim,
-                                             f"{seconds * 1e3:.6f}", f"{f / seconds / 1e12:.3f}", ""])
+                                             f"{seconds * 1e3:.6f}", f"{f / seconds / 1e12:.6g}", ""])
                             rows += 1
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
