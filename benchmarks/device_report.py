@@ -1,6 +1,7 @@
 """Print what the device-check data (data/device/) say: memory peaks measured against zsim's allocator,
-the ledger against what setup allocated, the flush price, GPU busy share per step, and the GEMM model on
-the GPT shapes it never saw. docs/device-check.md quotes these figures.
+the ledger against what setup allocated, the flush price, GPU busy share per step, the GEMM model on
+the GPT shapes it never saw, and zsim's FlashAttention rates against the measured kernels.
+docs/device-check.md quotes these figures.
 
     .venv/bin/python benchmarks/device_report.py [--profile hgx-h200] [--gpu h200-sxm-141gb]
 """
@@ -44,6 +45,10 @@ def main() -> None:
                       f"retries/step {row['retries_per_step']}, median step {step}")
             print(f"  flush-and-retry: {price['ms_per_retry']:.2f} ms ({price['runs_with_retries']} run(s) against "
                   f"{price['controls']} capped control(s))")
+        for row in dr.attention_errors(run):
+            mask = "causal" if row["causal"] else "full mask"
+            errors = " ".join(f"{s}:{e:+.0%}" for s, e in sorted(row["errors"].items()))
+            print(f"  attention {row['backend']} {row['pass']} {mask}, head dim {row['head_dim']}: zsim/measured - 1 {errors}")
         if run.folder.name.endswith("-gemm"):
             for dtype in ("bf16", "fp16"):
                 g = dr.gemm_holdout(run, dtype, args.gpu, with_2fold=True)

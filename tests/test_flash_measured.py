@@ -83,3 +83,18 @@ def test_the_full_backward_matches_pytorchs_flash():
     measured, curve = _rates("flash", "bwd", False), h100_curve(2, "bwd")
     errors = {s: curve.at(s) * H100_PEAK_TFLOPS / r - 1 for s, r in measured.items()}
     assert all(abs(e) <= 0.15 for e in errors.values()), errors
+
+
+def test_the_device_report_prints_these_comparisons():
+    """benchmarks/device_report.py's attention rows (zsim.calibrate.device_report.attention_errors) are the
+    comparisons above: the same errors, and the full-mask backward without the causal ratio."""
+    from zsim.calibrate import device_report as dr
+
+    rows = dr.attention_errors(dr.DeviceRun.read(TABLES[0].parent))
+    by = {(r["backend"], r["pass"], r["causal"], r["head_dim"]): r["errors"] for r in rows}
+    fwd = _rates("cudnn", "fwd", True)
+    assert by[("cudnn", "fwd", True, 128)] == pytest.approx({s: _model(3, "fwd")[s] / r - 1 for s, r in fwd.items()})
+    full = _rates("cudnn", "bwd", False)
+    assert by[("cudnn", "bwd", False, 128)] == pytest.approx(
+        {s: h100_curve(3, "bwd").at(s) * H100_PEAK_TFLOPS / r - 1 for s, r in full.items()})
+    assert {r["head_dim"] for r in rows} == {128} and len(rows) == 8  # 2 backends x 2 passes x 2 masks

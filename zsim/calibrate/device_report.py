@@ -177,3 +177,32 @@ def gpu_busy_share(run: DeviceRun, part: str) -> list[float]:
             end = hi
         shares.append(covered / (mine[-1][1] - mine[0][0]) if mine[-1][1] > mine[0][0] else 1.0)
     return shares
+
+
+# --- (e) fused attention ------------------------------------------------------------------------------
+ATTENTION_VERSION = {"flash": 2, "cudnn": 3}  # PyTorch's FlashAttention-2; cuDNN's sm90 kernel, the FA3 class
+
+
+def attention_errors(run: DeviceRun, hopper: int = 90) -> list[dict[str, Any]]:
+    """zsim.compute.flash's rate over the measured one, minus one, per (backend, pass, mask, head dim) of
+    the run's `attention.csv`, by sequence length. zsim prices a causal GPT's kernel (its forward fit is
+    causal; its backward is the full-mask rate times the measured causal ratio), so full-mask rows compare
+    the forward's causal curve with a full-mask kernel and are listed, not judged."""
+    import csv
+
+    from zsim.compute.flash import H100_PEAK_TFLOPS, causal_backward, efficiency
+
+    path = run.folder / "attention.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["tflops"] and r["backend"] in ATTENTION_VERSION]
+    groups: dict[tuple[str, str, str, str], dict[int, float]] = {}
+    for r in rows:
+        version, seq = ATTENTION_VERSION[r["backend"]], int(r["seq_len"])
+        model = efficiency(version, r["pass"], hopper, seq) * H100_PEAK_TFLOPS
+        if r["pass"] == "bwd" and r["causal"] == "False":  # the full-mask backward: without the causal ratio
+            model /= causal_backward(version).at(seq)
+        groups.setdefault((r["backend"], r["pass"], r["causal"], r["head_dim"]), {})[seq] = model / float(r["tflops"]) - 1
+    return [{"backend": b, "pass": p, "causal": c == "True", "head_dim": int(d), "errors": errors}
+            for (b, p, c, d), errors in sorted(groups.items())]
