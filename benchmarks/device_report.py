@@ -49,6 +49,9 @@ def main() -> None:
             mask = "causal" if row["causal"] else "full mask"
             errors = " ".join(f"{s}:{e:+.0%}" for s, e in sorted(row["errors"].items()))
             print(f"  attention {row['backend']} {row['pass']} {mask}, head dim {row['head_dim']}: zsim/measured - 1 {errors}")
+        for row in dr.causal_ratio_errors(run):
+            errors = " ".join(f"{s}:{e:+.1%}{' (fit)' if s in row['fitted'] else ''}" for s, e in row["errors"].items())
+            print(f"  causal/full backward ratio {row['backend']}, head dim {row['head_dim']}: zsim/measured - 1 {errors}")
         if run.folder.name.endswith("-gemm"):
             for dtype in ("bf16", "fp16"):
                 g = dr.gemm_holdout(run, dtype, args.gpu, with_2fold=True)

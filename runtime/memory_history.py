@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zsim.calibrate.memory_history import FORMAT
+from zsim.trace.memory_history import FORMAT
 MAX_ENTRIES = 2_000_000  # a ring buffer in the allocator; a 3-step run of the device check's shapes is far below
 MARK_BYTES = 1  # the step marker: one byte, a 512 B block of the small pool (kMinBlockSize)
 SITE_FRAMES = 3

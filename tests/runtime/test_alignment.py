@@ -153,14 +153,16 @@ def test_waiting_for_the_last_rank_is_its_own_event(traced):
 
 
 def test_zero_cost_bookkeeping_ops_are_not_counted_as_simulated_only():
-    """A plan's memory-only ops (the runtime mirror's `bucket/<module>`, `bwd/head.logits`) take no time and
-    have no measured span: the alignment leaves them out; a simulated op with time or bytes is still counted."""
+    """A plan's memory-only ops (Op.memory_only, marked so in the simulated trace: the runtime mirror's
+    `bucket/<module>`, `bwd/head.logits`) have no measured span: the alignment leaves them out; any other
+    simulated op without a twin is still counted, a zero-length one too."""
     def span(name, dur, **args):
         return {"ph": "X", "name": name, "ts": 0.0, "dur": dur, "args": {"step": 0, "micro_batch": 0, **args}}
 
     measured = [span("bwd/head", 10.0, flops=1.0)]
-    simulated = [span("bwd/head", 9.0, flops=1.0), span("bucket/head", 0.0, flops=0.0),
-                 span("bwd/head.logits", 0.0), span("copy/x", 0.0, bytes=8), span("fwd/extra", 3.0, flops=1.0)]
+    simulated = [span("bwd/head", 9.0, flops=1.0), span("bucket/head", 0.0, flops=0.0, memory_only=True),
+                 span("bwd/head.logits", 0.0, flops=0.0, memory_only=True), span("copy/x", 0.0, bytes=8),
+                 span("fwd/extra", 3.0, flops=1.0), span("fwd/empty", 0.0, flops=0.0)]
     a = align(measured, simulated)
-    assert [k[0] for k in a.simulated_only] == ["copy/x", "fwd/extra"]
+    assert [k[0] for k in a.simulated_only] == ["copy/x", "fwd/extra", "fwd/empty"]
     assert len(a.pairs) == 1

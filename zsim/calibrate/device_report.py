@@ -206,3 +206,29 @@ def attention_errors(run: DeviceRun, hopper: int = 90) -> list[dict[str, Any]]:
         groups.setdefault((r["backend"], r["pass"], r["causal"], r["head_dim"]), {})[seq] = model / float(r["tflops"]) - 1
     return [{"backend": b, "pass": p, "causal": c == "True", "head_dim": int(d), "errors": errors}
             for (b, p, c, d), errors in sorted(groups.items())]
+
+
+def causal_ratio_errors(run: DeviceRun) -> list[dict[str, Any]]:
+    """zsim.compute.flash.causal_backward's ratio over the measured causal/full-mask backward ratio, minus one,
+    per (backend, head dim) of the run's `attention.csv`, by length, with the lengths the fit used marked
+    (`fitted`: head dim 128 at FIT_LENGTHS of the table MEASURED_BWD was copied from)."""
+    import csv
+
+    from zsim.compute.flash import FIT_LENGTHS, causal_backward
+
+    path = run.folder / "attention.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["tflops"] and r["backend"] in ATTENTION_VERSION and r["pass"] == "bwd"]
+    rates: dict[tuple[str, int], dict[int, dict[bool, float]]] = {}
+    for r in rows:
+        rates.setdefault((r["backend"], int(r["head_dim"])), {}).setdefault(int(r["seq_len"]), {})[
+            r["causal"] == "True"] = float(r["tflops"])
+    out = []
+    for (backend, head_dim), by_len in sorted(rates.items()):
+        curve = causal_backward(ATTENTION_VERSION[backend])
+        errors = {s: curve.at(s) / (v[True] / v[False]) - 1 for s, v in sorted(by_len.items()) if len(v) == 2}
+        fitted = {s for s in errors if head_dim == 128 and s in FIT_LENGTHS and run.folder.name.endswith("-attention")}
+        out.append({"backend": backend, "head_dim": head_dim, "errors": errors, "fitted": fitted})
+    return out

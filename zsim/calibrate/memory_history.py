@@ -10,29 +10,14 @@ order), not in the allocator; `live_at_peak` itemises those requests by call sit
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from zsim.memory.allocator import CachingAllocator
+from zsim.trace.memory_history import FORMAT, read
 
-FORMAT = "zsim-memory-history/1"
-
-
-def read(path: Path) -> dict[str, Any]:
-    """A written history (gzip'd JSON). Raises ValueError when `path` is not one."""
-    try:
-        with gzip.open(path, "rt") as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError, EOFError) as exc:
-        raise ValueError(f"{path}: not a readable memory history ({exc})") from exc
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a zsim memory history (format {FORMAT!r})")
-    return data
-
+__all__ = ["FORMAT", "Replay", "live_at_peak", "read", "replay"]
 
 @dataclass(frozen=True)
 class Replay:

@@ -120,6 +120,8 @@ def stream_worker(env: simpy.Environment, run: RunState, indices: list[int],
             run.flops += op.flops
             if trace:
                 args = {"step": op.step, "micro_batch": op.micro_batch, "flops": op.flops}
+                if op.memory_only:  # no measured span is its twin (zsim.calibrate.replay.align)
+                    args["memory_only"] = True
                 if op.name == "optimizer/step":
                     args.update(elements=op.elements, skipped=False)
         if op.frees:

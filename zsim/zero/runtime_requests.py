@@ -39,6 +39,7 @@ def runtime_gradients(ops: tuple[Op, ...], persistent: tuple[Alloc, ...], stage:
     at stage 3 each reduce-scatter's output, the bucket's row of this rank (ReduceScatterBuckets `out`,
     e·width, freed when the bucket is delivered: here with the reduce-scatter)."""
     persistent = persistent[:1] + (Alloc("grads", grad_bytes, "model.grads"),) + persistent[1:]
+
     def made_in_pass(tag: str) -> bool:
         return (tag.startswith("grad.") and tag.rsplit(".", 1)[-1].startswith("s")) if stage <= 1 \
             else tag.startswith("grads.partition.")
@@ -74,7 +75,7 @@ def largest_segment(scenario: Scenario, workload: Workload) -> int:
 
 def runtime_step_temporaries(ops: tuple[Op, ...], segments: list[int], e: int) -> tuple[Op, ...]:
     """The temporaries of zsim's runtime's step checks, made segment by segment and freed before the next
-    (runtime/zero/engine.py, optimizer.py), sized for the `largest` segment: the overflow check's
+    (runtime/zero/engine.py, optimizer.py), sized for the largest of `segments` (elements): the overflow check's
     `torch.isfinite` (the |g| copy, e bytes an element, and its boolean mask), the norm's
     `g.double()` (8 bytes an element; DeepSpeed's get_grad_norm_direct casts per parameter, the runtime per
     segment); and the fp32 gradient copy as one tensor per segment (`.float()` each, no transient beside

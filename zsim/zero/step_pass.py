@@ -277,7 +277,11 @@ class StepPass(Gathers, Checkpoints, Reductions):
             # gradient, beside which autograd's thread takes its cuBLAS workspace (allocator_workspaces).
             work = tuple(self._tags(f"dgrad{i}", m.name) for i in range(2))
             allocs = [Alloc("activations", n, tag) for n, tag in zip(m.bwd_work_tensors[:2], work)]
-            weight = self.w.padded_vocab * self.s.model.hidden // self.s.layout.mp
+            # The weight's gradient is a transient where it is added into a buffer that holds it: a tied head's
+            # into the embedding's, and at stages 0-1 any head's; an untied head at stages 2-3 makes it as its
+            # own `grad` tensor below. The cast is e bytes a logit, a quarter of the fp32 gradient's.
+            tied = len(self.uses[m.name]) > 1
+            weight = self.w.padded_vocab * self.s.model.hidden // self.s.layout.mp if tied or self.stage <= 1 else 0
             tail = (Alloc("activations", self.e * m.bwd_work_tensors[0] // 4, self._tags("dgrad.cast", m.name)),
                     Alloc("buffers", self.e * weight, self._tags("wgrad", m.name)),
                     Alloc("activations", m.bwd_work_tensors[2], self._tags("dgrad2", m.name)))
