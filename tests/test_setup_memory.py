@@ -177,3 +177,26 @@ def test_the_runtime_plan_orders_the_heads_backward_as_the_runtime_does():
     plain = small_scenario(zero={"stage": 1}, model=model, parallel={"dp": 8, "mp": 1},
                            hardware={"profile": "dgx-a100", "nodes": 1})
     assert not any(op.name.endswith(".logits") for op in build_plan(plain, scenario_workload(plain)).ops)
+
+
+@pytest.mark.parametrize("stage,tied,transient", [(1, True, True), (1, False, True), (2, True, True), (2, False, False)])
+def test_the_heads_weight_gradient_is_counted_once(stage, tied, transient):
+    """The head weight's gradient is a transient beside the input's where it is added into a buffer that holds
+    it (a tied head's into the embedding's; any head's at stage 1); an untied head at stage 2 makes it as its own
+    `grad.head` tensor, and the transient is then 0 bytes."""
+    from tests.conftest import small_scenario
+    from zsim.zero.plan import build_plan, scenario_workload
+
+    model = {"layers": 2, "hidden": 512, "heads": 8, "seq_len": 128, "vocab": 4096, "micro_batch": 2,
+             "loss": "torch-fp32", "tied_head": tied}
+    s = small_scenario(zero={"stage": stage, "setup_residue": "runtime"}, model=model,
+                       parallel={"dp": 8, "mp": 1}, hardware={"profile": "dgx-a100", "nodes": 1})
+    w = scenario_workload(s)
+    ops = build_plan(s, w).ops
+    tail = next(op for op in ops if op.name == "bwd/head.logits" and op.step == 0)
+    wgrad = next(a.nbytes for a in tail.allocs if a.tag.startswith("wgrad."))
+    assert wgrad == (2 * w.padded_vocab * 512 if transient else 0)
+    head = next(op for op in ops if op.name == "bwd/head" and op.step == 0)
+    own = sum(a.nbytes for a in head.allocs if a.tag.startswith("grad.head"))
+    norm = w.modules[-1].params - (0 if tied else w.padded_vocab * 512)  # the final norm's weight and bias
+    assert own + wgrad == 2 * w.padded_vocab * 512 + (2 * norm if stage >= 2 else 0)  # the weight's once
