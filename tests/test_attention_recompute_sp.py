@@ -22,17 +22,21 @@ SBH = S * B * H
 
 
 def test_flash_fit_is_within_5_percent_on_the_held_out_lengths():
+    """Head dim 128 within 5% at 1k, 4k and 16k; the panels at head dims 64 and 256 (forward both, backward
+    64: [FA3] Figs. 5-6) within 10%, the held-out bar of tests/test_flash_measured.py (worst +7.5%, FA3
+    forward at head dim 64, 1k)."""
     rows = fit_report()
-    assert len(rows) == 12  # 1k, 4k, 16k of FA2/FA3 forward and backward
-    for version, phase, seq, published, fitted in rows:
-        assert abs(fitted - published) / published < 0.05, (version, phase, seq, published, fitted)
+    assert len(rows) == 30  # 1k, 4k, 16k of FA2/FA3: forward at 64/128/256, backward at 64/128
+    for version, phase, head_dim, seq, published, fitted in rows:
+        bar = 0.05 if head_dim == 128 else 0.10
+        assert abs(fitted - published) / published < bar, (version, phase, head_dim, seq, published, fitted)
 
 
 def test_flash_curves_rise_and_fa3_beats_fa2_on_hopper():
     for phase in ("fwd", "bwd"):
         fa2, fa3 = h100_curve(2, phase), h100_curve(3, phase)
         assert fa2.at(512) < fa2.at(8192) < fa2.peak_fraction < 1
-        assert all(fa3.at(s) > fa2.at(s) for s, _ in PUBLISHED[(3, phase)])
+        assert all(fa3.at(s) > fa2.at(s) for s, _ in PUBLISHED[(3, phase, 128)])
     # A100 plateau: FA2 paper's 73% forward, 63% backward (full mask), approached at long sequences; the causal
     # backward is that times the measured causal/full ratio (zsim.compute.flash.causal_backward)
     from zsim.compute.flash import causal_backward
@@ -42,6 +46,44 @@ def test_flash_curves_rise_and_fa3_beats_fa2_on_hopper():
         efficiency(3, "fwd", 80, 4096)
     with pytest.raises(ValueError, match="Ampere"):
         efficiency(2, "fwd", 70, 4096)
+
+
+def test_flash_rate_follows_the_head_dim():
+    """[FA3] Figs. 5-6 at head dims 64, 128, 256: each published panel's curve at its own head dim, linear in
+    log2(head dim) between them, the 64 panel below 64; the backward at 256 (not published) is the 128
+    panel times the measured factor; on Ampere the A100 plateau times FA2-on-H100's head-dim ratio."""
+    from zsim.compute.flash import backward_head_dim_factor, causal_backward, h100_efficiency
+
+    for version in (2, 3):
+        for phase in ("fwd", "bwd"):
+            for s in (1024, 8192):
+                at = {d: h100_efficiency(version, phase, s, d) for d in (32, 64, 96, 128, 181, 256)}
+                assert at[32] == at[64] == h100_curve(version, phase, 64).at(s)
+                assert at[128] == h100_curve(version, phase, 128).at(s)
+                assert min(at[64], at[128]) <= at[96] <= max(at[64], at[128])
+                assert at[181] == pytest.approx((at[128] + at[256]) / 2, rel=1e-3)  # log2(181) ≈ 7.5
+        assert h100_curve(version, "bwd", 256).at(4096) == pytest.approx(
+            h100_curve(version, "bwd", 128).at(4096) * backward_head_dim_factor(version))
+        with pytest.raises(KeyError):
+            h100_curve(version, "bwd", 96)
+    assert 0.85 < backward_head_dim_factor(2) < 0.95 and 0.6 < backward_head_dim_factor(3) < 0.7
+    # the causal forward at 4k tokens: FA3 faster at 256 than at 64 (published 612 against 420 TFLOPs/s)
+    assert efficiency(3, "fwd", 90, 4096, 256) > efficiency(3, "fwd", 90, 4096, 64)
+    for phase in ("fwd", "bwd"):
+        ratio = h100_efficiency(2, phase, 4096, 64) / h100_efficiency(2, phase, 4096, 128)
+        assert efficiency(2, phase, 80, 4096, 64) == pytest.approx(efficiency(2, phase, 80, 4096) * ratio)
+    assert efficiency(2, "bwd", 90, 4096, 64) == pytest.approx(
+        h100_curve(2, "bwd", 64).at(4096) * causal_backward(2).at(4096))
+
+
+def test_flash_kernel_prices_its_head_dim():
+    """A block with 32 heads of 64 and one with 8 heads of 256 (hidden 2048, the FA3 paper's settings) run
+    their FlashAttention kernels at those head dims' published rates (held-out lengths: 4k)."""
+    for a, d in ((32, 64), (8, 256)):
+        x = KShape(s=4096, b=4, h=2048, a=a, t=1, v=1000, ffn=8192, kv_heads=a, gated=False, linear_bias=True,
+                   qkv_bias=True, e=2, flash=3, arch=90)
+        fwd = next(k for k in block_forward(x) if k.kind == "flash")
+        assert fwd.efficiency * H100_PEAK_TFLOPS == pytest.approx(dict(PUBLISHED[(3, "fwd", d)])[4096], rel=0.03)
 
 
 def test_k22_table2_selective_and_sequence_parallel_closed_forms():
@@ -86,7 +128,7 @@ def test_flash_kernel_runs_its_flops_at_the_published_rate():
     gpu = load_cluster("dgx-h100", 1).gpu
     burst = dataclasses.replace(gpu.compute, sustained_ratio=1.0)  # the benchmark's short runs
     seconds = list_seconds(KernelList("fa", tuple(fwd)), burst, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16")
-    published = dict(PUBLISHED[(3, "fwd")])[4096]  # held out of the fit
+    published = dict(PUBLISHED[(3, "fwd", 128)])[4096]  # held out of the fit
     assert fwd[0].flops / seconds / 1e12 == pytest.approx(published, rel=0.02)
     # a training step runs it under the power cap: the profile's sustained_ratio (docs/compute.md)
     held = list_seconds(KernelList("fa", tuple(fwd)), gpu.compute, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16")
@@ -162,6 +204,8 @@ def test_speed_line_says_mfu_and_hardware_flops_and_oom_says_it_did_not_run():
     (dict(zero={"recompute_granularity": "selective", "checkpoint_every": 2}), "zero.checkpoint_every", "selective"),
     (dict(parallel={"dp": 8, "mp": 4, "sequence_parallel": True}, zero={"partition_activations": True}),
      "zero.partition_activations", "sequence"),
+    (dict(model={"attention": "flash2", "head_dim": 320}, hardware={"profile": "dgx-h100", "nodes": 1}),
+     "model.attention", "up to 256"),  # flash-attn's flash_api.cpp refuses it
 ])
 def test_what_does_not_run_is_refused_naming_the_key(sections, key, words):
     data = small_dict(**sections)
@@ -176,6 +220,8 @@ def test_auto_attention_is_flash2_where_it_runs_and_standard_elsewhere():
     assert small_scenario(model={"attention": "auto"}).model.attention == "standard"  # V100
     h100 = build_scenario(_h100(model={"attention": "auto"}), source="<t>")
     assert h100.model.attention == "flash2"
+    wide = build_scenario(_h100(model={"attention": "auto", "head_dim": 320}), source="<t>")
+    assert wide.model.attention == "standard"  # no FlashAttention kernel runs a head wider than 256
     llama = load_scenario(ROOT / "scenarios" / "llama-3-70b-dgx-h100.yaml")  # imported: auto
     assert llama.model.attention == "flash2"
 

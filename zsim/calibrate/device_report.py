@@ -200,7 +200,7 @@ def attention_errors(run: DeviceRun, hopper: int = 90) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str, str, str], dict[int, float]] = {}
     for r in rows:
         version, seq = ATTENTION_VERSION[r["backend"]], int(r["seq_len"])
-        model = efficiency(version, r["pass"], hopper, seq) * H100_PEAK_TFLOPS
+        model = efficiency(version, r["pass"], hopper, seq, int(r["head_dim"])) * H100_PEAK_TFLOPS
         if r["pass"] == "bwd" and r["causal"] == "False":  # the full-mask backward: without the causal ratio
             model /= causal_backward(version).at(seq)
         groups.setdefault((r["backend"], r["pass"], r["causal"], r["head_dim"]), {})[seq] = model / float(r["tflops"]) - 1

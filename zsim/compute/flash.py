@@ -2,42 +2,55 @@
 kernel reaches, by GPU generation, FlashAttention version, pass and sequence length, fitted to the
 published benchmark tables.
 
-Sources (throughput in TFLOPs/s at head dim 128, batch × seqlen = 16k tokens, 16 heads; the FLOPs
-counted as flash-attn's benchmarks count them: forward 4·b·s²·a·d, halved when causal; backward 2.5 ×
-the forward, for its five s×s×d matmuls, one of them the recomputed QKᵀ):
+Sources (throughput in TFLOPs/s, batch × seqlen = 16k tokens, hidden 2048 (16 heads of 128, 32 of 64, 8 of
+256); the FLOPs counted as flash-attn's benchmarks count them: forward 4·b·s²·a·d, halved when causal;
+backward 2.5 × the forward, for its five s×s×d matmuls, one of them the recomputed QKᵀ):
   [FA3] Shah, Bikshandi, Zhang, Thakkar, Ramani & Dao 2024, "FlashAttention-3: Fast and Accurate
-        Attention with Asynchrony and Low-precision", §4.1, Fig. 5 (forward, causal, head dim 128,
-        H100 80GB SXM5, BF16) and Fig. 6 (backward, head dim 128; no causal panel is published for
-        the backward: the full-mask rate times the causal/full ratio measured on an H200, [H200] below;
-        until 2026-11-27 the full-mask rate alone, up to 94% too fast at 512 tokens).
-  [FA2] Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
-        abstract and §4.1: on A100 the forward reaches up to 73% of the theoretical maximum, the
-        backward up to 63%. No A100 table is used here: the A100 curve takes those plateaus with the
-        FA2-on-H100 curve's shape (its half-saturation length), an assumption stated in docs/compute.md.
+        Attention with Asynchrony and Low-precision" (arXiv 2407.08608), §4.1, H100 80GB SXM5, BF16:
+        Fig. 5 (forward, causal panels: head dims 64, 128 and 256) and Fig. 6 (backward, head dims 64 and
+        128). The values are the labels the figure prints above its bars; those of head dims 64 and 256 were
+        read from text transcriptions of the figure's panels (subtext.edge.nugit.net, whose head-dim-128
+        panels give back the values read from the paper for zsim before, bar for bar). No causal backward
+        panel and no backward panel at head dim 256 is published: the causal backward is the full-mask rate
+        times the causal/full ratio measured on an H200 ([H200] below; until 2026-11-27 the full-mask rate
+        alone, up to 94% too fast at 512 tokens), and the backward at head dim 256 is the head-dim-128 panel
+        times the head-dim-256/128 ratio measured there (until 2026-11-28 every head dim ran on the
+        head-dim-128 panels, too fast on the H200 by up to 42% forward and 62% backward).
 The model (one per GPU, version and pass): rate(s) = r_max · s / (s + s_half), a saturating curve
 (occupancy grows with the number of query blocks per head until the SMs are full); 1/rate is linear
 in 1/s, so (r_max, s_half) is an ordinary least-squares fit. It is fitted on the published points at
-512, 2k and 8k tokens and checked on 1k, 4k and 16k, which it never saw (tests/test_flash.py; the
-held-out error is printed by `fit_report`). FlashAttention-3 is Hopper-only (flash-attn hopper/
-README: "H100 / H800 GPU"); FlashAttention-2 needs Ampere or newer (flash-attn README: "Ampere, Ada,
-or Hopper GPUs"); neither runs fp32 (fp16 and bf16 only).
+512, 2k and 8k tokens and checked on 1k, 4k and 16k, which it never saw (tests/test_attention_recompute_sp.py;
+the held-out error is printed by `fit_report`). Between the published head dims the efficiency is
+interpolated linearly in log2(head dim); below 64 the 64 panel is taken (flash-attn runs no head dim
+above 256: MAX_HEAD_DIM). FlashAttention-3 is Hopper-only (flash-attn hopper/README: "H100 / H800 GPU");
+FlashAttention-2 needs Ampere or newer (flash-attn README: "Ampere, Ada, or Hopper GPUs"); neither runs fp32
+(fp16 and bf16 only).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 # Published points: (sequence length, TFLOPs/s). H100 SXM5 at 989 dense 16-bit TFLOPs (datasheet).
 H100_PEAK_TFLOPS = 989.0
 A100_PEAK_TFLOPS = 312.0  # NVIDIA A100 datasheet: FP16/BF16 tensor core, dense
-PUBLISHED: dict[tuple[int, str], tuple[tuple[int, float], ...]] = {
-    # [FA3] Fig. 5, forward, causal, head dim 128, H100
-    (3, "fwd"): ((512, 292.0), (1024, 423.0), (2048, 521.0), (4096, 579.0), (8192, 602.0), (16384, 616.0)),
-    (2, "fwd"): ((512, 191.0), (1024, 260.0), (2048, 298.0), (4096, 319.0), (8192, 333.0), (16384, 335.0)),
-    # [FA3] Fig. 6, backward, head dim 128, H100
-    (3, "bwd"): ((512, 316.0), (1024, 424.0), (2048, 501.0), (4096, 542.0), (8192, 559.0), (16384, 561.0)),
-    (2, "bwd"): ((512, 214.0), (1024, 260.0), (2048, 291.0), (4096, 310.0), (8192, 318.0), (16384, 322.0)),
+HEAD_DIMS = (64, 128, 256)  # the published panels' head dims
+MAX_HEAD_DIM = 256  # flash-attn csrc/flash_attn/flash_api.cpp: "FlashAttention forward only supports head dimension at most 256"
+PUBLISHED: dict[tuple[int, str, int], tuple[tuple[int, float], ...]] = {
+    # [FA3] Fig. 5, forward, causal, H100: (version, 'fwd', head dim)
+    (3, "fwd", 64): ((512, 197.0), (1024, 265.0), (2048, 371.0), (4096, 420.0), (8192, 460.0), (16384, 473.0)),
+    (2, "fwd", 64): ((512, 180.0), (1024, 229.0), (2048, 262.0), (4096, 284.0), (8192, 295.0), (16384, 299.0)),
+    (3, "fwd", 128): ((512, 292.0), (1024, 423.0), (2048, 521.0), (4096, 579.0), (8192, 602.0), (16384, 616.0)),
+    (2, "fwd", 128): ((512, 191.0), (1024, 260.0), (2048, 298.0), (4096, 319.0), (8192, 333.0), (16384, 335.0)),
+    (3, "fwd", 256): ((512, 286.0), (1024, 427.0), (2048, 537.0), (4096, 612.0), (8192, 628.0), (16384, 642.0)),
+    (2, "fwd", 256): ((512, 208.0), (1024, 251.0), (2048, 278.0), (4096, 293.0), (8192, 297.0), (16384, 298.0)),
+    # [FA3] Fig. 6, backward (full mask), H100
+    (3, "bwd", 64): ((512, 272.0), (1024, 363.0), (2048, 422.0), (4096, 453.0), (8192, 472.0), (16384, 474.0)),
+    (2, "bwd", 64): ((512, 198.0), (1024, 238.0), (2048, 264.0), (4096, 279.0), (8192, 287.0), (16384, 291.0)),
+    (3, "bwd", 128): ((512, 316.0), (1024, 424.0), (2048, 501.0), (4096, 542.0), (8192, 559.0), (16384, 561.0)),
+    (2, "bwd", 128): ((512, 214.0), (1024, 260.0), (2048, 291.0), (4096, 310.0), (8192, 318.0), (16384, 322.0)),
 }
 FIT_LENGTHS = (512, 2048, 8192)  # the fit's half; 1k, 4k and 16k are held out
 # The causal backward, measured: no causal backward panel is published, and a causal mask costs the
@@ -51,6 +64,13 @@ MEASURED_BWD: dict[int, tuple[tuple[int, float, float], ...]] = {
         (8192, 269.201, 290.822), (16384, 300.293, 299.128)),
     3: ((512, 199.368, 316.450), (1024, 282.683, 413.582), (2048, 364.586, 481.223), (4096, 436.108, 522.439),
         (8192, 506.034, 555.878), (16384, 545.320, 583.341)),
+}
+# The backward at head dim 256, measured: [H200] data/device/20261127-h200-attention-hd, the same kernels and
+# tokens at head dim 256 (8 heads): (seq, full-mask TFLOPs/s). Its ratio to MEASURED_BWD's full-mask rate at
+# FIT_LENGTHS, averaged, scales the published head-dim-128 backward (`backward_head_dim_factor`).
+MEASURED_BWD_HD256: dict[int, tuple[tuple[int, float], ...]] = {
+    2: ((512, 158.505), (1024, 194.900), (2048, 224.456), (4096, 243.134), (8192, 254.035), (16384, 257.892)),
+    3: ((512, 222.493), (1024, 274.285), (2048, 305.231), (4096, 386.610), (8192, 367.895), (16384, 361.930)),
 }
 # [FA2] §4.1: the plateaus on A100, as fractions of its peak.
 A100_PLATEAU = {"fwd": 0.73, "bwd": 0.63}
@@ -82,10 +102,40 @@ def fit_curve(points: tuple[tuple[int, float], ...], peak_tflops: float) -> Curv
 
 
 @functools.lru_cache(maxsize=None)
-def h100_curve(version: int, phase: str) -> Curve:
-    """The fitted H100 curve of FlashAttention `version` (2 or 3) and `phase` ('fwd' or 'bwd')."""
-    points = tuple(p for p in PUBLISHED[(version, phase)] if p[0] in FIT_LENGTHS)
+def h100_curve(version: int, phase: str, head_dim: int = 128) -> Curve:
+    """The fitted H100 curve of FlashAttention `version` (2 or 3) and `phase` ('fwd' or 'bwd') at a published
+    `head_dim` (HEAD_DIMS); the backward at 256, which is not published, is the 128 curve scaled by
+    `backward_head_dim_factor`. Raises KeyError for a head dim with no panel (`h100_efficiency` interpolates)."""
+    if phase == "bwd" and (version, phase, head_dim) not in PUBLISHED:
+        if head_dim != 256:
+            raise KeyError((version, phase, head_dim))
+        base = h100_curve(version, phase, 128)
+        return Curve(base.peak_fraction * backward_head_dim_factor(version), base.s_half)
+    points = tuple(p for p in PUBLISHED[(version, phase, head_dim)] if p[0] in FIT_LENGTHS)
     return fit_curve(points, H100_PEAK_TFLOPS)
+
+
+@functools.lru_cache(maxsize=None)
+def backward_head_dim_factor(version: int) -> float:
+    """The full-mask backward's rate at head dim 256 over its rate at 128, measured on an H200 ([H200]:
+    MEASURED_BWD_HD256 over MEASURED_BWD), the mean of its ratios at FIT_LENGTHS: FA2 0.90, the FA3 class
+    (cuDNN) 0.67. Held out: the other lengths, and the same construction at head dim 64 against the
+    published 64 panel (tests/test_flash_measured.py)."""
+    full_128 = {s: full for s, _, full in MEASURED_BWD[version]}
+    ratios = [r / full_128[s] for s, r in MEASURED_BWD_HD256[version] if s in FIT_LENGTHS]
+    return sum(ratios) / len(ratios)
+
+
+def h100_efficiency(version: int, phase: str, seq: int, head_dim: int = 128) -> float:
+    """The H100 curve's fraction of peak at `seq` tokens and `head_dim`: a published panel's curve, linear in
+    log2(head dim) between the two panels around it, the nearest panel below 64 or above 256."""
+    if head_dim <= HEAD_DIMS[0] or head_dim >= HEAD_DIMS[-1] or head_dim in HEAD_DIMS:
+        nearest = min(HEAD_DIMS, key=lambda d: abs(math.log2(head_dim / d)))
+        return h100_curve(version, phase, nearest).at(seq)
+    lo = max(d for d in HEAD_DIMS if d < head_dim)
+    hi = min(d for d in HEAD_DIMS if d > head_dim)
+    t = math.log2(head_dim / lo) / math.log2(hi / lo)
+    return (1 - t) * h100_curve(version, phase, lo).at(seq) + t * h100_curve(version, phase, hi).at(seq)
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,25 +158,29 @@ def supported(version: int, compute_capability: int) -> str:
     return ""
 
 
-def efficiency(version: int, phase: str, compute_capability: int, seq: int) -> float:
+def efficiency(version: int, phase: str, compute_capability: int, seq: int, head_dim: int = 128) -> float:
     """Fraction of the GPU's 16-bit tensor peak FlashAttention `version` reaches in `phase` ('fwd' or
-    'bwd') at `seq` tokens per sequence. Hopper: the H100 fit; Ampere (and anything between, e.g.
-    Ada): FA2's A100 plateau with the FA2-on-H100 shape. Raises ValueError where it does not run
-    (`supported`); the scenario loader checks that first and names the key."""
+    'bwd') at `seq` tokens per sequence and `head_dim` (a head's width). Hopper: the H100 fit
+    (`h100_efficiency`); Ampere (and anything between, e.g. Ada): FA2's A100 plateau with the FA2-on-H100
+    shape at head dim 128, times FA2-on-H100's rate at `head_dim` over its rate at 128 (an assumption: no
+    A100 panel at other head dims is used). Raises ValueError where it does not run (`supported`); the
+    scenario loader checks that first and names the key."""
     why = supported(version, compute_capability)
     if why:
         raise ValueError(why)
     causal = causal_backward(version).at(seq) if phase == "bwd" else 1.0  # the forward's fit is causal already
     if compute_capability // 10 == HOPPER // 10:
-        return h100_curve(version, phase).at(seq) * causal
+        return h100_efficiency(version, phase, seq, head_dim) * causal
     shape = h100_curve(2, phase)
-    return Curve(A100_PLATEAU[phase], shape.s_half).at(seq) * causal
+    by_head_dim = h100_efficiency(2, phase, seq, head_dim) / shape.at(seq)
+    return Curve(A100_PLATEAU[phase], shape.s_half).at(seq) * by_head_dim * causal
 
 
-def fit_report() -> list[tuple[int, str, int, float, float]]:
-    """(version, phase, seq, published TFLOPs/s, fitted TFLOPs/s) for every held-out H100 point."""
+def fit_report() -> list[tuple[int, str, int, int, float, float]]:
+    """(version, phase, head dim, seq, published TFLOPs/s, fitted TFLOPs/s) for every held-out H100 point."""
     rows = []
-    for (version, phase), points in sorted(PUBLISHED.items()):
-        curve = h100_curve(version, phase)
-        rows += [(version, phase, s, r, curve.at(s) * H100_PEAK_TFLOPS) for s, r in points if s not in FIT_LENGTHS]
+    for (version, phase, head_dim), points in sorted(PUBLISHED.items()):
+        curve = h100_curve(version, phase, head_dim)
+        rows += [(version, phase, head_dim, s, r, curve.at(s) * H100_PEAK_TFLOPS)
+                 for s, r in points if s not in FIT_LENGTHS]
     return rows

@@ -63,14 +63,15 @@ def _head_dims(x: Shape) -> tuple[int, int]:
 def _flash(x: Shape, phase: str, name: str) -> Kernel:
     """FlashAttention's fused kernel on one MP rank, causal: m = s queries, n = s/2 keys on average,
     k = head dim × its s×s×d matmuls (2 forward; 5 backward, QKᵀ recomputed), at the published
-    rate for this GPU, version and sequence length (zsim.compute.flash); MLA's QKᵀ and attention·V
+    rate for this GPU, version, sequence length and head dim (zsim.compute.flash; the QKᵀ width, which
+    flash-attn's API calls the head dim, q.shape[-1]); MLA's QKᵀ and attention·V
     widths differ: k = d_qk + d_v forward, 2.5 × that backward. A sliding-window block: n = the mean keys
     per query in its window (flash-attn's window_size skips the blocks outside it)."""
     from zsim.compute.flash import efficiency
 
     (qk, vd), heads = _head_dims(x), max(1, x.a // x.t)
     return Kernel(name, "flash", m=x.s, n=x.window or max(1, x.s // 2), k=(qk + vd) if phase == "fwd" else 5 * (qk + vd) // 2,
-                  batch=x.b * heads, efficiency=efficiency(x.flash, phase, x.arch, x.s))
+                  batch=x.b * heads, efficiency=efficiency(x.flash, phase, x.arch, x.s, qk))
 
 
 def _attention_core(x: Shape) -> list[Kernel]:

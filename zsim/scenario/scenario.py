@@ -250,7 +250,7 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     """FlashAttention where it runs (zsim.compute.flash.supported: FA2 Ampere+, FA3 Hopper; 16-bit
     only), selective recompute with checkpointing on, sequence parallelism without Pa (both split the
     layer inputs across the MP group; Megatron-LM's sequence parallelism keeps them sharded)."""
-    from zsim.compute.flash import supported
+    from zsim.compute.flash import MAX_HEAD_DIM, supported
 
     model, zero = spec.model, spec.zero
     if model.attention not in ("standard", "auto"):
@@ -262,6 +262,9 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
         if cluster.host is None and (why := supported(version, cc)):
             raise fail("model.attention", f"{model.attention} on {cluster.gpu.name} (compute capability "
                        f"{cc / 10:.1f}): {why}")
+        if (width := _qk_width(model)) > MAX_HEAD_DIM:
+            raise fail("model.attention", f"{model.attention} runs head dims up to {MAX_HEAD_DIM} (flash-attn flash_api.cpp), "
+                       f"but a head's query/key is {width} wide; use model.attention: standard")
     if zero.recompute_granularity == "selective" and not zero.activation_checkpointing:
         raise fail("zero.recompute_granularity", "selective needs zero.activation_checkpointing: true (it chooses "
                    "what the checkpointing recomputes)")
@@ -320,14 +323,22 @@ def _check_moe(spec: ScenarioFile, fail) -> None:
                    "implementation 'paper' (experts sharded FSDP-style over their expert-data-parallel group)")
 
 
+def _qk_width(model: ModelSection) -> int:
+    """A head's query/key width: head_dim (default hidden / heads), or MLA's d_h + d_h^R."""
+    if model.mla is not None:
+        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+    return model.head_dim or model.hidden // model.heads
+
+
 def _resolve_attention(model: ModelSection, dtype: str, cluster: Cluster) -> ModelSection:
     """`model` with attention 'auto' made 'flash2' where FlashAttention-2 runs (Ampere or newer, fp16/bf16;
-    zsim.compute.flash.supported) and 'standard' elsewhere (a CPU host, a V100, fp32)."""
-    from zsim.compute.flash import supported
+    zsim.compute.flash.supported) and 'standard' elsewhere (a CPU host, a V100, fp32, a head wider than 256)."""
+    from zsim.compute.flash import MAX_HEAD_DIM, supported
 
     if model.attention != "auto":
         return model
-    runs = cluster.host is None and dtype != "fp32" and not supported(2, cluster.gpu.compute_capability)
+    runs = (cluster.host is None and dtype != "fp32" and not supported(2, cluster.gpu.compute_capability)
+            and _qk_width(model) <= MAX_HEAD_DIM)
     return replace_struct(model, attention="flash2" if runs else "standard")
 
 
