@@ -13,7 +13,7 @@ sm90 fused attention is compared with the FlashAttention-3 curve (the class zsim
   8k tokens, is `backward_head_dim_factor` (no backward panel at 256 is published); its other lengths are
   held out, and the same construction at head dim 64 is checked against the published 64 panel. Every
   other comparison at head dims 64 and 256 is with the published panels at those head dims (since
-  2026-11-28; before, the 128 panels ran every head dim, up to 42% too fast)."""
+  commit ac0386f; before it, the 128 panels ran every head dim, up to 42% too fast)."""
 
 from __future__ import annotations
 

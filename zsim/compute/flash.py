@@ -14,7 +14,7 @@ backward 2.5 × the forward, for its five s×s×d matmuls, one of them the recom
         panel and no backward panel at head dim 256 is published: the causal backward is the full-mask rate
         times the causal/full ratio measured on an H200 ([H200] below; until 2026-11-27 the full-mask rate
         alone, up to 94% too fast at 512 tokens), and the backward at head dim 256 is the head-dim-128 panel
-        times the head-dim-256/128 ratio measured there (until 2026-11-28 every head dim ran on the
+        times the head-dim-256/128 ratio measured there (before commit ac0386f every head dim ran on the
         head-dim-128 panels, too fast on the H200 by up to 42% forward and 62% backward).
 The model (one per GPU, version and pass): rate(s) = r_max · s / (s + s_half), a saturating curve
 (occupancy grows with the number of query blocks per head until the SMs are full); 1/rate is linear
