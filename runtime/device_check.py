@@ -82,6 +82,12 @@ HOLDOUT_SETS = {
         Shape("h2304", dict(layers=6, hidden=2304, heads=18, seq_len=1024, vocab=50304, micro_batch=6), stage=1),
         Shape("h3584", dict(layers=4, hidden=3584, heads=28, seq_len=1024, vocab=50304, micro_batch=4), stage=2,
               checkpointing=True)),
+    # Chosen 2026-11-27 (fourth session), before any run of them, after set 2's h2304 miss was explained and
+    # mended (the head's allocation order): the next held-out check of the runtime mirror.
+    3: (Shape("h1792", dict(layers=8, hidden=1792, heads=14, seq_len=2048, vocab=50304, micro_batch=4), stage=2),
+        Shape("h2816", dict(layers=6, hidden=2816, heads=22, seq_len=1024, vocab=50304, micro_batch=6), stage=1,
+              checkpointing=True),
+        Shape("h3328", dict(layers=4, hidden=3328, heads=26, seq_len=1024, vocab=50304, micro_batch=4), stage=3)),
 }
 HOLDOUT_SHAPES = HOLDOUT_SETS[1]
 DRY_SHAPES = tuple(Shape(s.name, dict(layers=2, hidden=64, heads=4, seq_len=32, vocab=128, micro_batch=2),

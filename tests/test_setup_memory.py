@@ -153,9 +153,11 @@ def test_the_runtime_plan_gathers_as_the_runtime_does_after_the_step():
 
 
 def test_the_runtime_plan_orders_the_heads_backward_as_the_runtime_does():
-    """Under the runtime mirror with the runtime's loss (torch-fp32): the head's backward holds the loss's two
-    fp32 gradients and frees them, then a zero-cost `bwd/head.logits` op takes the bf16 cast of the logits'
-    gradient, the tied weight's gradient and the input's gradient, and autograd's cuBLAS workspace there."""
+    """Under the runtime mirror with the runtime's loss (torch-fp32), in the order of the H200 histories: the
+    head's forward takes the bf16 logits and their fp32 copy before the saved log-softmax; its backward takes
+    the loss's two fp32 gradients and frees the first with the saved log-softmax; a zero-cost `bwd/head.cast`
+    takes the bf16 cast of the logits' gradient and frees the second; a zero-cost `bwd/head.logits` takes the
+    tied weight's gradient and the input's, and autograd's cuBLAS workspace there."""
     from tests.conftest import small_scenario
     from zsim.zero.plan import build_plan, scenario_workload
 
@@ -165,15 +167,23 @@ def test_the_runtime_plan_orders_the_heads_backward_as_the_runtime_does():
                        parallel={"dp": 8, "mp": 1}, hardware={"profile": "dgx-a100", "nodes": 1})
     w = scenario_workload(s)
     ops = build_plan(s, w).ops
-    i = next(i for i, op in enumerate(ops) if op.name == "bwd/head" and op.step == 0)
-    head, tail = ops[i], ops[i + 1]
     tokens, v = 128 * 2, w.padded_vocab
-    assert [a.nbytes for a in head.allocs if a.category == "activations"] == [4 * tokens * v, 4 * tokens * v]
-    assert set(head.frees) == {a.tag for a in head.allocs if a.category == "activations"}
-    assert tail.name == "bwd/head.logits" and tail.deps == (i,) and tail.flops == 0 and tail.kernels is None
+    fwd = next(op for op in ops if op.name == "fwd/head" and op.step == 0)
+    act = [a for a in fwd.allocs if a.category == "activations"]
+    assert [a.tag.split(".")[0] for a in act] == ["act0", "fwork0", "fwork1", "act1"]
+    assert [a.nbytes for a in act[1:]] == [2 * tokens * v, 4 * tokens * v, 4 * tokens * v]
+    i = next(i for i, op in enumerate(ops) if op.name == "bwd/head" and op.step == 0)
+    head, cast, tail = ops[i], ops[i + 1], ops[i + 2]
+    grads = [a for a in head.allocs if a.category == "activations"]
+    assert [a.nbytes for a in grads] == [4 * tokens * v, 4 * tokens * v]
+    assert head.frees == (grads[0].tag, act[-1].tag)  # nll_loss's gradient, then the saved log-softmax
+    assert cast.name == "bwd/head.cast" and cast.deps == (i,) and cast.flops == 0 and cast.kernels is None
+    assert [a.nbytes for a in cast.allocs] == [2 * tokens * v] and cast.frees == (grads[1].tag,)
+    assert tail.name == "bwd/head.logits" and tail.deps == (i + 1,) and tail.flops == 0 and tail.kernels is None
     sizes = [a.nbytes for a in tail.allocs]
-    assert sizes[:3] == [2 * tokens * v, 2 * v * 512, 2 * tokens * 512]  # cast, tied weight's gradient, input's
+    assert sizes[:2] == [2 * v * 512, 2 * tokens * 512]  # the tied weight's gradient, the input's
     assert "cublas.autograd" in {a.tag for a in tail.allocs}
+    assert act[0].tag in tail.frees and cast.allocs[0].tag in tail.frees  # the head's input, the cast
     plain = small_scenario(zero={"stage": 1}, model=model, parallel={"dp": 8, "mp": 1},
                            hardware={"profile": "dgx-a100", "nodes": 1})
     assert not any(op.name.endswith(".logits") for op in build_plan(plain, scenario_workload(plain)).ops)

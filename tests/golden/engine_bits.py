@@ -8,7 +8,10 @@ results are meant to change: python -m tests.golden.engine_bits [CASE ...] (from
 reference path, so the rank classes are still checked against it). Regenerated 2026-11-26 after the
 inter-node terms were fitted (issue 24) and the compute model gained sustained clocks (issue 25), and again
 after the EDR terms were refit under NCCL 2.8's own tuner (issue 24, zsim/fabric/nccl_28.py), and after
-InfiniBand's efficiency was held at its published 0.96 (zsim.calibrate.net_terms.IB_EFFICIENCY).
+InfiniBand's efficiency was held at its published 0.96 (zsim.calibrate.net_terms.IB_EFFICIENCY). On
+2026-11-27 ten small cases again: the head's forward now takes the loss's copies of the logits before what
+the loss saves (program order), which moves blocks in the allocator's states and nothing else (step times,
+peaks and the flagship's cases unchanged; mp16-per_rank-stage2-ga2-2steps's ledger and trace too).
 """
 
 from __future__ import annotations

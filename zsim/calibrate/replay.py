@@ -190,8 +190,8 @@ def align(measured: list[dict[str, Any]], simulated: list[dict[str, Any]]) -> Al
         mb, sb = event["args"].get("bytes"), other["args"].get("bytes")
         if mb is not None and mb != sb:
             out.bytes_differ.append((key, mb, sb))
-    # A plan's memory-only ops (Op.memory_only: the runtime mirror's `bucket/<module>` and `bwd/head.logits`,
-    # zsim.zero.step_pass) have no span of their own in a measured run.
+    # A plan's memory-only ops (Op.memory_only: the runtime mirror's `bucket/<module>`, `bwd/head.cast` and
+    # `bwd/head.logits`, zsim.zero.step_pass) have no span of their own in a measured run.
     out.simulated_only = [k for k in s if k not in m and not s[k].get("args", {}).get("memory_only")]
     return out
 

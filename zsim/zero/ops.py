@@ -49,7 +49,7 @@ class Op(NamedTuple):
     stage: int = 0  # the pipeline stage whose representative rank runs it (zsim.zero.pipeline_plan)
     nic_share: float = 1.0  # an all_to_all's bytes across nodes relative to an even spread (DeepEP: Moe.nic_share)
     # A zero-cost op that only allocates or frees, at a point of the runtime's order that no op of its own marks
-    # (zero.setup_residue runtime: `bucket/<module>`, `bwd/head.logits`): no measured span corresponds to it.
+    # (zero.setup_residue runtime: `bucket/<module>`, `bwd/head.cast`, `bwd/head.logits`): no measured span corresponds to it.
     memory_only: bool = False
 
     @property

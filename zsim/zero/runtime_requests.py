@@ -1,9 +1,9 @@
 """What zsim's runtime asks the caching allocator for, where a plan has DeepSpeed's requests: the rules
 `zero.setup_residue: runtime` adds to a GPU plan (zsim.zero.plan), read off the runtime's code and checked
 block by block against its allocator histories on an H200 (`python -m zsim.runtime --cuda-memory-history`,
-data/device/20261127-h200-memhist; docs/device-check.md). Two of its ops are made while the plan is built
-(zsim.zero.step_pass: stage 3's `bucket/<module>`, the head's `bwd/head.logits`); the rest rewrite the
-built ops here. Sizes are bytes, elements where named."""
+data/device/20261127-h200-memhist; docs/device-check.md). Three of its ops are made while the plan is
+built (zsim.zero.step_pass: stage 3's `bucket/<module>`, the head's `bwd/head.cast` and `bwd/head.logits`);
+the rest rewrite the built ops here. Sizes are bytes, elements where named."""
 
 from __future__ import annotations
 

@@ -221,10 +221,15 @@ class StepPass(Gathers, Checkpoints, Reductions):
         every layer holds its activations only while it runs."""
         if not self._checkpointed(m):
             allocs = list(self._activations(m, "act"))
-            allocs += [Alloc("activations", n, self._tags(f"held{i}", m.name)) for i, n in enumerate(m.held_tensors)]
-            if m.fwd_work_tensors:  # the head's loss: held while the forward runs
-                work = [Alloc("activations", n, self._tags(f"fwork{i}", m.name)) for i, n in enumerate(m.fwd_work_tensors)]
-                allocs += work
+            held = [Alloc("activations", n, self._tags(f"held{i}", m.name)) for i, n in enumerate(m.held_tensors)]
+            work = [Alloc("activations", n, self._tags(f"fwork{i}", m.name)) for i, n in enumerate(m.fwd_work_tensors)]
+            if held or work:
+                # The head, in program order: its input (saved), the logits and the loss's copies of them
+                # (held to the pass's end, or only while forward runs), then what the loss saves, computed
+                # from those copies last (Megatron-LM @ 5426d18a mpu/cross_entropy.py: the clone, then
+                # `exp_logits = logits.exp()` saved; F.cross_entropy(logits.float()): log_softmax's output
+                # after the fp32 copy; the H200 history h2304, data/device/20261127-h200-holdout2).
+                allocs = allocs[:1] + held + work + allocs[1:]
                 frees = frees + tuple(w.tag for w in work)
         else:
             allocs = list(self._activations(m, "work"))
@@ -271,10 +276,12 @@ class StepPass(Gathers, Checkpoints, Reductions):
         bucket_op: Alloc | None = None  # zero.setup_residue runtime, stage 3: the bucket, after the backward
         tail: tuple[Alloc, ...] = ()  # zero.setup_residue runtime: the head's requests after its loss gradients
         if m.bwd_work_tensors and self.z.setup_residue == "runtime" and self.s.cluster.host is None:
-            # The runtime's order (data/device/20261127-h200-memhist, h1024): the loss's two fp32 gradients,
-            # freed; then the bf16 cast of the logits' gradient, the head weight's gradient (a new tensor
-            # that autograd adds into the flat gradient buffer; the tied embedding's V×h) and the input's
-            # gradient, beside which autograd's thread takes its cuBLAS workspace (allocator_workspaces).
+            # The runtime's order (data/device/20261127-h200-memhist, h1024; the same in every history of
+            # the holdout sets): nll_loss's fp32 gradient, log_softmax's, the first freed with the saved
+            # log-softmax; the bf16 cast of the logits' gradient, then the second freed; then the head
+            # weight's gradient (a new tensor that autograd adds into the flat gradient buffer; the tied
+            # embedding's V×h) and the input's gradient, beside which autograd's thread takes its cuBLAS
+            # workspace (allocator_workspaces).
             work = tuple(self._tags(f"dgrad{i}", m.name) for i in range(2))
             allocs = [Alloc("activations", n, tag) for n, tag in zip(m.bwd_work_tensors[:2], work)]
             # The weight's gradient is a transient where it is added into a buffer that holds it: a tied head's
@@ -321,11 +328,15 @@ class StepPass(Gathers, Checkpoints, Reductions):
             # the gradient is copied into its bucket in the backward hook (zsim.compute.kernels.with_bucket_copy)
             kernels = with_bucket_copy(kernels, m.params, self.e)
             nbytes += 2 * self.e * m.params
-        if tail:  # the loss gradients freed when the loss's backward is done; the rest after, zero-cost
+        if tail:  # the loss's backward, then zero-cost steps in the runtime's order (above)
+            saved = self._activation_tags(m, "act")
+            loss_saved = saved[1:]  # after the head's input (transformer.py: the head's saved_tensors)
             op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
-                           hbm_bytes=nbytes, allocs=tuple(allocs), frees=work, kernels=kernels)
-            allocs, frees, deps = tail, frees + tuple(a.tag for a in tail), (op,)
-            op = self._add(name=f"bwd/{m.name}.logits", stream="compute", deps=deps, allocs=allocs, frees=frees,
+                           hbm_bytes=nbytes, allocs=tuple(allocs), frees=(work[0],) + loss_saved, kernels=kernels)
+            op = self._add(name=f"bwd/{m.name}.cast", stream="compute", deps=(op,), allocs=tail[:1], frees=work[1:],
+                           memory_only=True)
+            frees = tuple(t for t in frees if t not in loss_saved) + tuple(a.tag for a in tail)
+            op = self._add(name=f"bwd/{m.name}.logits", stream="compute", deps=(op,), allocs=tail[1:], frees=frees,
                            memory_only=True)
         else:
             op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
