@@ -77,7 +77,7 @@ def gpu_aligned_ops(run: Any, traces: dict[int, LabelledTrace], profile: str,
     seen: dict[tuple[str, int | None], int] = defaultdict(int)
     rows, missing = [], []
     for op in plan.ops:
-        if op.is_collective or op.transfer:
+        if op.is_collective or op.transfer or op.memory_only:  # memory-only ops launch no kernel
             continue
         step = op.step if stepped else None
         key = (op.name, step, seen[(op.name, step)])

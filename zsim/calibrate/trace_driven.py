@@ -31,8 +31,8 @@ def measured_durations(run: MeasuredRun) -> Callable[[list[Any]], dict[int, floa
         seen: dict[tuple[str, int, int], int] = defaultdict(int)
         out, missing = {}, []
         for i, op in enumerate(ops):
-            if op.is_collective or getattr(op, "transfer", ""):
-                continue
+            if op.is_collective or getattr(op, "transfer", "") or getattr(op, "memory_only", False):
+                continue  # a memory-only op (the runtime mirror's) has no span: its time is the plan's, 0
             base = (op.name, op.step, op.micro_batch)
             key = (*base, seen[base])
             seen[base] += 1
