@@ -197,7 +197,7 @@ def test_hta_breaks_down_a_gpu_kineto_trace(tmp_path):
 # `bucket/<module>`) that launch no kernel and have no span: the Kineto calibration and the trace-driven
 # replay line up every other op and leave those out. Until 2026-11-27 (fourth session) both refused the runs
 # ("not labelled", "no measured counterpart"), from the day the mirror split the head's backward.
-KINETO = ROOT / "data" / "device" / "20261126-h200" / "runs"
+H200_RUNS = ROOT / "data" / "device" / "20261126-h200" / "runs"
 
 
 def _zsim(*args):
@@ -206,17 +206,17 @@ def _zsim(*args):
     return subprocess.run([sys.executable, "-m", "zsim.cli", *args], capture_output=True, text=True, cwd=ROOT)
 
 
-@pytest.mark.skipif(not (KINETO / "h1024-kineto").is_dir(), reason="no Kineto runs in data/device/")
+@pytest.mark.skipif(not (H200_RUNS / "h1024-kineto").is_dir(), reason="no Kineto runs in data/device/")
 def test_the_kineto_calibration_reaches_its_fit_on_the_gpu_runs(tmp_path):
     """It fits and refuses the fit as poor, naming the cause (docs/device-check.md: kernel_us on its bound)."""
-    out = _zsim("calibrate", str(KINETO / "h1024-kineto"), str(KINETO / "h4096-kineto"), "--profile", "hgx-h200",
+    out = _zsim("calibrate", str(H200_RUNS / "h1024-kineto"), str(H200_RUNS / "h4096-kineto"), "--profile", "hgx-h200",
                 "-o", str(tmp_path / "p.yaml"))
     assert out.returncode == 2 and "poor fit" in out.stderr and "kernel_us" in out.stderr, out.stderr
     assert "not labelled" not in out.stderr
 
 
-@pytest.mark.skipif(not (KINETO / "h1024").is_dir(), reason="no device runs in data/device/")
+@pytest.mark.skipif(not (H200_RUNS / "h1024").is_dir(), reason="no device runs in data/device/")
 def test_the_trace_driven_replay_lines_up_every_op_of_a_gpu_run(tmp_path):
-    out = _zsim("replay", str(KINETO / "h1024"), "--profile", "hgx-h200", "--trace-driven", "-o", str(tmp_path))
+    out = _zsim("replay", str(H200_RUNS / "h1024"), "--profile", "hgx-h200", "--trace-driven", "-o", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "measured only 0, simulated only 0" in out.stdout
