@@ -42,6 +42,9 @@ class Shape:
     # FlashAttention in a sliding-window block: the mean keys per query (zsim.workload.transformer
     # Shape.window_keys; set per module by the plan); 0: causal over the whole sequence
     window: int = 0
+    # dropout on the attention probabilities and the residual branches (model.dropout); without it no
+    # dropout kernel runs (zsim.compute.kernels.module_kernels)
+    dropout: bool = True
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
@@ -66,7 +69,8 @@ class Shape:
                      selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep),
                      d=getattr(model, "head_dim", None) or 0, norms=getattr(model, "layer_norms", 2),
                      qk_norm=getattr(model, "qk_norm", "none") != "none", mla=_mla_dims(model),
-                     moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)))
+                     moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)),
+                     dropout=bool(getattr(model, "dropout", True)))
 
 
 def _mla_dims(model) -> tuple[int, int, int, int, int] | None:

@@ -347,7 +347,12 @@ def module_kernels(kind: str, phase: str, shape: Shape) -> KernelList:
     (kind, phase, shape) and shared."""
     if phase == "recompute":
         return module_kernels(kind, "fwd", shape)
-    return KernelList(f"{kind}.{phase}", _BUILDERS[(kind, phase)](shape))
+    kernels = _BUILDERS[(kind, phase)](shape)
+    if not shape.dropout:
+        # A dropout of p = 0 launches nothing: ATen's _dropout_impl returns its input when p == 0
+        # (aten/src/ATen/native/Dropout.cpp), and the fused CUDA path needs p > 0 (is_fused_kernel_acceptable).
+        kernels = tuple(k for k in kernels if ".dropout" not in k.name)
+    return KernelList(f"{kind}.{phase}", kernels)
 
 
 @functools.lru_cache(maxsize=256)
