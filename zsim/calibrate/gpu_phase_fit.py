@@ -347,3 +347,32 @@ def heldout_run(cluster: Any, train: list[Any], test: Any, profile: str, profile
             "median_error": float(np.median(np.abs(errors))), "max_error": float(np.max(np.abs(errors))),
             "total_error": float(predicted.sum() / measured.sum() - 1.0),
             "worst_ops": worst_ops(pairs, errors)}
+
+
+def kineto_heldout(cluster: Any, train: list[Any], test: Any, profile: str, profiles: Any = None) -> dict[str, Any]:
+    """The phase fit of runs timed by their GPU kernels (Kineto) `train`, judged on run `test`'s kernels, which
+    it never saw: the fit's summary and, over every compute op of `test`, the median and largest |relative
+    error|, the error of their sum, and the ops it misses most.
+
+    Raises:
+        CalibrationError: as calibrate_phases; a run without Kineto GPU kernels.
+    """
+    from zsim.calibrate.kineto_compute import gpu_aligned_ops
+
+    traces = _gpu_timed(test)
+    if traces is None or any(_gpu_timed(run) is None for run in train):
+        raise CalibrationError("kineto_heldout needs runtime runs with Kineto traces of GPU kernels")
+    pf = calibrate_phases(cluster, train, profile, profiles)
+    dtype = str(test.metadata.get("precision", "fp16"))
+    terms, peak, hbm = cluster.gpu.compute, cluster.gpu.peak_flops[dtype], cluster.gpu.hbm_bytes_per_s
+    pairs = gpu_aligned_ops(test, traces, profile, profiles)
+    p = np.array([pf.values["kernel_us"] * 1e-6, pf.values["reduce_kernel_us"] * 1e-6,
+                  1.0 / (hbm * pf.values["hbm_efficiency"])])
+    predicted = _predict([op_row(op, s, terms, peak, hbm, dtype, "") for op, s in pairs], p)
+    measured = np.array([s for _, s in pairs])
+    errors = predicted / measured - 1.0
+    spans = [(op, SpanSample(s, 0.0, 0.0)) for op, s in pairs]  # kernel time: every op device-bound
+    return {"fit": pf.values, "summary": pf.summary(), "ops": len(pairs),
+            "median_error": float(np.median(np.abs(errors))), "max_error": float(np.max(np.abs(errors))),
+            "total_error": float(predicted.sum() / measured.sum() - 1.0),
+            "worst_ops": worst_ops(spans, errors)}

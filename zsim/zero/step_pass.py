@@ -224,9 +224,9 @@ class StepPass(Gathers, Checkpoints, Reductions):
             held = [Alloc("activations", n, self._tags(f"held{i}", m.name)) for i, n in enumerate(m.held_tensors)]
             work = [Alloc("activations", n, self._tags(f"fwork{i}", m.name)) for i, n in enumerate(m.fwd_work_tensors)]
             if held or work:
-                # The head, in program order: its input (saved), the logits and the loss's copies of them
-                # (held to the pass's end, or only while forward runs), then what the loss saves, computed
-                # from those copies last (Megatron-LM @ 5426d18a mpu/cross_entropy.py: the clone, then
+                # The head (saved_tensors: its input, then the loss's; zsim.workload.transformer), in program
+                # order: its input, the logits and the loss's copies of them (held to the pass's end, or only
+                # while forward runs), then what the loss saves, computed from those copies last (Megatron-LM @ 5426d18a mpu/cross_entropy.py: the clone, then
                 # `exp_logits = logits.exp()` saved; F.cross_entropy(logits.float()): log_softmax's output
                 # after the fp32 copy; the H200 history h2304, data/device/20261127-h200-holdout2).
                 allocs = allocs[:1] + held + work + allocs[1:]
