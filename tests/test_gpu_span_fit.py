@@ -73,7 +73,9 @@ def test_the_h200_spans_show_the_max():
 def test_heldout_stage3_run_does_not_get_worse():
     """Measured 2026-11-26 (benchmarks/gpu_span_holdout.py): median |error| 40.3%, sum of the ops -40.0%
     on h2048; 40.9% and -40.4% since the kernel lists drop the dropouts the runtime never launched
-    (2026-11-27, commit c82e908: the host terms, fitted per launch, moved); the stage-3 run's host work around each fetched module (0.7-2 ms of idle GPU before its
+    (2026-11-27, commit c82e908: the host terms, fitted per launch, moved); 28.5% and -33.9% since the runs
+    are rebuilt with the runtime's own kernel lists (model.kernels pytorch-2 and its per-segment step checks);
+    the stage-3 run's host work around each fetched module (0.7-2 ms of idle GPU before its
     fwd/bwd spans) has no counterpart in the stage 1 and 2 runs the fit saw (docs/calibrate.md). The
     bounds are those figures rounded up to the next whole percent: a change that makes them worse fails."""
     from zsim.calibrate.gpu_phase_fit import heldout_run
@@ -83,8 +85,8 @@ def test_heldout_stage3_run_does_not_get_worse():
     report = heldout_run(cluster, [read_run(RUNS / "h1024"), read_run(RUNS / "h4096")], read_run(RUNS / "h2048"),
                          "hgx-h200")
     assert report["ops"] == 72
-    assert report["median_error"] <= 0.41, report
-    assert abs(report["total_error"]) <= 0.41, report
+    assert report["median_error"] <= 0.29, report
+    assert abs(report["total_error"]) <= 0.34, report
 
 
 @needs_data
@@ -94,8 +96,10 @@ def test_a_poor_gpu_fit_names_its_causes_and_is_written_when_accepted(tmp_path, 
     assert main(["calibrate", *inputs, "--profile", "hgx-h200", "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert not out.exists()
-    assert "GPU phases: in-sample median error" in err and "the ops missed most: " in err
-    assert "host-bound spans by a median" in err
+    # with the runtime's own kernel lists (model.kernels pytorch-2) the in-sample median is 9.4%; the terms
+    # far from the base's are the causes (docs/device-check.md)
+    assert "GPU phases: reduce_kernel_us = " in err and "GPU phases: host_op_us = " in err
+    assert "more than 3× either way" in err
     assert main(["calibrate", *inputs, "--profile", "hgx-h200", "-o", str(out), "--accept-poor-fit"]) == 0
     written = yaml.safe_load(out.read_text())
     assert written["compute"]["host_module_us"] > 0 and written["compute"]["host_op_us"] > 0

@@ -110,7 +110,7 @@ def op_row(op: Any, seconds: float, terms: ComputeTerms, peak_flops: float, hbm_
             nbytes += k.bytes
         else:
             n_mem += k.count
-            nbytes += k.bytes
+            nbytes += k.rate_bytes
     return PhaseRow(known, n_mem, n_red, nbytes, seconds, op.kernels.launches, group)
 
 

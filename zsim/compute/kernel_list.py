@@ -23,10 +23,17 @@ class Kernel:
     batch: int = 1
     bytes: float = 0.0
     count: int = 1
-    efficiency: float = 0.0  # 'flash': the fraction of the 16-bit peak it runs at (zsim.compute.flash)
+    # 'flash': the fraction of the 16-bit peak it runs at (zsim.compute.flash); 'mem', 'reduce': its share of a
+    # vectorized kernel's HBM rate (UNROLLED_SHARE, BOOL_REDUCE_SHARE), 0 meaning 1
+    efficiency: float = 0.0
     # Launched by host work priced in another op (deepspeed-0.5's list copies, launched on the 'host' lane while
     # their collective runs): GPU time here, no launch (zsim.zero.implementation.list_copy_tail).
     prelaunched: bool = False
+
+    @property
+    def rate_bytes(self) -> float:
+        """The bytes a memory-bound kernel is priced at: its bytes over its share of the vectorized rate."""
+        return self.bytes / self.efficiency if self.kind in ("mem", "reduce") and self.efficiency else self.bytes
 
     @property
     def flops(self) -> float:
@@ -62,13 +69,29 @@ def gemm(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
     return Kernel(name, "gemm", m=m, n=n, k=k, batch=batch)
 
 
-def mem(name: str, nbytes: float, count: int = 1) -> Kernel:
-    return Kernel(name, "mem", bytes=nbytes, count=count)
+# ATen's copy between dtypes it has no vectorized path for (bf16 -> fp32 or fp64: direct_copy_kernel_cuda runs
+# `unrolled_elementwise_kernel` with dynamic casting, aten/src/ATen/native/cuda/CUDALoops.cuh) moves its bytes at
+# a share of a vectorized kernel's rate, by the width it writes. Measured on the H200 with PyTorch 2.13
+# (data/device/20261126-h200-kineto, h1024, a run the fits see): the runtime's bf16 -> fp32 copy of its
+# 203M-element gradient segment took 577 us, the fp32 -> bf16 copy of the same elements and bytes
+# (bfloat16_copy_kernel_cuda, vectorized) 280 us: 0.48; its bf16 -> fp64 cast (10 B an element) 811 us
+# against that copy's 6 B in 280 us: 0.58.
+UNROLLED_SHARE = {4: 0.48, 8: 0.58}
+# A reduction over 1-byte bools (`.all()`) reads them at this share of a vectorized kernel's rate: on the same
+# trace `all` over the 203M-element mask took 104 us, the `&` producing it (3 B an element) 150 us: 0.48.
+BOOL_REDUCE_SHARE = 0.48
 
 
-def red(name: str, nbytes: float, count: int = 1) -> Kernel:
-    """A reduction kernel (PyTorch reduce_kernel: sum, max, norm): memory-bound, its own fixed time."""
-    return Kernel(name, "reduce", bytes=nbytes, count=count)
+def mem(name: str, nbytes: float, count: int = 1, efficiency: float = 0.0) -> Kernel:
+    """A memory-bound kernel moving `nbytes` over all `count` launches; `efficiency`: its share of a vectorized
+    kernel's rate (0: 1)."""
+    return Kernel(name, "mem", bytes=nbytes, count=count, efficiency=efficiency)
+
+
+def red(name: str, nbytes: float, count: int = 1, efficiency: float = 0.0) -> Kernel:
+    """A reduction kernel (PyTorch reduce_kernel: sum, max, norm): memory-bound, its own fixed time;
+    `efficiency` as mem's."""
+    return Kernel(name, "reduce", bytes=nbytes, count=count, efficiency=efficiency)
 
 
 def linear_fwd(name: str, tokens: int, n_out: int, k_in: int, bias: bool, e: int) -> list[Kernel]:

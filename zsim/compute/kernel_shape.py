@@ -45,6 +45,11 @@ class Shape:
     # dropout on the attention probabilities and the residual branches (model.dropout); without it no
     # dropout kernel runs (zsim.compute.kernels.module_kernels)
     dropout: bool = True
+    # whose kernel lists (model.kernels): "megatron-2020" or "pytorch-2"; and the loss (model.loss), whose
+    # kernels differ under pytorch-2 (zsim.compute.torch_kernels)
+    kernels: str = "megatron-2020"
+    loss: str = "megatron"
+    tied: bool = True  # the head's weight is the word embedding's (model.tied_head): autograd sums its two gradients
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
@@ -70,7 +75,9 @@ class Shape:
                      d=getattr(model, "head_dim", None) or 0, norms=getattr(model, "layer_norms", 2),
                      qk_norm=getattr(model, "qk_norm", "none") != "none", mla=_mla_dims(model),
                      moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)),
-                     dropout=bool(getattr(model, "dropout", True)))
+                     dropout=bool(getattr(model, "dropout", True)),
+                     kernels=getattr(model, "kernels", "megatron-2020"), loss=getattr(model, "loss", "megatron"),
+                     tied=bool(getattr(model, "tied_head", True)))
 
 
 def _mla_dims(model) -> tuple[int, int, int, int, int] | None:

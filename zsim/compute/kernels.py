@@ -20,6 +20,10 @@ Shape fields beyond the 2020 GPT (ffn_hidden, gated_mlp, kv_heads, linear_bias, 
 follow the model-shape contract (COORDINATION.md) with today's defaults; tied_head and norm change no
 kernel (an untied head has the same GEMMs; an RMSNorm is priced as one fused norm kernel).
 
+`model.kernels: pytorch-2` (PyTorch >= 2.0 eager modules, zsim's runtime on a GPU) drops the forward bias
+adds into the GEMMs' epilogue (a row-parallel bias after the MP all-reduce keeps its add) and, at MP 1,
+takes the embedding's and the cross-entropy's lists from zsim.compute.torch_kernels.
+
 Today's options (docs/models.md): FlashAttention (`attention` flash2/flash3) replaces everything from
 the Q/K/V copies to the context copy with one fused kernel each way, priced at the published rate of
 zsim.compute.flash (kind 'flash'); selective recompute (Korthikanti et al. 2022 §5) launches the
@@ -32,6 +36,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
+from zsim.compute import torch_kernels
 from zsim.compute.kernel_list import Kernel, KernelList, gemm, linear_bwd, linear_fwd, mem, red
 from zsim.compute.kernel_shape import Shape
 
@@ -129,7 +134,7 @@ def block_forward(x: Shape) -> tuple[Kernel, ...]:
     th = T * h
     tr = th // x.t if x.sp else th  # the elementwise kernels outside attention and MLP: T/t tokens under SP
     ks: list[Kernel] = [mem("input_layernorm", 2 * e * tr)]
-    ks += _mla_forward(x) if x.mla is not None else linear_fwd("qkv", T, qkv, h, x.qkv_bias, e)
+    ks += _mla_forward(x) if x.mla is not None else linear_fwd("qkv", T, qkv, h, x.qkv_bias and not _epilogue(x), e)
     if x.qk_norm:  # q and k through their RMSNorms: read and write both
         ks.append(mem("attention.qk_norm", 2 * e * T * (qkv - (qkv - heads * hn) // 2)))
     if not x.flash:
@@ -142,17 +147,24 @@ def block_forward(x: Shape) -> tuple[Kernel, ...]:
     ks.append(gemm("attention.dense", T, h, heads * hn))
     if x.norms == 4:
         ks.append(mem("post_attention_norm", 2 * e * tr))
-    ks += _residual_tail("attention", tr, x.linear_bias, e)
+    ks += _residual_tail("attention", tr, x.linear_bias and not (_epilogue(x) and x.t == 1), e)
     if x.norms != 1:
         ks.append(mem("post_attention_layernorm", 2 * e * tr))
     width = 2 * ffn if x.gated else ffn
-    ks += linear_fwd("mlp.h_to_4h", T, width, h, x.linear_bias, e)
+    ks += linear_fwd("mlp.h_to_4h", T, width, h, x.linear_bias and not _epilogue(x), e)
     ks.append(mem("mlp.swiglu" if x.gated else "mlp.gelu", (3 if x.gated else 2) * e * T * ffn))
     ks.append(gemm("mlp.4h_to_h", T, h, ffn))
     if x.norms == 4:
         ks.append(mem("post_mlp_norm", 2 * e * tr))
-    ks += _residual_tail("mlp", tr, x.linear_bias, e)
+    ks += _residual_tail("mlp", tr, x.linear_bias and not (_epilogue(x) and x.t == 1), e)
     return tuple(ks)
+
+
+def _epilogue(x: Shape) -> bool:
+    """Whether a linear's bias rides its GEMM (model.kernels pytorch-2: addmm's cuBLASLt epilogue,
+    aten/src/ATen/native/cuda/Blas.cpp gemm_and_bias), rather than a separate add. A row-parallel
+    layer's bias is added after the MP all-reduce, in its own kernel, by both frameworks."""
+    return x.kernels == "pytorch-2"
 
 
 def _residual_tail(name: str, th: int, bias: bool, e: int) -> list[Kernel]:
@@ -221,7 +233,10 @@ def _attention_core_bwd(x: Shape) -> list[Kernel]:
 
 def embed_forward(x: Shape) -> tuple[Kernel, ...]:
     """Vocab-parallel word embedding (mask ids outside this rank's range, gather, zero the masked
-    rows), position embedding, their sum, dropout (mpu/layers.py VocabParallelEmbedding)."""
+    rows), position embedding, their sum, dropout (mpu/layers.py VocabParallelEmbedding); PyTorch's
+    nn.Embedding under pytorch-2 at MP 1 (zsim.compute.torch_kernels)."""
+    if torch_kernels.applies(x, "embed"):
+        return torch_kernels.embed_forward(x)
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
     ks = [mem("embed.mask_ids", 8 * 4 * T, count=4), mem("embed.word", 2 * e * th), mem("embed.zero_masked", 2 * e * th)]
     if not x.rotary and not x.alibi:  # a learned position table: gather and add
@@ -233,7 +248,10 @@ def embed_forward(x: Shape) -> tuple[Kernel, ...]:
 
 def embed_backward(x: Shape) -> tuple[Kernel, ...]:
     """Dropout backward, and the dense embedding gradients: zero the (V/t)×h and s×h tables, then
-    scatter-add the T·h token gradients into them (embedding_dense_backward)."""
+    scatter-add the T·h token gradients into them (embedding_dense_backward); pytorch-2 at MP 1:
+    zsim.compute.torch_kernels."""
+    if torch_kernels.applies(x, "embed"):
+        return torch_kernels.embed_backward(x)
     th, e = x.s * x.b * x.h, x.e
     ks = [mem("embed.dropout.bwd", (2 * e + 1) * th), mem("embed.mask.bwd", 2 * e * th),
           mem("embed.word.zero_grad", e * x.v // x.t * x.h), mem("embed.word.scatter_add", 3 * e * th)]
@@ -247,7 +265,10 @@ def embed_backward(x: Shape) -> tuple[Kernel, ...]:
 def head_forward(x: Shape) -> tuple[Kernel, ...]:
     """Final layer norm, logits against the tied word embedding (T×V/t×h), then in fp32 the
     vocab-parallel cross-entropy: cast, a copy of its input, max, subtract, exp, sum, divide
-    (mpu/cross_entropy.py: `logits = vocab_parallel_logits.clone()`)."""
+    (mpu/cross_entropy.py: `logits = vocab_parallel_logits.clone()`). PyTorch's F.cross_entropy under
+    pytorch-2 with model.loss torch or torch-fp32 (zsim.compute.torch_kernels)."""
+    if torch_kernels.applies(x, "head"):
+        return torch_kernels.head_forward(x)
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
     tv = T * x.v // x.t
     ks = [mem("final_layernorm", 2 * e * (th // x.t if x.sp else th)), gemm("logits", T, x.v // x.t, x.h)]
@@ -260,7 +281,9 @@ def head_forward(x: Shape) -> tuple[Kernel, ...]:
 
 def head_backward(x: Shape) -> tuple[Kernel, ...]:
     """Cross-entropy backward (softmax − one-hot, times the loss gradient), the cast back, the logits
-    GEMM's input and weight gradients, the final layer norm's backward."""
+    GEMM's input and weight gradients, the final layer norm's backward (pytorch-2: torch_kernels)."""
+    if torch_kernels.applies(x, "head"):
+        return torch_kernels.head_backward(x)
     T, th, e = x.s * x.b, x.s * x.b * x.h, x.e
     tv = T * x.v // x.t
     ks = [mem("cross_entropy.bwd.targets", 4 * 4 * T, count=2), mem("cross_entropy.bwd.scale", 8 * tv)]

@@ -27,7 +27,7 @@ def kernel_seconds(k: Kernel, terms: ComputeTerms, peak_flops: float, hbm_bytes_
         return k.count * gemm_seconds(k.m, k.n, k.k, k.batch, elem_bytes, g, terms.sms, terms.tiles, peak_flops,
                                       hbm_bytes_per_s)
     fixed = terms.reduce_kernel_s if k.kind == "reduce" and terms.reduce_kernel_s is not None else terms.kernel_s
-    return k.count * fixed + k.bytes / (hbm_bytes_per_s * terms.hbm_efficiency)
+    return k.count * fixed + k.rate_bytes / (hbm_bytes_per_s * terms.hbm_efficiency)
 
 
 def list_seconds(kl: KernelList, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float,

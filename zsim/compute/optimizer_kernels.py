@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import math
 
-from zsim.compute.kernel_list import Kernel, KernelList, mem, red
+from zsim.compute.kernel_list import BOOL_REDUCE_SHARE, UNROLLED_SHARE, Kernel, KernelList, mem, red
 
 
 # The runtime's Adam on a CPU host (runtime/zero/optimizer.py FlatAdam.step): the partition in chunks of
@@ -67,3 +67,36 @@ def optimizer_kernels(elements: int, tensors: int, dtype: str, master: bool = Tr
         adam += (mem("params.to_fp16", 6 * n),)
     return {"overflow": KernelList("optimizer.overflow", overflow), "norm": KernelList("optimizer.norm", norm),
             "adam": KernelList("optimizer.adam", adam)}
+
+
+
+@functools.lru_cache(maxsize=64)
+def runtime_step_kernels(elements: int, segments: int, dtype: str) -> dict[str, KernelList]:
+    """The step of zsim's runtime on a GPU with master weights (runtime/zero/engine.py _optimizer_step,
+    runtime/zero/optimizer.py FlatAdam), one pass per optimizer segment, as its Kineto traces show them
+    (data/device/20261126-h200-kineto, PyTorch 2.13):
+      overflow: `torch.isfinite(g).all()`, which ATen computes as `(g == g) & (g.abs() != inf)`
+          (aten/src/ATen/native/TensorCompare.cpp isfinite): abs (e B read, e written), two compares
+          (e read, 1 written), their `&` (2 read, 1 written), then `all` (a reduction reading 1 B, BOOL_REDUCE_SHARE);
+      norm: `g.double().norm(2) ** 2` added into a float64 accumulator: the cast (e read, 8 written; an
+          unrolled dynamic-casting copy, UNROLLED_SHARE), the norm (a reduction reading 8 B), and two
+          one-element kernels (pow, add) per segment, the accumulator's fill once;
+      grads_copy: `.float()` of each segment's gradient (e read, 4 written; unrolled);
+      adam: torch's fused Adam (`torch._fused_adam_`: multi_tensor_apply, 28 B an element as
+          optimizer_kernels's) and, per segment, the fp32 master's copy into the e-byte parameters.
+    No flatten, cast or unscale pass inside the step (the runtime's `grads_copy` is its own op).
+    Returns {'overflow', 'norm', 'grads_copy', 'adam'}; 'overflow' is empty for fp32."""
+    n, pieces, e = elements, max(1, segments), 4 if dtype == "fp32" else 2
+    mixed = dtype != "fp32"
+    overflow = (mem("overflow.abs", 2 * e * n, count=pieces), mem("overflow.compare", 2 * (e + 1) * n, count=2 * pieces),
+                mem("overflow.and", 3 * n, count=pieces), red("overflow.all", n, count=pieces, efficiency=BOOL_REDUCE_SHARE)) if mixed else ()
+    norm = (mem("grad_norm.accumulator", 8), mem("grad_norm.to_double", (e + 8) * n, count=pieces, efficiency=UNROLLED_SHARE[8]),
+            red("grad_norm.norm", 8 * n, count=pieces), mem("grad_norm.square_add", 24, count=2 * pieces))
+    copy = (mem("grads.to_fp32", (e + 4) * n, count=pieces, efficiency=UNROLLED_SHARE[4]),) if mixed else ()
+    adam = (mem("fused_adam", 28 * n, count=max(1, math.ceil(n / _MTA_ELEMENTS))),)
+    if mixed:
+        adam += (mem("params.to_working", 6 * n, count=pieces),)
+    return {"overflow": KernelList("optimizer.overflow.runtime", overflow),
+            "norm": KernelList("optimizer.norm.runtime", norm),
+            "grads_copy": KernelList("optimizer.grads_copy.runtime", copy),
+            "adam": KernelList("optimizer.adam.runtime", adam)}

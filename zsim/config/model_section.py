@@ -159,6 +159,18 @@ class ModelSection(Section, kw_only=True):
         "torch-fp32: PyTorch's cross_entropy on an fp32 upcast of the logits (F.cross_entropy(logits.float()), "
         "as Hugging Face transformers' ForCausalLMLoss and zsim's runtime compute it), which saves its fp32 "
         "log-softmax and whose backward holds two fp32 logit gradients at once; mp 1 only"))] = "megatron"
+    # Whose kernels each module launches (zsim.compute.kernels): the lists differ in what is fused, not
+    # in FLOPs. pytorch-2 is zsim's runtime model (runtime/model.py) under PyTorch >= 2.0 eager, read from
+    # its Kineto traces on an H200 (data/device/20261126-h200-kineto): at::linear folds a contiguous 3-D
+    # input into addmm, whose CUDA path puts the bias in cuBLASLt's epilogue (aten/src/ATen/native/Linear.cpp
+    # _flatten_nd_linear; cuda/Blas.cpp gemm_and_bias).
+    kernels: Annotated[Literal["megatron-2020", "pytorch-2"], Meta(description=(
+        "whose kernel lists the modules launch: megatron-2020: Megatron-LM as the ZeRO paper ran it (separate "
+        "bias adds after every GEMM, vocab-parallel embedding masks, Megatron's seven-kernel cross-entropy); "
+        "pytorch-2: plain PyTorch >= 2.0 modules on a GPU, as zsim's runtime builds them (column-parallel and "
+        "MP-1 biases in the GEMM's cuBLASLt epilogue, nn.Embedding without masks, and with model.loss torch or "
+        "torch-fp32 F.cross_entropy's log_softmax and nll_loss); what `zsim calibrate` and `zsim replay` "
+        "rebuild a GPU run of the runtime with"))] = "megatron-2020"
     moe: Annotated[MoeSection, Meta(description=(
         "mixture-of-experts MLPs (docs/moe.md); absent: every MLP dense"))] | None = None
     from_hf: Annotated[Text, Meta(description=(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from zsim.compute.optimizer_kernels import host_adam_kernels, optimizer_kernels
+from zsim.compute.optimizer_kernels import host_adam_kernels, optimizer_kernels, runtime_step_kernels
 from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Workload
 from zsim.zero.buckets import allgather_shards
@@ -14,6 +14,7 @@ from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
 from zsim.zero.rank_states import (expert_dp, expert_partition, full_grad_tag, partition_grad_tag, rank_partition,
                                    rank_pieces)
+from zsim.zero.runtime_requests import runtime_segments
 from zsim.zero.residual import StepGradients, list_collective_staging_bytes, step_gradient_bytes
 
 # Adam's update streams, per element: reads fp32 master, momentum, variance and the fp16 gradient
@@ -38,8 +39,16 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
     # SUM) over the DP group and, with MP, over the MP group; in line on the compute stream, as the
     # optimizer waits for the result (zsim.compute.optimizer_kernels.optimizer_kernels has the kernels).
     tensors = math.ceil(len(w.tensors) / nd) if z.stage >= 1 else len(w.tensors)
+    if z.setup_residue == "runtime" and s.cluster.host is None:
+        # zsim's runtime checks and casts segment by segment, not tensor by tensor (runtime/zero/engine.py
+        # _overflow, _grad_norm over FlatAdam.segments), with its own kernels (runtime_step_kernels), as its
+        # Kineto traces show (data/device/20261126-h200-kineto: h1024's one segment, h2048's ten units)
+        tensors = len(runtime_segments(s, w))
     master = s.precision.master_weights
     kernels = optimizer_kernels(elements, tensors, dtype, master)
+    runtime = z.setup_residue == "runtime" and s.cluster.host is None and master
+    if runtime:  # zsim's runtime's own step kernels (runtime_step_kernels)
+        kernels = runtime_step_kernels(elements, tensors, dtype)
     for check in ("overflow", "norm"):
         if not kernels[check].kernels:
             continue
@@ -67,6 +76,7 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
     # fp32 training holds no copy (Adam reads the gradients in place): no pass, no bytes.
     copy_bytes = (e + grads.held / max(1, converted)) * converted if grads.held else 0.0
     b.add(name="optimizer/grads_copy", stream="compute", deps=deps, hbm_bytes=copy_bytes,
+          kernels=kernels["grads_copy"] if runtime and kernels["grads_copy"].kernels else None,
           allocs=(Alloc("buffers", grads.held, held), Alloc("buffers", grads.transient, transient)),
           frees=(transient,) + grad_tags, step=step, micro_batch=last_mb)
     # A CPU host runs the runtime's chunked update, not the fused kernel: its launches are its aten ops.
