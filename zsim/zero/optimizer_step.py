@@ -39,14 +39,15 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
     # SUM) over the DP group and, with MP, over the MP group; in line on the compute stream, as the
     # optimizer waits for the result (zsim.compute.optimizer_kernels.optimizer_kernels has the kernels).
     tensors = math.ceil(len(w.tensors) / nd) if z.stage >= 1 else len(w.tensors)
-    if z.setup_residue == "runtime" and s.cluster.host is None:
+    runtime_gpu = z.setup_residue == "runtime" and s.cluster.host is None
+    if runtime_gpu:
         # zsim's runtime checks and casts segment by segment, not tensor by tensor (runtime/zero/engine.py
         # _overflow, _grad_norm over FlatAdam.segments), with its own kernels (runtime_step_kernels), as its
         # Kineto traces show (data/device/20261126-h200-kineto: h1024's one segment, h2048's ten units)
         tensors = len(runtime_segments(s, w))
     master = s.precision.master_weights
     kernels = optimizer_kernels(elements, tensors, dtype, master)
-    runtime = z.setup_residue == "runtime" and s.cluster.host is None and master
+    runtime = runtime_gpu and master
     if runtime:  # zsim's runtime's own step kernels (runtime_step_kernels)
         kernels = runtime_step_kernels(elements, tensors, dtype)
     for check in ("overflow", "norm"):
