@@ -124,7 +124,9 @@ class ZeroSection(Section, kw_only=True):
         "parameter per module, and at stages 1-2 its fp32 flat copy, freed before the first step and kept "
         "cached; on a GPU also the runtime's own requests in the step, zsim/zero/runtime_requests.py: its "
         "gradient buffer from setup, its step checks' temporaries, its gathers and buckets, torch 2.x's cuBLAS "
-        "workspaces in the allocator; `zsim replay` sets it for runtime runs on a GPU). Peaks are counted from "
+        "workspaces in the allocator, and its step's kernels: checks once per optimizer segment, fused Adam, "
+        "zsim.compute.optimizer_kernels.runtime_step_kernels; `zsim replay` sets it for runtime runs on a GPU). "
+        "Peaks are counted from "
         "the first step, as the runtime resets torch's after setup"))] = "none"
     # DeepSpeed overlap_comm. DeepSpeed's own default for stages 1-2 was false from v0.2.0 (2020-06) to
     # v0.3.13 (2021-03) and beyond (deepspeed/pt/deepspeed_zero_config.py @ 96c4daabc,
