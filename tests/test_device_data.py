@@ -226,7 +226,7 @@ def test_the_trace_driven_replay_lines_up_every_op_of_a_gpu_run(tmp_path):
 @pytest.mark.skipif(not (H200_RUNS / "h2048-kineto").is_dir(), reason="no Kineto runs in data/device/")
 def test_the_kineto_fit_held_out_on_h2048_is_what_the_docs_quote():
     """docs/device-check.md quotes the Kineto split (benchmarks/gpu_span_holdout.py): fitted on h1024 and h4096's
-    kernels, no term on a bound; on h2048's, which the fit never saw, a median 12.5% per op and the ops' sum
+    kernels, no term on a bound; on h2048's, which the fit never saw, a median 12.4% per op and the ops' sum
     +10.5% with the runtime's own kernel lists (model.kernels pytorch-2 and its step; 12.4% and -1.3% with
     Megatron's and DeepSpeed's, whose per-tensor step checks had pinned reduce_kernel_us)."""
     from zsim.calibrate.gpu_phase_fit import kineto_heldout
@@ -236,5 +236,5 @@ def test_the_kineto_fit_held_out_on_h2048_is_what_the_docs_quote():
     runs = [read_run(H200_RUNS / n) for n in ("h1024-kineto", "h4096-kineto", "h2048-kineto")]
     report = kineto_heldout(load_cluster("hgx-h200", 1), runs[:2], runs[2], "hgx-h200")
     assert not report["summary"].get("at_bounds") and report["ops"] == 72
-    assert report["median_error"] == pytest.approx(0.125, abs=0.001)
+    assert report["median_error"] == pytest.approx(0.124, abs=0.001)
     assert report["total_error"] == pytest.approx(0.105, abs=0.001)

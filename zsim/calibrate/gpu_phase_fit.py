@@ -256,6 +256,8 @@ def _calibrate_spans(runs: list[Any], terms: ComputeTerms, peak: float, hbm: flo
         raise CalibrationError(f"{used} host-bound CUDA-event spans of ops with kernel lists cannot determine the "
                                "host terms (host_module_us, host_op_us): give runs of more shapes")
     result.host, result.timing = host, "CUDA-event spans, host time apart"
+    # a host term the non-negative fit left at 0 (within _at_bounds' 1e-12 s) is on its bound, as a device term is
+    result.at_bounds = result.at_bounds + [f"{name} = 0 us" for name, value in host.items() if value <= 1e-6]
     result.host_bound = used
     errors = np.abs(span_errors(every, result.values, host, terms, peak, hbm, dtype))
     result.median_error, result.max_error, result.residuals = float(np.median(errors)), float(np.max(errors)), list(errors)

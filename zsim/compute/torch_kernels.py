@@ -3,15 +3,16 @@ modules on a GPU at MP 1, as zsim's runtime builds them (runtime/model.py: nn.Em
 `F.cross_entropy(logits.float())` for model.loss torch-fp32, `F.cross_entropy(logits)` for torch).
 The block's lists differ from Megatron's only in the bias adds, which zsim.compute.kernels leaves out.
 
-Read from the runtime's Kineto traces on an H200 (data/device/20261126-h200-kineto, PyTorch 2.13, h2048:
-T = 4096 tokens, V = 50,304) and from ATen's source, which the names below follow:
+Read from the runtime's Kineto traces on an H200 (data/device/20261126-h200-kineto, PyTorch 2.13; the counts
+and times below from h1024 and h4096, the runs the fits see, V = 50,304) and from ATen's source, which the
+names below follow:
   - embedding forward: one gather per table (`vectorized_gather_kernel`), the position ids by an
     arange kernel, and their sum; no masks (Megatron's VocabParallelEmbedding masks ids out of range).
   - embedding backward (aten/src/ATen/native/cuda/Embedding.cu embedding_dense_backward_cuda): the
     gradient table is zero-filled, then up to 3,072 indices go to `embedding_backward_feature_kernel`
     (the position table: its gradient first summed over the batch by a reduction, the broadcast add's
     backward), and more go to the sort-based path (EmbeddingBackwardKernel.cu): a cub radix sort of
-    the indices (10 kernels and 9 memsets in the trace), unique-by-key and segment offsets (7 kernels),
+    the indices (10 kernels and 10 memsets in the traces), unique-by-key and segment offsets (7 kernels),
     `compute_grad_weight` (per-segment fp32 partial sums of the token gradients) and `sum_and_scatter`;
     with a tied head, autograd's sum of the table's two gradients (the head's and the embedding's: one
     add over V×h, 293 µs on h4096's trace).
@@ -31,10 +32,10 @@ from zsim.compute.kernel_shape import Shape
 # embedding_dense_backward_cuda (Embedding.cu): `num_indices <= 3072 && !scale_grad_by_freq` takes the
 # direct feature kernel, anything larger the sort-based path.
 FEATURE_KERNEL_MAX_INDICES = 3072
-# The sort-based path's small kernels, counted on the H200 trace (h2048, T = 4096 int64 ids): the radix
-# sort's histogram, exclusive scan and 8 onesweep passes with their 9 memsets (19), then unique-by-key,
-# the scans and the partial-segment kernels (7). Their time is their launches: 0.7-8 µs each there.
-SORT_KERNELS = 19
+# The sort-based path's small kernels, counted on the H200 traces (h1024 and h4096, the same in both): the
+# radix sort's histogram, exclusive scan and 8 onesweep passes with their 10 memsets (20), then
+# unique-by-key, the scans and the partial-segment kernels (7). Their time is their launches: 0.7-9 µs each.
+SORT_KERNELS = 20
 SEGMENT_KERNELS = 7
 
 TORCH_LOSSES = ("torch", "torch-fp32")
