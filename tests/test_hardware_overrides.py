@@ -35,12 +35,17 @@ def changed_fields(**overrides) -> dict:
 @pytest.mark.parametrize("overrides, expected", [
     # a NIC rate or latency of the user's own is no longer the fitted network's: its fit is dropped
     ({"nic_Gbps": 200.0}, {"nic_bytes_per_s": 200 / 8 * 1e9 * EFF, "nic_pool.bytes_per_s": 8 * 200 / 8 * 1e9 * EFF,
-                           "network_fit": None}),
+                           "network_fit": None, "nic_line_bytes_per_s": 200 / 8 * 1e9}),
     ({"nic_latency_us": 2.0}, {"nic_pool.latency_s": 2e-6, "network_fit": None}),
     ({"nics_per_node": 4}, {"nics_per_node": 4, "nic_pool.bytes_per_s": 4 * 100 / 8 * 1e9 * EFF}),
     ({"oversubscription": 2.0}, {"oversubscription": 2.0}),
     ({"gpu_memory_GiB": 16.0}, {"gpu.memory_bytes": 16 * GiB}),
     ({"gpus_per_node": 8}, {"gpus_per_node": 8}),
+    # staged through host memory: 2/3 of the NIC's rate, at most half the PCIe switch's uplink (gen3 x16,
+    # 12.285 GB/s achieved): 6.14 GB/s a NIC (zsim.fabric.gpudirect); the fitted terms still apply
+    ({"gpudirect_rdma": False}, {"gpudirect_rdma": False, "nic_bytes_per_s": 15.75e9 * 0.78 / 2,
+                                 "nic_pool.bytes_per_s": 8 * 15.75e9 * 0.78 / 2}),
+    ({"gpudirect_rdma": True}, {}),
 ])
 def test_each_override_changes_its_value_and_nothing_else(overrides, expected):
     diff = changed_fields(**overrides)

@@ -34,6 +34,7 @@ from zsim.config.profiles import Profiles
 from zsim.config.limits import limit, too_many
 from zsim.errors import ConfigError, ZsimError
 from zsim.fabric.collective import communicator
+from zsim.fabric.gpudirect import nic_bytes_per_s
 from zsim.fabric.nccl import FUNCTIONS, NcclTuner
 from zsim.fabric.perf import group_of, nccl_tests_size, run_collective
 from zsim.fabric.topology import healthy_capacities
@@ -112,7 +113,7 @@ def read_runs(folder: Path, max_nodes: int | None = None, min_nodes: int = 2,
 def with_network(cluster: Cluster, values: dict[str, float]) -> Cluster:
     """`cluster` with the inter-node terms `values` (profile units) in place of its network's."""
     eff = values.get("efficiency", cluster.network_efficiency)
-    nic = cluster.nic_bytes_per_s / cluster.network_efficiency * eff
+    nic = nic_bytes_per_s(cluster.nic_line_bytes_per_s * eff, cluster.gpudirect_rdma, cluster.offload.bytes_per_s)
     lat = values.get("latency_us", cluster.nic_pool.latency_s * 1e6) * 1e-6
     growth = values.get("latency_growth_us", cluster.nic_latency_growth_s * 1e6) * 1e-6
     tree = values.get("tree_efficiency", cluster.tree_efficiency)

@@ -39,13 +39,14 @@ def sizes(begin: int, end: int, factor: int) -> list[int]:
 
 
 def collective_table(profile: str, nodes: int, gpus: int, op: str, sizes_: list[int], gpus_per_process: int = 1,
-                     algorithm: str = "auto", dtype: str = "float", profiles: Profiles | None = None
-                     ) -> list[PerfRow]:
-    """The rows of the table. Raises ConfigError (profile) or ZsimError (layout)."""
+                     algorithm: str = "auto", dtype: str = "float", profiles: Profiles | None = None,
+                     gpudirect_rdma: bool | None = None) -> list[PerfRow]:
+    """The rows of the table; `gpudirect_rdma` False stages the NICs' traffic through host memory
+    (zsim.fabric.gpudirect), None keeps the profile's. Raises ConfigError (profile) or ZsimError (layout)."""
     from zsim.fabric.cluster import load_cluster
     from zsim.fabric.perf import run_collective
 
-    cluster = load_cluster(profile, nodes, profiles)
+    cluster = load_cluster(profile, nodes, profiles, gpudirect_rdma=gpudirect_rdma)
     return [run_collective(cluster, op, s, gpus, gpus_per_process, algorithm, dtype) for s in sizes_]
 
 
@@ -92,6 +93,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="GPUs one process drives, as nccl-tests -g: each call costs g kernel launches (default 1)")
     p.add_argument("-d", "--datatype", default="float", choices=DTYPES, help="element type")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="auto: as NCCL's tuner picks")
+    p.add_argument("--no-gpudirect-rdma", action="store_false", dest="gpudirect_rdma", default=None,
+                   help="NCCL stages inter-node bytes through host memory (no GPUDirect RDMA): a NIC carries "
+                        "min(2/3 of its rate, half its PCIe switch's uplink); default: as the profile says")
     add_json_option(p, "the rows")
     p.set_defaults(func=run_command)
 
@@ -103,7 +107,7 @@ def run_command(args: argparse.Namespace) -> int:
                         f"{args.nodes})")
     profiles, profile = profile_search(args)
     rows = collective_table(profile, args.nodes, args.gpus, args.op, sizes(args.minbytes, args.maxbytes, args.stepfactor),
-                            args.gpus_per_process, args.algorithm, args.datatype, profiles)
+                            args.gpus_per_process, args.algorithm, args.datatype, profiles, args.gpudirect_rdma)
     stream = text_stream(args)
     print(format_table(rows, args.op, args.nodes, args.gpus, args.gpus_per_process), file=stream)
     if args.algorithm != "auto" and any(not r.algorithm.startswith(args.algorithm) for r in rows):

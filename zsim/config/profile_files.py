@@ -185,6 +185,10 @@ class InterNodeSection(_Profile, kw_only=True):
     port_Gbps: Annotated[float, Meta(gt=0, le=1e7, description=(
         "one NIC port's line rate when this system's differs from the network profile's (RoCE at 100, "
         "200 or 400 Gb/s); the network's fitted efficiency and latencies still apply"))] | None = None
+    gpudirect_rdma: Annotated[bool, Meta(description=(
+        "true: NCCL moves inter-node bytes between GPU memory and the NICs directly (GPUDirect RDMA: "
+        "nvidia-peermem loaded, NIC on the GPU's PCIe switch); false: its proxy stages them through host "
+        "memory, and a NIC carries min(2/3 of its rate, half its PCIe switch's uplink) (zsim.fabric.gpudirect)"))] = True
 
 
 class NcclSection(_Profile, kw_only=True):

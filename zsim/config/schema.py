@@ -206,6 +206,9 @@ class HardwareSection(Section, kw_only=True):
         "GPU memory, GiB (2^30 bytes)"))] | None = None
     oversubscription: Annotated[float, Meta(ge=1, le=1e6, description=(
         "fat-tree oversubscription (node injection bandwidth / bandwidth up to the spines), >= 1"))] | None = None
+    gpudirect_rdma: Annotated[bool, Meta(description=(
+        "false: no GPUDirect RDMA (NCCL stages inter-node bytes through host memory: a NIC carries "
+        "min(2/3 of its rate, half its PCIe switch's uplink), zsim.fabric.gpudirect); true: as the profile"))] | None = None
 
     def overrides(self) -> dict[str, float | int | str]:
         """The override keys that are set, by name (the keyword arguments of load_cluster)."""

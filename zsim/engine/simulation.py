@@ -69,7 +69,7 @@ def without_speeds(cluster: Cluster) -> Cluster:
     """`cluster` with every speed zeroed or None, a CPU host's model included (what plan_key leaves out)."""
     return dataclasses.replace(
         cluster, nvlink_link_bytes_per_s=0.0, nvlink=None, nic_pool=None, nic_bytes_per_s=0.0, oversubscription=0.0,
-        offload=None, nccl=None, host=None,
+        nic_line_bytes_per_s=0.0, gpudirect_rdma=True, offload=None, nccl=None, host=None,
         gpu=dataclasses.replace(cluster.gpu, peak_flops={}, hbm_bytes_per_s=0.0, nccl_nvlink_GBps=0.0, compute=None))
 
 

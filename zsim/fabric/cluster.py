@@ -21,6 +21,7 @@ from zsim.config.profiles import Profiles
 from zsim.config.validation import validate
 from zsim.errors import ConfigError
 from zsim.fabric.cube_mesh import MESH_GPUS, cube_mesh_links_per_gpu
+from zsim.fabric.gpudirect import nic_bytes_per_s
 from zsim.fabric.nccl import HW_LAT_US, PROTOCOLS, NcclKernel
 
 if TYPE_CHECKING:  # host profiles (CPU machines) are imported where one is loaded: a GPU run never needs them
@@ -112,6 +113,8 @@ class Cluster:
     ll128_share: float = 0.9375  # LL128's share of the NICs relative to Simple's (fitted per network)
     nvls: bool = False  # the NVSwitches do NVLink SHARP (profile intra_node.nvls; zsim.fabric.nvls)
     nvls_tree_share: float | None = None  # NVLSTree's share of the NICs relative to Simple's; None: the tree's
+    gpudirect_rdma: bool = True  # NICs read and write GPU memory directly; False: staged (zsim.fabric.gpudirect)
+    nic_line_bytes_per_s: float = 0.0  # one NIC port's line rate per direction (0: no NIC, a CPU host)
 
     def network_step_s(self, nodes: int, algo: str = "ring", proto: str = "Simple") -> float:
         """Latency of one inter-node step of a collective spanning `nodes` nodes, run as `algo`/`proto`.
@@ -168,14 +171,15 @@ def compute_terms(section: ComputeSection, override: ComputeOverride | None = No
 def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, gpu: str | None = None,
                  gpus_per_node: int | None = None, nics_per_node: int | None = None, nic_Gbps: float | None = None,
                  nic_latency_us: float | None = None, gpu_memory_GiB: float | None = None,
-                 oversubscription: float | None = None) -> Cluster:
+                 oversubscription: float | None = None, gpudirect_rdma: bool | None = None) -> Cluster:
     """Load system profile `profile` and the component profiles it names, for `nodes` nodes, from
     `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in profiles).
 
     The keyword arguments replace the profile's value (the scenario's `hardware.*` overrides, same
     names and units): `gpu` a GPU profile name; `gpus_per_node`; `nics_per_node`; `nic_Gbps` one NIC
     port's line rate per direction (the network profile's efficiency still applies); `nic_latency_us`;
-    `gpu_memory_GiB`; `oversubscription`. Values are range-checked by the scenario schema.
+    `gpu_memory_GiB`; `oversubscription`; `gpudirect_rdma` (False: NCCL stages inter-node bytes through
+    host memory, zsim.fabric.gpudirect). Values are range-checked by the scenario schema.
     A different `gpus_per_node` keeps the node's fabric: an NVSwitch node spreads its GPUs evenly over
     its baseboards (so it must be a multiple of them), a cube-mesh node of n <= 8 GPUs keeps the
     sub-mesh among GPUs 0..n-1 (zsim.fabric.cube_mesh) and has no cube-mesh beyond 8.
@@ -229,7 +233,10 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     if gpu_file.peak_tf32_tflops is not None:
         peaks["tf32"] = gpu_file.peak_tf32_tflops * 1e12
     port = inter.port_Gbps if inter.port_Gbps is not None else net.port_Gbps
-    nic = (nic_Gbps if nic_Gbps is not None else port) / 8 * GB * net.efficiency
+    line = (nic_Gbps if nic_Gbps is not None else port) / 8 * GB
+    gdr = inter.gpudirect_rdma if gpudirect_rdma is None else gpudirect_rdma
+    offload = Tier(link.name, link.GBps_per_direction * GB * link.efficiency, 0.0)
+    nic = nic_bytes_per_s(line * net.efficiency, gdr, offload.bytes_per_s)
     latency_s = (nic_latency_us if nic_latency_us is not None else net.latency_us) * 1e-6
     return Cluster(
         name=system.name,
@@ -258,7 +265,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         nics_per_node=nics,
         nic_bytes_per_s=nic,
         oversubscription=oversubscription if oversubscription is not None else inter.oversubscription,
-        offload=Tier(link.name, link.GBps_per_direction * GB * link.efficiency, 0.0),
+        offload=offload,
         nccl=NcclKernel(
             efficiency={p: v for p, v in system.nccl.efficiency.items() if not isinstance(v, dict)},
             ll128_efficiency=dict(ll128) if isinstance(ll128 := system.nccl.efficiency["LL128"], dict) else {},
@@ -278,6 +285,8 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         ll128_share=net.ll128_share,
         nvls=intra.nvls,
         nvls_tree_share=net.nvls_tree_share,
+        gpudirect_rdma=gdr,
+        nic_line_bytes_per_s=line,
     )
 
 
