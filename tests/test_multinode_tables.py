@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from zsim.trace.nccl_tests import header_of, read_nccl_tests
+from zsim.trace.nccl_tests import checked, header_of, read_nccl_tests
 
 # GPUs per node of each cluster, from its SOURCE.md (hardware as the folder's provenance states it).
 GPUS_PER_NODE = {"abci-v100-ib-edr": 4, "alps-gh200-slingshot-default": 4, "alps-gh200-slingshot-fi-cxi-tuned": 4,
@@ -62,3 +62,31 @@ def test_header_counts_hosts(tmp_path):
     table.write_text("\n".join(lines[:4]) + "\n")  # ranks 0..3 on 2 hosts: uneven
     with pytest.raises(Exception, match="do not split evenly"):
         header_of(table)
+
+
+def test_rows_whose_own_check_failed_are_left_out_of_the_fits(shared_data):
+    """The four rows SOURCE.md flags as DOUBTFUL (Out of bounds values ... FAILED) carry their #wrong count,
+    and `checked` (every fit's and held-out error's filter) leaves exactly those out."""
+    from zsim.calibrate.net_fit import read_runs
+    from zsim.trace.nccl_tests import checked
+
+    folder = shared_data / "nccl-tests/alps-gh200-slingshot-default"
+    flagged = {(p.name, r.size, r.wrong) for p in sorted(folder.glob("*nodes.txt"))
+               for r in checked(read_nccl_tests(p))[1]}
+    assert flagged == {("all_reduce-8nodes.txt", 33554432, 288), ("all_reduce-16nodes.txt", 67108864, 2752),
+                       ("all_reduce-256nodes.txt", 1048576, 20736), ("all_reduce-512nodes.txt", 1048576, 36864)}
+    runs = {r.path.name: r for r in read_runs(folder)}
+    assert [r.size for r in runs["all_reduce-8nodes.txt"].failed] == [33554432]
+    assert 33554432 not in {r.size for r in runs["all_reduce-8nodes.txt"].rows}
+    others = [p for p in multinode_tables(shared_data) if p.parent.name != folder.name]
+    assert not any(checked(read_nccl_tests(p))[1] for p in others)  # no other table flags a row
+
+
+def test_a_wrong_count_is_read_from_its_column(tmp_path):
+    table = tmp_path / "all_reduce-2nodes.txt"
+    head = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n")
+    table.write_text(head + "     1048576        262144     float     sum      -1    100.0   10.49   19.66      0    100.0   10.49   19.66      0\n"
+                            "     2097152        524288     float     sum      -1   9000.0    0.23    0.44     17    200.0   10.49   19.66    N/A\n")
+    ok, bad = checked(read_nccl_tests(table))
+    assert [r.size for r in ok] == [1048576] and [(r.size, r.wrong) for r in bad] == [(2097152, 17)]

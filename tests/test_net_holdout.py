@@ -17,7 +17,9 @@ BOUNDS = {
     # .IB_EFFICIENCY) instead of fitted to tables that stop at 32 MiB: a deliberate change, worse on these rows
     # by 2 and 5 points (docs/fabric.md, "InfiniBand's efficiency")
     "ABCI EDR: fit 2-8 nodes, predict 16-32": (0.17, 0.46),
-    "Alps Slingshot (default env): fit 2-8, predict 16-512": (0.41, 3.59),
+    # 40.3% / 358.7% over 78 rows until the rows nccl-tests' own check failed were left out (4 of the default
+    # tables' rows, zsim.trace.nccl_tests.checked)
+    "Alps Slingshot (default env): fit 2-8, predict 16-512": (0.40, 3.36),
     "Alps Slingshot (tuned env): fit 2-8, predict 16-512": (0.67, 15.48),
     # NVLSTree modelled (zsim.fabric.nvls): worst 198.6% -> 200.7% and 526.5% -> 554.1% (docs/fabric.md says why
     # it is kept); the bounds follow the new figures, as every other here

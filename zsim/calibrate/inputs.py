@@ -92,7 +92,7 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
     from zsim.config.yamlfile import read_text
     from zsim.trace.deepbench import read_gemm_table
     from zsim.trace.kineto_run import read_kineto
-    from zsim.trace.nccl_tests import MAX_TABLE_BYTES, read_nccl_tests, recording_of
+    from zsim.trace.nccl_tests import MAX_TABLE_BYTES, checked, read_nccl_tests, recording_of
     from zsim.trace.run_reader import read_run
     from zsim.trace.run_samples import collective_samples, compute_samples
 
@@ -134,7 +134,10 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
                     raise ConfigError("the header does not list the ranks ('#  Rank  0 ... device ...' lines): "
                                       "how many GPUs ran it is unknown", source=str(f))
                 gpus, per_process = recorded
-                rows = read_nccl_tests(f)
+                rows, failed = checked(read_nccl_tests(f))
+                if failed:  # no measurement of the collective: its result was wrong
+                    skipped["nccl-tests' own check failed (#wrong > 0)"] = \
+                        skipped.get("nccl-tests' own check failed (#wrong > 0)", 0) + len(failed)
                 out.machines.append(table_machine(f, read_text(f, what="nccl-tests table", max_bytes=MAX_TABLE_BYTES)))
                 out.collectives += [CollectiveSample(op, r.size, gpus, r.time_us * 1e-6, "nccl", str(f), per_process)
                                     for r in rows if r.size > 0 and r.time_us > 0]

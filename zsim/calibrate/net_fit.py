@@ -38,7 +38,7 @@ from zsim.fabric.gpudirect import nic_bytes_per_s
 from zsim.fabric.nccl import FUNCTIONS, NcclTuner
 from zsim.fabric.perf import group_of, nccl_tests_size, run_collective
 from zsim.fabric.topology import healthy_capacities
-from zsim.trace.nccl_tests import NcclRow, TableHeader, header_of, read_nccl_tests
+from zsim.trace.nccl_tests import NcclRow, TableHeader, checked, header_of, read_nccl_tests
 from zsim.calibrate.net_terms import BOUNDS as _BOUNDS, IB_EFFICIENCY, TERMS  # noqa: F401 (IB_EFFICIENCY: re-exported)
 
 _START = {"efficiency": 0.8, "tree_efficiency": 0.8, "ll128_share": 0.8, "latency_us": 5.0, "latency_growth_us": 1.0,
@@ -58,13 +58,15 @@ class TableRun:
     header: TableHeader
     rows: tuple[NcclRow, ...]
     algorithm: str = "auto"
+    failed: tuple[NcclRow, ...] = ()  # rows nccl-tests' own check failed (#wrong > 0): left out of `rows`
 
 
 def read_run(path: Path) -> TableRun:
     """A table named `<collective>[-<N>nodes].txt` (or `zsim collective`'s `.json`) with its header.
 
     Rows too small to give each rank one element of an all_gather, reduce_scatter or all_to_all (nccl-tests
-    prints none: they are another collective's rows) are skipped, as read_nccl_tests skips damaged rows.
+    prints none: they are another collective's rows) are skipped, as read_nccl_tests skips damaged rows;
+    rows whose result nccl-tests' own check found wrong go to `failed` (zsim.trace.nccl_tests.checked).
 
     Raises:
         ZsimError: the name does not start with a collective, the header lists no ranks, the name's node
@@ -83,10 +85,11 @@ def read_run(path: Path) -> TableRun:
         raise ZsimError(f"{path}: named for {int(named.group(1)):,} nodes, but its header lists {header.nodes} hosts")
     # predict() times every row as float elements (run_collective's default): a row that rounds to no
     # element per rank would be a collective of 0 bytes, and its busbw 0
-    rows = tuple(r for r in read_nccl_tests(path) if nccl_tests_size(fn, r.size, header.ranks, 4)[0] > 0)
+    rows, failed = checked([r for r in read_nccl_tests(path) if nccl_tests_size(fn, r.size, header.ranks, 4)[0] > 0])
     if not rows:
-        raise ZsimError(f"{path}: no row moves an element per rank of a {header.ranks}-rank {fn}")
-    return TableRun(path, fn, header, rows)
+        raise ZsimError(f"{path}: no row moves an element per rank of a {header.ranks}-rank {fn}"
+                        + (f" and passed nccl-tests' own check ({len(failed)} failed it)" if failed else ""))
+    return TableRun(path, fn, header, tuple(rows), failed=tuple(failed))
 
 
 def read_runs(folder: Path, max_nodes: int | None = None, min_nodes: int = 2,

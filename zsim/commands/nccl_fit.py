@@ -16,14 +16,16 @@ from zsim.report.table import format_table
 
 
 def read_tables(folder: Path) -> dict:
-    """{collective: rows} from `<folder>/<collective>.txt` files. Raises ZsimError if none."""
-    from zsim.trace.nccl_tests import read_nccl_tests
+    """{collective: rows} from `<folder>/<collective>.txt` files, without the rows nccl-tests' own check
+    failed (zsim.trace.nccl_tests.checked). Raises ZsimError if none."""
+    from zsim.trace.nccl_tests import checked, read_nccl_tests
 
     if not folder.exists():
         raise ZsimError(f"{folder}: no such folder (expected a folder of nccl-tests tables, <collective>.txt)")
     if not folder.is_dir():
         raise ZsimError(f"{folder}: not a folder of nccl-tests tables (<collective>.txt)")
-    tables = {fn: read_nccl_tests(folder / f"{fn}.txt") for fn in FUNCTIONS if (folder / f"{fn}.txt").is_file()}
+    tables = {fn: checked(read_nccl_tests(folder / f"{fn}.txt"))[0] for fn in FUNCTIONS
+              if (folder / f"{fn}.txt").is_file()}
     if not tables:
         raise ZsimError(f"{folder}: no nccl-tests tables named {', '.join(f + '.txt' for f in FUNCTIONS)}")
     return tables
@@ -123,6 +125,10 @@ def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
     print(f"# inter-node terms of profile '{profile}''s network fitted to {args.folder.name} "
           f"({result.nodes[0]}-{result.nodes[1]} nodes)", file=out)
     print(network_yaml(result.values, args.folder.name, result.nodes, result.fitted, tuple(hold)), file=out)
+    failed = [f"{run.path.name} {r.size} B ({r.wrong} wrong)" for run in read_runs(args.folder, algorithm=args.algo)
+              for r in run.failed]
+    if failed:
+        print(f"# left out, nccl-tests' own check failed (#wrong > 0): {'; '.join(failed)}", file=out)
     cells = [[tag, r.source.split("/")[-1], str(r.size), f"{r.measured_busbw:.2f}", f"{r.simulated_busbw:.2f}",
               f"{r.error:+.1%}", r.algorithm] for tag, rows in (("fit", result.residuals), ("held", held_res)) for r in rows]
     print("", *_commented(cells, ["", "table", "size", "measured", "simulated", "error", "algorithm"]), sep="\n", file=out)

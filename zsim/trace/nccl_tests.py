@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from zsim.config.limits import limit, too_many
@@ -16,7 +16,9 @@ MAX_SIZE = 1 << 44  # 16 TiB: beyond any buffer nccl-tests can allocate
 
 @dataclass(frozen=True, slots=True)
 class NcclRow:
-    """One out-of-place row: payload S in bytes, time in µs, algbw and busbw in GB/s (10^9 B/s)."""
+    """One out-of-place row: payload S in bytes, time in µs, algbw and busbw in GB/s (10^9 B/s), and
+    `wrong`: the elements nccl-tests' own check found wrong (its `#wrong` column; 0 where the table has
+    none, or prints N/A with -c 0)."""
 
     size: int
     count: int
@@ -24,6 +26,7 @@ class NcclRow:
     time_us: float
     algbw: float
     busbw: float
+    wrong: int = field(default=0, kw_only=True)
 
 
 def read_nccl_tests(path: Path) -> list[NcclRow]:
@@ -31,7 +34,9 @@ def read_nccl_tests(path: Path) -> list[NcclRow]:
     line (`size count type [redop] [root] time algbw busbw ...`), which differs between collectives.
 
     Rows whose numbers are not finite, or whose size or time is not positive, are skipped (a
-    truncated or edited line). A `.json` file is `zsim collective --json`'s list of rows.
+    truncated or edited line). A row nccl-tests' own check failed (`#wrong` > 0: its result was not the
+    collective's) is kept with its count; the fits leave it out (`checked`). A `.json` file is `zsim
+    collective --json`'s list of rows.
 
     Raises:
         ZsimError: unreadable, not UTF-8, too large, no header or no rows.
@@ -50,7 +55,8 @@ def read_nccl_tests(path: Path) -> list[NcclRow]:
         try:
             at = {name: columns.index(name) for name in ("size", "count", "type", "time", "algbw", "busbw")}
             row = NcclRow(int(words[at["size"]]), int(words[at["count"]]), words[at["type"]][:16],
-                          float(words[at["time"]]), float(words[at["algbw"]]), float(words[at["busbw"]]))
+                          float(words[at["time"]]), float(words[at["algbw"]]), float(words[at["busbw"]]),
+                          wrong=_wrong(words, columns))
         except (ValueError, IndexError):
             continue  # a warning or a truncated line inside the table, or a header without those columns
         if 0 < row.size <= MAX_SIZE and 0 <= row.count <= MAX_SIZE and 0 < row.time_us < math.inf and all(
@@ -61,6 +67,21 @@ def read_nccl_tests(path: Path) -> list[NcclRow]:
     if not rows:
         raise ZsimError(f"{path}: no nccl-tests table found (expected a '# size count type ...' header)")
     return rows
+
+
+def _wrong(words: list[str], columns: list[str]) -> int:
+    """The out-of-place `#wrong` count of a row (the first such column), 0 without one or for N/A."""
+    if "#wrong" not in columns:
+        return 0
+    value = words[columns.index("#wrong")]
+    return int(value) if value.isdigit() else 0
+
+
+def checked(rows: list[NcclRow] | tuple[NcclRow, ...]) -> tuple[list[NcclRow], list[NcclRow]]:
+    """(rows nccl-tests' check passed, rows it failed): a failed row timed a collective whose result was
+    wrong (the Alps default tables' SOURCE.md lists four, with Slingshot timeouts beside them), so it is no
+    measurement of the collective, and the fits and held-out errors leave it out."""
+    return [r for r in rows if not r.wrong], [r for r in rows if r.wrong]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +119,7 @@ def _json_rows(path: Path) -> list[NcclRow]:
     for r in _json_records(path):
         try:
             row = NcclRow(int(r["size"]), int(r["count"]), str(r["dtype"])[:16], float(r["time_us"]),
-                          float(r["algbw"]), float(r["busbw"]))
+                          float(r["algbw"]), float(r["busbw"]), wrong=max(0, int(r.get("wrong", 0))))
         except (KeyError, TypeError, ValueError, OverflowError):  # int(1e400) is OverflowError
             continue  # as a damaged text row
         if 0 < row.size <= MAX_SIZE and 0 < row.time_us < math.inf:
