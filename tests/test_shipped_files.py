@@ -15,7 +15,8 @@ from zsim.config.profiles import builtin_folder
 from zsim.config.shipped import find_file, shipped_name, shipped_scenarios, shipped_sweeps
 from zsim.errors import ConfigError
 
-SHIPPED_SWEEPS = {"whatif/ib-bandwidth-1T", "whatif/layout-1T", "whatif/slow-nic", "whatif/stage-vs-dp-7.5B"}
+SHIPPED_SWEEPS = {"whatif/ib-bandwidth-1T", "whatif/layout-1T", "whatif/slow-nic", "whatif/stage-vs-dp-7.5B",
+                  "whatif/gpudirect-1T"}
 
 
 def test_sweeps_and_scenarios_are_told_apart():

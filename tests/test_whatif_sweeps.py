@@ -104,3 +104,15 @@ def test_layout_sweep_finds_a_layout_that_fits():
     sweep = run_sweep(plan, None, workers=2)
     assert sweep.best is not None and sweep.best["zero.stage"] == 3
     assert all(r["status"] == "oom" for r in sweep.table.where(**{"zero.stage": 2}))
+
+
+def test_without_gpudirect_a_faster_nic_stops_helping_at_the_pcie_bound():
+    """gpudirect-1T: with GPUDirect RDMA the NIC-bound step halves from 100 to 200 Gb/s; staged through host
+    memory it is the same at both, each NIC held at half its PCIe switch's uplink (zsim.fabric.gpudirect)."""
+    plan = subset(WHATIF / "gpudirect-1T.yaml", **{"hardware.nic_Gbps": [100, 200]})
+    rows = {(r["hardware.nic_Gbps"], r["hardware.gpudirect_rdma"]): r for r in run_sweep(plan, None, workers=2).table.rows}
+    assert rows[(200, True)]["step_s"] < 0.6 * rows[(100, True)]["step_s"]
+    assert rows[(200, False)]["step_s"] == pytest.approx(rows[(100, False)]["step_s"], rel=1e-9)
+    assert rows[(100, False)]["step_s"] > 1.5 * rows[(100, True)]["step_s"]
+    assert "staged through host memory (no GPUDirect RDMA)" in rows[(100, False)]["bottleneck"]
+    assert "staged" not in rows[(100, True)]["bottleneck"]

@@ -31,8 +31,9 @@ def dp_tier(result: Result) -> str:
     usable_gbps = c.nic_bytes_per_s * 8 / GB
     nics = [d for d in s.fabric.degrade if d.link == "nic"]
     slow = "; " + ", ".join(f"NIC {d.index} of node {d.node} at ×{d.factor:g}" for d in nics) if nics else ""
+    staged = "" if c.gpudirect_rdma else ", staged through host memory (no GPUDirect RDMA)"
     return (f"network between nodes ({c.nics_per_node} × {c.nic_pool.name} NICs per node, "
-            f"{usable_gbps:.0f} Gb/s usable each{slow})")
+            f"{usable_gbps:.0f} Gb/s usable each{staged}{slow})")
 
 
 def states_need(result: Result, capacity_bytes: int) -> str:
