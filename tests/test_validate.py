@@ -80,10 +80,11 @@ def test_validate_paper_reproduces_what_the_model_gets_right(paper_run):
     speedup = next(p for p in report["points"] if p["name"] == "largest speedup over the baseline")
     # §10.2 "up to 10x", at the largest model. Since issue 24's measured EDR terms (66% of line rate under
     # NCCL 2.8's own tuner, not the assumed 90%) the Megatron baseline's MP all-reduces across 8 nodes are
-    # slower and zsim's speedup at 170B reads ~19.8x (~13.6x with the terms fitted under 2.7's formulas):
-    # outside the point's ±15%. A known miss the report states, held here so a change that moves it either
-    # way is seen.
-    assert "170B" in speedup["note"] and not speedup["passed"] and 17.0 < speedup["simulated"] < 23.0
+    # slower and zsim's speedup at 170B reads ~19.8x (~13.6x with the terms fitted under 2.7's formulas; 17.1x
+    # with the efficiency held at 0.96; 15.6x since the tree's pipeline fill, whose refit of the EDR terms made
+    # the MP all-reduces faster): outside the point's ±15%. A known miss the report states, held here so a
+    # change that moves it either way is seen.
+    assert "170B" in speedup["note"] and not speedup["passed"] and 14.5 < speedup["simulated"] < 17.0
 
 
 def test_every_run_of_the_authors_chart_is_a_point(paper_run):

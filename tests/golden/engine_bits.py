@@ -11,7 +11,8 @@ after the EDR terms were refit under NCCL 2.8's own tuner (issue 24, zsim/fabric
 InfiniBand's efficiency was held at its published 0.96 (zsim.calibrate.net_terms.IB_EFFICIENCY). On
 2026-11-27 ten small cases again: the head's forward now takes the loss's copies of the logits before what
 the loss saves (program order), which moves blocks in the allocator's states and nothing else (step times,
-peaks and the flagship's cases unchanged; mp16-per_rank-stage2-ga2-2steps's ledger and trace too).
+peaks and the flagship's cases unchanged; mp16-per_rank-stage2-ga2-2steps's ledger and trace too). Later on
+2026-11-27 all cases: the tree's pipeline fill was priced (zsim.fabric.tree_chunks) and the EDR terms refit with it.
 """
 
 from __future__ import annotations

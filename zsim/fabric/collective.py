@@ -30,6 +30,7 @@ from zsim.fabric.cluster import Cluster
 from zsim.fabric.nccl import (FUNCTIONS, NVLINK_WIDTH_GBPS, NVLS_ALGORITHMS, PROTOCOLS, WIRE_SHARE, Communicator,
                               NcclTuner, bus_factor, ring_steps)
 from zsim.fabric.nvls import nvls_phase
+from zsim.fabric.tree_chunks import fill_bytes, fill_steps
 from zsim.parallel.layout import GroupShape
 
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
@@ -136,20 +137,26 @@ def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where:
     tuner knows no other: without the class mode's count of the node's concurrent groups, so class and
     per-rank mode choose alike."""
     where = Placement(where.members, class_mode=False)
-    nvlink = cluster.nvlink_links * cluster.nvlink_link_bytes_per_s
-    nic = cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.oversubscription
 
     def cost(algo: str, proto: str) -> float:
-        caps = {"nvlink": nvlink, "nic": nic}
         total = 0.0
         for p in _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto, nic_share):
-            rate = min(caps[link[0]] / w for link, w in p.links) if p.links else math.inf
+            rate = _uncontended_rate(p.links, cluster)
             rate = min(rate, p.cap_Bps) if p.cap_Bps else rate
             total += p.latency_s + (p.nbytes / rate if p.nbytes else 0.0)
         return total
 
     cells = [(a, p) for a in allowed for p in PROTOCOLS if tuner.predict(fn, a, p) is not None]
     return min(cells, key=lambda cell: cost(*cell))
+
+
+def _uncontended_rate(links: tuple[tuple[Hashable, float], ...], cluster: Cluster) -> float:
+    """Bus bytes per second a phase on `links` moves when nothing else shares them: the slowest of its
+    links' aggregate capacity (a GPU's NVLinks, a node's NICs under the fat tree's oversubscription) over
+    its weight."""
+    caps = {"nvlink": cluster.nvlink_links * cluster.nvlink_link_bytes_per_s,
+            "nic": cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.oversubscription}
+    return min(caps[link[0]] / w for link, w in links) if links else math.inf
 
 
 def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement, in_place: bool,
@@ -176,8 +183,14 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
         # all, against ~2S (as a ring) from 3 nodes on (Sanders, Speck & Träff 2009; NCCL 2.4's trees).
         # This is the measured 2-node busbw above the NICs' line rate (Alps 158 of 100 GB/s, GCP TCPXO
         # 339 of 200 GB/s).
+        nic_weight = 0.5 if big_n == 2 else 1.0
         links = _links(shape, cluster, where, eff, eff_net * cluster.tree_efficiency, nvlink=k > 1,
-                       nic_weight=0.5 if big_n == 2 else 1.0)
+                       nic_weight=nic_weight)
+        # the pipeline's fill: 2L - 1 chunk-times on the tree's own links, uncontended (zsim.fabric.tree_chunks)
+        own = _links(shape, cluster, Placement(where.members, class_mode=False), eff, eff_net * cluster.tree_efficiency,
+                     nvlink=k > 1, nic_weight=nic_weight)
+        in_flight = fill_bytes(cluster.nccl_tuner, proto, nbytes, max(1, cluster.nvlink_links), big_n, k)
+        latency += fill_steps(big_n) * in_flight / _uncontended_rate(own, cluster)
         return [Phase(latency, 2.0 * nbytes, links)]
     steps = n - 1 if fn in ("broadcast", "reduce") else ring_steps(fn, n)
     crossings = {"all_reduce": 2 * (big_n - 1), "all_gather": big_n - 1, "reduce_scatter": big_n - 1,
