@@ -276,6 +276,12 @@ def test_cli_bad_key_exits_2_naming_it(base, tmp_path):
     assert not (tmp_path / "o").exists()  # nothing ran
 
 
+def entries(cache: Path) -> list[Path]:
+    """The cache's entries, `<key>.json`: not a write's temporary `.<key>.json.tmp-<pid>-<hex>.json`, which a
+    SIGKILL between its write and its rename leaves behind (zsim.sweep.files.write_text)."""
+    return [p for p in cache.glob("*.json") if not p.name.startswith(".")]
+
+
 @pytest.mark.slow
 def test_killed_sweep_reruns_only_the_missing_points(base, tmp_path):
     """Kill a real `zsim sweep` half-way (SIGKILL), rerun it: the finished points are not run again."""
@@ -292,20 +298,21 @@ def test_killed_sweep_reruns_only_the_missing_points(base, tmp_path):
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if cache.is_dir() and len(list(cache.glob("*.json"))) >= 6:
+        if cache.is_dir() and len(entries(cache)) >= 6:
             break
         time.sleep(0.02)
     assert proc.poll() is None, "the sweep finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    before = {p.name: p.stat().st_mtime_ns for p in cache.glob("*.json")}
+    before = {p.name: p.stat().st_mtime_ns for p in entries(cache)}
     assert 6 <= len(before) < 18
     rerun = zsim("sweep", str(sweep), "-o", str(out), "--workers", "1", "--json", "-")
     assert rerun.returncode == 0, rerun.stderr
     meta = json.loads(rerun.stdout)
     assert meta["points"]["cached"] == len(before) and meta["points"]["ran"] == 18 - len(before)
-    after = {p.name: p.stat().st_mtime_ns for p in cache.glob("*.json")}
+    after = {p.name: p.stat().st_mtime_ns for p in entries(cache)}
     assert len(after) == 18 and all(after[name] == mtime for name, mtime in before.items())
+    assert not list(cache.glob(".*.tmp-*"))  # the killed write's temporary, if any, is gone
     fresh = zsim("sweep", str(sweep), "-o", str(tmp_path / "fresh"), "--workers", "2")
     assert fresh.returncode == 0, fresh.stderr
     assert (tmp_path / "fresh" / "sweep.csv").read_text() == (out / "sweep.csv").read_text()
@@ -430,3 +437,19 @@ def test_an_absurd_product_is_refused_before_expanding(base):
     axis = {"from": 1, "to": 1000, "step": 1}
     with pytest.raises(ConfigError, match=r"axes: 1000 × 1000 × 1000 = 1,000,000,000 points"):
         plan_of({"axes": {"model.layers": axis, "model.micro_batch": axis, "run.steps": axis}}, base)
+
+
+def test_a_rerun_drops_what_killed_writes_left(tmp_path):
+    """A temporary of write_text left by a SIGKILL (`.<name>.tmp-<pid>-<hex>.json`) is removed under the lock."""
+    from zsim.sweep.files import drop_temporaries, write_text
+
+    (tmp_path / "cache").mkdir()
+    entry = write_text(tmp_path / "cache" / "abc.json", "{}\n")
+    stale = tmp_path / "cache" / ".abc.json.tmp-123-deadbeef.json"
+    stale.write_text("{")
+    (tmp_path / "points" / "abc").mkdir(parents=True)
+    half = tmp_path / "points" / "abc" / ".result.json.tmp-9-00.json"
+    half.write_text("")
+    assert drop_temporaries(tmp_path) == 2
+    assert entry.is_file() and not stale.exists() and not half.exists()
+    assert drop_temporaries(tmp_path / "nowhere") == 0

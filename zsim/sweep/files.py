@@ -45,6 +45,19 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
+def drop_temporaries(folder: Path) -> int:
+    """Remove what writes killed between their write and their rename left under `folder/cache` and
+    `folder/points` (`write_text`'s `.<name>.tmp-<pid>-<hex><suffix>` files); returns how many. Call it only
+    while holding the folder's lock: no other sweep can be writing there then."""
+    gone = 0
+    for sub in ("cache", "points"):
+        for path in (folder / sub).rglob(".*.tmp-*") if (folder / sub).is_dir() else ():
+            with contextlib.suppress(OSError):
+                path.unlink()
+                gone += 1
+    return gone
+
+
 @contextlib.contextmanager
 def sweep_lock(folder: Path) -> Iterator[None]:
     """Hold `folder/.lock` exclusively for the block.

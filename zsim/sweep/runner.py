@@ -31,7 +31,7 @@ from zsim.report.outputs import _explain
 from zsim.sweep import answers
 from zsim.sweep.cache import entry_text, facts_ok, read_entry
 from zsim.sweep.engines import ENGINES, default_workers, run_dask, run_local
-from zsim.sweep.files import OutputSwap, sweep_lock, write_text
+from zsim.sweep.files import OutputSwap, drop_temporaries, sweep_lock, write_text
 from zsim.sweep.points import Plan, Point
 from zsim.sweep.row import COLUMNS
 from zsim.sweep.table import SweepTable
@@ -92,6 +92,8 @@ def run_sweep(plan: Plan, out: Path | None, *, engine: str = "local", workers: i
         raise ConfigError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     held = sweep_lock(out) if out is not None and lock else contextlib.nullcontext()
     with held:
+        if out is not None and lock:
+            drop_temporaries(out)  # a killed sweep's half-written files: no other sweep writes here now
         sweep = _run(plan, out, engine, workers, address, per_point, progress)
         if out is not None and write:
             write_outputs(sweep)
