@@ -58,3 +58,13 @@ def test_below_the_in_flight_cap_the_tree_runs_unpipelined(nodes):
     large = (seconds(8 << 30) - seconds(4 << 30)) / (4 << 30)
     assert mid / large == pytest.approx((2 + fill_steps(nodes)) / 2, rel=1e-6)
 
+
+
+def test_nccl_25_cuts_ll128_by_its_own_rule():
+    """v2.5.7-1: halved while a channel gets fewer than (1 + log2 N) x 4 chunks, down to 32 KiB."""
+    # 8 nodes: target (1 + 3) x 4 = 16. 64 MiB over 6 channels is 18 whole steps a channel: not halved;
+    # 1 MiB: 614400 -> 307200 -> ... -> 19200 (9 a channel), which is not above 32768: stops there
+    assert chunk_bytes("2.5", "LL128", 64 * MiB, 6, 8, 16) == LL128_STEP * 15 / 16
+    assert chunk_bytes("2.5", "LL128", 1 * MiB, 6, 8, 16) == pytest.approx(19200 * 15 / 16)
+    # 16 MiB: 2.5 stops at 153600 (18 a channel >= 16); 2.7 goes on to 76800 (its first target is 22.4)
+    assert (chunk_bytes("2.5", "LL128", 16 * MiB, 6, 8, 16), chunk_bytes("2.7", "LL128", 16 * MiB, 6, 8, 16)) == (144000, 72000)

@@ -16,7 +16,8 @@ release that runs (src/enqueue.cc, `computeColl` to 2.18, `calcCollChunking` in 
   of data (`chunkSize /= 2`), every release.
 * LL128: a step of DEFAULT_LL128_BUFFSIZE (120 × 640 × 8 × 8 B) / 8 = 600 KiB, 15/16 of it data, halved
   while a channel gets fewer than nsteps·64/ppn chunks (down to 128 KiB) and nsteps·16/ppn (32 KiB),
-  nsteps = 1 + log2 N + 0.1·ppn (v2.7.8-1 L392-394, v2.8.4-1 L406-409, v2.23.4-1 L2051-2059).
+  nsteps = 1 + log2 N + 0.1·ppn (v2.7.8-1 L392-394, v2.8.4-1 L406-409, v2.23.4-1 L2051-2059); in 2.5 while
+  it gets fewer than (1 + log2 N)·4 (down to 32 KiB; v2.5.7-1 L354-356, NCCL_LL128_BUFF_SIZE the same).
 
 The fill is priced as the time (2L − 1) chunks take on the tree's own links, uncontended: a whole
 chunk per channel on every channel at once, `in_flight` = min(S, channels × chunk) bytes. What it leaves
@@ -49,6 +50,8 @@ def chunk_bytes(tuner: str, proto: str, nbytes: float, channels: int, nodes: int
     levels = int(math.log2(nodes)) if nodes > 1 else 0  # NCCL's log2i: floor
     if proto == "LL":
         return LL_STEP / 2
+    if proto == "LL128" and tuner == "2.5":  # v2.5.7-1 L354-356: one loop, nstepsInter = 1 + log2 N
+        return _halve(LL128_STEP, nbytes, channels, (1 + levels) * 4, 32768) * LL128_DATA
     if proto == "LL128":
         nsteps = 1 + levels + 0.1 * per_node
         chunk = int(LL128_STEP * LL128_DATA) if tuner == "2.23" else LL128_STEP
