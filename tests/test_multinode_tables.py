@@ -90,3 +90,18 @@ def test_a_wrong_count_is_read_from_its_column(tmp_path):
                             "     2097152        524288     float     sum      -1   9000.0    0.23    0.44     17    200.0   10.49   19.66    N/A\n")
     ok, bad = checked(read_nccl_tests(table))
     assert [r.size for r in ok] == [1048576] and [(r.size, r.wrong) for r in bad] == [(2097152, 17)]
+
+
+def test_single_node_tables_name_the_rows_they_leave_out(tmp_path):
+    """zsim nccl-fit's single-node reader drops a row whose check failed and names it for the output."""
+    from zsim.commands.nccl_fit import read_tables
+
+    head = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n")
+    (tmp_path / "all_reduce.txt").write_text(
+        head + "     1048576        262144     float     sum      -1    100.0   10.49   19.66      0    100.0   10.49   19.66      0\n"
+               "     2097152        524288     float     sum      -1   9000.0    0.23    0.44     17    200.0   10.49   19.66      0\n")
+    failed: list[str] = []
+    tables = read_tables(tmp_path, failed)
+    assert [r.size for r in tables["all_reduce"]] == [1048576]
+    assert failed == ["all_reduce.txt 2097152 B (17 wrong)"]

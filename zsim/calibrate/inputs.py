@@ -136,8 +136,8 @@ def read_inputs(paths: list[Path], allow_missing_ranks: bool = False) -> Inputs:
                 gpus, per_process = recorded
                 rows, failed = checked(read_nccl_tests(f))
                 if failed:  # no measurement of the collective: its result was wrong
-                    skipped["nccl-tests' own check failed (#wrong > 0)"] = \
-                        skipped.get("nccl-tests' own check failed (#wrong > 0)", 0) + len(failed)
+                    why = "nccl-tests' own check failed (#wrong > 0)"
+                    skipped[why] = skipped.get(why, 0) + len(failed)
                 out.machines.append(table_machine(f, read_text(f, what="nccl-tests table", max_bytes=MAX_TABLE_BYTES)))
                 out.collectives += [CollectiveSample(op, r.size, gpus, r.time_us * 1e-6, "nccl", str(f), per_process)
                                     for r in rows if r.size > 0 and r.time_us > 0]

@@ -15,20 +15,33 @@ from zsim.fabric.nccl import FUNCTIONS
 from zsim.report.table import format_table
 
 
-def read_tables(folder: Path) -> dict:
+def read_tables(folder: Path, failed: list[str] | None = None) -> dict:
     """{collective: rows} from `<folder>/<collective>.txt` files, without the rows nccl-tests' own check
-    failed (zsim.trace.nccl_tests.checked). Raises ZsimError if none."""
+    failed (zsim.trace.nccl_tests.checked), which are named in `failed` when it is given. Raises ZsimError
+    if none."""
     from zsim.trace.nccl_tests import checked, read_nccl_tests
 
     if not folder.exists():
         raise ZsimError(f"{folder}: no such folder (expected a folder of nccl-tests tables, <collective>.txt)")
     if not folder.is_dir():
         raise ZsimError(f"{folder}: not a folder of nccl-tests tables (<collective>.txt)")
-    tables = {fn: checked(read_nccl_tests(folder / f"{fn}.txt"))[0] for fn in FUNCTIONS
-              if (folder / f"{fn}.txt").is_file()}
+    tables = {}
+    for fn in FUNCTIONS:
+        if (folder / f"{fn}.txt").is_file():
+            tables[fn], wrong = checked(read_nccl_tests(folder / f"{fn}.txt"))
+            if failed is not None:
+                failed += [left_out(f"{fn}.txt", r) for r in wrong]
     if not tables:
         raise ZsimError(f"{folder}: no nccl-tests tables named {', '.join(f + '.txt' for f in FUNCTIONS)}")
     return tables
+
+
+def left_out(table: str, row) -> str:
+    """How the fit's output names a row nccl-tests' own check failed: 'TABLE SIZE B (N wrong)'."""
+    return f"{table} {row.size} B ({row.wrong} wrong)"
+
+
+LEFT_OUT = "# left out, nccl-tests' own check failed (#wrong > 0): "
 
 
 def profile_yaml(values: dict[str, float], tuner: str) -> str:
@@ -125,10 +138,9 @@ def run_network(args: argparse.Namespace, profiles, profile: str) -> int:
     print(f"# inter-node terms of profile '{profile}''s network fitted to {args.folder.name} "
           f"({result.nodes[0]}-{result.nodes[1]} nodes)", file=out)
     print(network_yaml(result.values, args.folder.name, result.nodes, result.fitted, tuple(hold)), file=out)
-    failed = [f"{run.path.name} {r.size} B ({r.wrong} wrong)" for run in read_runs(args.folder, algorithm=args.algo)
-              for r in run.failed]
+    failed = [left_out(run.path.name, r) for run in [*runs, *held] for r in run.failed]
     if failed:
-        print(f"# left out, nccl-tests' own check failed (#wrong > 0): {'; '.join(failed)}", file=out)
+        print(LEFT_OUT + "; ".join(failed), file=out)
     cells = [[tag, r.source.split("/")[-1], str(r.size), f"{r.measured_busbw:.2f}", f"{r.simulated_busbw:.2f}",
               f"{r.error:+.1%}", r.algorithm] for tag, rows in (("fit", result.residuals), ("held", held_res)) for r in rows]
     print("", *_commented(cells, ["", "table", "size", "measured", "simulated", "error", "algorithm"]), sep="\n", file=out)
@@ -175,7 +187,8 @@ def run_command(args: argparse.Namespace) -> int:
                         "tables (<collective>-<N>nodes.txt)")
     if args.gpus is None:
         raise ZsimError(f"{args.folder}: single-node tables need --gpus (the GPUs the tests ran on)")
-    tables = read_tables(args.folder)
+    failed: list[str] = []
+    tables = read_tables(args.folder, failed)
     rows = len({(fn, r.size) for fn, t in tables.items() for r in t})
     if rows < 2 * len(_PARAMS):  # fewer sizes than twice the terms: the fit would be underdetermined noise
         raise ZsimError(f"{args.folder}: {rows} distinct sizes in the nccl-tests tables; fitting {len(_PARAMS)} terms "
@@ -185,6 +198,8 @@ def run_command(args: argparse.Namespace) -> int:
     result = fit(cluster, tables, args.gpus, args.gpus_per_process)
     out = text_stream(args)
     print(profile_yaml(result.values, cluster.nccl_tuner), file=out)
+    if failed:
+        print(LEFT_OUT + "; ".join(failed), file=out)
     cells = [[r.fn, str(r.size), f"{r.measured_busbw:.2f}", f"{r.simulated_busbw:.2f}", f"{r.error:+.1%}", r.algorithm]
              for r in result.residuals]
     print("\n# residuals: simulated vs measured busbw (GB/s)", *_commented(

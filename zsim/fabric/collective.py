@@ -47,13 +47,19 @@ class Phase:
     cap_Bps: float | None = None
 
 
+def nccl_channels(cluster: Cluster) -> int:
+    """NCCL's channels in zsim: one per NVLink of a GPU (a one-GPU cube-mesh node has no NVLink, NCCL still
+    has a channel)."""
+    return max(1, cluster.nvlink_links)
+
+
 def communicator(shape: GroupShape, cluster: Cluster) -> Communicator:
     """NCCL's view of a group: one channel per NVLink, at NCCL's per-link speed (topo.h); across
     nodes, the NIC share of the group's GPUs (rail-aligned: a GPU uses the NIC nearest to it). The
     tuner is the profile's NCCL release; LL128 is on by default on NVLink systems of Volta only in 2.5
     (tuning.cc v2.5.6-1: minCompCap == maxCompCap == 70), of Volta and Ampere in 2.7, and of Volta,
     Ampere and Hopper in 2.23 (v2.23.4-1: not on Blackwell)."""
-    channels = max(1, cluster.nvlink_links)  # a one-GPU cube-mesh node has no NVLink, NCCL still has a channel
+    channels = nccl_channels(cluster)
     nic_share = cluster.nics_per_node * cluster.nic_bytes_per_s / 1e9 * shape.per_node / cluster.gpus_per_node
     tuner, cc = cluster.nccl_tuner, cluster.gpu.compute_capability
     speed = NVLINK_WIDTH_GBPS[tuner].get(cc, cluster.gpu.nccl_nvlink_GBps)
@@ -189,7 +195,7 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
         # the pipeline's fill: 2L - 1 chunk-times on the tree's own links, uncontended (zsim.fabric.tree_chunks)
         own = _links(shape, cluster, Placement(where.members, class_mode=False), eff, eff_net * cluster.tree_efficiency,
                      nvlink=k > 1, nic_weight=nic_weight)
-        in_flight = fill_bytes(cluster.nccl_tuner, proto, nbytes, max(1, cluster.nvlink_links), big_n, k)
+        in_flight = fill_bytes(cluster.nccl_tuner, proto, nbytes, nccl_channels(cluster), big_n, k)
         latency += fill_steps(big_n) * in_flight / _uncontended_rate(own, cluster)
         return [Phase(latency, 2.0 * nbytes, links)]
     steps = n - 1 if fn in ("broadcast", "reduce") else ring_steps(fn, n)
