@@ -75,3 +75,31 @@ def test_host_scenario_runs_from_the_command_line(tmp_path):
 
     assert main(["run", str(ROOT / "scenarios/host/tiny-2rank-stage3.yaml"), "--no-plot", "-o", str(tmp_path)]) == 0
     assert (tmp_path / "trace.json").is_file()
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("nic_Gbps", 100.0, "gloo on loopback"), ("nics_per_node", 4, "gloo on loopback"),
+    ("nic_latency_us", 2.0, "gloo on loopback"), ("oversubscription", 2.0, "no fat tree"),
+    ("gpudirect_rdma", False, "no NIC"), ("gpu", "a100-sxm4-40gb", "measured rates"),
+    ("gpu_memory_GiB", 8.0, "memory_GiB")])
+def test_hardware_overrides_a_host_cannot_honour_are_refused_by_key(key, value, words):
+    """A host used to run as if the override were unset: a what-if that silently answered another question."""
+    spec = {**SCENARIO, "hardware": {**SCENARIO["hardware"], key: value}}
+    with pytest.raises(ConfigError, match=words) as exc:
+        build_scenario(spec)
+    assert exc.value.path == f"hardware.{key}"
+
+
+def test_a_host_runs_fewer_ranks_than_it_measured_and_refuses_more():
+    one = load_cluster("dev-2core", 1, gpus_per_node=1)
+    two = load_cluster("dev-2core", 1)
+    assert (one.gpus_per_node, one.host.ranks, one.world) == (1, 1, 1)
+    assert one.gpu.memory_bytes == 2 * two.gpu.memory_bytes  # one rank has the host's memory to itself
+    assert one.host.ranks_share_cores is False  # 1 rank × 1 thread on 2 cores
+    r = simulate(build_scenario({**SCENARIO, "parallel": {"dp": 1, "mp": 1},
+                                 "hardware": {"profile": "dev-2core", "nodes": 1, "gpus_per_node": 1}}))
+    comm = [e for e in r.events if e.get("cat") == "comm"]
+    assert r.step_seconds[0] > 0 and comm and all(e["dur"] == 0 for e in comm)  # a group of one moves nothing
+    with pytest.raises(ConfigError, match="measured with 2 ranks") as exc:
+        load_cluster("dev-2core", 1, gpus_per_node=3)
+    assert exc.value.path == "hardware.gpus_per_node"

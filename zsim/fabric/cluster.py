@@ -195,14 +195,21 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     except ConfigError as exc:
         if ("system", profile) in profiles.pinned or not profiles.names("host").get(profile):
             raise ConfigError(str(exc), path="hardware.profile") from None
-        return load_host_cluster(profile, nodes, profiles)  # a CPU host (hosts/<profile>.yaml)
+        _refuse_on_host(profile, gpu=gpu, nics_per_node=nics_per_node, nic_Gbps=nic_Gbps,
+                        nic_latency_us=nic_latency_us, gpu_memory_GiB=gpu_memory_GiB,
+                        oversubscription=oversubscription, gpudirect_rdma=gpudirect_rdma)
+        return load_host_cluster(profile, nodes, profiles, gpus_per_node)  # a CPU host (hosts/<profile>.yaml)
     try:
         stat = path.stat()
         if raw_file(str(path), stat.st_mtime_ns, stat.st_size).get("kind") == "host":  # a host file the user named
             from zsim.config.host import HostFile
 
             data = raw_file(str(path), stat.st_mtime_ns, stat.st_size)  # (`zsim calibrate -o my-host.yaml`)
-            return host_cluster(validate(HostFile, data, str(path)), profile, nodes)  # type: ignore[arg-type]
+            _refuse_on_host(profile, gpu=gpu, nics_per_node=nics_per_node, nic_Gbps=nic_Gbps,
+                            nic_latency_us=nic_latency_us, gpu_memory_GiB=gpu_memory_GiB,
+                            oversubscription=oversubscription, gpudirect_rdma=gpudirect_rdma)
+            return host_cluster(validate(HostFile, data, str(path)), profile, nodes,  # type: ignore[arg-type]
+                                gpus_per_node)
         system: SystemFile = parsed_file(str(path), stat.st_mtime_ns, stat.st_size, SystemFile)  # type: ignore[assignment]
         net: NetworkFile = load_profile(profiles, "network", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
         link: LinkFile = load_profile(profiles, "link", system.offload_link, LinkFile)  # type: ignore[assignment]
@@ -290,27 +297,60 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     )
 
 
-def load_host_cluster(profile: str, nodes: int, profiles: Profiles | None = None) -> Cluster:
+# The hardware.* overrides a CPU host has nothing to apply to: no GPU, NIC, fat tree or GPUDirect.
+_NOT_ON_A_HOST = {
+    "gpu": "a host's ranks compute at its measured rates, not a GPU profile's",
+    "nics_per_node": "a host profile is one machine, whose ranks talk over gloo on loopback",
+    "nic_Gbps": "a host profile is one machine, whose ranks talk over gloo on loopback",
+    "nic_latency_us": "a host profile is one machine, whose ranks talk over gloo on loopback",
+    "oversubscription": "a host profile is one machine: there is no fat tree",
+    "gpudirect_rdma": "a host profile is one machine: there is no NIC to reach GPU memory",
+    "gpu_memory_GiB": "the ranks share the host's memory_GiB (each gets 1/ranks of it): edit the host profile",
+}
+
+
+def _refuse_on_host(profile: str, **overrides: object) -> None:
+    """Raise on the first `hardware.*` override a CPU host cannot honour (all but gpus_per_node).
+
+    Raises:
+        ConfigError: `path` is the override's scenario key.
+    """
+    for key, value in overrides.items():
+        if value is not None:
+            raise ConfigError(f"'{profile}' is a CPU host profile: {_NOT_ON_A_HOST[key]}", path=f"hardware.{key}")
+
+
+def load_host_cluster(profile: str, nodes: int, profiles: Profiles | None = None,
+                      gpus_per_node: int | None = None) -> Cluster:
     """A CPU host (hosts/<profile>.yaml found by `profiles`, zsim.config.host) as a one-node cluster whose
     "GPUs" are the host's ranks: each computes at the profile's per-rank rates and holds 1/ranks of
     the host's memory; collectives follow the profile's gloo terms (no NVLink, NIC or NCCL).
+    `gpus_per_node` runs fewer ranks than the profile measured (the scenario's hardware.gpus_per_node).
 
     Raises:
-        ConfigError: an invalid profile, or nodes != 1 (gloo between hosts is not measured).
+        ConfigError: an invalid profile, nodes != 1 (gloo between hosts is not measured), or more
+            ranks than the profile measured.
     """
     from zsim.config.host import HostFile
 
     profiles = Profiles.from_environment() if profiles is None else profiles
     spec: HostFile = load_profile(profiles, "host", profile, HostFile)  # type: ignore[assignment]
-    return host_cluster(spec, profile, nodes)
+    return host_cluster(spec, profile, nodes, gpus_per_node)
 
 
-def host_cluster(spec: HostFile, profile: str, nodes: int) -> Cluster:
+def host_cluster(spec: HostFile, profile: str, nodes: int, gpus_per_node: int | None = None) -> Cluster:
     """The Cluster of a validated host profile (see load_host_cluster)."""
     from zsim.config.host import host_model
 
     if nodes != 1:
         raise ConfigError(f"host profile '{profile}' describes one machine: hardware.nodes must be 1 (got {nodes})")
+    if gpus_per_node is not None and gpus_per_node > spec.ranks:
+        # its rates were measured with `ranks` ranks at once; more would share the cores in ways it never saw
+        raise ConfigError(f"{gpus_per_node}: host profile '{profile}' was measured with {spec.ranks} ranks, so it can "
+                          f"run 1 to {spec.ranks}; measure more with python -m zsim.runtime.hostprobe --ranks "
+                          f"{gpus_per_node}", path="hardware.gpus_per_node")
+    if gpus_per_node is not None:
+        spec = msgspec.structs.replace(spec, ranks=gpus_per_node)
     rates = {dtype: gflops * 1e9 for dtype, gflops in spec.compute.matmul_GFLOPS.items()}
     none = Tier("none", 1.0, 0.0)  # a host has no NVLink, NIC or offload link: never used (cluster.host is set)
     return Cluster(
