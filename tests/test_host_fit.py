@@ -50,6 +50,24 @@ def test_bandwidth_the_ops_do_not_determine_is_kept_from_the_base():
         fit_compute(rows)
 
 
+def test_matmul_rate_above_the_probes_is_held_at_the_probe():
+    """The probe timed torch.mm on the run's own GEMM shapes with every rank at once: a fitted rate above it
+    is the fit trading FLOPs for per-op overhead. It is held at the probe's, named, and the overhead and
+    bandwidth are fitted again around it; a probe faster than the data leaves the fitted rate alone."""
+    ops = [(28, 1.1e8, 5.5e6), (34, 2.2e8, 1.1e7), (9, 0.0, 1e5), (13, 3.4e7, 1.3e6), (7, 6.7e7, 2.6e6),
+           (28, 2.1e8, 5.5e6), (34, 4.2e8, 1.1e7)]
+    rows = [(n, f, b, _t(n, f, b)) for n, f, b in ops]
+    fit, kept = fit_compute(rows, base_bytes_per_s=8e9, base_overhead_s=3e-6, base_flops_per_s=RATE * 0.8)
+    assert "matmul_GFLOPS" in kept and 1 / fit.slopes[1] == pytest.approx(RATE * 0.8)
+    # the overhead is fitted again around it (these ops' bytes grow with their FLOPs, so the slower rate leaves
+    # the bandwidth nothing to explain: kept at the base's, and named)
+    assert "op_overhead_us" not in kept and 0 < fit.slopes[0] < OVERHEAD and kept == ("matmul_GFLOPS", "memory_GBps")
+    predicted = [n * fit.slopes[0] + f * fit.slopes[1] + b * fit.slopes[2] for n, f, b in ops]
+    assert sum(predicted) == pytest.approx(sum(r[3] for r in rows), rel=1e-9)  # level matched over the kept rate
+    fit, kept = fit_compute(rows, base_bytes_per_s=8e9, base_overhead_s=3e-6, base_flops_per_s=RATE * 2)
+    assert not kept and 1 / fit.slopes[1] == pytest.approx(RATE, rel=1e-6)
+
+
 def test_fit_optimizer_two_terms_or_none():
     rows = [(n, b, n * 60e-6 + b / 19e9) for n, b in ((56, 0.0), (80, 0.0), (1, 1.9e6), (1, 1e7), (2, 1.3e7), (2, 7e7))]
     fit = fit_optimizer(rows)

@@ -57,11 +57,13 @@ class LineFit:
         return float(np.max(np.abs(self.errors))) if self.errors else 0.0
 
 
-def relative_line(xs: np.ndarray, ts: np.ndarray, intercept: float | None = None, relative: bool = True) -> LineFit:
+def relative_line(xs: np.ndarray, ts: np.ndarray, intercept: float | None = None, relative: bool = True,
+                  of: np.ndarray | None = None) -> LineFit:
     """t ≈ a + xs·b with a, b ≥ 0, minimising Σ((prediction − t)/t)² (or Σ(prediction − t)² when not
-    `relative`); `intercept` fixes a."""
+    `relative`); `intercept` fixes a. `of`: the times the errors are relative to, where `ts` is what is
+    left of them after a kept term (else `ts`): a remainder near 0 or below must not weigh without bound."""
     xs = np.atleast_2d(xs.T).T if xs.ndim == 1 else xs
-    w = 1.0 / ts if relative else np.full(len(ts), 1.0 / float(np.mean(ts)))
+    w = 1.0 / (ts if of is None else of) if relative else np.full(len(ts), 1.0 / float(np.mean(ts)))
     if intercept is None:
         design = np.column_stack([np.ones(len(ts)), xs]) * w[:, None]
         target = ts * w
@@ -177,10 +179,15 @@ def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: f
     while True:
         free = [i for i in range(3) if i not in kept]
         fixed = xs[:, kept] @ np.array([base[i] for i in kept]) if kept else np.zeros(len(ts))
-        inner = match_total(relative_line(xs[:, free], ts - fixed, intercept=0.0), xs[:, free], ts, fixed=fixed)
+        inner = match_total(relative_line(xs[:, free], ts - fixed, intercept=0.0, of=ts), xs[:, free], ts, fixed=fixed)
         slopes = dict(zip(free, inner.slopes))
         # undetermined: at its bound (0), or moving no op's time by 1%
         stuck = [i for i in free if slopes[i] <= 0 or float(np.max(xs[:, i] * slopes[i] / ts)) < 0.01]
+        # a matmul rate above the probe's: the probe timed torch.mm on the runtime's own GEMM shapes with every
+        # rank at once (zsim.runtime.hostprobe), so no op of the run can multiply faster; a fit that says so has
+        # traded FLOPs against the per-op overhead, which the ops of one shape cannot tell apart
+        if 1 in free and 1 not in stuck and base[1] is not None and 0 < slopes[1] < base[1]:
+            stuck.append(1)
         if not stuck:
             break
         missing = [i for i in stuck if base[i] is None or base[i] <= 0]
