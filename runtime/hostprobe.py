@@ -6,7 +6,11 @@ Launches `--ranks` real gloo processes with `--threads` intra-op threads each, a
 same time (so they share the cores as a traced run does):
   * matmul rate per dtype: torch.mm on the runtime's GEMM shapes, median of repeats (GFLOP/s = 2MNK/t);
   * streaming bandwidth: a 64 MiB copy (bytes read + written over the time);
-  * per-op overhead: the median time of a 1-element add (dispatch and framework cost);
+  * per-op overhead: the runtime's own transformer layer (runtime/model.py's Block) at a width where its
+    FLOPs and bytes are negligible, forward and backward with autograd, median time over the kernel
+    launches zsim's plan counts for that layer (zsim.compute.kernels): what the host model's
+    `op_overhead_us` prices per launch. (Until 2026-11-27 a 1-element add without autograd: 3.3 µs here,
+    a fifth of what a layer's launch costs, so every calibration's overhead sat "far from the probe".)
   * each collective (all_reduce, reduce_scatter, all_gather, broadcast) from 1 KiB to 16 MiB, median
     of repeats after a warm-up, and a least-squares fit of t = latency + S / bandwidth weighted by 1/t
     (relative error), whose median and worst relative residuals go into the file.
@@ -55,10 +59,39 @@ def _compute(torch) -> dict:
     dst = torch.empty_like(src)
     dst.copy_(src)
     copy = _median_seconds(lambda: dst.copy_(src), 5)
-    one = torch.ones(1)
-    overhead = _median_seconds(lambda: one.add(one), 200)
     return {"matmul_GFLOPS": rates, "memory_GBps": round(2 * src.nbytes / copy / 1e9, 3),
-            "op_overhead_us": round(overhead * 1e6, 3)}
+            "op_overhead_us": round(layer_launch_seconds(torch) * 1e6, 3)}
+
+
+# The layer the overhead is timed on: a GPT block 16 wide (2 heads, 4 tokens, micro-batch 1), whose matmuls
+# are 16×48 and 16×64: its time is the framework's per op, not arithmetic.
+TINY = {"hidden": 16, "heads": 2, "seq_len": 4, "micro_batch": 1, "vocab": 64}
+
+
+def layer_launch_seconds(torch, repeats: int = 300) -> float:
+    """Seconds per kernel launch of one transformer layer's forward and backward: the runtime's Block (no
+    dropout, as the runtime runs it) at the TINY shape in fp32, autograd on, median over `repeats`, divided
+    by the launches of zsim's kernel lists for that layer (block forward + backward, dropout off)."""
+    from zsim.compute.kernel_shape import Shape
+    from zsim.compute.kernels import module_kernels
+
+    from .model import Block, GPTConfig
+
+    t = TINY
+    block = Block(GPTConfig(layers=1, hidden=t["hidden"], heads=t["heads"], seq_len=t["seq_len"], vocab=t["vocab"]))
+    x = torch.randn(t["micro_batch"], t["seq_len"], t["hidden"], requires_grad=True)
+
+    def step():
+        block(x).sum().backward()
+
+    for _ in range(20):  # warm-up: autograd's first graphs, the allocator's first blocks
+        step()
+    seconds = _median_seconds(step, repeats)
+    shape = Shape(s=t["seq_len"], b=t["micro_batch"], h=t["hidden"], a=t["heads"], t=1, v=t["vocab"],
+                  ffn=4 * t["hidden"], kv_heads=t["heads"], gated=False, linear_bias=True, qkv_bias=True, e=4,
+                  dropout=False)
+    launches = module_kernels("block", "fwd", shape).launches + module_kernels("block", "bwd", shape).launches
+    return seconds / launches
 
 
 def _collectives(torch, dist, world: int) -> dict:

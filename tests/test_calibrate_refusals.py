@@ -178,8 +178,9 @@ def test_host_terms_far_from_the_probe_are_refused(tmp_path, capsys):
     out = tmp_path / "host.yaml"
     assert main(["calibrate", *runs, "--profile", str(probe), "-o", str(out), "--fit", "compute"]) == 2
     err = capsys.readouterr().err
-    assert "host compute: op_overhead_us = 3.314 is 10× the probe's 0.3314" in err
-    assert "host compute: matmul_GFLOPS.fp32 = 89.05 is 1/5 of the probe's 445.3" in err
+    overhead, rate = base["compute"]["op_overhead_us"], base["compute"]["matmul_GFLOPS"]["fp32"]
+    assert f"host compute: op_overhead_us = {overhead * 10:.4g} is 10× the probe's {overhead:.4g}" in err
+    assert f"host compute: matmul_GFLOPS.fp32 = {rate / 5:.4g} is 1/5 of the probe's {rate:.4g}" in err
     assert not out.exists()
 
 

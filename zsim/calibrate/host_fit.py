@@ -145,7 +145,7 @@ def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: f
                 ) -> tuple[LineFit, tuple[str, ...]]:
     """(fit, names of the terms kept from the base) of t = launches·o + flops/T + bytes/M over
     (launches, flops, bytes, seconds) rows: o is the framework's time per aten op (what
-    `python -m zsim.runtime.hostprobe` measures as one tiny op's dispatch), paid once per kernel of the
+    `python -m zsim.runtime.hostprobe` measures on a tiny transformer layer), paid once per kernel of the
     op's kernel list, so a layer of 28 ops pays it 28 times and an optimizer copy once. Relative
     weighting: every op's relative error counts alike. A term the data do not determine (at its bound
     of 0, or moving no op's time by 1%: a model's layers of two widths can stream the same bytes; a
