@@ -33,7 +33,7 @@ HEADER = ("#       size         count      type   redop    root     time   algbw
 def nccl_table(path: Path, device: str, hosts: int, per_host: int, times: list[tuple[int, float]],
                op: str = "all_reduce") -> Path:
     """An nccl-tests table in the current layout: one Rank line per GPU, then one row per (size, µs)."""
-    lines = [f"# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20\n", "#\n"]
+    lines = ["# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20\n", "#\n"]
     for rank in range(hosts * per_host):
         lines.append(f"#  Rank {rank:2d} Group  0 Pid {100 + rank:6d} on node{rank // per_host:03d} device "
                      f"{rank % per_host:2d} [0x{rank:02x}] {device}\n")
@@ -127,7 +127,7 @@ def test_a_fit_the_model_reproduces_is_written_with_its_untouched_terms(tmp_path
     assert main(["run", "scenarios/1T-1024gpu.yaml", "--profile", str(out), "--no-plot", "-o", str(tmp_path / "r"),
                  "--json", str(tmp_path / "r.json")]) == 0
     text = capsys.readouterr().out
-    assert f"never measured, carried over from the base" in text
+    assert "never measured, carried over from the base" in text
     assert (f"inter-node: nics_per_node 8, oversubscription 1, port_Gbps 100, efficiency {edr['efficiency']:g}, "
             f"tree_efficiency {edr['tree_efficiency']:g}, ll128_share {edr['ll128_share']:g}, "
             f"latency_us {edr['latency_us']:g}") in text  # every inter-node term of zsim.calibrate.net_fit
