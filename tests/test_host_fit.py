@@ -100,3 +100,32 @@ def test_gemm_tables_cannot_calibrate_a_host_even_beside_a_run(tmp_path, capsys)
     code = main(["calibrate", str(table), str(run), "--profile", "dev-2core", "-o", str(out), "--fit", "compute"])
     assert code == 2 and not out.exists()
     assert "GEMM tables" in capsys.readouterr().err
+
+
+def test_module_overhead_is_fitted_with_the_launch_overhead_held_at_the_probe():
+    """Ops made with a per-op cost c beside the per-launch one: holding the launch overhead at the probe's
+    (which measures it), the fit recovers c, the rate and the bandwidth; fitting both overheads freely
+    is what let a layer's many launches and an embedding's few trade against each other."""
+    module = 450e-6
+    ops = [(28, 1.1e8, 5.5e6), (34, 2.2e8, 1.1e7), (9, 0.0, 1e5), (13, 3.4e7, 1.3e6), (7, 6.7e7, 2.6e6),
+           (28, 2.1e8, 5.5e6), (34, 4.2e8, 1.1e7)]
+    rows = [(n, f, b, module + _t(n, f, b)) for n, f, b in ops]
+    fit, kept = fit_compute(rows, base_bytes_per_s=8e9, base_overhead_s=OVERHEAD, base_flops_per_s=RATE * 4,
+                            hold_overhead=True)
+    assert kept == ("op_overhead_us",) and fit.slopes[0] == OVERHEAD
+    assert fit.intercept == pytest.approx(module, rel=1e-6) and 1 / fit.slopes[1] == pytest.approx(RATE, rel=1e-6)
+    assert 1 / fit.slopes[2] == pytest.approx(BANDWIDTH, rel=1e-6) and max(map(abs, fit.errors)) < 1e-9
+
+
+def test_simulator_adds_the_module_overhead_to_compute_ops_not_the_optimizers():
+    import dataclasses
+
+    scenario = load_scenario("scenarios/calibrate/gpt-tiny-a.yaml")
+    gpu = scenario.cluster.gpu
+    host = dataclasses.replace(scenario.cluster.host, module_overhead_s=450e-6)
+    layer = Op(name="fwd/x", step=0, micro_batch=0, stream="compute", flops=1e9)
+    assert compute_seconds(layer, gpu, "fp32", host) == pytest.approx(
+        1e9 / gpu.peak_flops["fp32"] + host.op_overhead_s + 450e-6)
+    step = Op(name="optimizer/step", step=0, micro_batch=0, stream="compute", hbm_bytes=1e6)
+    assert compute_seconds(step, gpu, "fp32", host) == pytest.approx(
+        1e6 / host.optimizer_bytes_per_s + host.optimizer_overhead_s)

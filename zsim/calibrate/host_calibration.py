@@ -185,12 +185,14 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         probe = base.get("compute") or {}  # the base's terms, which the host probe measured: kept where undetermined
         line, kept_terms = fit_compute(model, float(probe.get("memory_GBps") or 0) * 1e9 or None,
                                        float(probe.get("op_overhead_us") or 0) * 1e-6 or None,
-                                       float((probe.get("matmul_GFLOPS") or {}).get(dtype) or 0) * 1e9 or None)
+                                       float((probe.get("matmul_GFLOPS") or {}).get(dtype) or 0) * 1e9 or None,
+                                       hold_overhead=True)
         compute = dict(base.get("compute") or {})
         compute["matmul_GFLOPS"] = {**(compute.get("matmul_GFLOPS") or {}),
                                     dtype: round(1.0 / line.slopes[1] / 1e9, 3)}
         compute["memory_GBps"] = round(1.0 / line.slopes[2] / 1e9, 3)
         compute["op_overhead_us"] = round(line.slopes[0] * 1e6, 3)
+        compute["module_overhead_us"] = round(line.intercept * 1e6, 3)
         optimizer = [(r[1], r[3], r[4]) for r in rows if r[0].startswith("optimizer/")]
         opt = fit_optimizer(optimizer) if optimizer else None
         if opt is not None:
@@ -199,7 +201,8 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         factor = slowest_rank_factor(ratios)
         compute["slowest_rank_factor"] = round(factor, 4) if factor is not None else 1.0
         replace["compute"] = compute
-        sections["compute"] = {"model": "host: launches × overhead + FLOPs/matmul rate + bytes/memory bandwidth; "
+        sections["compute"] = {"model": "host: per op (module) + launches × overhead (the probe's) + FLOPs/matmul rate + "
+                                        "bytes/memory bandwidth; "
                                         "the optimizer's ops: launches × their overhead + bytes/their bandwidth",
                                "ops": len(model), "optimizer_ops": len(optimizer), "dtype": dtype,
                                "kept_from_base": list(kept_terms),
@@ -223,6 +226,6 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
                              optimizer_memory_GBps=probe.get("optimizer_memory_GBps", probe.get("memory_GBps")))
         causes += far_terms("host compute", fitted, reference, "the probe")
         report["compute"] = {**sections["compute"], "values": {k: compute[k] for k in (
-            "matmul_GFLOPS", "memory_GBps", "op_overhead_us", "optimizer_op_overhead_us", "optimizer_memory_GBps",
-            "slowest_rank_factor")
+            "matmul_GFLOPS", "memory_GBps", "op_overhead_us", "module_overhead_us", "optimizer_op_overhead_us",
+            "optimizer_memory_GBps", "slowest_rank_factor")
             if k in compute}}

@@ -123,7 +123,7 @@ def fit_collectives(samples: list[CollectiveSample], base: dict[tuple[str, int],
     return out, undetermined
 
 
-COMPUTE_TERMS = ("op_overhead_us", "matmul_GFLOPS", "memory_GBps")
+COMPUTE_TERMS = ("op_overhead_us", "matmul_GFLOPS", "memory_GBps", "module_overhead_us")
 
 
 def match_total(fit: LineFit, xs: np.ndarray, ts: np.ndarray, fixed: np.ndarray | None = None) -> LineFit:
@@ -141,21 +141,26 @@ def match_total(fit: LineFit, xs: np.ndarray, ts: np.ndarray, fixed: np.ndarray 
 
 
 def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: float | None = None,
-                base_overhead_s: float | None = None, base_flops_per_s: float | None = None
-                ) -> tuple[LineFit, tuple[str, ...]]:
-    """(fit, names of the terms kept from the base) of t = launches·o + flops/T + bytes/M over
-    (launches, flops, bytes, seconds) rows: o is the framework's time per aten op (what
-    `python -m zsim.runtime.hostprobe` measures on a tiny transformer layer), paid once per kernel of the
-    op's kernel list, so a layer of 28 ops pays it 28 times and an optimizer copy once. Relative
-    weighting: every op's relative error counts alike. A term the data do not determine (at its bound
-    of 0, or moving no op's time by 1%: a model's layers of two widths can stream the same bytes; a
-    noisy machine can hide the FLOPs) is kept at the base profile's value (`base_overhead_s`,
-    `base_flops_per_s`, `base_bytes_per_s`) and named; the others are fitted again without it. The
-    slopes are always (o, 1/T, 1/M), kept ones included.
+                base_overhead_s: float | None = None, base_flops_per_s: float | None = None,
+                hold_overhead: bool = False) -> tuple[LineFit, tuple[str, ...]]:
+    """(fit, names of the terms kept from the base) of t = c + launches·o + flops/T + bytes/M over
+    (launches, flops, bytes, seconds) rows: o is the framework's time per kernel launch (aten op) of the
+    op's kernel list, which `python -m zsim.runtime.hostprobe` measures on a tiny transformer layer; c the
+    runtime's time per op beyond its launches (the unit's module call, the ZeRO engine's hooks and
+    parameter views, the trace span), which the probe's bare layer does not run. `hold_overhead` keeps o
+    at the probe's `base_overhead_s` (the probe measures it; fitted beside c, the two trade against each
+    other, as a layer's 28 launches against one op). Relative weighting: every op's relative error counts
+    alike. A term the data do not determine (at its bound of 0, or moving no op's time by 1%: a model's
+    layers of two widths can stream the same bytes; a noisy machine can hide the FLOPs) is kept at the
+    base profile's value (`base_overhead_s`, `base_flops_per_s`, `base_bytes_per_s`; c at 0) and named;
+    so is a matmul rate above the probe's; the others are fitted again without it. The slopes are always
+    (o, 1/T, 1/M), kept ones included; c is the intercept.
 
-    (Two earlier forms failed on this machine's traces: one overhead per plan op, relatively weighted,
-    let the 0.5-ms embedding and optimizer ops pull the matmul rate to 4x what the layers achieve; the
-    same weighted by seconds made the overhead 3.4 ms a plan op and small ops 20x too slow.)
+    (Earlier forms that failed on this machine's traces: one overhead per plan op instead of per launch,
+    relatively weighted, let the 0.5-ms embedding and optimizer ops pull the matmul rate to 4x what the
+    layers achieve; the same weighted by seconds made the overhead 3.4 ms a plan op and small ops 20x too
+    slow; a per-launch overhead alone, fitted, came out 57-72 µs a launch, 5x the probe's layer, pricing
+    a layer's many launches too dear and an embedding's few too cheap.)
 
     Raises:
         CalibrationError: too few distinct ops, or a term the data leave undetermined and the base
@@ -167,17 +172,17 @@ def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: f
             groups[(launches, flops, nbytes)].append(seconds)
     if len(groups) < SAMPLES_PER_TERM * 3:
         raise CalibrationError(f"{len(groups)} distinct compute ops (launches, FLOPs, bytes) cannot determine the 3 "
-                               f"compute terms ({', '.join(COMPUTE_TERMS)}); need {SAMPLES_PER_TERM * 3}: trace more "
-                               "model shapes")
+                               f"compute terms ({', '.join(COMPUTE_TERMS[:3])}); need {SAMPLES_PER_TERM * 3}: trace "
+                               "more model shapes")
     used = [r for r in rows if r[3] > 0]
-    xs = np.array([r[:3] for r in used], dtype=float)
+    xs = np.array([(*r[:3], 1.0) for r in used], dtype=float)
     ts = np.array([r[3] for r in used])
     base = (base_overhead_s, 1.0 / base_flops_per_s if base_flops_per_s else None,
-            1.0 / base_bytes_per_s if base_bytes_per_s else None)
-    what = ("kernel launches", "FLOPs", "bytes")
-    kept: list[int] = []
+            1.0 / base_bytes_per_s if base_bytes_per_s else None, 0.0)
+    what = ("kernel launches", "FLOPs", "bytes", "ops")
+    kept: list[int] = [0] if hold_overhead and base_overhead_s else []
     while True:
-        free = [i for i in range(3) if i not in kept]
+        free = [i for i in range(4) if i not in kept]
         fixed = xs[:, kept] @ np.array([base[i] for i in kept]) if kept else np.zeros(len(ts))
         inner = match_total(relative_line(xs[:, free], ts - fixed, intercept=0.0, of=ts), xs[:, free], ts, fixed=fixed)
         slopes = dict(zip(free, inner.slopes))
@@ -190,19 +195,20 @@ def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: f
             stuck.append(1)
         if not stuck:
             break
-        missing = [i for i in stuck if base[i] is None or base[i] <= 0]
+        missing = [i for i in stuck if base[i] is None or (base[i] <= 0 and i != 3)]
         if missing:
             i = missing[0]
             raise CalibrationError(f"{COMPUTE_TERMS[i]}: the compute times do not grow with the {what[i]} of the ops, "
                                    "so it is not determined by these traces, and the base profile has none to keep "
                                    "(trace model shapes that differ in it)")
         kept += stuck
-        if len(kept) == 3:
+        if len(kept) == 4:
             break
-    full = tuple(slopes[i] if i in slopes and i not in kept else base[i] for i in range(3))
+    full = tuple(slopes[i] if i in slopes and i not in kept else base[i] for i in range(4))
     predicted = xs @ np.array(full)
-    fit = LineFit(0.0, full, tuple(float(v) for v in predicted / ts - 1.0), bool(kept))
-    return fit, tuple(COMPUTE_TERMS[i] for i in sorted(kept))
+    fit = LineFit(full[3], full[:3], tuple(float(v) for v in predicted / ts - 1.0), bool(kept))
+    # c kept at 0 is "none", not a base value: not listed
+    return fit, tuple(COMPUTE_TERMS[i] for i in sorted(kept) if i != 3 or full[3] > 0)
 
 
 def fit_optimizer(rows: list[tuple[int, float, float]]) -> LineFit | None:

@@ -106,7 +106,7 @@ def touched(sections: dict[str, Any]) -> set[str]:
                                                           "hbm_efficiency")}
     elif comp:  # host compute
         kept = comp.get("kept_from_base", ())
-        for term in ("op_overhead_us", "matmul_GFLOPS", "memory_GBps"):
+        for term in ("op_overhead_us", "matmul_GFLOPS", "memory_GBps", "module_overhead_us"):
             if term not in kept:
                 out.add(f"compute.{term}.{comp.get('dtype', 'fp32')}" if term == "matmul_GFLOPS" else f"compute.{term}")
         if comp.get("optimizer_median_error") is not None:

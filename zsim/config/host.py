@@ -50,6 +50,10 @@ class HostCompute(_Strict, kw_only=True):
     optimizer_memory_GBps: Annotated[float, Meta(gt=0, le=1e6, description=(
         "the optimizer's ops: streaming bandwidth over the partition (host memory, not caches), GB/s; absent:"
         " memory_GBps"))] | None = None
+    module_overhead_us: Annotated[float, Meta(ge=0, le=1e6, description=(
+        "the runtime's time per compute op beyond its launches (a unit's forward or backward: the module call, "
+        "the ZeRO engine's hooks and parameter views, the trace span), µs; fitted by zsim calibrate from runtime "
+        "traces, 0 where not measured (the probe times bare launches)"))] = 0.0
     slowest_rank_factor: Annotated[float, Meta(ge=1, le=10, description=(
         "the slowest rank's compute time per step over the ranks' mean, measured by zsim calibrate "
         "(zsim.calibrate.stragglers): ranks meet at every collective, so the symmetric simulated ranks run "
@@ -102,6 +106,7 @@ class HostModel:
     optimizer_overhead_s: float  # the optimizer's ops' own terms (the general ones where the file has none)
     optimizer_bytes_per_s: float
     slowest_rank_factor: float = 1.0  # every compute op × this (zsim.calibrate.stragglers)
+    module_overhead_s: float = 0.0  # per compute op (not the optimizer's), beyond its launches
     cpu: str = ""  # the CPU model the profile was measured on (HostFile.cpu)
 
     @property
@@ -137,5 +142,6 @@ def host_model(spec: HostFile) -> HostModel:
         optimizer_bytes_per_s=(spec.compute.memory_GBps if spec.compute.optimizer_memory_GBps is None
                                else spec.compute.optimizer_memory_GBps) * 1e9,
         slowest_rank_factor=spec.compute.slowest_rank_factor,
+        module_overhead_s=spec.compute.module_overhead_us * 1e-6,
         cpu=spec.cpu,
     )

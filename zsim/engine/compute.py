@@ -32,7 +32,8 @@ def compute_seconds(op: Op, gpu: Gpu, dtype: str, host: HostModel | None = None)
 def host_seconds(op: Op, gpu: Gpu, host: HostModel, dtype: str) -> float:
     """Seconds of `op` on a CPU host (zsim.config.host), whose profile gives achieved rates: its FLOPs
     at the host's matmul rate, its bytes at the streaming rate, and the framework's time per aten op
-    once per kernel of its kernel list (one for an op without a list). The optimizer's ops
+    once per kernel of its kernel list (one for an op without a list), plus the runtime's time per op
+    beyond its launches (`module_overhead_us`: module call, hooks, span; 0 unless calibrated). The optimizer's ops
     (`optimizer/...`: norms, the flat copy, Adam over the partition) stream host memory, not caches,
     and dispatch ops outside autograd: they have their own two terms (equal to the general ones in a
     profile that does not give them). Every op runs at the slowest rank's pace (the host's
@@ -42,5 +43,5 @@ def host_seconds(op: Op, gpu: Gpu, host: HostModel, dtype: str) -> float:
     if op.name.startswith("optimizer/"):
         alone = matmul + op.hbm_bytes / host.optimizer_bytes_per_s + launches * host.optimizer_overhead_s
     else:
-        alone = matmul + op.hbm_bytes / gpu.hbm_bytes_per_s + launches * host.op_overhead_s
+        alone = matmul + op.hbm_bytes / gpu.hbm_bytes_per_s + launches * host.op_overhead_s + host.module_overhead_s
     return alone * host.slowest_rank_factor
