@@ -139,7 +139,8 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     if par.dp * par.mp * par.pp != gpus:
         pp = f" × pp {par.pp}" if par.pp > 1 else ""
         raise fail("parallel.dp", f"{par.dp} × mp {par.mp}{pp} = {par.dp * par.mp * par.pp} GPUs, but the cluster has "
-                   f"{gpus} ({spec.hardware.nodes} nodes × {cluster.gpus_per_node} GPUs)")
+                   f"{gpus} ({spec.hardware.nodes} node{'s' if spec.hardware.nodes != 1 else ''} × {cluster.gpus_per_node} "
+                   f"GPU{'s' if cluster.gpus_per_node != 1 else ''})")
     gpn = cluster.gpus_per_node
     if gpn % par.mp and par.mp % gpn:
         raise fail("parallel.mp", f"{par.mp} must divide the {gpn} GPUs of a node, or be a multiple of them "
