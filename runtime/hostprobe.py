@@ -72,9 +72,6 @@ def layer_launch_seconds(torch, repeats: int = 300) -> float:
     """Seconds per kernel launch of one transformer layer's forward and backward: the runtime's Block (no
     dropout, as the runtime runs it) at the TINY shape in fp32, autograd on, median over `repeats`, divided
     by the launches of zsim's kernel lists for that layer (block forward + backward, dropout off)."""
-    from zsim.compute.kernel_shape import Shape
-    from zsim.compute.kernels import module_kernels
-
     from .model import Block, GPTConfig
 
     t = TINY
@@ -86,12 +83,20 @@ def layer_launch_seconds(torch, repeats: int = 300) -> float:
 
     for _ in range(20):  # warm-up: autograd's first graphs, the allocator's first blocks
         step()
-    seconds = _median_seconds(step, repeats)
+    return _median_seconds(step, repeats) / tiny_layer_launches()
+
+
+def tiny_layer_launches() -> int:
+    """Kernel launches of zsim's lists for one TINY layer's forward and backward (fp32, dropout off, as the
+    runtime's model runs: zsim.calibrate.rebuild.runtime_model_options)."""
+    from zsim.compute.kernel_shape import Shape
+    from zsim.compute.kernels import module_kernels
+
+    t = TINY
     shape = Shape(s=t["seq_len"], b=t["micro_batch"], h=t["hidden"], a=t["heads"], t=1, v=t["vocab"],
                   ffn=4 * t["hidden"], kv_heads=t["heads"], gated=False, linear_bias=True, qkv_bias=True, e=4,
                   dropout=False)
-    launches = module_kernels("block", "fwd", shape).launches + module_kernels("block", "bwd", shape).launches
-    return seconds / launches
+    return module_kernels("block", "fwd", shape).launches + module_kernels("block", "bwd", shape).launches
 
 
 def _collectives(torch, dist, world: int) -> dict:
