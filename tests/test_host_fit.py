@@ -57,8 +57,10 @@ def test_matmul_rate_above_the_probes_is_held_at_the_probe():
     ops = [(28, 1.1e8, 5.5e6), (34, 2.2e8, 1.1e7), (9, 0.0, 1e5), (13, 3.4e7, 1.3e6), (7, 6.7e7, 2.6e6),
            (28, 2.1e8, 5.5e6), (34, 4.2e8, 1.1e7)]
     rows = [(n, f, b, _t(n, f, b)) for n, f, b in ops]
-    fit, kept = fit_compute(rows, base_bytes_per_s=8e9, base_overhead_s=3e-6, base_flops_per_s=RATE * 0.8)
+    why: dict[str, str] = {}
+    fit, kept = fit_compute(rows, base_bytes_per_s=8e9, base_overhead_s=3e-6, base_flops_per_s=RATE * 0.8, reasons=why)
     assert "matmul_GFLOPS" in kept and 1 / fit.slopes[1] == pytest.approx(RATE * 0.8)
+    assert "above the probe's rate" in why["matmul_GFLOPS"] and "not determined" in why["memory_GBps"]
     # the overhead is fitted again around it (these ops' bytes grow with their FLOPs, so the slower rate leaves
     # the bandwidth nothing to explain: kept at the base's, and named)
     assert "op_overhead_us" not in kept and 0 < fit.slopes[0] < OVERHEAD and kept == ("matmul_GFLOPS", "memory_GBps")
@@ -110,9 +112,10 @@ def test_module_overhead_is_fitted_with_the_launch_overhead_held_at_the_probe():
     ops = [(28, 1.1e8, 5.5e6), (34, 2.2e8, 1.1e7), (9, 0.0, 1e5), (13, 3.4e7, 1.3e6), (7, 6.7e7, 2.6e6),
            (28, 2.1e8, 5.5e6), (34, 4.2e8, 1.1e7)]
     rows = [(n, f, b, module + _t(n, f, b)) for n, f, b in ops]
+    why: dict[str, str] = {}
     fit, kept = fit_compute(rows, base_bytes_per_s=8e9, base_overhead_s=OVERHEAD, base_flops_per_s=RATE * 4,
-                            hold_overhead=True)
-    assert kept == ("op_overhead_us",) and fit.slopes[0] == OVERHEAD
+                            hold_overhead=True, reasons=why)
+    assert kept == ("op_overhead_us",) and fit.slopes[0] == OVERHEAD and "held at the probe's" in why["op_overhead_us"]
     assert fit.intercept == pytest.approx(module, rel=1e-6) and 1 / fit.slopes[1] == pytest.approx(RATE, rel=1e-6)
     assert 1 / fit.slopes[2] == pytest.approx(BANDWIDTH, rel=1e-6) and max(map(abs, fit.errors)) < 1e-9
 

@@ -183,10 +183,11 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
                                    "in this fit: calibrate each precision separately")
         dtype = dtypes.pop()
         probe = base.get("compute") or {}  # the base's terms, which the host probe measured: kept where undetermined
+        kept_why: dict[str, str] = {}
         line, kept_terms = fit_compute(model, float(probe.get("memory_GBps") or 0) * 1e9 or None,
                                        float(probe.get("op_overhead_us") or 0) * 1e-6 or None,
                                        float((probe.get("matmul_GFLOPS") or {}).get(dtype) or 0) * 1e9 or None,
-                                       hold_overhead=True)
+                                       hold_overhead=True, reasons=kept_why)
         compute = dict(base.get("compute") or {})
         compute["matmul_GFLOPS"] = {**(compute.get("matmul_GFLOPS") or {}),
                                     dtype: round(1.0 / line.slopes[1] / 1e9, 3)}
@@ -205,7 +206,7 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
                                         "bytes/memory bandwidth; "
                                         "the optimizer's ops: launches × their overhead + bytes/their bandwidth",
                                "ops": len(model), "optimizer_ops": len(optimizer), "dtype": dtype,
-                               "kept_from_base": list(kept_terms),
+                               "kept_from_base": list(kept_terms), "kept_why": kept_why,
                                "median_error": round(line.median_error, 4), "max_error": round(line.max_error, 4),
                                "optimizer_median_error": None if opt is None else round(opt.median_error, 4),
                                "slowest_rank_factor": {"steps": len(ratios), "value": compute["slowest_rank_factor"],

@@ -142,7 +142,8 @@ def match_total(fit: LineFit, xs: np.ndarray, ts: np.ndarray, fixed: np.ndarray 
 
 def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: float | None = None,
                 base_overhead_s: float | None = None, base_flops_per_s: float | None = None,
-                hold_overhead: bool = False) -> tuple[LineFit, tuple[str, ...]]:
+                hold_overhead: bool = False, reasons: dict[str, str] | None = None
+                ) -> tuple[LineFit, tuple[str, ...]]:
     """(fit, names of the terms kept from the base) of t = c + launches·o + flops/T + bytes/M over
     (launches, flops, bytes, seconds) rows: o is the framework's time per kernel launch (aten op) of the
     op's kernel list, which `python -m zsim.runtime.hostprobe` measures on a tiny transformer layer; c the
@@ -154,7 +155,8 @@ def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: f
     layers of two widths can stream the same bytes; a noisy machine can hide the FLOPs) is kept at the
     base profile's value (`base_overhead_s`, `base_flops_per_s`, `base_bytes_per_s`; c at 0) and named;
     so is a matmul rate above the probe's; the others are fitted again without it. The slopes are always
-    (o, 1/T, 1/M), kept ones included; c is the intercept.
+    (o, 1/T, 1/M), kept ones included; c is the intercept. `reasons`, when given, gets why each kept term
+    was kept, by name.
 
     (Earlier forms that failed on this machine's traces: one overhead per plan op instead of per launch,
     relatively weighted, let the 0.5-ms embedding and optimizer ops pull the matmul rate to 4x what the
@@ -181,6 +183,8 @@ def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: f
             1.0 / base_bytes_per_s if base_bytes_per_s else None, 0.0)
     what = ("kernel launches", "FLOPs", "bytes", "ops")
     kept: list[int] = [0] if hold_overhead and base_overhead_s else []
+    why = {0: "held at the probe's, which times a transformer layer's launches (the runtime's per-op cost, "
+              "module_overhead_us, is fitted beside it)"} if kept else {}
     while True:
         free = [i for i in range(4) if i not in kept]
         fixed = xs[:, kept] @ np.array([base[i] for i in kept]) if kept else np.zeros(len(ts))
@@ -191,8 +195,12 @@ def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: f
         # a matmul rate above the probe's: the probe timed torch.mm on the runtime's own GEMM shapes with every
         # rank at once (zsim.runtime.hostprobe), so no op of the run can multiply faster; a fit that says so has
         # traded FLOPs against the per-op overhead, which the ops of one shape cannot tell apart
+        for i in stuck:
+            why.setdefault(i, "not determined by these traces (at its bound, or no op's time moves 1% with it); "
+                              "the base's kept")
         if 1 in free and 1 not in stuck and base[1] is not None and 0 < slopes[1] < base[1]:
             stuck.append(1)
+            why[1] = "the fit went above the probe's rate, which no op of the run can beat: held at the probe's"
         if not stuck:
             break
         missing = [i for i in stuck if base[i] is None or (base[i] <= 0 and i != 3)]
@@ -208,7 +216,10 @@ def fit_compute(rows: list[tuple[int, float, float, float]], base_bytes_per_s: f
     predicted = xs @ np.array(full)
     fit = LineFit(full[3], full[:3], tuple(float(v) for v in predicted / ts - 1.0), bool(kept))
     # c kept at 0 is "none", not a base value: not listed
-    return fit, tuple(COMPUTE_TERMS[i] for i in sorted(kept) if i != 3 or full[3] > 0)
+    names = tuple(COMPUTE_TERMS[i] for i in sorted(kept) if i != 3 or full[3] > 0)
+    if reasons is not None:
+        reasons.update({COMPUTE_TERMS[i]: why[i] for i in sorted(kept) if COMPUTE_TERMS[i] in names})
+    return fit, names
 
 
 def fit_optimizer(rows: list[tuple[int, float, float]]) -> LineFit | None:

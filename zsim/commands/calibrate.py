@@ -215,9 +215,10 @@ def run_command(args: argparse.Namespace) -> int:
     if report.get("compute"):
         c = report["compute"]
         print(f"  compute   {c['values'] if 'values' in c else ''} ({c.get('model', '')})", file=out)
-        if isinstance(c.get("kept_from_base"), list) and c["kept_from_base"]:
-            print(f"  kept      compute {', '.join(c['kept_from_base'])}: not determined by these traces (no op's time "
-                  "moves 1% with it); the base's kept", file=out)
+        why = c.get("kept_why") or {}
+        for name in c.get("kept_from_base") or ():
+            print(f"  kept      compute {name}: {why.get(name, 'not determined by these traces; the base kept')}",
+                  file=out)
     if report.get("phases"):
         ph = report["phases"]
         held = ph["heldout"]
