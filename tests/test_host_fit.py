@@ -132,3 +132,14 @@ def test_simulator_adds_the_module_overhead_to_compute_ops_not_the_optimizers():
     step = Op(name="optimizer/step", step=0, micro_batch=0, stream="compute", hbm_bytes=1e6)
     assert compute_seconds(step, gpu, "fp32", host) == pytest.approx(
         1e6 / host.optimizer_bytes_per_s + host.optimizer_overhead_s)
+
+
+def test_a_collectives_shared_speed_is_read_off_its_overlap():
+    """A 10 ms transfer, 8 ms of it beside compute, that takes 3.6 ms alone: 2 ms alone, then 1.6 ms of
+    work in 8 ms (speed 0.2). Under half overlapped, or an impossible speed: no sample."""
+    from zsim.calibrate.core_sharing import gloo_speed_samples
+
+    e = {"ph": "X", "ts": 0.0, "dur": 10_000.0, "tid": 1, "args": {"op": "reduce_scatter", "last_arrival_ts": 0.0}}
+    assert gloo_speed_samples(e, [(2_000.0, 10_000.0)], 3_600.0) == pytest.approx(0.2)
+    assert gloo_speed_samples(e, [(6_000.0, 10_000.0)], 3_600.0) is None  # 40% overlapped
+    assert gloo_speed_samples(e, [(2_000.0, 10_000.0)], 1_000.0) is None  # faster alone than its un-overlapped part

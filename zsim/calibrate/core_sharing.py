@@ -44,17 +44,36 @@ def compute_busy(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
 
 
 def compute_alone_us(event: dict[str, Any], busy_comm: list[tuple[float, float]], share: float,
-                     threads: int) -> float:
-    """µs to take off compute span `event` for the time it shared the cores with a collective."""
-    slow = 1.0 - speeds(share, threads)[0]
+                     threads: int, gloo: float = 0.5) -> float:
+    """µs to take off compute span `event` for the time it shared the cores with a collective (which got
+    `gloo` of them)."""
+    slow = 1.0 - speeds(share, threads, gloo)[0]
     return slow * overlap(event["ts"], event["ts"] + event["dur"], busy_comm) if slow > 0 else 0.0
 
 
 def collective_alone_us(event: dict[str, Any], busy_compute: list[tuple[float, float]], share: float,
-                        threads: int) -> float:
-    """µs to take off collective `event`'s transfer for the time it shared the cores with compute."""
-    slow = 1.0 - speeds(share, threads)[1]
+                        threads: int, gloo: float = 0.5) -> float:
+    """µs to take off collective `event`'s transfer for the time it shared the cores with compute (getting
+    `gloo` of them)."""
+    slow = 1.0 - speeds(share, threads, gloo)[1]
     if slow <= 0 or stream_of(event) != 1:  # an in-line collective is the compute track itself
         return 0.0
     lo, hi = transfer_interval(event)
     return slow * overlap(lo, hi, busy_compute)
+
+
+def gloo_speed_samples(event: dict[str, Any], busy_compute: list[tuple[float, float]],
+                       alone_us: float) -> float | None:
+    """The collective's speed while it shared the cores with compute, as a fraction of its speed alone:
+    a transfer of d µs, o of them beside compute, that takes `alone_us` alone did (d − o) µs of its work
+    alone and the rest, alone_us − (d − o), in o µs. None unless compute overlapped at least half of it
+    (a shorter overlap says little about the shared speed) and the numbers are consistent."""
+    if stream_of(event) != 1:
+        return None
+    lo, hi = transfer_interval(event)
+    d = hi - lo
+    o = overlap(lo, hi, busy_compute)
+    if d <= 0 or o < 0.5 * d:
+        return None
+    speed = (alone_us - (d - o)) / o
+    return speed if 0 < speed <= 1.0 else None

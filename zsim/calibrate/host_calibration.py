@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from zsim.calibrate.collectives import CalibrationError, check_backend
-from zsim.calibrate.core_sharing import collective_alone_us, comm_busy, compute_alone_us, compute_busy
+from zsim.calibrate.core_sharing import (collective_alone_us, comm_busy, compute_alone_us, compute_busy,
+                                         gloo_speed_samples)
 from zsim.calibrate.host_fit import fit_collectives, fit_compute, fit_optimizer
 from zsim.calibrate.profile_writer import base_file
 from zsim.calibrate.stragglers import slowest_rank_factor, step_ratios
@@ -46,7 +47,8 @@ def idle_before(events: list[dict[str, Any]]) -> dict[int, float]:
 
 
 def aligned_ops(run: Any, profile: str, profiles: Any = None,
-                rank_steps: dict[tuple[int, int], float] | None = None) -> list[tuple[Any, float]]:
+                rank_steps: dict[tuple[int, int], float] | None = None, gloo: float | None = None
+                ) -> list[tuple[Any, float]]:
     """(plan op, measured seconds) for every compute op of a measured (or simulated) run: each plan op
     of the run rebuilt on `profile`, with the median over ranks of the measured op lined up with it.
     An op's time is its own span (nested in-line ops excluded), less what it lost sharing a CPU host's
@@ -55,7 +57,8 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None,
     between spans must be priced by the ops (it lands in the per-op overhead) or every step comes out
     short. A runtime trace's first step warms up (allocation, first touch) and is left out; a simulated
     trace has no warm-up. `rank_steps`, when given, receives each rank's sum of these times per step
-    after the first, keyed (step, rank), for slowest_rank_factor.
+    after the first, keyed (step, rank), for slowest_rank_factor. `gloo`: the share of the cores a
+    collective got beside compute (default: the profile's gloo_core_share).
 
     Raises:
         ConfigError: the run cannot be rebuilt on the profile.
@@ -73,11 +76,12 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None,
     gaps = [{} if simulated else idle_before(events) for events in run.events.values()]
     host = scenario.cluster.host  # a CPU host: take out the time compute shared the cores with gloo
     share, threads = (host.cores / max(1, scenario.layout.world), host.threads_per_rank) if host else (0.0, 0)
+    gloo = gloo if gloo is not None else (host.gloo_share if host else 0.5)
     busy = [comm_busy(events) if host else [] for events in run.events.values()]
     rows, missing = [], []
     for op, key in compute_keys(plan):
         by_rank = {rank: r[key]["dur"] - r[key]["args"].get("nested_us", 0.0) + g.get(id(r[key]), 0.0)
-                   - (compute_alone_us(r[key], c, share, threads) if host else 0.0)
+                   - (compute_alone_us(r[key], c, share, threads, gloo) if host else 0.0)
                    for rank, (r, g, c) in enumerate(zip(per_rank, gaps, busy)) if key in r and not is_collective(r[key])}
         found = list(by_rank.values())
         if not found:
@@ -96,9 +100,10 @@ def aligned_ops(run: Any, profile: str, profiles: Any = None,
     return rows
 
 
-def alone_samples(data: Any, profile: str, profiles: Any = None) -> list[Any]:
+def alone_samples(data: Any, profile: str, profiles: Any = None, gloo: float | None = None) -> list[Any]:
     """`data.collectives` with each runtime run's own collectives taken again without the time they
-    shared the rank's cores with compute (zsim.calibrate.core_sharing); other samples as they are."""
+    shared the rank's cores with compute (zsim.calibrate.core_sharing), getting `gloo` of them (default:
+    the profile's gloo_core_share); other samples as they are."""
     from zsim.calibrate.rebuild import rebuild
     from zsim.trace.run_samples import collective_samples
 
@@ -107,19 +112,51 @@ def alone_samples(data: Any, profile: str, profiles: Any = None) -> list[Any]:
     samples = [s for s in data.collectives if s.source not in folders]
     for run in runs:
         scenario = rebuild(run, profile, profiles)
-        share, threads = scenario.cluster.host.cores / max(1, scenario.layout.world), scenario.cluster.host.threads_per_rank
+        host = scenario.cluster.host
+        share, threads = host.cores / max(1, scenario.layout.world), host.threads_per_rank
+        g = host.gloo_share if gloo is None else gloo
         busy = {rank: compute_busy(events) for rank, events in run.events.items()}
-        samples += collective_samples(run, shared_us=lambda rank, e, b=busy, c=share, t=threads:
-                                      collective_alone_us(e, b[rank], c, t))
+        samples += collective_samples(run, shared_us=lambda rank, e, b=busy, c=share, t=threads, g=g:
+                                      collective_alone_us(e, b[rank], c, t, g))
     return samples
 
 
-def plan_rows(run: Any, profile: str, profiles: Any = None, rank_steps: dict[tuple[int, int], float] | None = None
-              ) -> list[tuple[str, int, float, float, float]]:
+def gloo_share_of(data: Any, profile: str, profiles: Any, lines: dict[tuple[str, int], tuple[float, float]]
+                  ) -> tuple[float | None, int]:
+    """(the share of a rank's cores gloo got while compute ran beside it, samples): the median over the
+    runtime runs' collectives that compute overlapped for at least half their transfer of the speed they
+    kept (zsim.calibrate.core_sharing.gloo_speed_samples, alone times from `lines`: (op, group size) ->
+    (latency s, bytes/s), the probe's), as a share of the cores. None with fewer than 3 such collectives."""
+    from zsim.calibrate.rebuild import rebuild
+    from zsim.trace.run_samples import is_waiting
+
+    shares: list[float] = []
+    for run in (r for r in data.runs if r.metadata.get("source") != "simulated"):
+        scenario = rebuild(run, profile, profiles)
+        share = scenario.cluster.host.cores / max(1, scenario.layout.world)
+        for events in run.events.values():
+            busy = compute_busy(events)
+            for e in events:
+                args = e.get("args", {})
+                if "op" not in args or not isinstance(args.get("group"), list) or is_waiting(e):
+                    continue
+                line = lines.get((args["op"], len(args["group"])))
+                if line is None or not isinstance(args.get("bytes"), int):
+                    continue
+                speed = gloo_speed_samples(e, busy, (line[0] + args["bytes"] / line[1]) * 1e6)
+                if speed is not None:
+                    shares.append(speed * min(1.0, share) / share)  # speed = gloo·share / (alone: min(1, share))
+    if len(shares) < 3:
+        return None, len(shares)
+    return float(np.clip(np.median(shares), 0.02, 0.98)), len(shares)
+
+
+def plan_rows(run: Any, profile: str, profiles: Any = None, rank_steps: dict[tuple[int, int], float] | None = None,
+              gloo: float | None = None) -> list[tuple[str, int, float, float, float]]:
     """(op name, kernel launches, FLOPs, streamed bytes, measured seconds) of every compute op of `run`
-    (aligned_ops); an op without a kernel list counts as one launch."""
+    (aligned_ops, with gloo's share of the cores `gloo`); an op without a kernel list counts as one launch."""
     return [(op.name, op.kernels.launches if op.kernels is not None else 1, op.flops, op.hbm_bytes, seconds)
-            for op, seconds in aligned_ops(run, profile, profiles, rank_steps)]
+            for op, seconds in aligned_ops(run, profile, profiles, rank_steps, gloo)]
 
 
 def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dict, sections: dict,
@@ -138,10 +175,23 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
 
     causes = [] if causes is None else causes
     host = cluster.host
+    gloo = host.gloo_share  # the base's, until the collectives say otherwise
     base = read_yaml_mapping(base_file(profile, profiles))
     if data.collectives and fit != "compute":
         check_backend(data.collectives, "gloo", profile)
-        fits, undetermined = fit_collectives(alone_samples(data, profile, profiles), host.collectives, profile)
+        # how much of the cores a collective got beside compute: its overlapped transfers against the probe's
+        # lines, which timed each collective with nothing beside it (not against lines fitted to these same
+        # transfers: their latency would take up the slowdown, and the share drift back towards even)
+        found, overlapped = gloo_share_of(data, profile, profiles, host.collectives)
+        gloo = gloo if found is None else found
+        fits, undetermined = fit_collectives(alone_samples(data, profile, profiles, gloo), host.collectives, profile)
+        if overlapped >= 3:
+            replace["gloo_core_share"] = round(gloo, 4)
+        sections["core_sharing"] = report["core_sharing"] = {
+            "gloo_core_share": round(gloo, 4), "collectives": overlapped,
+            "how": "median speed of the collectives compute overlapped for at least half their transfer, against "
+                   "the probe's lines"
+            if overlapped >= 3 else f"the base's: {overlapped} collectives overlapped by compute (3 needed)"}
         merged = {op: dict(by_size) for op, by_size in (base.get("collectives") or {}).items()}
         summary = {}
         for (op, group), (line, sizes) in fits.items():
@@ -173,7 +223,7 @@ def calibrate_host(cluster: Any, profile: str, data: Any, fit: str, replace: dic
         rows, ratios = [], []
         for run in data.runs:
             rank_steps: dict[tuple[int, int], float] = {}
-            rows += plan_rows(run, profile, profiles, rank_steps)
+            rows += plan_rows(run, profile, profiles, rank_steps, gloo)
             if run.metadata.get("source") != "simulated":
                 ratios += step_ratios(rank_steps)
         model = [r[1:] for r in rows if not r[0].startswith("optimizer/")]

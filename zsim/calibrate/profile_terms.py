@@ -113,6 +113,8 @@ def touched(sections: dict[str, Any]) -> set[str]:
             out |= {"compute.optimizer_op_overhead_us", "compute.optimizer_memory_GBps"}
         if (comp.get("slowest_rank_factor") or {}).get("how", "").startswith("median"):
             out.add("compute.slowest_rank_factor")
+    if str((sections.get("core_sharing") or {}).get("how", "")).startswith("median"):
+        out.add("gloo_core_share")
     out |= {f"compute.{k}" for k in ((sections.get("phases") or {}).get("fitted") or {})}
     out |= {f"inter_node.network.{k}" for k in ((sections.get("network") or {}).get("fitted") or {})}
     return out

@@ -212,6 +212,10 @@ def run_command(args: argparse.Namespace) -> int:
         for key, why in coll.get("kept_from_base", {}).items():
             print(f"  kept      {key}: {why}", file=out)
         coll = None
+    if report.get("core_sharing"):
+        cs = report["core_sharing"]
+        print(f"  cores     gloo's share of a rank's cores beside compute: {cs['gloo_core_share']:.3g} ({cs['how']}; "
+              f"{cs['collectives']} collectives)", file=out)
     if report.get("compute"):
         c = report["compute"]
         print(f"  compute   {c['values'] if 'values' in c else ''} ({c.get('model', '')})", file=out)

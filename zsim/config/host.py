@@ -80,6 +80,10 @@ class HostFile(_Strict, kw_only=True):
     transport: Annotated[str, Meta(description="how gloo's ranks talk on one host")] = "tcp-loopback"
     torch: Annotated[str, Meta(description="torch version the numbers were measured with")]
     compute: HostCompute
+    gloo_core_share: Annotated[float, Meta(gt=0, lt=1, description=(
+        "the share of a rank's cores gloo's thread gets while a compute op runs beside it (zsim.engine.cores); "
+        "0.5, processor sharing, where not measured; zsim calibrate fits it from collectives that overlapped "
+        "compute"))] = 0.5
     collectives: Annotated[dict[str, dict[int, LatencyBandwidth]], Meta(description=(
         "collective -> group size -> latency-bandwidth terms"))]
     measured: Annotated[dict[str, str | float | int], Meta(description="provenance: date, command")] | None = None
@@ -107,6 +111,7 @@ class HostModel:
     optimizer_bytes_per_s: float
     slowest_rank_factor: float = 1.0  # every compute op × this (zsim.calibrate.stragglers)
     module_overhead_s: float = 0.0  # per compute op (not the optimizer's), beyond its launches
+    gloo_share: float = 0.5  # of a rank's cores, for gloo while compute runs beside it (HostFile.gloo_core_share)
     cpu: str = ""  # the CPU model the profile was measured on (HostFile.cpu)
 
     @property
@@ -143,5 +148,6 @@ def host_model(spec: HostFile) -> HostModel:
                                else spec.compute.optimizer_memory_GBps) * 1e9,
         slowest_rank_factor=spec.compute.slowest_rank_factor,
         module_overhead_s=spec.compute.module_overhead_us * 1e-6,
+        gloo_share=spec.gloo_core_share,
         cpu=spec.cpu,
     )

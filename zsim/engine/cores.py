@@ -40,16 +40,23 @@ def work(seconds: float, share: float, threads: int) -> float:
     return seconds * min(float(threads), share)
 
 
-def speeds(share: float, threads: int) -> tuple[float, float]:
+def compute_weight(gloo: float) -> float:
+    """The weight of a compute op against a collective's 1 on a rank's cores, so that a collective gets
+    `gloo` of them while both run (zsim.fabric.sharing's weighted max-min: equal rates per stream,
+    a compute op standing for (1 − gloo)/gloo streams). 1 at gloo = 0.5: processor sharing."""
+    return (1.0 - gloo) / gloo
+
+
+def speeds(share: float, threads: int, gloo: float = 0.5) -> tuple[float, float]:
     """(compute speed, collective speed) as fractions of their speed alone, while a rank's compute
-    (`threads` threads) and one collective (one thread) run together on `share` cores: the max-min
-    fair rates of zsim.fabric.sharing for two flows with caps `threads` and 1 on capacity `share`."""
+    (`threads` threads) and one collective (one thread) run together on `share` cores, the collective
+    getting `gloo` of them (the host's `gloo_core_share`; 0.5, processor sharing, where not measured):
+    the rates of zsim.fabric.sharing for two flows with caps `threads` and 1 on capacity `share`,
+    weighted by compute_weight."""
     alone_compute, alone_comm = min(float(threads), share), min(1.0, share)
-    fair = share / 2  # progressive filling: equal shares, unless a cap is below its share
-    if fair >= 1.0:
-        comm, compute = 1.0, min(float(threads), share - 1.0)
-    elif fair >= threads:
+    comm, compute = gloo * share, (1.0 - gloo) * share  # progressive filling, unless a cap is below its share
+    if compute >= threads:
         compute, comm = float(threads), min(1.0, share - threads)
-    else:
-        compute = comm = fair
+    elif comm >= 1.0:
+        comm, compute = 1.0, min(float(threads), share - 1.0)
     return compute / alone_compute, comm / alone_comm

@@ -12,7 +12,7 @@ from typing import Any
 import simpy
 
 from zsim.engine.compute import compute_seconds
-from zsim.engine.cores import core_capacities, cpu_link, work
+from zsim.engine.cores import compute_weight, core_capacities, cpu_link, work
 from zsim.engine.instance import start_instance
 from zsim.engine.result import CommStats
 from zsim.fabric.collective import Phase, Placement, plan_collective
@@ -111,6 +111,8 @@ class RunState:
         host = scenario.cluster.host  # a CPU host: compute shares the rank's cores with gloo (zsim.engine.cores)
         self.core_share = host.cores / max(1, scenario.layout.world) if host is not None else 0.0
         self.threads = host.threads_per_rank if host is not None else 0
+        # a compute op's weight against a collective's 1 on the cores: gloo gets the host's gloo_core_share
+        self.compute_weight = compute_weight(host.gloo_share) if host is not None else 1.0
         self.finished = 0  # rank 0's ops done (the progress bar)
         self.left_in_step = [0] * plan.steps  # rank 0's ops of each step not yet done
         for op in plan.ops:
@@ -230,8 +232,9 @@ class RunState:
         CPU host, work on the rank's cores, which a collective in flight shares (zsim.engine.cores).
         A trace-driven replay's measured durations already hold that sharing: they are timeouts."""
         if self.threads and seconds > 0 and index not in self.override:
-            done = self.fabric.start(((cpu_link(rank), 1.0),), work(seconds, self.core_share, self.threads),
-                                     float(self.threads))
+            w = self.compute_weight  # w streams at equal rates: the op's work and cap per stream are 1/w of it
+            done = self.fabric.start(((cpu_link(rank), w),), work(seconds, self.core_share, self.threads) / w,
+                                     float(self.threads) / w)
             if done is not None:
                 return done
         return simpy.Timeout(self.env, seconds)
