@@ -10,7 +10,11 @@ Modelled as a fluid resource per rank, in zsim.fabric.sharing's max-min fair mod
 that shares links): rank r's cores are the link ("cpu", r) with capacity cores / ranks
 (threads that run at once: the OS spreads the ranks over the cores), a compute op is work capped
 at `threads`, a collective work capped at one thread, each sized so that alone it takes the seconds
-the host model gives it (`work`). Together on a rank with fewer cores than threads, they share. Class mode simulates rank 0, whose peers do the same at the same moments; per-rank mode gives
+the host model gives it (`work`). Together on a rank with fewer cores than threads, they share, the
+collective getting the host's `gloo_core_share` (0.5, even processor sharing, unless calibrated: the
+runtime's traces on this machine give gloo 0.16-0.23, its thread waiting on a peer's that is starved
+too), a compute op weighing compute_weight collectives. Class mode simulates rank 0, whose peers do the
+same at the same moments; per-rank mode gives
 every rank its own link, and a collective's work crosses every member's (it moves at the pace of
 its most loaded member).
 
