@@ -190,14 +190,15 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     """
     profiles = Profiles.from_environment() if profiles is None else profiles
     check_name("system", profile)
+    not_on_host = {"gpu": gpu, "nics_per_node": nics_per_node, "nic_Gbps": nic_Gbps, "nic_latency_us": nic_latency_us,
+                   "gpu_memory_GiB": gpu_memory_GiB, "oversubscription": oversubscription,
+                   "gpudirect_rdma": gpudirect_rdma}
     try:
         path = profiles.path("system", profile)
     except ConfigError as exc:
         if ("system", profile) in profiles.pinned or not profiles.names("host").get(profile):
             raise ConfigError(str(exc), path="hardware.profile") from None
-        _refuse_on_host(profile, gpu=gpu, nics_per_node=nics_per_node, nic_Gbps=nic_Gbps,
-                        nic_latency_us=nic_latency_us, gpu_memory_GiB=gpu_memory_GiB,
-                        oversubscription=oversubscription, gpudirect_rdma=gpudirect_rdma)
+        _refuse_on_host(profile, not_on_host)
         return load_host_cluster(profile, nodes, profiles, gpus_per_node)  # a CPU host (hosts/<profile>.yaml)
     try:
         stat = path.stat()
@@ -205,9 +206,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             from zsim.config.host import HostFile
 
             data = raw_file(str(path), stat.st_mtime_ns, stat.st_size)  # (`zsim calibrate -o my-host.yaml`)
-            _refuse_on_host(profile, gpu=gpu, nics_per_node=nics_per_node, nic_Gbps=nic_Gbps,
-                            nic_latency_us=nic_latency_us, gpu_memory_GiB=gpu_memory_GiB,
-                            oversubscription=oversubscription, gpudirect_rdma=gpudirect_rdma)
+            _refuse_on_host(profile, not_on_host)
             return host_cluster(validate(HostFile, data, str(path)), profile, nodes,  # type: ignore[arg-type]
                                 gpus_per_node)
         system: SystemFile = parsed_file(str(path), stat.st_mtime_ns, stat.st_size, SystemFile)  # type: ignore[assignment]
@@ -309,8 +308,9 @@ _NOT_ON_A_HOST = {
 }
 
 
-def _refuse_on_host(profile: str, **overrides: object) -> None:
-    """Raise on the first `hardware.*` override a CPU host cannot honour (all but gpus_per_node).
+def _refuse_on_host(profile: str, overrides: dict[str, object]) -> None:
+    """Raise on the first `hardware.*` override (by key, None: unset) a CPU host cannot honour (all but
+    gpus_per_node).
 
     Raises:
         ConfigError: `path` is the override's scenario key.
