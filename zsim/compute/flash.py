@@ -16,6 +16,8 @@ backward 2.5 × the forward, for its five s×s×d matmuls, one of them the recom
         alone, up to 94% too fast at 512 tokens), and the backward at head dim 256 is the head-dim-128 panel
         times the head-dim-256/128 ratio measured there (before commit ac0386f every head dim ran on the
         head-dim-128 panels, too fast on the H200 by up to 42% forward and 62% backward).
+  [A100] held out, nothing fitted: flash-attn's FA2 forward timed on an A100 by a third party (A100_MEASURED_FWD,
+        `a100_forward_check`; tests/test_flash_a100.py).
 The model (one per GPU, version and pass): rate(s) = r_max · s / (s + s_half), a saturating curve
 (occupancy grows with the number of query blocks per head until the SMs are full); 1/rate is linear
 in 1/s, so (r_max, s_half) is an ordinary least-squares fit. It is fitted on the published points at
@@ -74,6 +76,14 @@ MEASURED_BWD_HD256: dict[int, tuple[tuple[int, float], ...]] = {
 }
 # [FA2] §4.1: the plateaus on A100, as fractions of its peak.
 A100_PLATEAU = {"fwd": 0.73, "bwd": 0.63}
+# An A100 table the A100 construction never saw (held out; found 2026-11-27): flash-attn's FA2 forward timed on
+# an A100 (SM80, "peak frequency is 1410MHZ and it will drop to ~1200MHZ" under its power limit), github.com/
+# liangan1/GPU_travel @ 07d0469, performance/flash-attn/README.md, the causal table's rows with seqlen_q =
+# seqlen_kv: (seq, kv heads, TFLOPs/s), 32 query heads of 128 (the head dim the rows' ms and TFLOPs/s imply:
+# 4·b·s²·32·128/2 over the time), batch 16 at 1k and 1 at 4k. Its q 1k / kv 4k rows are left out: zsim prices
+# a causal mask on a square score matrix only, and the file's versions disagree on them (98.10 and 171 at the
+# same 1.401 ms).
+A100_MEASURED_FWD = ((1024, 32, 143.70), (1024, 8, 140.59), (4096, 32, 156.27), (4096, 8, 159.41))
 
 # Compute capabilities (CUDA): 80 Ampere, 90 Hopper.
 AMPERE, HOPPER = 80, 90
@@ -174,6 +184,14 @@ def efficiency(version: int, phase: str, compute_capability: int, seq: int, head
     shape = h100_curve(2, phase)
     by_head_dim = h100_efficiency(2, phase, seq, head_dim) / shape.at(seq)
     return Curve(A100_PLATEAU[phase], shape.s_half).at(seq) * by_head_dim * causal
+
+
+def a100_forward_check(sustained_ratio: float) -> list[tuple[int, int, float, float]]:
+    """(seq, kv heads, measured TFLOPs/s, zsim's TFLOPs/s) for each row of A100_MEASURED_FWD: zsim's rate is
+    the A100 construction (`efficiency`, FA2 forward, head dim 128) × A100_PEAK_TFLOPS × `sustained_ratio`,
+    the A100 profile's power-capped share of peak that tensor-core work runs at (zsim.compute.model)."""
+    return [(seq, kv, measured, efficiency(2, "fwd", AMPERE, seq, 128) * A100_PEAK_TFLOPS * sustained_ratio)
+            for seq, kv, measured in A100_MEASURED_FWD]
 
 
 def fit_report() -> list[tuple[int, str, int, int, float, float]]:
