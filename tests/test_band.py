@@ -180,9 +180,10 @@ def test_a_run_that_flushes_the_cache_says_when():
 
 def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     """A pipeline's band is the modern suite's held-out pipelines' (Selene's A100s), exact on Ampere and the
-    nearest on Hopper, never the data-parallel band its ZeRO-1 stage fell into before. No held-out MoE run is
-    left (NeMo AutoModel's Qwen3-30B-A3B moved to the calibration half when it guided the DeepEP dispatcher):
-    a MoE run says it is outside every validated regime, and gets a MoE row's band where a table has one."""
+    nearest on Hopper, never the data-parallel band its ZeRO-1 stage fell into before. A MoE run gets the MoE
+    row: the three held-out Megatron-Core runs of Qwen3-235B-A22B on H100 (NeMo AutoModel's Qwen3-30B-A3B is in
+    the calibration half: it guided the DeepEP dispatcher); a table without that row says it is outside every
+    validated regime."""
     table = read_table()
     row = table["regimes"]["pipeline parallelism | Ampere | shipped profile"]
     assert row["n"] >= 5 and all(p.startswith("modern:") for p in row["points"])
@@ -190,14 +191,15 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     assert hopper is not None and hopper.match == "nearest"
     assert hopper.regime == "pipeline parallelism | Ampere | shipped profile"
     moe = api.load(ROOT / "scenarios" / "mixtral-8x7b-ep8-dgx-h100.yaml")
-    assert not any("mixture-of-experts" in k for k in table["regimes"])
-    assert band_for(moe, table) is None
-    assert outside_words(moe, table).startswith("outside every validated regime: no held-out published run of "
-                                                "mixture-of-experts")
-    row = {"n": 1, "error_median": 0.29, "error_low": 0.29, "error_high": 0.29, "points": ["modern:x"]}
-    with_moe = {**table, "regimes": {**table["regimes"], "mixture-of-experts | Hopper | shipped profile": row}}
-    band = band_for(moe, with_moe)
-    assert band is not None and band.match == "exact" and band.points == ("modern:x",)
+    row = table["regimes"]["mixture-of-experts | Hopper | shipped profile"]
+    assert sorted(row["points"]) == ["modern:modelzoo-qwen3-235b-ep32-pp8", "modern:modelzoo-qwen3-235b-ep8-fsdp",
+                                     "modern:modelzoo-qwen3-235b-tp4-ep8-pp8"]
+    band = band_for(moe, table)
+    assert band is not None and band.match == "exact" and set(band.points) == set(row["points"])
+    without = {**table, "regimes": {k: v for k, v in table["regimes"].items() if "mixture-of-experts" not in k}}
+    assert band_for(moe, without) is None
+    assert outside_words(moe, without).startswith("outside every validated regime: no held-out published run of "
+                                                  "mixture-of-experts")
 
 
 def test_a_band_of_one_run_says_one_figure():

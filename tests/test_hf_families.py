@@ -99,6 +99,9 @@ DEEPSEEK_V3 = DEEPSEEK_V2 | {"model_type": "deepseek_v3", "hidden_size": 7168, "
                              "first_k_dense_replace": 3, "topk_method": "noaux_tc", "topk_group": 4,
                              "num_nextn_predict_layers": 1, "scoring_func": "sigmoid"}
 
+# the shipped config (scenarios/hf/qwen3-235b-a22b.json: the zsim validate modern Megatron-Core MoE points' shape)
+QWEN3_235B_A22B = json.loads((Path(__file__).resolve().parents[1] / "scenarios" / "hf" / "qwen3-235b-a22b.json").read_text())
+
 RELEASED = [  # (name, config, checkpoint count, tied head)
     ("gemma-2-2b", GEMMA2_2B, 2_614_341_888, True),  # keras-hub gemma2_2b_en "params"; Hub safetensors
     ("gemma-2-9b", GEMMA2_9B, 9_241_705_984, True),  # keras-hub gemma2_9b_en
@@ -111,6 +114,8 @@ RELEASED = [  # (name, config, checkpoint count, tied head)
     ("qwen2-57b-a14b", QWEN2_57B, 57_408_658_944, False),  # Hub Qwen/Qwen2-57B-A14B safetensors total
     ("qwen3-8b", QWEN3_8B, 8_190_735_360, False),  # keras-hub qwen3_8b_en "params"
     ("qwen3-30b-a3b", QWEN3_30B_A3B, 30_532_122_624, False),  # keras-hub qwen3_moe_30b_a3b_en "params"
+    # keras-hub qwen3_moe_235b_a22b_en "params"; Hub Qwen/Qwen3-235B-A22B safetensors total
+    ("qwen3-235b-a22b", QWEN3_235B_A22B, 235_093_634_560, False),
     ("deepseek-v2", DEEPSEEK_V2, 235_741_434_880, False),  # Hub deepseek-ai/DeepSeek-V2
     ("deepseek-v2-lite", DEEPSEEK_V2_LITE, 15_706_484_224, False),  # Hub deepseek-ai/DeepSeek-V2-Lite
     # the main model's tensors of the FP8 checkpoint (the scale_inv tensors and the MTP layer left out)
@@ -296,7 +301,7 @@ def test_sliding_window_blocks_attend_their_window_under_flash(tmp_path):
     §3.1, causal): its attention core is 3072/4096 of a global causal one."""
     s = 8192
     flash = imported(tmp_path, GEMMA2_9B, seq_len=s, attention="flash2")
-    shape, w = Shape.of(flash), build_workload(flash, mp=1)
+    w = build_workload(flash, mp=1)
     assert (flash.sliding_window, flash.full_attention_every) == (4096, 2)
     n = (4096 * 4097 // 2 + (s - 4096) * 4096) // s
     assert n == 3072 and [m.window for m in w.blocks[:4]] == [n, 0, n, 0]

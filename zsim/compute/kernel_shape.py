@@ -30,8 +30,9 @@ class Shape:
     selective: bool = False  # selective recompute of the attention core in backward
     sp: bool = False  # sequence parallelism (mp > 1)
     # MoE MLP on this rank (zsim.workload.moe): (experts E, local experts, tokens per local expert,
-    # expert width per MP rank, shared experts' width per MP rank, top_k); None for a dense MLP
-    moe: tuple[int, int, int, int, int, int] | None = None
+    # expert width per expert-MP rank, shared experts' width per MP rank, top_k, tokens the router and the
+    # dispatch handle: s·b, or s·b/mp with the experts whole beside MP); None for a dense MLP
+    moe: tuple[int, int, int, int, int, int, int] | None = None
     d: int = 0  # head dim when the model gives one (heads·d ≠ h); 0: h / a
     norms: int = 2  # h-wide norms per block: 1 (Falcon-7B), 2, 4 (Gemma-2's post-norms too)
     qk_norm: bool = False  # RMSNorm on q and k (OLMo-2, Gemma-3): one fused norm kernel over both
@@ -53,10 +54,11 @@ class Shape:
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
-           sp: bool = False, ep: int = 1) -> "Shape":
+           sp: bool = False, ep: int = 1, etp: int | None = None) -> "Shape":
         """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
         `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
-        and sequence parallelism (ignored at mp 1)."""
+        and sequence parallelism (ignored at mp 1); `ep`, `etp`: a MoE model's expert-parallel degree and its
+        experts' tensor-parallel degree (default mp)."""
         h = model.hidden
         linear_bias = getattr(model, "linear_bias", True)
         qkv_bias = getattr(model, "qkv_bias", None)
@@ -71,7 +73,7 @@ class Shape:
                      embedding_norm=bool(getattr(model, "embedding_norm", False)),
                      flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
                      arch=arch if attention in ("flash2", "flash3") else 0,
-                     selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep),
+                     selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep, mp if etp is None else etp),
                      d=getattr(model, "head_dim", None) or 0, norms=getattr(model, "layer_norms", 2),
                      qk_norm=getattr(model, "qk_norm", "none") != "none", mla=_mla_dims(model),
                      moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)),
@@ -88,13 +90,14 @@ def _mla_dims(model) -> tuple[int, int, int, int, int] | None:
     return (m.q_lora_rank or 0, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim)
 
 
-def _moe_dims(model, mp: int, ep: int) -> tuple[int, int, int, int, int, int] | None:
-    """Shape.moe of a model with model.moe (zsim.workload.moe.Moe), else None."""
+def _moe_dims(model, mp: int, ep: int, etp: int) -> tuple[int, int, int, int, int, int, int] | None:
+    """Shape.moe of a model with model.moe (zsim.workload.moe.Moe), else None: the routed experts split etp
+    ways, each computing the tokens its EP group routes to it (Moe.expert_tokens), the shared ones mp ways."""
     from zsim.workload.moe import Moe
 
     moe = Moe.of(model) if getattr(model, "moe", None) is not None else None
     if moe is None:
         return None
-    tokens = model.seq_len * model.micro_batch
-    return (moe.experts, moe.experts // ep, moe.tokens_per_expert(tokens, ep), moe.ffn // mp,
-            moe.shared * moe.shared_ffn // mp, moe.top_k)
+    tokens = moe.expert_tokens(model.seq_len * model.micro_batch, mp, etp)
+    return (moe.experts, moe.experts // ep, moe.tokens_per_expert(tokens, ep), moe.ffn // etp,
+            moe.shared * moe.shared_ffn // mp, moe.top_k, tokens)

@@ -298,15 +298,16 @@ def _moe_mlp_forward(x: Shape) -> list[Kernel]:
     experts.py GroupedMLP): the router GEMM (T × E × h) and its fp32 softmax and top-k, the permute of
     the T·top_k token copies, the local experts' GEMMs batched (each on its tokens_per_expert rows, the
     busiest rank's), their activation, the unpermute and the weighted combine; shared experts as a
-    dense MLP. The all-to-alls run between (zsim.zero.plan)."""
-    E, local, m, f, fs, k = x.moe
+    dense MLP. The router and the dispatch handle Tm tokens: s·b, or with the experts whole beside MP
+    (expert_mp 1) this rank's s·b/mp sequence-parallel share. The all-to-alls run between (zsim.zero.plan)."""
+    E, local, m, f, fs, k, Tm = x.moe
     T, e, h = x.s * x.b, x.e, x.h
     R = m * local  # token copies this rank's experts compute
     width = 2 * f if x.gated else f
-    ks = [gemm("moe.router", T, E, h), mem("moe.router.softmax_topk", 2 * 4 * T * E), mem("moe.permute", 2 * e * T * k * h),
+    ks = [gemm("moe.router", Tm, E, h), mem("moe.router.softmax_topk", 2 * 4 * Tm * E), mem("moe.permute", 2 * e * Tm * k * h),
           gemm("moe.experts.fc1", m, width, h, local), mem("moe.experts.act", (3 if x.gated else 2) * e * R * f),
-          gemm("moe.experts.fc2", m, h, f, local), mem("moe.unpermute", 2 * e * T * k * h),
-          mem("moe.combine", (k + 1) * e * T * h)]
+          gemm("moe.experts.fc2", m, h, f, local), mem("moe.unpermute", 2 * e * Tm * k * h),
+          mem("moe.combine", (k + 1) * e * Tm * h)]
     if fs:
         ks += [gemm("moe.shared.fc1", T, 2 * fs if x.gated else fs, h), mem("moe.shared.act", (3 if x.gated else 2) * e * T * fs),
                gemm("moe.shared.fc2", T, h, fs)]
@@ -318,7 +319,7 @@ def _moe_mlp_forward(x: Shape) -> list[Kernel]:
 def _moe_mlp_backward(x: Shape) -> list[Kernel]:
     """The MoE MLP's backward: every forward GEMM's input and weight gradients, the elementwise
     kernels' backward, in reverse."""
-    E, local, m, f, fs, k = x.moe
+    E, local, m, f, fs, k, Tm = x.moe
     T, e, h = x.s * x.b, x.e, x.h
     R = m * local
     width = 2 * f if x.gated else f
@@ -330,12 +331,12 @@ def _moe_mlp_backward(x: Shape) -> list[Kernel]:
         ks += [gemm("moe.shared.fc2.dgrad", T, fs, h), gemm("moe.shared.fc2.wgrad", h, fs, T),
                mem("moe.shared.act.bwd", (5 if x.gated else 3) * e * T * fs),
                gemm("moe.shared.fc1.dgrad", T, h, 2 * fs if x.gated else fs), gemm("moe.shared.fc1.wgrad", 2 * fs if x.gated else fs, h, T)]
-    return ks + [mem("moe.combine.bwd", (k + 1) * e * T * h), mem("moe.unpermute.bwd", 2 * e * T * k * h),
+    return ks + [mem("moe.combine.bwd", (k + 1) * e * Tm * h), mem("moe.unpermute.bwd", 2 * e * Tm * k * h),
                  gemm("moe.experts.fc2.dgrad", m, f, h, local), gemm("moe.experts.fc2.wgrad", h, f, m, local),
                  mem("moe.experts.act.bwd", (5 if x.gated else 3) * e * R * f),
                  gemm("moe.experts.fc1.dgrad", m, h, width, local), gemm("moe.experts.fc1.wgrad", width, h, m, local),
-                 mem("moe.permute.bwd", 2 * e * T * k * h), mem("moe.router.softmax_topk.bwd", 3 * 4 * T * E),
-                 gemm("moe.router.dgrad", T, h, E), gemm("moe.router.wgrad", E, h, T)]
+                 mem("moe.permute.bwd", 2 * e * Tm * k * h), mem("moe.router.softmax_topk.bwd", 3 * 4 * Tm * E),
+                 gemm("moe.router.dgrad", Tm, h, E), gemm("moe.router.wgrad", E, h, Tm)]
 
 
 def _replace_mlp(ks: tuple[Kernel, ...], first: str, last: str, moe: list[Kernel]) -> tuple[Kernel, ...]:

@@ -42,6 +42,11 @@ class ParallelSection(Section, kw_only=True):
     ep: Annotated[int, Meta(gt=0, le=MAX_GPUS, description=(
         "expert-parallel degree (mixture-of-experts): each group of ep DP ranks splits the experts among "
         "its members and exchanges tokens by all-to-all; divides dp and model.moe.experts"))] = 1
+    # Megatron-Core --expert-tensor-parallel-size (MoE parallel folding: Liu et al. 2025, arXiv 2504.14960).
+    expert_mp: Annotated[int, Meta(gt=0, le=MAX_MP, description=(
+        "the experts' tensor-parallel degree (Megatron-Core --expert-tensor-parallel-size): mp (the default) "
+        "splits each expert across the MP ranks as the dense MLP; 1 keeps each expert whole on one rank and "
+        "folds the EP group over a stage's MP and DP ranks (ep then divides dp x mp)"))] | None = None
     # Korthikanti et al. 2022 §4.2.2; Megatron-LM --sequence-parallel.
     sequence_parallel: Annotated[bool, Meta(description=(
         "Megatron sequence parallelism: the layer norms, dropouts and residuals run on s/mp tokens per MP "

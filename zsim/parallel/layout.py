@@ -36,16 +36,26 @@ class Layout:
     mp: int
     gpus_per_node: int
     nodes: int
-    # Expert parallelism, carved out of DP as Megatron-Core and DeepSpeed-MoE do: an EP group is `ep`
-    # consecutive DP ranks of one MP rank (the experts' all-to-all runs in it); the expert-data-parallel
-    # group ("edp") is the dp/ep ranks of one MP rank holding the same experts (ZeRO partitions those).
+    # Expert parallelism as Megatron-Core lays it out (parallel_state.py, RankGenerator with the expert order
+    # 'tp-ep-dp-pp' over a stage's ranks, tp there the experts' own tensor-parallel size `etp`): a stage's
+    # dp × mp ranks are numbered etp fastest, then ep, then the expert-data-parallel index. An EP group is
+    # `ep` ranks etp apart (the experts' all-to-all runs in it); the expert-data-parallel group ("edp") the
+    # dp·mp/(ep·etp) ranks ep·etp apart holding the same experts (ZeRO partitions those). With etp = mp (the
+    # default, 0 here) an EP group is ep consecutive DP ranks of one MP rank, carved out of DP as
+    # DeepSpeed-MoE also does; with etp = 1 it folds over MP and DP ranks (MoE parallel folding).
     ep: int = 1
     pp: int = 1  # pipeline stages, each of dp × mp consecutive ranks
+    etp: int = 0  # the experts' tensor-parallel degree; 0: mp
 
     def __post_init__(self) -> None:
         assert self.dp * self.mp * self.pp == self.gpus_per_node * self.nodes, "layout does not cover the cluster"
         assert self.gpus_per_node % self.mp == 0 or self.mp % self.gpus_per_node == 0, "MP group splits a node"
-        assert self.dp % self.ep == 0, "EP divides DP (checked by the scenario loader)"
+        assert self.stage_ranks % (self.ep * self.expert_mp) == 0, "EP x expert MP divides a stage (scenario loader)"
+
+    @property
+    def expert_mp(self) -> int:
+        """The experts' tensor-parallel degree: etp, or mp when unset."""
+        return self.etp or self.mp
 
     @property
     def world(self) -> int:
@@ -85,8 +95,8 @@ class Layout:
     def group_size(self, kind: str) -> int:
         """Members of a group of `kind`: 'dp', 'mp', 'ep' (expert parallel), 'edp' (expert data parallel) or
         'pp' (the pipeline: one rank per stage) or 'embed' (a tied head's first and last stage)."""
-        return {"dp": self.dp, "mp": self.mp, "ep": self.ep, "edp": self.dp // self.ep, "pp": self.pp,
-                "embed": 2 if self.pp > 1 else 1}[kind]
+        return {"dp": self.dp, "mp": self.mp, "ep": self.ep, "edp": self.stage_ranks // (self.ep * self.expert_mp),
+                "pp": self.pp, "embed": 2 if self.pp > 1 else 1}[kind]
 
     def group_index(self, kind: str, rank: int) -> int:
         """Which group of `kind` holds `rank` (0-based; groups of one kind are disjoint)."""
@@ -94,24 +104,26 @@ class Layout:
             return self.mp_rank(rank)
         if kind == "mp":
             return self.dp_rank(rank)
-        d, m = self.dp_rank(rank), self.mp_rank(rank)
-        if kind == "ep":  # consecutive DP ranks of one MP rank
-            return (d // self.ep) * self.mp + m
-        return (d % self.ep) * self.mp + m  # edp: DP ranks ep apart
+        t = self.expert_mp
+        q = rank % self.stage_ranks  # a stage's ranks in the experts' order: etp fastest, then ep, then edp
+        e, block = q % t, q // t
+        if kind == "ep":  # ep ranks etp apart (with etp = mp: consecutive DP ranks of one MP rank)
+            return (block // self.ep) * t + e
+        return (block % self.ep) * t + e  # edp: ranks ep·etp apart
 
     def group_ranks(self, kind: str, index: int) -> range:
         """Global ranks of group `index` of `kind` (group_index's inverse), as a range: DP and MP groups,
-        and EP groups (consecutive DP ranks of one MP rank) and EDP groups (DP ranks ep apart), are each
-        evenly spaced."""
+        and EP groups (ep ranks etp apart) and EDP groups (ranks ep·etp apart), are each evenly spaced."""
         if kind == "dp":
             return self.dp_group(index)
         if kind == "mp":
             return self.mp_group(index * self.mp)
-        block, m = divmod(index, self.mp)
+        t = self.expert_mp
+        block, e = divmod(index, t)
         if kind == "ep":
-            return range(block * self.ep * self.mp + m, (block + 1) * self.ep * self.mp + m, self.mp)
-        step = self.ep * self.mp
-        return range(block * self.mp + m, (self.dp // self.ep) * step + block * self.mp + m, step)
+            return range(block * self.ep * t + e, (block + 1) * self.ep * t + e, t)
+        step = self.ep * t
+        return range(block * t + e, self.stage_ranks, step)
 
     def group_members(self, kind: str, index: int) -> list[int]:
         """Global ranks of group `index` of `kind`, as a list (group_ranks)."""
@@ -125,10 +137,10 @@ class Layout:
         if kind == "mp":
             return self.mp_shape
         size = self.group_size(kind)
-        # members' rank distance: EP consecutive DP ranks (mp apart), EDP ep DP ranks apart, the pipeline
-        # one stage (dp·mp) apart, the tied embedding's group the first and last stage (Megatron-LM
-        # _EMBEDDING_GROUP)
-        stride = {"ep": self.mp, "edp": self.mp * self.ep, "pp": self.dp * self.mp,
+        # members' rank distance: EP etp apart (consecutive DP ranks, mp apart, by default), EDP ep·etp apart,
+        # the pipeline one stage (dp·mp) apart, the tied embedding's group the first and last stage
+        # (Megatron-LM _EMBEDDING_GROUP)
+        stride = {"ep": self.expert_mp, "edp": self.expert_mp * self.ep, "pp": self.dp * self.mp,
                   "embed": max(1, self.pp - 1) * self.dp * self.mp}[kind]
         per_node = min(max(1, self.gpus_per_node // stride), size)
         return GroupShape(size=size, per_node=per_node, nodes=max(1, size // per_node),

@@ -17,8 +17,8 @@ The residuals (error = simulated / published step time − 1; negative: zsim is 
 - `zsim validate paper`'s per-run chart points (CHART, CHART_MEGATRON: no term fitted to them), except the
   runs the scale suite declares (they enter through it, in their half);
 - `zsim validate modern`'s held-out half (zsim/validate/suites/modern.yaml: Megatron-LM's pipeline, sequence
-  parallel and selective-recompute runs on Selene's A100s, BLOOM-176B on Jean Zay, NeMo AutoModel's
-  Qwen3-30B-A3B mixture-of-experts run on one DGX H100).
+  parallel and selective-recompute runs on Selene's A100s, BLOOM-176B on Jean Zay, Megatron-Core's
+  Qwen3-235B-A22B mixture-of-experts runs on 256 H100s from NVIDIA's Megatron-MoE-ModelZoo).
 `python -m zsim.validate.band_table --write` simulates them (the suites sit above report) and rewrites
 band_table.json beside this file; tests/test_band.py checks that the stored table is the one its residuals
 give, and (slow) that the residuals are current.

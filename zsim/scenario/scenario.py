@@ -169,7 +169,7 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         run=spec.run,
         cluster=cluster,
         layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes, ep=par.ep,
-                      pp=par.pp),
+                      pp=par.pp, etp=par.expert_mp or 0),
         grad_accum=grad_accum,
         source=source,
     )
@@ -293,15 +293,29 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
 
 def _check_moe(spec: ScenarioFile, fail) -> None:
     """Expert parallelism as Megatron-Core lays it out (zsim.parallel.layout): ep divides dp and the
-    experts; each expert's FFN splits across MP as the dense MLP does. ZeRO stage 3 with experts runs
+    experts; each expert's FFN splits across MP as the dense MLP does, or (expert_mp 1) stays whole with the
+    EP group folded over MP and DP (ep then divides dp × mp). ZeRO stage 3 with experts runs
     as FSDP shards it (zero.implementation 'paper'); DeepSpeed's implementations refuse it as DeepSpeed does."""
     moe, par = spec.model.moe, spec.parallel
     if moe is None:
         if par.ep > 1:
             raise fail("parallel.ep", f"{par.ep} splits experts, but the model has none (model.moe)")
+        if par.expert_mp is not None:
+            raise fail("parallel.expert_mp", f"{par.expert_mp} splits experts, but the model has none (model.moe)")
         return
-    if par.dp % par.ep:
-        raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp} (expert parallelism is carved out of DP)")
+    etp = par.mp if par.expert_mp is None else par.expert_mp
+    if etp not in (1, par.mp):
+        # Megatron-Core allows any expert TP size; zsim prices the two its MP collectives can say: the experts
+        # split as the dense MLP (the MP group) or whole (no collective inside the MoE MLP).
+        raise fail("parallel.expert_mp", f"{etp}: zsim models expert_mp {par.mp} (each expert split across the MP "
+                   "group, the default) or 1 (each expert whole on one rank); an expert tensor-parallel group inside "
+                   "the MP group is not modelled")
+    if etp == par.mp and par.dp % par.ep:
+        raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp} (expert parallelism is carved out of DP; with "
+                   "parallel.expert_mp 1 it folds over the MP ranks too)")
+    if etp == 1 and (par.dp * par.mp) % par.ep:
+        raise fail("parallel.ep", f"{par.ep} must divide dp × mp = {par.dp * par.mp} (with expert_mp 1 an EP group "
+                   "folds over a stage's MP and DP ranks)")
     if par.mp > 1 and not par.sequence_parallel:
         raise fail("parallel.sequence_parallel", "false with model.moe and mp > 1: Megatron-LM requires sequence "
                    "parallelism for MoE with tensor parallelism (megatron/training/arguments.py: 'When using MoE "
@@ -310,9 +324,10 @@ def _check_moe(spec: ScenarioFile, fail) -> None:
         raise fail("parallel.ep", f"{par.ep} must divide model.moe.experts {moe.experts} (each EP rank holds "
                    "experts / ep of them)")
     ffn = moe.expert_ffn_hidden or spec.model.ffn_hidden or 4 * spec.model.hidden
-    for key, width in (("model.moe.expert_ffn_hidden", ffn), ("model.moe.shared_ffn_hidden", moe.shared_ffn_hidden or ffn)):
-        if width % par.mp:
-            raise fail(key, f"{width} cannot be split evenly across mp {par.mp}")
+    for key, width, ways in (("model.moe.expert_ffn_hidden", ffn, etp),
+                             ("model.moe.shared_ffn_hidden", moe.shared_ffn_hidden or ffn, par.mp)):
+        if width % ways:
+            raise fail(key, f"{width} cannot be split evenly across {ways} ranks")
     if spec.zero.stage == 3 and spec.zero.implementation != "paper":
         # deepspeed/runtime/engine.py _configure_zero_optimizer, every release read from v0.5.0 (DeepSpeed-MoE's
         # first) to v0.16.4: under ZeroStageEnum.weights, assert not self.has_moe_layers, "MoE not supported with
@@ -354,7 +369,8 @@ def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
 
     def states_at(stage: int):  # closed form: a huge `layers` is not expanded layer by layer (issue 13)
         whole = model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype,
-                                         spec.parallel.ep, optimizer_k(spec.precision.dtype, spec.precision.master_weights))
+                                         spec.parallel.ep, optimizer_k(spec.precision.dtype, spec.precision.master_weights),
+                                         etp=spec.parallel.expert_mp)
         # with pipeline stages each holds its share: the busiest holds at least the mean, 1/pp of the whole
         return whole if pp == 1 else type(whole)(params=whole.params // pp, grads=whole.grads // pp,
                                                  optimizer=whole.optimizer // pp)

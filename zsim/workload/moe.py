@@ -89,6 +89,16 @@ class Moe:
         """The routed experts' share of fwd_flops (what load scales on the busiest rank)."""
         return (3 if self.gated else 2) * 2 * tokens * h * self.top_k * self.ffn / t
 
+    @staticmethod
+    def expert_tokens(tokens: int, mp: int, etp: int) -> int:
+        """The tokens one rank routes for its experts' GEMMs, in tokens_per_expert's unit: the micro-batch's T
+        when each expert splits across the MP group (etp = mp: [MC] gathers the group's sequence-parallel
+        shares after the dispatch, and each expert-MP rank computes them all at 1/mp of the width), T/mp when
+        each expert is whole (etp = 1: every MP rank routes its own share, Megatron-Core's MoE parallel
+        folding, Liu et al. 2025 arXiv 2504.14960 §3); T·etp/mp in general. The routed FLOPs a rank computes,
+        load·T·top_k·f/mp, are the same either way; the shapes of its GEMMs are not."""
+        return tokens * etp // mp
+
     def tokens_per_expert(self, tokens: int, ep: int) -> int:
         """Tokens one local expert computes on the busiest rank: load × the EP group's ep·T tokens × top_k
         spread over E experts [L20 §2.2, F22 §2.2]."""
@@ -130,14 +140,16 @@ class Moe:
         tokens. 0 without EP."""
         return round(self.load * tokens * self.copies_per_token(ep) * h * e / t) if ep > 1 else 0
 
-    def saved_tensors(self, tokens: int, h: int, t: int, e: int, ep: int) -> tuple[int, ...]:
+    def saved_tensors(self, tokens: int, h: int, t: int, e: int, ep: int, etp: int | None = None) -> tuple[int, ...]:
         """What the MoE MLP keeps for backward, in bytes: the router's fp32 logits (4·T·E) and the top-k
         probabilities and indices (8·T·k) [MC router.py], the permuted tokens (the experts' input,
         e·R·h for R routed token copies), the experts' inner activations as the dense MLP's
         (layer_saved_tensors), the experts' output before the weighted combine (e·R·h); shared experts
-        as a dense MLP of shared × shared_ffn."""
-        r = self.routed_tokens(tokens, ep)
-        f, fs = self.ffn // t, self.shared * self.shared_ffn // t
+        as a dense MLP of shared × shared_ffn. `etp`: the experts' MP degree (default t): R routed copies
+        of expert_tokens(T, t, etp) tokens at width ffn/etp."""
+        etp = t if etp is None else etp
+        r = self.routed_tokens(self.expert_tokens(tokens, t, etp), ep)
+        f, fs = self.ffn // etp, self.shared * self.shared_ffn // t
         inner = (2 * e * r * f, e * r * f) if self.gated else (e * r * f, e * r * f)
         shared = ((2 * e * tokens * fs, e * tokens * fs) if self.gated else (e * tokens * fs,) * 2) if self.shared else ()
         return (4 * tokens * self.experts, 8 * tokens * self.top_k, e * r * h, *inner, e * r * h, *shared)

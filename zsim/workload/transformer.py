@@ -202,6 +202,7 @@ def layer_fwd_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
 # all-gathers its input (gather_from_sequence_parallel_region) and reduce-scatters the gradient.
 SP_COLLECTIVES = {
     "block": (("all_gather", "reduce_scatter") * 2, ("all_gather", "reduce_scatter") * 2),
+    "attention": (("all_gather", "reduce_scatter"), ("all_gather", "reduce_scatter")),  # a block without the MLP's
     "embed": (("reduce_scatter",), ("all_gather",)),
     "head": (("all_gather",), ("reduce_scatter",)),
 }
@@ -223,30 +224,31 @@ def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
 
 
 def _moe_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep: int, sp: bool, selective: bool,
-                dense_flops: float, fwd_extra: float, bwd_extra: float) -> dict:
-    """The Module fields of a MoE block (zsim.workload.moe): its dense tensors and local experts, its
-    FLOPs (the dense MLP's replaced by the MoE MLP's model FLOPs; the busiest rank computes `load` × the
-    routed part: hardware FLOPs), its saved tensors and all-to-all bytes."""
+                dense_flops: float, fwd_extra: float, bwd_extra: float, etp: int) -> dict:
+    """The Module fields of a MoE block (zsim.workload.moe): its dense tensors and local experts (split etp
+    ways), its FLOPs (the dense MLP's replaced by the MoE MLP's model FLOPs; the busiest rank computes
+    `load` × the routed part: hardware FLOPs), its saved tensors and all-to-all bytes."""
     h, tokens = shape.hidden, s * b
     dense_mlp = (3 if shape.gated else 2) * 2 * tokens * h * shape.ffn / t
     routed = moe.routed_flops(tokens, h, t)
     saved = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective,
-                                mlp_inner=moe.saved_tensors(tokens, h, t, e, ep))
+                                mlp_inner=moe.saved_tensors(tokens, h, t, e, ep, etp))
     tensors = moe_layer_tensors(shape, moe, t)
     return dict(params=sum(tensors), fwd_flops=dense_flops - dense_mlp + moe.fwd_flops(tokens, h, t),
                 fwd_hbm_bytes=2.0 * sum(saved), saved_bytes=sum(saved), tensors=tensors, saved_tensors=saved,
                 fwd_hw_extra_flops=fwd_extra + (moe.load - 1) * routed, bwd_hw_extra_flops=bwd_extra + 2 * (moe.load - 1) * routed,
-                expert_tensors=moe.local_expert_tensors(h, t, ep), ep_all_to_all_bytes=moe.all_to_all_bytes(tokens, h, e, ep, t),
+                expert_tensors=moe.local_expert_tensors(h, etp, ep), ep_all_to_all_bytes=moe.all_to_all_bytes(tokens, h, e, ep, t),
                 moe=True)
 
 
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
-                   selective: bool = False, ep: int = 1) -> Workload:
+                   selective: bool = False, ep: int = 1, etp: int | None = None) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
     bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
     selective activation recompute [K22 §5]; `ep`: the expert-parallel degree of a MoE model
-    (zsim.workload.moe)."""
+    (zsim.workload.moe); `etp`: its experts' MP degree, mp (default) or 1 (each expert whole: a MoE
+    block's MLP then issues no sequence-parallel collective unless it has shared experts, MOE_SP)."""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
     t = mp
@@ -284,6 +286,13 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
                     bwd_hw_extra_flops=bwd_extra, window=n if shape.flash else 0)
 
     block_sp = _sp_collectives("block", mp_bytes) if sp else {}
+    etp = t if etp is None else etp
+    # [MC] with each expert whole (expert_tensor_parallel_size 1) every MP rank routes its own sequence-parallel
+    # share to its EP group and gets its own share back (token_dispatcher.py: no gather over the experts' TP
+    # group of one), so a MoE block's MLP needs neither the all-gather before it nor the reduce-scatter after
+    # it; the attention's stay. Shared experts run on the gathered sequence as the dense MLP (shared_experts.py).
+    moe_sp = (_sp_collectives("attention", mp_bytes) if sp and etp == 1 and moe is not None and not moe.shared
+              else block_sp)
     variants: dict[tuple[bool, int], dict] = {}
 
     def fields(i: int) -> dict:
@@ -293,7 +302,8 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
             terms = attention_terms(n)
             if key[0]:
                 variants[key] = _moe_fields(shape, moe, s, b, t, e, ep, sp, selective, terms["fwd_flops"],
-                                            terms["fwd_hw_extra_flops"], terms["bwd_hw_extra_flops"]) | {"window": terms["window"]}
+                                            terms["fwd_hw_extra_flops"], terms["bwd_hw_extra_flops"], etp) | {
+                    "window": terms["window"]} | moe_sp
             else:
                 variants[key] = dict(params=sum(tensors), fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,
                                      tensors=tensors, saved_tensors=saved_tensors) | terms
@@ -307,7 +317,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
             # Two all-reduces in forward (after attention and after the MLP) and two in backward
             # (the 'f' operators of the column-parallel inputs) [S19 §3, Fig. 4].
             mp_allreduces_fwd=2 if t > 1 else 0, mp_allreduces_bwd=2 if t > 1 else 0, layer=i,
-            **fields(i), **block_sp,
+            **(block_sp | fields(i)),
         )
         for i in range(L)
     ]

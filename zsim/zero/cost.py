@@ -34,18 +34,20 @@ MEMORY_SHARE = 0.5  # refuse runs estimated to need more than this share of the 
 
 
 def model_states_closed_form(model, mp: int, dp: int, stage: int, dtype: str, ep: int = 1,
-                             k: int | None = None) -> ModelStates:
+                             k: int | None = None, etp: int | None = None) -> ModelStates:
     """Per-GPU model states (ZeRO Table 1, with DeepSpeed's padding) of `model` with any number of
     layers, from the workloads of 1 and 2 layers: every block is the same, so Ψ(L) = Ψ(1) + (L-1)·Ψ_block
     and stage 3's per-tensor partition grows by the block's partition per layer. Cost: O(1) in L.
     A MoE model (whose first blocks may be dense) is built whole, O(L): its dense part over `dp`, its
-    local experts over the dp/ep ranks of the expert-data-parallel group (zsim.zero.plan)."""
+    local experts over the dp·mp/(ep·etp) ranks of the expert-data-parallel group (dp/ep when the experts split
+    across MP, etp = mp, the default; zsim.parallel.layout)."""
     if getattr(model, "moe", None) is not None:
         from zsim.workload.transformer import build_workload
 
-        w = build_workload(model, mp, dtype, ep=ep)
+        etp = mp if etp is None else etp
+        w = build_workload(model, mp, dtype, ep=ep, etp=etp)
         dense = model_states(w.params_per_mp_rank, dp, stage, dtype, k=k)
-        experts = model_states(w.expert_params_per_rank, dp // ep, stage, dtype, k=k)
+        experts = model_states(w.expert_params_per_rank, dp * mp // (ep * etp), stage, dtype, k=k)
         return ModelStates(params=dense.params + experts.params, grads=dense.grads + experts.grads,
                            optimizer=dense.optimizer + experts.optimizer)
     one, block = _one_layer_and_block(model, mp, dtype)

@@ -20,7 +20,7 @@ def scenario_workload(scenario: Scenario) -> Workload:
     recompute granularity (zsim.workload.transformer.build_workload)."""
     return build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype,
                           sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario),
-                          ep=scenario.parallel.ep)
+                          ep=scenario.parallel.ep, etp=scenario.layout.expert_mp)
 
 
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
@@ -48,8 +48,9 @@ def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
 
 
 def expert_dp(scenario: Scenario) -> int:
-    """Ranks of the expert-data-parallel group: dp / ep (Megatron-Core; DeepSpeed-MoE's expert data parallel)."""
-    return scenario.layout.dp // scenario.layout.ep
+    """Ranks of the expert-data-parallel group: dp·mp / (ep·expert_mp), dp / ep when the experts split across
+    MP (Megatron-Core; DeepSpeed-MoE's expert data parallel)."""
+    return scenario.layout.group_size("edp")
 
 
 def expert_partition(scenario: Scenario, workload: Workload) -> int:

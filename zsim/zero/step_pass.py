@@ -74,7 +74,8 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.segment_gather: dict[int, int] = {}  # segment -> its checkpoint all-gather (Pa), on compute
         self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype,
                               arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
-                              sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep)
+                              sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep,
+                              etp=scenario.layout.expert_mp)
         self.expert_group = "edp"  # = the DP group's ranks when ep is 1
         # what an EP all-to-all sends across nodes against an even spread (DeepEP's dispatch: Moe.nic_share)
         moe = Moe.of(scenario.model) if scenario.layout.ep > 1 else None

@@ -1,0 +1,131 @@
+"""Experts whole beside tensor parallelism (parallel.expert_mp 1, Megatron-Core's
+--expert-tensor-parallel-size 1, "MoE parallel folding"): the folded EP and EDP groups, the loader's
+checks, the experts' states, GEMM shapes and collectives as closed forms, and class against per-rank mode."""
+
+import pytest
+
+from tests.conftest import small_dict
+from zsim.compute.kernel_shape import Shape as KShape
+from zsim.compute.kernels import moe_block_forward
+from zsim.engine.simulation import simulate
+from zsim.errors import ConfigError
+from zsim.parallel.layout import Layout
+from zsim.report.facts import facts
+from zsim.scenario.scenario import build_scenario
+from zsim.workload.transformer import build_workload
+
+E, K, H, F = 16, 2, 256, 512  # experts, top_k, hidden, expert width
+
+
+def _dict(parallel: dict, moe: dict | None = None, **sections) -> dict:
+    model = {"layers": 2, "hidden": H, "heads": 8, "seq_len": 128, "vocab": 1000, "micro_batch": 2,
+             "gated_mlp": True, "linear_bias": False, "ffn_hidden": F, "moe": {"experts": E, "top_k": K, **(moe or {})}}
+    base = dict(model=model, parallel={"sequence_parallel": True, **parallel}, zero={"stage": 1},
+                hardware={"profile": "dgx-h100", "nodes": max(1, parallel["dp"] * parallel["mp"] // 8)},
+                precision={"dtype": "bf16"})
+    return small_dict(**{**base, **sections})
+
+
+def test_folded_groups_follow_megatron_core_expert_rank_order():
+    """parallel_state.py's expert RankGenerator, order 'tp-ep-dp-pp' with tp = the experts' TP size: a stage's
+    ranks etp fastest, then ep, then edp. With etp 1 an EP group is ep consecutive ranks across MP and DP."""
+    lay = Layout(dp=8, mp=2, gpus_per_node=8, nodes=2, ep=4, etp=1)
+    assert lay.group_members("ep", 0) == [0, 1, 2, 3] and lay.group_members("ep", 3) == [12, 13, 14, 15]
+    assert lay.group_size("edp") == 4 and lay.group_members("edp", 1) == [1, 5, 9, 13]
+    assert lay.group_shape("ep").per_node == 4 and lay.group_shape("edp").nodes == 2
+    for rank in range(16):
+        for kind in ("ep", "edp"):
+            assert rank in lay.group_members(kind, lay.group_index(kind, rank))
+
+
+def test_default_expert_mp_keeps_the_groups_carved_out_of_dp():
+    """etp = mp (unset) gives the groups zsim always had: EP ep consecutive DP ranks of one MP rank."""
+    for dp, mp, ep in ((16, 2, 4), (8, 4, 2), (8, 1, 8)):
+        unset, explicit = Layout(dp=dp, mp=mp, gpus_per_node=8, nodes=dp * mp // 8, ep=ep), \
+            Layout(dp=dp, mp=mp, gpus_per_node=8, nodes=dp * mp // 8, ep=ep, etp=mp)
+        for rank in range(dp * mp):
+            d, m = unset.dp_rank(rank), unset.mp_rank(rank)
+            assert unset.group_index("ep", rank) == explicit.group_index("ep", rank) == (d // ep) * mp + m
+            assert unset.group_index("edp", rank) == (d % ep) * mp + m
+        assert unset.group_size("edp") == dp // ep
+
+
+@pytest.mark.parametrize("parallel, key, words", [
+    ({"dp": 2, "mp": 4, "ep": 2, "expert_mp": 2}, "parallel.expert_mp", "1 (each expert whole"),
+    ({"dp": 4, "mp": 2, "ep": 8}, "parallel.ep", "divide dp 4"),  # experts split over MP: carved out of DP
+    ({"dp": 4, "mp": 2, "ep": 16, "expert_mp": 1}, "parallel.ep", "divide dp × mp = 8"),
+])
+def test_expert_layouts_that_do_not_work_are_refused(parallel, key, words):
+    with pytest.raises(ConfigError) as err:
+        build_scenario(_dict(parallel), source="<t>")
+    assert err.value.path == key and words in str(err.value)
+
+
+def test_expert_mp_needs_experts():
+    data = _dict({"dp": 8, "mp": 1, "expert_mp": 1})
+    del data["model"]["moe"]
+    with pytest.raises(ConfigError) as err:
+        build_scenario(data, source="<t>")
+    assert err.value.path == "parallel.expert_mp"
+
+
+def test_whole_experts_hold_their_full_width_and_edp_partitions_them():
+    """dp 4 × mp 2, ep 8 folded: each rank holds E/8 = 2 experts whole (3·h·f each, gated), and ZeRO-1
+    partitions their states over the dp·mp/(ep·etp) = 1-rank EDP group (no partition)."""
+    sc = build_scenario(_dict({"dp": 4, "mp": 2, "ep": 8, "expert_mp": 1}), source="<t>")
+    w = build_workload(sc.model, 2, "bf16", sequence_parallel=True, ep=8, etp=1)
+    assert w.expert_params_per_rank == 2 * (E // 8) * 3 * H * F  # 2 layers × 2 whole experts
+    split = build_workload(sc.model, 2, "bf16", sequence_parallel=True, ep=4)  # etp = mp: 4 experts at half width
+    assert split.expert_params_per_rank == w.expert_params_per_rank
+    assert sc.layout.group_size("edp") == 1
+    r = simulate(sc, mode="class")
+    experts_optimizer = 12 * w.expert_params_per_rank  # K = 12 over one rank
+    assert r.model_states.optimizer - experts_optimizer == pytest.approx(12 * w.params_per_mp_rank / 4, rel=1e-3)
+    assert facts(r)["layout"]["expert_mp"] == 1
+
+
+def test_folding_moves_gemm_shapes_not_flops():
+    """Routed FLOPs per rank are load·T·k·f/mp either way (Moe.expert_tokens); with the experts whole each
+    GEMM has the full width f and the tokens of its EP group's sequence shares, and the router and the
+    dispatch handle this rank's T/mp tokens."""
+    def shape(ep, etp):
+        sc = build_scenario(_dict({"dp": 8, "mp": 2, "ep": ep, **({"expert_mp": etp} if etp else {})}), source="<t>")
+        return KShape.of(sc.model, 2, 1024, "bf16", sp=True, ep=ep, etp=etp)
+
+    split, whole = shape(4, None), shape(8, 1)
+    E_, local, m, f, _, k, tm = whole.moe
+    assert (local, f, tm) == (E // 8, F, 128 * 2 // 2)  # 2 whole experts, T/mp = 128 tokens routed here
+    assert m == 8 * tm * K // E  # load 1: the EP group's ep·T/mp tokens × top_k over E experts
+    assert split.moe[3] == F // 2 and split.moe[6] == 128 * 2
+
+    def expert_flops(x):
+        return sum(2 * kk.m * kk.n * kk.k * kk.batch for kk in moe_block_forward(x) if kk.name.startswith("moe.experts"))
+    assert expert_flops(whole) == expert_flops(split) == 3 * 2 * (128 * 2) * K * H * F / 2
+
+
+def test_a_moe_block_without_shared_experts_drops_the_mlp_sequence_parallel_collectives():
+    """[MC] token_dispatcher.py: with expert TP 1 each MP rank routes its own sequence share, so a MoE block's
+    MLP has no all-gather before it nor reduce-scatter after it; the attention's pair stays. Shared experts
+    run on the gathered sequence, so a block with them keeps the MLP's pair."""
+    sc = build_scenario(_dict({"dp": 4, "mp": 2, "ep": 8, "expert_mp": 1}), source="<t>")
+    whole = build_workload(sc.model, 2, "bf16", sequence_parallel=True, ep=8, etp=1).blocks[0]
+    split = build_workload(sc.model, 2, "bf16", sequence_parallel=True, ep=4).blocks[0]
+    assert [op for op, _ in whole.mp_collectives_fwd] == ["all_gather", "reduce_scatter"]
+    assert len(whole.mp_collectives_bwd) == 2 and len(split.mp_collectives_fwd) == len(split.mp_collectives_bwd) == 4
+    shared = build_scenario(_dict({"dp": 4, "mp": 2, "ep": 8, "expert_mp": 1}, {"shared_experts": 1}), source="<t>")
+    assert len(build_workload(shared.model, 2, "bf16", sequence_parallel=True, ep=8, etp=1).blocks[0]
+               .mp_collectives_fwd) == 4
+
+
+def test_folded_all_to_all_runs_across_mp_ranks_and_modes_agree():
+    """The EP all-to-all runs in the folded group (4 ranks: 2 DP replicas × 2 MP ranks, inside a node), each
+    rank sending its T/mp tokens × top_k; class and per-rank mode give the same step and peak."""
+    sc = build_scenario(_dict({"dp": 8, "mp": 2, "ep": 4, "expert_mp": 1}), source="<t>")
+    a, b = simulate(sc, mode="class"), simulate(sc, mode="per_rank")
+    assert a.step_seconds == pytest.approx(b.step_seconds, rel=1e-9) and a.ledger.peak == b.ledger.peak
+    a2a = [x for x in facts(a)["comm"]["collectives"] if x["group"] == "ep"]
+    assert [x["op"] for x in a2a] == ["all_to_all"]
+    per = 1.0 * (128 * 2) * K * H * 2 / 2  # load · T · top_k rows of h bf16 elements, T/mp of them per rank
+    assert a2a[0]["count_per_step"] == 2 * 6  # 2 blocks: dispatch and combine in forward, recompute, backward
+    assert a2a[0]["payload_bytes_per_step"] == 12 * per
+    assert a2a[0]["sent_bytes_per_step"] == 12 * per * 3 / 4  # (n − 1)/n of it leaves a rank: a group of 4
