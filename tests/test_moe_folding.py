@@ -11,6 +11,7 @@ from zsim.engine.simulation import simulate
 from zsim.errors import ConfigError
 from zsim.parallel.layout import Layout
 from zsim.report.facts import facts
+from zsim.report.summary import summary
 from zsim.scenario.scenario import build_scenario
 from zsim.workload.transformer import build_workload
 
@@ -82,6 +83,7 @@ def test_whole_experts_hold_their_full_width_and_edp_partitions_them():
     experts_optimizer = 12 * w.expert_params_per_rank  # K = 12 over one rank
     assert r.model_states.optimizer - experts_optimizer == pytest.approx(12 * w.params_per_mp_rank / 4, rel=1e-3)
     assert facts(r)["layout"]["expert_mp"] == 1
+    assert "DP 4 × MP 2 (EP 8 over MP × DP, experts whole)" in summary(facts(r))
 
 
 def test_folding_moves_gemm_shapes_not_flops():

@@ -129,6 +129,16 @@ def _calibration(cal: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+
+def _ep_words(lay: dict) -> str:
+    """The layout line's expert parallelism: EP carved out of DP (experts split across MP), or folded over MP
+    and DP with the experts whole (parallel.expert_mp 1, docs/moe.md)."""
+    if lay.get("ep", 1) <= 1:
+        return ""
+    if lay.get("expert_mp", lay["mp"]) < lay["mp"]:
+        return f" (EP {lay['ep']} over MP × DP, experts whole)"
+    return f" (EP {lay['ep']} within DP)"
+
 def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     """Format `facts(result)` as a few aligned lines."""
     m, lay, z, mem, t, th, c = f["model"], f["layout"], f["zero"], f["memory"], f["time"], f["throughput"], f["comm"]
@@ -160,7 +170,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"seq {m['seq_len']}, "
         f"micro-batch {m['micro_batch']}, global batch {m['global_batch']}",
         f"  layout    {lay['gpus']} × {lay['gpu']} = {lay['nodes']} {lay['hardware']} nodes; "
-        f"DP {lay['dp']} × MP {lay['mp']}" + (f" (EP {lay['ep']} within DP)" if lay.get("ep", 1) > 1 else "")
+        f"DP {lay['dp']} × MP {lay['mp']}" + _ep_words(lay)
         + (f" × PP {lay['pp']}" if lay.get("pp", 1) > 1 else "")
         + f"; ZeRO stage {z['stage']}, {ckpt}",
         f"  memory    {fit}",
