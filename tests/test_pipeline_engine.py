@@ -43,6 +43,7 @@ def pipe(**sections):
     ({"model": {"layers": 6}}, "parallel.pp", "do not divide the 6 layers"),
     ({"parallel": {"pp_layers": [1, 2, 2, 2]}}, "parallel.pp_layers", "adding to 7"),
     ({"parallel": {"pp_layers": [4, 4]}}, "parallel.pp_layers", "2 counts"),
+    ({"parallel": {"pp_layers": [8, 0, 8, 0]}}, "parallel.pp_layers", "only the first and the last"),
     ({"parallel": {"virtual_stages": 2}}, "parallel.virtual_stages", "interleaved"),
     ({"parallel": {"pipeline_schedule": "interleaved", "virtual_stages": 2}, "model": {"grad_accum": 6}},
      "parallel.pipeline_schedule", "multiple of pp 4"),
@@ -281,3 +282,24 @@ def test_a_stated_uneven_split_puts_its_layers_on_each_virtual_stage():
     layers = [st["layers"] for st in r.pipeline["per_stage"]]
     assert layers == [2, 6, 4, 4] and r.pipeline["per_stage"][1]["bubble"] < r.pipeline["per_stage"][0]["bubble"]
     assert r.pipeline["bubble_measured"] > r.pipeline["bubble_closed_form"]  # unequal stages idle more
+
+
+def test_the_first_and_last_virtual_stage_may_hold_only_the_embedding_and_the_head():
+    """Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split count the
+    embedding and the loss as a layer each: with as many virtual stages as layers + 2 the first holds only the
+    embedding and the last only the head. The stages then carry those modules' states alone and idle the most."""
+    from zsim.parallel.pipeline import split_layers
+
+    assert [len(r) for r in split_layers(6, 4, 2, (0, 1, 1, 1, 1, 1, 1, 0)).layers[0]] == [0, 1]
+    with pytest.raises(ValueError, match="only the first and the last"):
+        split_layers(6, 4, 1, (3, 0, 3, 0))
+    s = pipe(parallel={"pp_layers": [0, 8, 8, 0]})
+    w, plan = workload_and_plan(s)
+    assert not any(op.name.startswith("fwd/layer.") for op in _stage_ops(plan, 0))
+    assert any(op.name.startswith("fwd/") for op in _stage_ops(plan, 0))  # its embedding still runs
+    r = simulate(s, trace=False)
+    per = r.pipeline["per_stage"]
+    assert [st["layers"] for st in per] == [0, 8, 8, 0]
+    e = 2  # bf16 parameters; ZeRO-1 keeps them whole
+    assert per[0]["model_states"]["params"] == e * w.modules[0].params  # the embedding (tied head: stage 3 too)
+    assert per[0]["bubble"] > per[1]["bubble"] and r.pipeline["bubble_measured"] > r.pipeline["bubble_closed_form"]

@@ -61,9 +61,11 @@ class ParallelSection(Section, kw_only=True):
         "interleaved (1F1B over virtual_stages model chunks per stage; micro-batches a multiple of pp)"))] = "1f1b"
     virtual_stages: Annotated[int, Meta(gt=0, le=MAX_LAYERS, description=(
         "model chunks v per pipeline stage (interleaved schedule only; 1 otherwise)"))] = 1
-    pp_layers: Annotated[list[Annotated[int, Meta(gt=0, le=MAX_LAYERS)]] | None, Meta(description=(
+    pp_layers: Annotated[list[Annotated[int, Meta(ge=0, le=MAX_LAYERS)]] | None, Meta(description=(
         "an uneven split: layer counts per virtual stage, in virtual-stage order (pp × virtual_stages of "
-        "them, adding up to model.layers); default: an even split"))] = None
+        "them, adding up to model.layers); the first and the last may be 0, a stage holding only the "
+        "embedding or only the head and loss (Megatron-Core --account-for-embedding-in-pipeline-split, "
+        "--account-for-loss-in-pipeline-split); default: an even split"))] = None
 
 
 class ZeroSection(Section, kw_only=True):

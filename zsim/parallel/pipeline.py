@@ -138,11 +138,18 @@ def split_layers(num_layers: int, stages: int, chunks: int = 1, counts: tuple[in
     virtual stage takes num_layers / (stages·chunks) (Megatron-LM requires it to divide:
     get_num_layers_to_build). Virtual stage c·p + s is chunk c of stage s (§2.2.2).
 
+    The first and the last virtual stage may hold no layer (the embedding's and the head's own stage,
+    Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split, which
+    count each as a layer when splitting); every other one holds at least one.
+
     Raises ValueError when the layers do not divide or `counts` do not add up."""
     virtual = stages * chunks
     if counts:
-        if min(counts) < 1:  # [10**30, 4 - 10**30] adds up, and was reported as if it did not
-            raise ValueError(f"layer count {min(counts):.3g} of a virtual stage is less than 1")
+        inner = counts[1:-1] if virtual > 2 else ()
+        if min(counts) < 0 or (inner and min(inner) < 1):  # [10**30, 4 - 10**30] adds up, and was reported as if it did not
+            low = min(counts) if min(counts) < 0 else min(inner)
+            raise ValueError(f"layer count {low:.3g} of a virtual stage is less than "
+                             f"{0 if min(counts) < 0 else 1} (only the first and the last may hold none)")
         if len(counts) != virtual or sum(counts) != num_layers:
             raise ValueError(f"{len(counts)} layer counts adding to {sum(counts)} for {virtual} virtual stages of "
                              f"{num_layers} layers")

@@ -35,6 +35,9 @@ def check_pipeline(spec: ScenarioFile, cluster: Cluster, micro_batches: int, fai
         if len(counts) != virtual or sum(counts) != layers:
             raise fail("parallel.pp_layers", f"{len(counts)} counts adding to {sum(counts)}, but pp {p} × "
                        f"virtual_stages {v} = {virtual} virtual stages must hold the {layers} layers")
+        if 0 in counts[1:-1] or (virtual == 1 and counts == [0]):
+            raise fail("parallel.pp_layers", f"{counts}: only the first and the last virtual stage may hold no "
+                       "layer (the embedding's or the head's own stage)")
     elif layers % virtual:
         raise fail("parallel.pp", f"{p} stages × virtual_stages {v} = {virtual} do not divide the {layers} "
                    "layers evenly (Megatron-LM requires it: get_num_layers_to_build); give parallel.pp_layers "
