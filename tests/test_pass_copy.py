@@ -77,7 +77,7 @@ def _shipped(path: Path, accum: int, steps: int):
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: str(p.relative_to(ROOT / "scenarios")))
 def test_shipped_scenarios_copy_their_passes_exactly(path: Path):
-    tried = [s for s in (_shipped(path, accum, steps) for accum, steps in ((3, 1), (2, 2), (8, 1))) if s is not None]
+    tried = [s for s in (_shipped(path, accum, steps) for accum, steps in ((3, 1), (2, 2), (8, 1), (32, 1))) if s is not None]
     assert tried, f"{path} refuses every accumulation tried"
     for scenario in tried[:2]:
         _same_plans(scenario)

@@ -152,5 +152,5 @@ def test_a_replay_entry_the_runtime_refuses_is_named(tmp_path):
 
 def test_a_layer_count_below_one_is_named_even_when_the_counts_add_up():
     """[10³⁰, 4 − 10³⁰] adds to 4 layers: it was refused as counts 'adding to 4 for 2 virtual stages of 4'."""
-    with pytest.raises(ValueError, match="layer count -1e\\+30 of a virtual stage is less than 1"):
+    with pytest.raises(ValueError, match="layer count -1e\\+30 of a virtual stage is less than 0"):
         split_layers(4, 2, 1, (10**30, 4 - 10**30))
