@@ -114,6 +114,12 @@ def test_a_moe_block_without_shared_experts_drops_the_mlp_sequence_parallel_coll
     split = build_workload(sc.model, 2, "bf16", sequence_parallel=True, ep=4).blocks[0]
     assert [op for op, _ in whole.mp_collectives_fwd] == ["all_gather", "reduce_scatter"]
     assert len(whole.mp_collectives_bwd) == 2 and len(split.mp_collectives_fwd) == len(split.mp_collectives_bwd) == 4
+    # the router runs on the tokens the rank routes: T/mp with whole experts, T when they split (its fp32 logits)
+    assert whole.saved_tensors != split.saved_tensors
+    from zsim.workload.moe import Moe
+    moe = Moe.of(sc.model)
+    assert moe.saved_tensors(256, H, 2, 2, 8, 1)[:2] == (4 * 128 * E, 8 * 128 * K)
+    assert moe.saved_tensors(256, H, 2, 2, 4)[:2] == (4 * 256 * E, 8 * 256 * K)
     shared = build_scenario(_dict({"dp": 4, "mp": 2, "ep": 8, "expert_mp": 1}, {"shared_experts": 1}), source="<t>")
     assert len(build_workload(shared.model, 2, "bf16", sequence_parallel=True, ep=8, etp=1).blocks[0]
                .mp_collectives_fwd) == 4

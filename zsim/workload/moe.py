@@ -145,11 +145,13 @@ class Moe:
         probabilities and indices (8·T·k) [MC router.py], the permuted tokens (the experts' input,
         e·R·h for R routed token copies), the experts' inner activations as the dense MLP's
         (layer_saved_tensors), the experts' output before the weighted combine (e·R·h); shared experts
-        as a dense MLP of shared × shared_ffn. `etp`: the experts' MP degree (default t): R routed copies
-        of expert_tokens(T, t, etp) tokens at width ffn/etp."""
+        as a dense MLP of shared × shared_ffn. `etp`: the experts' MP degree (default t): the router runs
+        on the tokens this rank routes, expert_tokens(T, t, etp) (T unless the experts are whole), and R
+        routed copies of them are kept at width ffn/etp."""
         etp = t if etp is None else etp
-        r = self.routed_tokens(self.expert_tokens(tokens, t, etp), ep)
+        routed_here = self.expert_tokens(tokens, t, etp)
+        r = self.routed_tokens(routed_here, ep)
         f, fs = self.ffn // etp, self.shared * self.shared_ffn // t
         inner = (2 * e * r * f, e * r * f) if self.gated else (e * r * f, e * r * f)
         shared = ((2 * e * tokens * fs, e * tokens * fs) if self.gated else (e * tokens * fs,) * 2) if self.shared else ()
-        return (4 * tokens * self.experts, 8 * tokens * self.top_k, e * r * h, *inner, e * r * h, *shared)
+        return (4 * routed_here * self.experts, 8 * routed_here * self.top_k, e * r * h, *inner, e * r * h, *shared)

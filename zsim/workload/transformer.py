@@ -248,7 +248,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
     selective activation recompute [K22 §5]; `ep`: the expert-parallel degree of a MoE model
     (zsim.workload.moe); `etp`: its experts' MP degree, mp (default) or 1 (each expert whole: a MoE
-    block's MLP then issues no sequence-parallel collective unless it has shared experts, MOE_SP)."""
+    block's MLP then issues no sequence-parallel collective unless it has shared experts: `moe_sp` below)."""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
     t = mp
