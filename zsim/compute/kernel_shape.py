@@ -28,6 +28,10 @@ class Shape:
     flash: int = 0  # FlashAttention version (2, 3), 0 for the unfused attention
     arch: int = 0  # the GPU's compute capability (FlashAttention's speed depends on it)
     selective: bool = False  # selective recompute of the attention core in backward
+    # selective recompute of a MoE block's pre-MLP norm and of its experts' activation (Megatron-Core
+    # --recompute-modules layernorm, moe_act): each runs its forward kernel again in backward
+    recompute_norm: bool = False
+    recompute_act: bool = False
     sp: bool = False  # sequence parallelism (mp > 1)
     # MoE MLP on this rank (zsim.workload.moe): (experts E, local experts, tokens per local expert,
     # expert width per expert-MP rank, shared experts' width per MP rank, top_k, tokens the router and the
@@ -54,11 +58,13 @@ class Shape:
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
-           sp: bool = False, ep: int = 1, etp: int | None = None) -> "Shape":
+           sp: bool = False, ep: int = 1, etp: int | None = None,
+           recompute: frozenset[str] = frozenset()) -> "Shape":
         """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
         `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
         and sequence parallelism (ignored at mp 1); `ep`, `etp`: a MoE model's expert-parallel degree and its
-        experts' tensor-parallel degree (default mp)."""
+        experts' tensor-parallel degree (default mp); `recompute`: the MoE parts selective recompute redoes
+        ('layernorm', 'moe_act'; zsim.zero.rank_states.recompute_modules)."""
         h = model.hidden
         linear_bias = getattr(model, "linear_bias", True)
         qkv_bias = getattr(model, "qkv_bias", None)
@@ -73,7 +79,8 @@ class Shape:
                      embedding_norm=bool(getattr(model, "embedding_norm", False)),
                      flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
                      arch=arch if attention in ("flash2", "flash3") else 0,
-                     selective=selective, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep, mp if etp is None else etp),
+                     selective=selective, recompute_norm="layernorm" in recompute,
+                     recompute_act="moe_act" in recompute, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep, mp if etp is None else etp),
                      d=getattr(model, "head_dim", None) or 0, norms=getattr(model, "layer_norms", 2),
                      qk_norm=getattr(model, "qk_norm", "none") != "none", mla=_mla_dims(model),
                      moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)),

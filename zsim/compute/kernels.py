@@ -331,8 +331,10 @@ def _moe_mlp_backward(x: Shape) -> list[Kernel]:
         ks += [gemm("moe.shared.fc2.dgrad", T, fs, h), gemm("moe.shared.fc2.wgrad", h, fs, T),
                mem("moe.shared.act.bwd", (5 if x.gated else 3) * e * T * fs),
                gemm("moe.shared.fc1.dgrad", T, h, 2 * fs if x.gated else fs), gemm("moe.shared.fc1.wgrad", 2 * fs if x.gated else fs, h, T)]
-    return ks + [mem("moe.combine.bwd", (k + 1) * e * Tm * h), mem("moe.unpermute.bwd", 2 * e * Tm * k * h),
-                 gemm("moe.experts.fc2.dgrad", m, f, h, local), gemm("moe.experts.fc2.wgrad", h, f, m, local),
+    ks += [mem("moe.combine.bwd", (k + 1) * e * Tm * h), mem("moe.unpermute.bwd", 2 * e * Tm * k * h)]
+    if x.recompute_act:  # moe_act: the activation's forward again before fc2's weight gradient needs its output
+        ks.append(mem("recompute.moe.experts.act", (3 if x.gated else 2) * e * R * f))
+    return ks + [gemm("moe.experts.fc2.dgrad", m, f, h, local), gemm("moe.experts.fc2.wgrad", h, f, m, local),
                  mem("moe.experts.act.bwd", (5 if x.gated else 3) * e * R * f),
                  gemm("moe.experts.fc1.dgrad", m, h, width, local), gemm("moe.experts.fc1.wgrad", width, h, m, local),
                  mem("moe.permute.bwd", 2 * e * Tm * k * h), mem("moe.router.softmax_topk.bwd", 3 * 4 * Tm * E),
@@ -352,10 +354,16 @@ def moe_block_forward(x: Shape) -> tuple[Kernel, ...]:
 
 
 def moe_block_backward(x: Shape) -> tuple[Kernel, ...]:
-    """A MoE block's backward: block_backward with the MLP's GEMMs replaced by _moe_mlp_backward."""
+    """A MoE block's backward: block_backward with the MLP's GEMMs replaced by _moe_mlp_backward; with
+    layernorm recompute the pre-MLP norm's forward runs again before the MoE MLP's backward (Megatron-Core
+    transformer_layer.py pre_mlp_norm_checkpoint: its output is restored when backward first needs it)."""
     ks = block_backward(x)
     last = "mlp.h_to_4h.bias_grad" if x.linear_bias else "mlp.h_to_4h.wgrad"
-    return _replace_mlp(ks, "mlp.4h_to_h.dgrad", last, _moe_mlp_backward(x))
+    moe = _moe_mlp_backward(x)
+    if x.recompute_norm:
+        tr = x.s * x.b * x.h // x.t if x.sp else x.s * x.b * x.h
+        moe.insert(0, mem("recompute.post_attention_layernorm", 2 * x.e * tr))
+    return _replace_mlp(ks, "mlp.4h_to_h.dgrad", last, moe)
 
 
 _BUILDERS = {("block", "fwd"): block_forward, ("block", "bwd"): block_backward,

@@ -83,6 +83,11 @@ class ZeroSection(Section, kw_only=True):
         "selective keeps every activation but the attention core's s×s ones (softmax, its dropout mask and "
         "output) and recomputes only QKᵀ, softmax, dropout and attention·V in backward (Megatron "
         "'selective')"))] = "full"
+    # Megatron-Core --recompute-modules (transformer_config.py recompute_modules, default ["core_attn"]).
+    recompute_modules: Annotated[list[str] | None, Meta(description=(
+        "with recompute_granularity selective: which parts each layer recomputes (Megatron-Core "
+        "--recompute-modules): core_attn (the attention core, the default), layernorm (a MoE block's pre-MLP "
+        "norm output), moe_act (the routed experts' activation output); any subset, [] for none"))] = None
     reduce_bucket_elements: Annotated[int, Meta(gt=0, le=MAX_ELEMENTS, description=(
         "gradient elements per reduction bucket (DeepSpeed reduce_bucket_size); the constant buffer size when"
         " constant_buffers is true"))] = 500000000

@@ -15,6 +15,7 @@ from zsim.workload.activations import attention_score_bytes
 from zsim.workload.moe import Moe
 from zsim.workload.parameters import active_params
 from zsim.zero.model_states import PARAM_BYTES
+from zsim.zero.rank_states import selective
 from zsim.report.network import network_facts
 from zsim.report.error_band import band_facts
 
@@ -66,11 +67,12 @@ def _attention_memory(result: Result) -> dict[str, Any]:
     of the activations held at the allocated peak: the summary names it when it dominates."""
     s, w = result.scenario, result.workload
     z = s.zero
-    if w.shape is None or (z.activation_checkpointing and z.recompute_granularity == "selective"):
+    if w.shape is None or selective(s):
         return {"score_bytes_per_layer": 0, "layers_holding": 0, "share_of_peak_activations": 0.0}
     e = 4 if s.precision.dtype == "fp32" else 2
     scores = attention_score_bytes(w.shape, s.model.seq_len, s.model.micro_batch, s.layout.mp, e)
-    layers = min(z.checkpoint_every, s.model.layers) if z.activation_checkpointing else s.model.layers
+    full = z.activation_checkpointing and z.recompute_granularity == "full"  # selective keeps every layer's
+    layers = min(z.checkpoint_every, s.model.layers) if full else s.model.layers
     held = result.ledger.peak_by_category.get("activations", 0)
     return {"score_bytes_per_layer": scores, "layers_holding": layers,
             "share_of_peak_activations": min(1.0, layers * scores / held) if held else 0.0}

@@ -145,6 +145,10 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     title = f["scenario"]["name"] + (f" — {f['scenario']['description']}" if f["scenario"]["description"] else "")
     every = f" every {z['checkpoint_every']} layers" if z["checkpoint_every"] > 1 else ""
     ckpt = f"checkpointing on{every}" if z["activation_checkpointing"] else "no checkpointing"
+    if z["activation_checkpointing"] and z.get("recompute_granularity") == "selective":
+        modules = z.get("recompute_modules")
+        modules = ["core_attn"] if modules is None else modules  # Megatron-Core's default
+        ckpt = f"selective recompute ({', '.join(modules) or 'nothing'})"
     peak = mem["peak_by_category"]
     states = mem["model_states"]
     if f["fits"]:

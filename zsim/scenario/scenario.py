@@ -275,6 +275,7 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     if zero.recompute_granularity == "selective" and zero.partition_activations:
         raise fail("zero.partition_activations", "true partitions full-recompute checkpoints, but "
                    "zero.recompute_granularity is selective (no layer checkpoint to partition)")
+    _check_recompute_modules(spec, fail)
     _check_moe(spec, fail)
     if spec.model.loss in ("torch", "torch-fp32") and spec.parallel.mp > 1:
         # a DTensor's logits are gathered whole before PyTorch's loss (NeMo AutoModel's MaskedCrossEntropy:
@@ -289,6 +290,43 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     if spec.parallel.sequence_parallel and zero.partition_activations and spec.parallel.mp > 1:
         raise fail("zero.partition_activations", "true with parallel.sequence_parallel: sequence parallelism "
                    "already keeps 1/mp of every layer input per MP rank (Korthikanti et al. 2022 §4.2.2)")
+
+
+# Megatron-Core's other --recompute-modules (transformer_config.py recompute_modules), and why zsim has none
+UNMODELLED_RECOMPUTE = {
+    "mlp": "recomputing the whole dense MLP (a checkpoint of the submodule)",
+    "moe": "recomputing the whole MoE layer, its all-to-alls included",
+    "shared_experts": "recomputing the shared experts",
+    "mla_up_proj": "recomputing MLA's up projections",
+}
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act")
+
+
+def _check_recompute_modules(spec: ScenarioFile, fail) -> None:
+    """zero.recompute_modules: with selective granularity only; each name one zsim models, once; the MoE ones
+    on a model with MoE blocks (Megatron-Core's Transformer Engine layers fuse a dense block's norms into the
+    linear after them, gpt_layer_specs.py, so only a MoE block's pre-MLP norm is a module to recompute)."""
+    zero, key = spec.zero, "zero.recompute_modules"
+    modules = zero.recompute_modules
+    if modules is None:
+        return
+    if zero.recompute_granularity != "selective":
+        raise fail(key, f"{modules} chooses what selective recompute recomputes, but zero.recompute_granularity is "
+                   f"{zero.recompute_granularity} (set it to selective, as Megatron-Core's --recompute-modules needs)")
+    for name in modules:
+        if name in UNMODELLED_RECOMPUTE:
+            raise fail(key, f"{name!r} ({UNMODELLED_RECOMPUTE[name]}) is Megatron-Core's but not modelled; zsim "
+                       f"models {', '.join(RECOMPUTE_MODULES)}")
+        if name not in RECOMPUTE_MODULES:
+            raise fail(key, f"{name!r} is not a module to recompute; choose from {', '.join(RECOMPUTE_MODULES)}")
+    if len(set(modules)) != len(modules):
+        raise fail(key, f"{modules} names a module twice")
+    if spec.model.moe is None:
+        for name in ("layernorm", "moe_act"):
+            if name in modules:
+                raise fail(key, f"{name!r} recomputes a part of a MoE block, but the model has none (model.moe); "
+                           "a dense block's norms are fused into the linear after them (Megatron-Core with "
+                           "Transformer Engine), so there is nothing to recompute")
 
 
 def _check_moe(spec: ScenarioFile, fail) -> None:

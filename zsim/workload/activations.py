@@ -19,7 +19,8 @@ from zsim.workload.shape import Shape
 
 
 def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp: bool = False,
-                        selective: bool = False, mlp_inner: tuple[int, ...] | None = None) -> tuple[int, ...]:
+                        selective: bool = False, mlp_inner: tuple[int, ...] | None = None,
+                        norm_recompute: bool = False) -> tuple[int, ...]:
     """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
     activations: K22 §4.1-4.2 with the MLP f wide.
 
@@ -44,6 +45,10 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     the fp32 log-sum-exp (4·a·s·b/t) and its output (the output projection's input), and no s×s
     tensor; with `selective` as well, Megatron recomputes the fused kernel and the log-sum-exp goes.
     `mlp_inner` replaces the MLP's inner tensors (a MoE MLP's, zsim.workload.moe.Moe.saved_tensors).
+    `norm_recompute` (a MoE block under Megatron-Core's --recompute-modules layernorm) drops the pre-MLP
+    norm's output, the router's and the dispatch's input, recomputed from the norm's input in backward
+    (transformer_layer.py: pre_mlp_norm_checkpoint, CheckpointWithoutOutput; the input norm is fused into
+    the QKV linear under Transformer Engine, gpt_layer_specs.py, and keeps its output).
 
     Shape options: QK-norm (shape.qk_norm) keeps q and k before their norms (e·sb·(a·d + kv·d)/t)
     [O24]; a third and fourth norm (Gemma-2's after attention and after the MLP [G24]) each keep their
@@ -79,7 +84,7 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
         attention += [e * sb * v_w // t, e * sb * out_w // t]
     masks = (sbh // r,) if shape.dropout else ()
     post = (e * sbh // r,) if shape.layer_norms == 4 else ()  # the post-norm's input [G24]
-    mlp_in = () if shape.layer_norms == 1 else (e * sbh // r, e * sbh // r)
+    mlp_in = () if shape.layer_norms == 1 else (e * sbh // r,) if norm_recompute else (e * sbh // r, e * sbh // r)
     return (*attention, *post, *masks, *mlp_in, *inner, *post, *masks)
 
 

@@ -140,18 +140,23 @@ class Moe:
         tokens. 0 without EP."""
         return round(self.load * tokens * self.copies_per_token(ep) * h * e / t) if ep > 1 else 0
 
-    def saved_tensors(self, tokens: int, h: int, t: int, e: int, ep: int, etp: int | None = None) -> tuple[int, ...]:
+    def saved_tensors(self, tokens: int, h: int, t: int, e: int, ep: int, etp: int | None = None, *,
+                      act_recompute: bool = False) -> tuple[int, ...]:
         """What the MoE MLP keeps for backward, in bytes: the router's fp32 logits (4·T·E) and the top-k
         probabilities and indices (8·T·k) [MC router.py], the permuted tokens (the experts' input,
         e·R·h for R routed token copies), the experts' inner activations as the dense MLP's
         (layer_saved_tensors), the experts' output before the weighted combine (e·R·h); shared experts
         as a dense MLP of shared × shared_ffn. `etp`: the experts' MP degree (default t): the router runs
         on the tokens this rank routes, expert_tokens(T, t, etp) (T unless the experts are whole), and R
-        routed copies of them are kept at width ffn/etp."""
+        routed copies of them are kept at width ffn/etp. `act_recompute` (Megatron-Core --recompute-modules
+        moe_act): the activation's output, the second expert GEMM's input, is dropped and recomputed from the
+        first GEMM's output in backward (experts.py: activation_checkpoint, CheckpointWithoutOutput)."""
         etp = t if etp is None else etp
         routed_here = self.expert_tokens(tokens, t, etp)
         r = self.routed_tokens(routed_here, ep)
         f, fs = self.ffn // etp, self.shared * self.shared_ffn // t
         inner = (2 * e * r * f, e * r * f) if self.gated else (e * r * f, e * r * f)
+        if act_recompute:
+            inner = inner[:1]
         shared = ((2 * e * tokens * fs, e * tokens * fs) if self.gated else (e * tokens * fs,) * 2) if self.shared else ()
         return (4 * routed_here * self.experts, 8 * routed_here * self.top_k, e * r * h, *inner, e * r * h, *shared)

@@ -224,15 +224,19 @@ def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
 
 
 def _moe_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep: int, sp: bool, selective: bool,
-                dense_flops: float, fwd_extra: float, bwd_extra: float, etp: int) -> dict:
+                dense_flops: float, fwd_extra: float, bwd_extra: float, etp: int,
+                recompute: frozenset[str] = frozenset()) -> dict:
     """The Module fields of a MoE block (zsim.workload.moe): its dense tensors and local experts (split etp
     ways), its FLOPs (the dense MLP's replaced by the MoE MLP's model FLOPs; the busiest rank computes
-    `load` × the routed part: hardware FLOPs), its saved tensors and all-to-all bytes."""
+    `load` × the routed part: hardware FLOPs), its saved tensors and all-to-all bytes. `recompute`:
+    'layernorm' drops the pre-MLP norm's output, 'moe_act' the experts' activation output (both
+    recomputed in backward: Megatron-Core CheckpointWithoutOutput, transformer_layer.py, experts.py)."""
     h, tokens = shape.hidden, s * b
     dense_mlp = (3 if shape.gated else 2) * 2 * tokens * h * shape.ffn / t
     routed = moe.routed_flops(tokens, h, t)
     saved = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective,
-                                mlp_inner=moe.saved_tensors(tokens, h, t, e, ep, etp))
+                                mlp_inner=moe.saved_tensors(tokens, h, t, e, ep, etp, act_recompute="moe_act" in recompute),
+                                norm_recompute="layernorm" in recompute)
     tensors = moe_layer_tensors(shape, moe, t)
     return dict(params=sum(tensors), fwd_flops=dense_flops - dense_mlp + moe.fwd_flops(tokens, h, t),
                 fwd_hbm_bytes=2.0 * sum(saved), saved_bytes=sum(saved), tensors=tensors, saved_tensors=saved,
@@ -242,13 +246,16 @@ def _moe_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep: int,
 
 
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
-                   selective: bool = False, ep: int = 1, etp: int | None = None) -> Workload:
+                   selective: bool = False, ep: int = 1, etp: int | None = None,
+                   recompute: frozenset[str] = frozenset()) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
     bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
     selective activation recompute [K22 §5]; `ep`: the expert-parallel degree of a MoE model
     (zsim.workload.moe); `etp`: its experts' MP degree, mp (default) or 1 (each expert whole: a MoE
-    block's MLP then issues no sequence-parallel collective unless it has shared experts: `moe_sp` below)."""
+    block's MLP then issues no sequence-parallel collective unless it has shared experts: `moe_sp` below).; `recompute`: the parts
+    besides the attention core that a MoE block recomputes under selective recompute ('layernorm', 'moe_act':
+    zsim.zero.rank_states.recompute_modules)"""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
     t = mp
@@ -302,7 +309,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
             terms = attention_terms(n)
             if key[0]:
                 variants[key] = _moe_fields(shape, moe, s, b, t, e, ep, sp, selective, terms["fwd_flops"],
-                                            terms["fwd_hw_extra_flops"], terms["bwd_hw_extra_flops"], etp) | {
+                                            terms["fwd_hw_extra_flops"], terms["bwd_hw_extra_flops"], etp, recompute) | {
                     "window": terms["window"]} | moe_sp
             else:
                 variants[key] = dict(params=sum(tensors), fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,

@@ -9,10 +9,19 @@ from zsim.zero.buckets import flat_pieces
 from zsim.zero.model_states import ModelStates, model_states, optimizer_k, stage_partition
 
 
-def selective(scenario: Scenario) -> bool:
-    """Selective activation recompute [K22 §5] in effect: checkpointing on at 'selective' granularity."""
+def recompute_modules(scenario: Scenario) -> frozenset[str]:
+    """The parts each layer recomputes under selective recompute: zero.recompute_modules, by default the
+    attention core alone [K22 §5; Megatron-Core transformer_config.py recompute_modules, default
+    ["core_attn"]]; none unless checkpointing is on at 'selective' granularity."""
     z = scenario.zero
-    return z.activation_checkpointing and z.recompute_granularity == "selective"
+    if not (z.activation_checkpointing and z.recompute_granularity == "selective"):
+        return frozenset()
+    return frozenset(["core_attn"] if z.recompute_modules is None else z.recompute_modules)
+
+
+def selective(scenario: Scenario) -> bool:
+    """Selective recompute of the attention core [K22 §5] in effect ('core_attn' among recompute_modules)."""
+    return "core_attn" in recompute_modules(scenario)
 
 
 def scenario_workload(scenario: Scenario) -> Workload:
@@ -20,7 +29,8 @@ def scenario_workload(scenario: Scenario) -> Workload:
     recompute granularity (zsim.workload.transformer.build_workload)."""
     return build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype,
                           sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario),
-                          ep=scenario.parallel.ep, etp=scenario.layout.expert_mp)
+                          ep=scenario.parallel.ep, etp=scenario.layout.expert_mp,
+                          recompute=recompute_modules(scenario) - {"core_attn"})
 
 
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:

@@ -20,7 +20,7 @@ from zsim.zero.gathers import Gathers
 from zsim.zero.implementation import live_grads
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
-from zsim.zero.rank_states import expert_dp, full_grad_tag, selective
+from zsim.zero.rank_states import expert_dp, full_grad_tag, recompute_modules, selective
 from zsim.zero.reductions import Reductions
 from zsim.zero.residual import bucket_buffer_bytes
 
@@ -75,7 +75,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype,
                               arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
                               sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep,
-                              etp=scenario.layout.expert_mp)
+                              etp=scenario.layout.expert_mp, recompute=recompute_modules(scenario))
         self.expert_group = "edp"  # = the DP group's ranks when ep is 1
         # what an EP all-to-all sends across nodes against an even spread (DeepEP's dispatch: Moe.nic_share)
         moe = Moe.of(scenario.model) if scenario.layout.ep > 1 else None
