@@ -128,11 +128,12 @@ def test_deepep_crosses_to_each_node_once():
     _, deepep = plan_collective("all_to_all", 1 << 30, shape, cluster, nic_share=share)
     moving = [uncontended_time(p, capacity) - sum(x.latency_s for x in p) for p in (even, deepep)]
     assert 0 < share < 1 and moving[1] == pytest.approx(share * moving[0], rel=1e-9)
-    # a run whose EP groups span 4 nodes, 2 ranks on each: less EP time with DeepEP; class = per-rank mode
+    # a run whose EP groups span 4 nodes, 8 ranks on each (experts whole beside MP 4: DeepEP with experts split
+    # over MP dispatches over MP × EP, which zsim refuses): less EP time with DeepEP; class = per-rank mode
     runs = {}
     for dispatcher in ("alltoall", "deepep"):
-        data = _moe_dict({"experts": 16, "top_k": 4, "dispatcher": dispatcher}, hardware={"profile": "dgx-h100", "nodes": 4},
-                         parallel={"dp": 8, "mp": 4, "ep": 8, "sequence_parallel": True})  # EP ranks 4 apart: 2 a node
+        data = _moe_dict({"experts": 32, "top_k": 4, "dispatcher": dispatcher}, hardware={"profile": "dgx-h100", "nodes": 4},
+                         parallel={"dp": 8, "mp": 4, "ep": 32, "expert_mp": 1, "sequence_parallel": True})
         sc = build_scenario(data, source="<t>")
         runs[dispatcher] = simulate(sc, mode="class")
     per_rank = simulate(sc, mode="per_rank")

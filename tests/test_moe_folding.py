@@ -125,6 +125,33 @@ def test_a_moe_block_without_shared_experts_drops_the_mlp_sequence_parallel_coll
                .mp_collectives_fwd) == 4
 
 
+def test_split_experts_gather_the_routed_copies_over_mp():
+    """[MC] MoEAlltoAllTokenDispatcher with the experts split over TP: after the EP all-to-all the routed token
+    copies are all-gathered over the TP group and the experts' output reduce-scattered before the combine: e·R·h
+    for R = top_k·T × load copies (here 2 × 256 tokens), not the dense MLP's e·T·h; the attention's pair stays,
+    and shared experts add the dense pair (they gather the sequence as the dense MLP)."""
+    e, tokens = 2, 128 * 2  # bf16; seq 128 × micro-batch 2
+    for load in (1.0, 1.5):
+        sc = build_scenario(_dict({"dp": 4, "mp": 2, "ep": 4}, {"imbalance": load}), source="<t>")
+        block = build_workload(sc.model, 2, "bf16", sequence_parallel=True, ep=4).blocks[0]
+        routed = e * round(load * 4 * tokens * K / E) * (E // 4) * H  # tokens_per_expert × local experts × h
+        want = [("all_gather", e * tokens * H), ("reduce_scatter", e * tokens * H),
+                ("all_gather", routed), ("reduce_scatter", routed)]
+        assert list(block.mp_collectives_fwd) == want and list(block.mp_collectives_bwd) == want
+    shared = build_scenario(_dict({"dp": 4, "mp": 2, "ep": 4}, {"shared_experts": 1}), source="<t>")
+    ops = build_workload(shared.model, 2, "bf16", sequence_parallel=True, ep=4).blocks[0].mp_collectives_fwd
+    assert [n for _, n in ops] == [e * tokens * H] * 2 + [e * K * tokens * H] * 2 + [e * tokens * H] * 2
+
+
+def test_deepep_with_experts_split_over_mp_is_refused():
+    """Megatron-Core's DeepEP (flex) dispatcher with the experts split over TP sends over the TP × EP group, each
+    expert as tp virtual ones: not modelled, refused naming the key; whole experts or mp 1 run."""
+    with pytest.raises(ConfigError) as err:
+        build_scenario(_dict({"dp": 4, "mp": 2, "ep": 4}, {"dispatcher": "deepep"}), source="<t>")
+    assert err.value.path == "model.moe.dispatcher" and "expert_mp: 1" in str(err.value)
+    build_scenario(_dict({"dp": 4, "mp": 2, "ep": 8, "expert_mp": 1}, {"dispatcher": "deepep"}), source="<t>")
+
+
 def test_folded_all_to_all_runs_across_mp_ranks_and_modes_agree():
     """The EP all-to-all runs in the folded group (4 ranks: 2 DP replicas × 2 MP ranks, inside a node), each
     rank sending its T/mp tokens × top_k; class and per-rank mode give the same step and peak."""

@@ -348,6 +348,12 @@ def _check_moe(spec: ScenarioFile, fail) -> None:
         raise fail("parallel.expert_mp", f"{etp}: zsim models expert_mp {par.mp} (each expert split across the MP "
                    "group, the default) or 1 (each expert whole on one rank); an expert tensor-parallel group inside "
                    "the MP group is not modelled")
+    if etp == par.mp > 1 and moe.dispatcher == "deepep":
+        # token_dispatcher.py MoEFlexTokenDispatcher: with the experts split over TP, DeepEP dispatches over the
+        # TP × EP group, each expert as tp virtual ones (router_topk × tp_size, num_experts × tp_size)
+        raise fail("model.moe.dispatcher", f"deepep with each expert split across parallel.mp {par.mp}: Megatron-Core's "
+                   "DeepEP dispatcher then sends over the MP × EP group, each expert as mp virtual ones, which zsim "
+                   "does not model; use parallel.expert_mp: 1 (each expert whole) or dispatcher alltoall")
     if etp == par.mp and par.dp % par.ep:
         raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp} (expert parallelism is carved out of DP; with "
                    "parallel.expert_mp 1 it folds over the MP ranks too)")

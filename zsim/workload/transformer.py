@@ -300,6 +300,18 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     # it; the attention's stay. Shared experts run on the gathered sequence as the dense MLP (shared_experts.py).
     moe_sp = (_sp_collectives("attention", mp_bytes) if sp and etp == 1 and moe is not None and not moe.shared
               else block_sp)
+    if sp and etp == t and moe is not None:
+        # [MC] with each expert split across the MP group (expert_tensor_parallel_size = tp) the alltoall
+        # dispatcher all-gathers the routed token copies over the TP group after the EP all-to-all and
+        # reduce-scatters the experts' output before the combine (token_dispatcher.py MoEAlltoAllTokenDispatcher
+        # dispatch_postprocess / combine_preprocess: gather_from_sequence_parallel_region and
+        # reduce_scatter_to_sequence_parallel_region over tp_group): e·R·h for the R copies the rank's experts
+        # compute (top_k·T × load), in place of the dense MLP's e·T·h; shared experts gather and scatter the
+        # sequence as the dense MLP (shared_experts.py), so they keep that pair.
+        routed = e * moe.routed_tokens(s * b, ep) * h
+        pairs = (("all_gather", mp_bytes), ("reduce_scatter", mp_bytes), ("all_gather", routed), ("reduce_scatter", routed))
+        pairs += (("all_gather", mp_bytes), ("reduce_scatter", mp_bytes)) if moe.shared else ()
+        moe_sp = dict(mp_collectives_fwd=pairs, mp_collectives_bwd=pairs)
     variants: dict[tuple[bool, int], dict] = {}
 
     def fields(i: int) -> dict:
