@@ -32,6 +32,10 @@ class Shape:
     # --recompute-modules layernorm, moe_act): each runs its forward kernel again in backward
     recompute_norm: bool = False
     recompute_act: bool = False
+    # a dense block's whole MLP and a MoE block's whole MoE layer recomputed in backward (--recompute-modules
+    # mlp, moe): their forward kernels run again before their backward
+    recompute_mlp: bool = False
+    recompute_moe: bool = False
     sp: bool = False  # sequence parallelism (mp > 1)
     # MoE MLP on this rank (zsim.workload.moe): (experts E, local experts, tokens per local expert,
     # expert width per expert-MP rank, shared experts' width per MP rank, top_k, tokens the router and the
@@ -63,8 +67,8 @@ class Shape:
         """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
         `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
         and sequence parallelism (ignored at mp 1); `ep`, `etp`: a MoE model's expert-parallel degree and its
-        experts' tensor-parallel degree (default mp); `recompute`: the MoE parts selective recompute redoes
-        ('layernorm', 'moe_act'; zsim.zero.rank_states.recompute_modules)."""
+        experts' tensor-parallel degree (default mp); `recompute`: the modules selective recompute redoes
+        besides the attention core ('layernorm', 'moe_act', 'mlp', 'moe'; zsim.zero.rank_states.recompute_modules)."""
         h = model.hidden
         linear_bias = getattr(model, "linear_bias", True)
         qkv_bias = getattr(model, "qkv_bias", None)
@@ -80,7 +84,8 @@ class Shape:
                      flash=int(attention[-1]) if attention in ("flash2", "flash3") else 0,
                      arch=arch if attention in ("flash2", "flash3") else 0,
                      selective=selective, recompute_norm="layernorm" in recompute,
-                     recompute_act="moe_act" in recompute, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep, mp if etp is None else etp),
+                     recompute_act="moe_act" in recompute, recompute_mlp="mlp" in recompute,
+                     recompute_moe="moe" in recompute, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep, mp if etp is None else etp),
                      d=getattr(model, "head_dim", None) or 0, norms=getattr(model, "layer_norms", 2),
                      qk_norm=getattr(model, "qk_norm", "none") != "none", mla=_mla_dims(model),
                      moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)),

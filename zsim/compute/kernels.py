@@ -182,6 +182,11 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
     # selective recompute: the attention core's forward again, first [K22 §5; Megatron-Core
     # CheckpointWithoutOutput of core_attention runs when backward reaches the layer]
     ks: list[Kernel] = [replace(k, name=f"recompute.{k.name}") for k in _attention_core(x)] if x.selective else []
+    if x.recompute_mlp:  # --recompute-modules mlp: the MLP's forward, its norm through fc2, again [MC checkpoint]
+        fwd = block_forward(replace(x, recompute_mlp=False))
+        names = [k.name for k in fwd]
+        first = names.index("post_attention_layernorm") if x.norms != 1 else names.index("mlp.h_to_4h")
+        ks += [replace(k, name=f"recompute.{k.name}") for k in fwd[first:names.index("mlp.4h_to_h") + 1]]
     ks += [mem("mlp.residual_grad_sum", 3 * e * tr), mem("mlp.dropout.bwd", (2 * e + 1) * tr)]
     if x.linear_bias:
         ks.append(red("mlp.bias_grad", e * tr))
@@ -357,9 +362,11 @@ def moe_block_backward(x: Shape) -> tuple[Kernel, ...]:
     """A MoE block's backward: block_backward with the MLP's GEMMs replaced by _moe_mlp_backward; with
     layernorm recompute the pre-MLP norm's forward runs again before the MoE MLP's backward (Megatron-Core
     transformer_layer.py pre_mlp_norm_checkpoint: its output is restored when backward first needs it)."""
-    ks = block_backward(x)
+    ks = block_backward(replace(x, recompute_mlp=False))  # a dense block's MLP recompute is not a MoE block's
     last = "mlp.h_to_4h.bias_grad" if x.linear_bias else "mlp.h_to_4h.wgrad"
     moe = _moe_mlp_backward(x)
+    if x.recompute_moe:  # --recompute-modules moe: the MoE layer's forward again first (moe_layer.py checkpoint)
+        moe[:0] = [replace(k, name=f"recompute.{k.name}") for k in _moe_mlp_forward(x)]
     if x.recompute_norm:
         tr = x.s * x.b * x.h // x.t if x.sp else x.s * x.b * x.h
         moe.insert(0, mem("recompute.post_attention_layernorm", 2 * x.e * tr))

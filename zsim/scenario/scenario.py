@@ -294,12 +294,10 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
 
 # Megatron-Core's other --recompute-modules (transformer_config.py recompute_modules), and why zsim has none
 UNMODELLED_RECOMPUTE = {
-    "mlp": "recomputing the whole dense MLP (a checkpoint of the submodule)",
-    "moe": "recomputing the whole MoE layer, its all-to-alls included",
     "shared_experts": "recomputing the shared experts",
     "mla_up_proj": "recomputing MLA's up projections",
 }
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe")
 
 
 def _check_recompute_modules(spec: ScenarioFile, fail) -> None:
@@ -322,11 +320,14 @@ def _check_recompute_modules(spec: ScenarioFile, fail) -> None:
     if len(set(modules)) != len(modules):
         raise fail(key, f"{modules} names a module twice")
     if spec.model.moe is None:
-        for name in ("layernorm", "moe_act"):
+        for name in ("layernorm", "moe_act", "moe"):
             if name in modules:
-                raise fail(key, f"{name!r} recomputes a part of a MoE block, but the model has none (model.moe); "
-                           "a dense block's norms are fused into the linear after them (Megatron-Core with "
-                           "Transformer Engine), so there is nothing to recompute")
+                raise fail(key, f"{name!r} recomputes a part of a MoE block, but the model has none (model.moe)"
+                           + ("; a dense block's norms are fused into the linear after them (Megatron-Core with "
+                              "Transformer Engine), so there is nothing to recompute" if name == "layernorm" else ""))
+    elif "mlp" in modules and spec.model.moe.dense_layers == 0:
+        raise fail(key, "'mlp' recomputes a dense block's MLP, but every block of this model is a MoE block; "
+                   "'moe' recomputes those")
 
 
 def _check_moe(spec: ScenarioFile, fail) -> None:

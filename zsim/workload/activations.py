@@ -20,7 +20,7 @@ from zsim.workload.shape import Shape
 
 def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp: bool = False,
                         selective: bool = False, mlp_inner: tuple[int, ...] | None = None,
-                        norm_recompute: bool = False) -> tuple[int, ...]:
+                        norm_recompute: bool = False, mlp_recompute: bool = False) -> tuple[int, ...]:
     """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
     activations: K22 §4.1-4.2 with the MLP f wide.
 
@@ -49,6 +49,11 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     norm's output, the router's and the dispatch's input, recomputed from the norm's input in backward
     (transformer_layer.py: pre_mlp_norm_checkpoint, CheckpointWithoutOutput; the input norm is fused into
     the QKV linear under Transformer Engine, gpt_layer_specs.py, and keeps its output).
+    `mlp_recompute` (Megatron-Core --recompute-modules mlp for a dense block, moe for a MoE block: a normal
+    checkpoint of the submodule, tensor_parallel.checkpoint in transformer_layer.py / moe_layer.py) keeps only
+    the checkpoint's input: every inner tensor goes, and a dense block's fc1 input too (its norm is fused into
+    fc1 under Transformer Engine, so the checkpoint's input is the norm's); a MoE block keeps its norm output
+    (the MoE layer's input) unless `norm_recompute`.
 
     Shape options: QK-norm (shape.qk_norm) keeps q and k before their norms (e·sb·(a·d + kv·d)/t)
     [O24]; a third and fourth norm (Gemma-2's after attention and after the MLP [G24]) each keep their
@@ -69,6 +74,9 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
     if mlp_inner is not None:
         inner = mlp_inner
+    if mlp_recompute:
+        inner = ()
+        norm_recompute = norm_recompute or mlp_inner is None  # a dense MLP's checkpoint starts at its fused norm
     attention = [e * sbh // r, e * sbh // r]
     if mla:
         attention += mla.latent_tensors(sb, e)

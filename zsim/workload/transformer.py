@@ -97,6 +97,13 @@ class Module:
     expert_tensors: tuple[int, ...] = ()
     ep_all_to_all_bytes: int = 0
     moe: bool = False
+    # Module-level recompute (Megatron-Core --recompute-modules layernorm, moe_act, mlp, moe): the bytes the
+    # block's backward brings back for its own run (the saved tensors those modules dropped, freed with the
+    # backward), the MP collectives a recomputed MLP or MoE layer issues again, and whether its all-to-alls
+    # run again (moe: the whole MoE layer, dispatch and combine included).
+    recompute_bytes: int = 0
+    recompute_collectives: tuple[tuple[str, int], ...] = ()
+    recompute_all_to_alls: bool = False
     # A sliding-window block under FlashAttention: the mean keys per query its fused kernel computes
     # (Shape.window_keys; zsim.compute.kernels prices it); 0 for a global block.
     window: int = 0
@@ -236,11 +243,16 @@ def _moe_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep: int,
     routed = moe.routed_flops(tokens, h, t)
     saved = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective,
                                 mlp_inner=moe.saved_tensors(tokens, h, t, e, ep, etp, act_recompute="moe_act" in recompute),
-                                norm_recompute="layernorm" in recompute)
+                                norm_recompute="layernorm" in recompute, mlp_recompute="moe" in recompute)
+    kept = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective,
+                               mlp_inner=moe.saved_tensors(tokens, h, t, e, ep, etp)) if recompute else saved
     tensors = moe_layer_tensors(shape, moe, t)
+    mlp_flops = moe.fwd_flops(tokens, h, t) + (moe.load - 1) * routed  # the MoE MLP's forward, run again under 'moe'
     return dict(params=sum(tensors), fwd_flops=dense_flops - dense_mlp + moe.fwd_flops(tokens, h, t),
                 fwd_hbm_bytes=2.0 * sum(saved), saved_bytes=sum(saved), tensors=tensors, saved_tensors=saved,
-                fwd_hw_extra_flops=fwd_extra + (moe.load - 1) * routed, bwd_hw_extra_flops=bwd_extra + 2 * (moe.load - 1) * routed,
+                recompute_bytes=sum(kept) - sum(saved), recompute_all_to_alls="moe" in recompute,
+                fwd_hw_extra_flops=fwd_extra + (moe.load - 1) * routed,
+                bwd_hw_extra_flops=bwd_extra + 2 * (moe.load - 1) * routed + (mlp_flops if "moe" in recompute else 0.0),
                 expert_tensors=moe.local_expert_tensors(h, etp, ep), ep_all_to_all_bytes=moe.all_to_all_bytes(tokens, h, e, ep, t),
                 moe=True)
 
@@ -253,9 +265,9 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
     selective activation recompute [K22 §5]; `ep`: the expert-parallel degree of a MoE model
     (zsim.workload.moe); `etp`: its experts' MP degree, mp (default) or 1 (each expert whole: a MoE
-    block's MLP then issues no sequence-parallel collective unless it has shared experts: `moe_sp` below).; `recompute`: the parts
-    besides the attention core that a MoE block recomputes under selective recompute ('layernorm', 'moe_act':
-    zsim.zero.rank_states.recompute_modules)"""
+    block's MLP then issues no sequence-parallel collective unless it has shared experts: `moe_sp` below); `recompute`: the parts
+    besides the attention core that selective recompute redoes ('layernorm', 'moe_act', 'mlp', 'moe':
+    zsim.zero.rank_states.recompute_modules)."""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
     t = mp
@@ -267,8 +279,10 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     mp_bytes = e * sbh if t > 1 else 0  # activations of shape (s, b, h) [S19 §3]
 
     block_flops = layer_fwd_flops(shape, s, b, t)  # 24bsh² + 4bs²h for GPT [N21 §5.1], split t ways
-    saved_tensors = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective)  # [K22 §4.2, eq. 2]
+    mlp_re = "mlp" in recompute  # a dense block's MLP checkpointed whole [MC transformer_layer.py recompute_mlp]
+    saved_tensors = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective, mlp_recompute=mlp_re)  # [K22 §4.2, eq. 2]
     block_saved = sum(saved_tensors)
+    dense_recompute = sum(layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective)) - block_saved
     tensors = layer_tensors(shape, t)
     core = attention_core_flops(shape, s, b, t)
     # The core's model FLOPs: `core` forward, 2·core backward [N21]. FlashAttention runs causal: core/2
@@ -319,13 +333,21 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         key = (moe is not None and moe.is_moe(i), n)
         if key not in variants:  # one dict per kind of block (dense or MoE, global or its window)
             terms = attention_terms(n)
+            # a recomputed MLP or MoE layer issues its forward's MP collectives again in backward: the MLP's
+            # pair under SP (after the attention's), its all-reduce without
             if key[0]:
+                again = moe_sp.get("mp_collectives_fwd", ())[2:] if "moe" in recompute else ()
                 variants[key] = _moe_fields(shape, moe, s, b, t, e, ep, sp, selective, terms["fwd_flops"],
                                             terms["fwd_hw_extra_flops"], terms["bwd_hw_extra_flops"], etp, recompute) | {
-                    "window": terms["window"]} | moe_sp
+                    "window": terms["window"], "recompute_collectives": again} | moe_sp
             else:
+                again = (block_sp["mp_collectives_fwd"][2:] if sp else (("all_reduce", mp_bytes),) if t > 1 else ()
+                         ) if mlp_re else ()
                 variants[key] = dict(params=sum(tensors), fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,
-                                     tensors=tensors, saved_tensors=saved_tensors) | terms
+                                     tensors=tensors, saved_tensors=saved_tensors, recompute_bytes=dense_recompute,
+                                     recompute_collectives=again) | terms
+                if mlp_re:  # the dense MLP's forward GEMMs again in backward: hardware FLOPs
+                    variants[key]["bwd_hw_extra_flops"] += (3 if shape.gated else 2) * 2 * s * b * h * shape.ffn / t
         return variants[key]
 
     block = [

@@ -299,6 +299,9 @@ class StepPass(Gathers, Checkpoints, Reductions):
         else:
             work = (self._tags("dgrad", m.name),)
             allocs = [Alloc("activations", self._backward_work_bytes(m), work[0])]
+        if m.recompute_bytes:  # what module-level recompute brings back, held while the block's backward runs
+            work += (self._tags("recomputed", m.name),)
+            allocs.append(Alloc("activations", m.recompute_bytes, work[-1]))
         if self.stage == 3 and reduce and self.z.implementation == "deepspeed-0.5":
             # each parameter's gradient leaves for the bucket buffer as its hook runs (zsim.zero.implementation)
             allocs.append(Alloc("grads", self.e * live_grads(m.tensors, self.z.reduce_bucket_elements),
@@ -350,6 +353,12 @@ class StepPass(Gathers, Checkpoints, Reductions):
             op = self._add(name=f"bucket/{m.name}", stream="compute", deps=(op,), allocs=(bucket_op,), memory_only=True)
         self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
         self._all_to_alls(m)
+        # a recomputed MLP or MoE layer (--recompute-modules mlp, moe) issues its forward's collectives again
+        for op_name, nbytes in m.recompute_collectives:
+            self._add(name=f"{op_name}/mp.{m.name}.recompute", stream="compute", collective=op_name, group="mp",
+                      nbytes=nbytes)
+        if m.recompute_all_to_alls:
+            self._all_to_alls(m)
         if m.expert_params:
             self._expert_grads(m, op, reduce)
         if reduce:
