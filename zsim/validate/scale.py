@@ -171,7 +171,32 @@ def _paper_8psi(scenario) -> float:
     return per_token * build_workload(scenario.model, scenario.layout.mp, scenario.precision.dtype).total_params * tokens
 
 
-FLOP_COUNTS = {"narayanan-eq3": _narayanan_eq3, "paper-8psi": _paper_8psi}
+def _megatron_core(scenario) -> float:
+    """FLOPs of one step as Megatron-Core counts them for its TFLOPS/GPU (megatron/training/training.py
+    num_floating_point_operations, transformer_flops, GQA without MTP, MLA or linear attention; read at NVIDIA/
+    Megatron-LM d98e8a6): per token 3 (forward, wgrad, dgrad) × 2 (FMA) × [h·(3 or 2)·(f·dense layers + f_e·top_k·MoE
+    layers + f_s·MoE layers) + L·(h·(q + 2kv) + q·h) + h·V_padded] + per token and layer 3·2·q·s/2·2 for the causal
+    core attention, q = heads·d and kv = kv_heads·d; recompute not counted."""
+    from zsim.workload.transformer import model_vocab
+
+    m = scenario.model
+    tokens = m.micro_batch * scenario.layout.dp * scenario.grad_accum * m.seq_len
+    h, layers, gated = m.hidden, m.layers, 3 if m.gated_mlp else 2
+    d = m.head_dim or h // m.heads
+    q, kv = m.heads * d, (m.kv_heads or m.heads) * d
+    moe = m.moe
+    if moe is None:
+        mlp = (m.ffn_hidden or 4 * h) * layers
+    else:
+        moe_layers = layers - moe.dense_layers
+        expert = moe.expert_ffn_hidden or m.ffn_hidden or 4 * h
+        shared = moe.shared_experts * (moe.shared_ffn_hidden or expert)
+        mlp = (m.ffn_hidden or 4 * h) * moe.dense_layers + (expert * moe.top_k + shared) * moe_layers
+    per_token = 6 * (h * gated * mlp + layers * (h * (q + 2 * kv) + q * h) + h * model_vocab(m, scenario.layout.mp))
+    return tokens * (per_token + 6 * q * m.seq_len * layers)
+
+
+FLOP_COUNTS = {"narayanan-eq3": _narayanan_eq3, "paper-8psi": _paper_8psi, "megatron-core": _megatron_core}
 
 
 def published_step(point: ScalePoint, scenario) -> float:
