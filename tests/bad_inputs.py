@@ -121,6 +121,12 @@ SCENARIO_TEXTS: dict[str, str | bytes] = {
     "python_tag": BASE_TEXT + "description: !!python/object/apply:os.system ['true']\n",
     "merge_weird": BASE_TEXT + "extra: {<<: 3}\n",
     "global_batch_odd": _replace("model", "global_batch", "17"),
+    "recompute_modules_string": _replace("zero", "recompute_modules", "moe_act"),
+    "recompute_modules_unmodelled": _replace("zero", "recompute_modules", "[mla_up_proj]")
+    .replace("zero:\n", "zero:\n  recompute_granularity: selective\n"),
+    "recompute_modules_full": _replace("zero", "recompute_modules", "[core_attn]"),
+    "recompute_modules_moe_on_dense": _replace("zero", "recompute_modules", "[moe]")
+    .replace("zero:\n", "zero:\n  recompute_granularity: selective\n"),
     "model_states_dont_fit": _replace("model", "layers", "2000").replace("hidden: 256", "hidden: 8192")
     .replace("heads: 8", "heads: 64").replace("stage: 2", "stage: 0"),
 }
