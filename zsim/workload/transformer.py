@@ -237,7 +237,9 @@ def _moe_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep: int,
     ways), its FLOPs (the dense MLP's replaced by the MoE MLP's model FLOPs; the busiest rank computes
     `load` × the routed part: hardware FLOPs), its saved tensors and all-to-all bytes. `recompute`:
     'layernorm' drops the pre-MLP norm's output, 'moe_act' the experts' activation output (both
-    recomputed in backward: Megatron-Core CheckpointWithoutOutput, transformer_layer.py, experts.py)."""
+    recomputed in backward: Megatron-Core CheckpointWithoutOutput, transformer_layer.py, experts.py), 'moe'
+    every MoE MLP tensor but its input (moe_layer.py checkpoint: the layer's forward, its GEMMs' hardware
+    FLOPs and all-to-alls included, again in backward); what they drop is `recompute_bytes`."""
     h, tokens = shape.hidden, s * b
     dense_mlp = (3 if shape.gated else 2) * 2 * tokens * h * shape.ffn / t
     routed = moe.routed_flops(tokens, h, t)
@@ -265,9 +267,9 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
     selective activation recompute [K22 §5]; `ep`: the expert-parallel degree of a MoE model
     (zsim.workload.moe); `etp`: its experts' MP degree, mp (default) or 1 (each expert whole: a MoE
-    block's MLP then issues no sequence-parallel collective unless it has shared experts: `moe_sp` below); `recompute`: the parts
-    besides the attention core that selective recompute redoes ('layernorm', 'moe_act', 'mlp', 'moe':
-    zsim.zero.rank_states.recompute_modules)."""
+    block's MLP then issues no sequence-parallel collective unless it has shared experts: `moe_sp` below);
+    `recompute`: the parts besides the attention core that selective recompute redoes ('layernorm',
+    'moe_act', 'mlp', 'moe': zsim.zero.rank_states.recompute_modules)."""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
     t = mp
