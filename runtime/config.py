@@ -79,6 +79,12 @@ def read_model_file(path: str | Path) -> ModelDefaults:
         raise ConfigError("false (pure bf16 training) is not what the runtime trains: it keeps an fp32 master "
                           "copy and fp32 Adam states; `zsim run` simulates it, but it cannot be traced yet",
                           source=str(path), path="precision.master_weights")
+    if zero is not None and zero.activation_checkpointing and zero.recompute_granularity != "full":
+        # the runtime checkpoints whole blocks (runtime/model.py): a trace of full recompute would calibrate
+        # another schedule than the selective one asked for (zero.recompute_modules included)
+        raise ConfigError("selective: the runtime recomputes whole blocks (full granularity) and does not "
+                          "build selective recompute; `zsim run` simulates it, but it cannot be traced yet",
+                          source=str(path), path="zero.recompute_granularity")
     return ModelDefaults(
         model=view.model,
         stage=zero.stage if zero else None,
