@@ -85,6 +85,28 @@ def test_list_items_are_addressable(tmp_path):
         plan_of({"axes": {"fabric.degrade.3.factor": [1.0]}}, path)
 
 
+def test_a_list_valued_key_sweeps_lists_and_prints_them_as_written(tmp_path):
+    """zero.recompute_modules takes a list: each axis value is one list, set whole on its point, written in the table
+    and sweep.json as the sweep file writes it (`[layernorm, moe_act]`), and quoted in the rerun line (a shell would
+    read the brackets); a list of lists or a mapping is refused naming the key."""
+    from zsim.sweep.summary import rerun_command
+
+    moe = {**SMALL["model"], "gated_mlp": True, "linear_bias": False, "moe": {"experts": 8, "top_k": 2}}
+    scenario = {**SMALL, "model": moe, "parallel": {**SMALL["parallel"], "sequence_parallel": True},
+                "zero": {**SMALL["zero"], "stage": 1, "recompute_granularity": "selective"}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    plan = plan_of({"axes": {"zero.recompute_modules": [[], ["core_attn"], ["layernorm", "moe_act"]]}}, path)
+    assert [p.scenario.zero.recompute_modules for p in plan.points] == [[], ["core_attn"], ["layernorm", "moe_act"]]
+    assert [str(p.values["zero.recompute_modules"]) for p in plan.points] == ["[]", "[core_attn]", "[layernorm, moe_act]"]
+    line = rerun_command(path, plan.points[2].values, {})
+    assert line.endswith("--set 'zero.recompute_modules=[layernorm, moe_act]'")
+    for bad in ([[["a"]]], [{"a": 1}]):  # a value that is a list of lists, or a mapping
+        with pytest.raises(ConfigError, match="lists of them") as err:
+            plan_of({"axes": {"zero.recompute_modules": bad}}, path)
+        assert err.value.path == "axes.zero.recompute_modules"
+
+
 # --- validation before anything runs -----------------------------------------------------------
 
 def test_unknown_sweep_key_is_rejected_with_a_hint(base):
@@ -258,7 +280,7 @@ def test_per_point_folders_only_when_asked(base, tmp_path):
 @pytest.mark.slow
 def test_local_and_dask_give_identical_tables(base, tmp_path):
     pytest.importorskip("dask.distributed", reason="the dask extra is not installed (pip install 'zsim[dask]')")
-    local = run_sweep(plan_of(SWEEP, base), tmp_path / "local", workers=2)
+    run_sweep(plan_of(SWEEP, base), tmp_path / "local", workers=2)
     dask = run_sweep(plan_of(SWEEP, base), tmp_path / "dask", engine="dask", workers=2)
     assert dask.ran == 4 and dask.engine == "dask"
     assert (tmp_path / "dask" / "sweep.csv").read_bytes() == (tmp_path / "local" / "sweep.csv").read_bytes()

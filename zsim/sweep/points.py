@@ -32,7 +32,7 @@ from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import set_key
 from zsim.config.yamlfile import read_yaml_mapping
 from zsim.errors import ConfigError, ZsimError
-from zsim.sweep.spec import Axis, SweepFile, axes_of
+from zsim.sweep.spec import Axis, ListValue, SweepFile, axes_of
 from zsim.zero.cost import check_cost
 
 # Keys of the scenario that do not change its result: left out of a point's hash.
@@ -178,7 +178,7 @@ def plan_sweep(spec: SweepFile, source: str, base_dir: Path, *,
         values = {k: v for axis, vals in zip(axes, combo) for k, v in zip(axis.keys, vals)}
         data = copy.deepcopy(fixed)
         for key, value in values.items():
-            set_key(data, key, value, f"{source}: axes.{key}")
+            set_key(data, key, list(value) if isinstance(value, ListValue) else value, f"{source}: axes.{key}")
         data["name"] = f"{name}-{plan.total - 1:04d}"
         where = f"{source}: point {plan.total - 1} ({describe(values)}) of {base}"
         validated: ScenarioFile = validate(ScenarioFile, data, where)  # type: ignore[assignment]

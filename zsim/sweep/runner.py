@@ -34,6 +34,7 @@ from zsim.sweep.engines import ENGINES, default_workers, run_dask, run_local
 from zsim.sweep.files import OutputSwap, drop_temporaries, sweep_lock, write_text
 from zsim.sweep.points import Plan, Point
 from zsim.sweep.row import COLUMNS
+from zsim.sweep.spec import cell
 from zsim.sweep.table import SweepTable
 from zsim.sweep.worker import Finished
 
@@ -144,7 +145,8 @@ def _run(plan: Plan, out: Path | None, engine: str, workers: int | None, address
             run_local(missing, workers, per_point, on_done)
     run_s = time.perf_counter() - run_started
     keys = plan.keys
-    table_rows = [{"point": p.index, **p.values, **{c: rows[p.index][c] for c in COLUMNS}} for p in plan.points]
+    table_rows = [{"point": p.index, **{k: cell(v) for k, v in p.values.items()}, **{c: rows[p.index][c] for c in COLUMNS}}
+                  for p in plan.points]
     table = SweepTable(["point", *keys, *COLUMNS], table_rows, keys)
     sweep = SweepRun(plan=plan, table=table, out=out, engine=engine, workers=workers, ran=len(missing),
                      cached=cached, wall_s=0.0, run_s=run_s, sim_s=sim_seconds[0], point_cpu_s=sim_seconds[1],
@@ -222,7 +224,8 @@ def summary_facts(sweep: SweepRun) -> dict[str, Any]:
         "name": plan.spec.name or Path(plan.source).stem,
         "source": plan.source,
         "base": str(plan.base),
-        "axes": {" + ".join(a.keys): [list(v) if len(v) > 1 else v[0] for v in a.values] for a in plan.axes},
+        "axes": {" + ".join(a.keys): [[cell(x) for x in v] if len(v) > 1 else cell(v[0]) for v in a.values]
+                 for a in plan.axes},
         "set": plan.spec.set,
         "metric": plan.spec.metric,
         "better": answers.better(plan.spec.metric),

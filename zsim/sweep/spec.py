@@ -158,6 +158,22 @@ class SweepFile(_Strict, kw_only=True):
     plot: PlotSpec | None = None
 
 
+class ListValue(tuple):
+    """One value of a list-valued key on an axis (`[layernorm, moe]` for zero.recompute_modules): hashable, so
+    the sweep can group and compare points by it, and printed as the sweep file writes it."""
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(str(v) for v in self) + "]"
+
+    __repr__ = __str__
+
+
+def cell(value: Any) -> Any:
+    """A swept value as the table and sweep.json hold it: a list-valued one as its text (`[layernorm, moe]`), so
+    that a table read back groups its points the same way; scalars as they are."""
+    return str(value) if isinstance(value, ListValue) else value
+
+
 class Axis:
     """One dimension of the sweep: one key, or several zipped keys, and their values per position."""
 
@@ -180,11 +196,12 @@ def _values(spec: AxisValues, where: str, source: str) -> list[Any]:
             message = str(exc).removeprefix(f"{prefix}: ")
             raise ConfigError(message, source=source, path=f"{where}.{exc.path}" if exc.path else where) from None
     elif isinstance(spec, list):
-        values = spec
-        bad = [v for v in values if isinstance(v, (list, dict))]
+        bad = [v for v in spec if isinstance(v, dict) or (isinstance(v, list) and any(
+            isinstance(x, (list, dict)) for x in v))]
         if bad:
-            raise ConfigError(f"values must be scalars (a number, a string, true/false, null), got {bad[0]!r}",
-                              source=source, path=where)
+            raise ConfigError(f"values must be scalars (a number, a string, true/false, null) or lists of them "
+                              f"(a list-valued key: zero.recompute_modules), got {bad[0]!r}", source=source, path=where)
+        values = [ListValue(v) if isinstance(v, list) else v for v in spec]
     else:
         raise ConfigError(f"expected a list of values or a range {{from, to, step|num|factor}}, got {spec!r}",
                           source=source, path=where)

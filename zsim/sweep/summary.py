@@ -32,9 +32,12 @@ def rerun_command(base: Path, values: dict[str, Any], fixed: dict[str, Any]) -> 
     """The `zsim run` line that reproduces one point."""
     import os
 
+    import shlex
+
     base = Path(os.path.relpath(os.path.normpath(base)))
-    sets = " ".join(f"--set {k}={v if v is not None else 'null'}" for k, v in {**fixed, **values}.items())
-    return f"zsim run {base} {sets}".rstrip()
+    # quoted where a shell would read the text itself: a list value's brackets and spaces (`[layernorm, moe]`)
+    sets = " ".join("--set " + shlex.quote(f"{k}={v if v is not None else 'null'}") for k, v in {**fixed, **values}.items())
+    return f"zsim run {shlex.quote(str(base))} {sets}".rstrip()
 
 
 def _memory_caution(sweep, metric: str) -> list[str]:
