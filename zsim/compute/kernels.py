@@ -39,6 +39,7 @@ from dataclasses import replace
 from zsim.compute import torch_kernels
 from zsim.compute.kernel_list import Kernel, KernelList, gemm, linear_bwd, linear_fwd, mem, red
 from zsim.compute.kernel_shape import Shape
+from zsim.compute.mla_kernels import mla_backward, mla_forward
 
 
 def _block_dims(x: Shape) -> tuple[int, int, int, int, int, int]:
@@ -102,39 +103,16 @@ def _rotary_width(x: Shape, heads: int, hn: int, qkv: int) -> int:
     return qkv - (qkv - heads * hn) // 2
 
 
-def _mla_forward(x: Shape) -> list[Kernel]:
-    """MLA's projections on one MP rank (zsim.workload.mla; Megatron-Core MLASelfAttention): the
-    replicated down projections whole (q_a, kv_a with the RoPE key), the latents' RMSNorms, the
-    column-parallel up projections ÷ t."""
-    q_rank, kv_rank, nope, rope, vd = x.mla
-    T, e, h, heads = x.s * x.b, x.e, x.h, max(1, x.a // x.t)
-    ks = [gemm("mla.q_down", T, q_rank, h), mem("mla.q_norm", 2 * e * T * q_rank)] if q_rank else []
-    ks += [gemm("mla.q_up", T, heads * (nope + rope), q_rank or h), gemm("mla.kv_down", T, kv_rank + rope, h),
-           mem("mla.kv_norm", 2 * e * T * kv_rank), gemm("mla.kv_up", T, heads * (nope + vd), kv_rank)]
-    return ks
-
-
-def _mla_backward(x: Shape) -> list[Kernel]:
-    """_mla_forward's backward, in reverse: each GEMM's input and weight gradients, the norms'."""
-    ks = []
-    for k in reversed(_mla_forward(x)):
-        if k.kind == "gemm":
-            ks += [gemm(f"{k.name}.dgrad", k.m, k.k, k.n), gemm(f"{k.name}.wgrad", k.n, k.k, k.m)]
-        else:
-            ks.append(mem(f"{k.name}.bwd", 5 * k.bytes / 2, count=2))
-    return ks
-
-
 def block_forward(x: Shape) -> tuple[Kernel, ...]:
     """One transformer block's forward on one MP rank (also its recompute under checkpointing). Shape
-    options: MLA's projections in place of QKV (_mla_forward); a QK-norm kernel; Gemma-2's norms after
+    options: MLA's projections in place of QKV (zsim.compute.mla_kernels); a QK-norm kernel; Gemma-2's norms after
     attention and after the MLP (x.norms 4); Falcon-7B's one norm for both (x.norms 1)."""
     T, hn, heads, qkv, ffn, S = _block_dims(x)
     e, h = x.e, x.h
     th = T * h
     tr = th // x.t if x.sp else th  # the elementwise kernels outside attention and MLP: T/t tokens under SP
     ks: list[Kernel] = [mem("input_layernorm", 2 * e * tr)]
-    ks += _mla_forward(x) if x.mla is not None else linear_fwd("qkv", T, qkv, h, x.qkv_bias and not _epilogue(x), e)
+    ks += mla_forward(x) if x.mla is not None else linear_fwd("qkv", T, qkv, h, x.qkv_bias and not _epilogue(x), e)
     if x.qk_norm:  # q and k through their RMSNorms: read and write both
         ks.append(mem("attention.qk_norm", 2 * e * T * (qkv - (qkv - heads * hn) // 2)))
     if not x.flash:
@@ -215,7 +193,7 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
     if x.qk_norm:
         ks.append(mem("attention.qk_norm.bwd", 5 * e * T * (qkv - (qkv - heads * hn) // 2)))
     ks.append(mem("qkv.split.bwd", 2 * e * T * qkv))  # the three gradients gathered into one
-    ks += _mla_backward(x) if x.mla is not None else linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
+    ks += mla_backward(x) if x.mla is not None else linear_bwd("qkv", T, qkv, h, x.qkv_bias, e)
     ks.append(mem("input_layernorm.bwd", 5 * e * tr, count=2))
     return tuple(ks)
 

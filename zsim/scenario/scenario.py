@@ -11,7 +11,9 @@ import msgspec
 from zsim.fabric.cluster import Cluster, load_cluster
 from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
+from zsim.scenario.moe_checks import check_moe
 from zsim.scenario.pipeline_checks import check_pipeline
+from zsim.scenario.recompute_checks import check_recompute_modules
 from zsim.config.profiles import Profiles
 from zsim.config.model_section import ModelSection
 from zsim.config.bounds import MAX_ACCUM
@@ -275,8 +277,8 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     if zero.recompute_granularity == "selective" and zero.partition_activations:
         raise fail("zero.partition_activations", "true partitions full-recompute checkpoints, but "
                    "zero.recompute_granularity is selective (no layer checkpoint to partition)")
-    _check_recompute_modules(spec, fail)
-    _check_moe(spec, fail)
+    check_recompute_modules(spec, fail)
+    check_moe(spec, fail)
     if spec.model.loss in ("torch", "torch-fp32") and spec.parallel.mp > 1:
         # a DTensor's logits are gathered whole before PyTorch's loss (NeMo AutoModel's MaskedCrossEntropy:
         # `logits.full_tensor()`), a collective and memory zsim does not model
@@ -290,98 +292,6 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     if spec.parallel.sequence_parallel and zero.partition_activations and spec.parallel.mp > 1:
         raise fail("zero.partition_activations", "true with parallel.sequence_parallel: sequence parallelism "
                    "already keeps 1/mp of every layer input per MP rank (Korthikanti et al. 2022 §4.2.2)")
-
-
-# Megatron-Core's other --recompute-modules (transformer_config.py recompute_modules), and why zsim has none
-UNMODELLED_RECOMPUTE = {
-    "shared_experts": "recomputing the shared experts",
-    "mla_up_proj": "recomputing MLA's up projections",
-}
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe")
-
-
-def _check_recompute_modules(spec: ScenarioFile, fail) -> None:
-    """zero.recompute_modules: with selective granularity only; each name one zsim models, once; the MoE ones
-    on a model with MoE blocks (Megatron-Core's Transformer Engine layers fuse a dense block's norms into the
-    linear after them, gpt_layer_specs.py, so only a MoE block's pre-MLP norm is a module to recompute)."""
-    zero, key = spec.zero, "zero.recompute_modules"
-    modules = zero.recompute_modules
-    if modules is None:
-        return
-    if zero.recompute_granularity != "selective":
-        raise fail(key, f"{modules} chooses what selective recompute recomputes, but zero.recompute_granularity is "
-                   f"{zero.recompute_granularity} (set it to selective, as Megatron-Core's --recompute-modules needs)")
-    for name in modules:
-        if name in UNMODELLED_RECOMPUTE:
-            raise fail(key, f"{name!r} ({UNMODELLED_RECOMPUTE[name]}) is Megatron-Core's but not modelled; zsim "
-                       f"models {', '.join(RECOMPUTE_MODULES)}")
-        if name not in RECOMPUTE_MODULES:
-            raise fail(key, f"{name!r} is not a module to recompute; choose from {', '.join(RECOMPUTE_MODULES)}")
-    if len(set(modules)) != len(modules):
-        raise fail(key, f"{modules} names a module twice")
-    if spec.model.moe is None:
-        for name in ("layernorm", "moe_act", "moe"):
-            if name in modules:
-                raise fail(key, f"{name!r} recomputes a part of a MoE block, but the model has none (model.moe)"
-                           + ("; a dense block's norms are fused into the linear after them (Megatron-Core with "
-                              "Transformer Engine), so there is nothing to recompute" if name == "layernorm" else ""))
-    elif "mlp" in modules and spec.model.moe.dense_layers == 0:
-        raise fail(key, "'mlp' recomputes a dense block's MLP, but every block of this model is a MoE block; "
-                   "'moe' recomputes those")
-
-
-def _check_moe(spec: ScenarioFile, fail) -> None:
-    """Expert parallelism as Megatron-Core lays it out (zsim.parallel.layout): ep divides dp and the
-    experts; each expert's FFN splits across MP as the dense MLP does, or (expert_mp 1) stays whole with the
-    EP group folded over MP and DP (ep then divides dp × mp). ZeRO stage 3 with experts runs
-    as FSDP shards it (zero.implementation 'paper'); DeepSpeed's implementations refuse it as DeepSpeed does."""
-    moe, par = spec.model.moe, spec.parallel
-    if moe is None:
-        if par.ep > 1:
-            raise fail("parallel.ep", f"{par.ep} splits experts, but the model has none (model.moe)")
-        if par.expert_mp is not None:
-            raise fail("parallel.expert_mp", f"{par.expert_mp} splits experts, but the model has none (model.moe)")
-        return
-    etp = par.mp if par.expert_mp is None else par.expert_mp
-    if etp not in (1, par.mp):
-        # Megatron-Core allows any expert TP size; zsim prices the two its MP collectives can say: the experts
-        # split as the dense MLP (the MP group) or whole (no collective inside the MoE MLP).
-        raise fail("parallel.expert_mp", f"{etp}: zsim models expert_mp {par.mp} (each expert split across the MP "
-                   "group, the default) or 1 (each expert whole on one rank); an expert tensor-parallel group inside "
-                   "the MP group is not modelled")
-    if etp == par.mp > 1 and moe.dispatcher == "deepep":
-        # token_dispatcher.py MoEFlexTokenDispatcher: with the experts split over TP, DeepEP dispatches over the
-        # TP × EP group, each expert as tp virtual ones (router_topk × tp_size, num_experts × tp_size)
-        raise fail("model.moe.dispatcher", f"deepep with each expert split across parallel.mp {par.mp}: Megatron-Core's "
-                   "DeepEP dispatcher then sends over the MP × EP group, each expert as mp virtual ones, which zsim "
-                   "does not model; use parallel.expert_mp: 1 (each expert whole) or dispatcher alltoall")
-    if etp == par.mp and par.dp % par.ep:
-        raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp} (expert parallelism is carved out of DP; with "
-                   "parallel.expert_mp 1 it folds over the MP ranks too)")
-    if etp == 1 and (par.dp * par.mp) % par.ep:
-        raise fail("parallel.ep", f"{par.ep} must divide dp × mp = {par.dp * par.mp} (with expert_mp 1 an EP group "
-                   "folds over a stage's MP and DP ranks)")
-    if par.mp > 1 and not par.sequence_parallel:
-        raise fail("parallel.sequence_parallel", "false with model.moe and mp > 1: Megatron-LM requires sequence "
-                   "parallelism for MoE with tensor parallelism (megatron/training/arguments.py: 'When using MoE "
-                   "and tensor parallelism, sequence parallelism must be used')")
-    if moe.experts % par.ep:
-        raise fail("parallel.ep", f"{par.ep} must divide model.moe.experts {moe.experts} (each EP rank holds "
-                   "experts / ep of them)")
-    ffn = moe.expert_ffn_hidden or spec.model.ffn_hidden or 4 * spec.model.hidden
-    for key, width, ways in (("model.moe.expert_ffn_hidden", ffn, etp),
-                             ("model.moe.shared_ffn_hidden", moe.shared_ffn_hidden or ffn, par.mp)):
-        if width % ways:
-            raise fail(key, f"{width} cannot be split evenly across {ways} ranks")
-    if spec.zero.stage == 3 and spec.zero.implementation != "paper":
-        # deepspeed/runtime/engine.py _configure_zero_optimizer, every release read from v0.5.0 (DeepSpeed-MoE's
-        # first) to v0.16.4: under ZeroStageEnum.weights, assert not self.has_moe_layers, "MoE not supported with
-        # Stage 3" (v0.16.4 line 1675). Megatron-Core's distributed optimizer is ZeRO-1 (docs/parallel.md).
-        # FSDP2 with expert parallelism (torchtitan, NeMo AutoModel) shards the experts over their own group:
-        # zero.implementation 'paper' (docs/moe.md, "ZeRO").
-        raise fail("zero.implementation", f"{spec.zero.implementation} with model.moe at stage 3: 'MoE not "
-                   "supported with Stage 3' (DeepSpeed's runtime/engine.py, v0.5.0-v0.16.4); use stage 0-2, or "
-                   "implementation 'paper' (experts sharded FSDP-style over their expert-data-parallel group)")
 
 
 def _qk_width(model: ModelSection) -> int:

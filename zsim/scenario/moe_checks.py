@@ -1,0 +1,72 @@
+"""The checks of a mixture-of-experts layout (model.moe with parallel.ep and parallel.expert_mp), as a whole:
+what Megatron-Core or DeepSpeed refuse, zsim refuses with their reason; what zsim does not model is refused
+saying so (docs/moe.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from zsim.config.schema import ScenarioFile
+from zsim.errors import ConfigError
+
+Fail = Callable[[str, str], ConfigError]
+
+
+def check_moe(spec: ScenarioFile, fail: Fail) -> None:
+    """Expert parallelism as Megatron-Core lays it out (zsim.parallel.layout): ep divides dp and the
+    experts; each expert's FFN splits across MP as the dense MLP does, or (expert_mp 1) stays whole with the
+    EP group folded over MP and DP (ep then divides dp × mp). ZeRO stage 3 with experts runs
+    as FSDP shards it (zero.implementation 'paper'); DeepSpeed's implementations refuse it as DeepSpeed does.
+
+    Raises:
+        ConfigError (through `fail`, naming the key): expert keys without experts, an expert MP degree other than
+        mp or 1, DeepEP with experts split over MP, an EP degree that does not divide, MoE with MP but without
+        sequence parallelism, widths that do not split, ZeRO-3 with experts under DeepSpeed's implementations."""
+    moe, par = spec.model.moe, spec.parallel
+    if moe is None:
+        if par.ep > 1:
+            raise fail("parallel.ep", f"{par.ep} splits experts, but the model has none (model.moe)")
+        if par.expert_mp is not None:
+            raise fail("parallel.expert_mp", f"{par.expert_mp} splits experts, but the model has none (model.moe)")
+        return
+    etp = par.mp if par.expert_mp is None else par.expert_mp
+    if etp not in (1, par.mp):
+        # Megatron-Core allows any expert TP size; zsim prices the two its MP collectives can say: the experts
+        # split as the dense MLP (the MP group) or whole (no collective inside the MoE MLP).
+        raise fail("parallel.expert_mp", f"{etp}: zsim models expert_mp {par.mp} (each expert split across the MP "
+                   "group, the default) or 1 (each expert whole on one rank); an expert tensor-parallel group inside "
+                   "the MP group is not modelled")
+    if etp == par.mp > 1 and moe.dispatcher == "deepep":
+        # token_dispatcher.py MoEFlexTokenDispatcher: with the experts split over TP, DeepEP dispatches over the
+        # TP × EP group, each expert as tp virtual ones (router_topk × tp_size, num_experts × tp_size)
+        raise fail("model.moe.dispatcher", f"deepep with each expert split across parallel.mp {par.mp}: Megatron-Core's "
+                   "DeepEP dispatcher then sends over the MP × EP group, each expert as mp virtual ones, which zsim "
+                   "does not model; use parallel.expert_mp: 1 (each expert whole) or dispatcher alltoall")
+    if etp == par.mp and par.dp % par.ep:
+        raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp} (expert parallelism is carved out of DP; with "
+                   "parallel.expert_mp 1 it folds over the MP ranks too)")
+    if etp == 1 and (par.dp * par.mp) % par.ep:
+        raise fail("parallel.ep", f"{par.ep} must divide dp × mp = {par.dp * par.mp} (with expert_mp 1 an EP group "
+                   "folds over a stage's MP and DP ranks)")
+    if par.mp > 1 and not par.sequence_parallel:
+        raise fail("parallel.sequence_parallel", "false with model.moe and mp > 1: Megatron-LM requires sequence "
+                   "parallelism for MoE with tensor parallelism (megatron/training/arguments.py: 'When using MoE "
+                   "and tensor parallelism, sequence parallelism must be used')")
+    if moe.experts % par.ep:
+        raise fail("parallel.ep", f"{par.ep} must divide model.moe.experts {moe.experts} (each EP rank holds "
+                   "experts / ep of them)")
+    ffn = moe.expert_ffn_hidden or spec.model.ffn_hidden or 4 * spec.model.hidden
+    for key, width, ways in (("model.moe.expert_ffn_hidden", ffn, etp),
+                             ("model.moe.shared_ffn_hidden", moe.shared_ffn_hidden or ffn, par.mp)):
+        if width % ways:
+            raise fail(key, f"{width} cannot be split evenly across {ways} ranks")
+    if spec.zero.stage == 3 and spec.zero.implementation != "paper":
+        # deepspeed/runtime/engine.py _configure_zero_optimizer, every release read from v0.5.0 (DeepSpeed-MoE's
+        # first) to v0.16.4: under ZeroStageEnum.weights, assert not self.has_moe_layers, "MoE not supported with
+        # Stage 3" (v0.16.4 line 1675). Megatron-Core's distributed optimizer is ZeRO-1 (docs/parallel.md).
+        # FSDP2 with expert parallelism (torchtitan, NeMo AutoModel) shards the experts over their own group:
+        # zero.implementation 'paper' (docs/moe.md, "ZeRO").
+        raise fail("zero.implementation", f"{spec.zero.implementation} with model.moe at stage 3: 'MoE not "
+                   "supported with Stage 3' (DeepSpeed's runtime/engine.py, v0.5.0-v0.16.4); use stage 0-2, or "
+                   "implementation 'paper' (experts sharded FSDP-style over their expert-data-parallel group)")
