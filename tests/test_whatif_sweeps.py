@@ -116,3 +116,15 @@ def test_without_gpudirect_a_faster_nic_stops_helping_at_the_pcie_bound():
     assert rows[(100, False)]["step_s"] > 1.5 * rows[(100, True)]["step_s"]
     assert "staged through host memory (no GPUDirect RDMA)" in rows[(100, False)]["bottleneck"]
     assert "staged" not in rows[(100, True)]["bottleneck"]
+
+
+@pytest.mark.slow
+def test_recomputing_the_moe_layer_is_what_fits_qwen3_at_16k():
+    """whatif/recompute-qwen3-235b-16k: the norms and the experts' activation (the 4k runs' "norm, act") are not
+    enough at 16k tokens; only the points that recompute the whole MoE layer fit, and the attention core's recompute
+    (FlashAttention's kernel run again) costs time and frees almost nothing."""
+    sweep = run_sweep(load_plan(WHATIF / "recompute-qwen3-235b-16k.yaml"), None, workers=2)
+    rows = {r["zero.recompute_modules"]: r for r in sweep.table}
+    assert {k for k, r in rows.items() if r["status"] == "fits"} == {"[moe]", "[layernorm, moe]"}
+    assert rows["[core_attn]"]["step_s"] > rows["[]"]["step_s"] and rows["[core_attn]"]["status"] == "oom"
+    assert sweep.best["zero.recompute_modules"] in ("[moe]", "[layernorm, moe]")
