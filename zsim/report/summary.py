@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zsim.report.memory_hint import memory_hint
 from zsim.report.error_band import band_line
 
 GB = 1e9
@@ -194,6 +195,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         *([band_line(f["band"])] if f.get("band") else []),
         *_attention_line(mem, m),
         _speed(th, f["fits"]),
+        *memory_hint(f),
         *_cautions(mem),
         *_calibration(f.get("calibration")),
         f"  comm/GPU  DP {c['dp_volume_bytes_per_step'] / GB:.1f} GB/step = {c['dp_volume_over_psi']:.2f}Ψ ({per_op}); "
