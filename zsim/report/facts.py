@@ -18,6 +18,7 @@ from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.rank_states import selective
 from zsim.report.network import network_facts
 from zsim.report.error_band import band_facts
+from zsim.report.memory_hint import hint_facts
 
 RESULT_SCHEMA = "zsim-result/1"
 
@@ -89,7 +90,7 @@ def facts(result: Result) -> dict[str, Any]:
     if result.pipeline is not None:  # Ψ of the worst stage's rank: what its DP group reduces (stages 0-1 keep all of it)
         psi_bytes = result.model_states.params
     oom = ledger.oom
-    return {
+    f = {
         "schema": RESULT_SCHEMA,
         "zsim_version": __version__,
         "scenario": {"name": s.name, "source": s.source, "description": s.description},
@@ -192,3 +193,5 @@ def facts(result: Result) -> dict[str, Any]:
             "wall_seconds": result.wall_seconds,
         },
     }
+    f["memory"]["hint"] = hint_facts(f)  # the keys that cut an out-of-memory peak (zsim.report.memory_hint)
+    return f

@@ -50,16 +50,17 @@ def state_options(f: dict[str, Any]) -> list[str]:
     return options
 
 
-def memory_hint(f: dict[str, Any]) -> list[str]:
-    """The summary's `hint` line for a run that does not fit: when activations are at least half of its
-    allocated peak (memory.peak_by_category), the keys that cut them; when model states (params, grads,
-    optimizer) are, the keys that partition or split them; [] for a run that fits or another peak."""
+def hint_facts(f: dict[str, Any]) -> dict[str, Any] | None:
+    """result.json's memory.hint for `facts(result)` `f` (everything but memory.hint itself): for a run that
+    does not fit, when activations are at least half of its allocated peak (memory.peak_by_category), the keys
+    that cut them; when model states (params, grads, optimizer) are, the keys that partition or split them:
+    {"tensors", "bytes", "share_of_peak", "keys"}. None for a run that fits, another peak, or no key left."""
     if f["fits"]:
-        return []
+        return None
     peak = f["memory"]["peak_by_category"]
     total = sum(peak.values())
     if not total:
-        return []
+        return None
     acts = peak.get("activations", 0)
     states = sum(peak.get(k, 0) for k in ("params", "grads", "optimizer"))
     if acts >= ACTIVATION_SHARE * total:
@@ -67,8 +68,16 @@ def memory_hint(f: dict[str, Any]) -> list[str]:
     elif states >= ACTIVATION_SHARE * total:
         what, size, options = "model states", states, state_options(f)
     else:
-        return []
+        return None
     if not options:
+        return None
+    return {"tensors": what, "bytes": size, "share_of_peak": size / total, "keys": options}
+
+
+def memory_hint(f: dict[str, Any]) -> list[str]:
+    """The summary's `hint` line from memory.hint (hint_facts); [] without one."""
+    hint = f["memory"].get("hint")
+    if not hint:
         return []
-    return [f"  hint      {what} are {size / total:.0%} of the peak ({size / 1e9:.1f} GB); keys that cut them, "
-            f"not simulated here: {'; '.join(options)}"]
+    return [f"  hint      {hint['tensors']} are {hint['share_of_peak']:.0%} of the peak ({hint['bytes'] / 1e9:.1f} GB); "
+            f"keys that cut them, not simulated here: {'; '.join(hint['keys'])}"]
