@@ -44,5 +44,7 @@ def test_the_options_follow_what_the_scenario_already_uses():
     assert activation_options(f)[-1] == "model.micro_batch below 4"
     f["memory"]["attention"]["share_of_peak_activations"] = 0.5
     assert any(o.startswith("model.attention: auto") for o in activation_options(f))
+    f["zero"]["activation_checkpointing"] = True  # selective of [moe] only, scores half the activations
+    assert activation_options(f)[0] == "zero.recompute_modules with core_attn"
     # a pipeline keeps ZeRO at stage 0-1 (DeepSpeed's refusal): no higher stage offered there
     assert state_options(base) == ["parallel.mp above 4 (or parallel.pp)"]

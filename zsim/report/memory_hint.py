@@ -23,7 +23,9 @@ def activation_options(f: dict[str, Any]) -> list[str]:
         modules = z.get("recompute_modules")
         modules = ["core_attn"] if modules is None else modules
         moe = m.get("moe")
-        wanted = (["moe"] if moe else []) + (["mlp"] if not moe or moe.get("dense_layers") else [])
+        scores = f["memory"]["attention"]["share_of_peak_activations"] >= 1 / 3  # the s×s scores a third or more
+        wanted = (["core_attn"] if scores else []) + (["moe"] if moe else []) + (
+            ["mlp"] if not moe or moe.get("dense_layers") else [])
         missing = [name for name in wanted if name not in modules]
         if missing:
             options.append(f"zero.recompute_modules with {' and '.join(missing)}")
