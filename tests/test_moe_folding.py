@@ -143,13 +143,40 @@ def test_split_experts_gather_the_routed_copies_over_mp():
     assert [n for _, n in ops] == [e * tokens * H] * 2 + [e * K * tokens * H] * 2 + [e * tokens * H] * 2
 
 
-def test_deepep_with_experts_split_over_mp_is_refused():
-    """Megatron-Core's DeepEP (flex) dispatcher with the experts split over TP sends over the TP × EP group, each
-    expert as tp virtual ones: not modelled, refused naming the key; whole experts or mp 1 run."""
+def test_deepep_with_experts_split_over_mp_dispatches_over_tp_times_ep():
+    """Megatron-Core's flex (DeepEP) dispatcher with the experts split over TP: one group of the EP ranks with their
+    TP ranks (ep·mp consecutive ranks), the routing map replicated over TP, so a rank's T/mp tokens reach all mp TP
+    ranks of each EP rank hit (mp × DeepEP's copies: mp times the bytes) and cross to another node once (1/mp of
+    the NIC share); no TP gather of the routed copies (the attention's pair alone). With EP 1 it is refused."""
+    from zsim.workload.moe import Moe
+    from zsim.zero.rank_states import ep_dispatch
+
+    e, tokens = 2, 128 * 2
+    lay = Layout(dp=8, mp=4, gpus_per_node=8, nodes=4, ep=4)
+    assert lay.group_size("tpep") == 16 and lay.group_members("tpep", 1) == list(range(16, 32))
+    assert set(lay.group_members("tpep", 0)) == {r for m in range(4) for r in lay.group_members("ep", m)}
+    assert lay.group_shape("tpep").per_node == 8
+    data = _dict({"dp": 8, "mp": 4, "ep": 4}, {"dispatcher": "deepep"}, hardware={"profile": "dgx-h100", "nodes": 4})
+    flex = build_scenario(data, source="<t>")
+    split = build_scenario(_dict({"dp": 8, "mp": 4, "ep": 4}, hardware={"profile": "dgx-h100", "nodes": 4}),
+                           source="<t>")
+    moe = Moe.of(flex.model)
+    w = build_workload(flex.model, 4, "bf16", sequence_parallel=True, ep=4, etp=4).blocks[0]
+    assert w.ep_all_to_all_bytes == round(moe.load * tokens * moe.copies_per_token(4) * H * e / 4) * 4
+    assert list(w.mp_collectives_fwd) == [("all_gather", e * tokens * H), ("reduce_scatter", e * tokens * H)]
+    group, factor, share = ep_dispatch(flex)
+    assert (group, factor) == ("tpep", 4)
+    assert share == pytest.approx(moe.nic_share(4, flex.layout.group_shape("ep").per_node) / 4)
+    assert ep_dispatch(split) == ("ep", 1, 1.0)
+    runs = {mode: simulate(flex, mode=mode) for mode in ("class", "per_rank")}
+    assert runs["per_rank"].step_seconds == pytest.approx(runs["class"].step_seconds, rel=1e-9)
+    f = facts(runs["class"])
+    assert f["comm"]["ep_group"] == "tpep" and f["time"]["ep_comm_seconds_per_step"] > 0
+    assert "EP all-to-all" in summary(f) and f["comm"]["ep_copies_per_token"] == pytest.approx(4 * moe.copies_per_token(4))
     with pytest.raises(ConfigError) as err:
-        build_scenario(_dict({"dp": 4, "mp": 2, "ep": 4}, {"dispatcher": "deepep"}), source="<t>")
-    assert err.value.path == "model.moe.dispatcher" and "expert_mp: 1" in str(err.value)
-    build_scenario(_dict({"dp": 4, "mp": 2, "ep": 8, "expert_mp": 1}, {"dispatcher": "deepep"}), source="<t>")
+        build_scenario(_dict({"dp": 8, "mp": 2}, {"dispatcher": "deepep"}, hardware={"profile": "dgx-h100", "nodes": 2}),
+                       source="<t>")
+    assert err.value.path == "model.moe.dispatcher" and "parallel.ep above 1" in str(err.value)
 
 
 def test_folded_all_to_all_runs_across_mp_ranks_and_modes_agree():

@@ -49,6 +49,7 @@ from zsim.engine import shifted_unit
 from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats, Result
 from zsim.memory.ledger import MemoryLedger
+from zsim.zero.ops import EP_GROUPS
 
 if TYPE_CHECKING:
     from zsim.scenario.scenario import Scenario
@@ -230,7 +231,7 @@ def added_by(run: Any, indices: list[int], start: list[float]) -> Added:
             count, payload, sent, total = comm.get(key, (0, 0, 0.0, 0.0))
             comm[key] = (count + 1, payload + op.nbytes, sent + phases(op)[2], total + seconds)
             mp += seconds if op.group == "mp" else 0.0
-            ep += seconds if op.group == "ep" else 0.0
+            ep += seconds if op.group in EP_GROUPS else 0.0
         elif op.transfer:
             offload += transfer_seconds(op.nbytes, run.s.cluster.offload)
         elif op.stream != "host":  # as stream_worker: the 'host' lane is no compute-stream time

@@ -13,7 +13,7 @@ from zsim.engine.offload import transfer_seconds
 from zsim.engine.result import CommStats
 from zsim.engine.run_state import RankProgress, RunState
 from zsim.trace import schema
-from zsim.zero.ops import Op
+from zsim.zero.ops import EP_GROUPS, Op
 
 def quiet_worker(env: simpy.Environment, run: RunState, rank: int, indices: list[int],
                  progress: RankProgress) -> Generator[simpy.Event, None, None]:
@@ -92,7 +92,7 @@ def stream_worker(env: simpy.Environment, run: RunState, indices: list[int],
             stats.seconds += end - start
             if op.group == "mp":
                 run.mp_seconds += end - start
-            elif op.group == "ep":
+            elif op.group in EP_GROUPS:
                 run.ep_seconds += end - start
             best = run.algorithms.get(op.group)
             if best is None or op.nbytes > best[0]:

@@ -42,7 +42,10 @@ class Layout:
     # `ep` ranks etp apart (the experts' all-to-all runs in it); the expert-data-parallel group ("edp") the
     # dp·mp/(ep·etp) ranks ep·etp apart holding the same experts (ZeRO partitions those). With etp = mp (the
     # default, 0 here) an EP group is ep consecutive DP ranks of one MP rank, carved out of DP as
-    # DeepSpeed-MoE also does; with etp = 1 it folds over MP and DP ranks (MoE parallel folding).
+    # DeepSpeed-MoE also does; with etp = 1 it folds over MP and DP ranks (MoE parallel folding). The
+    # "tpep" group is an EP group with its etp expert-TP ranks: ep·etp consecutive ranks of the stage
+    # (parallel_state.py _EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP), where Megatron-Core's flex (DeepEP)
+    # dispatcher sends.
     ep: int = 1
     pp: int = 1  # pipeline stages, each of dp × mp consecutive ranks
     etp: int = 0  # the experts' tensor-parallel degree; 0: mp
@@ -93,10 +96,11 @@ class Layout:
         return range(start, start + self.mp)
 
     def group_size(self, kind: str) -> int:
-        """Members of a group of `kind`: 'dp', 'mp', 'ep' (expert parallel), 'edp' (expert data parallel) or
-        'pp' (the pipeline: one rank per stage) or 'embed' (a tied head's first and last stage)."""
+        """Members of a group of `kind`: 'dp', 'mp', 'ep' (expert parallel), 'edp' (expert data parallel),
+        'tpep' (an EP group with its experts' TP ranks), 'pp' (the pipeline: one rank per stage) or 'embed' (a
+        tied head's first and last stage)."""
         return {"dp": self.dp, "mp": self.mp, "ep": self.ep, "edp": self.stage_ranks // (self.ep * self.expert_mp),
-                "pp": self.pp, "embed": 2 if self.pp > 1 else 1}[kind]
+                "tpep": self.ep * self.expert_mp, "pp": self.pp, "embed": 2 if self.pp > 1 else 1}[kind]
 
     def group_index(self, kind: str, rank: int) -> int:
         """Which group of `kind` holds `rank` (0-based; groups of one kind are disjoint)."""
@@ -106,6 +110,8 @@ class Layout:
             return self.dp_rank(rank)
         t = self.expert_mp
         q = rank % self.stage_ranks  # a stage's ranks in the experts' order: etp fastest, then ep, then edp
+        if kind == "tpep":
+            return q // (self.ep * t)
         e, block = q % t, q // t
         if kind == "ep":  # ep ranks etp apart (with etp = mp: consecutive DP ranks of one MP rank)
             return (block // self.ep) * t + e
@@ -119,6 +125,8 @@ class Layout:
         if kind == "mp":
             return self.mp_group(index * self.mp)
         t = self.expert_mp
+        if kind == "tpep":
+            return range(index * self.ep * t, (index + 1) * self.ep * t)
         block, e = divmod(index, t)
         if kind == "ep":
             return range(block * self.ep * t + e, (block + 1) * self.ep * t + e, t)
@@ -140,7 +148,7 @@ class Layout:
         # members' rank distance: EP etp apart (consecutive DP ranks, mp apart, by default), EDP ep·etp apart,
         # the pipeline one stage (dp·mp) apart, the tied embedding's group the first and last stage
         # (Megatron-LM _EMBEDDING_GROUP)
-        stride = {"ep": self.expert_mp, "edp": self.expert_mp * self.ep, "pp": self.dp * self.mp,
+        stride = {"ep": self.expert_mp, "edp": self.expert_mp * self.ep, "tpep": 1, "pp": self.dp * self.mp,
                   "embed": max(1, self.pp - 1) * self.dp * self.mp}[kind]
         per_node = min(max(1, self.gpus_per_node // stride), size)
         return GroupShape(size=size, per_node=per_node, nodes=max(1, size // per_node),

@@ -15,7 +15,7 @@ from zsim.workload.activations import attention_score_bytes
 from zsim.workload.moe import Moe
 from zsim.workload.parameters import active_params
 from zsim.zero.model_states import PARAM_BYTES
-from zsim.zero.rank_states import selective
+from zsim.zero.rank_states import ep_dispatch, selective
 from zsim.report.network import network_facts
 from zsim.report.error_band import band_facts
 from zsim.report.memory_hint import hint_facts
@@ -173,8 +173,9 @@ def facts(result: Result) -> dict[str, Any]:
             "psi_bytes": psi_bytes,
             "algorithms": result.algorithms,
             # MoE with EP: the copies of a token its dispatch sends (zsim.workload.moe: top_k, or DeepEP's ranks hit)
-            **({"ep_dispatcher": moe.dispatcher, "ep_copies_per_token": moe.copies_per_token(s.layout.ep),
-                "ep_nic_share": moe.nic_share(s.layout.ep, s.layout.group_shape("ep").per_node)}
+            **({"ep_dispatcher": moe.dispatcher,
+                "ep_copies_per_token": moe.copies_per_token(s.layout.ep) * ep_dispatch(s)[1],
+                "ep_nic_share": ep_dispatch(s)[2], "ep_group": ep_dispatch(s)[0]}
                if (moe := Moe.of(s.model)) is not None and s.layout.ep > 1 else {}),
             "collectives": [
                 {"group": group, "op": op, "count_per_step": st.count / steps,

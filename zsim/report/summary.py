@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zsim.report.memory_hint import memory_hint
+from zsim.zero.ops import EP_GROUPS
 from zsim.report.error_band import band_line
 
 GB = 1e9
@@ -166,7 +167,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     per_op = ", ".join(f"{x['op']} {x['payload_bytes_per_step'] * (2 if x['op'] == 'all_reduce' else 1) / c['psi_bytes']:.2f}Ψ"
                        for x in c["collectives"] if x["group"] == "dp") if lay["dp"] > 1 else "no DP group"
     mp_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "mp")
-    ep_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "ep")
+    ep_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] in EP_GROUPS)
     overrides = f["scenario"].get("overrides")
     lines = [
         f"zsim · {title}",

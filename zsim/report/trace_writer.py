@@ -29,7 +29,8 @@ def simulated_trace(result: Result) -> dict:
         "rank_classes": [{"pid": 0, "ranks": f"0-{gpus - 1}", "count": gpus}],
         # the representative rank's process groups, named by the collectives' `group` arg
         "groups": {"dp": list(s.layout.dp_group(0)), "mp": list(s.layout.mp_group(0)),
-                   **({k: s.layout.group_members(k, 0) for k in ("ep", "edp")} if s.model.moe is not None else {})},
+                   **({k: s.layout.group_members(k, 0) for k in ("ep", "edp", "tpep")} if s.model.moe is not None
+                      else {})},
     }
     if result.pipeline is None:
         events = schema.process_meta(0, f"rank class 0 (ranks 0-{gpus - 1}, {gpus} GPUs)") + result.events

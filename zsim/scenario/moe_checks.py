@@ -21,7 +21,7 @@ def check_moe(spec: ScenarioFile, fail: Fail) -> None:
 
     Raises:
         ConfigError (through `fail`, naming the key): expert keys without experts, an expert MP degree other than
-        mp or 1, DeepEP with experts split over MP, an EP degree that does not divide, MoE with MP but without
+        mp or 1, DeepEP with experts split over MP and no EP, an EP degree that does not divide, MoE with MP but without
         sequence parallelism, widths that do not split, ZeRO-3 with experts under DeepSpeed's implementations."""
     moe, par = spec.model.moe, spec.parallel
     if moe is None:
@@ -37,12 +37,13 @@ def check_moe(spec: ScenarioFile, fail: Fail) -> None:
         raise fail("parallel.expert_mp", f"{etp}: zsim models expert_mp {par.mp} (each expert split across the MP "
                    "group, the default) or 1 (each expert whole on one rank); an expert tensor-parallel group inside "
                    "the MP group is not modelled")
-    if etp == par.mp > 1 and moe.dispatcher == "deepep":
+    if etp == par.mp > 1 and moe.dispatcher == "deepep" and par.ep == 1:
         # token_dispatcher.py MoEFlexTokenDispatcher: with the experts split over TP, DeepEP dispatches over the
-        # TP × EP group, each expert as tp virtual ones (router_topk × tp_size, num_experts × tp_size)
-        raise fail("model.moe.dispatcher", f"deepep with each expert split across parallel.mp {par.mp}: Megatron-Core's "
-                   "DeepEP dispatcher then sends over the MP × EP group, each expert as mp virtual ones, which zsim "
-                   "does not model; use parallel.expert_mp: 1 (each expert whole) or dispatcher alltoall")
+        # TP × EP group (zsim.zero.rank_states.ep_dispatch); with EP 1 that is every token to every TP rank, a
+        # gather zsim does not price as a dispatch
+        raise fail("model.moe.dispatcher", f"deepep with parallel.ep 1 and each expert split across parallel.mp "
+                   f"{par.mp}: Megatron-Core's DeepEP dispatcher then sends every token to every MP rank, which zsim "
+                   "does not model; use dispatcher alltoall, or parallel.ep above 1")
     if etp == par.mp and par.dp % par.ep:
         raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp} (expert parallelism is carved out of DP; with "
                    "parallel.expert_mp 1 it folds over the MP ranks too)")

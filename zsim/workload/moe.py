@@ -133,6 +133,13 @@ class Moe:
         miss = math.comb(self.experts - self.experts // nodes, self.top_k) / math.comb(self.experts, self.top_k)
         return (nodes - 1) * (1.0 - miss) / (self.copies_per_token(ep) * (ep - per_node) / ep)
 
+    def over_tp_ep(self, t: int, etp: int) -> bool:
+        """Whether the dispatch runs over the experts' TP × EP group: DeepEP with each expert split over the MP
+        group (Megatron-Core's flex dispatcher: one group over all TP and EP ranks, the routing map replicated
+        over the TP ranks, token_dispatcher.py MoEFlexTokenDispatcher._initialize_metadata), so a token goes
+        to every TP rank of each EP rank it reaches and no TP gather follows."""
+        return self.dispatcher == "deepep" and etp == t > 1
+
     def all_to_all_bytes(self, tokens: int, h: int, e: int, ep: int, t: int = 1) -> int:
         """Bytes one rank's dispatch (and combine) all-to-all carries: its T token rows of h elements ×
         copies_per_token, × load (padded to capacity, or the busiest receiver's share) [L20 §2.2; MC

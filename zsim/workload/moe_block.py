@@ -21,7 +21,8 @@ def moe_block_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep:
     'layernorm' drops the pre-MLP norm's output, 'moe_act' the experts' activation output (both
     recomputed in backward: Megatron-Core CheckpointWithoutOutput, transformer_layer.py, experts.py), 'moe'
     every MoE MLP tensor but its input (moe_layer.py checkpoint: the layer's forward, its GEMMs' hardware
-    FLOPs and all-to-alls included, again in backward); what they drop is `recompute_bytes`."""
+    FLOPs and all-to-alls included, again in backward); what they drop is `recompute_bytes`. Over the TP × EP
+    group (Moe.over_tp_ep) a rank's T/t tokens go to all t TP ranks of each EP rank they reach: t × the bytes."""
     h, tokens = shape.hidden, s * b
     dense_mlp = (3 if shape.gated else 2) * 2 * tokens * h * shape.ffn / t
     routed = moe.routed_flops(tokens, h, t)
@@ -37,5 +38,5 @@ def moe_block_fields(shape: Shape, moe: Moe, s: int, b: int, t: int, e: int, ep:
                 recompute_bytes=sum(kept) - sum(saved), recompute_all_to_alls="moe" in recompute,
                 fwd_hw_extra_flops=fwd_extra + (moe.load - 1) * routed,
                 bwd_hw_extra_flops=bwd_extra + 2 * (moe.load - 1) * routed + (mlp_flops if "moe" in recompute else 0.0),
-                expert_tensors=moe.local_expert_tensors(h, etp, ep), ep_all_to_all_bytes=moe.all_to_all_bytes(tokens, h, e, ep, t),
+                expert_tensors=moe.local_expert_tensors(h, etp, ep), ep_all_to_all_bytes=moe.all_to_all_bytes(tokens, h, e, ep, t) * (t if moe.over_tp_ep(t, etp) else 1),
                 moe=True)

@@ -22,11 +22,16 @@ class Alloc(NamedTuple):
     stream: str = ""  # the allocator pool (CUDA stream) it comes from; "" = the op's own stream
 
 
+# The groups a MoE block's dispatch and combine all-to-alls run in: the EP group, or the experts' TP × EP group
+# (zsim.zero.rank_states.ep_dispatch); their time and bytes are the run's EP all-to-all.
+EP_GROUPS = ("ep", "tpep")
+
+
 class Op(NamedTuple):
     """One op on one stream. Ops on a stream run in order; `deps` are ops (by index) on any stream
     that must finish first. Compute ops have `flops` and `hbm_bytes` and, when built from the workload,
     `kernels` (the kernel list zsim.compute prices; ops without one are priced from flops and bytes);
-    collectives have `collective`, `group` ('dp', 'mp', or for experts 'ep', 'edp') and `nbytes` (payload S as nccl-tests counts it);
+    collectives have `collective`, `group` ('dp', 'mp', or for experts 'ep', 'tpep', 'edp') and `nbytes` (payload S as nccl-tests counts it);
     pipeline point-to-point ops have `collective` 'send' or 'recv', group 'pp' and the bytes one rank sends; host copies (on the
     'offload' stream) have `transfer` ('d2h' or 'h2d') and `nbytes`. Allocations happen when the op
     starts, frees when it ends. Immutable (a named tuple, as Alloc: a plan makes one per op)."""

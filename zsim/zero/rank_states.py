@@ -4,6 +4,7 @@ bytes and partition, and the tags of its gradient tensors (shared by the plan's 
 from __future__ import annotations
 
 from zsim.zero.inputs import Scenario
+from zsim.workload.moe import Moe
 from zsim.workload.transformer import Workload, build_workload
 from zsim.zero.buckets import flat_pieces
 from zsim.zero.model_states import ModelStates, model_states, optimizer_k, stage_partition
@@ -84,3 +85,20 @@ def full_grad_tag(module: str, step: int) -> str:
 def partition_grad_tag(step: int) -> str:
     """Stages 2/3: the rank's fp16 gradient partition (DeepSpeed grads_in_partition)."""
     return f"grads.partition.s{step}"
+
+
+def ep_dispatch(scenario: Scenario) -> tuple[str, int, float]:
+    """Where a MoE block's dispatch and combine run: (group kind, the factor on the copies a token makes, what
+    they send across nodes against an even spread, Moe.nic_share). The EP group; or, with DeepEP and the experts split over MP
+    (Moe.over_tp_ep), the TP × EP group, where a token reaches all t TP ranks of each EP rank but crosses to
+    another node once (DeepEP forwards it over NVLink there), so t times the copies and 1/t the NIC share.
+    ("ep", 0, 1.0) without expert parallelism."""
+    lay = scenario.layout
+    if scenario.model.moe is None or lay.ep <= 1:
+        return "ep", 0, 1.0
+    moe = Moe.of(scenario.model)
+    share = moe.nic_share(lay.ep, lay.group_shape("ep").per_node)
+    if moe.over_tp_ep(lay.mp, lay.expert_mp):
+        return "tpep", lay.mp, share / lay.mp
+    return "ep", 1, share
+

@@ -12,7 +12,6 @@ from zsim.compute.kernel_shape import Shape
 
 from zsim.compute.kernels import module_kernels, with_bucket_copy
 from zsim.zero.inputs import Scenario
-from zsim.workload.moe import Moe
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.buckets import padded_tensors, plan_buckets
 from zsim.zero.checkpoints import Checkpoints, md_checkpoints
@@ -20,7 +19,7 @@ from zsim.zero.gathers import Gathers
 from zsim.zero.implementation import live_grads
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
-from zsim.zero.rank_states import expert_dp, full_grad_tag, recompute_modules, selective
+from zsim.zero.rank_states import ep_dispatch, expert_dp, full_grad_tag, recompute_modules, selective
 from zsim.zero.reductions import Reductions
 from zsim.zero.residual import bucket_buffer_bytes
 
@@ -77,10 +76,9 @@ class StepPass(Gathers, Checkpoints, Reductions):
                               sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep,
                               etp=scenario.layout.expert_mp, recompute=recompute_modules(scenario))
         self.expert_group = "edp"  # = the DP group's ranks when ep is 1
-        # what an EP all-to-all sends across nodes against an even spread (DeepEP's dispatch: Moe.nic_share)
-        moe = Moe.of(scenario.model) if scenario.layout.ep > 1 else None
-        self.ep_nic_share = 1.0 if moe is None else moe.nic_share(scenario.layout.ep,
-                                                                 scenario.layout.group_shape("ep").per_node)
+        # where the EP all-to-alls run and what they send across nodes against an even spread (DeepEP's
+        # dispatch: Moe.nic_share; over the TP × EP group with split experts: rank_states.ep_dispatch)
+        self.ep_group, _, self.ep_nic_share = ep_dispatch(scenario)
         # Stage 3 with MoE (FSDP-style, zsim.zero.gathers._gather_experts): the local experts are gathered over
         # their expert-data-parallel group before use, unless that group is one rank (its experts whole on it).
         self.edp = expert_dp(scenario)
@@ -127,8 +125,8 @@ class StepPass(Gathers, Checkpoints, Reductions):
         """A MoE block's dispatch and combine all-to-alls over the EP group, in line on the compute
         stream (Megatron-Core's alltoall token dispatcher); backward runs their two mirrors."""
         for what in ("dispatch", "combine") if m.ep_all_to_all_bytes else ():
-            self._add(name=f"all_to_all/ep.{m.name}.{what}", stream="compute", collective="all_to_all", group="ep",
-                      nbytes=m.ep_all_to_all_bytes, nic_share=self.ep_nic_share)
+            self._add(name=f"all_to_all/ep.{m.name}.{what}", stream="compute", collective="all_to_all",
+                      group=self.ep_group, nbytes=m.ep_all_to_all_bytes, nic_share=self.ep_nic_share)
 
     def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = (),
                        collectives: tuple[tuple[str, int], ...] = ()) -> None:
