@@ -12,6 +12,7 @@ from zsim.engine.result import Result
 from zsim.memory.ledger import CATEGORIES
 from zsim.memory.timeline import timeline_facts
 from zsim.workload.activations import attention_score_bytes
+from zsim.workload.flop_counts import megatron_core_flops
 from zsim.workload.moe import Moe
 from zsim.workload.parameters import active_params
 from zsim.zero.model_states import PARAM_BYTES
@@ -166,6 +167,10 @@ def facts(result: Result) -> dict[str, Any]:
             "mfu_percent": 100 * result.model_flops / result.total_seconds / peak_flops,
             "aggregate_pflops": hw_tflops * gpus / 1e3,
             "tokens_per_second": s.model.seq_len * s.model.micro_batch * s.layout.dp * s.grad_accum / mean_step,
+            # what Megatron-Core's log line would say for this step (its own FLOP count: causal attention
+            # halved, recompute not counted; zsim.workload.flop_counts), None for MLA
+            "megatron_tflops_per_gpu": (None if (mc := megatron_core_flops(s.model, s.layout.mp, s.layout.dp * s.grad_accum))
+                                        is None else mc / mean_step / gpus / 1e12),
         },
         "comm": {
             "dp_volume_bytes_per_step": dp_volume_bytes(result),

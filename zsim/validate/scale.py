@@ -172,28 +172,10 @@ def _paper_8psi(scenario) -> float:
 
 
 def _megatron_core(scenario) -> float:
-    """FLOPs of one step as Megatron-Core counts them for its TFLOPS/GPU (megatron/training/training.py
-    num_floating_point_operations, transformer_flops, GQA without MTP, MLA or linear attention; read at NVIDIA/
-    Megatron-LM d98e8a6): per token 3 (forward, wgrad, dgrad) × 2 (FMA) × [h·(3 or 2)·(f·dense layers + f_e·top_k·MoE
-    layers + f_s·MoE layers) + L·(h·(q + 2kv) + q·h) + h·V_padded] + per token and layer 3·2·q·s/2·2 for the causal
-    core attention, q = heads·d and kv = kv_heads·d; recompute not counted."""
-    from zsim.workload.transformer import model_vocab
+    """FLOPs of one step as Megatron-Core counts them (zsim.workload.flop_counts.megatron_core_flops)."""
+    from zsim.workload.flop_counts import megatron_core_flops
 
-    m = scenario.model
-    tokens = m.micro_batch * scenario.layout.dp * scenario.grad_accum * m.seq_len
-    h, layers, gated = m.hidden, m.layers, 3 if m.gated_mlp else 2
-    d = m.head_dim or h // m.heads
-    q, kv = m.heads * d, (m.kv_heads or m.heads) * d
-    moe = m.moe
-    if moe is None:
-        mlp = (m.ffn_hidden or 4 * h) * layers
-    else:
-        moe_layers = layers - moe.dense_layers
-        expert = moe.expert_ffn_hidden or m.ffn_hidden or 4 * h
-        shared = moe.shared_experts * (moe.shared_ffn_hidden or expert)
-        mlp = (m.ffn_hidden or 4 * h) * moe.dense_layers + (expert * moe.top_k + shared) * moe_layers
-    per_token = 6 * (h * gated * mlp + layers * (h * (q + 2 * kv) + q * h) + h * model_vocab(m, scenario.layout.mp))
-    return tokens * (per_token + 6 * q * m.seq_len * layers)
+    return megatron_core_flops(scenario.model, scenario.layout.mp, scenario.layout.dp * scenario.grad_accum)
 
 
 FLOP_COUNTS = {"narayanan-eq3": _narayanan_eq3, "paper-8psi": _paper_8psi, "megatron-core": _megatron_core}
@@ -207,6 +189,9 @@ def published_step(point: ScalePoint, scenario) -> float:
     if "tokens_per_s" in pub:
         return float(pub["tokens_per_step"]) / float(pub["tokens_per_s"])
     flops = FLOP_COUNTS[pub["flops"]](scenario)
+    if flops is None:  # megatron-core for an MLA model (zsim.workload.flop_counts)
+        raise ConfigError(f"flops {pub['flops']} is not counted for this model (multi-head latent attention)",
+                          path=f"points.{point.id}.published.flops")
     return flops / (float(pub["tflops_per_gpu"]) * 1e12 * scenario.layout.world)
 
 
