@@ -114,30 +114,24 @@ def test_model_options_the_runtime_does_not_build_are_refused(tmp_path, changes,
     assert err.value.path == key and "does not build" in str(err.value)
 
 
-def test_a_pure_bf16_scenario_is_not_traced_as_mixed_precision(tmp_path):
-    """precision.master_weights false is simulated, but the runtime keeps an fp32 master: refused by key."""
+SCENARIO_HEAD = "name: t\nmodel: {layers: 2, hidden: 64, heads: 4, seq_len: 32, vocab: 128, micro_batch: 1}\nparallel: {dp: 2}\n"
+
+
+@pytest.mark.parametrize("sections, key", [
+    # precision.master_weights false is simulated, but the runtime keeps an fp32 master
+    ("zero: {stage: 1}\nprecision: {dtype: bf16, master_weights: false}\n", "precision.master_weights"),
+    # selective recompute (any recompute_modules) is simulated, but the runtime checkpoints whole blocks
+    ("zero: {stage: 1, recompute_granularity: selective}\n", "zero.recompute_granularity"),
+])
+def test_a_scenario_the_runtime_would_train_otherwise_is_refused_by_key(tmp_path, sections, key):
+    """Refused, naming the key, rather than traced as something else (mixed precision, full recompute)."""
     from runtime.config import read_model_file
 
     path = tmp_path / "run.yaml"
-    path.write_text("name: t\nmodel: {layers: 2, hidden: 64, heads: 4, seq_len: 32, vocab: 128, micro_batch: 1}\n"
-                    "parallel: {dp: 2}\nzero: {stage: 1}\nprecision: {dtype: bf16, master_weights: false}\n"
-                    "hardware: {profile: dgx2, nodes: 1, gpus_per_node: 2}\n")
+    path.write_text(SCENARIO_HEAD + sections + "hardware: {profile: dgx2, nodes: 1, gpus_per_node: 2}\n")
     with pytest.raises(ConfigError) as err:
         read_model_file(path)
-    assert err.value.path == "precision.master_weights" and "cannot be traced yet" in str(err.value)
-
-
-def test_a_selective_recompute_scenario_is_not_traced_as_full_recompute(tmp_path):
-    """zero.recompute_granularity selective (any recompute_modules) is simulated, but the runtime checkpoints whole
-    blocks: refused by key rather than traced as full recompute."""
-    from runtime.config import read_model_file
-
-    path = tmp_path / "run.yaml"
-    path.write_text("name: t\nmodel: {layers: 2, hidden: 64, heads: 4, seq_len: 32, vocab: 128, micro_batch: 1}\n"
-                    "parallel: {dp: 2}\nzero: {stage: 1, recompute_granularity: selective}\n"
-                    "hardware: {profile: dgx2, nodes: 1, gpus_per_node: 2}\n")
-    with pytest.raises(ConfigError) as err:
-        read_model_file(path)
-    assert err.value.path == "zero.recompute_granularity" and "cannot be traced yet" in str(err.value)
-    path.write_text(path.read_text().replace("recompute_granularity: selective", "recompute_granularity: full"))
-    assert read_model_file(path).checkpointing is True
+    assert err.value.path == key and "cannot be traced yet" in str(err.value)
+    if key == "zero.recompute_granularity":  # full granularity is what the runtime traces
+        path.write_text(path.read_text().replace("recompute_granularity: selective", "recompute_granularity: full"))
+        assert read_model_file(path).checkpointing is True

@@ -91,6 +91,7 @@ def facts(result: Result) -> dict[str, Any]:
     if result.pipeline is not None:  # Ψ of the worst stage's rank: what its DP group reduces (stages 0-1 keep all of it)
         psi_bytes = result.model_states.params
     oom = ledger.oom
+    ep_group, ep_factor, ep_share = ep_dispatch(s)  # where the MoE all-to-alls run (zsim.zero.rank_states)
     f = {
         "schema": RESULT_SCHEMA,
         "zsim_version": __version__,
@@ -178,9 +179,8 @@ def facts(result: Result) -> dict[str, Any]:
             "psi_bytes": psi_bytes,
             "algorithms": result.algorithms,
             # MoE with EP: the copies of a token its dispatch sends (zsim.workload.moe: top_k, or DeepEP's ranks hit)
-            **({"ep_dispatcher": moe.dispatcher,
-                "ep_copies_per_token": moe.copies_per_token(s.layout.ep) * ep_dispatch(s)[1],
-                "ep_nic_share": ep_dispatch(s)[2], "ep_group": ep_dispatch(s)[0]}
+            **({"ep_dispatcher": moe.dispatcher, "ep_copies_per_token": moe.copies_per_token(s.layout.ep) * ep_factor,
+                "ep_nic_share": ep_share, "ep_group": ep_group}
                if (moe := Moe.of(s.model)) is not None and s.layout.ep > 1 else {}),
             "collectives": [
                 {"group": group, "op": op, "count_per_step": st.count / steps,
