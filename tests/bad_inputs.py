@@ -127,6 +127,8 @@ SCENARIO_TEXTS: dict[str, str | bytes] = {
     "recompute_modules_full": _replace("zero", "recompute_modules", "[core_attn]"),
     "recompute_modules_moe_on_dense": _replace("zero", "recompute_modules", "[moe]")
     .replace("zero:\n", "zero:\n  recompute_granularity: selective\n"),
+    "ep_overlap_dense": _replace("parallel", "ep_overlap", "true"),
+    "ep_overlap_string": _replace("parallel", "ep_overlap", "yes please"),
     "model_states_dont_fit": _replace("model", "layers", "2000").replace("hidden: 256", "hidden: 8192")
     .replace("heads: 8", "heads: 64").replace("stage: 2", "stage: 0"),
 }

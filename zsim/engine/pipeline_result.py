@@ -4,7 +4,8 @@ timeline, beside its closed form; the point-to-point time and bytes; each stage'
 The bubble of stage s in one step is the share of the pipeline's span (from the step's first op to the
 last backward of any stage: the flush) that stage s's compute stream does not work: 1 - busy / span,
 busy being the time of its compute-stream ops up to its own last backward (compute, MP collectives in
-line, its sends), the waits of its recvs excluded. With equal stages and free transfers it is the closed
+line, its sends), the waits of its recvs excluded; with parallel.ep_overlap the union of those and its EP
+all-to-alls on the comm stream. With equal stages and free transfers it is the closed
 form (p - 1)/(m + p - 1) of 1F1B and GPipe, (p - 1)/(v·m + p - 1) interleaved (Narayanan et al. 2021
 §2.2; zsim.parallel.pipeline.bubble_fraction); tests/test_pipeline_engine.py checks it.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from zsim.memory.ledger import CATEGORIES, MemoryLedger
 from zsim.parallel.pipeline import bubble_fraction, peak_in_flight, stage_schedule
 from zsim.zero.model_states import ModelStates
-from zsim.zero.ops import Plan
+from zsim.zero.ops import EP_GROUPS, Plan
 
 if TYPE_CHECKING:
     from zsim.scenario.scenario import Scenario
@@ -37,12 +38,27 @@ def stage_bubbles(plan: Plan, start: list[float], end: list[float]) -> list[floa
         if op.name.startswith(_PASS):
             last[op.stage][op.step] = i
             span_end[op.step] = max(span_end[op.step], end[i])
-    busy = [[0.0] * steps for _ in range(p)]
+    intervals: list[list[list[tuple[float, float]]]] = [[[] for _ in range(steps)] for _ in range(p)]
     for i, op in enumerate(plan.ops):
-        if op.stream == "compute" and op.collective != "recv" and i <= last[op.stage][op.step]:
-            busy[op.stage][op.step] += end[i] - start[i]
+        # the compute stream's work; with parallel.ep_overlap also the EP all-to-alls on the comm stream, which the
+        # compute stream waits for when they are not hidden: waiting for them is exposed communication, not bubble
+        counted = op.stream == "compute" and op.collective != "recv" or (
+            op.stream == "comm" and op.collective == "all_to_all" and op.group in EP_GROUPS)
+        if counted and i <= last[op.stage][op.step]:
+            intervals[op.stage][op.step].append((start[i], end[i]))
+    busy = [[_covered(intervals[s][k]) for k in range(steps)] for s in range(p)]
     spans = [span_end[k] - span_start[k] for k in range(steps)]
     return [sum(1.0 - busy[s][k] / spans[k] for k in range(steps)) / steps if all(spans) else 0.0 for s in range(p)]
+
+
+def _covered(intervals: list[tuple[float, float]]) -> float:
+    """The time the union of `intervals` covers (overlapping ones counted once)."""
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
 
 
 def worst_stage(ledgers: list[MemoryLedger]) -> int:
@@ -62,7 +78,7 @@ def pipeline_facts(scenario: Scenario, plan: Plan, ledgers: list[MemoryLedger], 
     for s, (ledger, st) in enumerate(zip(ledgers, states, strict=True)):
         layers = [op.name.removeprefix("fwd/layer.") for op in plan.ops
                   if op.stage == s and op.step == 0 and op.micro_batch == 0 and op.name.startswith("fwd/layer.")]
-        items = stage_schedule(par.pipeline_schedule, p, s, m, v)
+        items = stage_schedule(par.pipeline_schedule, p, s, m, v, ep_overlap=par.ep_overlap)
         per_stage.append({
             "stage": s, "ranks": f"{s * lay.stage_ranks}-{(s + 1) * lay.stage_ranks - 1}",
             "layers": len(layers), "first_layer": int(layers[0]) if layers else None,

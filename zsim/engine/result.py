@@ -43,7 +43,7 @@ class Result:
     mode: str = "class"  # 'class' or 'per_rank' (zsim.engine.simulation)
     host_ledger: MemoryLedger | None = None  # host memory (Pa+cpu's offloaded checkpoints)
     offload_seconds: float = 0.0  # Σ host-copy time on the offload stream
-    ep_comm_seconds: float = 0.0  # Σ MoE all-to-all time over the EP group (in line on the compute stream)
+    ep_comm_seconds: float = 0.0  # Σ MoE all-to-all time over the EP group (in line, or beside compute: ep_overlap)
     # The caching allocator's state as each step ended (zsim.memory.allocator.CachingAllocator.state): two
     # equal last entries mean the run's memory repeats from there on (zsim maxsize's steady state).
     step_memory_states: list[tuple] = field(default_factory=list)

@@ -29,16 +29,23 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 class Work(NamedTuple):
     """One compute item of a stage's schedule: `kind` 'fwd' or 'bwd' of micro-batch `mb` on model
-    chunk `chunk` (0 unless interleaved)."""
+    chunk `chunk` (0 unless interleaved). `merged`: a steady-state forward and the backward right after it,
+    run as one step with the EP all-to-alls overlapped (Megatron-Core --overlap-moe-expert-parallel-comm)."""
 
     kind: str
     mb: int
     chunk: int = 0
+    merged: bool = False
 
 
-def stage_schedule(schedule: str, stages: int, stage: int, micro_batches: int, chunks: int = 1) -> list[Work]:
+def stage_schedule(schedule: str, stages: int, stage: int, micro_batches: int, chunks: int = 1,
+                   ep_overlap: bool = False) -> list[Work]:
     """The forwards and backwards pipeline stage `stage` (0-based, of `stages`) runs in one optimizer
     step of `micro_batches` micro-batches, in order. `chunks` is v for 'interleaved' (1 otherwise).
+    `ep_overlap` (interleaved only; Megatron-Core --overlap-moe-expert-parallel-comm): one more warm-up
+    forward, and each steady-state forward and the backward after it are marked `merged` (schedules.py
+    get_pp_rank_microbatches: "we schedule one extra micro-batch forward step before the 1f1b stages"; each
+    steady-state pair runs as combined_1f1b_schedule_for_interleaved_pipelining).
 
     Raises ValueError on a schedule name or sizes no framework accepts (the scenario loader checks
     them first and names the key)."""
@@ -60,12 +67,12 @@ def stage_schedule(schedule: str, stages: int, stage: int, micro_batches: int, c
         if m == p:  # schedules.py: all_warmup_microbatches
             warmup = total
         else:
-            warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+            warmup = min((p - stage - 1) * 2 + (v - 1) * p + int(ep_overlap), total)
         fwd = [_virtual(k, p, v, forward=True) for k in range(total)]
         bwd = [_virtual(k, p, v, forward=False) for k in range(total)]
         items = [Work("fwd", *fwd[k]) for k in range(warmup)]
         for k in range(total - warmup):
-            items += [Work("fwd", *fwd[warmup + k]), Work("bwd", *bwd[k])]
+            items += [Work("fwd", *fwd[warmup + k], merged=ep_overlap), Work("bwd", *bwd[k], merged=ep_overlap)]
         return items + [Work("bwd", *bwd[k]) for k in range(total - warmup, total)]
     raise ValueError(f"unknown pipeline schedule {schedule!r} (one of {', '.join(SCHEDULES)})")
 

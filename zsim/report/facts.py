@@ -111,7 +111,7 @@ def facts(result: Result) -> dict[str, Any]:
             "gpus": gpus, "nodes": s.cluster.nodes, "gpus_per_node": s.cluster.gpus_per_node,
             "dp": s.layout.dp, "mp": s.layout.mp, "hardware": s.cluster.name, "gpu": s.cluster.gpu.name,
             "sequence_parallel": s.parallel.sequence_parallel and s.layout.mp > 1, "ep": s.layout.ep,
-            **({"expert_mp": s.layout.expert_mp} if s.model.moe is not None else {}),
+            **({"expert_mp": s.layout.expert_mp, "ep_overlap": s.parallel.ep_overlap} if s.model.moe is not None else {}),
             **({"pp": s.layout.pp} if result.pipeline is not None else {}),
         },
         **({"pipeline": result.pipeline} if result.pipeline is not None else {}),

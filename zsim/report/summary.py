@@ -190,7 +190,8 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"{'all-gather/reduce-scatter' if lay.get('sequence_parallel') else 'all-reduce'} in line "
         f"{t['mp_comm_seconds_per_step']:.3f} s"
         + (f"; Pa+cpu host copies {t['offload_seconds_per_step']:.3f} s" if t["offload_seconds_per_step"] else "")
-        + (f"; EP all-to-all in line {t['ep_comm_seconds_per_step']:.3f} s" if t.get("ep_comm_seconds_per_step") else "")
+        + (f"; EP all-to-all {'beside the other pass in 1F1B' if lay.get('ep_overlap') else 'in line'} "
+           f"{t['ep_comm_seconds_per_step']:.3f} s" if t.get("ep_comm_seconds_per_step") else "")
         + ")",
         *_pipeline(f.get("pipeline")),
         *([band_line(f["band"])] if f.get("band") else []),

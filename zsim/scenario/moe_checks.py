@@ -24,6 +24,7 @@ def check_moe(spec: ScenarioFile, fail: Fail) -> None:
         mp or 1, DeepEP with experts split over MP and no EP, an EP degree that does not divide, MoE with MP but without
         sequence parallelism, widths that do not split, ZeRO-3 with experts under DeepSpeed's implementations."""
     moe, par = spec.model.moe, spec.parallel
+    check_ep_overlap(spec, fail)
     if moe is None:
         if par.ep > 1:
             raise fail("parallel.ep", f"{par.ep} splits experts, but the model has none (model.moe)")
@@ -71,3 +72,34 @@ def check_moe(spec: ScenarioFile, fail: Fail) -> None:
         raise fail("zero.implementation", f"{spec.zero.implementation} with model.moe at stage 3: 'MoE not "
                    "supported with Stage 3' (DeepSpeed's runtime/engine.py, v0.5.0-v0.16.4); use stage 0-2, or "
                    "implementation 'paper' (experts sharded FSDP-style over their expert-data-parallel group)")
+
+
+def check_ep_overlap(spec: ScenarioFile, fail: Fail) -> None:
+    """parallel.ep_overlap as Megatron-Core accepts --overlap-moe-expert-parallel-comm (transformer_config.py
+    __post_init__ @ d98e8a6 L3002-3046: expert parallelism, the alltoall or flex dispatcher, no full recompute, no
+    `moe` in --recompute-modules, bf16 or fp16, and a virtual pipeline size when pp > 1), and where zsim models it:
+    the interleaved pipeline schedule (pp 1's combined_1f1b_schedule_for_no_pipelining is not modelled).
+
+    Raises:
+        ConfigError (through `fail`, naming the key) for each of those."""
+    par, zero = spec.parallel, spec.zero
+    if not par.ep_overlap:
+        return
+    if spec.model.moe is None or par.ep == 1:
+        raise fail("parallel.ep_overlap", "true overlaps the EP all-to-alls, but " + (
+            "the model has no experts (model.moe)" if spec.model.moe is None else "parallel.ep is 1: "
+            "'overlap_moe_expert_parallel_comm is only supported with expert model parallelism' (Megatron-Core)"))
+    if zero.activation_checkpointing and zero.recompute_granularity == "full":
+        raise fail("zero.recompute_granularity", "full with parallel.ep_overlap: 'disable full recomputation when "
+                   "enabling overlap_moe_expert_parallel_comm' (Megatron-Core); use selective")
+    if "moe" in (zero.recompute_modules or ()):
+        raise fail("zero.recompute_modules", "moe with parallel.ep_overlap: 'disable moe in recompute_modules when "
+                   "enabling overlap_moe_expert_parallel_comm' (Megatron-Core)")
+    if spec.precision.dtype not in ("bf16", "fp16"):
+        raise fail("precision.dtype", f"{spec.precision.dtype} with parallel.ep_overlap: "
+                   "'overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model' (Megatron-Core)")
+    if par.pp == 1 or par.pipeline_schedule != "interleaved":
+        raise fail("parallel.ep_overlap", "true is modelled in the interleaved pipeline schedule only (Megatron-Core "
+                   "requires a virtual pipeline size when pp > 1); " + (
+                       "with pp 1 its combined schedule without pipelining is not modelled" if par.pp == 1 else
+                       f"set parallel.pipeline_schedule interleaved, not {par.pipeline_schedule}"))

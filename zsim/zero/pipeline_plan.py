@@ -28,8 +28,9 @@ import dataclasses
 
 from zsim.zero.inputs import Scenario
 from zsim.memory.context import context_memory
-from zsim.parallel.pipeline import split_layers, stage_schedule
+from zsim.parallel.pipeline import Work, split_layers, stage_schedule
 from zsim.workload.transformer import Module, Workload
+from zsim.zero.ep_overlap import overlap_passes
 from zsim.zero.model_states import PARAM_BYTES, ModelStates
 from zsim.zero.ops import Alloc, Op, Plan, PlanBuilder
 from zsim.zero.pass_copy import PassRecord, copy_pass
@@ -80,6 +81,11 @@ def stage_model_states(scenario: Scenario, workload: Workload) -> list[ModelStat
     return [rank_model_states(scenario, st.workload) for st in pipeline_stages(scenario, workload)]
 
 
+def block_ops(kind: str, modules: tuple[Module, ...]) -> frozenset[str]:
+    """The names of a chunk's block compute ops in a forward or backward pass (StepPass: 'fwd/<module>')."""
+    return frozenset(f"{kind}/{m.name}" for m in modules if m.layer is not None)
+
+
 def p2p_bytes(scenario: Scenario) -> int:
     """Bytes one rank sends per point-to-point transfer: the (s, b, h) activation or its gradient in the
     activation dtype, e·s·b·h, divided by mp when mp > 1: under sequence parallelism each MP rank holds
@@ -123,7 +129,7 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
         states = rank_model_states(scenario, stage.workload)
         persistent.append((Alloc("params", states.params, "model.params"),
                            Alloc("optimizer", states.optimizer, "model.optimizer")))
-        items = stage_schedule(par.pipeline_schedule, p, s, m, v)
+        items = stage_schedule(par.pipeline_schedule, p, s, m, v, ep_overlap=par.ep_overlap)
         last_bwd = max(k for k, w in enumerate(items) if w.kind == "bwd")
         b, base = PlanBuilder(), len(ops)
 
@@ -137,11 +143,20 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
             passes: dict[tuple[str, int], PassRecord | None] = {}  # (kind, chunk) -> its last pass this step
 
             def run_pass(kind: str, chunk: int, mb: int, dep: tuple[int, ...], reduce: bool, b: PlanBuilder = b,
-                         stage: Stage = stage, step: int = step, passes: dict = passes) -> None:
+                         stage: Stage = stage, step: int = step, passes: dict = passes, copy: bool = True) -> None:
                 """The chunk's forward or backward of micro-batch `mb`: copied from the chunk's last one of that
                 kind (zsim.zero.pass_copy), else built; `dep`, the step's boundary for its first item (a pass
-                that waits for an earlier step is not copied from)."""
+                that waits for an earlier step is not copied from). `copy` False: built, and no later pass is
+                copied from it (a merged pass, whose ops zsim.zero.ep_overlap reorders)."""
                 previous = passes.get((kind, chunk))
+                if not copy:
+                    built = StepPass(b, scenario, stage.workload, step, mb, dep)
+                    if kind == "fwd":
+                        built.forward(list(stage.chunks[chunk]))
+                    else:
+                        built.backward(list(stage.chunks[chunk]), reduce)
+                    passes[(kind, chunk)] = None
+                    return
                 copied = copy_pass(b, previous, reduce, mb) if copy_passes and previous is not None else None
                 if copied is None:
                     entry, built = b.last_compute, StepPass(b, scenario, stage.workload, step, mb, dep)
@@ -154,27 +169,50 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
                                                          frozenset(built.entry_users), reduce)
                 passes[(kind, chunk)] = copied
 
-            for k, w in enumerate(items):
-                dep = (boundary,) if boundary is not None and k == 0 else ()
+            def receive(w: Work, dep: tuple[int, ...], b: PlanBuilder = b, step: int = step, s: int = s) -> None:
+                """The receive a forward or backward waits for (none on the first or last virtual stage)."""
                 vs = w.chunk * p + s
                 fields = dict(stream="compute", group="pp", nbytes=nbytes, step=step, micro_batch=w.mb)
-                if w.kind == "fwd":
-                    if vs > 0:
-                        recvs.append((base + b.add(name="recv/pp.fwd", collective="recv", deps=dep, **fields),
-                                      ("fwd", step, w.mb, vs - 1)))
-                        gather("pp.fwd", step, w.mb)
-                    run_pass("fwd", w.chunk, w.mb, dep, False)
-                    if vs < p * v - 1:
-                        sends[("fwd", step, w.mb, vs)] = base + b.add(name="send/pp.fwd", collective="send", **fields)
-                else:
-                    if vs < p * v - 1:
-                        recvs.append((base + b.add(name="recv/pp.bwd", collective="recv", deps=dep, **fields),
-                                      ("bwd", step, w.mb, vs + 1)))
-                        gather("pp.bwd", step, w.mb)
-                    reduce = w.mb == m - 1 and (not stage1_fused or k == last_bwd)
-                    run_pass("bwd", w.chunk, w.mb, dep, reduce)
-                    if vs > 0:
-                        sends[("bwd", step, w.mb, vs)] = base + b.add(name="send/pp.bwd", collective="send", **fields)
+                if w.kind == "fwd" and vs > 0:
+                    recvs.append((base + b.add(name="recv/pp.fwd", collective="recv", deps=dep, **fields),
+                                  ("fwd", step, w.mb, vs - 1)))
+                    gather("pp.fwd", step, w.mb)
+                elif w.kind == "bwd" and vs < p * v - 1:
+                    recvs.append((base + b.add(name="recv/pp.bwd", collective="recv", deps=dep, **fields),
+                                  ("bwd", step, w.mb, vs + 1)))
+                    gather("pp.bwd", step, w.mb)
+
+            def send(w: Work, b: PlanBuilder = b, step: int = step, s: int = s) -> None:
+                """The send of a forward's output or a backward's input gradient to the next virtual stage."""
+                vs = w.chunk * p + s
+                fields = dict(stream="compute", group="pp", nbytes=nbytes, step=step, micro_batch=w.mb)
+                if w.kind == "fwd" and vs < p * v - 1:
+                    sends[("fwd", step, w.mb, vs)] = base + b.add(name="send/pp.fwd", collective="send", **fields)
+                elif w.kind == "bwd" and vs > 0:
+                    sends[("bwd", step, w.mb, vs)] = base + b.add(name="send/pp.bwd", collective="send", **fields)
+
+            for k, w in enumerate(items):
+                dep = (boundary,) if boundary is not None and k == 0 else ()
+                reduce = w.kind == "bwd" and w.mb == m - 1 and (not stage1_fused or k == last_bwd)
+                if w.merged and w.kind == "fwd":
+                    continue  # run with the backward after it (parallel.ep_overlap)
+                if w.merged:  # a steady-state forward and this backward, merged (zsim.zero.ep_overlap)
+                    wf = items[k - 1]
+                    assert k >= 1 and wf.merged and wf.kind == "fwd" and k - 1 > 0, "a merged pair follows the warm-up"
+                    receive(wf, ())
+                    receive(w, ())
+                    start = len(b.ops)
+                    run_pass("fwd", wf.chunk, wf.mb, (), False, copy=False)
+                    mid = len(b.ops)
+                    run_pass("bwd", w.chunk, w.mb, (), reduce, copy=False)
+                    overlap_passes(b, start, mid, len(b.ops), block_ops("fwd", stage.chunks[wf.chunk]),
+                                   block_ops("bwd", stage.chunks[w.chunk]))
+                    send(wf)
+                    send(w)
+                    continue
+                receive(w, dep)
+                run_pass(w.kind, w.chunk, w.mb, dep, reduce)
+                send(w)
             if tied and s in (0, p - 1) and z.stage == 0:
                 # the tied word embedding's two copies summed between the first and last stage once the
                 # step's gradients are reduced (Megatron-LM finalize_model_grads ->

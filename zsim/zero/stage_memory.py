@@ -77,7 +77,8 @@ def stage_memory(scenario: Scenario) -> list[StageMemory]:
             # the head's saved tensors, and what the training loop holds until the backward ends (held_tensors)
             held += head.saved_bytes + sum(head.held_tensors) if st == p - 1 and c == v - 1 else 0
             held_per_chunk.append(held)
-        items = stage_schedule(par.pipeline_schedule, p, st, scenario.grad_accum if p > 1 else 1, v)
+        items = stage_schedule(par.pipeline_schedule, p, st, scenario.grad_accum if p > 1 else 1, v,
+                               ep_overlap=par.ep_overlap)
         loss_work = sum(head.fwd_work_tensors)
         live = peak = in_flight = peak_items = 0
         for w in items:
