@@ -128,3 +128,22 @@ def test_recomputing_the_moe_layer_is_what_fits_qwen3_at_16k():
     assert {k for k, r in rows.items() if r["status"] == "fits"} == {"[moe]", "[layernorm, moe]"}
     assert rows["[core_attn]"]["step_s"] > rows["[]"]["step_s"] and rows["[core_attn]"]["status"] == "oom"
     assert sweep.best["zero.recompute_modules"] in ("[moe]", "[layernorm, moe]")
+
+
+@pytest.mark.slow
+@NEEDS_NIC
+def test_ep_overlap_pays_most_on_a_slow_network_and_never_more_than_was_exposed():
+    """whatif/ep-overlap-qwen3-235b: at every NIC rate the overlapped run is faster, by less than the run in line
+    leaves exposed (step − compute); the saving grows as the network slows until there is no more compute to hide behind;
+    on the slowest network the bottleneck names the all-to-alls, not DP traffic."""
+    sweep = run_sweep(load_plan(WHATIF / "ep-overlap-qwen3-235b.yaml"), None, workers=2)
+    rows = {(r["hardware.nic_Gbps"], r["parallel.ep_overlap"]): r for r in sweep.table}
+    rates = (100, 200, 400, 800)
+    assert all(r["status"] == "fits" for r in rows.values())
+    saved = [rows[(g, False)]["step_s"] - rows[(g, True)]["step_s"] for g in rates]
+    assert all(s > 0 for s in saved)
+    for g, s in zip(rates, saved):
+        assert s < rows[(g, False)]["step_s"] * rows[(g, False)]["exposed_share"]  # only exposed time can go
+    assert saved[0] > saved[-1]
+    assert "EP all-to-alls" in rows[(100, False)]["bottleneck"]
+    assert "DP communication" not in rows[(100, False)]["bottleneck"]

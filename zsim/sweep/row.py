@@ -11,6 +11,7 @@ from typing import Any
 
 from zsim.engine.result import Result
 from zsim.report.error_band import band_facts
+from zsim.zero.rank_states import ep_dispatch
 
 GB = 1e9
 
@@ -22,12 +23,14 @@ COLUMNS = (
 )
 
 
-def dp_tier(result: Result) -> str:
-    """The link tier DP collectives cross, in words: the NICs between nodes, or NVLink inside one."""
+def dp_tier(result: Result, group: str = "dp") -> str:
+    """The link tier a group's collectives cross, in words: the NICs between nodes, or NVLink inside one.
+    `group`: 'dp', or a MoE run's EP dispatch group ('ep', 'tpep')."""
     s = result.scenario
     c = s.cluster
-    if not s.layout.dp_shape.spans_nodes:
-        return "NVLink (DP groups inside a node)"
+    spans = s.layout.dp_shape.spans_nodes if group == "dp" else s.layout.group_shape(group).spans_nodes
+    if not spans:
+        return f"NVLink ({group.upper()} groups inside a node)"
     usable_gbps = c.nic_bytes_per_s * 8 / GB
     nics = [d for d in s.fabric.degrade if d.link == "nic"]
     slow = "; " + ", ".join(f"NIC {d.index} of node {d.node} at ×{d.factor:g}" for d in nics) if nics else ""
@@ -54,8 +57,9 @@ def states_oom_reason(result: Result, capacity_bytes: int, loader_reason: str) -
 
 
 def bottleneck(result: Result, oom: str | None, capacity_bytes: int, states_oom: bool) -> tuple[str, str]:
-    """(kind, words): what bounds this point's step: `memory`, `compute`, `network` (DP comm over the
-    tier dp_tier names), `nvlink` (MP all-reduces) or `host link` (Pa+cpu copies)."""
+    """(kind, words): what bounds this point's step: `memory`, `compute`, `network` (DP comm, or a MoE run's
+    EP all-to-alls where they take longer, over the tier dp_tier names), `nvlink` (MP all-reduces) or `host
+    link` (Pa+cpu copies)."""
     if states_oom:
         return "memory", f"memory: {states_need(result, capacity_bytes)}"
     if oom:
@@ -77,6 +81,12 @@ def bottleneck(result: Result, oom: str | None, capacity_bytes: int, states_oom:
     if offload > dp:
         link = result.scenario.cluster.offload.name
         return "host link", f"host link ({link}): {share:.0%} of the step waits on Pa+cpu copies"
+    ep = result.ep_comm_seconds / steps
+    if ep > dp:  # a MoE run's all-to-alls (in line, or what overlap leaves exposed) outweigh its DP traffic
+        group = ep_dispatch(result.scenario)[0]
+        kind = "network" if result.scenario.layout.group_shape(group).spans_nodes else "nvlink"
+        return kind, (f"{dp_tier(result, group)}: {share:.0%} of the step waits on communication, EP all-to-alls the "
+                      f"most ({ep:.2f} s a step)")
     tier = dp_tier(result)
     kind = "network" if result.scenario.layout.dp_shape.spans_nodes else "nvlink"
     return kind, f"{tier}: {share:.0%} of the step waits on DP communication"
