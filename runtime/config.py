@@ -16,7 +16,7 @@ import msgspec
 
 from zsim.config.hf import resolve_from_hf
 from zsim.config.model_section import ModelSection
-from zsim.config.schema import PrecisionSection, ScenarioFile, ZeroSection
+from zsim.config.schema import ParallelSection, PrecisionSection, ScenarioFile, ZeroSection
 from zsim.config.struct import dump
 from zsim.config.validation import validate
 from zsim.config.yamlfile import read_yaml_mapping
@@ -40,6 +40,7 @@ class _ScenarioView(msgspec.Struct, frozen=True, kw_only=True):
     model: ModelSection
     zero: ZeroSection | None = None
     precision: PrecisionSection | None = None
+    parallel: ParallelSection | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +86,11 @@ def read_model_file(path: str | Path) -> ModelDefaults:
         raise ConfigError("selective: the runtime recomputes whole blocks (full granularity) and does not "
                           "build selective recompute; `zsim run` simulates it, but it cannot be traced yet",
                           source=str(path), path="zero.recompute_granularity")
+    if view.parallel is not None and view.parallel.cp > 1:
+        # the runtime's ranks each run whole sequences: a trace without the keys' and values' ring would calibrate
+        # another schedule than the one asked for
+        raise ConfigError(f"{view.parallel.cp}: the runtime does not build context parallelism; `zsim run` simulates "
+                          "it, but it cannot be traced yet", source=str(path), path="parallel.cp")
     return ModelDefaults(
         model=view.model,
         stage=zero.stage if zero else None,

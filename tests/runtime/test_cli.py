@@ -122,13 +122,16 @@ SCENARIO_HEAD = "name: t\nmodel: {layers: 2, hidden: 64, heads: 4, seq_len: 32, 
     ("zero: {stage: 1}\nprecision: {dtype: bf16, master_weights: false}\n", "precision.master_weights"),
     # selective recompute (any recompute_modules) is simulated, but the runtime checkpoints whole blocks
     ("zero: {stage: 1, recompute_granularity: selective}\n", "zero.recompute_granularity"),
+    # context parallelism is simulated, but the runtime's ranks run whole sequences
+    ("zero: {stage: 1}\n", "parallel.cp"),
 ])
 def test_a_scenario_the_runtime_would_train_otherwise_is_refused_by_key(tmp_path, sections, key):
-    """Refused, naming the key, rather than traced as something else (mixed precision, full recompute)."""
+    """Refused, naming the key, rather than traced as something else (mixed precision, full recompute, no CP)."""
     from runtime.config import read_model_file
 
     path = tmp_path / "run.yaml"
-    path.write_text(SCENARIO_HEAD + sections + "hardware: {profile: dgx2, nodes: 1, gpus_per_node: 2}\n")
+    head = SCENARIO_HEAD.replace("{dp: 2}", "{dp: 1, cp: 2}") if key == "parallel.cp" else SCENARIO_HEAD
+    path.write_text(head + sections + "hardware: {profile: dgx2, nodes: 1, gpus_per_node: 2}\n")
     with pytest.raises(ConfigError) as err:
         read_model_file(path)
     assert err.value.path == key and "cannot be traced yet" in str(err.value)

@@ -59,16 +59,24 @@ class Shape:
     kernels: str = "megatron-2020"
     loss: str = "megatron"
     tied: bool = True  # the head's weight is the word embedding's (model.tied_head): autograd sums its two gradients
+    # context parallelism: `s` is this rank's s/cp share of each sequence, whose queries attend the cp·s keys of the
+    # whole sequence (zsim.compute.kernels._flash)
+    cp: int = 1
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
            sp: bool = False, ep: int = 1, etp: int | None = None,
-           recompute: frozenset[str] = frozenset()) -> "Shape":
+           recompute: frozenset[str] = frozenset(), cp: int = 1) -> "Shape":
         """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
         `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
         and sequence parallelism (ignored at mp 1); `ep`, `etp`: a MoE model's expert-parallel degree and its
         experts' tensor-parallel degree (default mp); `recompute`: the modules selective recompute redoes
-        besides the attention core ('layernorm', 'moe_act', 'mlp', 'moe'; zsim.zero.rank_states.recompute_modules)."""
+        besides the attention core ('layernorm', 'moe_act', 'mlp', 'moe'; zsim.zero.rank_states.recompute_modules);
+        `cp`: the context-parallel degree (each rank's kernels run on s/cp tokens of a sequence)."""
+        if cp > 1:
+            from zsim.config.struct import replace
+
+            model = replace(model, seq_len=model.seq_len // cp)
         h = model.hidden
         linear_bias = getattr(model, "linear_bias", True)
         qkv_bias = getattr(model, "qkv_bias", None)
@@ -91,7 +99,7 @@ class Shape:
                      moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)),
                      dropout=bool(getattr(model, "dropout", True)),
                      kernels=getattr(model, "kernels", "megatron-2020"), loss=getattr(model, "loss", "megatron"),
-                     tied=bool(getattr(model, "tied_head", True)))
+                     tied=bool(getattr(model, "tied_head", True)), cp=cp)
 
 
 def _mla_dims(model) -> tuple[int, int, int, int, int] | None:

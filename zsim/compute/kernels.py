@@ -72,11 +72,13 @@ def _flash(x: Shape, phase: str, name: str) -> Kernel:
     rate for this GPU, version, sequence length and head dim (zsim.compute.flash; the QKᵀ width, which
     flash-attn's API calls the head dim, q.shape[-1]); MLA's QKᵀ and attention·V
     widths differ: k = d_qk + d_v forward, 2.5 × that backward. A sliding-window block: n = the mean keys
-    per query in its window (flash-attn's window_size skips the blocks outside it)."""
+    per query in its window (flash-attn's window_size skips the blocks outside it). Under context parallelism the
+    s/cp queries of a rank's zig-zag chunks attend cp·s/2 keys on average (Transformer Engine's ring runs them as
+    per-chunk kernels; zsim prices one kernel of the same FLOPs)."""
     from zsim.compute.flash import efficiency
 
     (qk, vd), heads = _head_dims(x), max(1, x.a // x.t)
-    return Kernel(name, "flash", m=x.s, n=x.window or max(1, x.s // 2), k=(qk + vd) if phase == "fwd" else 5 * (qk + vd) // 2,
+    return Kernel(name, "flash", m=x.s, n=x.window or max(1, x.s * x.cp // 2), k=(qk + vd) if phase == "fwd" else 5 * (qk + vd) // 2,
                   batch=x.b * heads, efficiency=efficiency(x.flash, phase, x.arch, x.s, qk))
 
 

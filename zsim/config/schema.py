@@ -47,6 +47,12 @@ class ParallelSection(Section, kw_only=True):
         "the experts' tensor-parallel degree (Megatron-Core --expert-tensor-parallel-size): mp (the default) "
         "splits each expert across the MP ranks as the dense MLP; 1 keeps each expert whole on one rank and "
         "folds the EP group over a stage's MP and DP ranks (ep then divides dp x mp)"))] | None = None
+    # Megatron-Core --context-parallel-size (megatron/core/parallel_state.py order 'tp-cp-ep-dp-pp'; docs/parallel-layouts.md).
+    cp: Annotated[int, Meta(gt=0, le=MAX_MP, description=(
+        "context-parallel degree (Megatron-Core --context-parallel-size): each sequence is split over cp ranks, "
+        "each computing s/cp tokens (zig-zag balanced for causal attention) and exchanging keys and values in a "
+        "ring; world = mp × cp × dp × pp; gradients and the distributed optimizer span dp × cp; FlashAttention "
+        "only"))] = 1
     # Megatron-Core --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute: the ModelZoo's A2A_OVERLAP=1);
     # pipeline_parallel/combined_1f1b.py, docs/moe.md "EP all-to-alls overlapped in 1F1B".
     ep_overlap: Annotated[bool, Meta(description=(

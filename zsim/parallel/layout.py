@@ -49,11 +49,17 @@ class Layout:
     ep: int = 1
     pp: int = 1  # pipeline stages, each of dp × mp consecutive ranks
     etp: int = 0  # the experts' tensor-parallel degree; 0: mp
+    # Context parallelism (Megatron-Core's order 'tp-cp-ep-dp-pp'): `dp` here is Megatron's dp × cp group, where
+    # gradients are reduced and the distributed optimizer shards (finalize_model_grads.py, with_context_parallel),
+    # so a stage's rank is dp_index·cp·mp + cp_index·mp + mp_rank and a CP group ("cp") is cp consecutive members
+    # of a DP group, mp ranks apart.
+    cp: int = 1
 
     def __post_init__(self) -> None:
         assert self.dp * self.mp * self.pp == self.gpus_per_node * self.nodes, "layout does not cover the cluster"
         assert self.gpus_per_node % self.mp == 0 or self.mp % self.gpus_per_node == 0, "MP group splits a node"
         assert self.stage_ranks % (self.ep * self.expert_mp) == 0, "EP x expert MP divides a stage (scenario loader)"
+        assert self.dp % self.cp == 0, "the DP group is dp x cp ranks"
 
     @property
     def expert_mp(self) -> int:
@@ -97,10 +103,10 @@ class Layout:
 
     def group_size(self, kind: str) -> int:
         """Members of a group of `kind`: 'dp', 'mp', 'ep' (expert parallel), 'edp' (expert data parallel),
-        'tpep' (an EP group with its experts' TP ranks), 'pp' (the pipeline: one rank per stage) or 'embed' (a
-        tied head's first and last stage)."""
+        'tpep' (an EP group with its experts' TP ranks), 'pp' (the pipeline: one rank per stage), 'embed' (a
+        tied head's first and last stage) or 'cp' (context parallel)."""
         return {"dp": self.dp, "mp": self.mp, "ep": self.ep, "edp": self.stage_ranks // (self.ep * self.expert_mp),
-                "tpep": self.ep * self.expert_mp, "pp": self.pp, "embed": 2 if self.pp > 1 else 1}[kind]
+                "tpep": self.ep * self.expert_mp, "pp": self.pp, "embed": 2 if self.pp > 1 else 1, "cp": self.cp}[kind]
 
     def group_index(self, kind: str, rank: int) -> int:
         """Which group of `kind` holds `rank` (0-based; groups of one kind are disjoint)."""
@@ -108,6 +114,8 @@ class Layout:
             return self.mp_rank(rank)
         if kind == "mp":
             return self.dp_rank(rank)
+        if kind == "cp":  # cp consecutive members of a DP group: its block of cp DP indices, then the MP rank
+            return self.dp_rank(rank) // self.cp * self.mp + self.mp_rank(rank)
         t = self.expert_mp
         q = rank % self.stage_ranks  # a stage's ranks in the experts' order: etp fastest, then ep, then edp
         if kind == "tpep":
@@ -124,6 +132,9 @@ class Layout:
             return self.dp_group(index)
         if kind == "mp":
             return self.mp_group(index * self.mp)
+        if kind == "cp":
+            block, e = divmod(index, self.mp)
+            return range(block * self.cp * self.mp + e, (block + 1) * self.cp * self.mp + e, self.mp)
         t = self.expert_mp
         if kind == "tpep":
             return range(index * self.ep * t, (index + 1) * self.ep * t)
@@ -148,7 +159,7 @@ class Layout:
         # members' rank distance: EP etp apart (consecutive DP ranks, mp apart, by default), EDP ep·etp apart,
         # the pipeline one stage (dp·mp) apart, the tied embedding's group the first and last stage
         # (Megatron-LM _EMBEDDING_GROUP)
-        stride = {"ep": self.expert_mp, "edp": self.expert_mp * self.ep, "tpep": 1, "pp": self.dp * self.mp,
+        stride = {"ep": self.expert_mp, "edp": self.expert_mp * self.ep, "tpep": 1, "pp": self.dp * self.mp, "cp": self.mp,
                   "embed": max(1, self.pp - 1) * self.dp * self.mp}[kind]
         per_node = min(max(1, self.gpus_per_node // stride), size)
         return GroupShape(size=size, per_node=per_node, nodes=max(1, size // per_node),

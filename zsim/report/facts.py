@@ -105,11 +105,12 @@ def facts(result: Result) -> dict[str, Any]:
             **dump(s.model),
             "padded_vocab": w.padded_vocab,
             "grad_accum": s.grad_accum,
-            "global_batch": s.model.micro_batch * s.layout.dp * s.grad_accum,
+            "global_batch": s.model.micro_batch * s.parallel.dp * s.grad_accum,  # data-parallel replicas: dp, not dp × cp
         },
         "layout": {
             "gpus": gpus, "nodes": s.cluster.nodes, "gpus_per_node": s.cluster.gpus_per_node,
-            "dp": s.layout.dp, "mp": s.layout.mp, "hardware": s.cluster.name, "gpu": s.cluster.gpu.name,
+            "dp": s.parallel.dp, "mp": s.layout.mp, "hardware": s.cluster.name, "gpu": s.cluster.gpu.name,
+            **({"cp": s.parallel.cp} if s.parallel.cp > 1 else {}),
             "sequence_parallel": s.parallel.sequence_parallel and s.layout.mp > 1, "ep": s.layout.ep,
             **({"expert_mp": s.layout.expert_mp, "ep_overlap": s.parallel.ep_overlap} if s.model.moe is not None else {}),
             **({"pp": s.layout.pp} if result.pipeline is not None else {}),
@@ -167,10 +168,10 @@ def facts(result: Result) -> dict[str, Any]:
             # over the peak (Chowdhery et al. 2022, PaLM, appendix B); percent_of_peak counts recompute.
             "mfu_percent": 100 * result.model_flops / result.total_seconds / peak_flops,
             "aggregate_pflops": hw_tflops * gpus / 1e3,
-            "tokens_per_second": s.model.seq_len * s.model.micro_batch * s.layout.dp * s.grad_accum / mean_step,
+            "tokens_per_second": s.model.seq_len * s.model.micro_batch * s.parallel.dp * s.grad_accum / mean_step,
             # what Megatron-Core's log line would say for this step (its own FLOP count: causal attention
             # halved, recompute not counted; zsim.workload.flop_counts), None for MLA
-            "megatron_tflops_per_gpu": (None if (mc := megatron_core_flops(s.model, s.layout.mp, s.layout.dp * s.grad_accum))
+            "megatron_tflops_per_gpu": (None if (mc := megatron_core_flops(s.model, s.layout.mp, s.parallel.dp * s.grad_accum))
                                         is None else mc / mean_step / gpus / 1e12),
         },
         "comm": {

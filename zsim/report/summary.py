@@ -176,7 +176,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"seq {m['seq_len']}, "
         f"micro-batch {m['micro_batch']}, global batch {m['global_batch']}",
         f"  layout    {lay['gpus']} × {lay['gpu']} = {lay['nodes']} {lay['hardware']} nodes; "
-        f"DP {lay['dp']} × MP {lay['mp']}" + _ep_words(lay)
+        f"DP {lay['dp']}" + (f" × CP {lay['cp']}" if lay.get("cp", 1) > 1 else "") + f" × MP {lay['mp']}" + _ep_words(lay)
         + (f" × PP {lay['pp']}" if lay.get("pp", 1) > 1 else "")
         + f"; ZeRO stage {z['stage']}, {ckpt}",
         f"  memory    {fit}",

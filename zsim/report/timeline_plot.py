@@ -172,7 +172,7 @@ def timeline_png(result: Result | RunFiles, path: Path, step: int = -1) -> Path:
                bbox_to_anchor=(0.5, -0.9), ncol=5, fontsize=7, frameon=False)
     s = result.scenario
     bar.set_title(f"{s.name}: step {step} of rank 0 ({s.layout.world} GPUs alike), {total:.3f} s; ZeRO stage "
-                  f"{s.zero.stage}, DP {s.layout.dp} × MP {s.layout.mp}", fontsize=10)
+                  f"{s.zero.stage}, DP {s.parallel.dp}" + (f" × CP {s.parallel.cp}" if s.parallel.cp > 1 else "") + f" × MP {s.layout.mp}", fontsize=10)
     # The streams (the 'host' lane only where a plan uses it: deepspeed-0.5's copy launches).
     shown = [e for e in result.events if e["ph"] == "X" and e["args"].get("step") == step and e["pid"] == 0]
     rows = [r for r in STREAM_ROWS if r != "host" or any(e["cat"] == "host" for e in shown)]

@@ -62,9 +62,10 @@ def check_pipeline(spec: ScenarioFile, cluster: Cluster, micro_batches: int, fai
                    "ZeRO-3 with pipeline parallelism (deepspeed/runtime/pipe/engine.py, v0.3.16 to v0.16.4: "
                    "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'); use stage 0 or 1 "
                    "(DeepSpeed's 3D parallelism, Megatron's distributed optimizer)")
-    stage_ranks, gpn = par.dp * par.mp, cluster.gpus_per_node
+    stage_ranks, gpn = par.dp * par.cp * par.mp, cluster.gpus_per_node
     if stage_ranks % gpn and gpn % stage_ranks:
-        raise fail("parallel.pp", f"{p} stages of dp {par.dp} × mp {par.mp} = {stage_ranks} ranks each straddle "
+        cp = f" × cp {par.cp}" if par.cp > 1 else ""
+        raise fail("parallel.pp", f"{p} stages of dp {par.dp}{cp} × mp {par.mp} = {stage_ranks} ranks each straddle "
                    f"the {gpn}-GPU nodes: zsim models stages that fill whole nodes or share one node evenly")
     unmodelled = (
         ("fabric.mode", spec.fabric.mode == "per_rank" or bool(spec.fabric.degrade),

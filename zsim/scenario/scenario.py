@@ -11,6 +11,7 @@ import msgspec
 from zsim.fabric.cluster import Cluster, load_cluster
 from zsim.config.hf import resolve_from_hf
 from zsim.config.overrides import apply_overrides
+from zsim.scenario.context_checks import check_context_parallel
 from zsim.scenario.moe_checks import check_moe
 from zsim.scenario.pipeline_checks import check_pipeline
 from zsim.scenario.recompute_checks import check_recompute_modules
@@ -138,9 +139,9 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
 
     model, par = spec.model, spec.parallel
     gpus = cluster.world
-    if par.dp * par.mp * par.pp != gpus:
-        pp = f" × pp {par.pp}" if par.pp > 1 else ""
-        raise fail("parallel.dp", f"{par.dp} × mp {par.mp}{pp} = {par.dp * par.mp * par.pp} GPUs, but the cluster has "
+    if par.dp * par.mp * par.cp * par.pp != gpus:
+        pp = (f" × cp {par.cp}" if par.cp > 1 else "") + (f" × pp {par.pp}" if par.pp > 1 else "")
+        raise fail("parallel.dp", f"{par.dp} × mp {par.mp}{pp} = {par.dp * par.mp * par.cp * par.pp} GPUs, but the cluster has "
                    f"{gpus} ({spec.hardware.nodes} node{'s' if spec.hardware.nodes != 1 else ''} × {cluster.gpus_per_node} "
                    f"GPU{'s' if cluster.gpus_per_node != 1 else ''})")
     gpn = cluster.gpus_per_node
@@ -157,12 +158,14 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
     _check_implementation(spec.zero, fail)
     _check_modern(spec, cluster, fail)
     check_pipeline(spec, cluster, grad_accum, fail)
+    resolved = _resolve_attention(model, spec.precision.dtype, cluster)
+    check_context_parallel(spec, resolved, cluster.host is not None, fail)
     # with stages the check is on their mean (a lower bound of the busiest); the simulation reports each's
     _check_model_states_fit(spec, cluster, fail)
     return Scenario(
         name=spec.name or default_name,
         description=spec.description,
-        model=_resolve_attention(model, spec.precision.dtype, cluster),
+        model=resolved,
         parallel=par,
         zero=spec.zero,
         precision=spec.precision,
@@ -170,8 +173,10 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         fabric=spec.fabric,
         run=spec.run,
         cluster=cluster,
-        layout=Layout(dp=par.dp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes, ep=par.ep,
-                      pp=par.pp, etp=par.expert_mp or 0),
+        # Megatron-Core's dp × cp group (gradients, the distributed optimizer) is zsim's DP group: ranks ordered
+        # tp-cp-dp-pp (parallel_state.py), so a CP group is cp consecutive members of it (Layout.cp)
+        layout=Layout(dp=par.dp * par.cp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes, ep=par.ep,
+                      pp=par.pp, etp=par.expert_mp or 0, cp=par.cp),
         grad_accum=grad_accum,
         source=source,
     )
@@ -323,8 +328,8 @@ def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     pp = spec.parallel.pp
 
     def states_at(stage: int):  # closed form: a huge `layers` is not expanded layer by layer (issue 13)
-        whole = model_states_closed_form(spec.model, spec.parallel.mp, spec.parallel.dp, stage, spec.precision.dtype,
-                                         spec.parallel.ep, optimizer_k(spec.precision.dtype, spec.precision.master_weights),
+        nd = spec.parallel.dp * spec.parallel.cp  # ZeRO partitions over Megatron-Core's dp × cp group
+        whole = model_states_closed_form(spec.model, spec.parallel.mp, nd, stage, spec.precision.dtype, spec.parallel.ep, optimizer_k(spec.precision.dtype, spec.precision.master_weights),
                                          etp=spec.parallel.expert_mp)
         # with pipeline stages each holds its share: the busiest holds at least the mean, 1/pp of the whole
         return whole if pp == 1 else type(whole)(params=whole.params // pp, grads=whole.grads // pp,

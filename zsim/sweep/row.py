@@ -123,7 +123,7 @@ def result_row(result: Result, oom_reason: str | None, capacity_bytes: int, key:
         "exposed_share": (step - compute) / step if step else 0.0,
         "tflops_per_gpu": tflops,
         "percent_of_peak": 100 * tflops * 1e12 / peak_flops,
-        "tokens_per_s": s.model.seq_len * s.model.micro_batch * s.layout.dp * s.grad_accum / step,
+        "tokens_per_s": s.model.seq_len * s.model.micro_batch * s.parallel.dp * s.grad_accum / step,
         "peak_bytes": ledger.peak,
         "reserved_peak_bytes": ledger.peak_reserved,
         "capacity_bytes": capacity_bytes,

@@ -91,7 +91,7 @@ def paper_tflops(result) -> tuple[float, float]:
     """(TFLOPS per GPU in the paper's convention, in the model-FLOP convention) of a Result: 8Ψ (6Ψ
     without checkpointing) and 6Ψ FLOPs per token, over the mean step time (module docstring)."""
     s = result.scenario
-    tokens = s.model.micro_batch * s.layout.dp * s.grad_accum * s.model.seq_len
+    tokens = s.model.micro_batch * s.parallel.dp * s.grad_accum * s.model.seq_len
     step = result.total_seconds / len(result.step_seconds)
     per_token = 8 if s.zero.activation_checkpointing else 6
     scale = result.workload.total_params * tokens / (step * s.layout.world) / 1e12

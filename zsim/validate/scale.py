@@ -155,7 +155,7 @@ def _check_point_values(p: dict[str, Any], pub: dict[str, Any], path: Path, wher
 def _narayanan_eq3(scenario) -> float:
     """FLOPs of one step, Narayanan et al. SC'21 eq. 3: 96·B·s·l·h²·(1 + s/6h + V/16lh) (recompute counted)."""
     m = scenario.model
-    batch = m.micro_batch * scenario.layout.dp * scenario.grad_accum
+    batch = m.micro_batch * scenario.parallel.dp * scenario.grad_accum
     s, l, h, v = m.seq_len, m.layers, m.hidden, m.vocab
     return 96 * batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
 
@@ -166,7 +166,7 @@ def _paper_8psi(scenario) -> float:
     from zsim.workload.transformer import build_workload
 
     m = scenario.model
-    tokens = m.micro_batch * scenario.layout.dp * scenario.grad_accum * m.seq_len
+    tokens = m.micro_batch * scenario.parallel.dp * scenario.grad_accum * m.seq_len
     per_token = 8 if scenario.zero.activation_checkpointing else 6
     return per_token * build_workload(scenario.model, scenario.layout.mp, scenario.precision.dtype).total_params * tokens
 
@@ -175,7 +175,7 @@ def _megatron_core(scenario) -> float:
     """FLOPs of one step as Megatron-Core counts them (zsim.workload.flop_counts.megatron_core_flops)."""
     from zsim.workload.flop_counts import megatron_core_flops
 
-    return megatron_core_flops(scenario.model, scenario.layout.mp, scenario.layout.dp * scenario.grad_accum)
+    return megatron_core_flops(scenario.model, scenario.layout.mp, scenario.parallel.dp * scenario.grad_accum)
 
 
 FLOP_COUNTS = {"narayanan-eq3": _narayanan_eq3, "paper-8psi": _paper_8psi, "megatron-core": _megatron_core}

@@ -108,6 +108,10 @@ class Module:
     # A sliding-window block under FlashAttention: the mean keys per query its fused kernel computes
     # (Shape.window_keys; zsim.compute.kernels prices it); 0 for a global block.
     window: int = 0
+    # Context parallelism: the bytes of the whole sequence's keys and values on one MP rank, which the block's
+    # attention gathers around its CP ring in forward (and again, with their gradients' reduce-scatter, in
+    # backward) [MC, Transformer Engine's AttnFuncWithCPAndKVP2P]; 0 without CP.
+    cp_kv_bytes: int = 0
 
     @property
     def expert_params(self) -> int:
@@ -233,7 +237,7 @@ def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
 
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
                    selective: bool = False, ep: int = 1, etp: int | None = None,
-                   recompute: frozenset[str] = frozenset()) -> Workload:
+                   recompute: frozenset[str] = frozenset(), cp: int = 1) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
     bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
@@ -241,9 +245,12 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     (zsim.workload.moe); `etp`: its experts' MP degree, mp (default) or 1 (each expert whole: a MoE
     block's MLP then issues no sequence-parallel collective unless it has shared experts: `moe_sp` below);
     `recompute`: the parts besides the attention core that selective recompute redoes ('layernorm',
-    'moe_act', 'mlp', 'moe': zsim.zero.rank_states.recompute_modules)."""
+    'moe_act', 'mlp', 'moe': zsim.zero.rank_states.recompute_modules); `cp`: context parallelism [MC]: each rank
+    computes s/cp of every sequence's tokens (its zig-zag pair of the 2·cp chunks), and its queries attend the whole
+    sequence's keys, load-balanced: 1/cp of the causal attention core (the loader refuses windows and unfused attention
+    with it)."""
     shape = Shape.of(model)
-    h, s, b, L = model.hidden, model.seq_len, model.micro_batch, model.layers
+    h, s, b, L = model.hidden, model.seq_len // cp, model.micro_batch, model.layers
     t = mp
     sp = sequence_parallel and t > 1
     r = t if sp else 1  # SP splits what MP replicates
@@ -259,6 +266,9 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     dense_recompute = sum(layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective)) - block_saved
     tensors = layer_tensors(shape, t)
     core = attention_core_flops(shape, s, b, t)
+    if cp > 1:  # s/cp queries against all cp·s keys: cp × the core of s tokens [MC get_batch_on_this_cp_rank]
+        block_flops += (cp - 1) * core
+        core *= cp
     # The core's model FLOPs: `core` forward, 2·core backward [N21]. FlashAttention runs causal: core/2
     # forward, 2.5 × that backward (QKᵀ recomputed) [D23; flash-attn benchmarks' count]; selective
     # recompute adds the core's forward again in backward [K22 §5] (with FlashAttention, its causal one).
@@ -326,9 +336,12 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
                     variants[key]["bwd_hw_extra_flops"] += (3 if shape.gated else 2) * 2 * s * b * h * shape.ffn / t
         return variants[key]
 
+    # each rank's K and V for its s/cp tokens (MLA: the up-projected per-head keys and values), cp of them gathered
+    kv_width = shape.heads * (shape.mla.qk_head + shape.mla.v) if shape.mla is not None else 2 * shape.kv_dim
+    cp_kv = cp * e * s * b * kv_width // t if cp > 1 else 0
     block = [
         Module(
-            name=f"layer.{i}",
+            name=f"layer.{i}", cp_kv_bytes=cp_kv,
             checkpoint_bytes=e * sbh // r,  # the block's input, replicated across MP [K22 §5] (split by SP)
             mp_allreduce_bytes=mp_bytes,
             # Two all-reduces in forward (after attention and after the MLP) and two in backward
@@ -382,6 +395,6 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         modules=modules,
         total_params=total_params(model, v),
         padded_vocab=v,
-        tokens_per_micro_batch=b * s,
+        tokens_per_micro_batch=b * s,  # this rank's: s/cp under context parallelism
         shape=shape,
     )

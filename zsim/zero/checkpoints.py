@@ -57,6 +57,7 @@ class Checkpoints:
                        hbm_bytes=m.fwd_hbm_bytes, allocs=self._activations(m, "act"), frees=frees,
                        kernels=self._kernels(m, "recompute"))
         self._mp_allreduces(m, m.mp_allreduces_fwd, collectives=m.mp_collectives_fwd)
+        self._cp_exchanges(m, ("all_gather",))
         self._all_to_alls(m)
         return op
 

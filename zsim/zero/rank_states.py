@@ -31,7 +31,7 @@ def scenario_workload(scenario: Scenario) -> Workload:
     return build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype,
                           sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario),
                           ep=scenario.parallel.ep, etp=scenario.layout.expert_mp,
-                          recompute=recompute_modules(scenario) - {"core_attn"})
+                          recompute=recompute_modules(scenario) - {"core_attn"}, cp=scenario.parallel.cp)
 
 
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:

@@ -74,7 +74,8 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.shape = Shape.of(scenario.model, scenario.layout.mp, workload.padded_vocab, scenario.precision.dtype,
                               arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
                               sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep,
-                              etp=scenario.layout.expert_mp, recompute=recompute_modules(scenario))
+                              etp=scenario.layout.expert_mp, recompute=recompute_modules(scenario),
+                              cp=scenario.parallel.cp)
         self.expert_group = "edp"  # = the DP group's ranks when ep is 1
         # where the EP all-to-alls run and what they send across nodes against an even spread (DeepEP's
         # dispatch: Moe.nic_share; over the TP × EP group with split experts: rank_states.ep_dispatch)
@@ -127,6 +128,15 @@ class StepPass(Gathers, Checkpoints, Reductions):
         for what in ("dispatch", "combine") if m.ep_all_to_all_bytes else ():
             self._add(name=f"all_to_all/ep.{m.name}.{what}", stream="compute", collective="all_to_all",
                       group=self.ep_group, nbytes=m.ep_all_to_all_bytes, nic_share=self.ep_nic_share)
+
+    def _cp_exchanges(self, m: Module, collectives: tuple[str, ...]) -> None:
+        """Context parallelism: a block's attention passes each rank's keys and values around its CP ring, cp − 1
+        steps (Transformer Engine's AttnFuncWithCPAndKVP2P, Megatron-Core's default --cp-comm-type p2p); its
+        backward passes them again with their gradients, accumulated around the ring: per rank the bytes and steps
+        of a ring all-gather and reduce-scatter of the whole sequence's K and V (m.cp_kv_bytes), priced as those, in
+        line on the compute stream (the ring's overlap with the attention chunks is not modelled)."""
+        for op in collectives if m.cp_kv_bytes else ():
+            self._add(name=f"{op}/cp.{m.name}", stream="compute", collective=op, group="cp", nbytes=m.cp_kv_bytes)
 
     def _mp_allreduces(self, m: Module, count: int, extra: tuple[int, ...] = (),
                        collectives: tuple[tuple[str, int], ...] = ()) -> None:
@@ -246,6 +256,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
         op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
                        allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
         self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes, m.mp_collectives_fwd)
+        self._cp_exchanges(m, ("all_gather",))
         self._all_to_alls(m)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
             self._offload_out(m, op)
@@ -350,6 +361,7 @@ class StepPass(Gathers, Checkpoints, Reductions):
             # 1.6 GB loss gradients)
             op = self._add(name=f"bucket/{m.name}", stream="compute", deps=(op,), allocs=(bucket_op,), memory_only=True)
         self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
+        self._cp_exchanges(m, ("all_gather", "reduce_scatter"))
         self._all_to_alls(m)
         # a recomputed MLP or MoE layer (--recompute-modules mlp, moe) issues its forward's collectives again
         for op_name, nbytes in m.recompute_collectives:
