@@ -127,6 +127,9 @@ SCENARIO_TEXTS: dict[str, str | bytes] = {
     "recompute_modules_full": _replace("zero", "recompute_modules", "[core_attn]"),
     "recompute_modules_moe_on_dense": _replace("zero", "recompute_modules", "[moe]")
     .replace("zero:\n", "zero:\n  recompute_granularity: selective\n"),
+    "cp_world": _replace("parallel", "cp", "2"),
+    "cp_unfused": _replace("parallel", "cp", "2").replace("dp: 16", "dp: 8"),
+    "cp_zero": _replace("parallel", "cp", "0"),
     "ep_overlap_dense": _replace("parallel", "ep_overlap", "true"),
     "ep_overlap_string": _replace("parallel", "ep_overlap", "yes please"),
     "model_states_dont_fit": _replace("model", "layers", "2000").replace("hidden: 256", "hidden: 8192")
