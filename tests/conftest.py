@@ -21,9 +21,9 @@ SMALL = {
 }
 
 
-def small_dict(**sections) -> dict:
-    """SMALL with some sections' keys replaced: small_dict(zero={"stage": 1})."""
-    data = copy.deepcopy(SMALL)
+def with_sections(base: dict, **sections) -> dict:
+    """A copy of the scenario mapping `base` with some sections' keys replaced: with_sections(SMALL, zero={"stage": 1})."""
+    data = copy.deepcopy(base)
     for section, values in sections.items():
         if isinstance(values, dict) and isinstance(data.get(section), dict):
             data[section].update(values)
@@ -32,8 +32,18 @@ def small_dict(**sections) -> dict:
     return data
 
 
+def small_dict(**sections) -> dict:
+    """SMALL with some sections' keys replaced: small_dict(zero={"stage": 1})."""
+    return with_sections(SMALL, **sections)
+
+
+def scenario_from(base: dict, name: str, **sections) -> Scenario:
+    """The scenario of `base` with some sections' keys replaced (with_sections), named `name`."""
+    return build_scenario(with_sections(base, **sections), source="<test>", default_name=name)
+
+
 def small_scenario(**sections) -> Scenario:
-    return build_scenario(small_dict(**sections), source="<test>", default_name="small")
+    return scenario_from(SMALL, "small", **sections)
 
 
 @pytest.fixture

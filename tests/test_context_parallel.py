@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import scenario_from
 from zsim.engine.simulation import simulate, workload_and_plan
 from zsim.errors import ConfigError
 from zsim.parallel.layout import Layout
 from zsim.report.facts import facts
 from zsim.report.summary import summary
-from zsim.scenario.scenario import build_scenario
 from zsim.zero.rank_states import rank_model_states, scenario_workload
 
 # LLaMA-shaped, FlashAttention on H100, sequence parallelism over MP 2
@@ -27,10 +27,7 @@ BASE = {
 
 
 def scenario(**sections):
-    data = {k: dict(v) for k, v in BASE.items()}
-    for section, values in sections.items():
-        data.setdefault(section, {}).update(values)
-    return build_scenario(data, source="<test>", default_name="cp")
+    return scenario_from(BASE, "cp", **sections)
 
 
 def test_cp_groups_are_megatron_cores_order():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ROOT
-from zsim.scenario.scenario import build_scenario, load_scenario
+from tests.conftest import ROOT, scenario_from
+from zsim.scenario.scenario import load_scenario
 from zsim.engine.simulation import simulate, workload_and_plan
 from zsim.errors import ConfigError
 from zsim.fabric.p2p import p2p_phases
@@ -31,10 +31,7 @@ UNIFORM = {
 
 
 def pipe(**sections):
-    data = {k: dict(v) for k, v in UNIFORM.items()}
-    for section, values in sections.items():
-        data.setdefault(section, {}).update(values)
-    return build_scenario(data, source="<test>", default_name="pipe")
+    return scenario_from(UNIFORM, "pipe", **sections)
 
 
 # ---- validation -----------------------------------------------------------------------------------
