@@ -100,3 +100,12 @@ def test_layouts_that_do_not_run_are_refused_naming_the_key(sections, key, words
     with pytest.raises(ConfigError, match=words) as err:
         scenario(**sections)
     assert err.value.path == key
+
+
+def test_class_and_per_rank_modes_agree():
+    """Every rank of a CP run is alike: the per-rank simulation (every rank's CP ring and DP group) gives the class
+    mode's step."""
+    per_rank = simulate(scenario(fabric={"mode": "per_rank"}), trace=False)
+    cls = simulate(scenario(fabric={"mode": "class"}), trace=False)
+    assert (cls.mode, per_rank.mode) == ("class", "per_rank")
+    assert per_rank.step_seconds == pytest.approx(cls.step_seconds, rel=1e-9)
