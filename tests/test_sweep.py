@@ -475,3 +475,18 @@ def test_a_rerun_drops_what_killed_writes_left(tmp_path):
     assert drop_temporaries(tmp_path) == 2
     assert entry.is_file() and not stale.exists() and not half.exists()
     assert drop_temporaries(tmp_path / "nowhere") == 0
+
+
+def test_the_cli_drops_a_killed_writes_temporary(base, tmp_path):
+    """A `.<key>.json.tmp-<pid>-<hex>.json` that a SIGKILL left between write and rename is removed by the next `zsim
+    sweep` into the folder, which holds its lock (the CLI takes the lock itself: the runner's cleanup used to run only
+    when the runner took it, so a rare kill in the window left the file for good)."""
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"base": base.name, "axes": {"zero.stage": [1, 2]}}))
+    out = tmp_path / "o"
+    stale = out / "cache" / ".0123abcd.json.tmp-999999-deadbeef.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{")
+    result = zsim("sweep", str(sweep), "-o", str(out), "--workers", "1")
+    assert result.returncode == 0, result.stderr
+    assert not stale.exists() and len(entries(out / "cache")) == 2

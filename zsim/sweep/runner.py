@@ -93,7 +93,7 @@ def run_sweep(plan: Plan, out: Path | None, *, engine: str = "local", workers: i
         raise ConfigError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     held = sweep_lock(out) if out is not None and lock else contextlib.nullcontext()
     with held:
-        if out is not None and lock:
+        if out is not None:  # the lock is held here, by this call or (lock False) by the caller, as `zsim sweep` does
             drop_temporaries(out)  # a killed sweep's half-written files: no other sweep writes here now
         sweep = _run(plan, out, engine, workers, address, per_point, progress)
         if out is not None and write:
