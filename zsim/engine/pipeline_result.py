@@ -42,7 +42,7 @@ def stage_bubbles(plan: Plan, start: list[float], end: list[float]) -> list[floa
     for i, op in enumerate(plan.ops):
         # the compute stream's work; with parallel.ep_overlap also the EP all-to-alls on the comm stream, which the
         # compute stream waits for when they are not hidden: waiting for them is exposed communication, not bubble
-        counted = op.stream == "compute" and op.collective != "recv" or (
+        counted = (op.stream == "compute" and op.collective != "recv") or (
             op.stream == "comm" and op.collective == "all_to_all" and op.group in EP_GROUPS)
         if counted and i <= last[op.stage][op.step]:
             intervals[op.stage][op.step].append((start[i], end[i]))

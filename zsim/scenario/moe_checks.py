@@ -47,14 +47,12 @@ def check_moe(spec: ScenarioFile, fail: Fail) -> None:
                    "does not model; use dispatcher alltoall, or parallel.ep above 1")
     # Megatron-Core's expert ranks cover a stage's tp × cp × dp ranks (parallel_state.py: the expert RankGenerator
     # spans the same ranks as the dense 'tp-cp-ep-dp-pp' order), so CP ranks hold experts as DP ranks do
-    dp, cp = par.dp * par.cp, (f" × cp {par.cp}" if par.cp > 1 else "")
+    dp, cp = par.dp * par.cp, (f" × cp {par.cp} = {par.dp * par.cp}" if par.cp > 1 else "")
     if etp == par.mp and dp % par.ep:
-        raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp}{cp} = {dp} (expert parallelism is carved out of "
-                   "DP; with parallel.expert_mp 1 it folds over the MP ranks too)" if cp else
-                   f"{par.ep} must divide dp {par.dp} (expert parallelism is carved out of DP; with "
-                   "parallel.expert_mp 1 it folds over the MP ranks too)")
+        raise fail("parallel.ep", f"{par.ep} must divide dp {par.dp}{cp} (expert parallelism is carved out of DP; "
+                   "with parallel.expert_mp 1 it folds over the MP ranks too)")
     if etp == 1 and (dp * par.mp) % par.ep:
-        raise fail("parallel.ep", f"{par.ep} must divide dp{cp} × mp = {dp * par.mp} (with expert_mp 1 an EP group "
+        raise fail("parallel.ep", f"{par.ep} must divide dp × {'cp × ' if par.cp > 1 else ''}mp = {dp * par.mp} (with expert_mp 1 an EP group "
                    "folds over a stage's MP and DP ranks)")
     if par.mp > 1 and not par.sequence_parallel:
         raise fail("parallel.sequence_parallel", "false with model.moe and mp > 1: Megatron-LM requires sequence "

@@ -149,15 +149,7 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
                 that waits for an earlier step is not copied from). `copy` False: built, and no later pass is
                 copied from it (a merged pass, whose ops zsim.zero.ep_overlap reorders)."""
                 previous = passes.get((kind, chunk))
-                if not copy:
-                    built = StepPass(b, scenario, stage.workload, step, mb, dep)
-                    if kind == "fwd":
-                        built.forward(list(stage.chunks[chunk]))
-                    else:
-                        built.backward(list(stage.chunks[chunk]), reduce)
-                    passes[(kind, chunk)] = None
-                    return
-                copied = copy_pass(b, previous, reduce, mb) if copy_passes and previous is not None else None
+                copied = copy_pass(b, previous, reduce, mb) if copy and copy_passes and previous is not None else None
                 if copied is None:
                     entry, built = b.last_compute, StepPass(b, scenario, stage.workload, step, mb, dep)
                     mods = list(stage.chunks[chunk])
@@ -165,8 +157,8 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
                         built.forward(mods)
                     else:
                         built.backward(mods, reduce)
-                    copied = None if dep else PassRecord(built.start, len(b.ops), step, mb, entry,
-                                                         frozenset(built.entry_users), reduce)
+                    copied = None if dep or not copy else PassRecord(built.start, len(b.ops), step, mb, entry,
+                                                                     frozenset(built.entry_users), reduce)
                 passes[(kind, chunk)] = copied
 
             def receive(w: Work, dep: tuple[int, ...], b: PlanBuilder = b, step: int = step, s: int = s) -> None:
