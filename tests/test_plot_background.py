@@ -36,9 +36,10 @@ def test_run_returns_then_the_plot_appears_whole(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "memory.png" in proc.stdout
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # the detached process ends with timeline.png drawn, or with its error log
         png = out / "memory.png"
-        if png.exists() and png.read_bytes() != b"a stale plot of an earlier run":
+        drawn = png.exists() and png.read_bytes() != b"a stale plot of an earlier run"
+        if drawn and ((out / "timeline.png").exists() or (out / "memory.png.log").exists()):
             break
         time.sleep(0.1)
     data = (out / "memory.png").read_bytes()

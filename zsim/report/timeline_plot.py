@@ -136,8 +136,10 @@ class RunFiles:
         self.events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("pid", 0) == 0]
         self.step_seconds = facts["time"]["step_seconds"]
         lay = facts["layout"]
+        # what timeline_png reads of a Scenario: result.json's layout.dp is the data-parallel replicas (parallel.dp)
         self.scenario = SimpleNamespace(name=facts["scenario"]["name"], zero=SimpleNamespace(stage=facts["zero"]["stage"]),
-                                        layout=SimpleNamespace(world=lay["gpus"], dp=lay["dp"], mp=lay["mp"]))
+                                        layout=SimpleNamespace(world=lay["gpus"], mp=lay["mp"]),
+                                        parallel=SimpleNamespace(dp=lay["dp"], cp=lay.get("cp", 1)))
         self.ledger = _FileLedger(folder, facts["memory"]["capacity_bytes"])
 
 
