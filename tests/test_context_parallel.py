@@ -88,6 +88,9 @@ def test_reports_count_sequences_over_dp_not_dp_times_cp():
     assert f["model"]["global_batch"] == 1 * 2 * 2 and f["layout"]["dp"] == 2 and f["layout"]["cp"] == 2
     assert f["throughput"]["tokens_per_second"] == pytest.approx(4 * 8192 / r.total_seconds)
     assert "DP 2 × CP 2 × MP 2" in summary(f)
+    # dp 1 × cp 2: gradients are still reduced over the dp × cp group, and the comm line says so
+    one = facts(simulate(scenario(parallel={"dp": 1, "mp": 2, "cp": 4}), trace=False))
+    assert one["layout"]["dp"] == 1 and "no DP group" not in summary(one) and "reduce_scatter" in summary(one)
     assert r.comm[("cp", "all_gather")].count > 0
 
 

@@ -165,7 +165,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
                f"run on as if the GPU had room, the step peaks at {mem['peak_bytes'] / GB:.1f} GB allocated, "
                f"{mem['reserved_peak_bytes'] / GB:.1f} GB reserved")
     per_op = ", ".join(f"{x['op']} {x['payload_bytes_per_step'] * (2 if x['op'] == 'all_reduce' else 1) / c['psi_bytes']:.2f}Ψ"
-                       for x in c["collectives"] if x["group"] == "dp") if lay["dp"] > 1 else "no DP group"
+                       for x in c["collectives"] if x["group"] == "dp") if lay["dp"] * lay.get("cp", 1) > 1 else "no DP group"
     mp_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] == "mp")
     ep_bytes = sum(x["payload_bytes_per_step"] for x in c["collectives"] if x["group"] in EP_GROUPS)
     overrides = f["scenario"].get("overrides")
