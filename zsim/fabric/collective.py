@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from zsim.fabric.cluster import Cluster
 from zsim.fabric.nccl import (FUNCTIONS, NVLINK_WIDTH_GBPS, NVLS_ALGORITHMS, PROTOCOLS, WIRE_SHARE, Communicator,
-                              NcclTuner, bus_factor, ring_steps)
+                              NcclTuner, bus_factor, ll_net_cap_Bps, ring_steps)
 from zsim.fabric.nvls import nvls_phase
 from zsim.fabric.tree_chunks import fill_bytes, fill_steps
 from zsim.parallel.layout import GroupShape
@@ -197,7 +197,7 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
                      nvlink=k > 1, nic_weight=nic_weight)
         in_flight = fill_bytes(cluster.nccl_tuner, proto, nbytes, nccl_channels(cluster), big_n, k)
         latency += fill_steps(big_n) * in_flight / _uncontended_rate(own, cluster)
-        return [Phase(latency, 2.0 * nbytes, links)]
+        return [Phase(latency, 2.0 * nbytes, links, _ll_cap(cluster, fn, proto, big_n))]
     steps = n - 1 if fn in ("broadcast", "reduce") else ring_steps(fn, n)
     crossings = {"all_reduce": 2 * (big_n - 1), "all_gather": big_n - 1, "reduce_scatter": big_n - 1,
                  "all_to_all": big_n - 1}.get(fn, big_n - 1)
@@ -208,11 +208,24 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
     else:
         nic_weight = 1.0 if big_n > 1 else 0.0  # a ring leaves and enters each node once per stream
     links = _links(shape, cluster, where, eff, eff_net, nvlink=k > 1, nic_weight=nic_weight)
-    cap = kern.alignment_cap(fn, nbytes, n, in_place=in_place)
+    cap = _min_cap(kern.alignment_cap(fn, nbytes, n, in_place=in_place), _ll_cap(cluster, fn, proto, big_n))
     slow = kern.unaligned_fraction(fn, nbytes, n)
     if slow > 0:  # reduce_scatter: the aligned chunks at the link's rate, then the rest element-wise
-        return [Phase(latency, (1 - slow) * bus, links), Phase(0.0, slow * bus, links, kern.unaligned_reduce_Bps)]
+        ll = _ll_cap(cluster, fn, proto, big_n)
+        return [Phase(latency, (1 - slow) * bus, links, ll),
+                Phase(0.0, slow * bus, links, _min_cap(kern.unaligned_reduce_Bps, ll))]
     return [Phase(latency, bus, links, cap)]
+
+
+def _ll_cap(cluster: Cluster, fn: str, proto: str, nodes: int) -> float | None:
+    """NCCL's ceiling on LL's bus bandwidth across nodes (zsim.fabric.nccl.ll_net_cap_Bps), else None. Its
+    tuner sets it for the collectives it tunes; an all_to_all is point-to-point sends (NCCL's p2p path,
+    or DeepEP's own kernels), which it does not cap."""
+    return ll_net_cap_Bps(cluster.nccl_tuner, nodes) if proto == "LL" and fn != "all_to_all" else None
+
+
+def _min_cap(*caps: float | None) -> float | None:
+    return min((c for c in caps if c is not None), default=None)
 
 
 def _hierarchical(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement,

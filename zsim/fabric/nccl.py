@@ -46,6 +46,24 @@ LL128_CEILING = 120 / 128  # NCCL releases whose tuner zsim has (the profile's n
 # so a protocol's share of the NIC is this (times the network's fitted efficiency for Simple).
 WIRE_SHARE = {"LL": 0.5, "LL128": LL128_CEILING, "Simple": 1.0}
 
+# LL's bus bandwidth across nodes, from v2.8.3-1 on: NCCL's tuner caps a ring or tree LL call at llMaxBws
+# (src/graph/tuning.cc v2.8.4-1 line 75, v2.23.4-1 line 86, v2.26.2-1 line 151; GB/s on 2 nodes, on more),
+# the row of Intel and other non-AMD hosts ("for multi-node, we look at CPU type"), whatever the GPU or
+# NIC: LL's flag-polled 8-byte lines cross the network through the proxy's small LL buffers, not at a
+# share of the line rate. zsim takes NVIDIA's ceiling as what the kernel achieves (an assumption: the
+# tuner's number, not a measurement of ours); 2.5 and 2.7 have no such cap.
+LL_NET_MAX_BUSBW_GBPS = {"2.8": (39.0, 20.4), "2.23": (39.0, 20.4)}
+
+
+def ll_net_cap_Bps(tuner: str, nodes: int) -> float | None:
+    """The ceiling on an LL collective's bus bandwidth (B/s) across `nodes` nodes under NCCL release
+    `tuner`; None on one node or where the release has none."""
+    caps = LL_NET_MAX_BUSBW_GBPS.get(tuner)
+    if caps is None or nodes <= 1:
+        return None
+    return caps[0 if nodes == 2 else 1] * 1e9
+
+
 # src/graph/tuning.cc: latencies in µs, baseLat[algo][proto] and hwLat[hw][algo][proto], per release.
 # 2.7: v2.7.8-1 (identical in v2.7.3-1); 2.5: v2.5.6-1 (identical in v2.5.7-1).
 BASE_LAT_US = {"2.23": {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)},  # v2.23.4-1 (nccl_223)
