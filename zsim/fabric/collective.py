@@ -141,13 +141,16 @@ def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where:
     (issue-309 NCCL_ALGO=Ring). An assumption, stated in docs/fabric.md; single-node calls and the
     2.5/2.7 releases keep NCCL's own tuner. Each cell is costed for this one communicator, as NCCL's
     tuner knows no other: without the class mode's count of the node's concurrent groups, so class and
-    per-rank mode choose alike."""
+    per-rank mode choose alike; and with its own share of the node's NICs, per_node / gpus_per_node of
+    them (rail-aligned: each GPU's nearest NIC, as `communicator` gives NCCL's tuner), not the node's whole
+    pool, which a group with one GPU a node would otherwise see as eight times its NIC."""
     where = Placement(where.members, class_mode=False)
+    own = shape.per_node / cluster.gpus_per_node
 
     def cost(algo: str, proto: str) -> float:
         total = 0.0
         for p in _phases(fn, nbytes, shape, cluster, where, in_place, algo, proto, nic_share):
-            rate = _uncontended_rate(p.links, cluster)
+            rate = _uncontended_rate(p.links, cluster, own)
             rate = min(rate, p.cap_Bps) if p.cap_Bps else rate
             total += p.latency_s + (p.nbytes / rate if p.nbytes else 0.0)
         return total
@@ -156,12 +159,12 @@ def _fastest(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where:
     return min(cells, key=lambda cell: cost(*cell))
 
 
-def _uncontended_rate(links: tuple[tuple[Hashable, float], ...], cluster: Cluster) -> float:
+def _uncontended_rate(links: tuple[tuple[Hashable, float], ...], cluster: Cluster, nic_fraction: float = 1.0) -> float:
     """Bus bytes per second a phase on `links` moves when nothing else shares them: the slowest of its
-    links' aggregate capacity (a GPU's NVLinks, a node's NICs under the fat tree's oversubscription) over
-    its weight."""
+    links' aggregate capacity (a GPU's NVLinks, a node's NICs under the fat tree's oversubscription, of
+    which `nic_fraction` is the group's: its GPUs' own NICs) over its weight."""
     caps = {"nvlink": cluster.nvlink_links * cluster.nvlink_link_bytes_per_s,
-            "nic": cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.oversubscription}
+            "nic": cluster.nics_per_node * cluster.nic_bytes_per_s / cluster.oversubscription * nic_fraction}
     return min(caps[link[0]] / w for link, w in links) if links else math.inf
 
 
@@ -196,7 +199,7 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
         own = _links(shape, cluster, Placement(where.members, class_mode=False), eff, eff_net * cluster.tree_efficiency,
                      nvlink=k > 1, nic_weight=nic_weight)
         in_flight = fill_bytes(cluster.nccl_tuner, proto, nbytes, nccl_channels(cluster), big_n, k)
-        latency += fill_steps(big_n) * in_flight / _uncontended_rate(own, cluster)
+        latency += fill_steps(big_n) * in_flight / _uncontended_rate(own, cluster, k / cluster.gpus_per_node)
         return [Phase(latency, 2.0 * nbytes, links, _ll_cap(cluster, fn, proto, big_n))]
     steps = n - 1 if fn in ("broadcast", "reduce") else ring_steps(fn, n)
     crossings = {"all_reduce": 2 * (big_n - 1), "all_gather": big_n - 1, "reduce_scatter": big_n - 1,
