@@ -10,6 +10,7 @@ from tests.test_moe_pipeline import MOE, moe_pipe
 from zsim.engine.pipeline_result import _covered
 from zsim.engine.simulation import simulate, workload_and_plan
 from zsim.errors import ConfigError
+from zsim.memory.ledger import CATEGORIES
 from zsim.parallel.pipeline import peak_in_flight, stage_schedule
 from zsim.zero.ep_overlap import overlap_passes
 from zsim.zero.ops import PlanBuilder
@@ -98,7 +99,7 @@ def test_only_merged_passes_move_their_all_to_alls_off_the_compute_stream():
 
 @pytest.mark.parametrize(("sections", "key", "words"), [
     ({"parallel": {**INTERLEAVED, "ep": 1, "ep_overlap": True}}, "parallel.ep_overlap", "only supported with expert"),
-    ({"parallel": {"ep_overlap": True}}, "parallel.ep_overlap", "pipeline_schedule interleaved"),
+    ({"parallel": {"ep_overlap": True}}, "parallel.pipeline_schedule", "set interleaved"),
     ({"parallel": {**INTERLEAVED, "ep_overlap": True}, "zero": {"activation_checkpointing": True}},
      "zero.recompute_granularity", "disable full recomputation"),
     ({"parallel": {**INTERLEAVED, "ep_overlap": True},
@@ -112,14 +113,56 @@ def test_layouts_megatron_core_refuses_are_refused_naming_the_key(sections, key,
     assert err.value.path == key
 
 
-def test_pp1_and_dense_models_are_refused():
-    with pytest.raises(ConfigError, match="pp 1") as err:
-        moe_pipe(parallel={"pp": 1, "dp": 8, "ep": 2, "ep_overlap": True})
-    assert err.value.path == "parallel.ep_overlap"
+def test_pp1_beyond_zero_1_and_dense_models_are_refused():
+    with pytest.raises(ConfigError, match="pp 1 is not modelled") as err:
+        moe_pipe(parallel={"pp": 1, "dp": 8, "ep": 2, "ep_overlap": True}, zero={"stage": 3})
+    assert err.value.path == "zero.stage"
     from tests.test_pipeline_engine import pipe
     with pytest.raises(ConfigError, match="no experts") as err:
         pipe(parallel={**INTERLEAVED, "ep_overlap": True})
     assert err.value.path == "parallel.ep_overlap"
+
+
+# ---- pp 1: combined_1f1b_schedule_for_no_pipelining ------------------------------------------------
+def _flat(overlap: bool, grad_accum: int = 4, **sections):
+    return moe_pipe(moe={**MOE, "experts": 16}, parallel={"pp": 1, "dp": 16, "ep": 16, "ep_overlap": overlap},
+                    hardware={"nodes": 2}, model={"layers": 4, "grad_accum": grad_accum}, **sections)
+
+
+def test_pp1_runs_the_first_forward_alone_then_each_forward_with_the_previous_backward():
+    """Megatron-Core (combined_1f1b.py): F0; F1 + B0; ...; F(m-1) + B(m-2); B(m-1). A merged pair's layers
+    alternate (forward layer i, backward layer n-1-i) and its all-to-alls run on the comm stream; the first forward's
+    and the last backward's stay in line."""
+    _, plan = workload_and_plan(_flat(True))
+    blocks = [(op.name.split("/")[0], op.micro_batch) for op in plan.ops
+              if op.name.startswith(("fwd/layer", "bwd/layer"))]
+    runs = blocks  # (pass, micro-batch) of each block op in plan order, 4 layers a pass
+    assert runs[:4] == [("fwd", 0)] * 4
+    assert runs[4:12] == [("fwd", 1), ("bwd", 0)] * 4
+    assert runs[-4:] == [("bwd", 3)] * 4
+    a2a = [op for op in plan.ops if op.collective == "all_to_all"]
+    on_comm = [op for op in a2a if op.stream == "comm"]
+    assert {(op.micro_batch, op.name.split(".")[-1]) for op in a2a if op.stream == "compute"} >= {(0, "dispatch")}
+    # 3 merged pairs, 2 passes each, 4 layers, dispatch and combine
+    assert len(on_comm) == 3 * 2 * 4 * 2 and len(a2a) == 4 * 2 * 4 * 2
+
+
+def test_pp1_overlap_hides_all_to_alls_holds_one_more_micro_batch_and_moves_the_same_traffic():
+    plain, merged = (simulate(_flat(o), trace=False) for o in (False, True))
+    step_plain, step_merged = plain.step_seconds[0], merged.step_seconds[0]
+    assert step_merged < step_plain
+    assert step_merged > step_plain - plain.ep_comm_seconds
+    assert step_merged > merged.compute_seconds
+    a2a = {k: (v.count, round(v.payload_bytes)) for k, v in plain.comm.items() if k[1] == "all_to_all"}
+    assert a2a and a2a == {k: (v.count, round(v.payload_bytes)) for k, v in merged.comm.items() if k[1] == "all_to_all"}
+    # a pair holds the next micro-batch's activations beside the previous one's
+    held = [max(row[CATEGORIES.index("activations")] for row in r.ledger.rows) for r in (plain, merged)]
+    assert held[1] > held[0]
+
+
+def test_pp1_with_one_micro_batch_is_the_plain_run():
+    plain, merged = (simulate(_flat(o, grad_accum=1), trace=False) for o in (False, True))
+    assert merged.step_seconds[0] == pytest.approx(plain.step_seconds[0], rel=1e-12)
 
 
 def test_busy_time_counts_overlapping_intervals_once():

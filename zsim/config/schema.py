@@ -56,9 +56,11 @@ class ParallelSection(Section, kw_only=True):
     # Megatron-Core --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute: the ModelZoo's A2A_OVERLAP=1);
     # pipeline_parallel/combined_1f1b.py, docs/moe.md "EP all-to-alls overlapped in 1F1B".
     ep_overlap: Annotated[bool, Meta(description=(
-        "mixture-of-experts with the interleaved pipeline schedule: each steady-state forward runs merged with "
-        "the backward after it, layer by layer, the EP all-to-alls of each on a communication stream beside the "
-        "other's compute (Megatron-Core --overlap-moe-expert-parallel-comm); one more warm-up forward per stage"))] = False
+        "mixture-of-experts: each forward runs merged with a backward, layer by layer, the EP all-to-alls of each "
+        "on a communication stream beside the other's compute (Megatron-Core --overlap-moe-expert-parallel-comm): "
+        "with pp > 1 (interleaved schedule) each steady-state forward with the backward after it, one more "
+        "warm-up forward per stage; with pp 1 each micro-batch's forward with the previous one's backward "
+        "(ZeRO stages 0-1)"))] = False
     # Korthikanti et al. 2022 §4.2.2; Megatron-LM --sequence-parallel.
     sequence_parallel: Annotated[bool, Meta(description=(
         "Megatron sequence parallelism: the layer norms, dropouts and residuals run on s/mp tokens per MP "

@@ -81,7 +81,7 @@ def check_ep_overlap(spec: ScenarioFile, fail: Fail) -> None:
     """parallel.ep_overlap as Megatron-Core accepts --overlap-moe-expert-parallel-comm (transformer_config.py
     __post_init__ @ d98e8a6 L3002-3046: expert parallelism, the alltoall or flex dispatcher, no full recompute, no
     `moe` in --recompute-modules, bf16 or fp16, and a virtual pipeline size when pp > 1), and where zsim models it:
-    the interleaved pipeline schedule (pp 1's combined_1f1b_schedule_for_no_pipelining is not modelled).
+    the interleaved pipeline schedule, and at pp 1 combined_1f1b_schedule_for_no_pipelining with ZeRO stages 0-1.
 
     Raises:
         ConfigError (through `fail`, naming the key) for each of those."""
@@ -101,8 +101,10 @@ def check_ep_overlap(spec: ScenarioFile, fail: Fail) -> None:
     if spec.precision.dtype not in ("bf16", "fp16"):
         raise fail("precision.dtype", f"{spec.precision.dtype} with parallel.ep_overlap: "
                    "'overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model' (Megatron-Core)")
-    if par.pp == 1 or par.pipeline_schedule != "interleaved":
-        raise fail("parallel.ep_overlap", "true is modelled in the interleaved pipeline schedule only (Megatron-Core "
-                   "requires a virtual pipeline size when pp > 1); " + (
-                       "with pp 1 its combined schedule without pipelining is not modelled" if par.pp == 1 else
-                       f"set parallel.pipeline_schedule interleaved, not {par.pipeline_schedule}"))
+    if par.pp > 1 and par.pipeline_schedule != "interleaved":
+        raise fail("parallel.pipeline_schedule", f"{par.pipeline_schedule} with parallel.ep_overlap: Megatron-Core "
+                   "requires a virtual pipeline size when pp > 1; set interleaved")
+    if par.pp == 1 and zero.stage >= 2:
+        raise fail("zero.stage", f"{zero.stage} with parallel.ep_overlap at pp 1 is not modelled: the combined 1F1B "
+                   "schedule without pipelining is modelled for ZeRO stages 0-1 (Megatron-Core's distributed "
+                   "optimizer), whose gradients reduce once, after the last backward")

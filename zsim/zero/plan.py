@@ -47,6 +47,7 @@ from zsim.zero.inputs import Scenario
 from zsim.memory.context import context_memory
 from zsim.workload.transformer import Workload
 from zsim.zero.checkpoints import md_checkpoints
+from zsim.zero.ep_overlap import overlap_passes
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, Plan, PlanBuilder
 from zsim.zero.optimizer_step import ADAM_BYTES_PER_ELEMENT, optimizer_step
@@ -73,6 +74,11 @@ def build_plan(scenario: Scenario, workload: Workload, copy_passes: bool = True)
     if scenario.layout.pp > 1:
         return build_pipeline_plan(scenario, workload, copy_passes)
     b = PlanBuilder()
+    if scenario.parallel.ep_overlap:
+        for step in range(scenario.run.steps):
+            _combined_step(b, scenario, workload, step)
+            optimizer_step(b, scenario, workload, step)
+        return _plan(scenario, workload, b)
     for step in range(scenario.run.steps):
         boundary = b.last()
         previous: PassRecord | None = None
@@ -111,6 +117,28 @@ def _build_pass(b: PlanBuilder, scenario: Scenario, workload: Workload, step: in
     built.run(reduce=reduce)
     return None if first_dep else PassRecord(built.start, len(b.ops), step, mb, entry, frozenset(built.entry_users),
                                              reduce)
+
+
+def _combined_step(b: PlanBuilder, scenario: Scenario, workload: Workload, step: int) -> None:
+    """One step's micro-batches as Megatron-Core's combined 1F1B without pipelining runs them under
+    --overlap-moe-expert-parallel-comm (pipeline_parallel/combined_1f1b.py @ d98e8a6,
+    combined_1f1b_schedule_for_no_pipelining): the first micro-batch's forward alone, then each next forward
+    merged with the previous micro-batch's backward, layer by layer, their EP all-to-alls beside the other's
+    compute (zsim.zero.ep_overlap), then the last backward alone. Two micro-batches' activations are held
+    while a pair runs. Every pass is built (none is copied: a merged pass's ops are reordered); stages 0-1
+    reduce on the last backward (no_sync), the scenario loader refuses stages 2-3 with the overlap."""
+    m, mods = scenario.grad_accum, list(workload.modules)
+    boundary = b.last()
+    StepPass(b, scenario, workload, step, 0, (boundary,) if boundary is not None else ()).forward(mods)
+    fwd_blocks = frozenset(f"fwd/{x.name}" for x in mods if x.layer is not None)
+    bwd_blocks = frozenset(f"bwd/{x.name}" for x in mods if x.layer is not None)
+    for mb in range(1, m):
+        start = len(b.ops)
+        StepPass(b, scenario, workload, step, mb, ()).forward(mods)
+        mid = len(b.ops)
+        StepPass(b, scenario, workload, step, mb - 1, ()).backward(mods, reduce=False)
+        overlap_passes(b, start, mid, len(b.ops), fwd_blocks, bwd_blocks)
+    StepPass(b, scenario, workload, step, m - 1, ()).backward(mods, reduce=True)
 
 
 def _plan(scenario: Scenario, workload: Workload, b: PlanBuilder) -> Plan:
