@@ -24,7 +24,9 @@ def test_interval_arithmetic():
 def test_breakdown_adds_up_to_the_step(sections):
     result = simulate(small_scenario(**sections))
     parts = time_breakdown(result)
-    assert set(parts) == {"compute", "MP comm", "exposed DP comm", "exposed offload", "other waits"}
+    assert set(parts) == {"compute", "MP comm", "EP all-to-all", "PP send/recv", "exposed DP comm", "exposed offload",
+                          "other waits"}
+    assert parts["EP all-to-all"] == parts["PP send/recv"] == 0  # a dense model without a pipeline
     assert all(v >= 0 for v in parts.values())
     assert sum(parts.values()) == pytest.approx(result.step_seconds[-1], rel=1e-9)
     steps = len(result.step_seconds)
@@ -37,6 +39,31 @@ def test_breakdown_adds_up_to_the_step(sections):
         assert result.offload_seconds > 0
         if not sections["zero"].get("cpu_offload_overlap"):  # DeepSpeed's copies in line: all of them exposed
             assert parts["exposed offload"] == pytest.approx(result.offload_seconds, rel=1e-9)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_ep_all_to_alls_are_their_own_part_in_line_or_beside_the_other_pass(overlap, tmp_path):
+    """A MoE run's all-to-alls are not MP comm nor exposed DP comm: in line they are their own part; beside the other
+    pass (parallel.ep_overlap at pp 1) what the compute stream waits for them is. The parts still add up."""
+    from tests.test_ep_overlap import _flat
+
+    result = simulate(_flat(overlap))
+    parts = time_breakdown(result)
+    assert sum(parts.values()) == pytest.approx(result.step_seconds[-1], rel=1e-9)
+    assert 0 < parts["EP all-to-all"] <= result.ep_comm_seconds * (1 + 1e-9)
+    if not overlap:
+        assert parts["EP all-to-all"] == pytest.approx(result.ep_comm_seconds, rel=1e-9)
+    assert parts["MP comm"] == pytest.approx(result.mp_comm_seconds, rel=1e-9)
+    assert timeline_png(result, tmp_path / "t.png").stat().st_size > 20_000
+
+
+def test_a_pipeline_stage_s_sends_and_receives_are_their_own_part():
+    from tests.test_pipeline_engine import pipe
+
+    result = simulate(pipe())
+    parts = time_breakdown(result)
+    assert parts["PP send/recv"] > 0
+    assert sum(parts.values()) == pytest.approx(result.step_seconds[-1], rel=1e-9)
 
 
 def test_network_bound_step_is_mostly_exposed_dp_comm(tmp_path):

@@ -1,10 +1,13 @@
 """timeline.png: one rank's step at a glance. From top to bottom: where the step's time went (a bar:
-compute, MP comm, exposed DP comm, exposed offload, other waits), the compute, comm and offload streams
-over the step (one box per op, coloured by kind), and memory (allocated and reserved) beneath.
+compute, MP comm, EP all-to-alls, PP sends and receives, exposed DP comm, exposed offload, other waits), the
+compute, comm and offload streams over the step (one box per op, coloured by kind), and memory (allocated and
+reserved) beneath.
 
 "Exposed" is measured on the timeline, not assumed: the moments the compute stream is idle inside the
-step, attributed to the DP collectives running then, else to host copies running then, else "other"
-(latency, dependencies). matplotlib is imported inside `timeline_png` only.
+step, attributed to the DP collectives running then, else to EP all-to-alls running beside it
+(parallel.ep_overlap), else to host copies running then, else "other" (latency, dependencies). EP all-to-alls
+and pipeline sends and receives in line on the compute stream are their own parts (a receive's time includes its
+wait for the other stage: the pipeline's bubble). matplotlib is imported inside `timeline_png` only.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ import numpy as np
 from zsim.trace.intervals import length as _length, union as _union
 from zsim.engine.result import Result
 from zsim.trace.schema import COLLECTIVES
+from zsim.zero.ops import EP_GROUPS
 
 GB = 1e9
 KIND_COLORS = {"fwd": "#4c72b0", "bwd": "#dd8452", "recompute": "#8c8c8c", "optimizer": "#55a868",
                "all_gather": "#c44e52", "reduce_scatter": "#8172b3", "all_reduce": "#937860",
-               "mp": "#da8bc3", "offload": "#ccb974", "other": "#64b5cd"}
-BAR_COLORS = {"compute": "#4c72b0", "MP comm": "#da8bc3", "exposed DP comm": "#c44e52",
-              "exposed offload": "#ccb974", "other waits": "#cccccc"}
+               "mp": "#da8bc3", "ep": "#2a9d8f", "pp": "#e9c46a", "offload": "#ccb974", "other": "#64b5cd"}
+KIND_LABELS = {"mp": "MP collectives", "ep": "EP all-to-alls", "pp": "PP send/recv"}
+BAR_COLORS = {"compute": "#4c72b0", "MP comm": "#da8bc3", "EP all-to-all": "#2a9d8f", "PP send/recv": "#e9c46a",
+              "exposed DP comm": "#c44e52", "exposed offload": "#ccb974", "other waits": "#cccccc"}
 STREAM_ROWS = ("compute", "comm", "offload", "host")
 
 
@@ -33,7 +38,12 @@ def _kind(event: dict[str, Any]) -> str:
     head = name.split("/", 1)[0]
     if event["cat"] == "offload" or head == "offload" or name.startswith(("prefetch/activations", "fetch/activations")):
         return "offload"  # Pa+cpu's copies: on their own stream, or in line as DeepSpeed makes them
-    if head in COLLECTIVES and event["cat"] == "compute" and event["args"].get("group") != "dp":
+    group = event["args"].get("group")
+    if group in EP_GROUPS and head == "all_to_all":
+        return "ep"  # a MoE block's dispatch and combine, in line or beside the other pass (parallel.ep_overlap)
+    if group == "pp":
+        return "pp"  # a pipeline send or receive, in line (a receive waits for the other stage's send)
+    if head in COLLECTIVES and event["cat"] == "compute" and group != "dp":
         return "mp"  # MP collectives (Megatron's all-reduces, Pa's all-gathers) run in line on the compute stream
     return head if head in KIND_COLORS else "other"  # in line DP ones too: the optimizer's 4-byte checks
 
@@ -64,7 +74,9 @@ def step_window(result: Result, step: int) -> tuple[float, float]:
 
 def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
     """Seconds of step `step` (default the last): compute kernels, MP comm (in line), and the idle
-    time of the compute stream split into exposed DP comm, exposed offload and other waits. DP collectives
+    time of the compute stream split into exposed DP comm, exposed EP all-to-alls (beside it: parallel.ep_overlap),
+    pipeline sends and receives (a receive's time includes its wait for the other stage: the bubble), exposed
+    offload and other waits; EP all-to-alls in line are their own part too. DP collectives
     run in line on the compute stream (the optimizer's 4-byte checks) count as exposed DP comm, and
     Pa+cpu's copies in line (DeepSpeed's, zero.cpu_offload_overlap false) as exposed offload."""
     step = step % len(result.step_seconds)
@@ -72,14 +84,25 @@ def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
     # rank 0's (with pipeline parallelism the events of the other stages' representatives are apart)
     events = [e for e in result.events if e["ph"] == "X" and e["args"].get("step") == step and e["pid"] == 0]
     spans: dict[str, list[tuple[float, float]]] = {s: [] for s in STREAM_ROWS}
-    compute = mp = dp_inline = offload_inline = 0.0
+    compute = mp = ep = pp = dp_inline = offload_inline = 0.0
+    ep_beside: list[tuple[float, float]] = []
+    p2p: list[tuple[float, float]] = []  # pipeline sends and receives (the trace draws them on the comm lane)
     for e in events:
         a, b = e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6
-        spans[e["cat"]].append((a, b))
+        kind = _kind(e)
+        if e["cat"] == "comm" and kind == "ep":
+            ep_beside.append((a, b))
+        elif e["cat"] == "comm" and kind == "pp":
+            p2p.append((a, b))
+        else:
+            spans[e["cat"]].append((a, b))
         if e["cat"] == "compute":
-            kind = _kind(e)
             if kind == "mp":
                 mp += b - a
+            elif kind == "ep":
+                ep += b - a
+            elif kind == "pp":
+                pp += b - a
             elif kind in COLLECTIVES:  # a DP collective in line (overlap_comm false, the optimizer's checks)
                 dp_inline += b - a
             elif kind == "offload":  # Pa+cpu's copies in line (DeepSpeed's .cpu() and .to(device))
@@ -90,11 +113,15 @@ def time_breakdown(result: Result, step: int = -1) -> dict[str, float]:
     comm = _union(spans["comm"])
     dp_exposed = dp_inline + _length(idle) - _length(_subtract(idle, comm))
     rest = _subtract(idle, comm)
-    offload_waits = _length(rest) - _length(_subtract(rest, _union(spans["offload"])))
+    beside = _subtract(rest, _union(ep_beside))
+    ep_exposed = _length(rest) - _length(beside)
+    unsent = _subtract(beside, _union(p2p))
+    pp_exposed = _length(beside) - _length(unsent)
+    offload_waits = _length(unsent) - _length(_subtract(unsent, _union(spans["offload"])))
     offload_exposed = offload_inline + offload_waits
-    other = max(0.0, _length(idle) - (dp_exposed - dp_inline) - offload_waits)
-    return {"compute": compute, "MP comm": mp, "exposed DP comm": dp_exposed,
-            "exposed offload": offload_exposed, "other waits": other}
+    other = max(0.0, _length(idle) - (dp_exposed - dp_inline) - ep_exposed - pp_exposed - offload_waits)
+    return {"compute": compute, "MP comm": mp, "EP all-to-all": ep + ep_exposed, "PP send/recv": pp + pp_exposed,
+            "exposed DP comm": dp_exposed, "exposed offload": offload_exposed, "other waits": other}
 
 
 class _FileLedger:
@@ -170,7 +197,8 @@ def timeline_png(result: Result | RunFiles, path: Path, step: int = -1) -> Path:
     bar.set_xlim(0, total)
     bar.set_yticks([])
     bar.set_xlabel("seconds of the step", fontsize=8)
-    bar.legend(handles=[Patch(color=c, label=n) for n, c in BAR_COLORS.items()], loc="upper center",
+    bar.legend(handles=[Patch(color=c, label=n) for n, c in BAR_COLORS.items()
+                        if parts[n] > 0 or n in ("compute", "MP comm", "exposed DP comm")], loc="upper center",
                bbox_to_anchor=(0.5, -0.9), ncol=5, fontsize=7, frameon=False)
     s = result.scenario
     bar.set_title(f"{s.name}: step {step} of rank 0 ({s.layout.world} GPUs alike), {total:.3f} s; ZeRO stage "
@@ -187,7 +215,7 @@ def timeline_png(result: Result | RunFiles, path: Path, step: int = -1) -> Path:
     gantt.set_yticks(range(len(rows)), list(reversed(rows)))
     gantt.set_xlim(0, total)
     kinds = sorted({k for _, k in boxes}, key=list(KIND_COLORS).index)
-    gantt.legend(handles=[Patch(color=KIND_COLORS[k], label="MP collectives" if k == "mp" else k) for k in kinds],
+    gantt.legend(handles=[Patch(color=KIND_COLORS[k], label=KIND_LABELS.get(k, k)) for k in kinds],
                  loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
     gantt.set_xlabel("simulated time in the step (s)", fontsize=8)
     # Memory beneath.
