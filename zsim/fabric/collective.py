@@ -199,7 +199,7 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
         own = _links(shape, cluster, Placement(where.members, class_mode=False), eff, eff_net * cluster.tree_efficiency,
                      nvlink=k > 1, nic_weight=nic_weight)
         in_flight = fill_bytes(cluster.nccl_tuner, proto, nbytes, nccl_channels(cluster), big_n, k)
-        latency += fill_steps(big_n) * in_flight / _uncontended_rate(own, cluster, k / cluster.gpus_per_node)
+        latency += fill_steps(big_n) * in_flight / _uncontended_rate(own, cluster)
         return [Phase(latency, 2.0 * nbytes, links, _ll_cap(cluster, fn, proto, big_n))]
     steps = n - 1 if fn in ("broadcast", "reduce") else ring_steps(fn, n)
     crossings = {"all_reduce": 2 * (big_n - 1), "all_gather": big_n - 1, "reduce_scatter": big_n - 1,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from zsim import __version__
+from zsim.sweep.code_digest import code_digest
 from zsim.scenario.scenario import Scenario, build_scenario
 from zsim.config.schema import ScenarioFile
 from zsim.config.struct import dump
@@ -98,7 +99,8 @@ def _reason(message: str) -> str:
 
 def point_key(scenario: Scenario, spec: ScenarioFile, capacity_bytes: int) -> str:
     """sha256 of the resolved scenario (every section as validated, the cluster in SI units, the
-    derived grad_accum) and the zsim version: equal keys give equal results."""
+    derived grad_accum), the zsim version and the digest of zsim's source (zsim.sweep.code_digest): equal
+    keys give equal results."""
     sections = dump(spec)
     for dotted in UNHASHED:
         node = sections
@@ -106,7 +108,7 @@ def point_key(scenario: Scenario, spec: ScenarioFile, capacity_bytes: int) -> st
         for p in parents:
             node = node.get(p) or {}
         node.pop(last, None)
-    blob = {"zsim": __version__, "scenario": sections, "grad_accum": scenario.grad_accum, "capacity": capacity_bytes,
+    blob = {"zsim": __version__, "code": code_digest(), "scenario": sections, "grad_accum": scenario.grad_accum, "capacity": capacity_bytes,
             "cluster": dataclasses.asdict(scenario.cluster)}
     text = json.dumps(blob, sort_keys=True, default=repr, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
