@@ -7,6 +7,7 @@ Exit codes (documented in the README):
 """
 
 import reprlib
+from collections.abc import Callable
 
 
 EXIT_OK = 0
@@ -29,6 +30,11 @@ class ConfigError(ZsimError):
         self.message = message  # without the file and key: for re-addressing (zsim.scenario.scenario.blame_override)
         where = ": ".join(p for p in (source, path) if p)
         super().__init__(f"{where}: {message}" if where else message)
+
+
+# How a scenario check refuses: fail(dotted key, message) gives the ConfigError to raise, addressed to the file
+# (zsim.scenario.scenario builds it; the pipeline, MoE, recompute and context-parallel checks take it).
+Fail = Callable[[str, str], ConfigError]
 
 
 class ModelStatesError(ConfigError):

@@ -3,13 +3,9 @@ reason; what zsim does not model is refused saying so (docs/parallel-layouts.md,
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from zsim.config.model_section import ModelSection
 from zsim.config.schema import ScenarioFile
-from zsim.errors import ConfigError
-
-Fail = Callable[[str, str], ConfigError]
+from zsim.errors import Fail
 
 
 def check_context_parallel(spec: ScenarioFile, model: ModelSection, host: bool, fail: Fail) -> None:

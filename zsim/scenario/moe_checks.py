@@ -5,12 +5,8 @@ saying so (docs/moe.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from zsim.config.schema import ScenarioFile
-from zsim.errors import ConfigError
-
-Fail = Callable[[str, str], ConfigError]
+from zsim.errors import Fail
 
 
 def check_moe(spec: ScenarioFile, fail: Fail) -> None:

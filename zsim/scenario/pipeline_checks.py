@@ -6,13 +6,9 @@ refused with a message that says so. docs/parallel.md lists both.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from zsim.fabric.cluster import Cluster
 from zsim.config.schema import ScenarioFile
-from zsim.errors import ConfigError
-
-Fail = Callable[[str, str], ConfigError]
+from zsim.errors import Fail
 
 
 def check_pipeline(spec: ScenarioFile, cluster: Cluster, micro_batches: int, fail: Fail) -> None:

@@ -4,12 +4,9 @@ which modules zsim models, with which granularity and on which models (docs/para
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from zsim.config.schema import ScenarioFile
-from zsim.errors import ConfigError
+from zsim.errors import Fail
 
-Fail = Callable[[str, str], ConfigError]
 
 # Megatron-Core's other --recompute-modules (transformer_config.py recompute_modules), and why zsim has none
 UNMODELLED_RECOMPUTE = {
