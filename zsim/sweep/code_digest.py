@@ -7,7 +7,9 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1]  # the zsim package, as installed or checked out
+import zsim
+
+PACKAGE = Path(zsim.__file__).resolve().parent  # the zsim package, as installed or checked out
 
 
 @lru_cache(maxsize=4)
