@@ -52,7 +52,7 @@ from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, Plan, PlanBuilder
 from zsim.zero.optimizer_step import ADAM_BYTES_PER_ELEMENT, optimizer_step
 from zsim.zero.pass_copy import PassRecord, Second, copy_pass, copyable
-from zsim.zero.pipeline_plan import build_pipeline_plan
+from zsim.zero.pipeline_plan import block_ops, build_pipeline_plan
 from zsim.zero.rank_states import (expert_dp, expert_partition, rank_model_states, rank_partition, rank_pieces,
                                    scenario_workload, selective)
 from zsim.zero.reductions import STAGE1_COPY_TENSORS, _stage1_flat_copy
@@ -130,8 +130,7 @@ def _combined_step(b: PlanBuilder, scenario: Scenario, workload: Workload, step:
     m, mods = scenario.grad_accum, list(workload.modules)
     boundary = b.last()
     StepPass(b, scenario, workload, step, 0, (boundary,) if boundary is not None else ()).forward(mods)
-    fwd_blocks = frozenset(f"fwd/{x.name}" for x in mods if x.layer is not None)
-    bwd_blocks = frozenset(f"bwd/{x.name}" for x in mods if x.layer is not None)
+    fwd_blocks, bwd_blocks = block_ops("fwd", workload.modules), block_ops("bwd", workload.modules)
     for mb in range(1, m):
         start = len(b.ops)
         StepPass(b, scenario, workload, step, mb, ()).forward(mods)
