@@ -118,6 +118,10 @@ def test_run_says_what_its_inter_node_terms_rest_on():
     assert overridden["status"] == "assumed"
     hdr = network_facts(dataclasses.replace(load_cluster("dgx-a100", 4)))
     assert hdr["status"] == "assumed"  # ib-hdr: no HDR cluster in the data, terms carried over from EDR
+    # NCCL's LL ceiling across nodes: from the 2.8 tuner on (hgx-h100-ndr runs 2.23), none for 2.5 (dgx2) or 2.7
+    assert network_facts(load_cluster("hgx-h100-ndr", 2))["ll_ceiling_GBps"] == 39.0
+    assert network_facts(load_cluster("hgx-h100-ndr", 4))["ll_ceiling_GBps"] == 20.4
+    assert inside["ll_ceiling_GBps"] is None and hdr["ll_ceiling_GBps"] is None
 
 
 def test_flagship_summary_names_its_network(tmp_path, capsys):

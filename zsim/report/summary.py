@@ -217,7 +217,8 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         t = net["terms"]
         lines.append(f"  network   inter-node: {net['line']} (efficiency {t['efficiency']:.2f}, tree "
                      f"{t['tree_efficiency']:.2f}, step {t['latency_us']:.1f} µs + {t['latency_growth_us']:.1f} µs "
-                     "per doubling)")
+                     "per doubling" + (f"; LL at most {net['ll_ceiling_GBps']:g} GB/s busbw, NCCL's ceiling"
+                                       if net.get("ll_ceiling_GBps") else "") + ")")
     if outputs:
         lines.append("  outputs   " + ", ".join(outputs.values()))
     return "\n".join(lines)
