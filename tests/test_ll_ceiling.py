@@ -39,3 +39,15 @@ def test_releases_before_28_and_all_to_all_are_not_capped():
     assert _busbw("dgx-a100", "all_reduce", "ring", 2) > 2 * 39.0e9
     # an all_to_all is point-to-point (NCCL's p2p path or DeepEP), outside the tuner's LL cap
     assert _busbw("hgx-h100-ndr", "all_to_all", "ring", 4) > 20.4e9 * 1.2
+
+
+def test_a_profile_without_a_tuner_runs_the_release_that_knows_its_gpu():
+    """nccl.tuner unset: "2.23" on Hopper and newer (NCCL's tuner knows Hopper only from v2.15.1-1), "2.7" before;
+    a profile's own choice stands."""
+    from zsim.fabric.cluster import default_tuner
+
+    assert default_tuner(90) == default_tuner(100) == "2.23"
+    assert default_tuner(80) == default_tuner(70) == "2.7"
+    assert load_cluster("dgx-a100", nodes=2).nccl_tuner == "2.7"  # no tuner named, Ampere
+    assert load_cluster("dgx-a100", nodes=2, gpu="h100-sxm5-80gb").nccl_tuner == "2.23"  # the same node with H100s
+    assert load_cluster("dgx2", nodes=2).nccl_tuner == "2.5"  # named in the profile

@@ -202,11 +202,12 @@ class NcclSection(_Profile, kw_only=True):
     step_latency_us: dict[Literal["LL", "LL128", "Simple"], LatencyUs]
     unaligned_copy_GBps: Annotated[float, _GBPS]
     unaligned_reduce_GBps: Annotated[float, _GBPS]  # one element-wise reduce rate (zsim.fabric.nccl)
-    tuner: Annotated[Literal["2.5", "2.7", "2.8", "2.23"], Meta(description=(
+    tuner: Annotated[Literal["2.5", "2.7", "2.8", "2.23"] | None, Meta(description=(
         "the NCCL release whose tuner picks each call's algorithm and protocol (zsim.fabric.nccl): 2.5 "
         "(v2.5.6/2.5.7, to March 2020), 2.7 (v2.7.3-2.7.8, mid 2020), 2.8 (v2.8.3-2.9.9, 2021: "
         "zsim.fabric.nccl_28) or 2.23 (v2.23.4, 2024; stands for "
-        "2.19-2.26, zsim.fabric.nccl_223; across nodes the cheapest cell)"))] = "2.7"
+        "2.19-2.26, zsim.fabric.nccl_223; across nodes the cheapest cell); unset: 2.23 on Hopper and newer "
+        "GPUs (NCCL's tuner knows Hopper from v2.15.1-1), else 2.7"))] = None
 
     def __post_init__(self) -> None:  # every protocol
         super().__post_init__()

@@ -168,6 +168,13 @@ def compute_terms(section: ComputeSection, override: ComputeOverride | None = No
                         host_module_s=base.get("host_module_us", 0.0) * 1e-6)
 
 
+def default_tuner(compute_capability: int) -> str:
+    """The NCCL release whose tuner a system profile without `nccl.tuner` runs: "2.23" (standing for 2.19-2.26)
+    on Hopper and newer, whose GPUs NCCL's tuner knows only from v2.15.1-1 (src/graph/tuning.cc), so no older
+    release zsim ports ran on them; else "2.7" (mid 2020, zsim's default since it had tuners)."""
+    return "2.23" if compute_capability >= 90 else "2.7"
+
+
 def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, gpu: str | None = None,
                  gpus_per_node: int | None = None, nics_per_node: int | None = None, nic_Gbps: float | None = None,
                  nic_latency_us: float | None = None, gpu_memory_GiB: float | None = None,
@@ -281,7 +288,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             unaligned_copy_Bps=system.nccl.unaligned_copy_GBps * GB,
             unaligned_reduce_Bps=system.nccl.unaligned_reduce_GBps * GB,
         ),
-        nccl_tuner=system.nccl.tuner,
+        nccl_tuner=system.nccl.tuner or default_tuner(gpu_file.compute_capability),
         nic_latency_growth_s=net.latency_growth_us * 1e-6,
         network_fit=net.fit if nic_latency_us is None and nic_Gbps is None else None,
         network_profile=system.inter_node.network,
