@@ -134,15 +134,17 @@ def test_pp1_runs_the_first_forward_alone_then_each_forward_with_the_previous_ba
     alternate (forward layer i, backward layer n-1-i) and its all-to-alls run on the comm stream; the first forward's
     and the last backward's stay in line."""
     _, plan = workload_and_plan(_flat(True))
-    blocks = [(op.name.split("/")[0], op.micro_batch) for op in plan.ops
-              if op.name.startswith(("fwd/layer", "bwd/layer"))]
-    runs = blocks  # (pass, micro-batch) of each block op in plan order, 4 layers a pass
+    # (pass, micro-batch) of each block op in plan order, 4 layers a pass
+    runs = [(op.name.split("/")[0], op.micro_batch) for op in plan.ops if op.name.startswith(("fwd/layer", "bwd/layer"))]
     assert runs[:4] == [("fwd", 0)] * 4
     assert runs[4:12] == [("fwd", 1), ("bwd", 0)] * 4
     assert runs[-4:] == [("bwd", 3)] * 4
     a2a = [op for op in plan.ops if op.collective == "all_to_all"]
     on_comm = [op for op in a2a if op.stream == "comm"]
     assert {(op.micro_batch, op.name.split(".")[-1]) for op in a2a if op.stream == "compute"} >= {(0, "dispatch")}
+    # in line: the first forward's and the last backward's (micro-batches 0 and 3), 4 layers × dispatch and combine each
+    in_line = [op for op in a2a if op.stream == "compute"]
+    assert {op.micro_batch for op in in_line} == {0, 3} and len(in_line) == 2 * 4 * 2
     # 3 merged pairs, 2 passes each, 4 layers, dispatch and combine
     assert len(on_comm) == 3 * 2 * 4 * 2 and len(a2a) == 4 * 2 * 4 * 2
 
