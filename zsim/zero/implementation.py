@@ -68,9 +68,9 @@ constants.py @ v0.3.13 L99-100; the same default at v0.14.0) gathered for the wh
 (stage3.py @ v0.3.13 persistent_parameters L1048-1056): they are never fetched.
 
 Host costs are priced with the GPU profile's `host_op_us` (PyTorch's per-op CPU cost) per host
-operation (a narrow, a launch): an assumption for the narrows and c10d's C++ copies, which no
-measurement here separates (this machine's CPU measured 19 µs per narrow, 12 µs per 2 KB copy_, at a
-load of 11 on 2 cores: an upper bound). On top of them: deepspeed-0.5's host work around each gather as
+operation (a narrow, a launch): one rank's entry of a list collective, DeepSpeed's Python loop and c10d's
+select, recordStream and copy_, measures 2.03-2.07 such ops on the trace host_op_us comes from, where zsim
+charges 2 (benchmarks/list_loop_host.py, docs/zero-implementations.md). On top of them: deepspeed-0.5's host work around each gather as
 DeepSpeed's issue #1069 measured it (GATHER_PYTHON_HOST_OPS), run with the device idle after the
 synchronise, and its host wait on the reduction stream before each bucket (zsim.zero.reductions);
 deepspeed-0.14's per-tensor fetch/release bookkeeping counted from its code (V014_HOST_OPS_PER_TENSOR).
