@@ -75,13 +75,16 @@ def test_doubling_ib_bandwidth_halves_the_bandwidth_term_of_an_inter_node_all_re
 
 
 def test_two_collectives_on_one_nic_each_take_longer_and_disjoint_ones_do_not():
-    c = load_cluster("dgx2", 2)
+    """Two all_reduces over the same two whole nodes share their NICs (the ring is NIC-bound there); one on a
+    third node shares nothing with them. (Groups of one GPU a node would each stay on their own GPU's NIC:
+    test_a_group_alone_on_its_nodes_moves_at_its_own_nics.)"""
+    c = load_cluster("dgx2", 3)
     capacity = caps(c)
-    inter_shape = GroupShape(size=2, per_node=1, nodes=2, concurrent_per_node=1)
-    _, inter = plan_collective("all_reduce", 1 << 30, inter_shape, c, "ring", Placement([0, 16], False))
-    _, other = plan_collective("all_reduce", 1 << 30, inter_shape, c, "ring", Placement([1, 17], False))
+    inter_shape = GroupShape(size=32, per_node=16, nodes=2, concurrent_per_node=1)
+    _, inter = plan_collective("all_reduce", 1 << 30, inter_shape, c, "ring", Placement(list(range(32)), False))
+    _, other = plan_collective("all_reduce", 1 << 30, inter_shape, c, "ring", Placement(list(range(32)), False))
     _, intra = plan_collective("all_reduce", 1 << 30, GroupShape(8, 8, 1, 1), c, "ring",
-                               Placement(list(range(8, 16)), False))
+                               Placement(list(range(32, 40)), False))
     (alone,) = run_phases(capacity, inter)
     latency = inter[0].latency_s
     both = run_phases(capacity, inter, other)
@@ -93,7 +96,7 @@ def test_two_collectives_on_one_nic_each_take_longer_and_disjoint_ones_do_not():
 
 def test_rates_are_recomputed_when_a_transfer_joins_late():
     c = load_cluster("dgx2", 2)
-    shape = GroupShape(2, 1, 2, 1)
+    shape = GroupShape(32, 16, 2, 1)  # two whole nodes: both transfers on the same NIC pools
     _, phases = plan_collective("all_gather", 1 << 30, shape, c, "ring")
     capacity = caps(c)
     (alone,) = run_phases(capacity, phases)

@@ -178,7 +178,8 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
         # line 183: bwInter on <= 2 nodes, bwInter / 2 beyond); NVLS inside one node crosses no NIC
         nic = (1.0 if big_n == 2 else 2.0) if algo == "nvls_tree" else 0.0
         return [Phase(phase.latency_s, phase.nbytes,
-                      _links(shape, cluster, where, phase.nvlink_share, cluster.nvls_tree_efficiency, True, nic))]
+                      _links(shape, cluster, where, phase.nvlink_share, cluster.nvls_tree_efficiency, True, nic),
+                      _own_cap(shape, cluster, cluster.nvls_tree_efficiency, nic))]
     kern = cluster.nccl
     eff = kern.share(proto, fn)
     # the NIC's share for this protocol, relative to Simple: LL's wire share, LL128's fitted one
@@ -200,7 +201,9 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
                      nvlink=k > 1, nic_weight=nic_weight)
         in_flight = fill_bytes(cluster.nccl_tuner, proto, nbytes, nccl_channels(cluster), big_n, k)
         latency += fill_steps(big_n) * in_flight / _uncontended_rate(own, cluster)
-        return [Phase(latency, 2.0 * nbytes, links, _ll_cap(cluster, fn, proto, big_n))]
+        return [Phase(latency, 2.0 * nbytes, links,
+                      _min_cap(_ll_cap(cluster, fn, proto, big_n),
+                               _own_cap(shape, cluster, eff_net * cluster.tree_efficiency, nic_weight)))]
     steps = n - 1 if fn in ("broadcast", "reduce") else ring_steps(fn, n)
     crossings = {"all_reduce": 2 * (big_n - 1), "all_gather": big_n - 1, "reduce_scatter": big_n - 1,
                  "all_to_all": big_n - 1}.get(fn, big_n - 1)
@@ -211,10 +214,11 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
     else:
         nic_weight = 1.0 if big_n > 1 else 0.0  # a ring leaves and enters each node once per stream
     links = _links(shape, cluster, where, eff, eff_net, nvlink=k > 1, nic_weight=nic_weight)
-    cap = _min_cap(kern.alignment_cap(fn, nbytes, n, in_place=in_place), _ll_cap(cluster, fn, proto, big_n))
+    own = _own_cap(shape, cluster, eff_net, nic_weight)
+    cap = _min_cap(kern.alignment_cap(fn, nbytes, n, in_place=in_place), _ll_cap(cluster, fn, proto, big_n), own)
     slow = kern.unaligned_fraction(fn, nbytes, n)
     if slow > 0:  # reduce_scatter: the aligned chunks at the link's rate, then the rest element-wise
-        ll = _ll_cap(cluster, fn, proto, big_n)
+        ll = _min_cap(_ll_cap(cluster, fn, proto, big_n), own)
         return [Phase(latency, (1 - slow) * bus, links, ll),
                 Phase(0.0, slow * bus, links, _min_cap(kern.unaligned_reduce_Bps, ll))]
     return [Phase(latency, bus, links, cap)]
@@ -229,6 +233,31 @@ def _ll_cap(cluster: Cluster, fn: str, proto: str, nodes: int) -> float | None:
 
 def _min_cap(*caps: float | None) -> float | None:
     return min((c for c in caps if c is not None), default=None)
+
+
+def own_nics_Bps(shape: GroupShape, cluster: Cluster) -> float | None:
+    """Bytes per second per node of the NICs a group's own GPUs reach, when that is less than the node's
+    pool, else None. Rail-aligned, as `communicator` tells NCCL's tuner: each GPU sends through the NIC
+    nearest to it, ceil(per_node · NICs / GPUs) of them for the group (a GPU alone on a DGX-2 still has
+    its pair's NIC, one, not half). NCCL reaches another NIC only through a peer GPU of its communicator
+    on that node (PXN) or across the host (no GPUDirect there): a communicator of one GPU a node has
+    neither, and a GPU's own PCIe link carries about one NIC's line rate (16 lanes of the NIC's generation).
+    In class mode the node's other groups share the pool and this is not reached; it binds a group with
+    the node to itself (`zsim collective --gpus 2 --nodes 2`), which would otherwise move at all eight NICs'
+    rate through one GPU."""
+    if shape.nodes <= 1:
+        return None
+    reach = math.ceil(shape.per_node * cluster.nics_per_node / cluster.gpus_per_node)
+    if reach >= cluster.nics_per_node:
+        return None
+    return reach * cluster.nic_bytes_per_s / cluster.oversubscription
+
+
+def _own_cap(shape: GroupShape, cluster: Cluster, eff_net: float, nic_weight: float) -> float | None:
+    """A phase's bus-byte rate when its NIC streams fill the NICs its group reaches (own_nics_Bps), at the
+    links' weight nic_weight / eff_net (as `_links`), else None."""
+    own = own_nics_Bps(shape, cluster)
+    return own * eff_net / nic_weight if own is not None and nic_weight > 0 else None
 
 
 def _hierarchical(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: Placement,
@@ -246,7 +275,7 @@ def _hierarchical(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, w
     inter_fn = fn
     inter = Phase(kern.latency_s[proto] + ring_steps(inter_fn, big_n) * cluster.network_step_s(big_n, "ring", proto),
                   bus_factor(inter_fn, big_n) * nbytes / k,
-                  _links(shape, cluster, where, eff, eff_net, False, float(k)))
+                  _links(shape, cluster, where, eff, eff_net, False, float(k)), _own_cap(shape, cluster, eff_net, float(k)))
     if fn == "all_reduce":
         return [rs, inter, ag]
     if fn == "reduce_scatter":
