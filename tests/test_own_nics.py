@@ -68,3 +68,23 @@ def test_the_tree_and_hierarchical_paths_are_bound_too():
     _, phases = plan_collective("all_reduce", 4 * GiB, two, c, "hierarchical", Placement([0, 1, 8, 9], False))
     inter = [p for p in phases if p.cap_Bps is not None]
     assert len(inter) == 1 and inter[0].cap_Bps == pytest.approx(2 * c.nic_bytes_per_s / 2)
+
+
+def test_a_pipeline_send_across_nodes_is_bound_by_its_gpus_nic():
+    """A stage of 2 ranks (TP 2) on an 8-GPU node: its two cross-node sends share the NIC pool two ways, but
+    each still leaves through its own GPU's NIC (the pipeline communicator has no peer on the node to reach
+    another through); a stage that fills its node gets its NIC share as before, which the cap does not bind."""
+    from zsim.fabric.p2p import p2p_phases
+    from zsim.parallel.layout import Layout
+
+    c = load_cluster("dgx-h100", 2)
+    thin = Layout(dp=1, mp=2, gpus_per_node=8, nodes=2, pp=8)  # stages 3 -> 4 cross the node boundary
+    label, (phase,) = p2p_phases(64 << 20, c, thin, 3, 4)
+    assert label == "p2p/net" and phase.cap_Bps == pytest.approx(c.nic_bytes_per_s / c.oversubscription)
+    pool = c.nics_per_node * c.nic_bytes_per_s / c.oversubscription
+    (link, weight), = phase.links
+    assert pool / weight > phase.cap_Bps  # 4 NICs' share each without the cap
+    full = Layout(dp=1, mp=8, gpus_per_node=8, nodes=2, pp=2)
+    _, (phase,) = p2p_phases(64 << 20, c, full, 0, 1)
+    (link, weight), = phase.links
+    assert pool / weight == pytest.approx(phase.cap_Bps)  # one NIC each: the share and the cap agree

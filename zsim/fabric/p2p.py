@@ -8,8 +8,10 @@ over the sender's links:
       addP2pToPlan: LL only up to NCCL_P2P_LL_THRESHOLD, 16 KiB per channel, since 2.14; a pipeline's
       activations are megabytes, so Simple);
   across nodes: the sender's node's NIC pool, shared by the `concurrent` transfers its node's ranks of the
-      stage make at once (class mode: every rank of the stage sends to its peer at the same moment), plus
-      one network step's latency (zsim.fabric.cluster.Cluster.network_step_s on 2 nodes).
+      stage make at once (class mode: every rank of the stage sends to its peer at the same moment), and no
+      more than the sender's own NIC (a pipeline communicator has one rank a node, so no peer to reach another
+      NIC through: zsim.fabric.collective.own_nics_Bps), plus one network step's latency
+      (zsim.fabric.cluster.Cluster.network_step_s on 2 nodes).
 Where the stages sit follows Megatron's rank order (tensor fastest, then data, then pipeline:
 zsim.parallel.layout): stage s holds ranks s·dp·mp to (s+1)·dp·mp - 1.
 """
@@ -19,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from zsim.fabric.cluster import Cluster
-from zsim.fabric.collective import Phase
-from zsim.parallel.layout import Layout
+from zsim.fabric.collective import Phase, own_nics_Bps
+from zsim.parallel.layout import GroupShape, Layout
 
 
 def stage_link(link: Hashable, stage: int) -> Hashable:
@@ -51,4 +53,4 @@ def p2p_phases(nbytes: float, cluster: Cluster, layout: Layout, src: int, dst: i
     concurrent = min(layout.stage_ranks, cluster.gpus_per_node)  # ranks of the stage on one node, sending at once
     links = ((stage_link(("nic", 0), src), float(concurrent)),)
     latency = kern.latency_s["Simple"] + cluster.network_step_s(2, "ring", "Simple")
-    return "p2p/net", [Phase(latency, nbytes, links)]
+    return "p2p/net", [Phase(latency, nbytes, links, own_nics_Bps(GroupShape(2, 1, 2, 1), cluster))]
