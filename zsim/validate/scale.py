@@ -178,7 +178,15 @@ def _megatron_core(scenario) -> float:
     return megatron_core_flops(scenario.model, scenario.layout.mp, scenario.parallel.dp * scenario.grad_accum)
 
 
-FLOP_COUNTS = {"narayanan-eq3": _narayanan_eq3, "paper-8psi": _paper_8psi, "megatron-core": _megatron_core}
+def _megatron_core_08(scenario) -> float:
+    """FLOPs of one step as Megatron-Core r0.8.0 counted them (zsim.workload.flop_counts.megatron_core_08_flops)."""
+    from zsim.workload.flop_counts import megatron_core_08_flops
+
+    return megatron_core_08_flops(scenario.model, scenario.layout.mp, scenario.parallel.dp * scenario.grad_accum)
+
+
+FLOP_COUNTS = {"narayanan-eq3": _narayanan_eq3, "paper-8psi": _paper_8psi, "megatron-core": _megatron_core,
+               "megatron-core-0.8": _megatron_core_08}
 
 
 def published_step(point: ScalePoint, scenario) -> float:
@@ -189,8 +197,10 @@ def published_step(point: ScalePoint, scenario) -> float:
     if "tokens_per_s" in pub:
         return float(pub["tokens_per_step"]) / float(pub["tokens_per_s"])
     flops = FLOP_COUNTS[pub["flops"]](scenario)
-    if flops is None:  # megatron-core for an MLA model (zsim.workload.flop_counts)
-        raise ConfigError(f"flops {pub['flops']} is not counted for this model (multi-head latent attention)",
+    if flops is None:  # a Megatron-Core count that does not describe the model (zsim.workload.flop_counts)
+        why = ("multi-head latent attention" if pub["flops"] == "megatron-core"
+               else "multi-head latent attention, or a MoE with shared experts or dense layers")
+        raise ConfigError(f"flops {pub['flops']} is not counted for this model ({why})",
                           path=f"points.{point.id}.published.flops")
     return flops / (float(pub["tflops_per_gpu"]) * 1e12 * scenario.layout.world)
 

@@ -33,3 +33,26 @@ def megatron_core_flops(model: ModelSection, mp: int, sequences: int) -> float |
         mlp = (m.ffn_hidden or 4 * h) * moe.dense_layers + (expert * moe.top_k + shared) * moe_layers
     per_token = 6 * (h * gated * mlp + layers * (h * (q + 2 * kv) + q * h) + h * model_vocab(m, mp))
     return tokens * (per_token + 6 * q * m.seq_len * layers)
+
+
+def megatron_core_08_flops(model: ModelSection, mp: int, sequences: int) -> float | None:
+    """FLOPs of one step as Megatron-Core r0.8.0 counted them for its TFLOPS/GPU line (megatron/training/training.py
+    @ core_r0.8.0 L73-108, num_floating_point_operations): 12·B·s·L·h²·[(1 + g/a + s/h)·q/h + (f/h)·k·(3/2 if
+    SwiGLU) + V_padded/(2·L·h)], B the step's sequences, g/a query groups over heads, q = heads·d, k the experts a
+    token is routed to (1 for a dense model). Unlike the later count (megatron_core_flops) the core attention is
+    counted whole (s/h, not halved for causality) and a shared expert not at all. None for MLA and for a MoE with
+    shared experts or dense layers, which r0.8.0's formula does not describe."""
+    m = model
+    moe = m.moe
+    if getattr(m, "mla", None) is not None or (moe is not None and (moe.shared_experts or moe.dense_layers)):
+        return None
+    batch = m.micro_batch * sequences
+    s, h, layers = m.seq_len, m.hidden, m.layers
+    d = m.head_dim or h // m.heads
+    q_ratio = m.heads * d / h
+    groups = (m.kv_heads or m.heads) / m.heads
+    ffn = (moe.expert_ffn_hidden or m.ffn_hidden or 4 * h) if moe is not None else (m.ffn_hidden or 4 * h)
+    routed = moe.top_k if moe is not None else 1
+    gated = 1.5 if m.gated_mlp else 1.0
+    bracket = ((1 + groups + s / h) * q_ratio + ffn / h * routed * gated + model_vocab(m, mp) / (2 * layers * h))
+    return 12 * batch * s * layers * h * h * bracket
