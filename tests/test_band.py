@@ -179,17 +179,25 @@ def test_a_run_that_flushes_the_cache_says_when():
 
 
 def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
-    """A pipeline's band is the modern suite's held-out pipelines' (Selene's A100s), exact on Ampere and the
-    nearest on Hopper, never the data-parallel band its ZeRO-1 stage fell into before. A MoE run gets the MoE
+    """A pipeline's band is the modern suite's held-out pipelines', exact on Ampere (Selene's A100s) and on Hopper
+    (Megatron-Core r0.8.0's two held-out pipeline rows, since 2026-11-28), Ampere's the nearest where a table has no
+    Hopper row; never the data-parallel band its ZeRO-1 stage fell into before. A MoE run gets the MoE
     row: the three held-out Megatron-Core runs of Qwen3-235B-A22B on H100 (NeMo AutoModel's Qwen3-30B-A3B is in
     the calibration half: it guided the DeepEP dispatcher); a table without that row says it is outside every
     validated regime."""
     table = read_table()
     row = table["regimes"]["pipeline parallelism | Ampere | shipped profile"]
     assert row["n"] >= 5 and all(p.startswith("modern:") for p in row["points"])
-    hopper = band_for(api.load(ROOT / "scenarios" / "llama-3-70b-3d-dgx-h100.yaml"), table)
-    assert hopper is not None and hopper.match == "nearest"
-    assert hopper.regime == "pipeline parallelism | Ampere | shipped profile"
+    three_d = api.load(ROOT / "scenarios" / "llama-3-70b-3d-dgx-h100.yaml")
+    hopper = band_for(three_d, table)
+    assert hopper is not None and hopper.match == "exact"
+    assert hopper.regime == "pipeline parallelism | Hopper | shipped profile"
+    assert sorted(hopper.points) == ["modern:mcore08-119B", "modern:mcore08-314B"]
+    no_hopper = {**table, "regimes": {k: v for k, v in table["regimes"].items()
+                                      if k != "pipeline parallelism | Hopper | shipped profile"}}
+    nearest = band_for(three_d, no_hopper)
+    assert nearest is not None and nearest.match == "nearest"
+    assert nearest.regime == "pipeline parallelism | Ampere | shipped profile"
     moe = api.load(ROOT / "scenarios" / "mixtral-8x7b-ep8-dgx-h100.yaml")
     row = table["regimes"]["mixture-of-experts | Hopper | shipped profile"]
     assert sorted(row["points"]) == ["modern:modelzoo-mixtral-8x22b-forced", "modern:modelzoo-qwen3-235b-ep32-pp8",

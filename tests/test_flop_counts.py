@@ -30,3 +30,21 @@ def test_mla_models_get_none():
                                         position="rotary", mla={"kv_lora_rank": 32, "qk_nope_head_dim": 16,
                                                                 "qk_rope_head_dim": 8, "v_head_dim": 16}), "model")
     assert megatron_core_flops(model, 1, 8) is None
+
+
+def test_r08_count_is_the_closed_form_with_whole_core_attention():
+    """Megatron-Core r0.8.0's count for a GPT (MHA, GeLU MLP of 4h): 72·B·s·l·h²·(1 + s/6h + V/12lh), the closed
+    form of its formula; it exceeds the later count by exactly the causal half of the core attention, 6·h·s·l a
+    token; a MoE with shared experts is not described (None)."""
+    from zsim.workload.flop_counts import megatron_core_08_flops
+
+    model = validate(ModelSection, dict(layers=96, hidden=12288, heads=96, seq_len=4096, vocab=131072, micro_batch=1),
+                     "model")
+    b, s, l, h, v = 1152, 4096, 96, 12288, 131072
+    assert megatron_core_08_flops(model, 8, b) == pytest.approx(
+        72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h)), rel=1e-12)
+    assert megatron_core_08_flops(model, 8, b) - megatron_core_flops(model, 8, b) == pytest.approx(
+        b * s * 6 * h * s * l, rel=1e-9)
+    moe = validate(ModelSection, dict(layers=2, hidden=256, heads=4, seq_len=64, vocab=100, micro_batch=1,
+                                      moe={"experts": 8, "top_k": 2, "shared_experts": 1}), "model")
+    assert megatron_core_08_flops(moe, 1, 8) is None
