@@ -218,9 +218,9 @@ def _phases(fn: str, nbytes: float, shape: GroupShape, cluster: Cluster, where: 
     cap = _min_cap(kern.alignment_cap(fn, nbytes, n, in_place=in_place), _ll_cap(cluster, fn, proto, big_n), own)
     slow = kern.unaligned_fraction(fn, nbytes, n)
     if slow > 0:  # reduce_scatter: the aligned chunks at the link's rate, then the rest element-wise
-        ll = _min_cap(_ll_cap(cluster, fn, proto, big_n), own)
-        return [Phase(latency, (1 - slow) * bus, links, ll),
-                Phase(0.0, slow * bus, links, _min_cap(kern.unaligned_reduce_Bps, ll))]
+        net_cap = _min_cap(_ll_cap(cluster, fn, proto, big_n), own)  # LL's ceiling, the group's own NICs
+        return [Phase(latency, (1 - slow) * bus, links, net_cap),
+                Phase(0.0, slow * bus, links, _min_cap(kern.unaligned_reduce_Bps, net_cap))]
     return [Phase(latency, bus, links, cap)]
 
 
