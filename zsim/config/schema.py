@@ -129,7 +129,8 @@ class ZeroSection(Section, kw_only=True):
         "many parameter elements of fetches (DeepSpeed stage3_max_reuse_distance); released tensors are "
         "gathered again"))] = 1000000000
     # zsim.zero.implementation cites each version's code (DeepSpeed tags v0.3.13, v0.5.10, v0.14.0).
-    implementation: Annotated[Literal["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14"], Meta(description=(
+    implementation: Annotated[Literal["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14", "megatron-core"],
+                              Meta(description=(
         "ZeRO as implemented: 'paper' (default) the paper's schedules (stage 2: one reduce-scatter per "
         "bucket; stage 3: one all-gather per module overlapping compute); 'deepspeed-0.2' (stages 0-2) "
         "stage 2 reduces each bucket to its owners, one reduce per rank (with MD; without it, all-reduces "
@@ -137,7 +138,19 @@ class ZeroSection(Section, kw_only=True):
         "v0.3.13-v0.5.10 stage 3: one all-gather per parameter tensor with a device synchronise before each "
         "(no overlap), list copies of Nd pieces per gather and per reduce-scatter; 'deepspeed-0.14' stage 3: "
         "coalesced gathers per module, each parameter rebuilt by a cat of its Nd pieces. Stages 0-1 (and 2 "
-        "but under deepspeed-0.2) follow DeepSpeed v0.2.0 for every value"))] = "paper"
+        "but under deepspeed-0.2) follow DeepSpeed v0.2.0 for every value; 'megatron-core' (stages 0-1) "
+        "Megatron-Core's DDP buffers and, at stage 1, its distributed optimizer (core_r0.8.0): fp32 gradients for "
+        "bf16, buckets of ddp_bucket_elements reduced as the last micro-batch's backward fills them under "
+        "overlap_comm (--overlap-grad-reduce), the parameters all-gathered per bucket (zsim.zero.megatron_ddp)"))] = "paper"
+    # zsim.zero.megatron_ddp cites Megatron-LM @ core_r0.8.0 for both keys; None is its default bucket size,
+    # max(4e7, 1e6 x dp) (distributed_data_parallel.py L47-54).
+    ddp_bucket_elements: Annotated[int, Meta(gt=0, le=MAX_ELEMENTS, description=(
+        "megatron-core: gradient elements per DDP bucket (Megatron-Core --ddp-bucket-size); unset: its default "
+        "max(40,000,000, 1,000,000 x dp)"))] | None = None
+    overlap_param_gather: Annotated[bool, Meta(description=(
+        "megatron-core, stage 1: the updated parameters are all-gathered bucket by bucket under the next step's "
+        "forward, each module waiting for its buckets (Megatron-Core --overlap-param-gather); false: all of "
+        "them right after the step, in line"))] = False
     # What a framework's setup leaves cached in the caching allocator before the first step. zsim's runtime
     # copies each module's fp32 initial values to the device (runtime/zero/engine.py: layout.flatten(module)
     # .to(device)) and, at stages 1-2, lays them out in one fp32 flat buffer (runtime/zero/stage1.py

@@ -226,7 +226,8 @@ def _coordinator_defaults() -> dict[str, int]:
 
 
 def _check_implementation(zero: ZeroSection, fail) -> None:
-    """zero.implementation deepspeed-0.2 has no stage 3: ZeRO-3 first shipped in DeepSpeed v0.3.13; and the
+    """zero.implementation deepspeed-0.2 has no stage 3: ZeRO-3 first shipped in DeepSpeed v0.3.13; megatron-core
+    has stages 0-1 and none of DeepSpeed's buffer options, and its own keys need it; and the
     coordinator's keys, set away from their defaults, need deepspeed-0.5 at stage 3 (nothing else reads them)."""
     if zero.implementation == "deepspeed-0.2" and zero.stage == 3:
         raise fail("zero.implementation", "deepspeed-0.2 with zero.stage 3: DeepSpeed v0.2 had stages 0-2 only "
@@ -234,6 +235,21 @@ def _check_implementation(zero: ZeroSection, fail) -> None:
     if zero.setup_residue != "none" and zero.implementation != "paper":
         raise fail("zero.setup_residue", f"'{zero.setup_residue}' is zsim's runtime's setup, which runs the 'paper' "
                    f"schedules: not zero.implementation {zero.implementation}")
+    megatron = zero.implementation == "megatron-core"
+    if megatron and zero.stage >= 2:
+        raise fail("zero.implementation", f"megatron-core with zero.stage {zero.stage}: Megatron-Core's distributed "
+                   "optimizer partitions the optimizer states only (stage 1; stage 0 without it); use paper or a "
+                   "DeepSpeed version for stages 2-3")
+    if megatron and (not zero.constant_buffers or zero.defragment):
+        key = "constant_buffers" if not zero.constant_buffers else "defragment"
+        raise fail(f"zero.{key}", f"{getattr(zero, key)} is a DeepSpeed option; megatron-core keeps its gradients "
+                   "in one contiguous buffer cut into buckets (zero.ddp_bucket_elements)")
+    for key, on in (("ddp_bucket_elements", zero.ddp_bucket_elements is not None),
+                    ("overlap_param_gather", zero.overlap_param_gather)):
+        if on and not (megatron and (zero.stage == 1 or key == "ddp_bucket_elements")):
+            raise fail(f"zero.{key}", f"{getattr(zero, key)} applies to zero.implementation megatron-core"
+                       f"{' at stage 1 (the distributed optimizer)' if key == 'overlap_param_gather' else ''} only "
+                       f"(this scenario: {zero.implementation}, stage {zero.stage})")
     if zero.implementation != "deepspeed-0.5" or zero.stage != 3:
         for key, default in _coordinator_defaults().items():
             if getattr(zero, key) != default:

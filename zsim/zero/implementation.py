@@ -84,7 +84,7 @@ from dataclasses import dataclass
 
 from zsim.compute.kernel_list import Kernel, KernelList
 
-IMPLEMENTATIONS = ("paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14")
+IMPLEMENTATIONS = ("paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14", "megatron-core")
 
 # stage3_param_persistence_threshold's default (DeepSpeed runtime/zero/constants.py @ v0.3.13 L100; the
 # same in config.py @ v0.14.0): tensors with fewer elements stay gathered and are never fetched.

@@ -7,9 +7,10 @@ import math
 
 from zsim.compute.optimizer_kernels import host_adam_kernels, optimizer_kernels, runtime_step_kernels
 from zsim.zero.inputs import Scenario
-from zsim.workload.transformer import Workload
+from zsim.workload.transformer import Module, Workload
 from zsim.zero.buckets import allgather_shards
 from zsim.zero.implementation import list_copy_launches, list_copy_tail, shard_list
+from zsim.zero.megatron_ddp import IMPLEMENTATION as MEGATRON, chunk_buckets, grad_bytes
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
 from zsim.zero.rank_states import (expert_dp, expert_partition, full_grad_tag, partition_grad_tag, rank_partition,
@@ -26,11 +27,16 @@ ADAM_BYTES_PER_ELEMENT = 28
 PURE_BF16_ADAM_BYTES_PER_ELEMENT = 14
 
 
-def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
+def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
+                   chunks: tuple[tuple[Module, ...], ...] | None = None) -> None:
     """The Adam step on this rank's partition, after every reduction, holding the copy of the
     gradients it reads (zsim.zero.residual.step_gradient_bytes); stages 1/2 then all-gather the
-    updated parameters: stage 1 per comm interval, stage 2 in shards, all at once without CB (§7.2.1)."""
+    updated parameters: stage 1 per comm interval, stage 2 in shards, all at once without CB (§7.2.1).
+    megatron-core: Adam reads its fp32 gradient buffer in place, and stage 1 gathers each bucket of each
+    model chunk (`chunks`, a pipeline stage's; the whole model by default) in line after the step, or
+    under the next forward with overlap_param_gather (zsim.zero.megatron_ddp)."""
     z, nd, dtype = s.zero, s.layout.dp, s.precision.dtype
+    megatron = z.implementation == MEGATRON
     elements = rank_partition(s, w)
     deps = (b.last_comm,) if b.last_comm is not None else ()
     last_mb = s.grad_accum - 1  # the runtime stamps what follows the last micro-batch with its index
@@ -69,6 +75,11 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
     # pure bf16 (no master copy): Adam reads the bf16 gradients in place, as fp32 training reads its own
     grads = step_gradient_bytes(z.stage, elements, dtype, sub_group) if master else StepGradients(0, 0)
     e = PARAM_BYTES[dtype]
+    ge = grad_bytes(dtype) if megatron else e
+    if megatron and ge == 4:
+        # Megatron-Core hands the optimizer its fp32 gradient buffer's shard as the main gradients, no copy
+        # (distrib_optimizer.py @ core_r0.8.0 _copy_model_grads_to_main_grads: `model_grad.float()` of fp32)
+        grads = StepGradients(0, 0)
     held, transient = f"optimizer.grads_copy.s{step}", f"optimizer.grads_pieces.s{step}"
     grad_tags = tuple(full_grad_tag(m.name, step) for m in w.modules) if z.stage <= 1 else (partition_grad_tag(step),)
     if z.stage <= 1:  # a MoE model's expert gradients (StepPass._expert_grads)
@@ -82,10 +93,21 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int) -> None:
           frees=(transient,) + grad_tags, step=step, micro_batch=last_mb)
     # A CPU host runs the runtime's chunked update, not the fused kernel: its launches are its aten ops.
     adam = host_adam_kernels(elements, tensors) if s.cluster.fabric == "host" else kernels["adam"]
-    per_element = ADAM_BYTES_PER_ELEMENT if master else PURE_BF16_ADAM_BYTES_PER_ELEMENT
+    # megatron-core: Adam reads a 4-byte gradient where ADAM_BYTES_PER_ELEMENT counts an e-byte one
+    per_element = (ADAM_BYTES_PER_ELEMENT if master else PURE_BF16_ADAM_BYTES_PER_ELEMENT) + ge - e
     opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=per_element * elements,
                 frees=(held,), step=step, kernels=adam, micro_batch=last_mb, elements=elements)
-    if z.stage in (1, 2):
+    if z.stage == 1 and megatron:
+        for mods in () if z.overlap_param_gather else (chunks or (w.modules,)):
+            # each bucket's _all_gather_base into the parameter buffer, synchronous: on the compute stream
+            # (distrib_optimizer.py @ core_r0.8.0 L1583-1595, async_op False without --overlap-param-gather)
+            for j, bucket in enumerate(reversed(chunk_buckets(s, mods))):
+                b.add(name=f"all_gather/params.bucket.{j}", stream="compute", collective="all_gather", group="dp",
+                      nbytes=e * bucket.elements, step=step, micro_batch=last_mb)
+        if w.expert_params_per_rank:
+            b.add(name="all_gather/params.experts", stream="comm", deps=(opt,), collective="all_gather", group="edp",
+                  nbytes=e * expert_dp(s) * expert_partition(s, w), step=step, micro_batch=last_mb)
+    elif z.stage in (1, 2):
         # Stage 1 (v0.2) all-gathers each comm interval, stage 2 (v0.2) its partition in shards
         # (zsim.zero.buckets: flat_pieces, allgather_shards); both pass a list, which PyTorch stages
         # through one flat buffer of the whole gather.

@@ -31,6 +31,7 @@ from zsim.memory.context import context_memory
 from zsim.parallel.pipeline import Work, split_layers, stage_schedule
 from zsim.workload.transformer import Module, Workload
 from zsim.zero.ep_overlap import overlap_passes
+from zsim.zero.megatron_ddp import IMPLEMENTATION as MEGATRON, grad_bytes
 from zsim.zero.model_states import PARAM_BYTES, ModelStates
 from zsim.zero.ops import Alloc, Op, Plan, PlanBuilder
 from zsim.zero.pass_copy import PassRecord, copy_pass
@@ -115,12 +116,16 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
     p, v, m = par.pp, par.virtual_stages, scenario.grad_accum
     stages = pipeline_stages(scenario, workload)
     nbytes, gathered = p2p_bytes(scenario), gather_bytes(scenario)
-    # a tied head's word-embedding gradient (V/t × h elements), summed over the embedding group; ZeRO-1
-    # sums it inside its reduction (DeepSpeed), which is not planned apart (docs/parallel.md)
-    tied = p > 1 and getattr(scenario.model, "tied_head", True)
-    embed_bytes = PARAM_BYTES[scenario.precision.dtype] * workload.modules[0].tensors[0]
     z = scenario.zero
-    stage1_fused = z.stage == 1 and z.constant_buffers  # reduces the whole stage at once (_reduce_stage1)
+    megatron = z.implementation == MEGATRON
+    # a tied head's word-embedding gradient (V/t × h elements), summed over the embedding group; DeepSpeed's
+    # ZeRO-1 sums it inside its reduction, which is not planned apart (docs/parallel.md); megatron-core's
+    # gradient buffer is fp32 for bf16 (zsim.zero.megatron_ddp.grad_bytes)
+    tied = p > 1 and getattr(scenario.model, "tied_head", True)
+    grad_e = grad_bytes(scenario.precision.dtype) if megatron else PARAM_BYTES[scenario.precision.dtype]
+    embed_bytes = grad_e * workload.modules[0].tensors[0]
+    # DeepSpeed v0.2's stage 1 reduces the whole stage at once (_reduce_stage1); megatron-core each chunk's buckets
+    stage1_fused = z.stage == 1 and z.constant_buffers and not megatron
     ops: list[Op] = []
     sends: dict[tuple[str, int, int, int], int] = {}  # (kind, step, mb, sending virtual stage) -> plan index
     recvs: list[tuple[int, tuple[str, int, int, int]]] = []  # (plan index, the send it waits for)
@@ -157,7 +162,7 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
                         built.forward(mods)
                     else:
                         built.backward(mods, reduce)
-                    copied = None if dep or not copy else PassRecord(built.start, len(b.ops), step, mb, entry,
+                    copied = None if dep or not copy or built.gathers_params else PassRecord(built.start, len(b.ops), step, mb, entry,
                                                                      frozenset(built.entry_users), reduce)
                 passes[(kind, chunk)] = copied
 
@@ -205,13 +210,15 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
                 receive(w, dep)
                 run_pass(w.kind, w.chunk, w.mb, dep, reduce)
                 send(w)
-            if tied and s in (0, p - 1) and z.stage == 0:
+            if tied and s in (0, p - 1) and (z.stage == 0 or megatron):
                 # the tied word embedding's two copies summed between the first and last stage once the
                 # step's gradients are reduced (Megatron-LM finalize_model_grads ->
-                # _allreduce_word_embedding_grads over _EMBEDDING_GROUP; the runtime's all_reduce/embed)
+                # _allreduce_word_embedding_grads over _EMBEDDING_GROUP; the runtime's all_reduce/embed);
+                # megatron-core's distributed optimizer too, the whole fp32 main_grad after its reduce-scatter
+                # (finalize_model_grads.py @ core_r0.8.0 L13-41)
                 b.add(name="all_reduce/embed", stream="compute", collective="all_reduce", group="embed",
                       nbytes=embed_bytes, step=step, micro_batch=m - 1, deps=(b.last(),))
-            optimizer_step(b, scenario, stage.workload, step)
+            optimizer_step(b, scenario, stage.workload, step, stage.chunks)
         ops += [op._replace(stage=s, deps=tuple(d + base for d in op.deps)) for op in b.ops]
     for i, key in recvs:
         ops[i] = ops[i]._replace(deps=ops[i].deps + (sends[key],))

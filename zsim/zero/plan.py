@@ -115,7 +115,8 @@ def _build_pass(b: PlanBuilder, scenario: Scenario, workload: Workload, step: in
     entry = b.last_compute
     built = StepPass(b, scenario, workload, step, mb, first_dep)
     built.run(reduce=reduce)
-    return None if first_dep else PassRecord(built.start, len(b.ops), step, mb, entry, frozenset(built.entry_users),
+    # a pass that gathers megatron-core's parameters (the step's first) is not copied from (zsim.zero.pass_copy)
+    return None if first_dep or built.gathers_params else PassRecord(built.start, len(b.ops), step, mb, entry, frozenset(built.entry_users),
                                              reduce)
 
 

@@ -3,10 +3,13 @@ bytes and partition, and the tags of its gradient tensors (shared by the plan's 
 
 from __future__ import annotations
 
+import dataclasses
+
 from zsim.zero.inputs import Scenario
 from zsim.workload.moe import Moe
 from zsim.workload.transformer import Workload, build_workload
 from zsim.zero.buckets import flat_pieces
+from zsim.zero.megatron_ddp import chunk_buckets, grad_bytes
 from zsim.zero.model_states import ModelStates, model_states, optimizer_k, stage_partition
 
 
@@ -39,6 +42,8 @@ def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
     z = scenario.zero
     if z.stage not in (1, 2):
         return None
+    if z.implementation == "megatron-core":  # Megatron-Core's buckets, padded (zsim.zero.megatron_ddp)
+        return [b.elements for b in chunk_buckets(scenario, workload.modules)]
     return flat_pieces(z.stage, [m.params for m in workload.modules], scenario.layout.dp, z.reduce_bucket_elements,
                        z.constant_buffers)
 
@@ -49,6 +54,11 @@ def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
     k = optimizer_k(scenario.precision.dtype, scenario.precision.master_weights)
     dense = model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
                          scenario.precision.dtype, k=k, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
+    if scenario.zero.implementation == "megatron-core":
+        # its gradient buffer: the padded buffer (stage 1) or Ψ, in its own dtype (zsim.zero.megatron_ddp)
+        pieces = rank_pieces(scenario, workload)
+        laid_out = sum(pieces) if pieces else workload.params_per_mp_rank
+        dense = dataclasses.replace(dense, grads=grad_bytes(scenario.precision.dtype) * laid_out)
     if not workload.expert_params_per_rank:
         return dense
     # a MoE model's local experts: ZeRO partitions them over the expert-data-parallel group (dp/ep ranks)

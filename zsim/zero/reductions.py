@@ -28,13 +28,13 @@ class Reductions:
         expert-data-parallel group right after the backward that makes them: an all-reduce at stage 0,
         a reduce-scatter at stages 1-2 (Megatron-Core's expert gradient buffers; DeepSpeed-MoE's
         expert_data_parallel_group)."""
-        e, n = self.e, m.expert_params
+        n = m.expert_params
         tag = self._expert_grad_tag(m)
         if not reduce:
             return
         edp = expert_dp(self.s)
         op = "all_reduce" if self.stage == 0 else "reduce_scatter"
-        nbytes = e * (n if self.stage == 0 else padded_bucket(n, edp))
+        nbytes = self.ge * (n if self.stage == 0 else padded_bucket(n, edp))
         self.b.add(name=f"{op}/grads.experts.{m.name}", stream=self._reduction_stream(), deps=(after,),
                    collective=op, group=self.expert_group, nbytes=nbytes, frees=(tag,) if self.stage >= 2 else (),
                    step=self.step, micro_batch=self.mb)
@@ -98,6 +98,17 @@ class Reductions:
         self.b.add(name=f"{op}/{what}", stream=self._reduction_stream(), deps=(after,), collective=op, group="dp",
                    nbytes=nbytes,
                    allocs=staging, frees=tuple(frees), step=self.step, micro_batch=self.mb)
+
+    def _reduce_bucket(self, elements: int, after: int) -> None:
+        """megatron-core: one bucket of the contiguous gradient buffer (zsim.zero.megatron_ddp) reduced in place
+        once the backward that completes it (`after`) is done: a reduce-scatter at stage 1 (the distributed
+        optimizer), an all-reduce at stage 0, in the buffer's dtype, on the reduction stream
+        (param_and_grad_buffer.py @ core_r0.8.0 start_grad_sync L96-152)."""
+        op = "reduce_scatter" if self.stage == 1 else "all_reduce"
+        what = f"grads.bucket.{self.bucket_index}"
+        self.bucket_index += 1
+        self.b.add(name=f"{op}/{what}", stream=self._reduction_stream(), deps=(after,), collective=op, group="dp",
+                   nbytes=self.ge * elements, step=self.step, micro_batch=self.mb)
 
     def _reduce_to_owners(self, elements: int, after: int, what: str, allocs: tuple[Alloc, ...],
                           frees: tuple[str, ...]) -> None:

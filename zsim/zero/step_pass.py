@@ -17,6 +17,7 @@ from zsim.zero.buckets import padded_tensors, plan_buckets
 from zsim.zero.checkpoints import Checkpoints, md_checkpoints
 from zsim.zero.gathers import Gathers
 from zsim.zero.implementation import live_grads
+from zsim.zero.megatron_ddp import IMPLEMENTATION as MEGATRON, chunk_buckets, grad_bytes
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
 from zsim.zero.rank_states import ep_dispatch, expert_dp, full_grad_tag, recompute_modules, selective
@@ -53,6 +54,12 @@ class StepPass(Gathers, Checkpoints, Reductions):
         self.ckpt = scenario.zero.activation_checkpointing and scenario.zero.recompute_granularity == "full"
         self.k = scenario.zero.checkpoint_every
         self.e = PARAM_BYTES[scenario.precision.dtype]
+        # megatron-core keeps its gradients in their own dtype (zsim.zero.megatron_ddp.grad_bytes)
+        self.megatron = scenario.zero.implementation == MEGATRON
+        self.ge = grad_bytes(scenario.precision.dtype) if self.megatron else self.e
+        self.megatron_closes: dict[str, list[int]] = {}  # module -> the buckets its backward completes (elements)
+        self.param_gather_of: dict[str, tuple[int, ...]] = {}  # module -> the parameter all-gathers it waits for
+        self.gathers_params = False  # this pass issued megatron-core's parameter all-gathers (not copied from)
         self.md = scenario.zero.defragment
         self.md_checkpoints = md_checkpoints(scenario.zero)  # "slots", "arena" or ""
         mods = workload.modules
@@ -154,11 +161,32 @@ class StepPass(Gathers, Checkpoints, Reductions):
 
     def forward(self, mods: list[Module]) -> None:
         """The forward of `mods` (all modules, or a pipeline stage's chunk: zsim.zero.pipeline_plan)."""
+        if self.megatron and self.z.overlap_param_gather and self.mb == 0:
+            self._gather_params(mods)
         self._run_items([Item("fwd", m) for m in mods], phase="fwd", reduce=False)
 
     def backward(self, mods: list[Module], reduce: bool) -> None:
         """The backward of `mods` (recompute included), reducing the gradients when `reduce`."""
+        if self.megatron and reduce:
+            self.megatron_closes = {}
+            for bucket in chunk_buckets(self.s, mods):
+                self.megatron_closes.setdefault(bucket.closer, []).append(bucket.elements)
         self._run_items(self._backward_items(mods), phase="bwd", reduce=reduce)
+
+    def _gather_params(self, mods: list[Module]) -> None:
+        """megatron-core under overlap_param_gather: the last step's updated parameters all-gathered under this
+        step's first forward of the chunk, bucket by bucket in forward order on the comm stream, each module
+        waiting for the buckets that hold its parameters (Megatron-Core's forward pre-hook,
+        distrib_optimizer.py @ core_r0.8.0 L1413-1475; zsim.zero.megatron_ddp). The host dispatches each next
+        gather when a pre-hook waits on the one before, well ahead of the GPU: the gathers run back to back."""
+        self.gathers_params = True
+        deps = self.first_dep
+        for j, bucket in enumerate(reversed(chunk_buckets(self.s, mods))):
+            op = self._add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=deps, collective="all_gather",
+                           group="dp", nbytes=self.e * bucket.elements)
+            deps = ()
+            for name in bucket.modules:
+                self.param_gather_of[name] = self.param_gather_of.get(name, ()) + (op,)
 
     def _backward_items(self, mods: list[Module]) -> list[Item]:
         """Backward in reverse module order; a checkpointed segment is recomputed in forward order
@@ -211,6 +239,8 @@ class StepPass(Gathers, Checkpoints, Reductions):
                 if self.z.implementation == "deepspeed-0.14":
                     self._unflatten(self.uses[item.module.name])
             deps = tuple(self.gather_op[u] for u in self.uses[item.module.name] if u in self.gather_op)
+            if item.kind == "fwd":
+                deps += self.param_gather_of.get(item.module.name, ())
             if pos == 0:
                 deps = deps + self.first_dep
             frees = tuple(self.frees_after.get(pos, ()))
@@ -317,11 +347,11 @@ class StepPass(Gathers, Checkpoints, Reductions):
                                 self._tags("grad", m.name), arena="grads" if self.md else ""))
         elif self.stage >= 2:
             allocs.append(Alloc("grads", self.e * m.params, self._tags("grad", m.name), arena="grads" if self.md else ""))
-        elif self.mb == 0:  # stages 0/1: autograd's .grad tensors, accumulated in place until the step
-            allocs.append(Alloc("grads", self.e * m.params, full_grad_tag(m.name, self.step)))
+        elif self.mb == 0:  # stages 0/1: autograd's .grad tensors (megatron-core: its buffer's), accumulated
+            allocs.append(Alloc("grads", self.ge * m.params, full_grad_tag(m.name, self.step)))
         frees = frees + self._activation_tags(m, "act") + (() if tail else work)
         if m.expert_params and (self.stage >= 2 or self.mb == 0):  # the local experts' gradients (_expert_grads)
-            allocs.append(Alloc("grads", self.e * m.expert_params, self._expert_grad_tag(m)))
+            allocs.append(Alloc("grads", self.ge * m.expert_params, self._expert_grad_tag(m)))
         if self.stage == 3 and reduce:
             # Stage 3 copies each module's gradient into its bucket's buffer as soon as it is complete
             # and frees it (DeepSpeed contiguous_gradients: __add_grad_to_ipg_bucket; the runtime's
@@ -371,7 +401,10 @@ class StepPass(Gathers, Checkpoints, Reductions):
             self._all_to_alls(m)
         if m.expert_params:
             self._expert_grads(m, op, reduce)
-        if reduce:
+        if reduce and self.megatron:
+            for elements in self.megatron_closes.get(m.name, ()):
+                self._reduce_bucket(elements, op)
+        elif reduce:
             self.bucket.append(m)
             self.bucket_elems += m.params
             # one fused reduction after backward: without CB (§3.2), and stage 1 as DeepSpeed v0.2 ran it
