@@ -85,7 +85,8 @@ def test_shipped_scenarios_copy_their_passes_exactly(path: Path):
 
 options = st.fixed_dictionaries({
     "stage": st.integers(0, 3),
-    "implementation": st.sampled_from(["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14"]),
+    "implementation": st.sampled_from(["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14", "megatron-core"]),
+    "param_gather": st.booleans(),  # megatron-core at stage 1: overlap_param_gather
     "ckpt": st.booleans(),
     "every": st.integers(1, 3),
     "pa": st.booleans(),
@@ -118,6 +119,9 @@ def test_drawn_options_copy_their_passes_exactly(p):
         model["moe"] = {"experts": 4, "top_k": 2}
         parallel.update(ep=4, sequence_parallel=p["mp"] > 1)  # Megatron-LM's rule for MoE with TP
     implementation = "paper" if p["implementation"] == "deepspeed-0.2" and p["stage"] == 3 else p["implementation"]
+    megatron = implementation == "megatron-core"
+    if megatron:  # Megatron-Core: stages 0-1, its own buffers (the loader refuses the rest)
+        p = {**p, "stage": p["stage"] % 2, "md": False, "cb": True}
     selective = p["ckpt"] and p["granularity"] == "selective"
     # Pa splits full-recompute checkpoints over MP (none under SP); checkpoint_every groups full recompute's layers
     pa = p["pa"] and p["ckpt"] and p["mp"] > 1 and not parallel["sequence_parallel"] and not selective
@@ -131,6 +135,8 @@ def test_drawn_options_copy_their_passes_exactly(p):
                   "prefetch_layers": p["prefetch"], "reduce_bucket_elements": p["bucket"],
                   "recompute_granularity": p["granularity"] if p["ckpt"] else "full",
                   "md_checkpoints": p["md_checkpoints"], "cpu_offload_overlap": p["offload_overlap"],
+                  **({"overlap_param_gather": p["param_gather"]} if megatron and p["stage"] == 1 else {}),
+                  **({"ddp_bucket_elements": p["bucket"]} if megatron else {}),
                   **(dict(zip(("prefetch_bucket_elements", "max_live_elements", "max_reuse_elements"), p["coordinator"]))
                      if p["coordinator"] and implementation == "deepspeed-0.5" and p["stage"] == 3 else {})},
             run={"steps": p["steps"]},
@@ -149,6 +155,7 @@ pipelines = st.fixed_dictionaries({
     "mp": st.sampled_from([1, 2]),
     "steps": st.integers(1, 2),
     "moe": st.booleans(),
+    "megatron": st.sampled_from([None, False, True]),  # megatron-core, without or with overlap_param_gather
 })
 
 
@@ -165,8 +172,10 @@ def test_drawn_pipelines_copy_their_passes_exactly(p):
         model["moe"] = {"experts": 4, "top_k": 2}
         parallel.update(ep=2, sequence_parallel=p["mp"] > 1)
     try:
+        megatron = {} if p["megatron"] is None else {"implementation": "megatron-core", "ddp_bucket_elements": 300_000,
+                                                    "overlap_param_gather": p["megatron"] and p["stage"] == 1}
         scenario = small_scenario(model=model, parallel=parallel, run={"steps": p["steps"]},
-                                  zero={"stage": p["stage"], "activation_checkpointing": p["ckpt"]})
+                                  zero={"stage": p["stage"], "activation_checkpointing": p["ckpt"], **megatron})
     except ZsimError:  # a layout the loader refuses
         return
     _same_plans(scenario)

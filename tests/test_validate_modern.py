@@ -15,7 +15,7 @@ def test_suite_declares_sourced_points_in_two_halves():
     assert len(points) == 49
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 26
+    assert sum(p.half == "held_out" for p in points) == 25
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other

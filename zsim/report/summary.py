@@ -53,8 +53,10 @@ def _attention_line(mem: dict[str, Any], model: dict[str, Any]) -> list[str]:
 
 def _zero_r(z: dict[str, Any], mem: dict[str, Any]) -> str:
     """The ZeRO-R options in effect (paper §6 names), and host memory when Pa+cpu uses it."""
+    # megatron-core has no CB: its contiguous buffer is cut into buckets of its own (zsim.zero.megatron_ddp)
+    cb = z.get("implementation") != "megatron-core"
     names = [name for key, name in (("partition_activations", "Pa"), ("cpu_offload_activations", "+cpu"),
-                                    ("constant_buffers", " CB"), ("defragment", " MD")) if z[key]]
+                                    ("constant_buffers", " CB" if cb else ""), ("defragment", " MD")) if z[key]]
     text = "".join(names).strip()
     host = f", host {mem['host_peak_bytes'] / GB:.2f} GB" if mem["host_peak_bytes"] else ""
     return f"; ZeRO-R {text}{host}" if text else host

@@ -162,8 +162,10 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
                         built.forward(mods)
                     else:
                         built.backward(mods, reduce)
-                    copied = None if dep or not copy or built.gathers_params else PassRecord(built.start, len(b.ops), step, mb, entry,
-                                                                     frozenset(built.entry_users), reduce)
+                    # (a pass that gathers megatron-core's parameters, a chunk's first this step, is not copied)
+                    fresh = dep or not copy or built.gathers_params
+                    copied = None if fresh else PassRecord(built.start, len(b.ops), step, mb, entry,
+                                                           frozenset(built.entry_users), reduce)
                 passes[(kind, chunk)] = copied
 
             def receive(w: Work, dep: tuple[int, ...], b: PlanBuilder = b, step: int = step, s: int = s) -> None:
