@@ -163,3 +163,29 @@ def test_zsim_run_names_the_key_and_exits_2(tmp_path, capsys):
     assert main(["run", str(path), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "zero.implementation" in err and "megatron-core" in err and "Traceback" not in err
+
+
+def test_a_pipeline_buckets_only_its_first_stage_and_sums_the_tied_embedding_in_fp32():
+    """pp 2, tied head: stage 0 is bucketed with the word embedding a bucket of its own (reduced last, after the
+    embedding's backward); stage 1 is one bucket but for the head's copy of that weight, its own bucket, reduced
+    right after the head's backward; both then all-reduce the fp32 embedding gradient over the embedding group."""
+    s = small_scenario(model={"grad_accum": 4, "layers": 4}, parallel={"dp": 4, "mp": 4, "pp": 2,
+                                                                        "pipeline_schedule": "1f1b"},
+                       zero={"stage": 1, "activation_checkpointing": False, "implementation": "megatron-core",
+                             "ddp_bucket_elements": 300_000},
+                       precision={"dtype": "bf16"}, hardware={"profile": "dgx-a100", "nodes": 4})
+    w = scenario_workload(s)
+    plan = build_plan(s, w)
+    embed = w.modules[0].tensors[0]
+    for stage, closers in ((0, None), (1, ["head", "layer.2"])):
+        ops = [op for op in plan.ops if op.stage == stage]
+        reductions = [op for op in ops if op.name.startswith("reduce_scatter/grads.")]
+        names = [plan.ops[op.deps[0]].name for op in reductions]  # the backward each waits for
+        if closers is not None:  # the head's word-embedding copy alone, then the rest of the stage
+            assert names == [f"bwd/{c}" for c in closers]
+            assert reductions[0].nbytes >= 4 * embed
+        else:  # several buckets, the embedding's own last (closed by the embedding's backward)
+            assert len(reductions) > 2 and names[-1] == "bwd/embed"
+            assert embed <= reductions[-1].nbytes // 4 < embed + 128 * 4
+        (summed,) = [op for op in ops if op.name == "all_reduce/embed"]
+        assert summed.nbytes == 4 * embed and summed.group == "embed"

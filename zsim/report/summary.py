@@ -51,6 +51,12 @@ def _attention_line(mem: dict[str, Any], model: dict[str, Any]) -> list[str]:
             "model.attention: flash2 (or flash3 on Hopper) keeps none"]
 
 
+def _implementation(z: dict[str, Any]) -> str:
+    """' as <implementation>' when the plan follows a framework's code, not the paper's schedule (zero.implementation)."""
+    impl = z.get("implementation", "paper")
+    return "" if impl == "paper" else f" as {impl}"
+
+
 def _zero_r(z: dict[str, Any], mem: dict[str, Any]) -> str:
     """The ZeRO-R options in effect (paper §6 names), and host memory when Pa+cpu uses it."""
     # megatron-core has no CB: its contiguous buffer is cut into buckets of its own (zsim.zero.megatron_ddp)
@@ -180,7 +186,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"  layout    {lay['gpus']} × {lay['gpu']} = {lay['nodes']} {lay['hardware']} nodes; "
         f"DP {lay['dp']}" + (f" × CP {lay['cp']}" if lay.get("cp", 1) > 1 else "") + f" × MP {lay['mp']}" + _ep_words(lay)
         + (f" × PP {lay['pp']}" if lay.get("pp", 1) > 1 else "")
-        + f"; ZeRO stage {z['stage']}, {ckpt}",
+        + f"; ZeRO stage {z['stage']}{_implementation(z)}, {ckpt}",
         f"  memory    {fit}",
         "            at peak: " + "  ".join(f"{k} {v / GB:.2f}" for k, v in peak.items()) + " GB",
         f"            model states {states['total'] / GB:.2f} GB/GPU (params {states['params'] / GB:.2f}, "
