@@ -56,6 +56,7 @@ SCALARS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0.5, 2.0, 1e-300, 1e300, float("inf"), float("nan"), -1.0]),
     st.booleans(), st.none(), NASTY_TEXT, st.text(max_size=20),
+    st.sampled_from(["megatron-core", "deepspeed-0.5", "paper"]),  # zero.implementation values that load
 )
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                        st.dictionaries(st.text(max_size=8), inner, max_size=4)),
@@ -67,7 +68,8 @@ SCENARIO_KEYS = {
     "parallel": ["dp", "mp", "ep"],
     "zero": ["stage", "activation_checkpointing", "checkpoint_every", "reduce_bucket_elements", "prefetch_layers",
              "partition_activations", "cpu_offload_activations", "constant_buffers", "defragment", "implementation",
-             "prefetch_bucket_elements", "max_live_elements", "max_reuse_elements"],
+             "prefetch_bucket_elements", "max_live_elements", "max_reuse_elements", "ddp_bucket_elements",
+             "overlap_param_gather"],
     "precision": ["dtype", "optimizer", "master_weights"],
     "hardware": ["profile", "nodes"],
     "fabric": ["mode", "algorithm", "degrade"],
