@@ -19,7 +19,8 @@ schedule goes on. A micro-batch's activations are allocated by its forward and f
 so the memory of in-flight micro-batches follows from the schedule (1F1B: p - s on stage s).
 The DP reduction runs after a chunk's last backward of the step (Megatron-LM's finalize_model_grads;
 DeepSpeed's reduce at the gradient-accumulation boundary); ZeRO-1's stage-1 comm intervals after the
-stage's last backward. Every stage then runs its optimizer step on its own partition.
+stage's last backward, or under zero.implementation megatron-core each chunk's buckets as its last backward
+fills them (zsim.zero.megatron_ddp). Every stage then runs its optimizer step on its own partition.
 """
 
 from __future__ import annotations

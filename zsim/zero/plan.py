@@ -34,7 +34,8 @@ layer's activations, a backward the gradients of its input and output.
 
 zero.implementation replaces parts of this with DeepSpeed's code of a given version (v0.2's per-owner
 reduces at stage 2; v0.3.13-v0.5.10's per-tensor, synchronised stage 3 gathers; v0.14's coalesced
-gathers and their unflatten): zsim.zero.implementation, docs/zero-implementations.md.
+gathers and their unflatten), or stages 0-1 with Megatron-Core's buffers and distributed optimizer
+(zsim.zero.megatron_ddp): zsim.zero.implementation, docs/zero-implementations.md.
 
 Files: build_plan here is the one interface; zsim.zero.step_pass schedules a micro-batch's items,
 with zsim.zero.gathers (stage 3), .checkpoints (ZeRO-R), .reductions (DP gradients) mixed in;
