@@ -233,7 +233,7 @@ def added_by(run: Any, indices: list[int], start: list[float]) -> Added:
             key = (op.group, op.collective)
             count, payload, sent, total = comm.get(key, (0, 0, 0.0, 0.0))
             comm[key] = (count + 1, payload + op.nbytes, sent + phases(op)[2], total + seconds)
-            mp += seconds if op.group == "mp" else 0.0
+            mp += seconds if op.group == "mp" and op.stream == "compute" else 0.0  # in line, as stream_worker
             ep += seconds if op.group in EP_GROUPS else 0.0
         elif op.transfer:
             offload += transfer_seconds(op.nbytes, run.s.cluster.offload)

@@ -24,7 +24,7 @@ from zsim.scenario.scenario import Scenario
 from zsim.trace import schema
 from zsim.zero.ops import Op, Plan
 
-STREAMS = ("compute", "comm", "offload", "host")
+STREAMS = ("compute", "comm", "offload", "host", "tp")  # "tp": overlapped TP collectives (zsim.zero.tp_overlap)
 
 
 class CountingEnvironment(simpy.Environment):

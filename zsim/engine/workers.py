@@ -90,7 +90,7 @@ def stream_worker(env: simpy.Environment, run: RunState, indices: list[int],
             stats.payload_bytes += op.nbytes
             stats.sent_bytes += sent
             stats.seconds += end - start
-            if op.group == "mp":
+            if op.group == "mp" and op.stream == "compute":  # in line (not those beside a GEMM: tp_overlap)
                 run.mp_seconds += end - start
             elif op.group in EP_GROUPS:
                 run.ep_seconds += end - start

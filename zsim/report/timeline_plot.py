@@ -30,7 +30,7 @@ KIND_COLORS = {"fwd": "#4c72b0", "bwd": "#dd8452", "recompute": "#8c8c8c", "opti
 KIND_LABELS = {"mp": "MP collectives", "ep": "EP all-to-alls", "pp": "PP send/recv"}
 BAR_COLORS = {"compute": "#4c72b0", "MP comm": "#da8bc3", "EP all-to-all": "#2a9d8f", "PP send/recv": "#e9c46a",
               "exposed DP comm": "#c44e52", "exposed offload": "#ccb974", "other waits": "#cccccc"}
-STREAM_ROWS = ("compute", "comm", "offload", "host")
+STREAM_ROWS = ("compute", "comm", "offload", "host", "tp")
 
 
 def _kind(event: dict[str, Any]) -> str:
@@ -203,9 +203,9 @@ def timeline_png(result: Result | RunFiles, path: Path, step: int = -1) -> Path:
     s = result.scenario
     bar.set_title(f"{s.name}: step {step} of rank 0 ({s.layout.world} GPUs alike), {total:.3f} s; ZeRO stage "
                   f"{s.zero.stage}, DP {s.parallel.dp}" + (f" × CP {s.parallel.cp}" if s.parallel.cp > 1 else "") + f" × MP {s.layout.mp}", fontsize=10)
-    # The streams (the 'host' lane only where a plan uses it: deepspeed-0.5's copy launches).
+    # The streams (the 'host' lane only where a plan uses it: deepspeed-0.5's copy launches; 'tp' likewise).
     shown = [e for e in result.events if e["ph"] == "X" and e["args"].get("step") == step and e["pid"] == 0]
-    rows = [r for r in STREAM_ROWS if r != "host" or any(e["cat"] == "host" for e in shown)]
+    rows = [r for r in STREAM_ROWS if r not in ("host", "tp") or any(e["cat"] == r for e in shown)]
     boxes: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for e in shown:
         row = rows.index(e["cat"])

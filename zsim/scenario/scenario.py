@@ -310,6 +310,12 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
         raise fail("precision.master_weights", f"false with dtype {spec.precision.dtype}: training without an "
                    "fp32 master copy is modelled for bf16 only (fp16 needs loss scaling against its master copy; "
                    "fp32 has no 16-bit copy to drop)")
+    par = spec.parallel
+    if par.tp_comm_overlap and not (par.sequence_parallel and par.mp > 1 and spec.model.moe is None):
+        why = ("needs parallel.sequence_parallel and mp > 1 (Megatron-Core asserts --sequence-parallel with it; "
+               "the overlapped collectives are SP's)") if spec.model.moe is None else (
+               "with model.moe: zsim overlaps a dense block's collectives only (zsim.zero.tp_overlap)")
+        raise fail("parallel.tp_comm_overlap", f"true {why}")
     if spec.parallel.sequence_parallel and zero.partition_activations and spec.parallel.mp > 1:
         raise fail("zero.partition_activations", "true with parallel.sequence_parallel: sequence parallelism "
                    "already keeps 1/mp of every layer input per MP rank (Korthikanti et al. 2022 §4.2.2)")

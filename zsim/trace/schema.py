@@ -12,7 +12,8 @@ from typing import Any
 SCHEMA = "zsim-trace/1"
 
 # Streams: one thread (track) each, same tid on every rank.
-STREAMS = ("compute", "comm", "offload", "host")
+# "tp": TP collectives beside the GEMMs they overlap (zsim.zero.tp_overlap; the simulator only, for now).
+STREAMS = ("compute", "comm", "offload", "host", "tp")
 STREAM_TID = {name: i for i, name in enumerate(STREAMS)}
 
 # Memory categories of the counter events, in bytes.

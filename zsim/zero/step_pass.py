@@ -22,6 +22,7 @@ from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
 from zsim.zero.rank_states import ep_dispatch, expert_dp, full_grad_tag, recompute_modules, selective
 from zsim.zero.reductions import Reductions
+from zsim.zero.tp_overlap import PAIRS, pieces
 from zsim.zero.residual import bucket_buffer_bytes
 
 
@@ -153,6 +154,48 @@ class StepPass(Gathers, Checkpoints, Reductions):
         for op, nbytes in ops:
             self._add(name=f"{op}/mp.{m.name}", stream="compute", collective=op, group="mp", nbytes=nbytes)
 
+    def _tp_overlapped(self, m: Module, phase: str) -> bool:
+        """Whether `m`'s `phase` runs its SP collectives beside its GEMMs (parallel.tp_comm_overlap: a dense
+        block's four, zsim.zero.tp_overlap)."""
+        if not (self.s.parallel.tp_comm_overlap and m.layer is not None and not m.moe):
+            return False
+        collectives = m.mp_collectives_fwd if phase == "fwd" else m.mp_collectives_bwd
+        return tuple(op for op, _ in collectives) == tuple(op for op, _, _ in PAIRS[phase])
+
+    def _overlapped(self, m: Module, phase: str, kernels: KernelList, deps: tuple[int, ...],
+                    allocs: tuple[Alloc, ...], frees: tuple[str, ...], flops: float, hbm_bytes: float) -> int:
+        """A dense block's `phase` under parallel.tp_comm_overlap (zsim.zero.tp_overlap): its kernel list cut at
+        the overlapped GEMMs; each GEMM's overlapped part on the compute stream beside its collective's on the
+        'tp' stream, then what runs alone, which waits for the collective. The first op (named as the pass's,
+        `<phase>/<module>`) takes the deps, allocations, FLOPs and bytes; the last frees. Returns the last op."""
+        name = f"{phase}/{m.name}"
+        collectives = m.mp_collectives_fwd if phase == "fwd" else m.mp_collectives_bwd
+        waits: tuple[int, ...] = ()  # a collective the next compute op waits for
+        op = -1
+        parts = pieces(kernels, phase, self.s.layout.mp)
+        for i, piece in enumerate(parts):
+            last = i == len(parts) - 1
+            first = dict(deps=deps, flops=flops, hbm_bytes=hbm_bytes, allocs=allocs) if i == 0 else dict(deps=waits)
+            op = self._add(name=name if i == 0 else f"{name}.part", stream="compute", kernels=piece.alone,
+                           frees=frees if last else (), **first)
+            waits = ()
+            if piece.collective is None:
+                continue
+            kind, nbytes = collectives[piece.collective]
+            beside = round(nbytes * piece.share)
+            coll = self._add(name=f"{kind}/mp.{m.name}", stream="tp", deps=(op,), collective=kind, group="mp",
+                             nbytes=beside)
+            self._add(name=f"{name}.part", stream="compute", kernels=piece.beside)
+            if piece.after is not None:
+                self._add(name=f"{name}.part", stream="compute", deps=(coll,), kernels=piece.after)
+            else:
+                waits = (coll,)
+            if nbytes > beside:  # what is left of the collective, in line (the pipeline method's last chunk)
+                self._add(name=f"{kind}/mp.{m.name}", stream="compute", deps=waits, collective=kind, group="mp",
+                          nbytes=nbytes - beside)
+                waits = ()
+        return op
+
     # ---- the schedule ---------------------------------------------------------------------------
     def run(self, reduce: bool) -> None:
         mods = list(self.w.modules)
@@ -283,9 +326,13 @@ class StepPass(Gathers, Checkpoints, Reductions):
                 # contiguous_data_buffers list is made when empty, then dropped in the first backward).
                 allocs += [Alloc("activations", self._checkpoint_bytes(b), self._tags("ckpt", b.name))
                            for b in self.w.blocks if b.layer % self.k == 0]
-        op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops, hbm_bytes=m.fwd_hbm_bytes,
-                       allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
-        self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes, m.mp_collectives_fwd)
+        if self._tp_overlapped(m, "fwd"):
+            op = self._overlapped(m, "fwd", self._kernels(m, "fwd"), deps, tuple(allocs), frees, m.hw_fwd_flops,
+                                  m.fwd_hbm_bytes)
+        else:
+            op = self._add(name=f"fwd/{m.name}", stream="compute", deps=deps, flops=m.hw_fwd_flops,
+                           hbm_bytes=m.fwd_hbm_bytes, allocs=tuple(allocs), frees=frees, kernels=self._kernels(m, "fwd"))
+            self._mp_allreduces(m, m.mp_allreduces_fwd, m.mp_loss_allreduce_bytes, m.mp_collectives_fwd)
         self._cp_exchanges(m, ("all_gather",))
         self._all_to_alls(m)
         if self._checkpointed(m) and m.layer % self.k == 0 and self.z.cpu_offload_activations:
@@ -381,6 +428,8 @@ class StepPass(Gathers, Checkpoints, Reductions):
             frees = tuple(t for t in frees if t not in loss_saved) + tuple(a.tag for a in tail)
             op = self._add(name=f"bwd/{m.name}.logits", stream="compute", deps=(op,), allocs=tail[1:], frees=frees,
                            memory_only=True)
+        elif self._tp_overlapped(m, "bwd"):
+            op = self._overlapped(m, "bwd", kernels, deps, tuple(allocs), frees, m.hw_bwd_flops, nbytes)
         else:
             op = self._add(name=f"bwd/{m.name}", stream="compute", deps=deps, flops=m.hw_bwd_flops,
                            hbm_bytes=nbytes, allocs=tuple(allocs), frees=frees, kernels=kernels)
@@ -390,7 +439,8 @@ class StepPass(Gathers, Checkpoints, Reductions):
             # a zero-cost op of its own (data/device/20261127-h200-memhist, h2048: not beside the head's
             # 1.6 GB loss gradients)
             op = self._add(name=f"bucket/{m.name}", stream="compute", deps=(op,), allocs=(bucket_op,), memory_only=True)
-        self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
+        if not self._tp_overlapped(m, "bwd"):
+            self._mp_allreduces(m, m.mp_allreduces_bwd, collectives=m.mp_collectives_bwd)
         self._cp_exchanges(m, ("all_gather", "reduce_scatter"))
         self._all_to_alls(m)
         # a recomputed MLP or MoE layer (--recompute-modules mlp, moe) issues its forward's collectives again
