@@ -87,6 +87,7 @@ options = st.fixed_dictionaries({
     "stage": st.integers(0, 3),
     "implementation": st.sampled_from(["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14", "megatron-core"]),
     "param_gather": st.booleans(),  # megatron-core at stage 1: overlap_param_gather
+    "tp_overlap": st.booleans(),  # parallel.tp_comm_overlap, where SP and a dense model allow it
     "ckpt": st.booleans(),
     "every": st.integers(1, 3),
     "pa": st.booleans(),
@@ -114,7 +115,8 @@ options = st.fixed_dictionaries({
 @given(p=options)
 def test_drawn_options_copy_their_passes_exactly(p):
     model = {"grad_accum": p["accum"], "loss": p["loss"] if p["mp"] == 1 else "megatron", "attention": p["attention"]}
-    parallel = {"dp": 32 // p["mp"], "mp": p["mp"], "sequence_parallel": p["sp"] and p["mp"] > 1}
+    parallel = {"dp": 32 // p["mp"], "mp": p["mp"], "sequence_parallel": p["sp"] and p["mp"] > 1,
+                "tp_comm_overlap": p["tp_overlap"] and p["sp"] and p["mp"] > 1 and not p["moe"]}
     if p["moe"]:
         model["moe"] = {"experts": 4, "top_k": 2}
         parallel.update(ep=4, sequence_parallel=p["mp"] > 1)  # Megatron-LM's rule for MoE with TP
