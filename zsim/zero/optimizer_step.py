@@ -97,6 +97,9 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
     per_element = (ADAM_BYTES_PER_ELEMENT if master else PURE_BF16_ADAM_BYTES_PER_ELEMENT) + ge - e
     opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=per_element * elements,
                 frees=(held,), step=step, kernels=adam, micro_batch=last_mb, elements=elements)
+    if z.stage in (1, 2) and w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group
+        b.add(name="all_gather/params.experts", stream="comm", deps=(opt,), collective="all_gather", group="edp",
+              nbytes=e * expert_dp(s) * expert_partition(s, w), step=step, micro_batch=last_mb)
     if z.stage == 1 and megatron:
         for mods in () if z.overlap_param_gather else (chunks or (w.modules,)):
             # each bucket's _all_gather_base into the parameter buffer, synchronous: on the compute stream
@@ -104,9 +107,6 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
             for j, bucket in enumerate(reversed(chunk_buckets(s, mods))):
                 b.add(name=f"all_gather/params.bucket.{j}", stream="compute", collective="all_gather", group="dp",
                       nbytes=e * bucket.elements, step=step, micro_batch=last_mb)
-        if w.expert_params_per_rank:
-            b.add(name="all_gather/params.experts", stream="comm", deps=(opt,), collective="all_gather", group="edp",
-                  nbytes=e * expert_dp(s) * expert_partition(s, w), step=step, micro_batch=last_mb)
     elif z.stage in (1, 2):
         # Stage 1 (v0.2) all-gathers each comm interval, stage 2 (v0.2) its partition in shards
         # (zsim.zero.buckets: flat_pieces, allgather_shards); both pass a list, which PyTorch stages
@@ -116,10 +116,6 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
         else:
             shard_bucket = z.allgather_bucket_elements if z.constant_buffers else nd * elements
             gathers = [nd * n for n in allgather_shards(elements, nd, shard_bucket)]
-        if w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group
-            edp = expert_dp(s)
-            b.add(name="all_gather/params.experts", stream="comm", deps=(opt,), collective="all_gather", group="edp",
-                  nbytes=e * edp * expert_partition(s, w), step=step, micro_batch=last_mb)
         v02 = z.stage == 2 and z.implementation == "deepspeed-0.2" and s.cluster.host is None
         for j, n in enumerate(gathers):
             stage_buf = Alloc("buffers", list_collective_staging_bytes(n, e), f"ag_list.step.{j}.s{step}",

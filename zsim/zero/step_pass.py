@@ -1,6 +1,7 @@
 """One micro-batch's forward and backward in the plan: the schedule of compute items (forward,
-recompute, backward per module) and the ops each makes; the stage 3 gathers, the checkpoints and the
-gradient reductions are mixins of their own files (zsim.zero.gathers, .checkpoints, .reductions)."""
+recompute, backward per module) and the ops each makes; the stage 3 gathers, the checkpoints, the
+gradient reductions and the TP overlap are mixins of their own files (zsim.zero.gathers, .checkpoints,
+.reductions, .tp_overlap)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
 from zsim.zero.rank_states import ep_dispatch, expert_dp, full_grad_tag, recompute_modules, selective
 from zsim.zero.reductions import Reductions
-from zsim.zero.tp_overlap import PAIRS, pieces
+from zsim.zero.tp_overlap import TpOverlap
 from zsim.zero.residual import bucket_buffer_bytes
 
 
@@ -35,7 +36,7 @@ class Item:
 
 
 
-class StepPass(Gathers, Checkpoints, Reductions):
+class StepPass(Gathers, Checkpoints, Reductions, TpOverlap):
     """Forward and backward of one micro-batch."""
 
     def __init__(self, b: PlanBuilder, scenario: Scenario, workload: Workload, step: int, mb: int,
@@ -153,48 +154,6 @@ class StepPass(Gathers, Checkpoints, Reductions):
         ops = (("all_reduce", m.mp_allreduce_bytes),) * count + collectives + tuple(("all_reduce", n) for n in extra)
         for op, nbytes in ops:
             self._add(name=f"{op}/mp.{m.name}", stream="compute", collective=op, group="mp", nbytes=nbytes)
-
-    def _tp_overlapped(self, m: Module, phase: str) -> bool:
-        """Whether `m`'s `phase` runs its SP collectives beside its GEMMs (parallel.tp_comm_overlap: a dense
-        block's four, zsim.zero.tp_overlap)."""
-        if not (self.s.parallel.tp_comm_overlap and m.layer is not None and not m.moe):
-            return False
-        collectives = m.mp_collectives_fwd if phase == "fwd" else m.mp_collectives_bwd
-        return tuple(op for op, _ in collectives) == tuple(op for op, _, _ in PAIRS[phase])
-
-    def _overlapped(self, m: Module, phase: str, kernels: KernelList, deps: tuple[int, ...],
-                    allocs: tuple[Alloc, ...], frees: tuple[str, ...], flops: float, hbm_bytes: float) -> int:
-        """A dense block's `phase` under parallel.tp_comm_overlap (zsim.zero.tp_overlap): its kernel list cut at
-        the overlapped GEMMs; each GEMM's overlapped part on the compute stream beside its collective's on the
-        'tp' stream, then what runs alone, which waits for the collective. The first op (named as the pass's,
-        `<phase>/<module>`) takes the deps, allocations, FLOPs and bytes; the last frees. Returns the last op."""
-        name = f"{phase}/{m.name}"
-        collectives = m.mp_collectives_fwd if phase == "fwd" else m.mp_collectives_bwd
-        waits: tuple[int, ...] = ()  # a collective the next compute op waits for
-        op = -1
-        parts = pieces(kernels, phase, self.s.layout.mp)
-        for i, piece in enumerate(parts):
-            last = i == len(parts) - 1
-            first = dict(deps=deps, flops=flops, hbm_bytes=hbm_bytes, allocs=allocs) if i == 0 else dict(deps=waits)
-            op = self._add(name=name if i == 0 else f"{name}.part", stream="compute", kernels=piece.alone,
-                           frees=frees if last else (), **first)
-            waits = ()
-            if piece.collective is None:
-                continue
-            kind, nbytes = collectives[piece.collective]
-            beside = round(nbytes * piece.share)
-            coll = self._add(name=f"{kind}/mp.{m.name}", stream="tp", deps=(op,), collective=kind, group="mp",
-                             nbytes=beside)
-            self._add(name=f"{name}.part", stream="compute", kernels=piece.beside)
-            if piece.after is not None:
-                self._add(name=f"{name}.part", stream="compute", deps=(coll,), kernels=piece.after)
-            else:
-                waits = (coll,)
-            if nbytes > beside:  # what is left of the collective, in line (the pipeline method's last chunk)
-                self._add(name=f"{kind}/mp.{m.name}", stream="compute", deps=waits, collective=kind, group="mp",
-                          nbytes=nbytes - beside)
-                waits = ()
-        return op
 
     # ---- the schedule ---------------------------------------------------------------------------
     def run(self, reduce: bool) -> None:

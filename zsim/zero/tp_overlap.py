@@ -27,6 +27,8 @@ import functools
 from dataclasses import dataclass, replace
 
 from zsim.compute.kernel_list import KernelList
+from zsim.workload.transformer import Module
+from zsim.zero.ops import Alloc
 
 RING, PIPELINE, BULK = "ring_exchange", "pipeline", "bulk"
 PIPELINE_SPLITS = 4  # base.py @ v1.8 L231: num_splits 4 for `pipeline`
@@ -87,3 +89,49 @@ def pieces(kernels: KernelList, phase: str, tp: int) -> tuple[Piece, ...]:
 
 def _list(kernels: KernelList, part: str, ks: list) -> KernelList:
     return KernelList(f"{kernels.key}.tp_overlap.{part}", tuple(ks))
+
+
+class TpOverlap:
+    """A dense block's passes under parallel.tp_comm_overlap (mixed into zsim.zero.step_pass.StepPass)."""
+
+    def _tp_overlapped(self, m: Module, phase: str) -> bool:
+        """Whether `m`'s `phase` runs its SP collectives beside its GEMMs (parallel.tp_comm_overlap: a dense
+        block's four, zsim.zero.tp_overlap)."""
+        if not (self.s.parallel.tp_comm_overlap and m.layer is not None and not m.moe):
+            return False
+        collectives = m.mp_collectives_fwd if phase == "fwd" else m.mp_collectives_bwd
+        return tuple(op for op, _ in collectives) == tuple(op for op, _, _ in PAIRS[phase])
+
+    def _overlapped(self, m: Module, phase: str, kernels: KernelList, deps: tuple[int, ...],
+                    allocs: tuple[Alloc, ...], frees: tuple[str, ...], flops: float, hbm_bytes: float) -> int:
+        """A dense block's `phase` under parallel.tp_comm_overlap (zsim.zero.tp_overlap): its kernel list cut at
+        the overlapped GEMMs; each GEMM's overlapped part on the compute stream beside its collective's on the
+        'tp' stream, then what runs alone, which waits for the collective. The first op (named as the pass's,
+        `<phase>/<module>`) takes the deps, allocations, FLOPs and bytes; the last frees. Returns the last op."""
+        name = f"{phase}/{m.name}"
+        collectives = m.mp_collectives_fwd if phase == "fwd" else m.mp_collectives_bwd
+        waits: tuple[int, ...] = ()  # a collective the next compute op waits for
+        op = -1
+        parts = pieces(kernels, phase, self.s.layout.mp)
+        for i, piece in enumerate(parts):
+            last = i == len(parts) - 1
+            first = dict(deps=deps, flops=flops, hbm_bytes=hbm_bytes, allocs=allocs) if i == 0 else dict(deps=waits)
+            op = self._add(name=name if i == 0 else f"{name}.part", stream="compute", kernels=piece.alone,
+                           frees=frees if last else (), **first)
+            waits = ()
+            if piece.collective is None:
+                continue
+            kind, nbytes = collectives[piece.collective]
+            beside = round(nbytes * piece.share)
+            coll = self._add(name=f"{kind}/mp.{m.name}", stream="tp", deps=(op,), collective=kind, group="mp",
+                             nbytes=beside)
+            self._add(name=f"{name}.part", stream="compute", kernels=piece.beside)
+            if piece.after is not None:
+                self._add(name=f"{name}.part", stream="compute", deps=(coll,), kernels=piece.after)
+            else:
+                waits = (coll,)
+            if nbytes > beside:  # what is left of the collective, in line (the pipeline method's last chunk)
+                self._add(name=f"{kind}/mp.{m.name}", stream="compute", deps=waits, collective=kind, group="mp",
+                          nbytes=nbytes - beside)
+                waits = ()
+        return op
