@@ -72,7 +72,7 @@ SCENARIO_KEYS = {
              "overlap_param_gather"],
     "precision": ["dtype", "optimizer", "master_weights"],
     "hardware": ["profile", "nodes"],
-    "fabric": ["mode", "algorithm", "degrade"],
+    "fabric": ["mode", "algorithm", "degrade", "sm_contention"],
     "run": ["steps", "output"],
 }
 KEY = st.one_of(st.sampled_from([f"{s}.{k}" for s, ks in SCENARIO_KEYS.items() for k in ks]),

@@ -96,3 +96,19 @@ def test_a_malformed_suite_is_refused_naming_file_and_key(tmp_path, capsys, edit
     assert main(["validate", "scale", "--suite-file", str(path)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and where in err
+
+
+def test_set_overrides_every_point_and_names_itself(tmp_path, capsys):
+    """`zsim validate scale --set K=V`: each point's scenario run with the override (here SM contention, which
+    lengthens this FSDP run's step), the report's command naming it; a key no scenario knows is refused on the
+    first point before anything runs (exit 2, the --set named)."""
+    path = _suite_with(tmp_path, 76280.0)
+    plain = run(suite_file=path)
+    contended = run(suite_file=path, overrides=("fabric.sm_contention=true",))
+    assert contended.points[0].simulated > plain.points[0].simulated
+    assert contended.title == "zsim validate scale --set fabric.sm_contention=true"
+    assert contended.as_dict()["overrides"] == ["fabric.sm_contention=true"]
+    assert main(["validate", "scale", "--suite-file", str(path), "--set", "fabric.sm_contentio=true"]) == 2
+    err = capsys.readouterr().err
+    assert "--set 'fabric.sm_contentio=true'" in err and "unknown key" in err
+    assert main(["validate", "modern", "-o", str(tmp_path)]) == 2

@@ -288,6 +288,10 @@ class FabricSection(Section, kw_only=True):
         "collective algorithm; auto picks as NCCL's tuner does"))] = "auto"
     degrade: Annotated[list[DegradeItem], Meta(max_length=MAX_DEGRADE, description=(
         "slow or failed links (per_rank)"))] = field(default_factory=list)
+    sm_contention: Annotated[bool, Meta(description=(
+        "collectives beside compute hold SMs (NCCL: a CTA per channel; DeepEP: 20; Transformer Engine's "
+        "userbuffers: 16, or 1 for ring exchange) and the compute stream runs on the SMs left "
+        "(zsim.engine.sm_share); class mode on GPUs"))] = False
 
 
 class RunSection(Section, kw_only=True):

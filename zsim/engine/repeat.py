@@ -137,9 +137,10 @@ class Watch:
 def applies(scenario: Scenario, per_rank: bool, overridden: bool) -> bool:
     """Whether the proof can cover this run: class mode on GPUs, one step, more micro-batches than the
     smallest reduced run, no replayed durations, no pipeline stages, no merged passes (parallel.ep_overlap: each
-    micro-batch's forward runs with the previous one's backward, so no micro-batch's ops stand alone)."""
+    micro-batch's forward runs with the previous one's backward, so no micro-batch's ops stand alone), no SM
+    contention (fabric.sm_contention: a compute op's time is not its time alone, which the proof's totals add)."""
     pp = getattr(scenario.parallel, "pp", 1) or 1
-    if getattr(scenario.parallel, "ep_overlap", False):
+    if getattr(scenario.parallel, "ep_overlap", False) or getattr(scenario.fabric, "sm_contention", False):
         return False
     return (not per_rank and not overridden and scenario.cluster.host is None and scenario.run.steps == 1
             and scenario.grad_accum > REDUCED[0] and pp == 1)

@@ -44,6 +44,8 @@ class Result:
     host_ledger: MemoryLedger | None = None  # host memory (Pa+cpu's offloaded checkpoints)
     offload_seconds: float = 0.0  # Σ host-copy time on the offload stream
     ep_comm_seconds: float = 0.0  # Σ MoE all-to-all time over the EP group (in line, or beside compute: ep_overlap)
+    # Σ compute-stream time lost to the SMs of collectives beside it (fabric.sm_contention; in compute_seconds)
+    contention_seconds: float = 0.0
     # The caching allocator's state as each step ended (zsim.memory.allocator.CachingAllocator.state): two
     # equal last entries mean the run's memory repeats from there on (zsim maxsize's steady state).
     step_memory_states: list[tuple] = field(default_factory=list)

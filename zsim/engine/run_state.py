@@ -15,6 +15,7 @@ from zsim.engine.compute import compute_seconds
 from zsim.engine.cores import compute_weight, core_capacities, cpu_link, work
 from zsim.engine.instance import start_instance
 from zsim.engine.result import CommStats
+from zsim.engine.sm_share import SmShare, held_sms
 from zsim.fabric.collective import Phase, Placement, plan_collective
 from zsim.fabric.p2p import p2p_phases, stage_capacities, stage_link
 from zsim.fabric.sharing import Fabric
@@ -113,6 +114,11 @@ class RunState:
         self.threads = host.threads_per_rank if host is not None else 0
         # a compute op's weight against a collective's 1 on the cores: gloo gets the host's gloo_core_share
         self.compute_weight = compute_weight(host.gloo_share) if host is not None else 1.0
+        # fabric.sm_contention: each simulated GPU's SMs, shared with the collectives beside its compute
+        sms = scenario.cluster.gpu.compute.sms if scenario.fabric.sm_contention else 0
+        self.sm_shares = [SmShare(env, sms) for _ in range(plan.stages)] if sms else []
+        self.contention_seconds = 0.0  # Σ compute-stream time lost to the SMs collectives held
+        self._held: dict[tuple[str, str, str], int] = {}
         self.finished = 0  # rank 0's ops done (the progress bar)
         self.left_in_step = [0] * plan.steps  # rank 0's ops of each step not yet done
         for op in plan.ops:
@@ -226,6 +232,15 @@ class RunState:
             seconds = compute_seconds(op, self.s.cluster.gpu, self.s.precision.dtype, host)
             self._compute_time[key] = seconds
         return seconds
+
+    def held_sms(self, op: Op) -> int:
+        """SMs collective `op` holds beside compute (zsim.engine.sm_share), memoized by stream, group and kind."""
+        key = (op.stream, op.group, op.collective)
+        held = self._held.get(key)
+        if held is None:
+            moe = self.s.model.moe
+            held = self._held[key] = held_sms(op, self.s.cluster, moe.dispatcher if moe is not None else "alltoall")
+        return held
 
     def compute(self, index: int, seconds: float, rank: int) -> simpy.Event:
         """The event of compute op `index` taking `seconds` alone on `rank`: a timeout on a GPU; on a

@@ -193,6 +193,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         model_flops /= p  # a model replica's FLOPs are spread over its p stages
         run.compute_seconds, run.mp_seconds, run.flops = run.compute_seconds / p, run.mp_seconds / p, run.flops / p
         run.ep_seconds /= p  # a MoE stage's all-to-alls, per rank as the rest
+        run.contention_seconds /= p
         for stats in run.comm.values():
             stats.count, stats.payload_bytes, stats.sent_bytes, stats.seconds = (
                 stats.count / p, stats.payload_bytes / p, stats.sent_bytes / p, stats.seconds / p)
@@ -204,6 +205,7 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
         compute_seconds=run.compute_seconds,
         mp_comm_seconds=run.mp_seconds,
         ep_comm_seconds=run.ep_seconds,
+        contention_seconds=run.contention_seconds,
         hardware_flops=run.flops,
         model_flops=model_flops,
         comm=run.comm,

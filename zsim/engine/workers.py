@@ -71,6 +71,9 @@ def stream_worker(env: simpy.Environment, run: RunState, indices: list[int],
                                                   step=op.step, micro_batch=op.micro_batch, op=op.collective,
                                                   bytes=op.nbytes, group="pp"))
         elif op.is_collective:
+            held = run.held_sms(op) if run.sm_shares else 0
+            if held:
+                run.sm_shares[stage].hold(held)
             if run.per_rank:
                 algorithm, started, sent = yield from run.run_collective(i, op, 0)
             else:  # run_collective's class-mode path, in line (one generator less per collective)
@@ -82,6 +85,8 @@ def stream_worker(env: simpy.Environment, run: RunState, indices: list[int],
                     if phase.nbytes > 0:
                         yield run.fabric.start(phase.links, phase.nbytes, phase.cap_Bps)
             end = env.now
+            if held:
+                run.sm_shares[stage].release(held)
             key = (op.group, op.collective)
             stats = run.comm.get(key)
             if stats is None:
@@ -113,10 +118,15 @@ def stream_worker(env: simpy.Environment, run: RunState, indices: list[int],
                 args = {"step": op.step, "micro_batch": op.micro_batch, "op": op.transfer, "bytes": op.nbytes}
         else:
             seconds = run.compute_time(op, i)
-            yield run.compute(i, seconds, 0)
+            if run.sm_shares and op.stream == "compute" and i not in run.override:  # fabric.sm_contention
+                yield from run.sm_shares[stage].compute(seconds)
+                run.contention_seconds += env.now - start - seconds
+            else:
+                yield run.compute(i, seconds, 0)
             end = env.now
             if op.stream != "host":  # the 'host' lane's launches are no compute-stream time (Result.compute_seconds)
-                run.compute_seconds += (end - start) if run.threads else seconds  # a host's ops may share cores
+                # a host's ops may share cores, a GPU's its SMs with the collectives beside them
+                run.compute_seconds += (end - start) if run.threads or run.sm_shares else seconds
             run.flops += op.flops
             if trace:
                 args = {"step": op.step, "micro_batch": op.micro_batch, "flops": op.flops}

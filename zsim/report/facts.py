@@ -156,6 +156,9 @@ def facts(result: Result) -> dict[str, Any]:
             "exposed_comm_seconds_per_step": mean_step - result.compute_seconds / steps,
             "offload_seconds_per_step": result.offload_seconds / steps,
             "ep_comm_seconds_per_step": result.ep_comm_seconds / steps,
+            # fabric.sm_contention: compute time lost to collectives' SMs (part of compute_seconds_per_step)
+            **({"sm_contention_seconds_per_step": result.contention_seconds / steps}
+               if s.fabric.sm_contention else {}),
         },
         # How wrong zsim has been on held-out published runs of this regime (zsim.report.band).
         "band": band_facts(s, mean_step),

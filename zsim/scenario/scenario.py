@@ -183,9 +183,16 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
 
 
 def _check_fabric(spec: ScenarioFile, cluster: Cluster, fail) -> None:
-    """Degraded links need per-rank mode and must name links that exist."""
+    """Degraded links need per-rank mode and must name links that exist; SM contention is modelled for GPUs
+    in class mode."""
     from zsim.fabric.topology import Degradation, build_topology, degrade
 
+    if spec.fabric.sm_contention and cluster.host is not None:
+        raise fail("fabric.sm_contention", "true is for GPUs: on a CPU host the rank's compute already shares its "
+                   "cores with gloo (docs/host-profiles.md, gloo_core_share)")
+    if spec.fabric.sm_contention and (spec.fabric.mode == "per_rank" or spec.fabric.degrade):
+        raise fail("fabric.sm_contention", "true is modelled in class mode only (fabric.mode class, no "
+                   "fabric.degrade)")
     if spec.fabric.degrade and spec.fabric.mode == "class":
         raise fail("fabric.mode", "class mode assumes identical ranks; degraded links need per_rank (or auto)")
     if spec.fabric.degrade:

@@ -37,8 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--png", type=Path, default=None, metavar="PATH",
                    help="also draw the points as a chart: each one's error against its tolerance")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="paper, megatron: override a scenario key in every run of the suite, as zsim run --set "
-                        "does (repeatable), e.g. --set zero.overlap_comm=true; the report names them")
+                   help="paper, megatron, scale, modern: override a scenario key in every run of the suite, as "
+                        "zsim run --set does (repeatable), e.g. --set zero.overlap_comm=true; the report names them")
     p.add_argument("--dry-run", action="store_true",
                    help="replay: check the suite (its file, base profile and every run's model) and list what it "
                         "would record, without recording (seconds; needs no torch)")
@@ -59,18 +59,18 @@ def run_command(args: argparse.Namespace) -> int:
         check_dir(args.output)
     if args.suite == "replay":
         if args.overrides:
-            raise ZsimError("--set applies to the paper and megatron suites; replay records its own runs "
+            raise ZsimError("--set applies to the paper, megatron, scale and modern suites; replay records its own runs "
                             "(give it a --suite-file instead)")
         options = {"suite_file": args.suite_file, "output": args.output, "dry_run": args.dry_run}
     elif args.suite in ("scale", "modern"):
         if args.dry_run:
             raise ZsimError(f"--dry-run applies to the replay suite; the {args.suite} suite only simulates: run it")
-        if args.overrides or args.output is not None:
-            raise ZsimError(f"--set and --output do not apply to the {args.suite} suite: its points are declared with "
-                            "their scenarios in one file (give another with --suite-file)")
+        if args.output is not None:
+            raise ZsimError(f"--output does not apply to the {args.suite} suite: it only simulates (write the "
+                            "report with --json)")
         if args.suite_file is not None and not args.suite_file.is_file():
             raise ZsimError(f"--suite-file {args.suite_file}: no such file")
-        options = {"suite_file": args.suite_file}
+        options = {"suite_file": args.suite_file, "overrides": tuple(args.overrides)}
     else:
         if args.dry_run:
             raise ZsimError(f"--dry-run applies to the replay suite; the {args.suite} suite only simulates "

@@ -20,10 +20,11 @@ def default_suite() -> Path:
     return Path(__file__).resolve().parent / "suites" / "modern.yaml"
 
 
-def run(progress: bool = False, suite_file: Path | None = None) -> Report:
-    """Simulate every point of the modern suite and judge its held-out half (zsim.validate.scale.run).
+def run(progress: bool = False, suite_file: Path | None = None, overrides: tuple[str, ...] = ()) -> Report:
+    """Simulate every point of the modern suite, each with `overrides` (`zsim validate --set`), and judge its
+    held-out half (zsim.validate.scale.run).
 
     Raises:
-        ConfigError: a malformed suite file.
+        ConfigError: a malformed suite file, or an override its first point refuses.
     """
-    return scale.run(progress=progress, suite_file=suite_file or default_suite(), name="modern")
+    return scale.run(progress=progress, suite_file=suite_file or default_suite(), name="modern", overrides=overrides)

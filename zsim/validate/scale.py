@@ -205,24 +205,46 @@ def published_step(point: ScalePoint, scenario) -> float:
     return flops / (float(pub["tflops_per_gpu"]) * 1e12 * scenario.layout.world)
 
 
-def _scenario(point: ScalePoint, suite: Path):
-    """The point's Scenario. Raises ConfigError naming the suite file and point."""
-    from zsim.scenario.scenario import build_scenario, load_scenario
+def _scenario(point: ScalePoint, suite: Path, overrides: tuple[str, ...] = ()):
+    """The point's Scenario, with `overrides` (`zsim validate --set`) applied. Raises ConfigError naming the
+    suite file and point, or the `--set` that wrote the bad key."""
+    from zsim.config.overrides import apply_overrides
     from zsim.config.shipped import find_file
+    from zsim.errors import ConfigError
+    from zsim.scenario.scenario import blame_override, build_scenario, load_scenario, set_by
 
     if point.scenario_file is not None:  # a shipped scenario, found through the package (a wheel has no tree)
-        return load_scenario(find_file(point.scenario_file.removeprefix("scenarios/")))
+        return load_scenario(find_file(point.scenario_file.removeprefix("scenarios/")), list(overrides))
     data = {"name": point.id, **point.scenario, "run": {"steps": 1, **point.scenario.get("run", {})}}
-    return build_scenario(data, source=f"{suite} (point {point.id})", default_name=point.id)
+    source = f"{suite} (point {point.id})"
+    try:
+        return build_scenario(apply_overrides(data, list(overrides)), source=source, default_name=point.id)
+    except ConfigError as exc:
+        raise blame_override(exc, set_by(list(overrides), Path(source))) from None
 
 
-def residual(point: ScalePoint, suite: Path) -> Residual:
-    """Simulate one point; a ZsimError (a scenario the model refuses) becomes a residual without a value."""
+def check_overrides(points: list[ScalePoint], suite: Path, overrides: tuple[str, ...]) -> None:
+    """Raise the ConfigError of an override (`zsim validate --set`) that the suite's first point refuses
+    (an unknown key, a bad value), before minutes of simulation; a refusal of the point itself is its own."""
+    from zsim.errors import ConfigError
+
+    if not overrides or not points:
+        return
+    try:
+        _scenario(points[0], suite, overrides)
+    except ConfigError as exc:
+        if exc.source.startswith("--set"):
+            raise
+
+
+def residual(point: ScalePoint, suite: Path, overrides: tuple[str, ...] = ()) -> Residual:
+    """Simulate one point (with `overrides`); a ZsimError (a scenario the model refuses) becomes a residual
+    without a value."""
     from zsim.engine.simulation import simulate
     from zsim.errors import ZsimError
 
     try:
-        scenario = _scenario(point, suite)
+        scenario = _scenario(point, suite, overrides)
     except ZsimError as exc:  # an iteration time needs no scenario to be read; a FLOP rate does
         published = float(point.published["step_s"]) if "step_s" in point.published else float("nan")
         return Residual(point.id, point.half, None, None, published, None, str(exc))
@@ -236,30 +258,37 @@ def residual(point: ScalePoint, suite: Path) -> Residual:
                     "" if result.fits else "runs out of GPU memory in zsim")
 
 
-def residuals(suite_file: Path | None = None, progress: bool = False,
-              name: str = "scale") -> tuple[list[ScalePoint], list[Residual]]:
-    """Every point of the suite simulated (zsim.validate.scale.residual), in file order."""
+def residuals(suite_file: Path | None = None, progress: bool = False, name: str = "scale",
+              overrides: tuple[str, ...] = ()) -> tuple[list[ScalePoint], list[Residual]]:
+    """Every point of the suite simulated (zsim.validate.scale.residual), in file order, each with `overrides`.
+
+    Raises:
+        ConfigError: a malformed suite file, or an override the first point refuses (check_overrides).
+    """
     from tqdm import tqdm
 
     suite = suite_file or default_suite()
     points, _ = load_suite(suite)
+    check_overrides(points, suite, overrides)
     out = []
     for p in tqdm(points, disable=not progress, desc=f"zsim validate {name}", unit="run", leave=False):
-        out.append(residual(p, suite))
+        out.append(residual(p, suite, overrides))
     return points, out
 
 
-def run(progress: bool = False, suite_file: Path | None = None, name: str = "scale") -> Report:
+def run(progress: bool = False, suite_file: Path | None = None, name: str = "scale",
+        overrides: tuple[str, ...] = ()) -> Report:
     """Simulate every point of the suite and judge the held-out half (module docstring). `name` is the
-    report's (`zsim validate modern` runs this with its own file: zsim.validate.modern).
+    report's (`zsim validate modern` runs this with its own file: zsim.validate.modern). `overrides`
+    (`zsim validate --set`) are applied to every point's scenario, a what-if the report names.
 
     Raises:
-        ConfigError: a malformed suite file (load_suite).
+        ConfigError: a malformed suite file (load_suite), or an override the first point refuses.
     """
     suite = suite_file or default_suite()
     _, series = load_suite(suite)
-    points, res = residuals(suite, progress, name)
-    report = Report(name)
+    points, res = residuals(suite, progress, name, overrides)
+    report = Report(name, overrides=tuple(overrides))
     by_id = {r.id: r for r in res}
     clusters = list(dict.fromkeys(p.cluster for p in points))
     order = sorted(range(len(points)), key=lambda i: (clusters.index(points[i].cluster), points[i].half != "held_out"))

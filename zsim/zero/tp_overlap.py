@@ -15,9 +15,10 @@ default method of each overlapped GEMM; L225-232: its defaults, 4 splits for `pi
 
 zsim plans each pair as the GEMM's overlapped part on the compute stream beside the collective's overlapped part
 on the 'tp' stream (Transformer Engine's communication runs on its own streams and SMs), then what runs alone;
-with the chunks' maxima taken once over their sums (the chunks are alike). Not modelled: the 16 SMs
-(`num_sm`, L229) the pipeline and bulk methods' communication kernels take from the GPU while the GEMM runs (TE's
-default `set_sm_margin` 0 launches the GEMM on every SM; what the contention costs is not measured), and the
+with the chunks' maxima taken once over their sums (the chunks are alike). The 16 SMs (`num_sm`, L229) the
+pipeline and bulk methods' communication kernels take from the GPU while the GEMM runs (TE's default
+`set_sm_margin` 0 launches the GEMM on every SM) are taken from the compute stream only under
+`fabric.sm_contention` (zsim.engine.sm_share; off by default, the contention not measured). Not modelled: the
 atomic-GEMM and FP8 variants.
 """
 
