@@ -87,7 +87,7 @@ options = st.fixed_dictionaries({
     "stage": st.integers(0, 3),
     "implementation": st.sampled_from(["paper", "deepspeed-0.2", "deepspeed-0.5", "deepspeed-0.14", "megatron-core"]),
     "param_gather": st.booleans(),  # megatron-core at stage 1: overlap_param_gather
-    "tp_overlap": st.booleans(),  # parallel.tp_comm_overlap, where SP and a dense model allow it
+    "tp_overlap": st.booleans(),  # parallel.tp_comm_overlap, where SP allows it (a MoE model: its experts whole)
     "ckpt": st.booleans(),
     "every": st.integers(1, 3),
     "pa": st.booleans(),
@@ -120,6 +120,8 @@ def test_drawn_options_copy_their_passes_exactly(p):
     if p["moe"]:
         model["moe"] = {"experts": 4, "top_k": 2}
         parallel.update(ep=4, sequence_parallel=p["mp"] > 1)  # Megatron-LM's rule for MoE with TP
+        if p["tp_overlap"] and p["mp"] > 1:  # a MoE block's attention pair, its experts whole
+            parallel.update(expert_mp=1, tp_comm_overlap=True)
     implementation = "paper" if p["implementation"] == "deepspeed-0.2" and p["stage"] == 3 else p["implementation"]
     megatron = implementation == "megatron-core"
     if megatron:  # Megatron-Core: stages 0-1, its own buffers (the loader refuses the rest)

@@ -93,13 +93,55 @@ def test_copied_passes_equal_built_ones():
     assert build_plan(s, w) == build_plan(s, w, copy_passes=False)
 
 
+def _moe(overlap: bool, **parallel):
+    return small_scenario(model={"grad_accum": 2, "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 4096,
+                                 "moe": {"experts": 8, "top_k": 2}},
+                          parallel={"dp": 4, "mp": 8, "ep": 8, "expert_mp": 1, "sequence_parallel": True,
+                                    "tp_comm_overlap": overlap, **parallel},
+                          zero={"stage": 1, "activation_checkpointing": False}, precision={"dtype": "bf16"},
+                          hardware={"profile": "dgx-a100", "nodes": 4})
+
+
+def test_a_moe_block_overlaps_its_attention_pair_and_runs_its_experts_alone():
+    """With each expert whole (expert_mp 1) a MoE block's SP collectives are its attention's all-gather and
+    reduce-scatter: overlapped beside qkv and the attention's output projection (backward: its input gradient
+    and qkv's weight gradient), the experts' kernels after (forward) or before (backward) them, whole."""
+    s = _moe(True)
+    w = scenario_workload(s)
+    block = next(m for m in w.modules if m.moe)
+    assert [op for op, _ in block.mp_collectives_fwd] == ["all_gather", "reduce_scatter"]
+    x = StepPass(PlanBuilder(), s, w, 0, 0, ()).shape
+    for phase in ("fwd", "bwd"):
+        kernels = module_kernels("moe_block", phase, x)
+        parts = pieces(kernels, phase, 8, attention_only=True)
+        assert len(parts) == 3 and [p.collective for p in parts] == [0, 1, None]
+        assert sum(kl.flops for p in parts for kl in (p.alone, p.beside, p.after) if kl is not None) == pytest.approx(
+            kernels.flops)
+        experts = [k.name for p in parts for kl in (p.alone, p.beside, p.after) if kl is not None
+                   for k in kl.kernels if k.name.startswith("moe.experts") and k.kind == "gemm"]
+        assert len(experts) == (2 if phase == "fwd" else 4)  # fc1 and fc2 (backward: dgrad and wgrad of each)
+        assert experts == [k.name for k in kernels.kernels if k.name.startswith("moe.experts") and k.kind == "gemm"]
+        # the experts run after the attention (forward: the tail) or before it (backward: the first piece's own)
+        holder = parts[-1].alone if phase == "fwd" else parts[0].alone
+        assert {k.name for k in holder.kernels} >= set(experts)
+    plain, over = simulate(_moe(False)), simulate(s)
+    tp = [op for op in build_plan(s, w).ops if op.stream == "tp"]
+    assert tp and {op.group for op in tp} == {"mp"}
+    assert over.mp_comm_seconds < plain.mp_comm_seconds
+
+
 @pytest.mark.parametrize("parallel, model, key", [
     ({"dp": 4, "mp": 8, "sequence_parallel": False, "tp_comm_overlap": True}, {}, "parallel.tp_comm_overlap"),
     ({"dp": 32, "mp": 1, "sequence_parallel": True, "tp_comm_overlap": True}, {}, "parallel.tp_comm_overlap"),
+    # experts split across TP (their gathers and scatters are the dispatcher's, not TE's), a shared expert
     ({"dp": 4, "mp": 8, "ep": 4, "sequence_parallel": True, "tp_comm_overlap": True},
      {"moe": {"experts": 4, "top_k": 2}}, "parallel.tp_comm_overlap"),
+    ({"dp": 4, "mp": 8, "ep": 4, "expert_mp": 1, "sequence_parallel": True, "tp_comm_overlap": True},
+     {"moe": {"experts": 4, "top_k": 2, "shared_experts": 1}}, "parallel.tp_comm_overlap"),
+    ({"dp": 4, "mp": 8, "ep": 8, "expert_mp": 1, "sequence_parallel": True, "tp_comm_overlap": True, "ep_overlap": True},
+     {"moe": {"experts": 8, "top_k": 2}}, "parallel.tp_comm_overlap"),
 ])
-def test_the_loader_refuses_it_without_sp_or_with_moe(parallel, model, key):
+def test_the_loader_refuses_it_without_sp_or_where_moe_is_not_modelled(parallel, model, key):
     with pytest.raises(ZsimError, match=key.replace(".", r"\.")):
         small_scenario(parallel=parallel, model=model, zero={"stage": 1, "activation_checkpointing": False},
                        precision={"dtype": "bf16"}, hardware={"profile": "dgx-a100", "nodes": 4})

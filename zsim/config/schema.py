@@ -68,9 +68,10 @@ class ParallelSection(Section, kw_only=True):
         "are divided by mp (no effect at mp 1, as Megatron-LM turns it off there)"))] = False
     # Megatron-Core --tp-comm-overlap, Transformer Engine's userbuffers (zsim.zero.tp_overlap cites TE v1.8).
     tp_comm_overlap: Annotated[bool, Meta(description=(
-        "with sequence_parallel and mp > 1: each dense block's all-gathers and reduce-scatters overlap the GEMMs "
-        "next to them, chunked as Transformer Engine's userbuffers run them (Megatron-Core --tp-comm-overlap; "
-        "zsim.zero.tp_overlap); false: in line on the compute stream"))] = False
+        "with sequence_parallel and mp > 1: each dense block's all-gathers and reduce-scatters (a MoE block's "
+        "attention pair, with expert_mp 1) overlap the GEMMs next to them, chunked as Transformer Engine's "
+        "userbuffers run them (Megatron-Core --tp-comm-overlap; zsim.zero.tp_overlap); false: in line on the "
+        "compute stream"))] = False
     # Pipeline parallelism (Narayanan et al. 2021, PTD-P; zsim.parallel.pipeline, docs/parallel.md).
     pp: Annotated[int, Meta(gt=0, le=MAX_MP, description=(
         "pipeline-parallel degree p: the layers split into p stages; world = mp × dp × pp, ranks in "

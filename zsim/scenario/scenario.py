@@ -318,11 +318,16 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
                    "fp32 master copy is modelled for bf16 only (fp16 needs loss scaling against its master copy; "
                    "fp32 has no 16-bit copy to drop)")
     par = spec.parallel
-    if par.tp_comm_overlap and not (par.sequence_parallel and par.mp > 1 and spec.model.moe is None):
-        why = ("needs parallel.sequence_parallel and mp > 1 (Megatron-Core asserts --sequence-parallel with it; "
-               "the overlapped collectives are SP's)") if spec.model.moe is None else (
-               "with model.moe: zsim overlaps a dense block's collectives only (zsim.zero.tp_overlap)")
-        raise fail("parallel.tp_comm_overlap", f"true {why}")
+    if par.tp_comm_overlap and not (par.sequence_parallel and par.mp > 1):
+        raise fail("parallel.tp_comm_overlap", "true needs parallel.sequence_parallel and mp > 1 (Megatron-Core "
+                   "asserts --sequence-parallel with it; the overlapped collectives are SP's)")
+    moe = spec.model.moe
+    if par.tp_comm_overlap and moe is not None and (par.expert_mp != 1 or moe.shared_experts or par.ep_overlap):
+        why = ("with parallel.ep_overlap (the merged 1F1B passes)" if par.ep_overlap and par.expert_mp == 1
+               and not moe.shared_experts else "with MoE blocks whose experts are split across TP or have a shared "
+               "expert: zsim overlaps a dense block's collectives and, with parallel.expert_mp 1 and no "
+               "model.moe.shared_experts, a MoE block's attention pair (zsim.zero.tp_overlap)")
+        raise fail("parallel.tp_comm_overlap", f"true is not modelled {why}")
     if spec.parallel.sequence_parallel and zero.partition_activations and spec.parallel.mp > 1:
         raise fail("zero.partition_activations", "true with parallel.sequence_parallel: sequence parallelism "
                    "already keeps 1/mp of every layer input per MP rank (Korthikanti et al. 2022 §4.2.2)")

@@ -1,5 +1,6 @@
 """Megatron-Core's `--tp-comm-overlap` (zsim: `parallel.tp_comm_overlap`): a block's sequence-parallel all-gathers
-and reduce-scatters overlapped with the GEMMs next to them, as Transformer Engine's userbuffers run them.
+and reduce-scatters overlapped with the GEMMs next to them, as Transformer Engine's userbuffers run them (a MoE
+block with whole experts: its attention's pair, ATTENTION_PAIRS).
 
 Read from TransformerEngine v1.8 `transformer_engine/pytorch/module/base.py` (initialize_ub, L98-102: the
 default method of each overlapped GEMM; L225-232: its defaults, 4 splits for `pipeline`):
@@ -42,6 +43,11 @@ PAIRS = {
     "bwd": (("all_gather", "mlp.4h_to_h.dgrad", RING), ("reduce_scatter", "mlp.h_to_4h.wgrad", BULK),
             ("all_gather", "attention.dense.dgrad", RING), ("reduce_scatter", "qkv.wgrad", BULK)),
 }
+# A MoE block whose experts are whole (parallel.expert_mp 1, no shared expert: zsim.workload.transformer moe_sp)
+# issues the attention's pair only; Megatron-Core builds its attention's linear_qkv and linear_proj with TE's
+# userbuffers whatever the MLP (megatron/core/extensions/transformer_engine.py @ core_r0.11.0 L146-175, L329-354:
+# ub_overlap_ag/rs from config.tp_comm_overlap, buffers 'qkv' and 'proj'), and the experts' grouped GEMMs have none.
+ATTENTION_PAIRS = {"fwd": PAIRS["fwd"][:2], "bwd": PAIRS["bwd"][2:]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +65,18 @@ class Piece:
 
 
 @functools.cache
-def pieces(kernels: KernelList, phase: str, tp: int) -> tuple[Piece, ...]:
-    """The block pass `kernels` (a dense block's `phase` list, 'fwd' or 'bwd') cut at its overlapped GEMMs for TP
-    degree `tp` (module docstring); cached per list, so the pieces' lists are shared as the list is.
+def pieces(kernels: KernelList, phase: str, tp: int, attention_only: bool = False) -> tuple[Piece, ...]:
+    """The block pass `kernels` (a block's `phase` list, 'fwd' or 'bwd') cut at its overlapped GEMMs for TP
+    degree `tp` (module docstring): a dense block's four (PAIRS), or with `attention_only` a MoE block's attention
+    pair (ATTENTION_PAIRS), the experts running after or before them; cached per list, so the pieces' lists are
+    shared as the list is.
 
-    Raises ValueError when a GEMM the pairs name is missing from `kernels` (not a dense block's list)."""
+    Raises ValueError when a GEMM the pairs name is missing from `kernels` (not a block's list)."""
     ks = list(kernels.kernels)
     names = [k.name for k in ks]
     out: list[Piece] = []
     start = 0
-    for j, (_, gemm_name, method) in enumerate(PAIRS[phase]):
+    for j, (_, gemm_name, method) in enumerate((ATTENTION_PAIRS if attention_only else PAIRS)[phase]):
         if gemm_name not in names[start:]:
             raise ValueError(f"{kernels.key}: no GEMM {gemm_name!r} to overlap ({phase})")
         at = names.index(gemm_name, start)
@@ -92,16 +100,24 @@ def _list(kernels: KernelList, part: str, ks: list) -> KernelList:
     return KernelList(f"{kernels.key}.tp_overlap.{part}", tuple(ks))
 
 
+def _pairs(m: Module, phase: str) -> dict | None:
+    """The pairs block `m`'s `phase` overlaps: PAIRS for a dense block's four SP collectives, ATTENTION_PAIRS for
+    a MoE block's attention pair alone; None for any other set (not overlapped)."""
+    collectives = tuple(op for op, _ in (m.mp_collectives_fwd if phase == "fwd" else m.mp_collectives_bwd))
+    if collectives == tuple(op for op, _, _ in PAIRS[phase]) and not m.moe:
+        return PAIRS
+    if collectives == tuple(op for op, _, _ in ATTENTION_PAIRS[phase]) and m.moe:
+        return ATTENTION_PAIRS
+    return None
+
+
 class TpOverlap:
-    """A dense block's passes under parallel.tp_comm_overlap (mixed into zsim.zero.step_pass.StepPass)."""
+    """A block's passes under parallel.tp_comm_overlap (mixed into zsim.zero.step_pass.StepPass)."""
 
     def _tp_overlapped(self, m: Module, phase: str) -> bool:
         """Whether `m`'s `phase` runs its SP collectives beside its GEMMs (parallel.tp_comm_overlap: a dense
-        block's four, zsim.zero.tp_overlap)."""
-        if not (self.s.parallel.tp_comm_overlap and m.layer is not None and not m.moe):
-            return False
-        collectives = m.mp_collectives_fwd if phase == "fwd" else m.mp_collectives_bwd
-        return tuple(op for op, _ in collectives) == tuple(op for op, _, _ in PAIRS[phase])
+        block's four, a MoE block's attention pair; zsim.zero.tp_overlap)."""
+        return bool(self.s.parallel.tp_comm_overlap and m.layer is not None and _pairs(m, phase) is not None)
 
     def _overlapped(self, m: Module, phase: str, kernels: KernelList, deps: tuple[int, ...],
                     allocs: tuple[Alloc, ...], frees: tuple[str, ...], flops: float, hbm_bytes: float) -> int:
@@ -113,7 +129,7 @@ class TpOverlap:
         collectives = m.mp_collectives_fwd if phase == "fwd" else m.mp_collectives_bwd
         waits: tuple[int, ...] = ()  # a collective the next compute op waits for
         op = -1
-        parts = pieces(kernels, phase, self.s.layout.mp)
+        parts = pieces(kernels, phase, self.s.layout.mp, _pairs(m, phase) is ATTENTION_PAIRS)
         for i, piece in enumerate(parts):
             last = i == len(parts) - 1
             first = dict(deps=deps, flops=flops, hbm_bytes=hbm_bytes, allocs=allocs) if i == 0 else dict(deps=waits)
