@@ -118,6 +118,18 @@ def test_without_gpudirect_a_faster_nic_stops_helping_at_the_pcie_bound():
     assert "staged" not in rows[(100, True)]["bottleneck"]
 
 
+@NEEDS_NIC
+def test_the_collectives_sms_cost_nothing_where_the_network_is_the_step_and_most_where_compute_is():
+    """sm-contention-llama-3-70b: at 100 Gb/s the compute, slowed or not, hides behind the collectives (the same
+    step); at 800 Gb/s it is the critical path and the SMs NCCL holds beside it lengthen the step, by no more than
+    their share (18 of 132) of the compute."""
+    plan = subset(WHATIF / "sm-contention-llama-3-70b.yaml", **{"hardware.nic_Gbps": [100, 800]})
+    rows = {(r["fabric.sm_contention"], r["hardware.nic_Gbps"]): r for r in run_sweep(plan, None, workers=2).table.rows}
+    assert rows[(True, 100)]["step_s"] == pytest.approx(rows[(False, 100)]["step_s"], rel=1e-3)
+    slow, fast = rows[(True, 800)]["step_s"], rows[(False, 800)]["step_s"]
+    assert fast < slow <= fast * (1 + 18 / (132 - 18))
+
+
 @pytest.mark.slow
 def test_recomputing_the_moe_layer_is_what_fits_qwen3_at_16k():
     """whatif/recompute-qwen3-235b-16k: the norms and the experts' activation (the 4k runs' "norm, act") are not
