@@ -132,7 +132,7 @@ def test_zsim_run_prints_and_writes_the_contention(tmp_path):
     out = subprocess.run([sys.executable, "-m", "zsim", "run", str(path), "-o", str(tmp_path / "out")],
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "s of it on the SMs collectives left" in out.stdout
+    assert "s of it lost to the SMs collectives held)" in out.stdout
     facts = json.loads((tmp_path / "out" / "result.json").read_text())
     assert facts["fabric"]["sm_contention"] is True
     assert facts["time"]["sm_contention_seconds_per_step"] > 0

@@ -193,7 +193,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"grads {states['grads'] / GB:.2f}, optimizer {states['optimizer'] / GB:.2f}); fragmentation at the "
         f"reserved peak {mem['fragmentation_at_reserved_peak_bytes'] / GB:.2f} GB" + _zero_r(z, mem),
         f"  time      step {t['mean_step_seconds']:.3f} s: compute {t['compute_seconds_per_step']:.3f} s"
-        + (f" ({t['sm_contention_seconds_per_step']:.3f} s of it on the SMs collectives left)"
+        + (f" ({t['sm_contention_seconds_per_step']:.3f} s of it lost to the SMs collectives held)"
            if "sm_contention_seconds_per_step" in t else "") + ", "
         f"{'exposed comm and pipeline bubble' if f.get('pipeline') else 'exposed comm'} "
         f"{t['exposed_comm_seconds_per_step']:.3f} s (MP "
