@@ -120,7 +120,7 @@ def stream_worker(env: simpy.Environment, run: RunState, indices: list[int],
             seconds = run.compute_time(op, i)
             if run.sm_shares and op.stream == "compute" and i not in run.override:  # fabric.sm_contention
                 yield from run.sm_shares[stage].compute(seconds)
-                run.contention_seconds += env.now - start - seconds
+                run.contention_seconds += max(0.0, env.now - start - seconds)  # round-off alone is no contention
             else:
                 yield run.compute(i, seconds, 0)
             end = env.now
