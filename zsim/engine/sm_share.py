@@ -44,7 +44,7 @@ def held_sms(op: Op, cluster: Cluster, dispatcher: str) -> int:
         return 0
     if op.stream == "tp":  # Transformer Engine's userbuffers (zsim.zero.tp_overlap)
         return TE_RING_SMS if op.collective == "all_gather" else TE_BULK_SMS
-    if op.group in EP_GROUPS and dispatcher == "deepep":
+    if op.group in EP_GROUPS and op.collective == "all_to_all" and dispatcher == "deepep":
         return DEEPEP_SMS
     return nccl_channels(cluster)
 
