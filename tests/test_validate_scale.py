@@ -112,3 +112,13 @@ def test_set_overrides_every_point_and_names_itself(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--set 'fabric.sm_contentio=true'" in err and "unknown key" in err
     assert main(["validate", "modern", "-o", str(tmp_path)]) == 2
+
+
+def test_an_override_a_point_refuses_is_that_points_miss_not_the_suites_end(tmp_path):
+    """A `--set` the schema accepts but a point's own checks refuse (TP overlap on a run without TP) leaves that
+    point without a simulated step, its reason in the note, and the suite judged (exit 1), not stopped (exit 2)."""
+    path = _suite_with(tmp_path, 76280.0)
+    report = run(suite_file=path, overrides=("parallel.tp_comm_overlap=true",))
+    (point,) = report.points
+    assert point.simulated is None and "parallel.tp_comm_overlap" in point.note and not report.passed
+    assert main(["validate", "scale", "--suite-file", str(path), "--set", "parallel.tp_comm_overlap=true"]) == 1

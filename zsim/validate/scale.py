@@ -220,21 +220,39 @@ def _scenario(point: ScalePoint, suite: Path, overrides: tuple[str, ...] = ()):
     try:
         return build_scenario(apply_overrides(data, list(overrides)), source=source, default_name=point.id)
     except ConfigError as exc:
-        raise blame_override(exc, set_by(list(overrides), Path(source))) from None
+        blamed = blame_override(exc, set_by(list(overrides), Path(source)))
+        if blamed.source.startswith("--set"):  # the point's own error, if any, is its residual's
+            raise blamed from None
 
 
 def check_overrides(points: list[ScalePoint], suite: Path, overrides: tuple[str, ...]) -> None:
-    """Raise the ConfigError of an override (`zsim validate --set`) that the suite's first point refuses
-    (an unknown key, a bad value), before minutes of simulation; a refusal of the point itself is its own."""
-    from zsim.errors import ConfigError
+    """Raise the ConfigError of an override (`zsim validate --set`) that the scenario schema refuses on the suite's
+    first point (an unknown key, a value of the wrong kind or range), before minutes of simulation. What a point's
+    own checks refuse with it (a layout it does not allow) is that point's residual, without a value, not the
+    suite's end."""
+    from zsim.config.hf import resolve_from_hf
+    from zsim.config.overrides import apply_overrides
+    from zsim.config.schema import ScenarioFile
+    from zsim.config.shipped import find_file
+    from zsim.config.validation import validate
+    from zsim.config.yamlfile import read_yaml_mapping
+    from zsim.scenario.scenario import blame_override, set_by
 
     if not overrides or not points:
         return
+    point = points[0]
+    if point.scenario_file is not None:
+        path = find_file(point.scenario_file.removeprefix("scenarios/"))
+        data, base, source = read_yaml_mapping(path), path.parent, str(path)
+    else:
+        data, base, source = {"name": point.id, **point.scenario}, None, f"{suite} (point {point.id})"
     try:
-        _scenario(points[0], suite, overrides)
+        data = resolve_from_hf(apply_overrides(data, list(overrides)), source=source, base_dir=base)
+        validate(ScenarioFile, data, source)
     except ConfigError as exc:
-        if exc.source.startswith("--set"):
-            raise
+        blamed = blame_override(exc, set_by(list(overrides), Path(source)))
+        if blamed.source.startswith("--set"):  # the point's own error, if any, is its residual's
+            raise blamed from None
 
 
 def residual(point: ScalePoint, suite: Path, overrides: tuple[str, ...] = ()) -> Residual:
