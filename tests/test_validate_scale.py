@@ -122,3 +122,26 @@ def test_an_override_a_point_refuses_is_that_points_miss_not_the_suites_end(tmp_
     (point,) = report.points
     assert point.simulated is None and "parallel.tp_comm_overlap" in point.note and not report.passed
     assert main(["validate", "scale", "--suite-file", str(path), "--set", "parallel.tp_comm_overlap=true"]) == 1
+
+
+def test_a_point_whose_scenario_zsim_refuses_is_a_miss_with_the_reason(tmp_path):
+    """An inline scenario the loader refuses (DP × MP not the cluster's GPUs) leaves the point without a step, the
+    refusal naming the suite file, point and key in its note: the suite is judged, it does not crash."""
+    data = yaml.safe_load(default_suite().read_text())
+    point = next(p for p in data["points"] if p["id"] == "h100-13b-16")
+    point["scenario"]["parallel"] = {"dp": 7, "mp": 1}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump({"points": [point]}))
+    (result,) = run(suite_file=path).points
+    assert result.simulated is None and "parallel.dp" in result.note and "h100-13b-16" in result.note
+
+
+def test_an_inline_from_hf_is_found_under_the_shipped_scenarios_from_any_folder(tmp_path, monkeypatch):
+    """`model.from_hf: hf/NAME.json` in a suite point is a shipped config, whatever the working folder."""
+    from zsim.validate.modern import default_suite as modern_suite
+    from zsim.validate.scale import _scenario
+
+    monkeypatch.chdir(tmp_path)
+    points, _ = load_suite(modern_suite())
+    point = next(p for p in points if p.scenario and "from_hf" in p.scenario.get("model", {}))
+    assert _scenario(point, modern_suite()).model.layers > 0

@@ -209,20 +209,19 @@ def _scenario(point: ScalePoint, suite: Path, overrides: tuple[str, ...] = ()):
     """The point's Scenario, with `overrides` (`zsim validate --set`) applied. Raises ConfigError naming the
     suite file and point, or the `--set` that wrote the bad key."""
     from zsim.config.overrides import apply_overrides
+    from zsim.config.profiles import builtin_folder
     from zsim.config.shipped import find_file
-    from zsim.errors import ConfigError
     from zsim.scenario.scenario import blame_override, build_scenario, load_scenario, set_by
 
     if point.scenario_file is not None:  # a shipped scenario, found through the package (a wheel has no tree)
         return load_scenario(find_file(point.scenario_file.removeprefix("scenarios/")), list(overrides))
     data = {"name": point.id, **point.scenario, "run": {"steps": 1, **point.scenario.get("run", {})}}
     source = f"{suite} (point {point.id})"
-    try:
-        return build_scenario(apply_overrides(data, list(overrides)), source=source, default_name=point.id)
+    try:  # a `model.from_hf` path is relative to the shipped scenarios/ (hf/NAME.json), found as above
+        return build_scenario(apply_overrides(data, list(overrides)), source=source, default_name=point.id,
+                              base_dir=builtin_folder("zsim.scenarios"))
     except ConfigError as exc:
-        blamed = blame_override(exc, set_by(list(overrides), Path(source)))
-        if blamed.source.startswith("--set"):  # the point's own error, if any, is its residual's
-            raise blamed from None
+        raise blame_override(exc, set_by(list(overrides), Path(source))) from None
 
 
 def check_overrides(points: list[ScalePoint], suite: Path, overrides: tuple[str, ...]) -> None:
@@ -232,6 +231,7 @@ def check_overrides(points: list[ScalePoint], suite: Path, overrides: tuple[str,
     suite's end."""
     from zsim.config.hf import resolve_from_hf
     from zsim.config.overrides import apply_overrides
+    from zsim.config.profiles import builtin_folder
     from zsim.config.schema import ScenarioFile
     from zsim.config.shipped import find_file
     from zsim.config.validation import validate
@@ -245,7 +245,8 @@ def check_overrides(points: list[ScalePoint], suite: Path, overrides: tuple[str,
         path = find_file(point.scenario_file.removeprefix("scenarios/"))
         data, base, source = read_yaml_mapping(path), path.parent, str(path)
     else:
-        data, base, source = {"name": point.id, **point.scenario}, None, f"{suite} (point {point.id})"
+        data, source = {"name": point.id, **point.scenario}, f"{suite} (point {point.id})"
+        base = builtin_folder("zsim.scenarios")
     try:
         data = resolve_from_hf(apply_overrides(data, list(overrides)), source=source, base_dir=base)
         validate(ScenarioFile, data, source)
