@@ -140,3 +140,9 @@ def test_zsim_run_prints_and_writes_the_contention(tmp_path):
     bad.write_text(yaml.safe_dump({**doc, "fabric": {"sm_contention": True, "mode": "per_rank"}}))
     out = subprocess.run([sys.executable, "-m", "zsim", "run", str(bad)], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 2 and "fabric.sm_contention" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_callers_per_rank_mode_is_refused_too():
+    """simulate(mode='per_rank') bypasses the loader's check: only rank 0 would share its SMs, so it is refused."""
+    with pytest.raises(ZsimError, match="per-rank mode with fabric.sm_contention"):
+        simulate(_zero3(True), mode="per_rank")

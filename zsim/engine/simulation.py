@@ -121,6 +121,9 @@ def simulate(scenario: Scenario, mode: str | None = None, progress: bool = False
     if per_rank and scenario.layout.pp > 1:  # the loader refuses it in the file; this is a caller's mode
         raise ConfigError("per-rank mode with parallel.pp > 1 is not modelled: use class mode (docs/parallel.md)",
                           source=scenario.source, path="fabric.mode")
+    if per_rank and scenario.fabric.sm_contention:  # likewise: only rank 0 would share its SMs
+        raise ConfigError("per-rank mode with fabric.sm_contention is not modelled: use class mode (docs/fabric.md)",
+                          source=scenario.source, path="fabric.mode")
     if repeat and repeat_micro_batches.applies(scenario, per_rank, compute_override is not None):
         plans = {} if plans is None else plans  # the reduced plan, built once for the proofs that use it
         extrapolated = repeat_micro_batches.extrapolate(scenario, lambda reduced, watch, planned=None: simulate(

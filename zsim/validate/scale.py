@@ -205,21 +205,30 @@ def published_step(point: ScalePoint, scenario) -> float:
     return flops / (float(pub["tflops_per_gpu"]) * 1e12 * scenario.layout.world)
 
 
+def _point_data(point: ScalePoint, suite: Path) -> tuple[dict[str, Any], Path, str, str]:
+    """The point's scenario mapping, the folder its relative paths are read from, its source and default name: a
+    shipped scenario file (found through the package: a wheel has no tree), or the point's inline `scenario:`,
+    whose `model.from_hf` is relative to the shipped scenarios/ (hf/NAME.json), run for one step."""
+    from zsim.config.profiles import builtin_folder
+    from zsim.config.shipped import find_file
+    from zsim.config.yamlfile import read_yaml_mapping
+
+    if point.scenario_file is not None:
+        path = find_file(point.scenario_file.removeprefix("scenarios/"))
+        return read_yaml_mapping(path), path.parent, str(path), path.stem
+    data = {"name": point.id, **point.scenario, "run": {"steps": 1, **point.scenario.get("run", {})}}
+    return data, builtin_folder("zsim.scenarios"), f"{suite} (point {point.id})", point.id
+
+
 def _scenario(point: ScalePoint, suite: Path, overrides: tuple[str, ...] = ()):
     """The point's Scenario, with `overrides` (`zsim validate --set`) applied. Raises ConfigError naming the
     suite file and point, or the `--set` that wrote the bad key."""
     from zsim.config.overrides import apply_overrides
-    from zsim.config.profiles import builtin_folder
-    from zsim.config.shipped import find_file
-    from zsim.scenario.scenario import blame_override, build_scenario, load_scenario, set_by
+    from zsim.scenario.scenario import blame_override, build_scenario, set_by
 
-    if point.scenario_file is not None:  # a shipped scenario, found through the package (a wheel has no tree)
-        return load_scenario(find_file(point.scenario_file.removeprefix("scenarios/")), list(overrides))
-    data = {"name": point.id, **point.scenario, "run": {"steps": 1, **point.scenario.get("run", {})}}
-    source = f"{suite} (point {point.id})"
-    try:  # a `model.from_hf` path is relative to the shipped scenarios/ (hf/NAME.json), found as above
-        return build_scenario(apply_overrides(data, list(overrides)), source=source, default_name=point.id,
-                              base_dir=builtin_folder("zsim.scenarios"))
+    data, base, source, name = _point_data(point, suite)
+    try:
+        return build_scenario(apply_overrides(data, list(overrides)), source=source, default_name=name, base_dir=base)
     except ConfigError as exc:
         raise blame_override(exc, set_by(list(overrides), Path(source))) from None
 
@@ -231,25 +240,16 @@ def check_overrides(points: list[ScalePoint], suite: Path, overrides: tuple[str,
     suite's end."""
     from zsim.config.hf import resolve_from_hf
     from zsim.config.overrides import apply_overrides
-    from zsim.config.profiles import builtin_folder
     from zsim.config.schema import ScenarioFile
-    from zsim.config.shipped import find_file
     from zsim.config.validation import validate
-    from zsim.config.yamlfile import read_yaml_mapping
     from zsim.scenario.scenario import blame_override, set_by
 
     if not overrides or not points:
         return
-    point = points[0]
-    if point.scenario_file is not None:
-        path = find_file(point.scenario_file.removeprefix("scenarios/"))
-        data, base, source = read_yaml_mapping(path), path.parent, str(path)
-    else:
-        data, source = {"name": point.id, **point.scenario}, f"{suite} (point {point.id})"
-        base = builtin_folder("zsim.scenarios")
+    data, base, source, _ = _point_data(points[0], suite)
     try:
-        data = resolve_from_hf(apply_overrides(data, list(overrides)), source=source, base_dir=base)
-        validate(ScenarioFile, data, source)
+        validate(ScenarioFile, resolve_from_hf(apply_overrides(data, list(overrides)), source=source, base_dir=base),
+                 source)
     except ConfigError as exc:
         blamed = blame_override(exc, set_by(list(overrides), Path(source)))
         if blamed.source.startswith("--set"):  # the point's own error, if any, is its residual's

@@ -121,7 +121,7 @@ class TpOverlap:
 
     def _overlapped(self, m: Module, phase: str, kernels: KernelList, deps: tuple[int, ...],
                     allocs: tuple[Alloc, ...], frees: tuple[str, ...], flops: float, hbm_bytes: float) -> int:
-        """A dense block's `phase` under parallel.tp_comm_overlap (zsim.zero.tp_overlap): its kernel list cut at
+        """A block's `phase` under parallel.tp_comm_overlap (zsim.zero.tp_overlap): its kernel list cut at
         the overlapped GEMMs; each GEMM's overlapped part on the compute stream beside its collective's on the
         'tp' stream, then what runs alone, which waits for the collective. The first op (named as the pass's,
         `<phase>/<module>`) takes the deps, allocations, FLOPs and bytes; the last frees. Returns the last op."""
