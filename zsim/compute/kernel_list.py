@@ -29,6 +29,8 @@ class Kernel:
     # Launched by host work priced in another op (deepspeed-0.5's list copies, launched on the 'host' lane while
     # their collective runs): GPU time here, no launch (zsim.zero.implementation.list_copy_tail).
     prelaunched: bool = False
+    # a GEMM on FP8 operands (precision.fp8: zsim.compute.fp8), at the FP8 peak and GEMM terms, 1-byte operands
+    fp8: bool = False
 
     @property
     def rate_bytes(self) -> float:

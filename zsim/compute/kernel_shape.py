@@ -62,17 +62,19 @@ class Shape:
     # context parallelism: `s` is this rank's s/cp share of each sequence, whose queries attend the cp·s keys of the
     # whole sequence (zsim.compute.kernels._flash)
     cp: int = 1
+    # Transformer Engine's FP8 recipe for the blocks' linear layers (precision.fp8; zsim.compute.fp8); "" for none
+    fp8: str = ""
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
            sp: bool = False, ep: int = 1, etp: int | None = None,
-           recompute: frozenset[str] = frozenset(), cp: int = 1) -> "Shape":
+           recompute: frozenset[str] = frozenset(), cp: int = 1, fp8: str = "none") -> "Shape":
         """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
         `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
         and sequence parallelism (ignored at mp 1); `ep`, `etp`: a MoE model's expert-parallel degree and its
         experts' tensor-parallel degree (default mp); `recompute`: the modules selective recompute redoes
         besides the attention core ('layernorm', 'moe_act', 'mlp', 'moe'; zsim.zero.rank_states.recompute_modules);
-        `cp`: the context-parallel degree (each rank's kernels run on s/cp tokens of a sequence)."""
+        `cp`: the context-parallel degree (each rank's kernels run on s/cp tokens of a sequence); `fp8`: precision.fp8."""
         if cp > 1:
             from zsim.config.struct import replace
 
@@ -99,7 +101,7 @@ class Shape:
                      moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)),
                      dropout=bool(getattr(model, "dropout", True)),
                      kernels=getattr(model, "kernels", "megatron-2020"), loss=getattr(model, "loss", "megatron"),
-                     tied=bool(getattr(model, "tied_head", True)), cp=cp)
+                     tied=bool(getattr(model, "tied_head", True)), cp=cp, fp8="" if fp8 == "none" else fp8)
 
 
 def _mla_dims(model) -> tuple[int, int, int, int, int] | None:

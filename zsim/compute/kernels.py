@@ -37,6 +37,7 @@ import functools
 from dataclasses import replace
 
 from zsim.compute import torch_kernels
+from zsim.compute.fp8 import with_fp8
 from zsim.compute.kernel_list import Kernel, KernelList, gemm, linear_bwd, linear_fwd, mem, red
 from zsim.compute.kernel_shape import Shape
 from zsim.compute.mla_kernels import mla_backward, mla_forward
@@ -371,6 +372,8 @@ def module_kernels(kind: str, phase: str, shape: Shape) -> KernelList:
         # A dropout of p = 0 launches nothing: ATen's _dropout_impl returns its input when p == 0
         # (aten/src/ATen/native/Dropout.cpp), and the fused CUDA path needs p > 0 (is_fused_kernel_acceptable).
         kernels = tuple(k for k in kernels if ".dropout" not in k.name)
+    if shape.fp8 and kind in ("block", "moe_block"):  # Transformer Engine's FP8 linear layers (zsim.compute.fp8)
+        kernels = with_fp8(kernels, shape.fp8, shape.e)
     return KernelList(f"{kind}.{phase}", kernels)
 
 

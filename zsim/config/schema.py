@@ -228,6 +228,13 @@ class PrecisionSection(Section, kw_only=True):
     master_weights: Annotated[bool, Meta(description=(
         "false: pure bf16 training, no fp32 master copy: the parameters, gradients and Adam's momentum and "
         "variance all in bf16 (K = 4; torch.optim.Adam on a model cast to bf16); bf16 only"))] = True
+    # Transformer Engine's FP8 training (Megatron-Core --fp8-format hybrid --fp8-recipe ...; zsim.compute.fp8,
+    # docs/models.md "FP8"): the transformer blocks' linear layers quantize their inputs, weights and output
+    # gradients and run their three GEMMs in FP8; attention's core, the router, the embedding and the head stay 16-bit.
+    fp8: Annotated[Literal["none", "delayed", "current", "mxfp8"], Meta(description=(
+        "FP8 GEMMs in the blocks' linear layers as Transformer Engine runs them: 'delayed' (per-tensor scales from "
+        "an amax history), 'current' (per-tensor scales from each tensor's own amax: one more read), 'mxfp8' "
+        "(32-element block scales, Blackwell); 'none': every GEMM in precision.dtype"))] = "none"
     optimizer: Annotated[Literal["adam"], Meta(description="Adam: fp32 master, momentum, variance")] = "adam"
 
 

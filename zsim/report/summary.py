@@ -149,6 +149,15 @@ def _ep_words(lay: dict) -> str:
         return f" (EP {lay['ep']} over MP × DP, experts whole)"
     return f" (EP {lay['ep']} within DP)"
 
+def _fp8_words(precision: dict[str, Any]) -> str:
+    """The layout line's FP8 clause (precision.fp8, zsim.compute.fp8); '' without FP8."""
+    recipe = precision.get("fp8", "none")
+    if recipe == "none":
+        return ""
+    scaling = {"delayed": "delayed scaling", "current": "current scaling", "mxfp8": "MXFP8 block scaling"}[recipe]
+    return f"; FP8 linear layers ({scaling}; MFU against the {precision['dtype']} peak)"
+
+
 def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
     """Format `facts(result)` as a few aligned lines."""
     m, lay, z, mem, t, th, c = f["model"], f["layout"], f["zero"], f["memory"], f["time"], f["throughput"], f["comm"]
@@ -186,7 +195,7 @@ def summary(f: dict[str, Any], outputs: dict[str, str] | None = None) -> str:
         f"  layout    {lay['gpus']} × {lay['gpu']} = {lay['nodes']} {lay['hardware']} nodes; "
         f"DP {lay['dp']}" + (f" × CP {lay['cp']}" if lay.get("cp", 1) > 1 else "") + f" × MP {lay['mp']}" + _ep_words(lay)
         + (f" × PP {lay['pp']}" if lay.get("pp", 1) > 1 else "")
-        + f"; ZeRO stage {z['stage']}{_implementation(z)}, {ckpt}",
+        + f"; ZeRO stage {z['stage']}{_implementation(z)}, {ckpt}" + _fp8_words(f["precision"]),
         f"  memory    {fit}",
         "            at peak: " + "  ".join(f"{k} {v / GB:.2f}" for k, v in peak.items()) + " GB",
         f"            model states {states['total'] / GB:.2f} GB/GPU (params {states['params'] / GB:.2f}, "

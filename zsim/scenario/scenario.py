@@ -317,6 +317,7 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
         raise fail("precision.master_weights", f"false with dtype {spec.precision.dtype}: training without an "
                    "fp32 master copy is modelled for bf16 only (fp16 needs loss scaling against its master copy; "
                    "fp32 has no 16-bit copy to drop)")
+    _check_fp8(spec, cluster, fail)
     par = spec.parallel
     if par.tp_comm_overlap and not (par.sequence_parallel and par.mp > 1):
         raise fail("parallel.tp_comm_overlap", "true needs parallel.sequence_parallel and mp > 1 (Megatron-Core "
@@ -331,6 +332,33 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     if spec.parallel.sequence_parallel and zero.partition_activations and spec.parallel.mp > 1:
         raise fail("zero.partition_activations", "true with parallel.sequence_parallel: sequence parallelism "
                    "already keeps 1/mp of every layer input per MP rank (Korthikanti et al. 2022 §4.2.2)")
+
+
+def _check_fp8(spec: ScenarioFile, cluster: Cluster, fail) -> None:
+    """precision.fp8 where zsim can price it (zsim.compute.fp8): 16-bit training on a GPU profile with an FP8
+    peak and FP8 GEMM terms; MXFP8 on Blackwell (compute capability 10.0 and later: Transformer Engine's
+    MXFP8 recipe requires it, transformer_engine/pytorch/fp8.py check_mxfp8_support); not with ZeRO-3, whose
+    gathered parameters zsim does not hold in FP8."""
+    fp8 = spec.precision.fp8
+    if fp8 == "none":
+        return
+    gpu = cluster.gpu
+    if spec.precision.dtype == "fp32":
+        raise fail("precision.fp8", f"{fp8} with precision.dtype fp32: Transformer Engine's FP8 training keeps "
+                   "16-bit (bf16 or fp16) parameters and activations beside the FP8 GEMMs")
+    if cluster.host is not None:
+        raise fail("precision.fp8", f"{fp8} on a CPU host ({gpu.name}): FP8 GEMMs run on Hopper and later GPUs")
+    if "fp8" not in gpu.peak_flops or gpu.compute is None or "fp8" not in gpu.compute.gemm:
+        raise fail("precision.fp8", f"{fp8} on {gpu.name}, whose profile has no FP8 tensor-core peak and FP8 GEMM "
+                   "terms (peak_fp8_tflops, compute.gemm.fp8): FP8 tensor cores came with Hopper (compute capability "
+                   "9.0); use an H100, H200, GH200 or B200 profile, or precision.fp8: none")
+    if fp8 == "mxfp8" and gpu.compute_capability < 100:
+        raise fail("precision.fp8", f"mxfp8 on {gpu.name} (compute capability {gpu.compute_capability / 10:.1f}): "
+                   "MXFP8 block scaling needs Blackwell (10.0) tensor cores; on Hopper use 'delayed' or 'current'")
+    if spec.zero.stage == 3:
+        raise fail("precision.fp8", f"{fp8} with zero.stage 3: the gathered parameters' FP8 copies and FP8 "
+                   "all-gathers of FSDP-style training are not modelled; use stages 0-2 (Megatron-Core's "
+                   "distributed optimizer is stage 1)")
 
 
 def _qk_width(model: ModelSection) -> int:

@@ -24,8 +24,14 @@ from zsim.trace.samples import ComputeSample
 
 REQUIRED = ("b", "m", "n", "k", "dtype", "flops_per_s")
 MAX_DIM = 1 << 31  # as zsim.trace.deepbench.MAX_DIM
-# XLA's dtype strings -> zsim's GEMM dtypes (module docstring); FP8 rows have no GEMM terms in zsim.
-DTYPES = {"bf16xbf16->bf16": "bf16", "f16xf16->f16": "fp16", "f32xf32->f32": "tf32"}
+# XLA's dtype strings -> zsim's GEMM dtypes (module docstring). FP8: E4M3 x E4M3 is `fp8`, the forward GEMM of
+# Transformer Engine's hybrid recipe (zsim.compute.fp8); the E4M3 x E5M2 rows (its dgrad and wgrad) are read as
+# their own dtypes, which zsim prices as fp8.
+DTYPES = {"bf16xbf16->bf16": "bf16", "f16xf16->f16": "fp16", "f32xf32->f32": "tf32",
+          "f8e4m3fnxf8e4m3fn->bf16": "fp8", "f8e4m3fnxf8e5m2->bf16": "fp8-e4m3xe5m2",
+          "f8e5m2xf8e4m3fn->bf16": "fp8-e5m2xe4m3"}
+# Operand bytes per element of each zsim dtype an XLA table holds
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp8": 1, "fp8-e4m3xe5m2": 1, "fp8-e5m2xe4m3": 1}
 
 
 def is_xla_table(path: Path) -> bool:
@@ -73,7 +79,7 @@ def read_xla_table(path: Path) -> list[ComputeSample]:
                 raise ConfigError(f"{where}: flops_per_s {short(row.get('flops_per_s'))} is not a finite number > 0",
                                   source=str(path))
             flops = 2.0 * b * m * n * k
-            elem = 4 if dtype == "tf32" else 2
+            elem = ELEMENT_BYTES[dtype]
             out.append(ComputeSample("gemm", flops, flops / rate, dtype, f"{path}:{reader.line_num}",
                                      shape=(m, n, k, b), nbytes=float(b * (m * k + k * n + m * n) * elem)))
     except csv.Error as exc:

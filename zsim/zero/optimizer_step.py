@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from zsim.compute.fp8 import weight_kernels
+from zsim.compute.kernel_list import KernelList
 from zsim.compute.optimizer_kernels import host_adam_kernels, optimizer_kernels, runtime_step_kernels
 from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Module, Workload
@@ -13,8 +15,8 @@ from zsim.zero.implementation import list_copy_launches, list_copy_tail, shard_l
 from zsim.zero.megatron_ddp import IMPLEMENTATION as MEGATRON, chunk_buckets, grad_bytes
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
-from zsim.zero.rank_states import (expert_dp, expert_partition, full_grad_tag, partition_grad_tag, rank_partition,
-                                   rank_pieces)
+from zsim.zero.rank_states import (expert_dp, expert_partition, fp8_weight_elements, full_grad_tag, partition_grad_tag,
+                                   rank_partition, rank_pieces)
 from zsim.zero.runtime_requests import runtime_segments
 from zsim.zero.residual import StepGradients, list_collective_staging_bytes, step_gradient_bytes
 
@@ -97,6 +99,12 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
     per_element = (ADAM_BYTES_PER_ELEMENT if master else PURE_BF16_ADAM_BYTES_PER_ELEMENT) + ge - e
     opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=per_element * elements,
                 frees=(held,), step=step, kernels=adam, micro_batch=last_mb, elements=elements)
+    if s.precision.fp8 != "none":
+        # Transformer Engine quantizes the updated weights into their cached FP8 copies once a step, at the first
+        # micro-batch's forward (zsim.compute.fp8); priced here, on the compute stream, as a step's work
+        quantize = KernelList("fp8.weights", weight_kernels(fp8_weight_elements(w), s.precision.fp8, e))
+        b.add(name="optimizer/fp8_weights", stream="compute", kernels=quantize, hbm_bytes=quantize.bytes, step=step,
+              micro_batch=last_mb)
     if z.stage in (1, 2) and w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group
         b.add(name="all_gather/params.experts", stream="comm", deps=(opt,), collective="all_gather", group="edp",
               nbytes=e * expert_dp(s) * expert_partition(s, w), step=step, micro_batch=last_mb)

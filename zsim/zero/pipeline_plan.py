@@ -37,7 +37,7 @@ from zsim.zero.model_states import PARAM_BYTES, ModelStates
 from zsim.zero.ops import Alloc, Op, Plan, PlanBuilder
 from zsim.zero.pass_copy import PassRecord, copy_pass
 from zsim.zero.optimizer_step import optimizer_step
-from zsim.zero.rank_states import rank_model_states
+from zsim.zero.rank_states import fp8_cache_bytes, rank_model_states
 from zsim.zero.step_pass import StepPass
 
 
@@ -133,8 +133,10 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
     persistent = []
     for s, stage in enumerate(stages):
         states = rank_model_states(scenario, stage.workload)
-        persistent.append((Alloc("params", states.params, "model.params"),
-                           Alloc("optimizer", states.optimizer, "model.optimizer")))
+        own = (Alloc("params", states.params, "model.params"), Alloc("optimizer", states.optimizer, "model.optimizer"))
+        if cache := fp8_cache_bytes(scenario, stage.workload):  # Transformer Engine's FP8 weights (zsim.compute.fp8)
+            own += (Alloc("params", cache, "model.fp8_weights"),)
+        persistent.append(own)
         items = stage_schedule(par.pipeline_schedule, p, s, m, v, ep_overlap=par.ep_overlap)
         last_bwd = max(k for k, w in enumerate(items) if w.kind == "bwd")
         b, base = PlanBuilder(), len(ops)

@@ -54,8 +54,8 @@ from zsim.zero.ops import Alloc, Plan, PlanBuilder
 from zsim.zero.optimizer_step import ADAM_BYTES_PER_ELEMENT, optimizer_step
 from zsim.zero.pass_copy import PassRecord, Second, copy_pass, copyable
 from zsim.zero.pipeline_plan import block_ops, build_pipeline_plan
-from zsim.zero.rank_states import (expert_dp, expert_partition, rank_model_states, rank_partition, rank_pieces,
-                                   scenario_workload, selective)
+from zsim.zero.rank_states import (expert_dp, expert_partition, fp8_cache_bytes, rank_model_states, rank_partition,
+                                   rank_pieces, scenario_workload, selective)
 from zsim.zero.reductions import STAGE1_COPY_TENSORS, _stage1_flat_copy
 from zsim.zero.runtime_requests import runtime_requests
 from zsim.zero.residual import checkpoint_bytes_per_rank, checkpoint_segments, md_arena_bytes
@@ -151,6 +151,8 @@ def _plan(scenario: Scenario, workload: Workload, b: PlanBuilder) -> Plan:
         Alloc("params", states.params, "model.params"),
         Alloc("optimizer", states.optimizer, "model.optimizer"),
     )
+    if cache := fp8_cache_bytes(scenario, workload):  # Transformer Engine's cached FP8 weights (zsim.compute.fp8)
+        persistent += (Alloc("params", cache, "model.fp8_weights"),)
     lay = scenario.layout
     context = context_memory(lay.world, lay.dp, lay.mp, scenario.cluster.nvlink_links).items()
     arenas = _arenas(scenario, workload) if scenario.zero.defragment else {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from zsim.compute.fp8 import weight_cache_bytes
 from zsim.zero.inputs import Scenario
 from zsim.workload.moe import Moe
 from zsim.workload.transformer import Workload, build_workload
@@ -66,6 +67,19 @@ def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
                            scenario.precision.dtype, k=k)
     return ModelStates(params=dense.params + experts.params, grads=dense.grads + experts.grads,
                        optimizer=dense.optimizer + experts.optimizer)
+
+
+def fp8_weight_elements(workload: Workload) -> int:
+    """The linear weight elements whose FP8 copies Transformer Engine caches on this rank (precision.fp8;
+    zsim.compute.fp8): its blocks' parameters, routed experts included (their norms and biases, a few hidden-wide
+    vectors a layer, counted with them)."""
+    return sum(m.params + m.expert_params for m in workload.modules if m.layer is not None)
+
+
+def fp8_cache_bytes(scenario: Scenario, workload: Workload) -> int:
+    """Bytes of this rank's cached FP8 weight copies (zsim.compute.fp8.weight_cache_bytes); 0 without FP8."""
+    fp8 = scenario.precision.fp8
+    return 0 if fp8 == "none" else weight_cache_bytes(fp8_weight_elements(workload), fp8)
 
 
 def expert_dp(scenario: Scenario) -> int:

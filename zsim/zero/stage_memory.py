@@ -37,10 +37,11 @@ class StageMemory:
     in_flight: int
     states: ModelStates
     activations: int
+    fp8_weights: int = 0  # Transformer Engine's cached FP8 weight copies (precision.fp8; zsim.compute.fp8)
 
     @property
     def total(self) -> int:
-        return self.states.total + self.activations
+        return self.states.total + self.activations + self.fp8_weights
 
 
 def stage_memory(scenario: Scenario) -> list[StageMemory]:
@@ -52,8 +53,8 @@ def stage_memory(scenario: Scenario) -> list[StageMemory]:
 
     Raises:
         ConfigError: the schedules to walk are longer than the SCHEDULE_ITEMS limit (check_schedule_size)."""
-    from zsim.zero.pipeline_plan import stage_model_states
-    from zsim.zero.rank_states import scenario_workload
+    from zsim.zero.pipeline_plan import pipeline_stages, stage_model_states
+    from zsim.zero.rank_states import fp8_cache_bytes, scenario_workload
 
     par = scenario.parallel
     workload = scenario_workload(scenario)
@@ -67,6 +68,9 @@ def stage_memory(scenario: Scenario) -> list[StageMemory]:
         check_schedule_size(p, scenario.grad_accum, v, scenario.source)  # before walking them (issue 28)
     split = split_layers(len(blocks), p, v, tuple(par.pp_layers or ()))
     states = stage_model_states(scenario, workload) if p > 1 else None
+    # each stage's cached FP8 weights (precision.fp8), over its own layers
+    caches = ([fp8_cache_bytes(scenario, stage.workload) for stage in pipeline_stages(scenario, workload)] if p > 1
+              else [fp8_cache_bytes(scenario, workload)])
     out = []
     for st in range(p):
         chunks = split.layers[st]
@@ -96,7 +100,7 @@ def stage_memory(scenario: Scenario) -> list[StageMemory]:
             if held > peak:
                 peak, peak_items = held, in_flight + (w.kind == "bwd")
         own = states[st] if states else _whole(scenario, workload)
-        out.append(StageMemory(st, sum(len(c) for c in chunks), peak_items, own, peak))
+        out.append(StageMemory(st, sum(len(c) for c in chunks), peak_items, own, peak, caches[st]))
     return out
 
 
