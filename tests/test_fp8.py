@@ -199,3 +199,55 @@ def test_gemm_fit_reads_xla_fp8_rows(tmp_path):
     result = fit_table(_check_module().DATA / "xla-sm_100-fp8.csv", "b200-180gb", "fp8")
     summary = result.summary()
     assert summary["rows"] == 375 and summary["heldout_median"] < 0.04
+
+
+def test_fp8_params_hold_the_linear_weights_in_one_byte_and_gather_them_so():
+    """--fp8-param-gather: the blocks' weights are FP8 parameters (1 B, no 16-bit copy), the Hopper transpose beside
+    them, the distributed optimizer casts its master shard into them and gathers them at their size."""
+    sections = {"parallel": {"dp": 8, "mp": 1}, "hardware": {"profile": "dgx-h100", "nodes": 1},
+                "zero": {"stage": 1, "implementation": "megatron-core", "overlap_param_gather": False,
+                         "activation_checkpointing": False}}
+    plain = scenario_from(H100, "p", **sections, precision={"dtype": "bf16", "fp8": "current"})
+    fp8p = scenario_from(H100, "p", **sections, precision={"dtype": "bf16", "fp8": "current", "fp8_params": True})
+    w = scenario_workload(fp8p)
+    weights = fp8_weight_elements(w)
+    from zsim.zero.rank_states import fp8_cache_bytes, param_bytes_per_element, rank_model_states
+
+    assert rank_model_states(plain, w).params - rank_model_states(fp8p, w).params == weights
+    assert fp8_cache_bytes(plain, w) == 2 * weights and fp8_cache_bytes(fp8p, w) == weights
+    total = w.params_per_mp_rank
+    assert param_bytes_per_element(fp8p, w) == pytest.approx((2 * total - weights) / total)
+    gathers = lambda s: sum(op.nbytes for op in build_plan(s, w).ops if op.name.startswith("all_gather/params"))  # noqa: E731
+    assert gathers(plain) - gathers(fp8p) == pytest.approx(weights, rel=1e-6)
+    (step,) = [op for op in build_plan(fp8p, w).ops if op.name == "optimizer/fp8_weights"]
+    assert [k.name for k in step.kernels.kernels] == ["fp8.master_to_params", "fp8.weights.transpose"]
+    assert step.kernels.bytes == pytest.approx(9 * -(-weights // 8) + 2 * weights)
+
+
+def test_blackwell_writes_one_copy_per_tensor_and_two_with_mxfp8():
+    model = _scenario(model={"attention": "flash2"}).model  # FlashAttention-2 runs on both
+    x, b200, mx = (Shape.of(model, 4, padded_vocab(32000, 4), "bf16", sp=True, fp8=fp8, arch=arch)
+                   for fp8, arch in (("current", 90), ("current", 100), ("mxfp8", 100)))
+    assert (x.fp8_copies, b200.fp8_copies, mx.fp8_copies) == (2, 1, 2)
+    q = lambda s: next(k for k in module_kernels("block", "fwd", s).kernels if k.name == "qkv.input.quantize")  # noqa: E731
+    T = x.s * x.b
+    assert (q(x).bytes, q(b200).bytes) == (4 * T * x.h, 3 * T * x.h)
+    assert q(mx).bytes == pytest.approx((2 + 2 * (1 + 1 / MX_BLOCK)) * T * x.h)
+
+
+def test_sequence_parallel_all_gathers_carry_fp8_and_reduce_scatters_bf16():
+    plain, fp8 = scenario_workload(_scenario("none")), scenario_workload(_scenario("current"))
+    for a, b in zip(plain.blocks[0].mp_collectives_fwd + plain.blocks[0].mp_collectives_bwd,
+                    fp8.blocks[0].mp_collectives_fwd + fp8.blocks[0].mp_collectives_bwd):
+        assert a[0] == b[0] and b[1] == (a[1] // 2 if a[0] == "all_gather" else a[1])
+    assert plain.modules[-1].mp_collectives_fwd == fp8.modules[-1].mp_collectives_fwd  # the head's stays 16-bit
+
+
+def test_fp8_params_need_fp8_and_the_distributed_optimizer():
+    with pytest.raises(ZsimError) as err:
+        scenario_from(H100, "p", precision={"dtype": "bf16", "fp8_params": True})
+    assert err.value.path == "precision.fp8_params"
+    with pytest.raises(ZsimError) as err:
+        scenario_from(H100, "p", precision={"dtype": "bf16", "fp8": "delayed", "fp8_params": True},
+                      zero={"stage": 2, "implementation": "deepspeed-0.2"})
+    assert err.value.path == "precision.fp8_params" and "megatron-core" in str(err.value)

@@ -48,7 +48,8 @@ def _gpu(d: dict) -> str:
              f"HBM {d['hbm_GBps']} GB/s" if "hbm_GBps" in d else None,
              f"fp16 {d['peak_fp16_tflops']} TFLOPS" if "peak_fp16_tflops" in d else None,
              f"bf16 {d['peak_bf16_tflops']}" if "peak_bf16_tflops" in d else None,
-             f"fp32 {d['peak_fp32_tflops']}" if "peak_fp32_tflops" in d else None]
+             f"fp32 {d['peak_fp32_tflops']}" if "peak_fp32_tflops" in d else None,
+             f"fp8 {d['peak_fp8_tflops']}" if "peak_fp8_tflops" in d else None]
     return ", ".join(p for p in parts if p)
 
 

@@ -10,23 +10,29 @@ torch linear in Megatron-Core's moe/router.py), the embedding and the output lay
 ColumnParallelLinear, not a TE module).
 
 Before each FP8 GEMM its 16-bit operands are quantized by a memory-bound kernel that reads the e-byte
-tensor and writes two 1-byte copies: the row-wise one for one GEMM and the column-wise (on Hopper,
-transposed) one for the other, as Hopper's FP8 tensor cores take only the TN layout (TE's
-`cast_transpose`; cuBLASLt FP8 requirements). Per linear layer and micro-batch that is the input X in
-forward and the output gradient dY in backward; the wgrad reuses both copies. The weights are quantized
-once per optimizer step (TE caches them across the micro-batches: `is_first_microbatch`, which
-Megatron-Core sets at the first micro-batch of each step) and their two FP8 copies stay allocated: 2
-bytes per linear weight element beside the 16-bit parameters.
+tensor and writes its FP8 copies: on Hopper a row-wise one for one GEMM and a column-wise (transposed) one
+for the other, as Hopper's FP8 tensor cores take only the TN layout (TE's `cast_transpose`); on Blackwell
+one copy serves both with per-tensor scales (TE v2.9 quantizer.cpp L331-345: no transpose where
+`nvte_is_non_tn_fp8_gemm_supported`), two with MXFP8's blocks (scaled along rows, then along columns).
+Per linear layer and micro-batch that is the input X in forward and the output gradient dY in backward;
+the wgrad reuses both copies. The weights are quantized once per optimizer step (TE caches them across
+the micro-batches: `is_first_microbatch`, which Megatron-Core sets at the first micro-batch of each step)
+and their FP8 copies stay allocated beside the 16-bit parameters. With FP8 parameters (`--fp8-param-gather`,
+precision.fp8_params) the parameters themselves are FP8 (1 byte, no 16-bit copy): the distributed
+optimizer casts its fp32 master shard into them after each step (TE tensor/utils.py
+cast_master_weights_to_fp8: an amax pass, then the cast) and, on Hopper, each step's first forward rebuilds
+the transposed copy (TE v2.9 linear.py L393-395).
 
 The recipes differ in how a tensor's scale is found:
   - delayed: from an amax history of earlier steps; the cast kernel records the new amax itself;
-  - current: from the tensor's own amax, a reduction that reads it once more before the cast;
+  - current: from the tensor's own amax, a reduction that reads it once more before the cast (TE v2.9
+    csrc/quantizer.cpp L497-536: nvte_compute_amax, then nvte_quantize_v2);
   - mxfp8: one E8M0 scale per 32 consecutive elements, found inside the cast kernel (Blackwell, OCP MX
     specification v1.0): one scale byte per 32 values per copy.
 
-Not modelled: FP8 all-gathers under sequence parallelism (TE gathers the quantized input: zsim's gathers
-stay 16-bit), FP8 parameters (`--fp8-param-gather`), the activation memory saved in FP8 (zsim keeps the
-16-bit count, an over-estimate where the layers' inputs are saved), the amax reductions across ranks.
+Not modelled: the norm kernels' fused amax (TE's LayerNormLinear with current scaling writes the 16-bit norm
+output and its amax, then casts: zsim charges the separate amax read), the amax all-reductions across ranks,
+the activation memory saved in FP8 (zsim keeps the 16-bit count, an over-estimate where layer inputs are saved).
 """
 
 from __future__ import annotations
@@ -55,20 +61,28 @@ def _linear(name: str) -> tuple[str, str] | None:
     return (name, "fwd") if name in FP8_LINEARS else None
 
 
-def quantize(name: str, elements: int, recipe: str, e: int) -> list[Kernel]:
-    """The kernels that quantize an `elements`-element e-byte tensor into its row- and column-wise FP8
-    copies under `recipe`: the cast (e read, 2 × 1 written; MX: and a scale byte per 32 per copy) and, for
-    current scaling, the amax reduction before it (e read)."""
+def copies(recipe: str, compute_capability: int) -> int:
+    """The FP8 copies one quantize writes (module docstring): 2 on Hopper or with MXFP8, 1 on Blackwell per tensor."""
+    return 2 if recipe == "mxfp8" or compute_capability < 100 else 1
+
+
+def _written(recipe: str, n: int) -> float:
+    """Bytes written per element for `n` FP8 copies (MXFP8: and a scale byte per MX_BLOCK elements per copy)."""
+    return n * (1 + (1 / MX_BLOCK if recipe == "mxfp8" else 0))
+
+
+def quantize(name: str, elements: int, recipe: str, e: int, n: int = 2) -> list[Kernel]:
+    """The kernels that quantize an `elements`-element e-byte tensor into `n` FP8 copies under `recipe`: the cast
+    (e read, n × 1 written; MX: and the scales) and, for current scaling, the amax reduction before it (e read)."""
     assert recipe in RECIPES, recipe
-    written = 2 + (2 / MX_BLOCK if recipe == "mxfp8" else 0)
     ks = [red(f"{name}.amax", e * elements)] if recipe == "current" else []
-    return ks + [mem(f"{name}.quantize", (e + written) * elements)]
+    return ks + [mem(f"{name}.quantize", (e + _written(recipe, n)) * elements)]
 
 
-def with_fp8(kernels: tuple[Kernel, ...], recipe: str, e: int) -> tuple[Kernel, ...]:
-    """`kernels` (a module's list) with its linear layers' GEMMs in FP8 and the quantize kernels before
-    them: the input's before each forward GEMM (M × K, batch), the output gradient's before each dgrad
-    (its M × K: the dgrad's K is the layer's output width)."""
+def with_fp8(kernels: tuple[Kernel, ...], recipe: str, e: int, n: int = 2) -> tuple[Kernel, ...]:
+    """`kernels` (a module's list) with its linear layers' GEMMs in FP8 and the quantize kernels (into `n`
+    copies) before them: the input's before each forward GEMM (M × K, batch), the output gradient's before each
+    dgrad (its M × K: the dgrad's K is the layer's output width)."""
     out: list[Kernel] = []
     for k in kernels:
         which = _linear(k.name) if k.kind == "gemm" else None
@@ -78,18 +92,30 @@ def with_fp8(kernels: tuple[Kernel, ...], recipe: str, e: int) -> tuple[Kernel, 
         layer, pass_ = which
         prefix = "recompute." if k.name.startswith("recompute.") else ""
         if pass_ == "fwd":
-            out += quantize(f"{prefix}{layer}.input", k.m * k.k * k.batch, recipe, e)
+            out += quantize(f"{prefix}{layer}.input", k.m * k.k * k.batch, recipe, e, n)
         elif pass_ == "dgrad":
-            out += quantize(f"{layer}.grad_output", k.m * k.k * k.batch, recipe, e)
+            out += quantize(f"{layer}.grad_output", k.m * k.k * k.batch, recipe, e, n)
         out.append(dataclasses.replace(k, fp8=True))
     return tuple(out)
 
 
-def weight_kernels(elements: int, recipe: str, e: int) -> tuple[Kernel, ...]:
-    """Quantizing `elements` linear weight elements into their two FP8 copies, once per step."""
-    return tuple(quantize("fp8.weights", elements, recipe, e))
+# The distributed optimizer's cast of its fp32 master shard into FP8 parameters: an amax pass (4 B read) and the
+# cast (4 B read, 1 B written) per shard element (TE tensor/utils.py cast_master_weights_to_fp8)
+MASTER_CAST_BYTES = 4 + 4 + 1
 
 
-def weight_cache_bytes(elements: int, recipe: str) -> int:
-    """Bytes of the cached FP8 weight copies (row- and column-wise, MX: with their scales)."""
-    return int(elements * (2 + (2 / MX_BLOCK if recipe == "mxfp8" else 0)))
+def weight_kernels(elements: int, shard: int, recipe: str, e: int, n: int, params: bool) -> tuple[Kernel, ...]:
+    """A step's weight quantize over this rank's `elements` linear weight elements (`shard` of them its optimizer
+    partition): the 16-bit weights into their `n` cached copies, or with FP8 parameters (`params`) the master
+    shard's cast into them and, where a second copy is needed, the transpose of each whole weight (1 B read,
+    1 B written)."""
+    if not params:
+        return tuple(quantize("fp8.weights", elements, recipe, e, n))
+    ks = (mem("fp8.master_to_params", MASTER_CAST_BYTES * shard),)
+    return ks + ((mem("fp8.weights.transpose", 2 * elements),) if n > 1 else ())
+
+
+def weight_cache_bytes(elements: int, recipe: str, n: int = 2, params: bool = False) -> int:
+    """Bytes of the FP8 weight copies held beside the parameters: `n` of them, or with FP8 parameters (which are
+    the first) the other n − 1."""
+    return int(elements * _written(recipe, n - 1 if params else n))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zsim.compute.fp8 import copies
+
 
 @dataclass(frozen=True, slots=True)
 class Shape:
@@ -64,6 +66,7 @@ class Shape:
     cp: int = 1
     # Transformer Engine's FP8 recipe for the blocks' linear layers (precision.fp8; zsim.compute.fp8); "" for none
     fp8: str = ""
+    fp8_copies: int = 2  # the FP8 copies each quantize writes (zsim.compute.fp8.copies: 1 on Blackwell per tensor)
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
@@ -74,7 +77,7 @@ class Shape:
         and sequence parallelism (ignored at mp 1); `ep`, `etp`: a MoE model's expert-parallel degree and its
         experts' tensor-parallel degree (default mp); `recompute`: the modules selective recompute redoes
         besides the attention core ('layernorm', 'moe_act', 'mlp', 'moe'; zsim.zero.rank_states.recompute_modules);
-        `cp`: the context-parallel degree (each rank's kernels run on s/cp tokens of a sequence); `fp8`: precision.fp8."""
+        `cp`: the context-parallel degree (each rank's kernels run on s/cp tokens of a sequence); `fp8`: precision.fp8 (with `arch`, the copies its quantizes write)."""
         if cp > 1:
             from zsim.config.struct import replace
 
@@ -101,7 +104,8 @@ class Shape:
                      moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)),
                      dropout=bool(getattr(model, "dropout", True)),
                      kernels=getattr(model, "kernels", "megatron-2020"), loss=getattr(model, "loss", "megatron"),
-                     tied=bool(getattr(model, "tied_head", True)), cp=cp, fp8="" if fp8 == "none" else fp8)
+                     tied=bool(getattr(model, "tied_head", True)), cp=cp, fp8="" if fp8 == "none" else fp8,
+                     fp8_copies=copies(fp8, arch))
 
 
 def _mla_dims(model) -> tuple[int, int, int, int, int] | None:

@@ -373,7 +373,7 @@ def module_kernels(kind: str, phase: str, shape: Shape) -> KernelList:
         # (aten/src/ATen/native/Dropout.cpp), and the fused CUDA path needs p > 0 (is_fused_kernel_acceptable).
         kernels = tuple(k for k in kernels if ".dropout" not in k.name)
     if shape.fp8 and kind in ("block", "moe_block"):  # Transformer Engine's FP8 linear layers (zsim.compute.fp8)
-        kernels = with_fp8(kernels, shape.fp8, shape.e)
+        kernels = with_fp8(kernels, shape.fp8, shape.e, shape.fp8_copies)
     return KernelList(f"{kind}.{phase}", kernels)
 
 

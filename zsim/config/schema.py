@@ -235,6 +235,9 @@ class PrecisionSection(Section, kw_only=True):
         "FP8 GEMMs in the blocks' linear layers as Transformer Engine runs them: 'delayed' (per-tensor scales from "
         "an amax history), 'current' (per-tensor scales from each tensor's own amax: one more read), 'mxfp8' "
         "(32-element block scales, Blackwell); 'none': every GEMM in precision.dtype"))] = "none"
+    fp8_params: Annotated[bool, Meta(description=(
+        "with fp8: the linear weights kept as FP8 parameters, 1 byte, no 16-bit copy (Megatron-Core --fp8-param-gather: "
+        "the distributed optimizer's parameter all-gathers carry them; needs zero.implementation megatron-core)"))] = False
     optimizer: Annotated[Literal["adam"], Meta(description="Adam: fp32 master, momentum, variance")] = "adam"
 
 

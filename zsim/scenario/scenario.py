@@ -341,6 +341,9 @@ def _check_fp8(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     gathered parameters zsim does not hold in FP8."""
     fp8 = spec.precision.fp8
     if fp8 == "none":
+        if spec.precision.fp8_params:
+            raise fail("precision.fp8_params", "true needs precision.fp8 (FP8 parameters are Transformer Engine's "
+                       "FP8 weights)")
         return
     gpu = cluster.gpu
     if spec.precision.dtype == "fp32":
@@ -359,6 +362,10 @@ def _check_fp8(spec: ScenarioFile, cluster: Cluster, fail) -> None:
         raise fail("precision.fp8", f"{fp8} with zero.stage 3: the gathered parameters' FP8 copies and FP8 "
                    "all-gathers of FSDP-style training are not modelled; use stages 0-2 (Megatron-Core's "
                    "distributed optimizer is stage 1)")
+    if spec.precision.fp8_params and not (spec.zero.implementation == "megatron-core" and spec.zero.stage == 1):
+        raise fail("precision.fp8_params", "true needs Megatron-Core's distributed optimizer (zero.implementation "
+                   "megatron-core, zero.stage 1): --fp8-param-gather gathers the FP8 parameters it casts from "
+                   f"its fp32 master shard, but this run is stage {spec.zero.stage} as {spec.zero.implementation}")
 
 
 def _qk_width(model: ModelSection) -> int:

@@ -220,11 +220,16 @@ SP_COLLECTIVES = {
 }
 
 
-def _sp_collectives(kind: str, nbytes: int) -> dict:
-    """Module fields for sequence parallelism: SP_COLLECTIVES[kind] of `nbytes` each (build_workload then
-    sets the all-reduce counts to 0)."""
+def _sp_collectives(kind: str, nbytes: int, gather_shrink: int = 1) -> dict:
+    """Module fields for sequence parallelism: SP_COLLECTIVES[kind] of `nbytes` each, the all-gathers' divided by
+    `gather_shrink` (e under FP8, whose gathers carry 1-byte elements); build_workload then sets the all-reduce
+    counts to 0."""
     fwd, bwd = SP_COLLECTIVES[kind]
-    return dict(mp_collectives_fwd=tuple((op, nbytes) for op in fwd), mp_collectives_bwd=tuple((op, nbytes) for op in bwd))
+
+    def sized(ops: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+        return tuple((op, nbytes // gather_shrink if op == "all_gather" else nbytes) for op in ops)
+
+    return dict(mp_collectives_fwd=sized(fwd), mp_collectives_bwd=sized(bwd))
 
 
 def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
@@ -237,7 +242,7 @@ def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
 
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
                    selective: bool = False, ep: int = 1, etp: int | None = None,
-                   recompute: frozenset[str] = frozenset(), cp: int = 1) -> Workload:
+                   recompute: frozenset[str] = frozenset(), cp: int = 1, fp8: bool = False) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
     bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
@@ -248,7 +253,9 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     'moe_act', 'mlp', 'moe': zsim.zero.rank_states.recompute_modules); `cp`: context parallelism [MC]: each rank
     computes s/cp of every sequence's tokens (its zig-zag pair of the 2·cp chunks), and its queries attend the whole
     sequence's keys, load-balanced: 1/cp of the causal attention core (the loader refuses windows and unfused attention
-    with it)."""
+    with it); `fp8`: Transformer Engine's FP8 linear layers (precision.fp8), whose sequence-parallel all-gathers carry
+    their quantized 1-byte inputs and output gradients (TE v2.9 layernorm_linear.py L246-265, linear.py L639-666:
+    gathered in FP8), the reduce-scatters their 16-bit outputs."""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len // cp, model.micro_batch, model.layers
     t = mp
@@ -290,7 +297,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         return dict(fwd_flops=block_flops - core + model_core if n else block_flops, fwd_hw_extra_flops=fwd_extra,
                     bwd_hw_extra_flops=bwd_extra, window=n if shape.flash else 0)
 
-    block_sp = _sp_collectives("block", mp_bytes) if sp else {}
+    block_sp = _sp_collectives("block", mp_bytes, e if fp8 else 1) if sp else {}
     etp = t if etp is None else etp
     # [MC] with each expert whole (expert_tensor_parallel_size 1) every MP rank routes its own sequence-parallel
     # share to its EP group and gets its own share back (token_dispatcher.py: no gather over the experts' TP
@@ -298,8 +305,8 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     # it; the attention's stay. Shared experts run on the gathered sequence as the dense MLP (shared_experts.py).
     # So does DeepEP with split experts, whose dispatch over the TP × EP group replaces the gather (Moe.over_tp_ep).
     no_tp_gather = etp == 1 or (moe is not None and moe.over_tp_ep(t, etp))  # none around the experts
-    moe_sp = (_sp_collectives("attention", mp_bytes) if sp and no_tp_gather and moe is not None and not moe.shared
-              else block_sp)
+    moe_sp = (_sp_collectives("attention", mp_bytes, e if fp8 else 1) if sp and no_tp_gather and moe is not None
+              and not moe.shared else block_sp)
     if sp and etp == t and moe is not None and not no_tp_gather:
         # [MC] with each expert split across the MP group (expert_tensor_parallel_size = tp) the alltoall
         # dispatcher all-gathers the routed token copies over the TP group after the EP all-to-all and

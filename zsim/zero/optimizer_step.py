@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from zsim.compute.fp8 import weight_kernels
+from zsim.compute.fp8 import copies, weight_kernels
 from zsim.compute.kernel_list import KernelList
 from zsim.compute.optimizer_kernels import host_adam_kernels, optimizer_kernels, runtime_step_kernels
 from zsim.zero.inputs import Scenario
@@ -15,8 +15,8 @@ from zsim.zero.implementation import list_copy_launches, list_copy_tail, shard_l
 from zsim.zero.megatron_ddp import IMPLEMENTATION as MEGATRON, chunk_buckets, grad_bytes
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
-from zsim.zero.rank_states import (expert_dp, expert_partition, fp8_weight_elements, full_grad_tag, partition_grad_tag,
-                                   rank_partition, rank_pieces)
+from zsim.zero.rank_states import (expert_dp, expert_partition, fp8_weight_elements, full_grad_tag,
+                                   param_bytes_per_element, partition_grad_tag, rank_partition, rank_pieces)
 from zsim.zero.runtime_requests import runtime_segments
 from zsim.zero.residual import StepGradients, list_collective_staging_bytes, step_gradient_bytes
 
@@ -102,7 +102,10 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
     if s.precision.fp8 != "none":
         # Transformer Engine quantizes the updated weights into their cached FP8 copies once a step, at the first
         # micro-batch's forward (zsim.compute.fp8); priced here, on the compute stream, as a step's work
-        quantize = KernelList("fp8.weights", weight_kernels(fp8_weight_elements(w), s.precision.fp8, e))
+        weights = fp8_weight_elements(w)
+        n = copies(s.precision.fp8, s.cluster.gpu.compute_capability)
+        quantize = KernelList("fp8.weights", weight_kernels(weights, math.ceil(weights / nd), s.precision.fp8, e, n,
+                                                            s.precision.fp8_params))
         b.add(name="optimizer/fp8_weights", stream="compute", kernels=quantize, hbm_bytes=quantize.bytes, step=step,
               micro_batch=last_mb)
     if z.stage in (1, 2) and w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group
@@ -112,9 +115,10 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
         for mods in () if z.overlap_param_gather else (chunks or (w.modules,)):
             # each bucket's _all_gather_base into the parameter buffer, synchronous: on the compute stream
             # (distrib_optimizer.py @ core_r0.8.0 L1583-1595, async_op False without --overlap-param-gather)
+            pe = param_bytes_per_element(s, w)  # e, less with FP8 parameters
             for j, bucket in enumerate(reversed(chunk_buckets(s, mods))):
                 b.add(name=f"all_gather/params.bucket.{j}", stream="compute", collective="all_gather", group="dp",
-                      nbytes=e * bucket.elements, step=step, micro_batch=last_mb)
+                      nbytes=round(pe * bucket.elements), step=step, micro_batch=last_mb)
     elif z.stage in (1, 2):
         # Stage 1 (v0.2) all-gathers each comm interval, stage 2 (v0.2) its partition in shards
         # (zsim.zero.buckets: flat_pieces, allgather_shards); both pass a list, which PyTorch stages

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from zsim.compute.fp8 import weight_cache_bytes
+from zsim.compute.fp8 import copies, weight_cache_bytes
 from zsim.zero.inputs import Scenario
 from zsim.workload.moe import Moe
 from zsim.workload.transformer import Workload, build_workload
 from zsim.zero.buckets import flat_pieces
 from zsim.zero.megatron_ddp import chunk_buckets, grad_bytes
-from zsim.zero.model_states import ModelStates, model_states, optimizer_k, stage_partition
+from zsim.zero.model_states import PARAM_BYTES, ModelStates, model_states, optimizer_k, stage_partition
 
 
 def recompute_modules(scenario: Scenario) -> frozenset[str]:
@@ -35,7 +35,8 @@ def scenario_workload(scenario: Scenario) -> Workload:
     return build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype,
                           sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario),
                           ep=scenario.parallel.ep, etp=scenario.layout.expert_mp,
-                          recompute=recompute_modules(scenario) - {"core_attn"}, cp=scenario.parallel.cp)
+                          recompute=recompute_modules(scenario) - {"core_attn"}, cp=scenario.parallel.cp,
+                          fp8=scenario.precision.fp8 != "none")
 
 
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
@@ -60,11 +61,17 @@ def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
         pieces = rank_pieces(scenario, workload)
         laid_out = sum(pieces) if pieces else workload.params_per_mp_rank
         dense = dataclasses.replace(dense, grads=grad_bytes(scenario.precision.dtype) * laid_out)
+    if scenario.precision.fp8_params:  # the linear weights held in FP8, 1 byte, no 16-bit copy (zsim.compute.fp8)
+        e = PARAM_BYTES[scenario.precision.dtype]
+        dense = dataclasses.replace(dense, params=dense.params - (e - 1) * sum(m.params for m in workload.blocks))
     if not workload.expert_params_per_rank:
         return dense
     # a MoE model's local experts: ZeRO partitions them over the expert-data-parallel group (dp/ep ranks)
     experts = model_states(workload.expert_params_per_rank, expert_dp(scenario), scenario.zero.stage,
                            scenario.precision.dtype, k=k)
+    if scenario.precision.fp8_params:
+        e = PARAM_BYTES[scenario.precision.dtype]
+        experts = dataclasses.replace(experts, params=experts.params - (e - 1) * workload.expert_params_per_rank)
     return ModelStates(params=dense.params + experts.params, grads=dense.grads + experts.grads,
                        optimizer=dense.optimizer + experts.optimizer)
 
@@ -77,9 +84,24 @@ def fp8_weight_elements(workload: Workload) -> int:
 
 
 def fp8_cache_bytes(scenario: Scenario, workload: Workload) -> int:
-    """Bytes of this rank's cached FP8 weight copies (zsim.compute.fp8.weight_cache_bytes); 0 without FP8."""
-    fp8 = scenario.precision.fp8
-    return 0 if fp8 == "none" else weight_cache_bytes(fp8_weight_elements(workload), fp8)
+    """Bytes of this rank's FP8 weight copies beside its parameters (zsim.compute.fp8.weight_cache_bytes); 0
+    without FP8."""
+    p = scenario.precision
+    if p.fp8 == "none":
+        return 0
+    n = copies(p.fp8, scenario.cluster.gpu.compute_capability)
+    return weight_cache_bytes(fp8_weight_elements(workload), p.fp8, n, p.fp8_params)
+
+
+def param_bytes_per_element(scenario: Scenario, workload: Workload) -> float:
+    """Mean bytes of one of this rank's parameter elements: e, or with FP8 parameters (precision.fp8_params) 1 for
+    the linear weights and e for the rest (what the distributed optimizer's parameter all-gathers carry: Megatron-Core
+    keeps FP8 parameters in their own uint8 buffer, param_and_grad_buffer.py; zsim spreads the mean over the buckets)."""
+    e = PARAM_BYTES[scenario.precision.dtype]
+    total = workload.params_per_mp_rank + workload.expert_params_per_rank
+    if not scenario.precision.fp8_params or not total:
+        return float(e)
+    return (e * total - (e - 1) * fp8_weight_elements(workload)) / total
 
 
 def expert_dp(scenario: Scenario) -> int:

@@ -21,7 +21,8 @@ from zsim.zero.implementation import live_grads
 from zsim.zero.megatron_ddp import IMPLEMENTATION as MEGATRON, chunk_buckets, grad_bytes
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
-from zsim.zero.rank_states import ep_dispatch, expert_dp, full_grad_tag, recompute_modules, selective
+from zsim.zero.rank_states import (ep_dispatch, expert_dp, full_grad_tag, param_bytes_per_element, recompute_modules,
+                                   selective)
 from zsim.zero.reductions import Reductions
 from zsim.zero.tp_overlap import TpOverlap
 from zsim.zero.residual import bucket_buffer_bytes
@@ -183,9 +184,10 @@ class StepPass(Gathers, Checkpoints, Reductions, TpOverlap):
         gather when a pre-hook waits on the one before, well ahead of the GPU: the gathers run back to back."""
         self.gathers_params = True
         deps = self.first_dep
+        pe = param_bytes_per_element(self.s, self.w)  # e, less with FP8 parameters (precision.fp8_params)
         for j, bucket in enumerate(reversed(chunk_buckets(self.s, mods))):
             op = self._add(name=f"all_gather/params.bucket.{j}", stream="comm", deps=deps, collective="all_gather",
-                           group="dp", nbytes=self.e * bucket.elements)
+                           group="dp", nbytes=round(pe * bucket.elements))
             deps = ()
             for name in bucket.modules:
                 self.param_gather_of[name] = self.param_gather_of.get(name, ()) + (op,)
