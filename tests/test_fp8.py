@@ -251,3 +251,18 @@ def test_fp8_params_need_fp8_and_the_distributed_optimizer():
         scenario_from(H100, "p", precision={"dtype": "bf16", "fp8": "delayed", "fp8_params": True},
                       zero={"stage": 2, "implementation": "deepspeed-0.2"})
     assert err.value.path == "precision.fp8_params" and "megatron-core" in str(err.value)
+
+
+def test_grad_reduce_in_fp32_false_halves_megatron_cores_gradient_buffer_and_its_reduce_scatters():
+    """Megatron-Bridge's `ddp.grad_reduce_in_fp32 = False`: bf16 gradients in the buffer and on the wire."""
+    fp32 = _scenario("none")
+    bf16 = _scenario("none", zero={"grad_reduce_in_fp32": False})
+    w = scenario_workload(fp32)
+    from zsim.zero.rank_states import rank_model_states
+
+    assert rank_model_states(fp32, w).grads == 2 * rank_model_states(bf16, w).grads
+    rs = lambda s: sum(op.nbytes for op in build_plan(s, w).ops if op.collective == "reduce_scatter" and op.group == "dp")  # noqa: E731
+    assert rs(fp32) == 2 * rs(bf16) > 0
+    with pytest.raises(ZsimError) as err:
+        scenario_from(H100, "g", zero={"stage": 1, "implementation": "paper", "grad_reduce_in_fp32": False})
+    assert err.value.path == "zero.grad_reduce_in_fp32"

@@ -153,6 +153,10 @@ class ZeroSection(Section, kw_only=True):
     ddp_bucket_elements: Annotated[int, Meta(gt=0, le=MAX_ELEMENTS, description=(
         "megatron-core: gradient elements per DDP bucket (Megatron-Core --ddp-bucket-size); unset: its default "
         "max(40,000,000, 1,000,000 x dp)"))] | None = None
+    grad_reduce_in_fp32: Annotated[bool, Meta(description=(
+        "megatron-core: the gradient buffer and its reductions in fp32 (true) or in the 16-bit dtype (false: "
+        "Megatron-Bridge's ddp.grad_reduce_in_fp32 False); unset: Megatron-Core's default, fp32 for bf16 "
+        "(zsim.zero.megatron_ddp.grad_bytes)"))] | None = None
     overlap_param_gather: Annotated[bool, Meta(description=(
         "megatron-core, stage 1: the updated parameters are all-gathered bucket by bucket under the next step's "
         "forward, each module waiting for its buckets (Megatron-Core --overlap-param-gather); false: all of "

@@ -252,8 +252,9 @@ def _check_implementation(zero: ZeroSection, fail) -> None:
         raise fail(f"zero.{key}", f"{getattr(zero, key)} is a DeepSpeed option; megatron-core keeps its gradients "
                    "in one contiguous buffer cut into buckets (zero.ddp_bucket_elements)")
     for key, on in (("ddp_bucket_elements", zero.ddp_bucket_elements is not None),
+                    ("grad_reduce_in_fp32", zero.grad_reduce_in_fp32 is not None),
                     ("overlap_param_gather", zero.overlap_param_gather)):
-        if on and not (megatron and (zero.stage == 1 or key == "ddp_bucket_elements")):
+        if on and not (megatron and (zero.stage == 1 or key != "overlap_param_gather")):
             raise fail(f"zero.{key}", f"{getattr(zero, key)} applies to zero.implementation megatron-core"
                        f"{' at stage 1 (the distributed optimizer)' if key == 'overlap_param_gather' else ''} only "
                        f"(this scenario: {zero.implementation}, stage {zero.stage})")

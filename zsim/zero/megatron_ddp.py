@@ -50,10 +50,14 @@ PARAM_ALIGNMENT = 64
 BUCKET_ALIGNMENT = 128
 
 
-def grad_bytes(dtype: str) -> int:
-    """Bytes per element of Megatron-Core's gradient buffer: fp32 for bf16 and fp32 models, fp16 for fp16
-    (arguments.py @ core_r0.8.0 L302-305; --accumulate-allreduce-grads-in-fp32 is off by default)."""
-    return 2 if dtype == "fp16" else 4
+def grad_bytes(dtype: str, in_fp32: bool | None = None) -> int:
+    """Bytes per element of Megatron-Core's gradient buffer: by default fp32 for bf16 and fp32 models, fp16 for fp16
+    (arguments.py @ core_r0.8.0 L302-305; --accumulate-allreduce-grads-in-fp32 is off by default); `in_fp32`
+    (zero.grad_reduce_in_fp32) True: fp32, False: the model's 16-bit dtype (Megatron-Bridge's
+    `ddp.grad_reduce_in_fp32 = False`)."""
+    if in_fp32 is None or dtype == "fp32":
+        return 2 if dtype == "fp16" else 4
+    return 4 if in_fp32 else 2
 
 
 def bucket_elements(dp: int, configured: int | None) -> int:

@@ -77,7 +77,7 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
     # pure bf16 (no master copy): Adam reads the bf16 gradients in place, as fp32 training reads its own
     grads = step_gradient_bytes(z.stage, elements, dtype, sub_group) if master else StepGradients(0, 0)
     e = PARAM_BYTES[dtype]
-    ge = grad_bytes(dtype) if megatron else e
+    ge = grad_bytes(dtype, z.grad_reduce_in_fp32) if megatron else e
     if megatron and ge == 4:
         # Megatron-Core hands the optimizer its fp32 gradient buffer's shard as the main gradients, no copy
         # (distrib_optimizer.py @ core_r0.8.0 _copy_model_grads_to_main_grads: `model_grad.float()` of fp32)

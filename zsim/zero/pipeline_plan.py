@@ -123,7 +123,8 @@ def build_pipeline_plan(scenario: Scenario, workload: Workload, copy_passes: boo
     # ZeRO-1 sums it inside its reduction, which is not planned apart (docs/parallel.md); megatron-core's
     # gradient buffer is fp32 for bf16 (zsim.zero.megatron_ddp.grad_bytes)
     tied = p > 1 and getattr(scenario.model, "tied_head", True)
-    grad_e = grad_bytes(scenario.precision.dtype) if megatron else PARAM_BYTES[scenario.precision.dtype]
+    grad_e = (grad_bytes(scenario.precision.dtype, z.grad_reduce_in_fp32) if megatron
+              else PARAM_BYTES[scenario.precision.dtype])
     embed_bytes = grad_e * workload.modules[0].tensors[0]
     # DeepSpeed v0.2's stage 1 reduces the whole stage at once (_reduce_stage1); megatron-core each chunk's buckets
     stage1_fused = z.stage == 1 and z.constant_buffers and not megatron

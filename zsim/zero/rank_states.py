@@ -60,7 +60,8 @@ def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
         # its gradient buffer: the padded buffer (stage 1) or Ψ, in its own dtype (zsim.zero.megatron_ddp)
         pieces = rank_pieces(scenario, workload)
         laid_out = sum(pieces) if pieces else workload.params_per_mp_rank
-        dense = dataclasses.replace(dense, grads=grad_bytes(scenario.precision.dtype) * laid_out)
+        dense = dataclasses.replace(dense, grads=grad_bytes(scenario.precision.dtype,
+                                                           scenario.zero.grad_reduce_in_fp32) * laid_out)
     if scenario.precision.fp8_params:  # the linear weights held in FP8, 1 byte, no 16-bit copy (zsim.compute.fp8)
         e = PARAM_BYTES[scenario.precision.dtype]
         dense = dataclasses.replace(dense, params=dense.params - (e - 1) * sum(m.params for m in workload.blocks))

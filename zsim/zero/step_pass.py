@@ -59,7 +59,7 @@ class StepPass(Gathers, Checkpoints, Reductions, TpOverlap):
         self.e = PARAM_BYTES[scenario.precision.dtype]
         # megatron-core keeps its gradients in their own dtype (zsim.zero.megatron_ddp.grad_bytes)
         self.megatron = scenario.zero.implementation == MEGATRON
-        self.ge = grad_bytes(scenario.precision.dtype) if self.megatron else self.e
+        self.ge = grad_bytes(scenario.precision.dtype, scenario.zero.grad_reduce_in_fp32) if self.megatron else self.e
         self.megatron_closes: dict[str, list[int]] = {}  # module -> the buckets its backward completes (elements)
         self.param_gather_of: dict[str, tuple[int, ...]] = {}  # module -> the parameter all-gathers it waits for
         self.gathers_params = False  # this pass issued megatron-core's parameter all-gathers (not copied from)
