@@ -57,7 +57,7 @@ def test_reader_recovers_times_and_maps_dtypes(tmp_path):
 @pytest.mark.parametrize("row,message", [
     ("0,256,256,256,bf16xbf16->bf16,1e12,1\n", "line 2: b '0' is not an integer"),
     ("1,256,x,256,bf16xbf16->bf16,1e12,1\n", "line 2: n 'x' is not an integer"),
-    ("1,256,256,256,f8e4m3fnxf8e4m3fn->bf16,1e12,1\n", "line 2: dtype 'f8e4m3fnxf8e4m3fn->bf16' is not one of"),
+    ("1,256,256,256,f8e5m2xf8e5m2->bf16,1e12,1\n", "line 2: dtype 'f8e5m2xf8e5m2->bf16' is not one of"),
     ("1,256,256,256,bf16xbf16->bf16,-5,1\n", "line 2: flops_per_s '-5' is not a finite number > 0"),
 ])
 def test_bad_rows_name_the_line_and_column(tmp_path, row, message):

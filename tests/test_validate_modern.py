@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 52
+    assert len(points) == 56
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 28
+    assert sum(p.half == "held_out" for p in points) == 30
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other
@@ -42,7 +42,7 @@ def test_layouts_cover_their_clusters():
         if "from_hf" in model:  # the layer count is the config's: the loader checks it
             assert _scenario(p, modern.default_suite()).model.layers % (pp * v) == 0, p.id
         elif "pp_layers" in par:
-            assert sum(par["pp_layers"]) == model["layers"] and len(par["pp_layers"]) == pp, p.id
+            assert sum(par["pp_layers"]) == model["layers"] and len(par["pp_layers"]) == pp * v, p.id
         else:
             assert model["layers"] % (pp * v) == 0, p.id
 
