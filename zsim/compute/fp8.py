@@ -32,7 +32,7 @@ The recipes differ in how a tensor's scale is found:
 
 Not modelled: the norm kernels' fused amax (TE's LayerNormLinear with current scaling writes the 16-bit norm
 output and its amax, then casts: zsim charges the separate amax read), the amax all-reductions across ranks,
-the activation memory saved in FP8 (zsim keeps the 16-bit count, an over-estimate where layer inputs are saved).
+the saved activations' FP8 copies (zsim counts a block's saved tensors as in 16-bit training; docs/models.md).
 """
 
 from __future__ import annotations
