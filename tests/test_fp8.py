@@ -266,3 +266,25 @@ def test_grad_reduce_in_fp32_false_halves_megatron_cores_gradient_buffer_and_its
     with pytest.raises(ZsimError) as err:
         scenario_from(H100, "g", zero={"stage": 1, "implementation": "paper", "grad_reduce_in_fp32": False})
     assert err.value.path == "zero.grad_reduce_in_fp32"
+
+
+@pytest.mark.parametrize("recipe, params, pp", [("delayed", False, 1), ("current", True, 1), ("current", True, 2),
+                                                ("delayed", True, 2)])
+def test_fp8_plans_copy_their_passes_exactly(recipe, params, pp):
+    """zsim.zero.pass_copy's copied passes equal the passes built one by one with FP8 (its step op's shared list)."""
+    from tests.test_pass_copy import _same_plans
+
+    dp = 2 if pp == 1 else 1
+    _same_plans(_scenario(recipe, model={"grad_accum": 4}, parallel={"dp": dp, "mp": 4, "pp": pp, "sequence_parallel": True},
+                          precision={"dtype": "bf16", "fp8": recipe, "fp8_params": params}))
+
+
+def test_zsim_memory_lists_the_fp8_weights_in_each_stage():
+    from zsim.commands.memory import stage_table
+
+    table = stage_table(_scenario("current", parallel={"dp": 1, "mp": 4, "pp": 2, "sequence_parallel": True},
+                                  model={"grad_accum": 4}))
+    for st in table["stages"]:
+        assert st["fp8_weights"] > 0
+        assert st["total"] == st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["fp8_weights"]
+    assert "fp8_weights" not in stage_table(_scenario("none", model={"grad_accum": 4}))["stages"][0]

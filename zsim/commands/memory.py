@@ -187,6 +187,7 @@ def stage_table(scenario) -> dict[str, Any]:
             "capacity_bytes": scenario.cluster.gpu.memory_bytes,
             "stages": [{"stage": st.stage, "layers": st.layers, "in_flight": st.in_flight,
                         **{k: v for k, v in st.states.as_dict().items()}, "activations": st.activations,
+                        **({"fp8_weights": st.fp8_weights} if st.fp8_weights else {}),  # precision.fp8's copies
                         "total": st.total} for st in stages]}
 
 
@@ -200,10 +201,11 @@ def stage_memory_command(args: argparse.Namespace) -> int:
     out = text_stream(args)
     print(f"Memory per rank of each pipeline stage: {scenario.name}, pp {table['pp']}, {table['schedule']}, "
           f"{table['micro_batches']} micro-batches; GB = 10^9 bytes; * = the binding stage", file=out)
+    columns = ("params", "grads", "optimizer", "activations") + (
+        ("fp8_weights",) if any("fp8_weights" in st for st in table["stages"]) else ()) + ("total",)
     rows = [[f"{st['stage']}{'*' if st['stage'] == table['binding_stage'] else ''}", str(st["layers"]),
-             str(st["in_flight"]), *(f"{st[k] / GB:.2f}" for k in ("params", "grads", "optimizer", "activations",
-                                                                    "total"))] for st in table["stages"]]
-    header = ["stage", "layers", "in flight", "params", "grads", "optimizer", "activations", "total"]
+             str(st["in_flight"]), *(f"{st[k] / GB:.2f}" for k in columns)] for st in table["stages"]]
+    header = ["stage", "layers", "in flight", *(k.replace("_", " ") for k in columns)]
     for text in format_table(rows, header=[header], gap="  "):
         print(text, file=out)
     worst = table["stages"][table["binding_stage"]]["total"]

@@ -38,8 +38,9 @@ the saved activations' FP8 copies (zsim counts a block's saved tensors as in 16-
 from __future__ import annotations
 
 import dataclasses
+import functools
 
-from zsim.compute.kernel_list import Kernel, mem, red
+from zsim.compute.kernel_list import Kernel, KernelList, mem, red
 
 # The GEMMs of Transformer Engine modules, by the kernel lists' names (zsim.compute.kernels, mla_kernels):
 # QKV, the attention's output projection, the dense MLP's two layers, the routed and shared experts', MLA's
@@ -104,15 +105,16 @@ def with_fp8(kernels: tuple[Kernel, ...], recipe: str, e: int, n: int = 2) -> tu
 MASTER_CAST_BYTES = 4 + 4 + 1
 
 
-def weight_kernels(elements: int, shard: int, recipe: str, e: int, n: int, params: bool) -> tuple[Kernel, ...]:
+@functools.lru_cache(maxsize=64)
+def weight_kernels(elements: int, shard: int, recipe: str, e: int, n: int, params: bool) -> KernelList:
     """A step's weight quantize over this rank's `elements` linear weight elements (`shard` of them its optimizer
     partition): the 16-bit weights into their `n` cached copies, or with FP8 parameters (`params`) the master
     shard's cast into them and, where a second copy is needed, the transpose of each whole weight (1 B read,
-    1 B written)."""
+    1 B written). Built once per arguments and shared (kernel lists compare by identity)."""
     if not params:
-        return tuple(quantize("fp8.weights", elements, recipe, e, n))
+        return KernelList("fp8.weights", tuple(quantize("fp8.weights", elements, recipe, e, n)))
     ks = (mem("fp8.master_to_params", MASTER_CAST_BYTES * shard),)
-    return ks + ((mem("fp8.weights.transpose", 2 * elements),) if n > 1 else ())
+    return KernelList("fp8.weights", ks + ((mem("fp8.weights.transpose", 2 * elements),) if n > 1 else ()))
 
 
 def weight_cache_bytes(elements: int, recipe: str, n: int = 2, params: bool = False) -> int:

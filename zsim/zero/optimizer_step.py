@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 from zsim.compute.fp8 import copies, weight_kernels
-from zsim.compute.kernel_list import KernelList
 from zsim.compute.optimizer_kernels import host_adam_kernels, optimizer_kernels, runtime_step_kernels
 from zsim.zero.inputs import Scenario
 from zsim.workload.transformer import Module, Workload
@@ -104,8 +103,7 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
         # micro-batch's forward (zsim.compute.fp8); priced here, on the compute stream, as a step's work
         weights = fp8_weight_elements(w)
         n = copies(s.precision.fp8, s.cluster.gpu.compute_capability)
-        quantize = KernelList("fp8.weights", weight_kernels(weights, math.ceil(weights / nd), s.precision.fp8, e, n,
-                                                            s.precision.fp8_params))
+        quantize = weight_kernels(weights, math.ceil(weights / nd), s.precision.fp8, e, n, s.precision.fp8_params)
         b.add(name="optimizer/fp8_weights", stream="compute", kernels=quantize, hbm_bytes=quantize.bytes, step=step,
               micro_batch=last_mb)
     if z.stage in (1, 2) and w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group
