@@ -288,3 +288,36 @@ def test_zsim_memory_lists_the_fp8_weights_in_each_stage():
         assert st["fp8_weights"] > 0
         assert st["total"] == st["params"] + st["grads"] + st["optimizer"] + st["activations"] + st["fp8_weights"]
     assert "fp8_weights" not in stage_table(_scenario("none", model={"grad_accum": 4}))["stages"][0]
+
+
+def test_blockwise_writes_two_block_scaled_copies_and_is_hopper_only():
+    """Blockwise FP8 (DeepSeek-V3's recipe): the cast finds its 1x128 scales itself (no amax pass) and writes two
+    copies with a 4-byte scale per 128 elements each; refused on Blackwell (mxfp8 is its block-scaled recipe)."""
+    ks = quantize("x", 1280, "blockwise", 2, 2)
+    assert [k.name for k in ks] == ["x.quantize"] and ks[0].bytes == pytest.approx((2 + 2 * (1 + 4 / 128)) * 1280)
+    s = _scenario("blockwise")
+    x = _shape(s, "blockwise")
+    assert x.fp8_copies == 2 and any(k.fp8 for k in module_kernels("block", "fwd", x).kernels)
+    with pytest.raises(ZsimError) as err:
+        scenario_from(H100, "b", precision={"dtype": "bf16", "fp8": "blockwise"}, model={"attention": "flash2"},
+                      hardware={"profile": "dgx-b200", "nodes": 1})
+    assert err.value.path == "precision.fp8" and "mxfp8" in str(err.value)
+
+
+def test_bf16_adam_moments_make_k_8_and_a_lighter_update():
+    """Megatron-Core's precision-aware optimizer with bf16 moments: K = 4 + 2 + 2 and 20 B an element updated."""
+    from zsim.zero.model_states import optimizer_k
+    from zsim.zero.rank_states import rank_model_states
+
+    assert optimizer_k("bf16", True, "bf16") == 8 and optimizer_k("bf16", True, "fp32") == 12
+    plain, light = _scenario("none"), _scenario("none", precision={"dtype": "bf16", "adam_moments": "bf16"})
+    w = scenario_workload(plain)
+    assert rank_model_states(light, w).optimizer * 12 == rank_model_states(plain, w).optimizer * 8
+    step = lambda s: next(op for op in build_plan(s, w).ops if op.name == "optimizer/step")  # noqa: E731
+    a, b = step(plain), step(light)
+    assert a.hbm_bytes - b.hbm_bytes == 8 * a.elements
+    fused = lambda op: next(k for k in op.kernels.kernels if k.name == "fused_adam").bytes  # noqa: E731
+    assert fused(a) / fused(b) == pytest.approx(28 / 20)
+    with pytest.raises(ZsimError) as err:
+        scenario_from(H100, "m", precision={"dtype": "bf16", "adam_moments": "bf16"}, zero={"implementation": "paper"})
+    assert err.value.path == "precision.adam_moments"

@@ -27,6 +27,10 @@ The recipes differ in how a tensor's scale is found:
   - delayed: from an amax history of earlier steps; the cast kernel records the new amax itself;
   - current: from the tensor's own amax, a reduction that reads it once more before the cast (TE v2.9
     csrc/quantizer.cpp L497-536: nvte_compute_amax, then nvte_quantize_v2);
+  - blockwise: one fp32 scale per 1x128 block (128x128 for weights), found inside the cast kernel (DeepSeek-V3's
+    recipe, Megatron-Core --fp8-recipe blockwise; Hopper): its GEMMs are priced as per-tensor FP8 GEMMs, which
+    block-scaled kernels are slower than (DeepGEMM's H800 table: a median 7.4% slower than zsim's FP8 terms,
+    docs/compute.md "FP8 GEMMs");
   - mxfp8: one E8M0 scale per 32 consecutive elements, found inside the cast kernel (Blackwell, OCP MX
     specification v1.0): one scale byte per 32 values per copy.
 
@@ -47,9 +51,12 @@ from zsim.compute.kernel_list import Kernel, KernelList, mem, red
 # projections. Their ".dgrad"/".wgrad" backward GEMMs and "recompute." copies follow.
 FP8_LINEARS = ("qkv", "attention.dense", "mlp.h_to_4h", "mlp.4h_to_h", "moe.experts.fc1", "moe.experts.fc2",
                "moe.shared.fc1", "moe.shared.fc2", "mla.q_down", "mla.q_up", "mla.kv_down", "mla.kv_up")
-RECIPES = ("delayed", "current", "mxfp8")
+RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 # MXFP8: one 1-byte E8M0 scale per 32 elements (OCP Microscaling Formats (MX) v1.0, §5.1: block size 32)
 MX_BLOCK = 32
+# Blockwise (DeepSeek-V3 §3.3.2; TE's Float8BlockScaling): one fp32 scale per 1x128 block of an activation or gradient
+# (128x128 of a weight, whose scales zsim counts as the activations' per 128: an over-count of 4 B per 128 elements)
+BLOCK = 128
 
 
 def _linear(name: str) -> tuple[str, str] | None:
@@ -63,13 +70,16 @@ def _linear(name: str) -> tuple[str, str] | None:
 
 
 def copies(recipe: str, compute_capability: int) -> int:
-    """The FP8 copies one quantize writes (module docstring): 2 on Hopper or with MXFP8, 1 on Blackwell per tensor."""
-    return 2 if recipe == "mxfp8" or compute_capability < 100 else 1
+    """The FP8 copies one quantize writes (module docstring): 2 on Hopper or with block scales (MXFP8, blockwise:
+    scaled along rows, then along columns), 1 on Blackwell per tensor."""
+    return 2 if recipe in ("mxfp8", "blockwise") or compute_capability < 100 else 1
 
 
 def _written(recipe: str, n: int) -> float:
-    """Bytes written per element for `n` FP8 copies (MXFP8: and a scale byte per MX_BLOCK elements per copy)."""
-    return n * (1 + (1 / MX_BLOCK if recipe == "mxfp8" else 0))
+    """Bytes written per element for `n` FP8 copies (MXFP8: and a scale byte per MX_BLOCK elements per copy;
+    blockwise: a 4-byte scale per BLOCK)."""
+    scales = 1 / MX_BLOCK if recipe == "mxfp8" else 4 / BLOCK if recipe == "blockwise" else 0
+    return n * (1 + scales)
 
 
 def quantize(name: str, elements: int, recipe: str, e: int, n: int = 2) -> list[Kernel]:
@@ -119,5 +129,5 @@ def weight_kernels(elements: int, shard: int, recipe: str, e: int, n: int, param
 
 def weight_cache_bytes(elements: int, recipe: str, n: int = 2, params: bool = False) -> int:
     """Bytes of the FP8 weight copies held beside the parameters: `n` of them, or with FP8 parameters (which are
-    the first) the other n − 1."""
+    the first) the other n − 1 (their scales counted with each copy)."""
     return int(elements * _written(recipe, n - 1 if params else n))

@@ -34,7 +34,8 @@ _MTA_ELEMENTS = 65536 * 320
 
 
 @functools.lru_cache(maxsize=64)
-def optimizer_kernels(elements: int, tensors: int, dtype: str, master: bool = True) -> dict[str, KernelList]:
+def optimizer_kernels(elements: int, tensors: int, dtype: str, master: bool = True,
+                      moments: str = "fp32") -> dict[str, KernelList]:
     """The optimizer step's kernels over this rank's partition of `elements` in `tensors` pieces, as
     DeepSpeed's ZeRO optimizer of 2020 ran them (deepspeed/pt/deepspeed_zero_optimizer.py, step()):
       overflow: per gradient tensor `float(x.float().sum())` (_has_inf_or_nan): a cast (2 B read,
@@ -47,7 +48,8 @@ def optimizer_kernels(elements: int, tensors: int, dtype: str, master: bool = Tr
     Pure bf16 (`master` false, precision.master_weights): no overflow check, no cast, no copy back; the norm
     reads 2 B, the clip reads and writes the bf16 gradient (4 B), the update reads and writes the bf16
     parameter, momentum and variance and reads the gradient (14 B per element; PyTorch's foreach Adam, the
-    same update rule).
+    same update rule). bf16 moments beside the master (`moments` 'bf16', precision.adam_moments): the update reads
+    and writes momentum and variance at 2 bytes, 20 B per element.
     Returns {'overflow', 'norm', 'adam'}; 'overflow' is empty for fp32 and pure bf16 training."""
     n, pieces = elements, max(1, tensors)
     mixed = dtype != "fp32" and master
@@ -62,7 +64,7 @@ def optimizer_kernels(elements: int, tensors: int, dtype: str, master: bool = Tr
     if pure:
         adam += (mem("grads.unscale_clip", 4 * n), mem("fused_adam", 14 * n, count=launches))
     else:
-        adam += (mem("grads.unscale_clip", 8 * n), mem("fused_adam", 28 * n, count=launches))
+        adam += (mem("grads.unscale_clip", 8 * n), mem("fused_adam", (20 if moments == "bf16" else 28) * n, count=launches))
     if mixed:
         adam += (mem("params.to_fp16", 6 * n),)
     return {"overflow": KernelList("optimizer.overflow", overflow), "norm": KernelList("optimizer.norm", norm),

@@ -235,13 +235,17 @@ class PrecisionSection(Section, kw_only=True):
     # Transformer Engine's FP8 training (Megatron-Core --fp8-format hybrid --fp8-recipe ...; zsim.compute.fp8,
     # docs/models.md "FP8"): the transformer blocks' linear layers quantize their inputs, weights and output
     # gradients and run their three GEMMs in FP8; attention's core, the router, the embedding and the head stay 16-bit.
-    fp8: Annotated[Literal["none", "delayed", "current", "mxfp8"], Meta(description=(
+    fp8: Annotated[Literal["none", "delayed", "current", "blockwise", "mxfp8"], Meta(description=(
         "FP8 GEMMs in the blocks' linear layers as Transformer Engine runs them: 'delayed' (per-tensor scales from "
-        "an amax history), 'current' (per-tensor scales from each tensor's own amax: one more read), 'mxfp8' "
-        "(32-element block scales, Blackwell); 'none': every GEMM in precision.dtype"))] = "none"
+        "an amax history), 'current' (per-tensor scales from each tensor's own amax: one more read), 'blockwise' "
+        "(DeepSeek-V3's 1x128 and 128x128 block scales, Hopper), 'mxfp8' (32-element block scales, Blackwell); "
+        "'none': every GEMM in precision.dtype"))] = "none"
     fp8_params: Annotated[bool, Meta(description=(
         "with fp8: the linear weights kept as FP8 parameters, 1 byte, no 16-bit copy (Megatron-Core --fp8-param-gather: "
         "the distributed optimizer's parameter all-gathers carry them; needs zero.implementation megatron-core)"))] = False
+    adam_moments: Annotated[Literal["fp32", "bf16"], Meta(description=(
+        "Adam's momentum and variance beside the fp32 master: fp32 (K = 12) or bf16 (K = 8: Megatron-Core's "
+        "precision-aware optimizer, --exp-avg-dtype/--exp-avg-sq-dtype bf16; needs zero.implementation megatron-core)"))] = "fp32"
     optimizer: Annotated[Literal["adam"], Meta(description="Adam: fp32 master, momentum, variance")] = "adam"
 
 

@@ -154,7 +154,8 @@ def _fp8_words(precision: dict[str, Any]) -> str:
     recipe = precision.get("fp8", "none")
     if recipe == "none":
         return ""
-    scaling = {"delayed": "delayed scaling", "current": "current scaling", "mxfp8": "MXFP8 block scaling"}[recipe]
+    scaling = {"delayed": "delayed scaling", "current": "current scaling", "blockwise": "blockwise scaling",
+               "mxfp8": "MXFP8 block scaling"}[recipe]
     return f"; FP8 linear layers ({scaling}; MFU against the {precision['dtype']} peak)"
 
 

@@ -319,6 +319,10 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
                    "fp32 master copy is modelled for bf16 only (fp16 needs loss scaling against its master copy; "
                    "fp32 has no 16-bit copy to drop)")
     _check_fp8(spec, cluster, fail)
+    if spec.precision.adam_moments == "bf16" and not (spec.precision.master_weights and spec.precision.dtype != "fp32"
+                                                       and zero.implementation == "megatron-core"):
+        raise fail("precision.adam_moments", "bf16 is Megatron-Core's precision-aware optimizer beside an fp32 master "
+                   "copy: it needs zero.implementation megatron-core, a 16-bit precision.dtype and master_weights true")
     par = spec.parallel
     if par.tp_comm_overlap and not (par.sequence_parallel and par.mp > 1):
         raise fail("parallel.tp_comm_overlap", "true needs parallel.sequence_parallel and mp > 1 (Megatron-Core "
@@ -356,6 +360,9 @@ def _check_fp8(spec: ScenarioFile, cluster: Cluster, fail) -> None:
         raise fail("precision.fp8", f"{fp8} on {gpu.name}, whose profile has no FP8 tensor-core peak and FP8 GEMM "
                    "terms (peak_fp8_tflops, compute.gemm.fp8): FP8 tensor cores came with Hopper (compute capability "
                    "9.0); use an H100, H200, GH200 or B200 profile, or precision.fp8: none")
+    if fp8 == "blockwise" and gpu.compute_capability >= 100:
+        raise fail("precision.fp8", f"blockwise on {gpu.name} (compute capability {gpu.compute_capability / 10:.1f}): "
+                   "zsim models block-scaled FP8 as Hopper runs it (DeepSeek-V3's recipe); on Blackwell use mxfp8")
     if fp8 == "mxfp8" and gpu.compute_capability < 100:
         raise fail("precision.fp8", f"mxfp8 on {gpu.name} (compute capability {gpu.compute_capability / 10:.1f}): "
                    "MXFP8 block scaling needs Blackwell (10.0) tensor cores; on Hopper use 'delayed' or 'current'")
@@ -399,7 +406,8 @@ def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:
 
     def states_at(stage: int):  # closed form: a huge `layers` is not expanded layer by layer (issue 13)
         nd = spec.parallel.dp * spec.parallel.cp  # ZeRO partitions over Megatron-Core's dp × cp group
-        whole = model_states_closed_form(spec.model, spec.parallel.mp, nd, stage, spec.precision.dtype, spec.parallel.ep, optimizer_k(spec.precision.dtype, spec.precision.master_weights),
+        k = optimizer_k(spec.precision.dtype, spec.precision.master_weights, spec.precision.adam_moments)
+        whole = model_states_closed_form(spec.model, spec.parallel.mp, nd, stage, spec.precision.dtype, spec.parallel.ep, k,
                                          etp=spec.parallel.expert_mp)
         # with pipeline stages each holds its share: the busiest holds at least the mean, 1/pp of the whole
         return whole if pp == 1 else type(whole)(params=whole.params // pp, grads=whole.grads // pp,

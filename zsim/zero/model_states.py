@@ -80,9 +80,18 @@ def tensor_partition(tensors: Sequence[int], nd: int) -> int:
 PURE_BF16_K = 4
 
 
-def optimizer_k(dtype: str, master_weights: bool = True) -> int:
-    """K for training in `dtype`, with (mixed precision) or without an fp32 master copy (PURE_BF16_K)."""
-    return adam_k(dtype) if master_weights else PURE_BF16_K
+# Megatron-Core's precision-aware optimizer with bf16 moments (--use-precision-aware-optimizer --exp-avg-dtype bf16
+# --exp-avg-sq-dtype bf16, precision.adam_moments bf16; Transformer Engine's FusedAdam with those state dtypes): the
+# fp32 master copy and 2 + 2 bytes of momentum and variance, K = 4 + 2 + 2.
+BF16_MOMENTS_K = 8
+
+
+def optimizer_k(dtype: str, master_weights: bool = True, moments: str = "fp32") -> int:
+    """K for training in `dtype`, with (mixed precision) or without an fp32 master copy (PURE_BF16_K), and with
+    Adam's moments in fp32 or, beside a master copy, in bf16 (BF16_MOMENTS_K)."""
+    if not master_weights:
+        return PURE_BF16_K
+    return BF16_MOMENTS_K if moments == "bf16" and dtype != "fp32" else adam_k(dtype)
 
 
 def adam_k(dtype: str) -> int:

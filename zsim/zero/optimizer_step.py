@@ -26,6 +26,9 @@ ADAM_BYTES_PER_ELEMENT = 28
 # Pure bf16 (precision.master_weights false): bf16 parameter, momentum and variance read and written, the bf16
 # gradient read: 14 bytes (the same update rule, PyTorch's foreach Adam on bf16 tensors).
 PURE_BF16_ADAM_BYTES_PER_ELEMENT = 14
+# bf16 moments beside the fp32 master (precision.adam_moments bf16): momentum and variance read and written at 2 bytes
+# each, 28 − 4 × 2 = 20 bytes
+BF16_MOMENTS_ADAM_BYTES_PER_ELEMENT = 20
 
 
 def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
@@ -53,7 +56,8 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
         # Kineto traces show (data/device/20261126-h200-kineto: h1024's one segment, h2048's ten units)
         tensors = len(runtime_segments(s, w))
     master = s.precision.master_weights
-    kernels = optimizer_kernels(elements, tensors, dtype, master)
+    moments = s.precision.adam_moments
+    kernels = optimizer_kernels(elements, tensors, dtype, master, moments)
     runtime = runtime_gpu and master
     if runtime:  # zsim's runtime's own step kernels (runtime_step_kernels)
         kernels = runtime_step_kernels(elements, tensors, dtype)
@@ -95,7 +99,8 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
     # A CPU host runs the runtime's chunked update, not the fused kernel: its launches are its aten ops.
     adam = host_adam_kernels(elements, tensors) if s.cluster.fabric == "host" else kernels["adam"]
     # megatron-core: Adam reads a 4-byte gradient where ADAM_BYTES_PER_ELEMENT counts an e-byte one
-    per_element = (ADAM_BYTES_PER_ELEMENT if master else PURE_BF16_ADAM_BYTES_PER_ELEMENT) + ge - e
+    per_element = (PURE_BF16_ADAM_BYTES_PER_ELEMENT if not master else BF16_MOMENTS_ADAM_BYTES_PER_ELEMENT
+                   if moments == "bf16" else ADAM_BYTES_PER_ELEMENT) + ge - e
     opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=per_element * elements,
                 frees=(held,), step=step, kernels=adam, micro_batch=last_mb, elements=elements)
     if s.precision.fp8 != "none":

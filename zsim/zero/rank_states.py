@@ -53,7 +53,7 @@ def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
 def rank_model_states(scenario: Scenario, workload: Workload) -> ModelStates:
     """Model-state bytes of one rank as the plan lays them out (padding included, as the runtime
     allocates them): zsim.zero.model_states with the plan's stage 1-2 pieces and stage 3 tensors."""
-    k = optimizer_k(scenario.precision.dtype, scenario.precision.master_weights)
+    k = optimizer_k(scenario.precision.dtype, scenario.precision.master_weights, scenario.precision.adam_moments)
     dense = model_states(workload.params_per_mp_rank, scenario.layout.dp, scenario.zero.stage,
                          scenario.precision.dtype, k=k, tensors=workload.tensors, pieces=rank_pieces(scenario, workload))
     if scenario.zero.implementation == "megatron-core":
