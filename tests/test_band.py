@@ -203,9 +203,9 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     assert nearest.regime == "pipeline parallelism | Ampere | shipped profile"
     moe = api.load(ROOT / "scenarios" / "mixtral-8x7b-ep8-dgx-h100.yaml")
     row = table["regimes"]["mixture-of-experts | Hopper | shipped profile"]
-    assert sorted(row["points"]) == ["modern:modelzoo-mixtral-8x22b-forced", "modern:modelzoo-qwen3-235b-ep32-pp8",
-                                     "modern:modelzoo-qwen3-235b-ep32-pp8-overlap", "modern:modelzoo-qwen3-235b-ep8-fsdp",
-                                     "modern:modelzoo-qwen3-235b-tp4-ep8-pp8"]
+    assert sorted(row["points"]) == ["modern:modelzoo-mixtral-8x22b-forced", "modern:modelzoo-mixtral-8x22b-fp8",
+                                     "modern:modelzoo-qwen3-235b-ep32-pp8", "modern:modelzoo-qwen3-235b-ep32-pp8-overlap",
+                                     "modern:modelzoo-qwen3-235b-ep8-fsdp", "modern:modelzoo-qwen3-235b-tp4-ep8-pp8"]
     band = band_for(moe, table)
     assert band is not None and band.match == "exact" and set(band.points) == set(row["points"])
     without = {**table, "regimes": {k: v for k, v in table["regimes"].items() if "mixture-of-experts" not in k}}
