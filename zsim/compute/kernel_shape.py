@@ -77,7 +77,8 @@ class Shape:
         and sequence parallelism (ignored at mp 1); `ep`, `etp`: a MoE model's expert-parallel degree and its
         experts' tensor-parallel degree (default mp); `recompute`: the modules selective recompute redoes
         besides the attention core ('layernorm', 'moe_act', 'mlp', 'moe'; zsim.zero.rank_states.recompute_modules);
-        `cp`: the context-parallel degree (each rank's kernels run on s/cp tokens of a sequence); `fp8`: precision.fp8 (with `arch`, the copies its quantizes write)."""
+        `cp`: the context-parallel degree (each rank's kernels run on s/cp tokens of a sequence); `fp8`: precision.fp8
+        (with `arch`, the copies its quantizes write: zsim.compute.fp8.copies)."""
         if cp > 1:
             from zsim.config.struct import replace
 

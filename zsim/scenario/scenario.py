@@ -342,8 +342,9 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
 def _check_fp8(spec: ScenarioFile, cluster: Cluster, fail) -> None:
     """precision.fp8 where zsim can price it (zsim.compute.fp8): 16-bit training on a GPU profile with an FP8
     peak and FP8 GEMM terms; MXFP8 on Blackwell (compute capability 10.0 and later: Transformer Engine's
-    MXFP8 recipe requires it, transformer_engine/pytorch/fp8.py check_mxfp8_support); not with ZeRO-3, whose
-    gathered parameters zsim does not hold in FP8."""
+    MXFP8 recipe requires it, transformer_engine/pytorch/fp8.py check_mxfp8_support), blockwise on Hopper (the
+    recipe zsim models); not with ZeRO-3, whose gathered parameters zsim does not hold in FP8; precision.fp8_params
+    only with FP8 and Megatron-Core's distributed optimizer (--fp8-param-gather's)."""
     fp8 = spec.precision.fp8
     if fp8 == "none":
         if spec.precision.fp8_params:
