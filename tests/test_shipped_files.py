@@ -16,7 +16,8 @@ from zsim.config.shipped import find_file, shipped_name, shipped_scenarios, ship
 from zsim.errors import ConfigError
 
 SHIPPED_SWEEPS = {"whatif/ib-bandwidth-1T", "whatif/layout-1T", "whatif/slow-nic", "whatif/stage-vs-dp-7.5B",
-                  "whatif/gpudirect-1T", "whatif/recompute-qwen3-235b-16k", "whatif/ep-overlap-qwen3-235b", "whatif/sm-contention-llama-3-70b"}
+                  "whatif/gpudirect-1T", "whatif/recompute-qwen3-235b-16k", "whatif/ep-overlap-qwen3-235b", "whatif/sm-contention-llama-3-70b",
+                  "whatif/fp8-llama-3-70b-3d"}
 
 
 def test_sweeps_and_scenarios_are_told_apart():
