@@ -9,7 +9,9 @@ precision.fp8; docs/compute.md "FP8 GEMMs") predict published FP8 GEMM tables th
 - XLA's sm_90 FP8 rows, which SOURCE.md calls implausible (87 of 1125 above the FP8 peak): printed, not trusted.
 
 Errors are zsim's time over the table's, less 1 (negative: zsim faster), at the burst rate (sustained_ratio not
-applied: the tables are short bursts). Run: `.venv/bin/python benchmarks/fp8_gemm_check.py`.
+applied: the tables are short bursts). Last, the share of a block's compute (forward and backward) that its quantize
+and amax passes take in the shipped FP8 scenario (scenarios/llama-3-70b-fp8-dgx-h100.yaml, TP 4: docs/models.md, "FP8
+training"). Run: `.venv/bin/python benchmarks/fp8_gemm_check.py`.
 """
 
 from __future__ import annotations
@@ -60,6 +62,27 @@ def line(label: str, errs: list[float]) -> str:
             f"  p90 {a[int(0.9 * (len(a) - 1))]:5.1%}")
 
 
+def quantize_share(path: Path) -> float:
+    """The quantize and amax kernels' share of one block's forward and backward GPU time in scenario `path`."""
+    from zsim.compute.kernels import module_kernels
+    from zsim.compute.model import kernel_seconds
+    from zsim.scenario.scenario import load_scenario
+    from zsim.compute.kernel_shape import Shape
+
+    s = load_scenario(path)
+    gpu = s.cluster.gpu
+    shape = Shape.of(s.model, s.layout.mp, 0, s.precision.dtype, arch=gpu.compute_capability,
+                     sp=s.parallel.sequence_parallel, fp8=s.precision.fp8)
+    total = quantize = 0.0
+    for phase in ("fwd", "bwd"):
+        for k in module_kernels("block", phase, shape).kernels:
+            t = kernel_seconds(k, gpu.compute, gpu.peak_flops[s.precision.dtype], gpu.hbm_bytes_per_s, s.precision.dtype,
+                               2, gpu.peak_flops["fp8"])
+            total += t
+            quantize += t if k.name.endswith((".quantize", ".amax")) else 0.0
+    return quantize / total
+
+
 def main() -> None:
     print(line("B200: XLA sm_100 FP8 (E4M3 x E4M3)", errors(xla_rows("xla-sm_100-fp8.csv"), "gcp-a4-b200")))
     print(line("B200: XLA sm_100 FP8 (E4M3 x E5M2)", errors(xla_rows("xla-sm_100-fp8.csv", "f8e4m3fnxf8e5m2->bf16"),
@@ -69,6 +92,8 @@ def main() -> None:
     print(line("H800: DeepGEMM dense (block-scaled)", errors(deepgemm_rows(), "dgx-h100")))
     print(line("H800: CUTLASS 3.6 dense (DeepGEMM's baseline, block-scaled)", errors(deepgemm_rows("cutlass_tflops"), "dgx-h100")))
     print(line("H100: XLA sm_90 FP8 (implausible: above peak; not trusted)", errors(xla_rows("xla-sm_90-fp8.csv"), "dgx-h100")))
+    scenario = DATA.parents[2] / "scenarios" / "llama-3-70b-fp8-dgx-h100.yaml"
+    print(f"quantize and amax passes, share of a block's compute in {scenario.name}: {quantize_share(scenario):.1%}")
 
 
 if __name__ == "__main__":

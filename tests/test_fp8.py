@@ -321,3 +321,22 @@ def test_bf16_adam_moments_make_k_8_and_a_lighter_update():
     with pytest.raises(ZsimError) as err:
         scenario_from(H100, "m", precision={"dtype": "bf16", "adam_moments": "bf16"}, zero={"implementation": "paper"})
     assert err.value.path == "precision.adam_moments"
+
+
+def test_fp8_params_gather_a_moe_models_experts_at_one_byte_and_its_dense_buckets_at_their_own_mean():
+    """The routed experts are gathered apart from the dense buckets (zsim.zero.optimizer_step): with FP8 parameters
+    each expert element is 1 byte, and the dense buckets' mean counts the dense parameters alone."""
+    from zsim.zero.rank_states import expert_param_bytes, param_bytes_per_element
+
+    moe = {"moe": {"experts": 4, "top_k": 2}}
+    sections = {"parallel": {"dp": 8, "mp": 1, "ep": 4}, "zero": {"stage": 1, "implementation": "megatron-core",
+                                                                   "activation_checkpointing": False}}
+    plain = scenario_from(H100, "p", **sections, model=moe, precision={"dtype": "bf16", "fp8": "current"})
+    fp8p = scenario_from(H100, "p", **sections, model=moe, precision={"dtype": "bf16", "fp8": "current", "fp8_params": True})
+    w = scenario_workload(fp8p)
+    assert w.expert_params_per_rank > 0
+    assert (expert_param_bytes(plain), expert_param_bytes(fp8p)) == (2, 1)
+    dense = w.params_per_mp_rank
+    assert param_bytes_per_element(fp8p, w) == pytest.approx((2 * dense - sum(m.params for m in w.blocks)) / dense)
+    experts = lambda s: next(op.nbytes for op in build_plan(s, w).ops if op.name == "all_gather/params.experts")  # noqa: E731
+    assert experts(plain) == 2 * experts(fp8p) > 0

@@ -14,7 +14,7 @@ from zsim.zero.implementation import list_copy_launches, list_copy_tail, shard_l
 from zsim.zero.megatron_ddp import IMPLEMENTATION as MEGATRON, chunk_buckets, grad_bytes
 from zsim.zero.model_states import PARAM_BYTES
 from zsim.zero.ops import Alloc, PlanBuilder
-from zsim.zero.rank_states import (expert_dp, expert_partition, fp8_weight_elements, full_grad_tag,
+from zsim.zero.rank_states import (expert_dp, expert_param_bytes, expert_partition, fp8_weight_elements, full_grad_tag,
                                    param_bytes_per_element, partition_grad_tag, rank_partition, rank_pieces)
 from zsim.zero.runtime_requests import runtime_segments
 from zsim.zero.residual import StepGradients, list_collective_staging_bytes, step_gradient_bytes
@@ -113,7 +113,7 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
               micro_batch=last_mb)
     if z.stage in (1, 2) and w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group
         b.add(name="all_gather/params.experts", stream="comm", deps=(opt,), collective="all_gather", group="edp",
-              nbytes=e * expert_dp(s) * expert_partition(s, w), step=step, micro_batch=last_mb)
+              nbytes=expert_param_bytes(s) * expert_dp(s) * expert_partition(s, w), step=step, micro_batch=last_mb)
     if z.stage == 1 and megatron:
         for mods in () if z.overlap_param_gather else (chunks or (w.modules,)):
             # each bucket's _all_gather_base into the parameter buffer, synchronous: on the compute stream

@@ -95,14 +95,21 @@ def fp8_cache_bytes(scenario: Scenario, workload: Workload) -> int:
 
 
 def param_bytes_per_element(scenario: Scenario, workload: Workload) -> float:
-    """Mean bytes of one of this rank's parameter elements: e, or with FP8 parameters (precision.fp8_params) 1 for
-    the linear weights and e for the rest (what the distributed optimizer's parameter all-gathers carry: Megatron-Core
-    keeps FP8 parameters in their own uint8 buffer, param_and_grad_buffer.py; zsim spreads the mean over the buckets)."""
+    """Mean bytes of one of this rank's dense (non-expert) parameter elements, what the distributed optimizer's
+    bucketed all-gathers carry: e, or with FP8 parameters (precision.fp8_params) 1 for the blocks' weights and e
+    for the rest (Megatron-Core keeps FP8 parameters in their own uint8 buffer, param_and_grad_buffer.py; zsim
+    spreads the mean over the buckets). The routed experts are gathered apart (expert_param_bytes)."""
     e = PARAM_BYTES[scenario.precision.dtype]
-    total = workload.params_per_mp_rank + workload.expert_params_per_rank
+    total = workload.params_per_mp_rank
     if not scenario.precision.fp8_params or not total:
         return float(e)
-    return (e * total - (e - 1) * fp8_weight_elements(workload)) / total
+    return (e * total - (e - 1) * sum(m.params for m in workload.blocks)) / total
+
+
+def expert_param_bytes(scenario: Scenario) -> int:
+    """Bytes of one routed-expert parameter element as its all-gather carries it: 1 with FP8 parameters (every
+    expert weight is a linear layer's), else e."""
+    return 1 if scenario.precision.fp8_params else PARAM_BYTES[scenario.precision.dtype]
 
 
 def expert_dp(scenario: Scenario) -> int:
