@@ -138,6 +138,27 @@ def test_nvls_needs_an_nvswitch_fabric(tmp_path):
         load_cluster("meshbox", 1, Profiles.from_environment([tmp_path]))
 
 
+def test_nvls_off_in_a_scenario_runs_the_large_all_reduce_as_a_ring():
+    """hardware.nvls: false is NCCL_NVLS_ENABLE=0 (MLPerf Training v3.1's GPT-3 runs set it): the 1 GiB
+    all_reduce on one H100 node leaves NVLS for the ring, and nothing else in the cluster changes."""
+    on, off = load_cluster("hgx-h100-ndr", 1), load_cluster("hgx-h100-ndr", 1, nvls=False)
+    assert on.nvls and not off.nvls and dataclasses.replace(off, nvls=True) == on
+    assert run_collective(on, "all_reduce", 1 << 30, 8).algorithm == "nvls/Simple"
+    ring = run_collective(off, "all_reduce", 1 << 30, 8)
+    assert ring.algorithm.startswith("ring/") and ring.time_us > run_collective(on, "all_reduce", 1 << 30, 8).time_us
+    assert load_cluster("hgx-h100-ndr", 1, nvls=True) == on
+
+
+def test_nvls_on_a_node_whose_switches_cannot_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="NVLink SHARP") as err:
+        load_cluster("dgx2", 1, nvls=True)
+    assert err.value.path == "hardware.nvls"
+    assert load_cluster("dgx2", 1, nvls=False) == load_cluster("dgx2", 1)
+    with pytest.raises(ConfigError, match="no NVSwitch") as err:
+        small_scenario(hardware={"profile": "dev-2core", "nodes": 1, "nvls": False})
+    assert err.value.path == "hardware.nvls"
+
+
 @pytest.mark.parametrize("parallel, stage", [({"dp": 2, "mp": 8}, 1), ({"dp": 8, "mp": 2}, 0), ({"dp": 4, "mp": 4}, 2)])
 def test_class_and_per_rank_modes_agree_on_nvls_nodes(parallel, stage):
     """TP all-reduces inside a DGX H100 run NVLS; DP groups of 4 or 8 GPUs a node may run NVLSTree, and two or

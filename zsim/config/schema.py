@@ -273,6 +273,9 @@ class HardwareSection(Section, kw_only=True):
     gpudirect_rdma: Annotated[bool, Meta(description=(
         "false: no GPUDirect RDMA (NCCL stages inter-node bytes through host memory: a NIC carries "
         "min(2/3 of its rate, half its PCIe switch's uplink), zsim.fabric.gpudirect); true: as the profile"))] | None = None
+    nvls: Annotated[bool, Meta(description=(
+        "false: NCCL does not use NVLink SHARP (NCCL_NVLS_ENABLE=0: no NVLS or NVLSTree, zsim.fabric.nvls); "
+        "true: as a profile whose NVSwitches do it (refused on a node whose switches do not)"))] | None = None
 
     def overrides(self) -> dict[str, float | int | str]:
         """The override keys that are set, by name (the keyword arguments of load_cluster)."""

@@ -178,7 +178,8 @@ def default_tuner(compute_capability: int) -> str:
 def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, gpu: str | None = None,
                  gpus_per_node: int | None = None, nics_per_node: int | None = None, nic_Gbps: float | None = None,
                  nic_latency_us: float | None = None, gpu_memory_GiB: float | None = None,
-                 oversubscription: float | None = None, gpudirect_rdma: bool | None = None) -> Cluster:
+                 oversubscription: float | None = None, gpudirect_rdma: bool | None = None,
+                 nvls: bool | None = None) -> Cluster:
     """Load system profile `profile` and the component profiles it names, for `nodes` nodes, from
     `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in profiles).
 
@@ -186,7 +187,8 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     names and units): `gpu` a GPU profile name; `gpus_per_node`; `nics_per_node`; `nic_Gbps` one NIC
     port's line rate per direction (the network profile's efficiency still applies); `nic_latency_us`;
     `gpu_memory_GiB`; `oversubscription`; `gpudirect_rdma` (False: NCCL stages inter-node bytes through
-    host memory, zsim.fabric.gpudirect). Values are range-checked by the scenario schema.
+    host memory, zsim.fabric.gpudirect); `nvls` (False: NCCL_NVLS_ENABLE=0, no NVLink SHARP algorithm;
+    True only where the profile's NVSwitches do it). Values are range-checked by the scenario schema.
     A different `gpus_per_node` keeps the node's fabric: an NVSwitch node spreads its GPUs evenly over
     its baseboards (so it must be a multiple of them), a cube-mesh node of n <= 8 GPUs keeps the
     sub-mesh among GPUs 0..n-1 (zsim.fabric.cube_mesh) and has no cube-mesh beyond 8.
@@ -199,7 +201,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     check_name("system", profile)
     not_on_host = {"gpu": gpu, "nics_per_node": nics_per_node, "nic_Gbps": nic_Gbps, "nic_latency_us": nic_latency_us,
                    "gpu_memory_GiB": gpu_memory_GiB, "oversubscription": oversubscription,
-                   "gpudirect_rdma": gpudirect_rdma}
+                   "gpudirect_rdma": gpudirect_rdma, "nvls": nvls}
     try:
         path = profiles.path("system", profile)
     except ConfigError as exc:
@@ -250,6 +252,9 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     port = inter.port_Gbps if inter.port_Gbps is not None else net.port_Gbps
     line = (nic_Gbps if nic_Gbps is not None else port) / 8 * GB
     gdr = inter.gpudirect_rdma if gpudirect_rdma is None else gpudirect_rdma
+    if nvls and not intra.nvls:
+        raise ConfigError(f"true: {system.name}'s NVSwitches do no NVLink SHARP (its profile's intra_node.nvls is "
+                          "false), so NCCL has no NVLS algorithm to enable", path="hardware.nvls")
     offload = Tier(link.name, link.GBps_per_direction * GB * link.efficiency, 0.0)
     nic = nic_bytes_per_s(line * net.efficiency, gdr, offload.bytes_per_s)
     latency_s = (nic_latency_us if nic_latency_us is not None else net.latency_us) * 1e-6
@@ -298,7 +303,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         tree_efficiency=net.tree_efficiency,
         calibration=calibration_note(system.provenance),
         ll128_share=net.ll128_share,
-        nvls=intra.nvls,
+        nvls=intra.nvls if nvls is None else nvls,  # NCCL_NVLS_ENABLE=0 turns it off (NCCL env docs)
         nvls_tree_share=net.nvls_tree_share,
         gpudirect_rdma=gdr,
         nic_line_bytes_per_s=line,
@@ -313,6 +318,7 @@ _NOT_ON_A_HOST = {
     "nic_latency_us": "a host profile is one machine, whose ranks talk over gloo on loopback",
     "oversubscription": "a host profile is one machine: there is no fat tree",
     "gpudirect_rdma": "a host profile is one machine: there is no NIC to reach GPU memory",
+    "nvls": "a host profile has no NVSwitch to reduce in",
     "gpu_memory_GiB": "the ranks share the host's memory_GiB (each gets 1/ranks of it): edit the host profile",
 }
 
