@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 70
+    assert len(points) == 73
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 38
+    assert sum(p.half == "held_out" for p in points) == 40
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other
@@ -97,3 +97,29 @@ def test_automodels_llama_row_is_one_step_of_its_tokens():
     sc = _scenario(p, modern.default_suite())
     assert (sc.grad_accum, sc.model.micro_batch, sc.parallel.dp, sc.parallel.cp, sc.layout.world) == (4, 1, 32, 2, 64)
     assert sc.grad_accum * sc.model.micro_batch * sc.parallel.dp * sc.model.seq_len == 128 * 8192
+
+
+def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eos_512_point():
+    """MLPerf Training GPT-3 175B: each point's micro-batches a step are the gradient_accumulation_steps its logs
+    print (global batch / (DP x micro-batch)) on its config's TP x PP (v), and scenarios/gpt3-175b-mlperf31-h100.yaml is
+    the v3.1 Eos 512-GPU point's scenario, section for section."""
+    from tests.conftest import ROOT
+    from zsim.scenario.scenario import load_scenario
+    from zsim.validate.scale import _scenario
+
+    logged = {"mlperf30-gpt3-nvidia-512": 128, "mlperf30-gpt3-coreweave-1536": 64, "mlperf30-gpt3-coreweave-3584": 24,
+              "mlperf31-gpt3-eos-4096": 16, "mlperf31-gpt3-eos-10752": 8, "mlperf40-gpt3-eos-512": 72,
+              "mlperf40-gpt3-eos-11616": 6}
+    points, _ = load_suite(modern.default_suite())
+    mlperf = {p.id: p for p in points if p.id.startswith("mlperf")}
+    assert len(mlperf) == 16 and sum(p.half == "held_out" for p in mlperf.values()) == 9
+    for pid, accum in logged.items():
+        sc = _scenario(mlperf[pid], modern.default_suite())
+        layout = (4, 8, 4) if pid == "mlperf40-gpt3-eos-512" else (4, 6, 8) if pid.startswith("mlperf40") else (4, 8, 12)
+        assert (sc.grad_accum, sc.parallel.mp, sc.parallel.pp, sc.parallel.virtual_stages) == (accum, *layout), pid
+        assert sc.precision.fp8 == "delayed" and sc.cluster.nvls == pid.startswith("mlperf30"), pid
+        assert sc.precision.fp8_params == pid.startswith("mlperf40"), pid
+    point = _scenario(mlperf["mlperf31-gpt3-eos-512"], modern.default_suite())
+    shipped = load_scenario(ROOT / "scenarios/gpt3-175b-mlperf31-h100.yaml")
+    for section in ("model", "parallel", "zero", "precision", "hardware"):
+        assert getattr(shipped, section) == getattr(point, section), section
