@@ -123,3 +123,47 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
     shipped = load_scenario(ROOT / "scenarios/gpt3-175b-mlperf31-h100.yaml")
     for section in ("model", "parallel", "zero", "precision", "hardware"):
         assert getattr(shipped, section) == getattr(point, section), section
+
+
+def _tiny_suite(tmp_path):
+    """A suite file of two tiny held-out points (their published step made up) and a series of both."""
+    def point(pid, dp):
+        return {"id": pid, "cluster": "c", "half": "held_out", "framework": "Megatron-LM", "quote": "made up",
+                "published": {"step_s": 1.0},
+                "scenario": {"model": {"layers": 2, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1024,
+                                       "micro_batch": 1, "global_batch": 8},
+                             "parallel": {"dp": dp, "mp": 1}, "zero": {"stage": 0}, "precision": {"dtype": "fp16"},
+                             "hardware": {"profile": "dgx-a100", "nodes": 1}}}
+    suite = {"points": [point("tiny-a", 8), point("tiny-b", 4)],
+             "series": [{"name": "tiny a to b", "points": ["tiny-a", "tiny-b"]}]}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def test_point_runs_the_matching_points_and_the_series_they_complete(tmp_path):
+    """`zsim validate modern --point`: one id runs that point alone (the series, missing a point, is not checked);
+    a pattern matching both runs both and checks the series; the report names the subset."""
+    import json
+
+    path = _tiny_suite(tmp_path)
+    out = tmp_path / "r.json"
+    main(["validate", "modern", "--suite-file", str(path), "--point", "tiny-b", "--json", str(out)])
+    one = json.loads(out.read_text())
+    assert [p["name"] for p in one["points"]] == ["tiny-b"] and one["only"] == ["tiny-b"]
+    assert not any(c["group"] == "series" for c in one["checks"])
+    assert any("a subset: 1 of the suite's 2 points" in n for n in one["notes"])
+    main(["validate", "modern", "--suite-file", str(path), "--point", "tiny-*", "--json", str(out)])
+    both = json.loads(out.read_text())
+    assert sorted(p["name"] for p in both["points"]) == ["tiny-a", "tiny-b"]
+    assert [c["group"] for c in both["checks"]].count("series") == 1
+
+
+def test_point_matching_nothing_or_on_another_suite_exits_2_naming_it(tmp_path, capsys):
+    path = _tiny_suite(tmp_path)
+    assert main(["validate", "scale", "--suite-file", str(path), "--point", "tiny-c"]) == 2
+    err = capsys.readouterr().err
+    assert "--point tiny-c: no point of the suite has a matching id; did you mean" in err and "'tiny-a'" in err
+    assert "Traceback" not in err
+    assert main(["validate", "megatron", "--point", "x"]) == 2
+    assert "--point applies to the scale and modern suites" in capsys.readouterr().err

@@ -39,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="paper, megatron, scale, modern: override a scenario key in every run of the suite, as "
                         "zsim run --set does (repeatable), e.g. --set zero.overlap_comm=true; the report names them")
+    p.add_argument("--point", dest="only", action="append", default=[], metavar="ID",
+                   help="scale, modern: run only the points whose id matches (a shell-style pattern, repeatable), "
+                        "e.g. --point 'mlperf31-*'; series whose points are all chosen are checked; the report says it "
+                        "is a subset, not the suite's verdict")
     p.add_argument("--dry-run", action="store_true",
                    help="replay: check the suite (its file, base profile and every run's model) and list what it "
                         "would record, without recording (seconds; needs no torch)")
@@ -57,6 +61,9 @@ def run_command(args: argparse.Namespace) -> int:
             raise ZsimError(f"--png {args.png}: expected a .png file name (the chart is a PNG)")
     if args.output is not None:
         check_dir(args.output)
+    if args.only and args.suite not in ("scale", "modern"):
+        raise ZsimError(f"--point applies to the scale and modern suites, whose points have ids; the {args.suite} "
+                        "suite runs as a whole")
     if args.suite == "replay":
         if args.overrides:
             raise ZsimError("--set applies to the paper, megatron, scale and modern suites; replay records its own runs "
@@ -70,7 +77,7 @@ def run_command(args: argparse.Namespace) -> int:
                             "report with --json)")
         if args.suite_file is not None and not args.suite_file.is_file():
             raise ZsimError(f"--suite-file {args.suite_file}: no such file")
-        options = {"suite_file": args.suite_file, "overrides": tuple(args.overrides)}
+        options = {"suite_file": args.suite_file, "overrides": tuple(args.overrides), "only": tuple(args.only)}
     else:
         if args.dry_run:
             raise ZsimError(f"--dry-run applies to the replay suite; the {args.suite} suite only simulates "

@@ -20,11 +20,13 @@ def default_suite() -> Path:
     return Path(__file__).resolve().parent / "suites" / "modern.yaml"
 
 
-def run(progress: bool = False, suite_file: Path | None = None, overrides: tuple[str, ...] = ()) -> Report:
-    """Simulate every point of the modern suite, each with `overrides` (`zsim validate --set`), and judge its
-    held-out half (zsim.validate.scale.run).
+def run(progress: bool = False, suite_file: Path | None = None, overrides: tuple[str, ...] = (),
+        only: tuple[str, ...] = ()) -> Report:
+    """Simulate every point of the modern suite (or those whose id matches a pattern of `only`, `zsim validate
+    --point`), each with `overrides` (`zsim validate --set`), and judge its held-out half (zsim.validate.scale.run).
 
     Raises:
-        ConfigError: a malformed suite file, or an override its first point refuses.
+        ConfigError: a malformed suite file, an override its first point refuses, or a pattern no point matches.
     """
-    return scale.run(progress=progress, suite_file=suite_file or default_suite(), name="modern", overrides=overrides)
+    return scale.run(progress=progress, suite_file=suite_file or default_suite(), name="modern", overrides=overrides,
+                     only=only)

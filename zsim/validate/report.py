@@ -72,11 +72,13 @@ class Report:
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     overrides: tuple[str, ...] = ()  # `zsim validate --set`: every scenario ran with these
+    only: tuple[str, ...] = ()  # `zsim validate --point`: the id patterns of the points that ran (a subset)
 
     @property
     def title(self) -> str:
         """The command that made the report, overrides included."""
-        return f"zsim validate {self.suite}" + "".join(f" --set {o}" for o in self.overrides)
+        return (f"zsim validate {self.suite}" + "".join(f" --set {o}" for o in self.overrides)
+                + "".join(f" --point {o}" for o in self.only))
 
     @property
     def passed(self) -> bool:
@@ -84,7 +86,8 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         points = [{**asdict(p), "error": p.error, "passed": p.passed} for p in self.points]
-        return {"suite": self.suite, "overrides": list(self.overrides), "passed": self.passed, "points": points,
+        return {"suite": self.suite, "overrides": list(self.overrides), "only": list(self.only),
+                "passed": self.passed, "points": points,
                 "checks": [asdict(c) for c in self.checks], "notes": self.notes}
 
     def table(self) -> str:

@@ -278,16 +278,19 @@ def residual(point: ScalePoint, suite: Path, overrides: tuple[str, ...] = ()) ->
 
 
 def residuals(suite_file: Path | None = None, progress: bool = False, name: str = "scale",
-              overrides: tuple[str, ...] = ()) -> tuple[list[ScalePoint], list[Residual]]:
-    """Every point of the suite simulated (zsim.validate.scale.residual), in file order, each with `overrides`.
+              overrides: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> tuple[list[ScalePoint], list[Residual]]:
+    """Every point of the suite simulated (zsim.validate.scale.residual), in file order, each with `overrides`;
+    with `only`, the points whose id matches one of its shell-style patterns (chosen_points).
 
     Raises:
-        ConfigError: a malformed suite file, or an override the first point refuses (check_overrides).
+        ConfigError: a malformed suite file, an override the first point refuses (check_overrides), or a
+            pattern of `only` that no point's id matches.
     """
     from tqdm import tqdm
 
     suite = suite_file or default_suite()
     points, _ = load_suite(suite)
+    points = chosen_points(points, only, suite)
     check_overrides(points, suite, overrides)
     out = []
     for p in tqdm(points, disable=not progress, desc=f"zsim validate {name}", unit="run", leave=False):
@@ -296,18 +299,21 @@ def residuals(suite_file: Path | None = None, progress: bool = False, name: str 
 
 
 def run(progress: bool = False, suite_file: Path | None = None, name: str = "scale",
-        overrides: tuple[str, ...] = ()) -> Report:
+        overrides: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> Report:
     """Simulate every point of the suite and judge the held-out half (module docstring). `name` is the
     report's (`zsim validate modern` runs this with its own file: zsim.validate.modern). `overrides`
-    (`zsim validate --set`) are applied to every point's scenario, a what-if the report names.
+    (`zsim validate --set`) are applied to every point's scenario, a what-if the report names. `only`
+    (`zsim validate --point`): just the points whose id matches one of these patterns, and the series all of
+    whose points are among them; the report says it is a subset, whose checks are not the suite's verdict.
 
     Raises:
-        ConfigError: a malformed suite file (load_suite), or an override the first point refuses.
+        ConfigError: a malformed suite file (load_suite), an override the first point refuses, or a pattern
+            of `only` that no point matches.
     """
     suite = suite_file or default_suite()
-    _, series = load_suite(suite)
-    points, res = residuals(suite, progress, name, overrides)
-    report = Report(name, overrides=tuple(overrides))
+    every, series = load_suite(suite)
+    points, res = residuals(suite, progress, name, overrides, only)
+    report = Report(name, overrides=tuple(overrides), only=tuple(only))
     by_id = {r.id: r for r in res}
     clusters = list(dict.fromkeys(p.cluster for p in points))
     order = sorted(range(len(points)), key=lambda i: (clusters.index(points[i].cluster), points[i].half != "held_out"))
@@ -327,6 +333,8 @@ def run(progress: bool = False, suite_file: Path | None = None, name: str = "sca
         f"{len(held)} points; median |error| {median:.1%}"
         + (f" ({missing} without a simulated step counted as infinite)" if missing else "")))
     for s in series:
+        if not all(i in by_id for i in s["points"]):  # --point left some of its points out
+            continue
         members = [by_id[i] for i in s["points"]]
         judged = all(m.half == "held_out" for m in members)
         report.checks.append(_trend(s["name"], members, judged))
@@ -334,7 +342,32 @@ def run(progress: bool = False, suite_file: Path | None = None, name: str = "sca
                         f"judged on the held-out half: median |error| <= {MEDIAN_LIMIT:.0%}, each point within "
                         f"{POINT_LIMIT:.0%}, each held-out series' trend right in sign and within "
                         f"{TREND_LIMIT:.0%} of its ratio ({suite.name} says where each point comes from)")
+    if only:
+        report.notes.append(f"a subset: {len(points)} of the suite's {len(every)} points (--point "
+                            + " --point ".join(only) + "); its checks are this subset's, not the suite's verdict")
     return report
+
+
+def chosen_points(points: list[ScalePoint], only: tuple[str, ...], suite: Path) -> list[ScalePoint]:
+    """The points whose id matches one of the shell-style patterns `only` (fnmatch; all points when empty), in
+    file order.
+
+    Raises:
+        ConfigError: a pattern that matches no point's id (the message names the closest ids).
+    """
+    import difflib
+    from fnmatch import fnmatchcase
+
+    if not only:
+        return points
+    ids = [p.id for p in points]
+    for pattern in only:
+        if not any(fnmatchcase(i, pattern) for i in ids):
+            close = difflib.get_close_matches(pattern, ids, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else \
+                f"; its ids run from {ids[0]!r} to {ids[-1]!r}" if ids else ""
+            raise ConfigError(f"--point {pattern}: no point of the suite has a matching id{hint}", source=str(suite))
+    return [p for p in points if any(fnmatchcase(p.id, pattern) for pattern in only)]
 
 
 def _trend(name: str, members: list[Residual], judged: bool) -> Check:
