@@ -180,8 +180,8 @@ def test_a_run_that_flushes_the_cache_says_when():
 
 def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     """A pipeline's band is the modern suite's held-out pipelines', exact on Ampere (Selene's A100s) and on Hopper
-    (Megatron-Core r0.8.0's two held-out pipeline rows and its strong-scaling series' two ends, since 2026-11-28, and
-    Megatron-Bridge's FP8 Llama-3.1-405B),
+    (Megatron-Core r0.8.0's two held-out pipeline rows and its strong-scaling series' two ends, since 2026-11-28,
+    Megatron-Bridge's FP8 Llama-3.1-405B and the held-out MLPerf Training runs),
     Ampere's the nearest where a table has no
     Hopper row; never the data-parallel band its ZeRO-1 stage fell into before. A MoE run gets the MoE
     row: the three held-out Megatron-Core runs of Qwen3-235B-A22B on H100 (NeMo AutoModel's Qwen3-30B-A3B is in
@@ -194,8 +194,11 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     hopper = band_for(three_d, table)
     assert hopper is not None and hopper.match == "exact"
     assert hopper.regime == "pipeline parallelism | Hopper | shipped profile"
-    assert sorted(hopper.points) == ["modern:bridge-llama31-405b-h100-1024", "modern:mcore08-119B",
-                                     "modern:mcore08-177B-4608", "modern:mcore08-177B-96", "modern:mcore08-314B"]
+    assert sorted(p for p in hopper.points if not p.startswith("modern:mlperf")) == [
+        "modern:bridge-llama31-405b-h100-1024", "modern:mcore08-119B", "modern:mcore08-177B-4608",
+        "modern:mcore08-177B-96", "modern:mcore08-314B"]
+    # and the 14 held-out MLPerf Training runs (GPT-3 175B of v3.0-v4.0, Llama 3.1 405B of v5.0, H100 and H200)
+    assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 14
     no_hopper = {**table, "regimes": {k: v for k, v in table["regimes"].items()
                                       if k != "pipeline parallelism | Hopper | shipped profile"}}
     nearest = band_for(three_d, no_hopper)
