@@ -15,13 +15,11 @@ import torch
 
 
 def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux, else platform.processor())."""
-    info = Path("/proc/cpuinfo")
-    if info.is_file():
-        for line in info.read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    """The CPU's model name (/proc/cpuinfo on Linux, else platform.processor()): zsim.calibrate.machines.this_cpu,
+    which `zsim calibrate` and `zsim validate replay` compare with a host profile's `cpu`."""
+    from zsim.calibrate.machines import this_cpu
+
+    return this_cpu()
 
 
 def memory_bytes() -> int | None:

@@ -51,3 +51,20 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real measurements not present: {SHARED_DATA} (see ../shared/data/README.md)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def this_host(tmp_path_factory) -> Path:
+    """A host profile for the machine the tests run on: hwprofiles/hosts/dev-2core.yaml with its `cpu:` replaced by
+    this machine's CPU model (zsim.calibrate.machines.this_cpu, what the runtime records). `zsim calibrate` refuses runs
+    recorded on another CPU than its base profile's (zsim.calibrate.machines), and dev-2core was measured on one CPU
+    model while the tests record real runs on whatever machine runs them. The file is named this-host.yaml."""
+    import re
+
+    from zsim.calibrate.machines import this_cpu
+
+    text = (ROOT / "hwprofiles" / "hosts" / "dev-2core.yaml").read_text(encoding="utf-8")
+    assert re.search(r"(?m)^cpu: ", text), "dev-2core.yaml states its CPU"
+    path = tmp_path_factory.mktemp("this-host") / "this-host.yaml"
+    path.write_text(re.sub(r"(?m)^cpu: .*$", lambda _: f"cpu: {this_cpu()}", text), encoding="utf-8")
+    return path

@@ -22,6 +22,7 @@ from zsim.calibrate.collectives import CalibrationError
 from zsim.calibrate.host_fit import fit_collectives, fit_compute
 from zsim.calibrate.machines import Machine, cpu_part, mismatches, table_machine
 from zsim.cli import main
+from zsim.config.profiles import Profiles
 from zsim.fabric.cluster import load_cluster
 from zsim.fabric.perf import run_collective
 from zsim.trace.samples import CollectiveSample
@@ -234,12 +235,12 @@ def stage3_runs(tmp_path_factory) -> list[Path]:
     return runs
 
 
-def test_two_runs_whose_only_all_reduce_is_the_loss_keep_its_terms(stage3_runs, tmp_path, capsys):
+def test_two_runs_whose_only_all_reduce_is_the_loss_keep_its_terms(stage3_runs, this_host, tmp_path, capsys):
     """Issue 26: `zsim calibrate` of such runs exited 2 ('bandwidth not determined'). Now all_reduce/2 is
     kept from the base and listed, and the other collectives are fitted. (The machine's noise may make
     the fit poor: accepted here, as the verdict is tested above.)"""
     out = tmp_path / "host.yaml"
-    assert main(["calibrate", *map(str, stage3_runs), "--profile", "dev-2core", "-o", str(out), "--fit", "collectives",
+    assert main(["calibrate", *map(str, stage3_runs), "--profile", str(this_host), "-o", str(out), "--fit", "collectives",
                  "--accept-poor-fit", "--json", "-"]) == 0
     report = json.loads(capsys.readouterr().out)
     why = report["collectives"]["kept_from_base"]["all_reduce/2"]
@@ -250,14 +251,15 @@ def test_two_runs_whose_only_all_reduce_is_the_loss_keep_its_terms(stage3_runs, 
     assert {"collectives.all_reduce.2.GBps", "collectives.all_reduce.2.latency_us"} <= set(report["kept_from_base"])
 
 
-def test_copied_runs_are_one_machine(stage3_runs, tmp_path):
+def test_copied_runs_are_one_machine(stage3_runs, this_host, tmp_path):
     """Two folders of one recording state the same machine: no refusal."""
     copy = tmp_path / "copy"
     shutil.copytree(stage3_runs[0], copy)
     from zsim.calibrate.inputs import read_inputs
 
     data = read_inputs([stage3_runs[0], copy])
-    assert data.machines[0].cpu and mismatches(data.machines, load_cluster("dev-2core", 1), "dev-2core") == []
+    host = load_cluster("this-host", 1, Profiles.from_environment([this_host.parent]))
+    assert data.machines[0].cpu and mismatches(data.machines, host, "this-host") == []
 
 
 def test_replay_on_a_poor_profile_says_so(stage3_runs, tmp_path, capsys):

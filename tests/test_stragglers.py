@@ -67,7 +67,7 @@ def test_simulated_host_traces_calibrate_a_factor_of_one(tmp_path):
 
 
 @pytest.mark.slow
-def test_real_ranks_give_a_measured_factor(tmp_path):
+def test_real_ranks_give_a_measured_factor(tmp_path, this_host):
     """Two real gloo ranks, the calibration runs of `zsim validate replay` (two shapes, stages 0 and 3)
     with 4 steps: the factor is measured on the 12 steps after each run's warm-up."""
     import subprocess
@@ -83,7 +83,7 @@ def test_real_ranks_give_a_measured_factor(tmp_path):
         runs.append(str(run))
     out = tmp_path / "host.yaml"
     # the factor is what is tested; on a shared machine the compute fit may be poor (and say so): accept it
-    assert main(["calibrate", *runs, "--profile", "dev-2core", "-o", str(out), "--fit", "compute",
+    assert main(["calibrate", *runs, "--profile", str(this_host), "-o", str(out), "--fit", "compute",
                  "--accept-poor-fit"]) == 0
     written = yaml.safe_load(out.read_text())
     how = written["provenance"]["compute"]["slowest_rank_factor"]

@@ -100,8 +100,8 @@ def test_repeated_recordings_are_judged_on_their_median(tmp_path):
 
 def test_a_suite_repeats_each_entry_in_rounds(tmp_path, monkeypatch):
     """Every entry is recorded `repeats` times, round after round of the interleaved order, and the fit
-    gets every recording of the calibration entries (the runtime and the fit are stood in for here:
-    what is checked is the order and what reaches them)."""
+    gets every recording of the calibration entries (the runtime, the fit and the check of this machine's CPU
+    against the base profile's are stood in for here: what is checked is the order and what reaches them)."""
     from pathlib import Path
 
     import zsim.commands.calibrate as calibrate_command
@@ -114,6 +114,7 @@ def test_a_suite_repeats_each_entry_in_rounds(tmp_path, monkeypatch):
                      "replay: [{scenario: calibrate/gpt-tiny-b.yaml, stage: 2}]\n"
                      "criteria: {median_step_error: 0.1, max_step_error: 0.25}\n")
     recorded, fitted = [], []
+    monkeypatch.setattr(suite_module, "machine_mismatch", lambda suite: None)
     monkeypatch.setattr(suite_module, "record", lambda s, p, e, out, label=None: recorded.append(label) or Path(label))
     monkeypatch.setattr(calibrate_command, "calibrate", lambda inputs, *a, **k: fitted.extend(inputs) or {})
     steps = iter([0.100, 0.130])
@@ -156,3 +157,26 @@ def test_a_poor_calibration_is_printed_beside_the_verdict(tmp_path):
     clean = SuiteResult(tmp_path / "suite.yaml", tmp_path / "p.yaml", [Outcome("a", 0.2, 0.19, True, 10, 0, True)],
                         Criteria(median_step_error=0.1, max_step_error=0.25), (0.1, 0.1, 0.1), 2, calibration={})
     assert "poor fit" not in clean.table()
+
+
+def test_a_base_profile_of_another_cpu_is_refused_before_anything_is_recorded(tmp_path, monkeypatch):
+    """The suite calibrates its base profile (dev-2core, measured on one CPU model) on runs of this machine;
+    `zsim calibrate` refuses runs of another CPU, so on such a machine the suite stops before recording (minutes),
+    naming both CPUs and what to do, and its dry run says so. On the profile's own CPU (clock suffix or not) it
+    has nothing to say."""
+    import zsim.calibrate.machines as machines
+    from zsim.errors import ConfigError
+    from zsim.validate.replay import load_suite, plan_suite, run_suite
+    from zsim.validate.replay_suite import machine_mismatch
+
+    suite = load_suite(DEFAULT_SUITE)
+    monkeypatch.setattr(machines, "this_cpu", lambda: "Intel(R) Xeon(R) Processor @ 2.50GHz")
+    assert machine_mismatch(suite) is None and plan_suite(DEFAULT_SUITE).machine is None
+    monkeypatch.setattr(machines, "this_cpu", lambda: "Some Other CPU 9000")
+    why = machine_mismatch(suite)
+    assert why and "Some Other CPU 9000" in why and "Intel(R) Xeon(R) Processor" in why and "hostprobe" in why
+    assert f"refused here: {why}" in plan_suite(DEFAULT_SUITE).table()
+    with pytest.raises(ConfigError) as err:
+        run_suite(DEFAULT_SUITE, tmp_path / "out")
+    assert err.value.path == "base_profile" and "Some Other CPU 9000" in str(err.value)
+    assert not (tmp_path / "out").exists()  # nothing recorded

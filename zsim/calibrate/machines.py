@@ -66,6 +66,19 @@ def part(name: str) -> str:
     return _VENDOR.sub("", name.strip()).upper()
 
 
+def this_cpu() -> str:
+    """This machine's CPU model name: /proc/cpuinfo's first "model name" on Linux, else platform.processor()
+    (what the runtime records as host_facts.cpu_model, runtime/host.py)."""
+    import platform
+
+    info = Path("/proc/cpuinfo")
+    if info.is_file():
+        for line in info.read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def cpu_part(name: str) -> str:
     """A CPU model name without its clock suffix ('... Processor @ 2.50GHz' → '... Processor'), upper case:
     /proc/cpuinfo prints the clock on some hypervisors and not on others for the same part (this project's

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from zsim.errors import ZsimError
+from zsim.errors import ConfigError, ZsimError
 from zsim.validate.replay_result import STEAL_WARNING, Outcome, SuiteResult, table
 from zsim.validate.replay_suite import (DEFAULT_SUITE, Criteria, Entry, SuiteFile, SuitePlan, check_entry, load_suite,
-                                        plan_suite, scenario_path)
+                                        machine_mismatch, plan_suite, scenario_path)
 
 # The suite's API in one place (its schema and verdict live in the two modules above).
 __all__ = ["DEFAULT_SUITE", "STEAL_WARNING", "Criteria", "Entry", "Outcome", "SuiteFile", "SuitePlan", "SuiteResult",
@@ -85,7 +85,8 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
     """Record every entry, calibrate on the `calibrate` ones, replay the `replay` ones.
 
     Raises:
-        ConfigError: a bad suite file. ZsimError: a run failed, or calibration refused.
+        ConfigError: a bad suite file, or a base profile measured on another CPU than this machine's (before
+            anything is recorded). ZsimError: a run failed, or calibration refused.
     """
     from zsim.commands.calibrate import calibrate
     from zsim.commands.replay import replay
@@ -97,6 +98,9 @@ def run_suite(suite_path: Path = DEFAULT_SUITE, out: Path = Path("out/validate-r
     if importlib.util.find_spec("torch") is None:  # before the first recording fails on `import torch`
         raise ZsimError("zsim validate replay records real runs with the runtime, which needs torch: "
                         "pip install 'zsim[runtime]' (README, Installing; --dry-run checks the suite without it)")
+    mismatch = machine_mismatch(suite)  # before minutes of recording that the calibration would refuse
+    if mismatch:
+        raise ConfigError(mismatch, source=str(suite_path), path="base_profile")
     cores = os.cpu_count() or 1
     say = progress or (lambda message: None)
     out.mkdir(parents=True, exist_ok=True)

@@ -111,6 +111,7 @@ class SuitePlan:
     spec: SuiteFile
     models: dict[str, Path]  # entry label -> the scenario file the runtime would train
     torch: str | None  # torch's version, None when it is not installed
+    machine: str | None = None  # why this machine's runs would be refused by the calibration (machine_mismatch)
 
     @property
     def passed(self) -> bool:
@@ -134,6 +135,8 @@ class SuitePlan:
             lines += [f"  {role:<9}  {e.label:<26} {self.models[e.label]}" for e in entries]
         lines.append(f"  torch {self.torch}" if self.torch else
                      "  torch not installed: recording needs it (pip install 'zsim[runtime]'; README, Installing)")
+        if self.machine:
+            lines.append(f"  refused here: {self.machine}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -158,4 +161,21 @@ def plan_suite(suite_path: Path = DEFAULT_SUITE) -> SuitePlan:
         torch = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch = None
-    return SuitePlan(suite_path, suite, models, torch)
+    return SuitePlan(suite_path, suite, models, torch, machine_mismatch(suite))
+
+
+def machine_mismatch(suite: SuiteFile) -> str | None:
+    """Why `zsim calibrate` would refuse this machine's recordings for the suite's base profile (a host profile
+    measured on another CPU model: zsim.calibrate.machines), with what to do instead; None when they match or
+    the profile states no CPU."""
+    from zsim.calibrate.machines import cpu_part, profile_parts, this_cpu
+    from zsim.fabric.cluster import load_cluster
+
+    _, cpu = profile_parts(load_cluster(suite.base_profile, 1))
+    here = this_cpu()
+    if not cpu or cpu_part(cpu) == cpu_part(here):
+        return None
+    return (f"this machine's CPU is {here}, but the base profile '{suite.base_profile}' was measured on {cpu}, so "
+            "the calibration would refuse its runs: measure a host profile of this machine (python -m "
+            "zsim.runtime.hostprobe --name NAME --ranks R --threads T -o hwprofiles/hosts/NAME.yaml; "
+            "docs/host-profiles.md) and name it as base_profile in a copy of the suite (--suite-file)")
