@@ -197,8 +197,10 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     assert sorted(p for p in hopper.points if not p.startswith("modern:mlperf")) == [
         "modern:bridge-llama31-405b-h100-1024", "modern:mcore08-119B", "modern:mcore08-177B-4608",
         "modern:mcore08-177B-96", "modern:mcore08-314B"]
-    # and the 14 held-out MLPerf Training runs (GPT-3 175B of v3.0-v4.0, Llama 3.1 405B of v5.0, H100 and H200)
-    assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 14
+    # and the 16 held-out MLPerf Training runs on Hopper (GPT-3 175B of v3.0-v4.1, Llama 3.1 405B of v5.0, H100 and
+    # H200); v4.1's B200 run is the Blackwell pipeline row
+    assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 16
+    assert table["regimes"]["pipeline parallelism | Blackwell | shipped profile"]["points"] == ["modern:mlperf41-gpt3-b200-64"]
     no_hopper = {**table, "regimes": {k: v for k, v in table["regimes"].items()
                                       if k != "pipeline parallelism | Hopper | shipped profile"}}
     nearest = band_for(three_d, no_hopper)
