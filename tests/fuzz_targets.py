@@ -71,7 +71,7 @@ SCENARIO_KEYS = {
              "prefetch_bucket_elements", "max_live_elements", "max_reuse_elements", "ddp_bucket_elements",
              "overlap_param_gather", "grad_reduce_in_fp32"],
     "precision": ["dtype", "optimizer", "master_weights", "fp8", "fp8_params", "adam_moments"],
-    "hardware": ["profile", "nodes"],
+    "hardware": ["profile", "nodes", "nvls"],
     "fabric": ["mode", "algorithm", "degrade", "sm_contention"],
     "run": ["steps", "output"],
 }
