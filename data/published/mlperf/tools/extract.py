@@ -1,0 +1,93 @@
+"""Extract the per-step times of MLPerf Training submissions' logs into steps.csv (this folder; SOURCE.md says
+which repositories, commits and systems). Plain Python 3, stdlib only.
+
+    python3 tools/extract.py /path/to/training_results_v3.0 ... | gzip -9 -n > steps.csv.gz   # and writes systems.csv
+
+Each argument is a local git checkout (or bare mirror) of github.com/mlcommons/training_results_vX.Y. For every
+result_*.txt of the systems listed in SYSTEMS it reads the ':::MLLOG' lines (any prefix before them, as Nebius's
+'   0: ' rank tags, is dropped) and writes one row per logged step: NeMo's per-step timer (tracked_stats
+"train_step_timing", "train_step_timing in s" or "train_step_time", seconds), or for a log without one (v4.0) one row
+per block_start/block_stop interval with the tokens it trained (kind "block"); and each system's logged
+global_batch_size, gradient_accumulation_steps and max_sequence_length into systems.csv."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SYSTEMS = {  # round -> system folders (results/<system>/<benchmark>) taken as points of `zsim validate modern`
+    "v3.0": ["NVIDIA/results/dgxh100_n64_nemo/gpt3", "NVIDIA/results/dgxh100_n96_nemo/gpt3",
+             "NVIDIA_CoreWeave/results/coreweave_hgxh100_n96_ngc23.04_pytorch/gpt3",
+             "NVIDIA_CoreWeave/results/coreweave_hgxh100_n192_ngc23.04_pytorch/gpt3",
+             "NVIDIA_CoreWeave/results/coreweave_hgxh100_n448_ngc23.04_pytorch/gpt3"],
+    "v3.1": ["NVIDIA/results/eos_n64_ngc23.09_nemo/gpt3", "NVIDIA/results/eos_n96_ngc23.09_nemo/gpt3",
+             "NVIDIA/results/eos-dfw_n512_ngc23.09_nemo/gpt3", "NVIDIA/results/eos-dfw_n768_ngc23.09_nemo/gpt3",
+             "NVIDIA/results/eos-dfw_n1024_ngc23.09_nemo/gpt3", "NVIDIA/results/eos-dfw_n1280_ngc23.09_nemo/gpt3",
+             "NVIDIA/results/eos-dfw_n1344_ngc23.09_nemo/gpt3", "Azure+NVIDIA/results/ND_H100_v5_n1344_pytorch/gpt3"],
+    "v4.0": ["NVIDIA/results/eos_n64_ngc24.04_nemo/gpt3", "NVIDIA/results/eos-dfw_n1344_ngc24.04_nemo/gpt3",
+             "NVIDIA/results/eos-dfw_n1452_ngc24.04_nemo/gpt3"],
+    "v4.1": ["NVIDIA/results/eos_n32_ngc24.09_nemo/gpt3", "NVIDIA/results/eos_n64_ngc24.09_nemo/gpt3",
+             "NVIDIA/results/b200_n8_preview_nemo/gpt3"],
+    "v5.0": ["NVIDIA/results/eos-dfw_n64_ngc25.01_nemo/llama31_405b", "NVIDIA/results/eos-dfw_n256_ngc25.01_nemo/llama31_405b",
+             "NVIDIA/results/eos-dfw_n304_ngc25.01_nemo/llama31_405b", "NVIDIA/results/eos-dfw_n320_ngc25.01_nemo/llama31_405b",
+             "NVIDIA/results/eos-dfw_n1024_ngc25.01_nemo/llama31_405b",
+             "Nebius/results/nebius_soperator_8xH200_n64_ngc25.01_nemo/llama31_405b",
+             "Nebius/results/nebius_soperator_8xH200_n128_ngc25.01_nemo/llama31_405b"],
+}
+TIMERS = ("train_step_timing", "train_step_timing in s", "train_step_time")
+
+
+def git(repo: str, *args: str) -> str:
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True).stdout
+
+
+def main(repos: list[str]) -> None:
+    """steps.csv on stdout (round, system, log, kind, index, seconds, tokens) and systems.csv beside it (round,
+    commit, system, benchmark, global_batch_size, gradient_accumulation_steps, seq_len); `system` is the results
+    folder's name."""
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow(["round", "system", "log", "kind", "index", "seconds", "tokens"])
+    facts = []
+    for repo in repos:
+        found = re.search(r"training_results_(v\d+\.\d+)", repo)
+        if not found or found.group(1) not in SYSTEMS:
+            sys.exit(f"{repo}: not a checkout of mlcommons/training_results_vX.Y of {', '.join(SYSTEMS)}")
+        rnd = found.group(1)
+        files = git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
+        commit = git(repo, "rev-parse", "--short=9", "HEAD").strip()
+        for path in SYSTEMS[rnd]:
+            system, benchmark = path.split("/")[-2:]
+            keys = {}
+            for log in sorted(f for f in files if f.startswith(path + "/result_") and f.endswith(".txt")):
+                steps, blocks, starts = [], [], {}
+                for line in git(repo, "show", f"HEAD:{log}").splitlines():
+                    if ":::MLLOG" not in line:
+                        continue
+                    e = json.loads(line.split(":::MLLOG", 1)[1])
+                    key, value, block = e["key"], e["value"], e["metadata"].get("first_epoch_num")
+                    if key in ("global_batch_size", "gradient_accumulation_steps", "max_sequence_length"):
+                        keys[key] = value
+                    elif key == "tracked_stats" and isinstance(value, dict):
+                        steps += [value[t] for t in TIMERS if t in value]
+                    elif key == "block_start" and block is not None:
+                        starts[block] = e["time_ms"]
+                    elif key == "block_stop" and block in starts:
+                        blocks.append(((e["time_ms"] - starts[block]) / 1000, e["metadata"].get("epoch_count", "")))
+                rows = [("step", t, "") for t in steps] or [("block", t, n) for t, n in blocks]
+                for i, (kind, seconds, tokens) in enumerate(rows):
+                    out.writerow([rnd, system, log.rsplit("/", 1)[1], kind, i, f"{seconds:.6f}", tokens])
+            facts.append([rnd, commit, system, benchmark, keys.get("global_batch_size"),
+                          keys.get("gradient_accumulation_steps"), keys.get("max_sequence_length")])
+    with open(Path(__file__).resolve().parents[1] / "systems.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["round", "commit", "system", "benchmark", "global_batch_size", "gradient_accumulation_steps",
+                    "seq_len"])
+        w.writerows(facts)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
