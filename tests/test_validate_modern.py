@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 83
+    assert len(points) == 85
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 48
+    assert sum(p.half == "held_out" for p in points) == 50
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other
@@ -112,7 +112,7 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
               "mlperf40-gpt3-eos-11616": 6}
     points, _ = load_suite(modern.default_suite())
     mlperf = {p.id: p for p in points if p.id.startswith("mlperf")}
-    assert len(mlperf) == 26 and sum(p.half == "held_out" for p in mlperf.values()) == 17
+    assert len(mlperf) == 28 and sum(p.half == "held_out" for p in mlperf.values()) == 19
     # MLPerf v5.0's Llama 3.1 405B: TP 8 (H100) or 4 (H200) x PP 8 (v 8) x CP 2, the accumulation the logs print
     for pid, accum, mp in (("mlperf50-llama405b-eos-512", 288, 8), ("mlperf50-llama405b-eos-8192", 24, 8),
                            ("mlperf50-llama405b-nebius-h200-512", 144, 4)):

@@ -37,6 +37,8 @@ SYSTEMS = {  # round -> system folders (results/<system>/<benchmark>) taken as p
              "NVIDIA/results/eos-dfw_n1024_ngc25.01_nemo/llama31_405b",
              "Nebius/results/nebius_soperator_8xH200_n64_ngc25.01_nemo/llama31_405b",
              "Nebius/results/nebius_soperator_8xH200_n128_ngc25.01_nemo/llama31_405b"],
+    "v5.1": ["University-of-Florida/results/hpg.dgxb200x8.n1/llama31_8b",
+             "University-of-Florida/results/hpg.dgxb200x8.n8/llama31_8b"],
 }
 TIMERS = ("train_step_timing", "train_step_timing in s", "train_step_time")
 
