@@ -176,6 +176,7 @@ def test_a_base_profile_of_another_cpu_is_refused_before_anything_is_recorded(tm
     why = machine_mismatch(suite)
     assert why and "Some Other CPU 9000" in why and "Intel(R) Xeon(R) Processor" in why and "hostprobe" in why
     assert f"refused here: {why}" in plan_suite(DEFAULT_SUITE).table()
+    assert plan_suite(DEFAULT_SUITE).as_dict()["refused_here"] == why  # --json says it too
     with pytest.raises(ConfigError) as err:
         run_suite(DEFAULT_SUITE, tmp_path / "out")
     assert err.value.path == "base_profile" and "Some Other CPU 9000" in str(err.value)

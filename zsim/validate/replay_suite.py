@@ -143,7 +143,8 @@ class SuitePlan:
         return {"suite": str(self.suite), "dry_run": True, "recordings": self.recordings, "ranks": self.spec.ranks,
                 "steps": self.spec.steps, "base_profile": self.spec.base_profile,
                 "calibrate": [e.label for e in self.spec.calibrate], "replay": [e.label for e in self.spec.replay],
-                "models": {k: str(v) for k, v in self.models.items()}, "torch": self.torch}
+                "models": {k: str(v) for k, v in self.models.items()}, "torch": self.torch,
+                "refused_here": self.machine}
 
 
 def plan_suite(suite_path: Path = DEFAULT_SUITE) -> SuitePlan:
