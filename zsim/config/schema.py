@@ -76,6 +76,13 @@ class ParallelSection(Section, kw_only=True):
     pp: Annotated[int, Meta(gt=0, le=MAX_MP, description=(
         "pipeline-parallel degree p: the layers split into p stages; world = mp × dp × pp, ranks in "
         "Megatron's order (tensor fastest, then data, then pipeline)"))] = 1
+    # Megatron-Core --use-tp-pp-dp-mapping (megatron/training/initialize.py: order 'tp-cp-ep-pp-dp'); NeMo's
+    # TP_PP_DP_MAPPING, which MLPerf's GB200 NVL72 configs set (zsim.parallel.layout, docs/parallel-layouts.md).
+    rank_order: Annotated[Literal["tp-cp-dp-pp", "tp-cp-pp-dp"], Meta(description=(
+        "how ranks map to the parallel dimensions, fastest first (Megatron-Core's order without ep): tp-cp-dp-pp "
+        "(the default: a pipeline stage is dp × cp × mp consecutive ranks) or tp-cp-pp-dp (--use-tp-pp-dp-mapping: "
+        "a model replica's mp × cp × pp ranks are consecutive, so its pipeline stays inside a node that holds it, "
+        "as on a GB200 NVL72 rack, and only data parallelism crosses nodes); the same with pp 1"))] = "tp-cp-dp-pp"
     pipeline_schedule: Annotated[Literal["1f1b", "gpipe", "interleaved"], Meta(description=(
         "the pipeline schedule: 1f1b (PipeDream-Flush), gpipe (all forwards, then all backwards) or "
         "interleaved (1F1B over virtual_stages model chunks per stage; micro-batches a multiple of pp)"))] = "1f1b"

@@ -80,7 +80,7 @@ def pipeline_facts(scenario: Scenario, plan: Plan, ledgers: list[MemoryLedger], 
                   if op.stage == s and op.step == 0 and op.micro_batch == 0 and op.name.startswith("fwd/layer.")]
         items = stage_schedule(par.pipeline_schedule, p, s, m, v, ep_overlap=par.ep_overlap)
         per_stage.append({
-            "stage": s, "ranks": f"{s * lay.stage_ranks}-{(s + 1) * lay.stage_ranks - 1}",
+            "stage": s, "ranks": lay.stage_rank_text(s),
             "layers": len(layers), "first_layer": int(layers[0]) if layers else None,
             "in_flight_micro_batches": peak_in_flight(items) if v == 1 else None,
             "in_flight_chunks": peak_in_flight(items),

@@ -92,7 +92,7 @@ class RunState:
         # pipeline parallelism: one ledger per stage's representative (stage 0's is `ledger`), and its trace pid
         self.ledgers = [self.ledger] + [MemoryLedger(capacity=scenario.cluster.gpu.memory_bytes)
                                         for _ in range(1, plan.stages)]
-        self.pids = [s * scenario.layout.stage_ranks for s in range(plan.stages)]
+        self.pids = [scenario.layout.first_rank(s) for s in range(plan.stages)]
         self.start_time = [0.0] * len(plan.ops)
         self.pp_seconds = 0.0  # Σ send time of every stage's representative
         self.host_ledger = MemoryLedger(capacity=None)  # Pa+cpu's checkpoints in host memory

@@ -13,7 +13,8 @@ over the sender's links:
       NIC through: zsim.fabric.collective.own_nics_Bps), plus one network step's latency
       (zsim.fabric.cluster.Cluster.network_step_s on 2 nodes).
 Where the stages sit follows Megatron's rank order (tensor fastest, then data, then pipeline:
-zsim.parallel.layout): stage s holds ranks s·dp·mp to (s+1)·dp·mp - 1.
+zsim.parallel.layout): stage s holds ranks s·dp·mp to (s+1)·dp·mp - 1; with Layout.dp_last (Megatron-Core's
+'tp-cp-ep-pp-dp') a replica's stages are consecutive blocks of mp·cp ranks.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def p2p_phases(nbytes: float, cluster: Cluster, layout: Layout, src: int, dst: i
     if same_node:
         links = ((stage_link(("nvlink", 0), src), 1.0 / kern.share("Simple", "broadcast")),)
         return "p2p/nvlink", [Phase(kern.latency_s["Simple"], nbytes, links)]
-    concurrent = min(layout.stage_ranks, cluster.gpus_per_node)  # ranks of the stage on one node, sending at once
+    concurrent = layout.stage_ranks_per_node  # ranks of the stage on one node, sending at once
     links = ((stage_link(("nic", 0), src), float(concurrent)),)
     latency = kern.latency_s["Simple"] + cluster.network_step_s(2, "ring", "Simple")
     return "p2p/net", [Phase(latency, nbytes, links, own_nics_Bps(GroupShape(2, 1, 2, 1), cluster))]

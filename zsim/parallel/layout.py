@@ -7,10 +7,17 @@ zsim.parallel.pipeline.pipeline_rank). A pipeline stage is dp * mp consecutive r
 groups below are those of one stage (every stage has the same shape). An MP group either divides a node (mp | GPUs per node, the usual case, Shoeybi et
 al. 2019 §3) or spans whole nodes (GPUs per node | mp): Megatron allows it, and the ZeRO paper's
 Megatron-LM baseline of Figure 2 ran MP 16+ across DGX-2 nodes, its all-reduces on the network.
+
+With `dp_last` the ranks follow Megatron-Core's other order, 'tp-cp-ep-pp-dp' (--use-tp-pp-dp-mapping,
+megatron/training/initialize.py): one model replica's mp·cp·pp ranks are consecutive, a stage's mp·cp of them
+stage·mp·cp on, and the DP index is outermost, so a pipeline stays inside a node as large as a replica (an NVL72
+rack) and only the DP traffic crosses nodes. Pipeline runs only (with pp 1 the two orders are one); class mode
+reads group shapes, stage_node and stage_ranks_per_node, which follow the order.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 
@@ -54,12 +61,14 @@ class Layout:
     # so a stage's rank is dp_index·cp·mp + cp_index·mp + mp_rank and a CP group ("cp") is cp consecutive members
     # of a DP group, mp ranks apart.
     cp: int = 1
+    dp_last: bool = False  # Megatron-Core's order 'tp-cp-ep-pp-dp' (--use-tp-pp-dp-mapping): see the module docstring
 
     def __post_init__(self) -> None:
         assert self.dp * self.mp * self.pp == self.gpus_per_node * self.nodes, "layout does not cover the cluster"
         assert self.gpus_per_node % self.mp == 0 or self.mp % self.gpus_per_node == 0, "MP group splits a node"
         assert self.stage_ranks % (self.ep * self.expert_mp) == 0, "EP x expert MP divides a stage (scenario loader)"
         assert self.dp % self.cp == 0, "the DP group is dp x cp ranks"
+        assert not self.dp_last or self.ep == 1, "dp_last with expert parallelism (refused by the scenario loader)"
 
     @property
     def expert_mp(self) -> int:
@@ -75,13 +84,38 @@ class Layout:
         """Ranks of one pipeline stage: dp × mp."""
         return self.dp * self.mp
 
+    @property
+    def stage_stride(self) -> int:
+        """Ranks between a rank and its peer in the next pipeline stage: dp·mp (a stage's consecutive block), or
+        mp·cp with dp_last."""
+        return self.mp * self.cp if self.dp_last else self.stage_ranks
+
     def stage_of(self, rank: int) -> int:
         """The pipeline stage of `rank` (zsim.parallel.pipeline.pipeline_rank)."""
-        return rank // self.stage_ranks
+        return rank // self.stage_stride % self.pp
+
+    def first_rank(self, stage: int) -> int:
+        """Pipeline stage `stage`'s lowest rank (its representative in class mode)."""
+        return stage * self.stage_stride
 
     def stage_node(self, stage: int) -> int:
         """The node of pipeline stage `stage`'s first rank (its representative in class mode)."""
-        return self.node_of(stage * self.stage_ranks)
+        return self.node_of(self.first_rank(stage))
+
+    def stage_rank_text(self, stage: int) -> str:
+        """Which ranks stage `stage` holds, for reports: 'a-b', or with dp_last 'a-b + k·R' (each replica's)."""
+        first = self.first_rank(stage)
+        if not self.dp_last or self.pp == 1:
+            return f"{first}-{first + self.stage_ranks - 1}"
+        block = self.mp * self.cp
+        return f"{first}-{first + block - 1} + k·{block * self.pp} (k < {self.dp // self.cp})"
+
+    @property
+    def stage_ranks_per_node(self) -> int:
+        """Ranks of one stage on one node (they send their pipeline transfers at the same moment)."""
+        if not self.dp_last or self.pp == 1:
+            return min(self.stage_ranks, self.gpus_per_node)
+        return self.mp * self.per_node(self.dp_group(0))  # each DP group's members there, one per MP rank
 
     def node_of(self, rank: int) -> int:
         return rank // self.gpus_per_node
@@ -92,10 +126,17 @@ class Layout:
     def mp_rank(self, rank: int) -> int:
         return rank % self.mp
 
-    def dp_group(self, rank: int) -> range:
+    def dp_group(self, rank: int) -> range | list[int]:
         """The ranks that hold the same model shard (same mp_rank): ZeRO partitions across them."""
+        if self.dp_last and self.pp > 1:  # cp blocks mp apart, one per replica (mp·cp·pp apart)
+            start, replica = self.first_rank(self.stage_of(rank)) + self.mp_rank(rank), self.mp * self.cp * self.pp
+            return [start + k * replica + c * self.mp for k in range(self.dp // self.cp) for c in range(self.cp)]
         start = self.stage_of(rank) * self.stage_ranks
         return range(start + self.mp_rank(rank), start + self.stage_ranks, self.mp)
+
+    def per_node(self, ranks) -> int:
+        """The most of `ranks` that one node holds."""
+        return max(Counter(self.node_of(r) for r in ranks).values())
 
     def mp_group(self, rank: int) -> range:
         start = rank - self.mp_rank(rank)
@@ -159,8 +200,8 @@ class Layout:
         # members' rank distance: EP etp apart (consecutive DP ranks, mp apart, by default), EDP ep·etp apart,
         # the pipeline one stage (dp·mp) apart, the tied embedding's group the first and last stage
         # (Megatron-LM _EMBEDDING_GROUP)
-        stride = {"ep": self.expert_mp, "edp": self.expert_mp * self.ep, "tpep": 1, "pp": self.dp * self.mp, "cp": self.mp,
-                  "embed": max(1, self.pp - 1) * self.dp * self.mp}[kind]
+        stride = {"ep": self.expert_mp, "edp": self.expert_mp * self.ep, "tpep": 1, "pp": self.stage_stride, "cp": self.mp,
+                  "embed": max(1, self.pp - 1) * self.stage_stride}[kind]
         per_node = min(max(1, self.gpus_per_node // stride), size)
         return GroupShape(size=size, per_node=per_node, nodes=max(1, size // per_node),
                           concurrent_per_node=max(1, min(self.gpus_per_node, self.world) // per_node))
@@ -172,7 +213,12 @@ class Layout:
     @property
     def dp_shape(self) -> GroupShape:
         """A DP group's members are mp ranks apart: gpus_per_node / mp of them per node, or one per node
-        when MP spans nodes; every GPU of a node is in a different DP group when mp >= GPUs per node."""
+        when MP spans nodes; every GPU of a node is in a different DP group when mp >= GPUs per node. With
+        dp_last (pipelines only) counted from a group's members: cp of them a replica, replicas mp·cp·pp apart."""
+        if self.dp_last and self.pp > 1:
+            per_node = self.per_node(self.dp_group(0))
+            return GroupShape(size=self.dp, per_node=per_node, nodes=self.dp // per_node,
+                              concurrent_per_node=max(1, min(self.gpus_per_node, self.world) // per_node))
         per_node = max(1, self.gpus_per_node // self.mp)
         return GroupShape(size=self.dp, per_node=min(per_node, self.dp), nodes=max(1, self.dp // per_node),
                           concurrent_per_node=min(self.mp, self.gpus_per_node))

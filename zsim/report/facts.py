@@ -197,7 +197,7 @@ def facts(result: Result) -> dict[str, Any]:
         "simulation": {
             "mode": result.mode,
             "rank_classes": [{"pid": 0, "ranks": f"0-{gpus - 1}", "count": gpus}] if result.pipeline is None else
-            [{"pid": s.layout.stage_ranks * st["stage"], "ranks": st["ranks"], "count": s.layout.stage_ranks}
+            [{"pid": s.layout.first_rank(st["stage"]), "ranks": st["ranks"], "count": s.layout.stage_ranks}
              for st in result.pipeline["per_stage"]],
             "events": result.sim_events,
             "wall_seconds": result.wall_seconds,

@@ -39,11 +39,11 @@ def simulated_trace(result: Result) -> dict:
     lay, stages = s.layout, result.pipeline["per_stage"]
     metadata.update(pp=lay.pp, pipeline_schedule=s.parallel.pipeline_schedule,
                     virtual_stages=s.parallel.virtual_stages,
-                    rank_classes=[{"pid": lay.stage_ranks * st["stage"], "ranks": st["ranks"], "count": lay.stage_ranks}
+                    rank_classes=[{"pid": lay.first_rank(st["stage"]), "ranks": st["ranks"], "count": lay.stage_ranks}
                                   for st in stages])
-    metadata["groups"]["pp"] = [st * lay.stage_ranks for st in range(lay.pp)]
+    metadata["groups"]["pp"] = [lay.first_rank(st) for st in range(lay.pp)]
     meta = [e for st in stages for e in schema.process_meta(
-        lay.stage_ranks * st["stage"], f"pipeline stage {st['stage']} (ranks {st['ranks']}, {lay.stage_ranks} GPUs)")]
+        lay.first_rank(st["stage"]), f"pipeline stage {st['stage']} (ranks {st['ranks']}, {lay.stage_ranks} GPUs)")]
     return schema.document(meta + result.events, metadata)
 
 

@@ -59,7 +59,16 @@ def check_pipeline(spec: ScenarioFile, cluster: Cluster, micro_batches: int, fai
                    "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'); use stage 0 or 1 "
                    "(DeepSpeed's 3D parallelism, Megatron's distributed optimizer)")
     stage_ranks, gpn = par.dp * par.cp * par.mp, cluster.gpus_per_node
-    if stage_ranks % gpn and gpn % stage_ranks:
+    if par.rank_order == "tp-cp-pp-dp":
+        replica = par.mp * par.cp * p
+        if par.ep > 1:
+            raise fail("parallel.rank_order", "tp-cp-pp-dp with parallel.ep > 1: zsim lays experts out in Megatron-Core's "
+                       "default order only (docs/parallel-layouts.md); use tp-cp-dp-pp")
+        if replica % gpn and gpn % replica or gpn % (par.mp * par.cp):
+            raise fail("parallel.rank_order", f"tp-cp-pp-dp: a model replica's mp {par.mp} × cp {par.cp} × pp {p} = "
+                       f"{replica} ranks straddle the {gpn}-GPU nodes: zsim models replicas that fill whole nodes or "
+                       f"share one node evenly, each stage's mp × cp ranks inside one node")
+    elif stage_ranks % gpn and gpn % stage_ranks:
         cp = f" × cp {par.cp}" if par.cp > 1 else ""
         raise fail("parallel.pp", f"{p} stages of dp {par.dp}{cp} × mp {par.mp} = {stage_ranks} ranks each straddle "
                    f"the {gpn}-GPU nodes: zsim models stages that fill whole nodes or share one node evenly")

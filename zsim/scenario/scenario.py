@@ -176,7 +176,7 @@ def build_scenario(data: dict, *, source: str = "<scenario>", default_name: str 
         # Megatron-Core's dp × cp group (gradients, the distributed optimizer) is zsim's DP group: ranks ordered
         # tp-cp-dp-pp (parallel_state.py), so a CP group is cp consecutive members of it (Layout.cp)
         layout=Layout(dp=par.dp * par.cp, mp=par.mp, gpus_per_node=cluster.gpus_per_node, nodes=cluster.nodes, ep=par.ep,
-                      pp=par.pp, etp=par.expert_mp or 0, cp=par.cp),
+                      pp=par.pp, etp=par.expert_mp or 0, cp=par.cp, dp_last=par.rank_order == "tp-cp-pp-dp"),
         grad_accum=grad_accum,
         source=source,
     )
