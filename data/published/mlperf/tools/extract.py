@@ -36,9 +36,16 @@ SYSTEMS = {  # round -> system folders (results/<system>/<benchmark>) taken as p
              "NVIDIA/results/eos-dfw_n304_ngc25.01_nemo/llama31_405b", "NVIDIA/results/eos-dfw_n320_ngc25.01_nemo/llama31_405b",
              "NVIDIA/results/eos-dfw_n1024_ngc25.01_nemo/llama31_405b",
              "Nebius/results/nebius_soperator_8xH200_n64_ngc25.01_nemo/llama31_405b",
-             "Nebius/results/nebius_soperator_8xH200_n128_ngc25.01_nemo/llama31_405b"],
+             "Nebius/results/nebius_soperator_8xH200_n128_ngc25.01_nemo/llama31_405b",
+             "NVIDIA/results/tyche_ngpu256_ngc25.04_nemo/llama31_405b", "NVIDIA/results/tyche_ngpu512_ngc25.04_nemo/llama31_405b",
+             "IBM+CoreWeave+NVIDIA/results/carina_ngpu512_ngc25.04_nemo/llama31_405b",
+             "IBM+CoreWeave+NVIDIA/results/carina_ngpu1024_ngc25.04_nemo/llama31_405b",
+             "IBM+CoreWeave+NVIDIA/results/carina_ngpu1536_ngc25.04_nemo/llama31_405b",
+             "IBM+CoreWeave+NVIDIA/results/carina_ngpu2048_ngc25.04_nemo/llama31_405b",
+             "IBM+CoreWeave+NVIDIA/results/carina_ngpu2496_ngc25.04_nemo/llama31_405b"],
     "v5.1": ["University-of-Florida/results/hpg.dgxb200x8.n1/llama31_8b",
-             "University-of-Florida/results/hpg.dgxb200x8.n8/llama31_8b"],
+             "University-of-Florida/results/hpg.dgxb200x8.n8/llama31_8b",
+             "NVIDIA/results/tyche_ngpu72_ngc25.09_nemo/llama31_8b", "NVIDIA/results/tyche_ngpu512_ngc25.09_nemo/llama31_8b"],
 }
 TIMERS = ("train_step_timing", "train_step_timing in s", "train_step_time")
 
