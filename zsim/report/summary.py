@@ -29,8 +29,9 @@ def _speed(th: dict[str, Any], fits: bool = True) -> str:
     had the GPU had room."""
     if _is_gpu(th):
         rate = (f"model FLOPs utilisation (MFU) {th['mfu_percent']:.1f}%, hardware FLOPs {th['percent_of_peak']:.1f}% "
-                f"(recompute included): {th['tflops_per_gpu']:.1f} of {th['peak_tflops_per_gpu']:.0f} TFLOPS/GPU, "
-                f"{th['aggregate_pflops']:.2f} PFLOPS total")
+                f"(recompute included): {th['tflops_per_gpu']:.1f} of {th['peak_tflops_per_gpu']:.0f} TFLOPS/GPU"
+                + (f" (the 16-bit peak, as FP8 runs are reported; FP8's is {fp8:.0f})" if (fp8 := th.get("fp8_peak_tflops_per_gpu"))
+                   else "") + f", {th['aggregate_pflops']:.2f} PFLOPS total")
     else:
         rate = (f"MFU {th['mfu_percent']:.1f}%, hardware FLOPs {th['percent_of_peak']:.1f}% (recompute included): "
                 f"{th['tflops_per_gpu'] * 1e3:.1f} of {th['peak_tflops_per_gpu'] * 1e3:.1f} GFLOPS/rank, "
