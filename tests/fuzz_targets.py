@@ -65,13 +65,13 @@ VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=
 SCENARIO_KEYS = {
     "model": ["layers", "hidden", "heads", "seq_len", "vocab", "micro_batch", "global_batch", "grad_accum", "loss",
               "moe.experts", "moe.top_k", "moe.dispatcher", "moe.imbalance"],
-    "parallel": ["dp", "mp", "ep"],
+    "parallel": ["dp", "mp", "ep", "pp", "rank_order"],
     "zero": ["stage", "activation_checkpointing", "checkpoint_every", "reduce_bucket_elements", "prefetch_layers",
              "partition_activations", "cpu_offload_activations", "constant_buffers", "defragment", "implementation",
              "prefetch_bucket_elements", "max_live_elements", "max_reuse_elements", "ddp_bucket_elements",
              "overlap_param_gather", "grad_reduce_in_fp32"],
     "precision": ["dtype", "optimizer", "master_weights", "fp8", "fp8_params", "adam_moments"],
-    "hardware": ["profile", "nodes", "nvls"],
+    "hardware": ["profile", "nodes", "nvls", "gpus_per_node", "nics_per_node"],
     "fabric": ["mode", "algorithm", "degrade", "sm_contention"],
     "run": ["steps", "output"],
 }
