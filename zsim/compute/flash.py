@@ -18,6 +18,17 @@ backward 2.5 × the forward, for its five s×s×d matmuls, one of them the recom
         head-dim-128 panels, too fast on the H200 by up to 42% forward and 62% backward).
   [A100] held out, nothing fitted: flash-attn's FA2 forward timed on an A100 by a third party (A100_MEASURED_FWD,
         `a100_forward_check`; tests/test_flash_a100.py).
+  [B200] Blackwell, measured by NVIDIA: github.com/NVIDIA/cudnn-frontend @ cb560b9 (v1.13.0, 2025-07-16),
+        benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv and
+        sample_b200_bf16_run.txt: one B200, NGC PyTorch 25.06 (torch 2.8, cuDNN 9.10.2), flash-attn 2.7.4.post1;
+        Llama 3.1 405B's attention (batch 1, 128 query heads, 8 KV heads, head dim 128), causal, bf16, forward and
+        backward TFLOPs/s counted as flash-attn's (B200_MEASURED). FlashAttention-3 does not run on Blackwell (the
+        README there: "FlashAttention-3 is currently not supported on NVIDIA's Blackwell generation GPUs"); what
+        Transformer Engine runs there is cuDNN's fused attention, which zsim prices as `flash3` ("the FA3 class", as
+        cuDNN's kernel on Hopper already is: [H200] below); `flash2` is flash-attn 2's own kernels (its Ampere code,
+        about a third of cuDNN's rate on a B200). Both are the table's rates, interpolated in log2(sequence) (no curve:
+        cuDNN's rate falls past 64k), as fractions of the B200's 2250 TFLOPs; held out: every other length predicted
+        from its neighbours (`blackwell_report`, tests/test_flash_blackwell.py).
 The model (one per GPU, version and pass): rate(s) = r_max · s / (s + s_half), a saturating curve
 (occupancy grows with the number of query blocks per head until the SMs are full); 1/rate is linear
 in 1/s, so (r_max, s_half) is an ordinary least-squares fit. It is fitted on the published points at
@@ -26,7 +37,7 @@ the held-out error is printed by `fit_report`). Between the published head dims 
 interpolated linearly in log2(head dim); below 64 the 64 panel is taken (flash-attn runs no head dim
 above 256: MAX_HEAD_DIM). FlashAttention-3 is Hopper-only (flash-attn hopper/README: "H100 / H800 GPU");
 FlashAttention-2 needs Ampere or newer (flash-attn README: "Ampere, Ada, or Hopper GPUs"); neither runs fp32
-(fp16 and bf16 only).
+(fp16 and bf16 only). On Blackwell (compute capability 10.x) both versions are the [B200] table's (above).
 """
 
 from __future__ import annotations
@@ -85,8 +96,21 @@ A100_PLATEAU = {"fwd": 0.73, "bwd": 0.63}
 # same 1.401 ms).
 A100_MEASURED_FWD = ((1024, 32, 143.70), (1024, 8, 140.59), (4096, 32, 156.27), (4096, 8, 159.41))
 
-# Compute capabilities (CUDA): 80 Ampere, 90 Hopper.
-AMPERE, HOPPER = 80, 90
+# [B200] (module docstring): (sequence length, forward TFLOPs/s, backward TFLOPs/s), causal, head dim 128, of
+# 'pyt_cudnn' (cuDNN 9.10.2 through PyTorch SDPA: zsim's `flash3` on Blackwell) and 'flash_attention' (flash-attn
+# 2.7.4's own kernels: `flash2`).
+B200_PEAK_TFLOPS = 2250.0  # NVIDIA HGX B200 datasheet: BF16 36 PFLOPS sparse per 8 GPUs, dense per GPU
+B200_MEASURED: dict[int, tuple[tuple[int, float, float], ...]] = {
+    3: ((512, 54.727, 38.041), (1024, 189.172, 150.773), (2048, 485.444, 367.518), (4096, 874.116, 694.726),
+        (8192, 1197.391, 939.954), (16384, 1349.763, 1072.799), (32768, 1429.616, 1124.432),
+        (65536, 1448.032, 1058.154), (131072, 1330.234, 1023.503)),
+    2: ((512, 45.922, 28.068), (1024, 134.579, 105.048), (2048, 246.384, 203.160), (4096, 345.894, 287.865),
+        (8192, 401.998, 334.416), (16384, 427.981, 354.469), (32768, 438.671, 363.686), (65536, 443.073, 366.239),
+        (131072, 445.094, 365.770)),
+}
+
+# Compute capabilities (CUDA): 80 Ampere, 90 Hopper, 100 Blackwell.
+AMPERE, HOPPER, BLACKWELL = 80, 90, 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +183,11 @@ def causal_backward(version: int) -> Curve:
 
 
 def supported(version: int, compute_capability: int) -> str:
-    """'' when FlashAttention `version` runs on a GPU of `compute_capability`, else why not."""
-    if version == 3 and compute_capability // 10 != HOPPER // 10:
-        return "FlashAttention-3 runs on Hopper GPUs only (compute capability 9.x; flash-attn hopper/README)"
+    """'' when FlashAttention `version` runs on a GPU of `compute_capability`, else why not (`flash3` on Blackwell
+    is cuDNN's fused attention, the FA3 class: the module docstring)."""
+    if version == 3 and compute_capability // 10 not in (HOPPER // 10, BLACKWELL // 10):
+        return ("FlashAttention-3 runs on Hopper GPUs only (compute capability 9.x; flash-attn hopper/README), and "
+                "zsim's flash3 on Blackwell is cuDNN's fused attention")
     if compute_capability < AMPERE:
         return ("FlashAttention-2 needs an Ampere or newer GPU (compute capability >= 8.0; flash-attn README); "
                 "use model.attention: standard")
@@ -178,12 +204,49 @@ def efficiency(version: int, phase: str, compute_capability: int, seq: int, head
     why = supported(version, compute_capability)
     if why:
         raise ValueError(why)
+    if compute_capability // 10 == BLACKWELL // 10:  # the measured B200 table (causal already), by head dim as Hopper's
+        return blackwell_rate(version, phase, seq) / B200_PEAK_TFLOPS * _head_dim_factor(version, phase, seq, head_dim)
     causal = causal_backward(version).at(seq) if phase == "bwd" else 1.0  # the forward's fit is causal already
     if compute_capability // 10 == HOPPER // 10:
         return h100_efficiency(version, phase, seq, head_dim) * causal
     shape = h100_curve(2, phase)
     by_head_dim = h100_efficiency(2, phase, seq, head_dim) / shape.at(seq)
     return Curve(A100_PLATEAU[phase], shape.s_half).at(seq) * by_head_dim * causal
+
+
+def _head_dim_factor(version: int, phase: str, seq: int, head_dim: int) -> float:
+    """A head of `head_dim` against one of 128, as the H100 fit has it (an assumption off Hopper)."""
+    return 1.0 if head_dim == 128 else h100_efficiency(version, phase, seq, head_dim) / h100_efficiency(version, phase, seq, 128)
+
+
+def _interpolate(points: tuple[tuple[int, float], ...], seq: int) -> float:
+    """The rate at `seq`, linear in log2(seq) between the measured lengths, the end's rate beyond them."""
+    if seq <= points[0][0]:
+        return points[0][1]
+    for (s0, r0), (s1, r1) in zip(points, points[1:]):
+        if seq <= s1:
+            t = math.log2(seq / s0) / math.log2(s1 / s0)
+            return r0 + t * (r1 - r0)
+    return points[-1][1]
+
+
+def blackwell_rate(version: int, phase: str, seq: int) -> float:
+    """TFLOPs/s of FlashAttention `version` (2: flash-attn 2; 3: cuDNN's fused attention) on a B200 at `seq` tokens,
+    head dim 128, causal: B200_MEASURED interpolated."""
+    col = 1 if phase == "fwd" else 2
+    return _interpolate(tuple((row[0], row[col]) for row in B200_MEASURED[version]), seq)
+
+
+def blackwell_report() -> list[tuple[int, str, int, float, float]]:
+    """(version, phase, seq, measured TFLOPs/s, predicted from its two neighbours alone) for every interior length
+    of B200_MEASURED whose neighbours sit a factor 2 either side: the interpolation's held-out error."""
+    rows = []
+    for version, table in sorted(B200_MEASURED.items()):
+        for phase, col in (("fwd", 1), ("bwd", 2)):
+            pts = [(row[0], row[col]) for row in table]
+            for i in range(1, len(pts) - 1):
+                rows.append((version, phase, pts[i][0], pts[i][1], _interpolate((pts[i - 1], pts[i + 1]), pts[i][0])))
+    return rows
 
 
 def a100_forward_check(sustained_ratio: float) -> list[tuple[int, int, float, float]]:

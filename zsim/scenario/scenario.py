@@ -386,14 +386,17 @@ def _qk_width(model: ModelSection) -> int:
 
 def _resolve_attention(model: ModelSection, dtype: str, cluster: Cluster) -> ModelSection:
     """`model` with attention 'auto' made 'flash2' where FlashAttention-2 runs (Ampere or newer, fp16/bf16;
-    zsim.compute.flash.supported) and 'standard' elsewhere (a CPU host, a V100, fp32, a head wider than 256)."""
-    from zsim.compute.flash import MAX_HEAD_DIM, supported
+    zsim.compute.flash.supported) and 'standard' elsewhere (a CPU host, a V100, fp32, a head wider than 256); on
+    Blackwell 'flash3', cuDNN's fused attention, what the frameworks run there (flash-attn 2's kernels run at a
+    third of its rate: zsim.compute.flash, [B200])."""
+    from zsim.compute.flash import BLACKWELL, MAX_HEAD_DIM, supported
 
     if model.attention != "auto":
         return model
-    runs = (cluster.host is None and dtype != "fp32" and not supported(2, cluster.gpu.compute_capability)
-            and _qk_width(model) <= MAX_HEAD_DIM)
-    return replace_struct(model, attention="flash2" if runs else "standard")
+    cc = 0 if cluster.host is not None else cluster.gpu.compute_capability
+    runs = (cluster.host is None and dtype != "fp32" and not supported(2, cc) and _qk_width(model) <= MAX_HEAD_DIM)
+    version = "flash3" if cc // 10 == BLACKWELL // 10 else "flash2"
+    return replace_struct(model, attention=version if runs else "standard")
 
 
 def _check_model_states_fit(spec: ScenarioFile, cluster: Cluster, fail) -> None:

@@ -45,7 +45,9 @@ SYSTEMS = {  # round -> system folders (results/<system>/<benchmark>) taken as p
              "IBM+CoreWeave+NVIDIA/results/carina_ngpu2496_ngc25.04_nemo/llama31_405b"],
     "v5.1": ["University-of-Florida/results/hpg.dgxb200x8.n1/llama31_8b",
              "University-of-Florida/results/hpg.dgxb200x8.n8/llama31_8b",
-             "NVIDIA/results/tyche_ngpu72_ngc25.09_nemo/llama31_8b", "NVIDIA/results/tyche_ngpu512_ngc25.09_nemo/llama31_8b"],
+             "NVIDIA/results/tyche_ngpu72_ngc25.09_nemo/llama31_8b", "NVIDIA/results/tyche_ngpu512_ngc25.09_nemo/llama31_8b",
+             "Dell/results/2xXE9680Lx8B200-SXM-180GB/llama31_8b", "Dell/results/2xXE9685Lx8B200-SXM-180GB/llama31_8b",
+             "Oracle/results/8xBM.GPU.B200.8/llama31_8b", "Verda/results/b200_8x8_ngc25.09/llama31_8b"],
 }
 TIMERS = ("train_step_timing", "train_step_timing in s", "train_step_time")
 
