@@ -176,6 +176,21 @@ def test_point_runs_the_matching_points_and_the_series_they_complete(tmp_path):
     assert [c["group"] for c in both["checks"]].count("series") == 1
 
 
+def test_a_subset_of_calibration_points_has_no_held_out_check(tmp_path):
+    """--point on calibration points alone: no held-out median to judge (not an infinite one that fails); the whole
+    suite with an empty held-out half still fails it."""
+    import json
+
+    path = _tiny_suite(tmp_path)
+    path.write_text(path.read_text().replace("held_out", "calibration"))
+    out = tmp_path / "r.json"
+    assert main(["validate", "modern", "--suite-file", str(path), "--point", "tiny-a", "--json", str(out)]) == 0
+    assert not any(c["group"] == "held-out half" for c in json.loads(out.read_text())["checks"])
+    assert main(["validate", "modern", "--suite-file", str(path), "--json", str(out)]) == 1
+    held = [c for c in json.loads(out.read_text())["checks"] if c["group"] == "held-out half"]
+    assert len(held) == 1 and not held[0]["passed"]
+
+
 def test_point_matching_nothing_or_on_another_suite_exits_2_naming_it(tmp_path, capsys):
     path = _tiny_suite(tmp_path)
     assert main(["validate", "scale", "--suite-file", str(path), "--point", "tiny-c"]) == 2
