@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 94
+    assert len(points) == 98
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 56
+    assert sum(p.half == "held_out" for p in points) == 50
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other
@@ -113,7 +113,7 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
               "mlperf40-gpt3-eos-11616": 6}
     points, _ = load_suite(modern.default_suite())
     mlperf = {p.id: p for p in points if p.id.startswith("mlperf")}
-    assert len(mlperf) == 37 and sum(p.half == "held_out" for p in mlperf.values()) == 25
+    assert len(mlperf) == 41 and sum(p.half == "held_out" for p in mlperf.values()) == 20
     # MLPerf's GB200 runs: 64 GPUs (16 trays) of each NVL72 rack, TP_PP_DP_MAPPING (a replica in its rack) but on
     # Tyche's 256-GPU run, whose config leaves it unset; the v5.1 8B runs on one whole rack and on 8 racks
     for pid, racks, order in (("mlperf50-llama405b-tyche-256", 4, "tp-cp-dp-pp"),

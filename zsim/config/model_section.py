@@ -141,10 +141,10 @@ class ModelSection(Section, kw_only=True):
     # in backward from Q, K, V and the per-row log-sum-exp); zsim.compute.flash prices it.
     attention: Annotated[Literal["standard", "flash2", "flash3", "auto"], Meta(description=(
         "standard: unfused attention that keeps the s×s scores for backward (Megatron-LM 2019-20); flash2 / "
-        "flash3: FlashAttention-2 (Ampere+) or -3 (Hopper): no s×s memory, one fused kernel priced from "
-        "the published benchmarks at its head dim (up to 256); auto: flash2 where it runs (a 16-bit dtype on "
-        "Ampere or newer, heads up to 256 wide), else standard (what from_hf imports of the families trained "
-        "with FlashAttention set)"))] = "standard"
+        "flash3: FlashAttention-2 (Ampere+) or -3 (Hopper; on Blackwell cuDNN's fused attention, what Transformer "
+        "Engine runs there): no s×s memory, one fused kernel priced from the published benchmarks at its head dim "
+        "(up to 256); auto: flash2 where it runs (a 16-bit dtype on Ampere or newer, heads up to 256 wide; flash3 "
+        "on Blackwell), else standard (what from_hf imports of the families trained with FlashAttention set)"))] = "standard"
     # What the cross-entropy keeps (docs/memory.md, "The loss"): Megatron-LM's of 2020 holds fp32 copies
     # of the logits (zsim.workload.activations.loss_work_tensors); a fused kernel keeps the e-byte logits
     # and one fp32 log-sum-exp per token (flash-attn flash_attn/losses/cross_entropy.py
