@@ -198,15 +198,16 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
         "modern:bridge-llama31-405b-h100-1024", "modern:mcore08-119B", "modern:mcore08-177B-4608",
         "modern:mcore08-177B-96", "modern:mcore08-314B"]
     # and the 16 held-out MLPerf Training runs on Hopper (GPT-3 175B of v3.0-v4.1, Llama 3.1 405B of v5.0, H100 and
-    # H200). Blackwell's held-out runs are the four v5.1 B200 8B runs declared after its attention fit (every earlier
+    # H200). Blackwell's held-out runs are the four v5.1 B200 8B runs and a GB200 8B declared after its attention fit (every earlier
     # Blackwell point is calibration since: docs/validation.md), so a Blackwell pipeline run (the GB200 405B scenario)
     # is outside every validated regime and gets Hopper's pipeline band as the nearest
     assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 16
-    blackwell = {k: v for k, v in table["regimes"].items() if "| Blackwell |" in k}
-    assert list(blackwell) == ["data parallel across nodes (ZeRO 0-2) | Blackwell | shipped profile"]
-    assert sorted(blackwell[next(iter(blackwell))]["points"]) == [
-        "modern:mlperf51-llama8b-dell-xe9680l-16", "modern:mlperf51-llama8b-dell-xe9685l-16",
-        "modern:mlperf51-llama8b-oracle-64", "modern:mlperf51-llama8b-verda-64"]
+    blackwell = {k: sorted(v["points"]) for k, v in table["regimes"].items() if "| Blackwell |" in k}
+    assert blackwell == {
+        "data parallel across nodes (ZeRO 0-2) | Blackwell | shipped profile": [
+            "modern:mlperf51-llama8b-dell-xe9680l-16", "modern:mlperf51-llama8b-dell-xe9685l-16",
+            "modern:mlperf51-llama8b-oracle-64", "modern:mlperf51-llama8b-verda-64"],
+        "one node | Blackwell | shipped profile": ["modern:bridge-llama3-8b-gb200-8"]}
     gb200 = band_for(api.load(ROOT / "scenarios" / "llama-3.1-405b-mlperf50-gb200-nvl72.yaml"), table)
     assert gb200 is not None and (gb200.match, gb200.regime) == ("nearest", "pipeline parallelism | Hopper | shipped profile")
     no_hopper = {**table, "regimes": {k: v for k, v in table["regimes"].items()
