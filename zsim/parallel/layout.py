@@ -198,7 +198,7 @@ class Layout:
             return self.mp_shape
         size = self.group_size(kind)
         # members' rank distance: EP etp apart (consecutive DP ranks, mp apart, by default), EDP ep·etp apart,
-        # the pipeline one stage (dp·mp) apart, the tied embedding's group the first and last stage
+        # the pipeline one stage (dp·mp; mp·cp with dp_last) apart, the tied embedding's group the first and last stage
         # (Megatron-LM _EMBEDDING_GROUP)
         stride = {"ep": self.expert_mp, "edp": self.expert_mp * self.ep, "tpep": 1, "pp": self.stage_stride, "cp": self.mp,
                   "embed": max(1, self.pp - 1) * self.stage_stride}[kind]
