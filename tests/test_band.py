@@ -113,6 +113,24 @@ def test_a_run_outside_every_regime_borrows_the_nearest_and_says_so():
     assert lo <= mid <= hi and lo == pytest.approx(80.0 / (1 + band.high))
 
 
+def test_a_nearest_band_of_another_generation_comes_with_the_runs_own_generation():
+    """The GB200 405B scenario (a Blackwell pipeline: no held-out Blackwell pipeline run) borrows Hopper's pipeline
+    band and says what Blackwell's held-out runs of other layouts took, pooled; an exact band adds nothing."""
+    from zsim.report.error_band import band_facts
+
+    table = read_table()
+    gb200 = api.load(ROOT / "scenarios" / "llama-3.1-405b-mlperf50-gb200-nvl72.yaml")
+    f = band_facts(gb200, 14.0)
+    own = f["own_generation"]
+    blackwell = [r["error"] for r in table["residuals"] if r["regime"].endswith(" | Blackwell | shipped profile")]
+    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 5
+    assert (own["error_low"], own["error_high"]) == (min(blackwell), max(blackwell))
+    assert own["step_high_s"] == pytest.approx(14.0 / (1 + min(blackwell)))
+    assert f"{len(blackwell)} held-out Blackwell runs of other layouts took" in f["words"]
+    three_d = band_facts(api.load(ROOT / "scenarios" / "llama-3-70b-3d-dgx-h100.yaml"), 10.0)
+    assert three_d["match"] == "exact" and "own_generation" not in three_d
+
+
 def test_a_zero3_regime_names_its_deepspeed_version_and_no_other_version_borrows_it():
     """The Selene ZeRO-3 points run `deepspeed-0.5`: their band is that version's; the same run under the
     paper plan or v0.14 is outside every validated regime (it does not borrow another version's errors)

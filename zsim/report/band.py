@@ -149,6 +149,21 @@ def band_for(scenario, table: dict[str, Any] | None = None) -> Band | None:
     return _band(key, row, "nearest")
 
 
+def generation_band(scenario, table: dict[str, Any] | None = None) -> Band | None:
+    """The held-out residuals of `scenario`'s GPU generation and profile kind over every topology, pooled (match
+    'generation'): what a run outside every validated regime sets beside a nearest band of another generation,
+    since a generation's compute errors follow its runs whatever their layout. None without any."""
+    table = table or read_table()
+    regime = regime_of(scenario)
+    suffix = f" | {regime.generation} | {regime.profile} profile"
+    rows = [r for r in table.get("residuals", []) if r["regime"].endswith(suffix) and r["error"] is not None]
+    if not rows or regime.generation == "CPU":
+        return None
+    errors = [r["error"] for r in rows]
+    return Band(f"{regime.generation} ({regime.profile} profile), any topology", len(rows), statistics.median(errors),
+                min(errors), max(errors), tuple(f"{r['suite']}:{r['point']}" for r in rows), "generation")
+
+
 def _band(key: str, row: dict[str, Any], match: str) -> Band:
     return Band(key, row["n"], row["error_median"], row["error_low"], row["error_high"], tuple(row["points"]), match)
 

@@ -16,12 +16,22 @@ def band_facts(scenario, step_s: float) -> dict[str, Any]:
     """result.json's `band`: the regime's held-out error and the step range it implies (seconds), with
     `match` 'exact', 'nearest' (the run is outside every validated regime; the band is its topology's on
     another GPU generation or profile kind) or 'outside' (no held-out run shares its topology: no band)."""
-    from zsim.report.band import band_for, outside_words, regime_of
+    from zsim.report.band import band_for, generation_band, outside_words, regime_of
 
     band = band_for(scenario)
     if band is None:
         return {"regime": regime_of(scenario).key, "match": "outside", "words": outside_words(scenario)}
-    return {**band.as_dict(step_s), "words": band.words(step_s)}
+    facts = {**band.as_dict(step_s), "words": band.words(step_s)}
+    generation = regime_of(scenario).generation
+    if band.match == "nearest" and band.regime.split(" | ")[1] != generation:
+        # the nearest band is another generation's: its own generation's held-out runs, any layout, beside it
+        own = generation_band(scenario)
+        if own is not None:
+            lo, _, hi = own.step_range(step_s)
+            facts["own_generation"] = own.as_dict(step_s)
+            facts["words"] += (f"; {own.n} held-out {generation} run{'s' if own.n > 1 else ''} of other layouts took "
+                               f"{1 / (1 + own.high):.2f}x to {1 / (1 + own.low):.2f}x zsim's step ({lo:.3g}-{hi:.3g} s)")
+    return facts
 
 
 def band_line(band: dict[str, Any]) -> str:
