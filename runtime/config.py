@@ -91,6 +91,12 @@ def read_model_file(path: str | Path) -> ModelDefaults:
         # another schedule than the one asked for
         raise ConfigError(f"{view.parallel.cp}: the runtime does not build context parallelism; `zsim run` simulates "
                           "it, but it cannot be traced yet", source=str(path), path="parallel.cp")
+    if view.parallel is not None and view.parallel.pp > 1 and view.parallel.rank_order != "tp-cp-dp-pp":
+        # the runtime numbers its pipeline's ranks in Megatron's default order (zsim.parallel.pipeline.pipeline_rank):
+        # a trace of it would calibrate other groups than the ones asked for
+        raise ConfigError(f"{view.parallel.rank_order}: the runtime lays its pipeline out in the default order "
+                          "(tp-cp-dp-pp); `zsim run` simulates the other, but it cannot be traced yet", source=str(path),
+                          path="parallel.rank_order")
     return ModelDefaults(
         model=view.model,
         stage=zero.stage if zero else None,

@@ -124,13 +124,17 @@ SCENARIO_HEAD = "name: t\nmodel: {layers: 2, hidden: 64, heads: 4, seq_len: 32, 
     ("zero: {stage: 1, recompute_granularity: selective}\n", "zero.recompute_granularity"),
     # context parallelism is simulated, but the runtime's ranks run whole sequences
     ("zero: {stage: 1}\n", "parallel.cp"),
+    # Megatron-Core's --use-tp-pp-dp-mapping is simulated, but the runtime's pipeline takes the default rank order
+    ("zero: {stage: 1}\n", "parallel.rank_order"),
 ])
 def test_a_scenario_the_runtime_would_train_otherwise_is_refused_by_key(tmp_path, sections, key):
     """Refused, naming the key, rather than traced as something else (mixed precision, full recompute, no CP)."""
     from runtime.config import read_model_file
 
     path = tmp_path / "run.yaml"
-    head = SCENARIO_HEAD.replace("{dp: 2}", "{dp: 1, cp: 2}") if key == "parallel.cp" else SCENARIO_HEAD
+    head = {"parallel.cp": SCENARIO_HEAD.replace("{dp: 2}", "{dp: 1, cp: 2}"),
+            "parallel.rank_order": SCENARIO_HEAD.replace("{dp: 2}", "{dp: 1, pp: 2, rank_order: tp-cp-pp-dp}")
+            }.get(key, SCENARIO_HEAD)
     path.write_text(head + sections + "hardware: {profile: dgx2, nodes: 1, gpus_per_node: 2}\n")
     with pytest.raises(ConfigError) as err:
         read_model_file(path)
@@ -138,3 +142,6 @@ def test_a_scenario_the_runtime_would_train_otherwise_is_refused_by_key(tmp_path
     if key == "zero.recompute_granularity":  # full granularity is what the runtime traces
         path.write_text(path.read_text().replace("recompute_granularity: selective", "recompute_granularity: full"))
         assert read_model_file(path).checkpointing is True
+    if key == "parallel.rank_order":  # the default order is what the runtime traces
+        path.write_text(path.read_text().replace(", rank_order: tp-cp-pp-dp", ""))
+        assert read_model_file(path).stage == 1
