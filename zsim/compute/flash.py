@@ -29,6 +29,15 @@ backward 2.5 × the forward, for its five s×s×d matmuls, one of them the recom
         about a third of cuDNN's rate on a B200). Both are the table's rates, interpolated in log2(sequence) (no curve:
         cuDNN's rate falls past 64k), as fractions of the B200's 2250 TFLOPs; held out: every other length predicted
         from its neighbours (`blackwell_report`, tests/test_flash_blackwell.py).
+  [GB300] Blackwell Ultra (B300, GB300: compute capability 10.3) against Blackwell, measured by NVIDIA on both at once:
+        the same repository @ 3929da2 (2026-05-08), benchmark/sdpa_benchmark_training/results/llama3.1/gb200/
+        llama3.1_20260424_100750.csv and gb300/llama3.1_20260424_100757.csv (cuDNN 9.22, one GB200 and one GB300,
+        Llama 3.1 at 64 query heads and 8 KV heads, head dim 128, batch 2, causal, bf16, non-deterministic
+        backward): the GB300's rate over the GB200's (ULTRA_OVER_BLACKWELL), 1.08-1.25x: what its doubled SFU
+        exponential rate buys (NVIDIA's "2x attention-layer acceleration" is the softmax's share, not the
+        kernel's). zsim prices a Blackwell Ultra GPU's attention as the [B200] table's fraction of the peak times
+        that ratio (interpolated in log2(sequence), the ends' beyond them): the table's era (cuDNN 9.10) with the
+        generation's measured step. The B300 (HGX, 1100 W) takes the GB300's ratio (an assumption).
 The model (one per GPU, version and pass): rate(s) = r_max · s / (s + s_half), a saturating curve
 (occupancy grows with the number of query blocks per head until the SMs are full); 1/rate is linear
 in 1/s, so (r_max, s_half) is an ordinary least-squares fit. It is fitted on the published points at
@@ -109,8 +118,14 @@ B200_MEASURED: dict[int, tuple[tuple[int, float, float], ...]] = {
         (131072, 445.094, 365.770)),
 }
 
-# Compute capabilities (CUDA): 80 Ampere, 90 Hopper, 100 Blackwell.
-AMPERE, HOPPER, BLACKWELL = 80, 90, 100
+# [GB300] (module docstring): (sequence length, forward, backward) GB300 TFLOPs/s over GB200 TFLOPs/s, cuDNN 9.22,
+# causal bf16, batch 2 (GB300 / GB200 rows: 2048: 1373/1097, 967/885; 4096: 1703/1408, 1248/1148; 8192: 1856/1574,
+# 1435/1332; 16384: 1915/1708, 1507/1328; 32768: 1953/1622, 1490/1226)
+ULTRA_OVER_BLACKWELL = ((2048, 1373 / 1097, 967 / 885), (4096, 1703 / 1408, 1248 / 1148), (8192, 1856 / 1574, 1435 / 1332),
+                        (16384, 1915 / 1708, 1507 / 1328), (32768, 1953 / 1622, 1490 / 1226))
+
+# Compute capabilities (CUDA): 80 Ampere, 90 Hopper, 100 Blackwell, 103 Blackwell Ultra (B300, GB300: sm_103).
+AMPERE, HOPPER, BLACKWELL, BLACKWELL_ULTRA = 80, 90, 100, 103
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +220,9 @@ def efficiency(version: int, phase: str, compute_capability: int, seq: int, head
     if why:
         raise ValueError(why)
     if compute_capability // 10 == BLACKWELL // 10:  # the measured B200 table (causal already), by head dim as Hopper's
-        return blackwell_rate(version, phase, seq) / B200_PEAK_TFLOPS * _head_dim_factor(version, phase, seq, head_dim)
+        ultra = ultra_ratio(phase, seq) if compute_capability >= BLACKWELL_ULTRA else 1.0
+        return (blackwell_rate(version, phase, seq) / B200_PEAK_TFLOPS * ultra
+                * _head_dim_factor(version, phase, seq, head_dim))
     causal = causal_backward(version).at(seq) if phase == "bwd" else 1.0  # the forward's fit is causal already
     if compute_capability // 10 == HOPPER // 10:
         return h100_efficiency(version, phase, seq, head_dim) * causal
@@ -235,6 +252,13 @@ def blackwell_rate(version: int, phase: str, seq: int) -> float:
     head dim 128, causal: B200_MEASURED interpolated."""
     col = 1 if phase == "fwd" else 2
     return _interpolate(tuple((row[0], row[col]) for row in B200_MEASURED[version]), seq)
+
+
+def ultra_ratio(phase: str, seq: int) -> float:
+    """A Blackwell Ultra GPU's attention rate over a Blackwell one's at `seq` tokens ([GB300], ULTRA_OVER_BLACKWELL
+    interpolated in log2(seq))."""
+    col = 1 if phase == "fwd" else 2
+    return _interpolate(tuple((row[0], row[col]) for row in ULTRA_OVER_BLACKWELL), seq)
 
 
 def blackwell_report() -> list[tuple[int, str, int, float, float]]:

@@ -32,7 +32,16 @@ The recipes differ in how a tensor's scale is found:
     block-scaled kernels are slower than (DeepGEMM's H800 table: a median 7.4% slower than zsim's FP8 terms,
     docs/compute.md "FP8 GEMMs");
   - mxfp8: one E8M0 scale per 32 consecutive elements, found inside the cast kernel (Blackwell, OCP MX
-    specification v1.0): one scale byte per 32 values per copy.
+    specification v1.0): one scale byte per 32 values per copy;
+  - nvfp4 (precision.fp4, not an FP8 recipe but priced on the same path): E2M1 values, half a byte each, with an
+    E4M3 scale per 16 consecutive elements and an fp32 scale per tensor from its amax (cuDNN's Block Scaling docs:
+    "16 FP4 output values (E2M1) and 1 FP8 scaling factor (E4M3)"; TE's NVFP4BlockScaling): an amax read before
+    each cast, as current scaling, and two copies on every GPU (rows, then columns: Blackwell's block-scaled FP4
+    MMA takes K-major operands only, so dgrad and wgrad read a column-wise copy). The GEMMs run at the GPU's FP4
+    peak (`Kernel.fp4`). TE's random Hadamard transform and stochastic rounding, where a recipe keeps them, are
+    fused into that cast (the bytes the same); MLPerf v5.1's NVFP4 configs disable both (NVTE_NVFP4_DISABLE_RHT,
+    NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING). Under sequence parallelism zsim gathers the 16-bit inputs, not NVFP4
+    (an assumption: whether TE v2.9 gathers NVFP4 shards was not read).
 
 Not modelled: the norm kernels' fused amax (TE's LayerNormLinear with current scaling writes the 16-bit norm
 output and its amax, then casts: zsim charges the separate amax read), the amax all-reductions across ranks,
@@ -51,12 +60,16 @@ from zsim.compute.kernel_list import Kernel, KernelList, mem, red
 # projections. Their ".dgrad"/".wgrad" backward GEMMs and "recompute." copies follow.
 FP8_LINEARS = ("qkv", "attention.dense", "mlp.h_to_4h", "mlp.4h_to_h", "moe.experts.fc1", "moe.experts.fc2",
                "moe.shared.fc1", "moe.shared.fc2", "mla.q_down", "mla.q_up", "mla.kv_down", "mla.kv_up")
-RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+RECIPES = ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
 # MXFP8: one 1-byte E8M0 scale per 32 elements (OCP Microscaling Formats (MX) v1.0, §5.1: block size 32)
 MX_BLOCK = 32
 # Blockwise (DeepSeek-V3 §3.3.2; TE's Float8BlockScaling): one fp32 scale per 1x128 block of an activation or gradient
 # (128x128 of a weight, whose scales zsim counts as the activations' per 128: an over-count of 4 B per 128 elements)
 BLOCK = 128
+# NVFP4: an E2M1 value is half a byte; one 1-byte E4M3 scale per 16 elements (cuDNN Block Scaling, "NVFP4 recipe
+# quantizes across 16 ... elements"); the per-tensor fp32 scale is not counted (4 bytes a tensor)
+NVFP4_BLOCK = 16
+FP4_BYTES = 0.5
 
 
 def _linear(name: str) -> tuple[str, str] | None:
@@ -70,23 +83,26 @@ def _linear(name: str) -> tuple[str, str] | None:
 
 
 def copies(recipe: str, compute_capability: int) -> int:
-    """The FP8 copies one quantize writes (module docstring): 2 on Hopper or with block scales (MXFP8, blockwise:
-    scaled along rows, then along columns), 1 on Blackwell per tensor."""
-    return 2 if recipe in ("mxfp8", "blockwise") or compute_capability < 100 else 1
+    """The low-precision copies one quantize writes (module docstring): 2 on Hopper or with block scales (MXFP8,
+    blockwise, NVFP4: scaled along rows, then along columns), 1 on Blackwell per tensor."""
+    return 2 if recipe in ("mxfp8", "blockwise", "nvfp4") or compute_capability < 100 else 1
 
 
 def _written(recipe: str, n: int) -> float:
-    """Bytes written per element for `n` FP8 copies (MXFP8: and a scale byte per MX_BLOCK elements per copy;
-    blockwise: a 4-byte scale per BLOCK)."""
+    """Bytes written per element for `n` low-precision copies (MXFP8: and a scale byte per MX_BLOCK elements per
+    copy; blockwise: a 4-byte scale per BLOCK; NVFP4: half a byte and a scale byte per NVFP4_BLOCK elements)."""
+    if recipe == "nvfp4":
+        return n * (FP4_BYTES + 1 / NVFP4_BLOCK)
     scales = 1 / MX_BLOCK if recipe == "mxfp8" else 4 / BLOCK if recipe == "blockwise" else 0
     return n * (1 + scales)
 
 
 def quantize(name: str, elements: int, recipe: str, e: int, n: int = 2) -> list[Kernel]:
-    """The kernels that quantize an `elements`-element e-byte tensor into `n` FP8 copies under `recipe`: the cast
-    (e read, n × 1 written; MX: and the scales) and, for current scaling, the amax reduction before it (e read)."""
+    """The kernels that quantize an `elements`-element e-byte tensor into `n` low-precision copies under `recipe`:
+    the cast (e read, the copies written: `_written`) and, for current scaling and NVFP4's per-tensor scale, the
+    amax reduction before it (e read)."""
     assert recipe in RECIPES, recipe
-    ks = [red(f"{name}.amax", e * elements)] if recipe == "current" else []
+    ks = [red(f"{name}.amax", e * elements)] if recipe in ("current", "nvfp4") else []
     return ks + [mem(f"{name}.quantize", (e + _written(recipe, n)) * elements)]
 
 
@@ -106,7 +122,7 @@ def with_fp8(kernels: tuple[Kernel, ...], recipe: str, e: int, n: int = 2) -> tu
             out += quantize(f"{prefix}{layer}.input", k.m * k.k * k.batch, recipe, e, n)
         elif pass_ == "dgrad":
             out += quantize(f"{layer}.grad_output", k.m * k.k * k.batch, recipe, e, n)
-        out.append(dataclasses.replace(k, fp8=True))
+        out.append(dataclasses.replace(k, fp4=True) if recipe == "nvfp4" else dataclasses.replace(k, fp8=True))
     return tuple(out)
 
 

@@ -31,6 +31,8 @@ class Kernel:
     prelaunched: bool = False
     # a GEMM on FP8 operands (precision.fp8: zsim.compute.fp8), at the FP8 peak and GEMM terms, 1-byte operands
     fp8: bool = False
+    # a GEMM on NVFP4 operands (precision.fp4: zsim.compute.fp8), at the FP4 peak and 'fp4' GEMM terms, half-byte operands
+    fp4: bool = False
 
     @property
     def rate_bytes(self) -> float:

@@ -64,7 +64,8 @@ class Shape:
     # context parallelism: `s` is this rank's s/cp share of each sequence, whose queries attend the cp·s keys of the
     # whole sequence (zsim.compute.kernels._flash)
     cp: int = 1
-    # Transformer Engine's FP8 recipe for the blocks' linear layers (precision.fp8; zsim.compute.fp8); "" for none
+    # Transformer Engine's FP8 recipe for the blocks' linear layers (precision.fp8, or 'nvfp4': precision.fp4;
+    # zsim.compute.fp8); "" for none
     fp8: str = ""
     fp8_copies: int = 2  # the FP8 copies each quantize writes (zsim.compute.fp8.copies: 1 on Blackwell per tensor)
 

@@ -82,7 +82,7 @@ class ComputeSection(_Profile, kw_only=True):
     host_module_us: Annotated[float, Meta(ge=0)] = 0.0
     # tensor-core rate kept under the power cap for minutes / the GEMM tables' short-burst rate (docs/compute.md)
     sustained_ratio: Annotated[float, Meta(gt=0, le=1)] = 1.0
-    gemm: dict[Literal["fp16", "bf16", "fp32", "tf32", "fp8"], GemmSection]
+    gemm: dict[Literal["fp16", "bf16", "fp32", "tf32", "fp8", "fp4"], GemmSection]
 
 
 class ComputeOverride(_Profile, kw_only=True):
@@ -97,7 +97,7 @@ class ComputeOverride(_Profile, kw_only=True):
     host_op_us: Annotated[float, Meta(ge=0)] | None = None
     host_module_us: Annotated[float, Meta(ge=0)] | None = None
     sustained_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
-    gemm: dict[Literal["fp16", "bf16", "fp32", "tf32", "fp8"], GemmOverride] = field(default_factory=dict)
+    gemm: dict[Literal["fp16", "bf16", "fp32", "tf32", "fp8", "fp4"], GemmOverride] = field(default_factory=dict)
 
 
 class GpuFile(_Profile, kw_only=True):
@@ -109,6 +109,9 @@ class GpuFile(_Profile, kw_only=True):
     peak_tf32_tflops: Annotated[float, Meta(gt=0, le=1e6)] | None = None
     # FP8 (E4M3/E5M2) tensor-core peak, dense: what precision.fp8's GEMMs run at (Hopper and later); None: no FP8
     peak_fp8_tflops: Annotated[float, Meta(gt=0, le=1e6)] | None = None
+    # FP4 (NVFP4, E2M1 with E4M3 block scales) tensor-core peak, dense: what precision.fp4's GEMMs run at (Blackwell
+    # and later); None: no FP4
+    peak_fp4_tflops: Annotated[float, Meta(gt=0, le=1e6)] | None = None
     hbm_GBps: Annotated[float, _GBPS]
     memory_GiB: Annotated[float, Meta(gt=0, le=1e6)]
     compute_capability: Annotated[int, Meta(gt=0, le=1000)]

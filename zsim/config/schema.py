@@ -247,6 +247,13 @@ class PrecisionSection(Section, kw_only=True):
         "an amax history), 'current' (per-tensor scales from each tensor's own amax: one more read), 'blockwise' "
         "(DeepSeek-V3's 1x128 and 128x128 block scales, Hopper), 'mxfp8' (32-element block scales, Blackwell); "
         "'none': every GEMM in precision.dtype"))] = "none"
+    # Transformer Engine's NVFP4 training (Megatron-Core --fp4-format e2m1 --fp4-recipe nvfp4; Megatron-Bridge's
+    # bf16_with_nvfp4_mixed; zsim.compute.fp8, docs/models.md "NVFP4"): the blocks' linear layers as under fp8, their
+    # three GEMMs on E2M1 operands with an E4M3 scale per 16 elements; NVFP4 and FP8 are mutually exclusive
+    # (Megatron-Bridge docs/training/mixed-precision.md, "NVFP4 Training")
+    fp4: Annotated[Literal["none", "nvfp4"], Meta(description=(
+        "NVFP4 GEMMs in the blocks' linear layers as Transformer Engine runs them (Blackwell: 16-element E4M3 block "
+        "scales and a per-tensor fp32 scale from each tensor's amax); instead of precision.fp8, not beside it"))] = "none"
     fp8_params: Annotated[bool, Meta(description=(
         "with fp8: the linear weights kept as FP8 parameters, 1 byte, no 16-bit copy (Megatron-Core --fp8-param-gather: "
         "the distributed optimizer's parameter all-gathers carry them; needs zero.implementation megatron-core)"))] = False
@@ -254,6 +261,12 @@ class PrecisionSection(Section, kw_only=True):
         "Adam's momentum and variance beside the fp32 master: fp32 (K = 12) or bf16 (K = 8: Megatron-Core's "
         "precision-aware optimizer, --exp-avg-dtype/--exp-avg-sq-dtype bf16; needs zero.implementation megatron-core)"))] = "fp32"
     optimizer: Annotated[Literal["adam"], Meta(description="Adam: fp32 master, momentum, variance")] = "adam"
+
+    @property
+    def linear_recipe(self) -> str:
+        """The blocks' linear layers' low-precision recipe (zsim.compute.fp8.RECIPES): precision.fp4's when set,
+        else precision.fp8's; 'none' for 16-bit GEMMs."""
+        return self.fp4 if self.fp4 != "none" else self.fp8
 
 
 class HardwareSection(Section, kw_only=True):

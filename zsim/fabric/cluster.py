@@ -249,6 +249,8 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         peaks["tf32"] = gpu_file.peak_tf32_tflops * 1e12
     if gpu_file.peak_fp8_tflops is not None:
         peaks["fp8"] = gpu_file.peak_fp8_tflops * 1e12
+    if gpu_file.peak_fp4_tflops is not None:
+        peaks["fp4"] = gpu_file.peak_fp4_tflops * 1e12
     port = inter.port_Gbps if inter.port_Gbps is not None else net.port_Gbps
     line = (nic_Gbps if nic_Gbps is not None else port) / 8 * GB
     gdr = inter.gpudirect_rdma if gpudirect_rdma is None else gpudirect_rdma

@@ -173,6 +173,8 @@ def facts(result: Result) -> dict[str, Any]:
             "aggregate_pflops": hw_tflops * gpus / 1e3,
             # precision.fp8: the peaks above stay the 16-bit ones (docs/models.md, "FP8 training"); this is FP8's
             **({"fp8_peak_tflops_per_gpu": s.cluster.gpu.peak_flops["fp8"] / 1e12} if s.precision.fp8 != "none" else {}),
+            # precision.fp4 likewise: the NVFP4 peak its linear layers' GEMMs run at
+            **({"fp4_peak_tflops_per_gpu": s.cluster.gpu.peak_flops["fp4"] / 1e12} if s.precision.fp4 != "none" else {}),
             "tokens_per_second": s.model.seq_len * s.model.micro_batch * s.parallel.dp * s.grad_accum / mean_step,
             # what Megatron-Core's log line would say for this step (its own FLOP count: causal attention
             # halved, recompute not counted; zsim.workload.flop_counts), None for MLA

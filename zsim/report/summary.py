@@ -31,7 +31,8 @@ def _speed(th: dict[str, Any], fits: bool = True) -> str:
         rate = (f"model FLOPs utilisation (MFU) {th['mfu_percent']:.1f}%, hardware FLOPs {th['percent_of_peak']:.1f}% "
                 f"(recompute included): {th['tflops_per_gpu']:.1f} of {th['peak_tflops_per_gpu']:.0f} TFLOPS/GPU"
                 + (f" (the 16-bit peak, as FP8 runs are reported; FP8's is {fp8:.0f})" if (fp8 := th.get("fp8_peak_tflops_per_gpu"))
-                   else "") + f", {th['aggregate_pflops']:.2f} PFLOPS total")
+                   else f" (the 16-bit peak, as NVFP4 runs are reported; NVFP4's is {fp4:.0f})"
+                   if (fp4 := th.get("fp4_peak_tflops_per_gpu")) else "") + f", {th['aggregate_pflops']:.2f} PFLOPS total")
     else:
         rate = (f"MFU {th['mfu_percent']:.1f}%, hardware FLOPs {th['percent_of_peak']:.1f}% (recompute included): "
                 f"{th['tflops_per_gpu'] * 1e3:.1f} of {th['peak_tflops_per_gpu'] * 1e3:.1f} GFLOPS/rank, "
@@ -151,7 +152,9 @@ def _ep_words(lay: dict) -> str:
     return f" (EP {lay['ep']} within DP)"
 
 def _fp8_words(precision: dict[str, Any]) -> str:
-    """The layout line's FP8 clause (precision.fp8, zsim.compute.fp8); '' without FP8."""
+    """The layout line's FP8 or NVFP4 clause (precision.fp8, precision.fp4; zsim.compute.fp8); '' without either."""
+    if precision.get("fp4", "none") == "nvfp4":
+        return f"; NVFP4 linear layers (16-element block scaling; MFU against the {precision['dtype']} peak)"
     recipe = precision.get("fp8", "none")
     if recipe == "none":
         return ""

@@ -319,6 +319,7 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
                    "fp32 master copy is modelled for bf16 only (fp16 needs loss scaling against its master copy; "
                    "fp32 has no 16-bit copy to drop)")
     _check_fp8(spec, cluster, fail)
+    _check_fp4(spec, cluster, fail)
     if spec.precision.adam_moments == "bf16" and not (spec.precision.master_weights and spec.precision.dtype != "fp32"
                                                        and zero.implementation == "megatron-core"):
         raise fail("precision.adam_moments", "bf16 is Megatron-Core's precision-aware optimizer beside an fp32 master "
@@ -375,6 +376,35 @@ def _check_fp8(spec: ScenarioFile, cluster: Cluster, fail) -> None:
         raise fail("precision.fp8_params", "true needs Megatron-Core's distributed optimizer (zero.implementation "
                    "megatron-core, zero.stage 1): --fp8-param-gather gathers the FP8 parameters it casts from "
                    f"its fp32 master shard, but this run is stage {spec.zero.stage} as {spec.zero.implementation}")
+
+
+def _check_fp4(spec: ScenarioFile, cluster: Cluster, fail) -> None:
+    """precision.fp4 where zsim can price it (zsim.compute.fp8, 'nvfp4'): not beside precision.fp8 (Megatron-Bridge
+    raises on both: docs/training/mixed-precision.md, "NVFP4 Training"), 16-bit training on a Blackwell GPU profile
+    (compute capability 10.0 and later: TE's NVFP4 recipe needs its block-scaled FP4 tensor cores) with an FP4 peak
+    and FP4 GEMM terms; not with ZeRO-3, nor with FP8 parameters (NVFP4 parameters are not modelled)."""
+    fp4 = spec.precision.fp4
+    if fp4 == "none":
+        return
+    gpu = cluster.gpu
+    if spec.precision.fp8 != "none":
+        raise fail("precision.fp4", f"{fp4} with precision.fp8 {spec.precision.fp8}: NVFP4 and FP8 linear layers are "
+                   "mutually exclusive (Megatron-Core's --fp4-format and --fp8-format); set precision.fp8: none")
+    if spec.precision.dtype == "fp32":
+        raise fail("precision.fp4", f"{fp4} with precision.dtype fp32: Transformer Engine's NVFP4 training keeps "
+                   "16-bit (bf16) parameters and activations beside the FP4 GEMMs")
+    if cluster.host is not None:
+        raise fail("precision.fp4", f"{fp4} on a CPU host ({gpu.name}): NVFP4 GEMMs run on Blackwell GPUs")
+    if gpu.compute_capability < 100 or "fp4" not in gpu.peak_flops or gpu.compute is None \
+            or "fp4" not in gpu.compute.gemm:
+        raise fail("precision.fp4", f"{fp4} on {gpu.name} (compute capability {gpu.compute_capability / 10:.1f}), "
+                   "whose profile has no FP4 tensor-core peak and FP4 GEMM terms (peak_fp4_tflops, "
+                   "compute.gemm.fp4): NVFP4 needs Blackwell (10.0); use a B200, GB200, B300 or GB300 profile, "
+                   "or precision.fp4: none")
+    if spec.zero.stage == 3:
+        raise fail("precision.fp4", f"{fp4} with zero.stage 3: the gathered parameters' NVFP4 copies of "
+                   "FSDP-style training are not modelled; use stages 0-2 (Megatron-Core's distributed optimizer "
+                   "is stage 1)")
 
 
 def _qk_width(model: ModelSection) -> int:

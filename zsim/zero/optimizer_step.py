@@ -103,12 +103,12 @@ def optimizer_step(b: PlanBuilder, s: Scenario, w: Workload, step: int,
                    if moments == "bf16" else ADAM_BYTES_PER_ELEMENT) + ge - e
     opt = b.add(name="optimizer/step", stream="compute", hbm_bytes=per_element * elements,
                 frees=(held,), step=step, kernels=adam, micro_batch=last_mb, elements=elements)
-    if s.precision.fp8 != "none":
-        # Transformer Engine quantizes the updated weights into their cached FP8 copies once a step, at the first
-        # micro-batch's forward (zsim.compute.fp8); priced here, on the compute stream, as a step's work
+    if (recipe := s.precision.linear_recipe) != "none":
+        # Transformer Engine quantizes the updated weights into their cached FP8 (or NVFP4) copies once a step, at
+        # the first micro-batch's forward (zsim.compute.fp8); priced here, on the compute stream, as a step's work
         weights = fp8_weight_elements(w)
-        n = copies(s.precision.fp8, s.cluster.gpu.compute_capability)
-        quantize = weight_kernels(weights, math.ceil(weights / nd), s.precision.fp8, e, n, s.precision.fp8_params)
+        n = copies(recipe, s.cluster.gpu.compute_capability)
+        quantize = weight_kernels(weights, math.ceil(weights / nd), recipe, e, n, s.precision.fp8_params)
         b.add(name="optimizer/fp8_weights", stream="compute", kernels=quantize, hbm_bytes=quantize.bytes, step=step,
               micro_batch=last_mb)
     if z.stage in (1, 2) and w.expert_params_per_rank:  # the experts' partitions, over the expert-data-parallel group

@@ -88,10 +88,10 @@ def fp8_cache_bytes(scenario: Scenario, workload: Workload) -> int:
     """Bytes of this rank's FP8 weight copies beside its parameters (zsim.compute.fp8.weight_cache_bytes); 0
     without FP8."""
     p = scenario.precision
-    if p.fp8 == "none":
+    if p.linear_recipe == "none":
         return 0
-    n = copies(p.fp8, scenario.cluster.gpu.compute_capability)
-    return weight_cache_bytes(fp8_weight_elements(workload), p.fp8, n, p.fp8_params)
+    n = copies(p.linear_recipe, scenario.cluster.gpu.compute_capability)
+    return weight_cache_bytes(fp8_weight_elements(workload), p.linear_recipe, n, p.fp8_params)
 
 
 def param_bytes_per_element(scenario: Scenario, workload: Workload) -> float:
