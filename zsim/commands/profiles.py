@@ -49,7 +49,8 @@ def _gpu(d: dict) -> str:
              f"fp16 {d['peak_fp16_tflops']} TFLOPS" if "peak_fp16_tflops" in d else None,
              f"bf16 {d['peak_bf16_tflops']}" if "peak_bf16_tflops" in d else None,
              f"fp32 {d['peak_fp32_tflops']}" if "peak_fp32_tflops" in d else None,
-             f"fp8 {d['peak_fp8_tflops']}" if "peak_fp8_tflops" in d else None]
+             f"fp8 {d['peak_fp8_tflops']}" if "peak_fp8_tflops" in d else None,
+             f"fp4 {d['peak_fp4_tflops']}" if "peak_fp4_tflops" in d else None]
     return ", ".join(p for p in parts if p)
 
 
