@@ -158,3 +158,16 @@ def test_blackwell_ultra_attention_is_blackwells_times_the_measured_gb300_over_g
     assert flash.ultra_ratio("fwd", 8192) == pytest.approx(1856 / 1574)
     assert flash.ultra_ratio("bwd", 1 << 20) == pytest.approx(1490 / 1226)  # beyond the table: its last row
     assert 1.07 < min(min(r[1:]) for r in flash.ULTRA_OVER_BLACKWELL) and max(max(r[1:]) for r in flash.ULTRA_OVER_BLACKWELL) < 1.26
+
+
+def test_the_shipped_gb300_scenario_is_the_theia_512_point():
+    from tests.conftest import ROOT
+    from zsim.scenario.scenario import load_scenario
+    from zsim.validate import modern
+    from zsim.validate.scale import _scenario, load_suite
+
+    points, _ = load_suite(modern.default_suite())
+    point = _scenario(next(p for p in points if p.id == "mlperf51-llama405b-theia-512"), modern.default_suite())
+    shipped = load_scenario(ROOT / "scenarios/llama-3.1-405b-mlperf51-gb300-nvl72-nvfp4.yaml")
+    for section in ("model", "parallel", "zero", "precision", "hardware"):
+        assert getattr(shipped, section) == getattr(point, section), section

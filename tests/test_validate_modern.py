@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 99
+    assert len(points) == 105
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 51
+    assert sum(p.half == "held_out" for p in points) == 54
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other
@@ -113,7 +113,7 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
               "mlperf40-gpt3-eos-11616": 6}
     points, _ = load_suite(modern.default_suite())
     mlperf = {p.id: p for p in points if p.id.startswith("mlperf")}
-    assert len(mlperf) == 41 and sum(p.half == "held_out" for p in mlperf.values()) == 20
+    assert len(mlperf) == 47 and sum(p.half == "held_out" for p in mlperf.values()) == 23
     # MLPerf's GB200 runs: 64 GPUs (16 trays) of each NVL72 rack, TP_PP_DP_MAPPING (a replica in its rack) but on
     # Tyche's 256-GPU run, whose config leaves it unset; the v5.1 8B runs on one whole rack and on 8 racks
     for pid, racks, order in (("mlperf50-llama405b-tyche-256", 4, "tp-cp-dp-pp"),
@@ -124,6 +124,19 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
             (racks, 64, 64, order), pid
     sc = _scenario(mlperf["mlperf51-llama8b-gb200-72"], modern.default_suite())
     assert (sc.cluster.nodes, sc.cluster.gpus_per_node, sc.layout.dp_shape.spans_nodes) == (1, 72, False)
+    # MLPerf v5.1's NVFP4 405B runs: TP 4 (GB200) or 2 (GB300) x PP 8 (v 8) x CP 2 in 64 GPUs of each rack, NVFP4, no
+    # FP8 parameters, no userbuffer TP overlap (config_common_fp4.sh), the accumulation the logs print
+    for pid, accum, mp, racks, gpu in (("mlperf51-llama405b-tyche-512", 144, 4, 8, "GB200-185GB"),
+                                       ("mlperf51-llama405b-hsg-2560", 24, 4, 40, "GB200-185GB"),
+                                       ("mlperf51-llama405b-hsg-5120", 16, 4, 80, "GB200-185GB"),
+                                       ("mlperf51-llama405b-theia-512", 72, 2, 8, "GB300-278GB")):
+        sc = _scenario(mlperf[pid], modern.default_suite())
+        assert (sc.grad_accum, sc.parallel.mp, sc.parallel.pp, sc.parallel.cp, sc.parallel.virtual_stages) == \
+            (accum, mp, 8, 2, 8), pid
+        assert (sc.cluster.nodes, sc.cluster.gpus_per_node, sc.cluster.gpu.name, sc.parallel.rank_order) == \
+            (racks, 64, gpu, "tp-cp-pp-dp"), pid
+        assert (sc.precision.fp4, sc.precision.fp8, sc.precision.fp8_params, sc.parallel.tp_comm_overlap) == \
+            ("nvfp4", "none", False, False), pid
     # MLPerf v5.0's Llama 3.1 405B: TP 8 (H100) or 4 (H200) x PP 8 (v 8) x CP 2, the accumulation the logs print
     for pid, accum, mp in (("mlperf50-llama405b-eos-512", 288, 8), ("mlperf50-llama405b-eos-8192", 24, 8),
                            ("mlperf50-llama405b-nebius-h200-512", 144, 4)):
