@@ -171,3 +171,29 @@ def test_the_shipped_gb300_scenario_is_the_theia_512_point():
     shipped = load_scenario(ROOT / "scenarios/llama-3.1-405b-mlperf51-gb300-nvl72-nvfp4.yaml")
     for section in ("model", "parallel", "zero", "precision", "hardware"):
         assert getattr(shipped, section) == getattr(point, section), section
+
+
+def test_fp8_attention_runs_cudnns_kernel_at_the_measured_fp8_over_bf16_rate_after_its_casts():
+    s = scenario_from(with_sections(B200, precision={"dtype": "bf16", "fp4": "nvfp4", "fp8_attention": True}), "fp8a")
+    plain = _scenario()
+    a = Shape.of(s.model, 4, padded_vocab(32000, 4), "bf16", sp=True, fp8="nvfp4", arch=100, fp8_attention=True)
+    b = Shape.of(plain.model, 4, padded_vocab(32000, 4), "bf16", sp=True, fp8="nvfp4", arch=100)
+    for phase, name, cast in (("fwd", "attention.flash", "attention.qkv_fp8"),
+                              ("bwd", "attention.flash.bwd", "attention.grad_output_fp8")):
+        ka, kb = ({k.name: k for k in module_kernels("block", phase, x).kernels} for x in (a, b))
+        assert ka[name].efficiency == pytest.approx(kb[name].efficiency * flash.fp8_ratio(phase, a.s))
+        assert f"{cast}.amax" in ka and f"{cast}.quantize" in ka and f"{cast}.quantize" not in kb
+    # NVIDIA's B200 table (cudnn-frontend @ cb560b9): FP8 1370.101 against bf16 1248.265 TFLOPs/s forward at 8k tokens
+    assert flash.fp8_ratio("fwd", 8192) == pytest.approx(1370.101 / 1248.265)
+    assert flash.fp8_ratio("bwd", 1024) < 1  # at short sequences the casts cost more than the matmuls save
+
+
+@pytest.mark.parametrize("sections, words", [
+    ({"hardware": {"profile": "dgx-h100", "nodes": 1}, "precision": {"dtype": "bf16", "fp4": "none", "fp8_attention": True}},
+     "Blackwell"),
+    ({"model": {"attention": "flash2"}, "precision": {"dtype": "bf16", "fp8_attention": True}}, "flash3"),
+])
+def test_fp8_attention_where_zsim_cannot_price_it_is_refused(sections, words):
+    with pytest.raises(ZsimError) as err:
+        scenario_from(with_sections(B200, precision={"dtype": "bf16"}), "fp8a", **sections)
+    assert err.value.path == "precision.fp8_attention" and words in str(err.value)

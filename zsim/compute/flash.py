@@ -38,6 +38,11 @@ backward 2.5 × the forward, for its five s×s×d matmuls, one of them the recom
         kernel's). zsim prices a Blackwell Ultra GPU's attention as the [B200] table's fraction of the peak times
         that ratio (interpolated in log2(sequence), the ends' beyond them): the table's era (cuDNN 9.10) with the
         generation's measured step. The B300 (HGX, 1100 W) takes the GB300's ratio (an assumption).
+  [B200 FP8] cuDNN's FP8 fused attention on a B200 against its bf16 one, measured in one run: the same repository @
+        cb560b9, benchmark/sdpa_benchmark_training/artifacts/sdpa_fp8_benchmark_results_NVIDIA_B200.csv and
+        sample_b200_fp8_run.txt (cuDNN 9.10.2, Llama 3.1 405B's attention, causal, 512-131,072 tokens): FP8 over
+        bf16 TFLOPs/s (FP8_OVER_BF16), 0.79-1.46x (below 1 at 1k tokens and less, where the casts cost more than the
+        matmuls save). precision.fp8_attention prices a Blackwell GPU's `flash3` kernel at its rate times that ratio.
 The model (one per GPU, version and pass): rate(s) = r_max · s / (s + s_half), a saturating curve
 (occupancy grows with the number of query blocks per head until the SMs are full); 1/rate is linear
 in 1/s, so (r_max, s_half) is an ordinary least-squares fit. It is fitted on the published points at
@@ -124,6 +129,17 @@ B200_MEASURED: dict[int, tuple[tuple[int, float, float], ...]] = {
 ULTRA_OVER_BLACKWELL = ((2048, 1373 / 1097, 967 / 885), (4096, 1703 / 1408, 1248 / 1148), (8192, 1856 / 1574, 1435 / 1332),
                         (16384, 1915 / 1708, 1507 / 1328), (32768, 1953 / 1622, 1490 / 1226))
 
+# [B200 FP8] (module docstring): (sequence length, forward, backward) cuDNN FP8 TFLOPs/s over bf16 TFLOPs/s, one B200,
+# causal (FP8 / bf16 rows: 512: 120.971/133.318, 135.341/171.986; 1024: 338.827/346.368, 306.416/329.692; 2048:
+# 717.023/670.199, 588.690/499.822; 4096: 1095.271/996.425, 911.167/801.509; 8192: 1370.101/1248.265, 1214.331/987.670;
+# 16384: 1559.697/1365.371, 1434.799/1136.796; 32768: 1651.456/1434.986, 1561.247/1175.410; 65536: 1690.274/1423.556,
+# 1610.145/1205.278; 131072: 1705.223/1329.590, 1601.969/1097.918)
+FP8_OVER_BF16 = ((512, 120.971 / 133.318, 135.341 / 171.986), (1024, 338.827 / 346.368, 306.416 / 329.692),
+                 (2048, 717.023 / 670.199, 588.690 / 499.822), (4096, 1095.271 / 996.425, 911.167 / 801.509),
+                 (8192, 1370.101 / 1248.265, 1214.331 / 987.670), (16384, 1559.697 / 1365.371, 1434.799 / 1136.796),
+                 (32768, 1651.456 / 1434.986, 1561.247 / 1175.410), (65536, 1690.274 / 1423.556, 1610.145 / 1205.278),
+                 (131072, 1705.223 / 1329.590, 1601.969 / 1097.918))
+
 # Compute capabilities (CUDA): 80 Ampere, 90 Hopper, 100 Blackwell, 103 Blackwell Ultra (B300, GB300: sm_103).
 AMPERE, HOPPER, BLACKWELL, BLACKWELL_ULTRA = 80, 90, 100, 103
 
@@ -209,18 +225,22 @@ def supported(version: int, compute_capability: int) -> str:
     return ""
 
 
-def efficiency(version: int, phase: str, compute_capability: int, seq: int, head_dim: int = 128) -> float:
+def efficiency(version: int, phase: str, compute_capability: int, seq: int, head_dim: int = 128,
+               fp8: bool = False) -> float:
     """Fraction of the GPU's 16-bit tensor peak FlashAttention `version` reaches in `phase` ('fwd' or
     'bwd') at `seq` tokens per sequence and `head_dim` (a head's width). Hopper: the H100 fit
     (`h100_efficiency`); Ampere (and anything between, e.g. Ada): FA2's A100 plateau with the FA2-on-H100
     shape at head dim 128, times FA2-on-H100's rate at `head_dim` over its rate at 128 (an assumption: no
-    A100 panel at other head dims is used). Raises ValueError where it does not run (`supported`); the
-    scenario loader checks that first and names the key."""
+    A100 panel at other head dims is used). `fp8`: cuDNN's FP8 attention on Blackwell, the rate times
+    FP8_OVER_BF16 ([B200 FP8]). Raises ValueError where it does not run (`supported`); the scenario loader
+    checks that first and names the key."""
     why = supported(version, compute_capability)
     if why:
         raise ValueError(why)
+    assert not fp8 or (version == 3 and compute_capability // 10 == BLACKWELL // 10), "FP8 attention: the loader refuses it"
     if compute_capability // 10 == BLACKWELL // 10:  # the measured B200 table (causal already), by head dim as Hopper's
         ultra = ultra_ratio(phase, seq) if compute_capability >= BLACKWELL_ULTRA else 1.0
+        ultra *= fp8_ratio(phase, seq) if fp8 else 1.0
         return (blackwell_rate(version, phase, seq) / B200_PEAK_TFLOPS * ultra
                 * _head_dim_factor(version, phase, seq, head_dim))
     causal = causal_backward(version).at(seq) if phase == "bwd" else 1.0  # the forward's fit is causal already
@@ -259,6 +279,13 @@ def ultra_ratio(phase: str, seq: int) -> float:
     interpolated in log2(seq))."""
     col = 1 if phase == "fwd" else 2
     return _interpolate(tuple((row[0], row[col]) for row in ULTRA_OVER_BLACKWELL), seq)
+
+
+def fp8_ratio(phase: str, seq: int) -> float:
+    """cuDNN's FP8 attention rate over its bf16 one on a B200 at `seq` tokens ([B200 FP8], FP8_OVER_BF16 interpolated in
+    log2(seq))."""
+    col = 1 if phase == "fwd" else 2
+    return _interpolate(tuple((row[0], row[col]) for row in FP8_OVER_BF16), seq)
 
 
 def blackwell_report() -> list[tuple[int, str, int, float, float]]:

@@ -68,18 +68,22 @@ class Shape:
     # zsim.compute.fp8); "" for none
     fp8: str = ""
     fp8_copies: int = 2  # the FP8 copies each quantize writes (zsim.compute.fp8.copies: 1 on Blackwell per tensor)
+    # cuDNN's FP8 fused attention (precision.fp8_attention; zsim.compute.flash, zsim.compute.kernels._flash)
+    fp8_attention: bool = False
 
     @staticmethod
     def of(model, mp: int, padded_vocab: int, dtype: str, *, arch: int = 0, selective: bool = False,
            sp: bool = False, ep: int = 1, etp: int | None = None,
-           recompute: frozenset[str] = frozenset(), cp: int = 1, fp8: str = "none") -> "Shape":
+           recompute: frozenset[str] = frozenset(), cp: int = 1, fp8: str = "none",
+           fp8_attention: bool = False) -> "Shape":
         """From a ModelSection; optional shape fields per COORDINATION.md contract 1 (defaults: GPT).
         `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
         and sequence parallelism (ignored at mp 1); `ep`, `etp`: a MoE model's expert-parallel degree and its
         experts' tensor-parallel degree (default mp); `recompute`: the modules selective recompute redoes
         besides the attention core ('layernorm', 'moe_act', 'mlp', 'moe'; zsim.zero.rank_states.recompute_modules);
         `cp`: the context-parallel degree (each rank's kernels run on s/cp tokens of a sequence); `fp8`: precision.fp8
-        (with `arch`, the copies its quantizes write: zsim.compute.fp8.copies)."""
+        (with `arch`, the copies its quantizes write: zsim.compute.fp8.copies); `fp8_attention`:
+        precision.fp8_attention."""
         if cp > 1:
             from zsim.config.struct import replace
 
@@ -107,7 +111,7 @@ class Shape:
                      dropout=bool(getattr(model, "dropout", True)),
                      kernels=getattr(model, "kernels", "megatron-2020"), loss=getattr(model, "loss", "megatron"),
                      tied=bool(getattr(model, "tied_head", True)), cp=cp, fp8="" if fp8 == "none" else fp8,
-                     fp8_copies=copies(fp8, arch))
+                     fp8_copies=copies(fp8, arch), fp8_attention=fp8_attention)
 
 
 def _mla_dims(model) -> tuple[int, int, int, int, int] | None:

@@ -80,7 +80,21 @@ def _flash(x: Shape, phase: str, name: str) -> Kernel:
 
     (qk, vd), heads = _head_dims(x), max(1, x.a // x.t)
     return Kernel(name, "flash", m=x.s, n=x.window or max(1, x.s * x.cp // 2), k=(qk + vd) if phase == "fwd" else 5 * (qk + vd) // 2,
-                  batch=x.b * heads, efficiency=efficiency(x.flash, phase, x.arch, x.s, qk))
+                  batch=x.b * heads, efficiency=efficiency(x.flash, phase, x.arch, x.s, qk, x.fp8_attention))
+
+
+def _fp8_attention_casts(x: Shape, phase: str) -> list[Kernel]:
+    """precision.fp8_attention's casts before cuDNN's FP8 kernel (Transformer Engine's DotProductAttention under
+    Float8CurrentScaling: an amax read and a cast to one 1-byte copy, zsim.compute.fp8.quantize): Q, K and V forward,
+    the output gradient backward (the output itself kept 16-bit, NVTE_DPA_FP8CS_O_in_F16 as MLPerf's configs set it)."""
+    if not x.fp8_attention:
+        return []
+    from zsim.compute.fp8 import quantize
+
+    T, hn, heads, qkv, _, _ = _block_dims(x)
+    if phase == "fwd":
+        return quantize("attention.qkv_fp8", T * qkv, "current", x.e, 1)
+    return quantize("attention.grad_output_fp8", T * heads * _head_dims(x)[1], "current", x.e, 1)
 
 
 def _attention_core(x: Shape) -> list[Kernel]:
@@ -89,7 +103,7 @@ def _attention_core(x: Shape) -> list[Kernel]:
     T, hn, heads, qkv, ffn, S = _block_dims(x)
     e = x.e
     if x.flash:
-        return [_flash(x, "fwd", "attention.flash")]
+        return _fp8_attention_casts(x, "fwd") + [_flash(x, "fwd", "attention.flash")]
     qk, vd = _head_dims(x)
     return [gemm("attention.scores", x.s, x.s, qk, x.b * heads), mem("attention.scale", 2 * e * S),
             mem("attention.mask_const", 2 * e * x.s * x.s, count=2),  # 1 − mask, 10000·(…)
@@ -186,7 +200,7 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
         ks.append(mem("post_attention_norm.bwd", 5 * e * tr, count=2))
     ks += [gemm("attention.dense.dgrad", T, heads * hn, h), gemm("attention.dense.wgrad", h, heads * hn, T)]
     if x.flash:
-        ks.append(_flash(x, "bwd", "attention.flash.bwd"))
+        ks += _fp8_attention_casts(x, "bwd") + [_flash(x, "bwd", "attention.flash.bwd")]
     else:
         ks += _attention_core_bwd(x)
     if x.rotary:

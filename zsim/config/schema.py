@@ -254,6 +254,12 @@ class PrecisionSection(Section, kw_only=True):
     fp4: Annotated[Literal["none", "nvfp4"], Meta(description=(
         "NVFP4 GEMMs in the blocks' linear layers as Transformer Engine runs them (Blackwell: 16-element E4M3 block "
         "scales and a per-tensor fp32 scale from each tensor's amax); instead of precision.fp8, not beside it"))] = "none"
+    # cuDNN's FP8 fused attention (Megatron-Core --fp8-dot-product-attention; NeMo FP8_DPA with
+    # NVTE_DPA_FP8_RECIPE Float8CurrentScaling): zsim.compute.flash [B200 FP8], docs/models.md "FP8 attention"
+    fp8_attention: Annotated[bool, Meta(description=(
+        "the attention core in FP8 (cuDNN's fused attention on Blackwell: Q, K, V and the output gradient cast to FP8 "
+        "with current scaling, its matmuls at the rate NVIDIA measured for FP8 over bf16); needs model.attention "
+        "flash3 on a Blackwell GPU"))] = False
     fp8_params: Annotated[bool, Meta(description=(
         "with fp8: the linear weights kept as FP8 parameters, 1 byte, no 16-bit copy (Megatron-Core --fp8-param-gather: "
         "the distributed optimizer's parameter all-gathers carry them; needs zero.implementation megatron-core)"))] = False

@@ -320,6 +320,7 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
                    "fp32 has no 16-bit copy to drop)")
     _check_fp8(spec, cluster, fail)
     _check_fp4(spec, cluster, fail)
+    _check_fp8_attention(spec, cluster, fail)
     if spec.precision.adam_moments == "bf16" and not (spec.precision.master_weights and spec.precision.dtype != "fp32"
                                                        and zero.implementation == "megatron-core"):
         raise fail("precision.adam_moments", "bf16 is Megatron-Core's precision-aware optimizer beside an fp32 master "
@@ -405,6 +406,24 @@ def _check_fp4(spec: ScenarioFile, cluster: Cluster, fail) -> None:
         raise fail("precision.fp4", f"{fp4} with zero.stage 3: the gathered parameters' NVFP4 copies of "
                    "FSDP-style training are not modelled; use stages 0-2 (Megatron-Core's distributed optimizer "
                    "is stage 1)")
+
+
+def _check_fp8_attention(spec: ScenarioFile, cluster: Cluster, fail) -> None:
+    """precision.fp8_attention where zsim can price it: cuDNN's fused attention (model.attention flash3) on a Blackwell
+    GPU, the one generation whose FP8/bf16 attention rates were found measured (zsim.compute.flash, [B200 FP8]); 16-bit
+    training."""
+    if not spec.precision.fp8_attention:
+        return
+    gpu = cluster.gpu
+    if spec.precision.dtype == "fp32":
+        raise fail("precision.fp8_attention", "true with precision.dtype fp32: the FP8 attention casts 16-bit Q, K and V")
+    if cluster.host is not None or gpu.compute_capability // 10 != 10:
+        raise fail("precision.fp8_attention", f"true on {gpu.name}: zsim prices FP8 attention on Blackwell GPUs only "
+                   "(compute capability 10.x: NVIDIA's measured B200 FP8/bf16 table); no FP8 attention table of an "
+                   "earlier GPU was found")
+    if spec.model.attention not in ("flash3", "auto"):  # 'auto' is flash3 on Blackwell
+        raise fail("precision.fp8_attention", f"true with model.attention {spec.model.attention}: FP8 attention is "
+                   "cuDNN's fused kernel, zsim's flash3 on Blackwell")
 
 
 def _qk_width(model: ModelSection) -> int:

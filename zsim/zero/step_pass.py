@@ -85,7 +85,8 @@ class StepPass(Gathers, Checkpoints, Reductions, TpOverlap):
                               arch=scenario.cluster.gpu.compute_capability, selective=selective(scenario),
                               sp=scenario.parallel.sequence_parallel, ep=scenario.layout.ep,
                               etp=scenario.layout.expert_mp, recompute=recompute_modules(scenario),
-                              cp=scenario.parallel.cp, fp8=scenario.precision.linear_recipe)
+                              cp=scenario.parallel.cp, fp8=scenario.precision.linear_recipe,
+                              fp8_attention=scenario.precision.fp8_attention)
         self.expert_group = "edp"  # = the DP group's ranks when ep is 1
         # where the EP all-to-alls run and what they send across nodes against an even spread (DeepEP's
         # dispatch: Moe.nic_share; over the TP × EP group with split experts: rank_states.ep_dispatch)
