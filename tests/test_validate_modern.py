@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 105
+    assert len(points) == 117
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 54
+    assert sum(p.half == "held_out" for p in points) == 61
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other
@@ -38,7 +38,7 @@ def test_layouts_cover_their_clusters():
             continue
         par, model = p.scenario["parallel"], p.scenario["model"]
         pp, v = par.get("pp", 1), par.get("virtual_stages", 1)
-        gpn = p.scenario["hardware"].get("gpus_per_node", 72 if p.scenario["hardware"]["profile"] == "gb200-nvl72" else 8)
+        gpn = p.scenario["hardware"].get("gpus_per_node", 72 if p.scenario["hardware"]["profile"].endswith("-nvl72") else 8)
         assert par["dp"] * par.get("cp", 1) * par["mp"] * pp == p.scenario["hardware"]["nodes"] * gpn, p.id
         if "from_hf" in model:  # the layer count is the config's: the loader checks it
             assert _scenario(p, modern.default_suite()).model.layers % (pp * v) == 0, p.id
@@ -113,7 +113,7 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
               "mlperf40-gpt3-eos-11616": 6}
     points, _ = load_suite(modern.default_suite())
     mlperf = {p.id: p for p in points if p.id.startswith("mlperf")}
-    assert len(mlperf) == 47 and sum(p.half == "held_out" for p in mlperf.values()) == 23
+    assert len(mlperf) == 59 and sum(p.half == "held_out" for p in mlperf.values()) == 30
     # MLPerf's GB200 runs: 64 GPUs (16 trays) of each NVL72 rack, TP_PP_DP_MAPPING (a replica in its rack) but on
     # Tyche's 256-GPU run, whose config leaves it unset; the v5.1 8B runs on one whole rack and on 8 racks
     for pid, racks, order in (("mlperf50-llama405b-tyche-256", 4, "tp-cp-dp-pp"),

@@ -47,7 +47,16 @@ SYSTEMS = {  # round -> system folders (results/<system>/<benchmark>) taken as p
              "University-of-Florida/results/hpg.dgxb200x8.n8/llama31_8b",
              "NVIDIA/results/tyche_ngpu72_ngc25.09_nemo/llama31_8b", "NVIDIA/results/tyche_ngpu512_ngc25.09_nemo/llama31_8b",
              "Dell/results/2xXE9680Lx8B200-SXM-180GB/llama31_8b", "Dell/results/2xXE9685Lx8B200-SXM-180GB/llama31_8b",
-             "Oracle/results/8xBM.GPU.B200.8/llama31_8b", "Verda/results/b200_8x8_ngc25.09/llama31_8b"],
+             "Oracle/results/8xBM.GPU.B200.8/llama31_8b", "Verda/results/b200_8x8_ngc25.09/llama31_8b",
+             "NVIDIA/results/tyche_ngpu512_ngc25.09_nemo/llama31_405b", "NVIDIA/results/hsg_ngpu2560_ngc25.09_nemo/llama31_405b",
+             "NVIDIA/results/hsg_ngpu5120_ngc25.09_nemo/llama31_405b", "NVIDIA/results/theia_ngpu512_ngc25.09_nemo/llama31_405b",
+             "NVIDIA/results/theia_ngpu72_ngc25.09_nemo/llama31_8b", "NVIDIA/results/theia_ngpu512_ngc25.09_nemo/llama31_8b",
+             "NVIDIA/results/tyche_ngpu8_ngc25.09_nemo/llama31_8b", "NVIDIA/results/theia_ngpu8_ngc25.09_nemo/llama31_8b",
+             "Oracle/results/1xBM.GPU.B200.8/llama31_8b", "Nebius/results/nebius_b200_n1/llama31_8b",
+             "Nebius/results/nebius_b200_n2/llama31_8b", "Nebius/results/nebius_b200_n4/llama31_8b",
+             "Supermicro/results/AS-4126GS-NBR-LCC/llama31_8b", "Supermicro/results/SYS-422GS-NBRT-LCC/llama31_8b",
+             "Nebius/results/nebius_b300_n1/llama31_8b", "Dell/results/1xXE9780x8B300-SXM-270GB/llama31_8b",
+             "Supermicro/results/AS-8126GS-NB3RT/llama31_8b", "Lambda/results/gb300_n18_ngc25.04_nemo/llama31_8b"],
 }
 TIMERS = ("train_step_timing", "train_step_timing in s", "train_step_time")
 
@@ -57,11 +66,11 @@ def git(repo: str, *args: str) -> str:
 
 
 def main(repos: list[str]) -> None:
-    """steps.csv on stdout (round, system, log, kind, index, seconds, tokens) and systems.csv beside it (round,
+    """steps.csv on stdout (round, system, benchmark, log, kind, index, seconds, tokens) and systems.csv beside it (round,
     commit, system, benchmark, global_batch_size, gradient_accumulation_steps, seq_len); `system` is the results
     folder's name."""
     out = csv.writer(sys.stdout, lineterminator="\n")
-    out.writerow(["round", "system", "log", "kind", "index", "seconds", "tokens"])
+    out.writerow(["round", "system", "benchmark", "log", "kind", "index", "seconds", "tokens"])
     facts = []
     for repo in repos:
         found = re.search(r"training_results_(v\d+\.\d+)", repo)
@@ -90,7 +99,7 @@ def main(repos: list[str]) -> None:
                         blocks.append(((e["time_ms"] - starts[block]) / 1000, e["metadata"].get("epoch_count", "")))
                 rows = [("step", t, "") for t in steps] or [("block", t, n) for t, n in blocks]
                 for i, (kind, seconds, tokens) in enumerate(rows):
-                    out.writerow([rnd, system, log.rsplit("/", 1)[1], kind, i, f"{seconds:.6f}", tokens])
+                    out.writerow([rnd, system, benchmark, log.rsplit("/", 1)[1], kind, i, f"{seconds:.6f}", tokens])
             facts.append([rnd, commit, system, benchmark, keys.get("global_batch_size"),
                           keys.get("gradient_accumulation_steps"), keys.get("max_sequence_length")])
     with open(Path(__file__).resolve().parents[1] / "systems.csv", "w", newline="") as f:
