@@ -70,7 +70,7 @@ SCENARIO_KEYS = {
              "partition_activations", "cpu_offload_activations", "constant_buffers", "defragment", "implementation",
              "prefetch_bucket_elements", "max_live_elements", "max_reuse_elements", "ddp_bucket_elements",
              "overlap_param_gather", "grad_reduce_in_fp32"],
-    "precision": ["dtype", "optimizer", "master_weights", "fp8", "fp8_params", "adam_moments"],
+    "precision": ["dtype", "optimizer", "master_weights", "fp8", "fp8_params", "adam_moments", "fp4", "fp8_attention"],
     "hardware": ["profile", "nodes", "nvls", "gpus_per_node", "nics_per_node"],
     "fabric": ["mode", "algorithm", "degrade", "sm_contention"],
     "run": ["steps", "output"],

@@ -114,21 +114,25 @@ def test_a_run_outside_every_regime_borrows_the_nearest_and_says_so():
 
 
 def test_a_nearest_band_of_another_generation_comes_with_the_runs_own_generation():
-    """The GB200 405B scenario (a Blackwell pipeline: no held-out Blackwell pipeline run) borrows Hopper's pipeline
-    band and says what Blackwell's held-out runs of other layouts took, pooled; an exact band adds nothing."""
+    """A Blackwell mixture-of-experts run (no held-out Blackwell MoE run: the Mixtral scenario on a DGX B200) borrows
+    Hopper's MoE band and says what Blackwell's held-out runs of other layouts took, pooled; an exact band adds nothing
+    (the GB200 405B scenario: a Blackwell pipeline, a validated regime since the eleventh session's NVFP4 runs)."""
     from zsim.report.error_band import band_facts
 
     table = read_table()
-    gb200 = api.load(ROOT / "scenarios" / "llama-3.1-405b-mlperf50-gb200-nvl72.yaml")
-    f = band_facts(gb200, 14.0)
+    moe = api.load(ROOT / "scenarios" / "mixtral-8x7b-ep8-dgx-h100.yaml", set={"hardware.profile": "dgx-b200"})
+    f = band_facts(moe, 14.0)
     own = f["own_generation"]
     blackwell = [r["error"] for r in table["residuals"] if r["regime"].endswith(" | Blackwell | shipped profile")]
-    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 5
+    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 15
+    assert f["regime"] == "mixture-of-experts | Hopper | shipped profile"
     assert (own["error_low"], own["error_high"]) == (min(blackwell), max(blackwell))
     assert own["step_high_s"] == pytest.approx(14.0 / (1 + min(blackwell)))
     assert f"{len(blackwell)} held-out Blackwell runs of other layouts took" in f["words"]
     three_d = band_facts(api.load(ROOT / "scenarios" / "llama-3-70b-3d-dgx-h100.yaml"), 10.0)
     assert three_d["match"] == "exact" and "own_generation" not in three_d
+    gb200 = band_facts(api.load(ROOT / "scenarios" / "llama-3.1-405b-mlperf50-gb200-nvl72.yaml"), 14.0)
+    assert gb200["match"] == "exact" and "own_generation" not in gb200
 
 
 def test_a_zero3_regime_names_its_deepspeed_version_and_no_other_version_borrows_it():
@@ -216,18 +220,26 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
         "modern:bridge-llama31-405b-h100-1024", "modern:mcore08-119B", "modern:mcore08-177B-4608",
         "modern:mcore08-177B-96", "modern:mcore08-314B"]
     # and the 16 held-out MLPerf Training runs on Hopper (GPT-3 175B of v3.0-v4.1, Llama 3.1 405B of v5.0, H100 and
-    # H200). Blackwell's held-out runs are the four v5.1 B200 8B runs and a GB200 8B declared after its attention fit (every earlier
-    # Blackwell point is calibration since: docs/validation.md), so a Blackwell pipeline run (the GB200 405B scenario)
-    # is outside every validated regime and gets Hopper's pipeline band as the nearest
+    # H200). Blackwell's held-out runs are the four v5.1 B200 8B runs and a GB200 8B declared after its attention fit
+    # (every earlier Blackwell point is calibration since: docs/validation.md) and the eleventh session's v5.1 runs:
+    # HSG's two NVFP4 405B pipelines, so a Blackwell pipeline run (the GB200 405B scenario) has its own band again
     assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 16
     blackwell = {k: sorted(v["points"]) for k, v in table["regimes"].items() if "| Blackwell |" in k}
     assert blackwell == {
         "data parallel across nodes (ZeRO 0-2) | Blackwell | shipped profile": [
             "modern:mlperf51-llama8b-dell-xe9680l-16", "modern:mlperf51-llama8b-dell-xe9685l-16",
-            "modern:mlperf51-llama8b-oracle-64", "modern:mlperf51-llama8b-verda-64"],
-        "one node | Blackwell | shipped profile": ["modern:bridge-llama3-8b-gb200-8"]}
-    gb200 = band_for(api.load(ROOT / "scenarios" / "llama-3.1-405b-mlperf50-gb200-nvl72.yaml"), table)
-    assert gb200 is not None and (gb200.match, gb200.regime) == ("nearest", "pipeline parallelism | Hopper | shipped profile")
+            "modern:mlperf51-llama8b-nebius-b200-32-nvfp4", "modern:mlperf51-llama8b-oracle-64",
+            "modern:mlperf51-llama8b-verda-64"],
+        "one node | Blackwell | shipped profile": [
+            "modern:bridge-llama3-8b-gb200-8", "modern:mlperf51-llama8b-dell-b300-8", "modern:mlperf51-llama8b-gb300-72",
+            "modern:mlperf51-llama8b-gb300-8-nvfp4", "modern:mlperf51-llama8b-lambda-gb300-72",
+            "modern:mlperf51-llama8b-nebius-b300-8-nvfp4", "modern:mlperf51-llama8b-oracle-8-nvfp4",
+            "modern:mlperf51-llama8b-supermicro-422-nvfp4"],
+        "pipeline parallelism | Blackwell | shipped profile": [
+            "modern:mlperf51-llama405b-hsg-2560", "modern:mlperf51-llama405b-hsg-5120"]}
+    for shipped in ("llama-3.1-405b-mlperf50-gb200-nvl72.yaml", "llama-3.1-405b-mlperf51-gb300-nvl72-nvfp4.yaml"):
+        bw = band_for(api.load(ROOT / "scenarios" / shipped), table)
+        assert bw is not None and (bw.match, bw.regime) == ("exact", "pipeline parallelism | Blackwell | shipped profile")
     no_hopper = {**table, "regimes": {k: v for k, v in table["regimes"].items()
                                       if k != "pipeline parallelism | Hopper | shipped profile"}}
     nearest = band_for(three_d, no_hopper)
