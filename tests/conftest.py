@@ -46,6 +46,20 @@ def small_scenario(**sections) -> Scenario:
     return scenario_from(SMALL, "small", **sections)
 
 
+def assert_shipped_is_point(shipped: str, point_id: str) -> None:
+    """scenarios/`shipped` equals `zsim validate modern`'s point `point_id`, section for section (model, parallel, zero,
+    precision, hardware): a shipped scenario said to be a published run is that run's declared scenario."""
+    from zsim.scenario.scenario import load_scenario
+    from zsim.validate import modern
+    from zsim.validate.scale import _scenario, load_suite
+
+    points, _ = load_suite(modern.default_suite())
+    point = _scenario(next(p for p in points if p.id == point_id), modern.default_suite())
+    scenario = load_scenario(ROOT / "scenarios" / shipped)
+    for section in ("model", "parallel", "zero", "precision", "hardware"):
+        assert getattr(scenario, section) == getattr(point, section), section
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -161,16 +161,9 @@ def test_blackwell_ultra_attention_is_blackwells_times_the_measured_gb300_over_g
 
 
 def test_the_shipped_gb300_scenario_is_the_theia_512_point():
-    from tests.conftest import ROOT
-    from zsim.scenario.scenario import load_scenario
-    from zsim.validate import modern
-    from zsim.validate.scale import _scenario, load_suite
+    from tests.conftest import assert_shipped_is_point
 
-    points, _ = load_suite(modern.default_suite())
-    point = _scenario(next(p for p in points if p.id == "mlperf51-llama405b-theia-512"), modern.default_suite())
-    shipped = load_scenario(ROOT / "scenarios/llama-3.1-405b-mlperf51-gb300-nvl72-nvfp4.yaml")
-    for section in ("model", "parallel", "zero", "precision", "hardware"):
-        assert getattr(shipped, section) == getattr(point, section), section
+    assert_shipped_is_point("llama-3.1-405b-mlperf51-gb300-nvl72-nvfp4.yaml", "mlperf51-llama405b-theia-512")
 
 
 def test_fp8_attention_runs_cudnns_kernel_at_the_measured_fp8_over_bf16_rate_after_its_casts():

@@ -60,13 +60,6 @@ def test_a_16_bit_run_names_one_peak():
 
 
 def test_the_shipped_scenario_is_the_carina_512_point():
-    from tests.conftest import ROOT
-    from zsim.scenario.scenario import load_scenario
-    from zsim.validate import modern
-    from zsim.validate.scale import _scenario, load_suite
+    from tests.conftest import assert_shipped_is_point
 
-    points, _ = load_suite(modern.default_suite())
-    point = _scenario(next(p for p in points if p.id == "mlperf50-llama405b-carina-512"), modern.default_suite())
-    shipped = load_scenario(ROOT / "scenarios/llama-3.1-405b-mlperf50-gb200-nvl72.yaml")
-    for section in ("model", "parallel", "zero", "precision", "hardware"):
-        assert getattr(shipped, section) == getattr(point, section), section
+    assert_shipped_is_point("llama-3.1-405b-mlperf50-gb200-nvl72.yaml", "mlperf50-llama405b-carina-512")

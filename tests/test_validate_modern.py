@@ -104,8 +104,7 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
     """MLPerf Training GPT-3 175B: each point's micro-batches a step are the gradient_accumulation_steps its logs
     print (global batch / (DP x micro-batch)) on its config's TP x PP (v), and scenarios/gpt3-175b-mlperf31-h100.yaml is
     the v3.1 Eos 512-GPU point's scenario, section for section."""
-    from tests.conftest import ROOT
-    from zsim.scenario.scenario import load_scenario
+    from tests.conftest import assert_shipped_is_point
     from zsim.validate.scale import _scenario
 
     logged = {"mlperf30-gpt3-nvidia-512": 128, "mlperf30-gpt3-coreweave-1536": 64, "mlperf30-gpt3-coreweave-3584": 24,
@@ -149,10 +148,7 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
         assert (sc.grad_accum, sc.parallel.mp, sc.parallel.pp, sc.parallel.virtual_stages) == (accum, *layout), pid
         assert sc.precision.fp8 == "delayed" and sc.cluster.nvls == pid.startswith("mlperf30"), pid
         assert sc.precision.fp8_params == pid.startswith("mlperf40"), pid
-    point = _scenario(mlperf["mlperf31-gpt3-eos-512"], modern.default_suite())
-    shipped = load_scenario(ROOT / "scenarios/gpt3-175b-mlperf31-h100.yaml")
-    for section in ("model", "parallel", "zero", "precision", "hardware"):
-        assert getattr(shipped, section) == getattr(point, section), section
+    assert_shipped_is_point("gpt3-175b-mlperf31-h100.yaml", "mlperf31-gpt3-eos-512")
 
 
 def _tiny_suite(tmp_path):
