@@ -126,6 +126,7 @@ def test_the_cli_runs_nvfp4_on_a_gb300_rack_and_says_so(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "NVFP4 linear layers" in run.stdout and "NVFP4's is 15000" in run.stdout
+    assert "FP8 attention" not in run.stdout
     result = json.loads(next((tmp_path / "out").rglob("result.json")).read_text())
     assert result["throughput"]["fp4_peak_tflops_per_gpu"] == 15000
     assert result["precision"]["fp4"] == "nvfp4" and "fp8_peak_tflops_per_gpu" not in result["throughput"]
@@ -179,6 +180,9 @@ def test_fp8_attention_runs_cudnns_kernel_at_the_measured_fp8_over_bf16_rate_aft
     # NVIDIA's B200 table (cudnn-frontend @ cb560b9): FP8 1370.101 against bf16 1248.265 TFLOPs/s forward at 8k tokens
     assert flash.fp8_ratio("fwd", 8192) == pytest.approx(1370.101 / 1248.265)
     assert flash.fp8_ratio("bwd", 1024) < 1  # at short sequences the casts cost more than the matmuls save
+    from zsim.report.summary import _fp8_words
+
+    assert _fp8_words({"dtype": "bf16", "fp4": "nvfp4", "fp8_attention": True}).endswith("; FP8 attention (cuDNN)")
 
 
 @pytest.mark.parametrize("sections, words", [

@@ -152,7 +152,14 @@ def _ep_words(lay: dict) -> str:
     return f" (EP {lay['ep']} within DP)"
 
 def _fp8_words(precision: dict[str, Any]) -> str:
-    """The layout line's FP8 or NVFP4 clause (precision.fp8, precision.fp4; zsim.compute.fp8); '' without either."""
+    """The layout line's FP8 or NVFP4 clause (precision.fp8, precision.fp4; zsim.compute.fp8) and FP8 attention's
+    (precision.fp8_attention); '' without any."""
+    attention = "; FP8 attention (cuDNN)" if precision.get("fp8_attention") else ""
+    return _linear_words(precision) + attention
+
+
+def _linear_words(precision: dict[str, Any]) -> str:
+    """The FP8 or NVFP4 linear layers' clause; '' for 16-bit GEMMs."""
     if precision.get("fp4", "none") == "nvfp4":
         return f"; NVFP4 linear layers (16-element block scaling; MFU against the {precision['dtype']} peak)"
     recipe = precision.get("fp8", "none")
