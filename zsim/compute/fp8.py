@@ -39,8 +39,9 @@ The recipes differ in how a tensor's scale is found:
     each cast, as current scaling, and two copies on every GPU (rows, then columns: Blackwell's block-scaled FP4
     MMA takes K-major operands only, so dgrad and wgrad read a column-wise copy). The GEMMs run at the GPU's FP4
     peak (`Kernel.fp4`). TE's random Hadamard transform and stochastic rounding, where a recipe keeps them, are
-    fused into that cast (the bytes the same); MLPerf v5.1's NVFP4 configs disable both (NVTE_NVFP4_DISABLE_RHT,
-    NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING). Under sequence parallelism zsim gathers the 16-bit inputs, not NVFP4
+    fused into that cast (the bytes the same); MLPerf v5.1's NVFP4 configs disable RHT, and their 405B configs also
+    stochastic rounding and 2D weight scaling, which the 8B configs turn back on (config_common_8b.sh, sourced after
+    config_common_fp4.sh). Under sequence parallelism zsim gathers the 16-bit inputs, not NVFP4
     (an assumption: whether TE v2.9 gathers NVFP4 shards was not read).
 
 Not modelled: the norm kernels' fused amax (TE's LayerNormLinear with current scaling writes the 16-bit norm
