@@ -132,6 +132,27 @@ def test_sustained_ratio_slows_compute_bound_gemms_only():
                                                                                     gpu.hbm_bytes_per_s, "bf16")
 
 
+# flashinfer-ai/flashinfer PR #2899 (a B200): FlashAttention-4 back to back, 1450 TFLOPS warmed (iterations 10-19) and
+# 1237 fully throttled (70-79); docs/compute.md, "Sustained clocks"
+B200_WARMED_TFLOPS, B200_THROTTLED_TFLOPS = 1450, 1237
+
+
+@pytest.mark.parametrize("system", ["dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72"])
+def test_blackwell_sustained_ratio_is_the_published_b200_throttle(system):
+    """The B200's ratio is the published throttled/warmed rate (to the profile's three digits); GB200, B300 and GB300
+    carry it; a B200-class compute-bound GEMM is that much slower than its burst, memory-bound work is not."""
+    import dataclasses
+
+    gpu = load_cluster(system, 1).gpu
+    t = gpu.compute
+    assert t.sustained_ratio == round(B200_THROTTLED_TFLOPS / B200_WARMED_TFLOPS, 3) == 0.853
+    big = KernelList("big", (Kernel("gemm", "gemm", m=8192, n=8192, k=8192),))
+    burst = dataclasses.replace(t, sustained_ratio=1.0)
+    ratio = list_seconds(big, t, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16") / \
+        list_seconds(big, burst, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16")
+    assert 1 / 0.853 * 0.97 < ratio <= 1 / 0.853 + 1e-9
+
+
 def test_sustained_ratio_out_of_range_is_a_config_error(tmp_path):
     src = (ROOT / "hwprofiles" / "gpus" / "h100-sxm5-80gb.yaml").read_text()
     (tmp_path / "gpus").mkdir()
