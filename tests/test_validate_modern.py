@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 117
+    assert len(points) == 127
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 61
+    assert sum(p.half == "held_out" for p in points) == 67
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other
@@ -112,7 +112,14 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
               "mlperf40-gpt3-eos-11616": 6}
     points, _ = load_suite(modern.default_suite())
     mlperf = {p.id: p for p in points if p.id.startswith("mlperf")}
-    assert len(mlperf) == 59 and sum(p.half == "held_out" for p in mlperf.values()) == 30
+    assert len(mlperf) == 69 and sum(p.half == "held_out" for p in mlperf.values()) == 36
+    # UF's 405B runs on DGX B200: TP 4 x PP 8 (v 8) x CP 2 on 8 whole nodes a replica (TP_PP_DP_MAPPING), FP8 tensorwise
+    # with FP8 parameters, no userbuffer TP overlap (commented out in its config), 144 micro-batches a replica
+    for pid, dp, nodes in (("mlperf51-llama405b-uf-256", 4, 32), ("mlperf51-llama405b-uf-448", 7, 56)):
+        sc = _scenario(mlperf[pid], modern.default_suite())
+        assert (sc.grad_accum, sc.parallel.dp, sc.parallel.mp, sc.parallel.pp, sc.parallel.cp, sc.parallel.rank_order,
+                sc.cluster.nodes, sc.cluster.gpus_per_node) == (144, dp, 4, 8, 2, "tp-cp-pp-dp", nodes, 8), pid
+        assert (sc.precision.fp8, sc.precision.fp8_params, sc.parallel.tp_comm_overlap) == ("current", True, False), pid
     # MLPerf's GB200 runs: 64 GPUs (16 trays) of each NVL72 rack, TP_PP_DP_MAPPING (a replica in its rack) but on
     # Tyche's 256-GPU run, whose config leaves it unset; the v5.1 8B runs on one whole rack and on 8 racks
     for pid, racks, order in (("mlperf50-llama405b-tyche-256", 4, "tp-cp-dp-pp"),
