@@ -1,5 +1,6 @@
 """Published against zsim on pairs of MLPerf runs that differ in one thing (docs/validation.md, "NVFP4 and Blackwell
-Ultra"): NVFP4 against FP8 on the same racks or GPUs, GB300 against GB200, B300 against B200. Each ratio is the
+Ultra"): NVFP4 against FP8 on the same racks or GPUs, GB300 against GB200, B300 against B200, and one weak-scaling pair
+(UF's 405B on 32 and 56 nodes). Each ratio is the
 slower run's step over the faster one's per unit of work (a micro-batch of a replica where the batches differ), from
 the published steps of `zsim validate modern`'s points and zsim's simulated ones. Nothing is fitted here.
 
@@ -25,6 +26,10 @@ PAIRS = (
     ("GB300 vs GB200, 8B FP8 on one rack", "mlperf51-llama8b-gb200-72", 1, "mlperf51-llama8b-gb300-72", 1),
     ("B300 vs B200, 8B NVFP4 + FP8 attention on 8", "mlperf51-llama8b-oracle-8-nvfp4", 1,
      "mlperf51-llama8b-nebius-b300-8-nvfp4", 1),
+    ("B300 vs B200, the same: one submitter, one config (Lenovo SR680aV3/V4)", "mlperf51-llama8b-lenovo-sr680av3-8-nvfp4",
+     1, "mlperf51-llama8b-lenovo-b300-8-nvfp4", 1),
+    ("56 vs 32 DGX B200 nodes, 405B FP8 weak scaling (UF, DP 7 vs 4)", "mlperf51-llama405b-uf-448", 144,
+     "mlperf51-llama405b-uf-256", 144),
 )
 
 
