@@ -57,8 +57,9 @@ SYSTEMS = {  # round -> system folders (results/<system>/<benchmark>) taken as p
              "Supermicro/results/AS-4126GS-NBR-LCC/llama31_8b", "Supermicro/results/SYS-422GS-NBRT-LCC/llama31_8b",
              "Nebius/results/nebius_b300_n1/llama31_8b", "Dell/results/1xXE9780x8B300-SXM-270GB/llama31_8b",
              "Supermicro/results/AS-8126GS-NB3RT/llama31_8b", "Lambda/results/gb300_n18_ngc25.04_nemo/llama31_8b",
-             # extracted, not (yet) points of the suite: Dell's and Lenovo's 1-node B200 and B300 runs, UF's
-             # 2-32-node 8B and 32- and 56-node 405B runs (SOURCE.md)
+             # the twelfth session's (2026-11-29): Dell's and Lenovo's 1-node B200 and B300 runs, UF's 2-32-node 8B
+             # and 32- and 56-node 405B runs (their logs print no configuration; each submitter's config of the node
+             # count is published)
              "Dell/results/1xXE9680Lx8B200-SXM-180GB/llama31_8b", "Lenovo/results/SR680aV3-8xB200_SXM_180GB/llama31_8b",
              "Lenovo/results/SR780aV3-8xB200_SXM_180GB/llama31_8b", "Lenovo/results/SR680aV4-8xB300_SXM/llama31_8b",
              "University-of-Florida/results/hpg.dgxb200x8.n2/llama31_8b",
@@ -66,7 +67,9 @@ SYSTEMS = {  # round -> system folders (results/<system>/<benchmark>) taken as p
              "University-of-Florida/results/hpg.dgxb200x8.n16/llama31_8b",
              "University-of-Florida/results/hpg.dgxb200x8.n32/llama31_8b",
              "University-of-Florida/results/hpg.dgxb200x8.n32/llama31_405b",
-             "University-of-Florida/results/hpg.dgxb200x8.n56/llama31_405b"],
+             "University-of-Florida/results/hpg.dgxb200x8.n56/llama31_405b",
+             # HPE's 8-node H200 run (its log prints its configuration)
+             "HPE/results/HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09/llama31_8b"],
 }
 TIMERS = ("train_step_timing", "train_step_timing in s", "train_step_time")
 
