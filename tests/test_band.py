@@ -124,7 +124,7 @@ def test_a_nearest_band_of_another_generation_comes_with_the_runs_own_generation
     f = band_facts(moe, 14.0)
     own = f["own_generation"]
     blackwell = [r["error"] for r in table["residuals"] if r["regime"].endswith(" | Blackwell | shipped profile")]
-    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 15
+    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 21
     assert f["regime"] == "mixture-of-experts | Hopper | shipped profile"
     assert (own["error_low"], own["error_high"]) == (min(blackwell), max(blackwell))
     assert own["step_high_s"] == pytest.approx(14.0 / (1 + min(blackwell)))
@@ -222,21 +222,26 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     # and the 16 held-out MLPerf Training runs on Hopper (GPT-3 175B of v3.0-v4.1, Llama 3.1 405B of v5.0, H100 and
     # H200). Blackwell's held-out runs are the four v5.1 B200 8B runs and a GB200 8B declared after its attention fit
     # (every earlier Blackwell point is calibration since: docs/validation.md) and the eleventh session's v5.1 runs:
-    # HSG's two NVFP4 405B pipelines, so a Blackwell pipeline run (the GB200 405B scenario) has its own band again
+    # HSG's two NVFP4 405B pipelines, so a Blackwell pipeline run (the GB200 405B scenario) has its own band again;
+    # the twelfth session's: UF's 8B on 2 and 16 nodes and 405B on 56, Dell's and Lenovo's 1-node NVFP4 runs
     assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 16
     blackwell = {k: sorted(v["points"]) for k, v in table["regimes"].items() if "| Blackwell |" in k}
     assert blackwell == {
         "data parallel across nodes (ZeRO 0-2) | Blackwell | shipped profile": [
+            "modern:mlperf51-llama8b-b200-128", "modern:mlperf51-llama8b-b200-16",
             "modern:mlperf51-llama8b-dell-xe9680l-16", "modern:mlperf51-llama8b-dell-xe9685l-16",
             "modern:mlperf51-llama8b-nebius-b200-32-nvfp4", "modern:mlperf51-llama8b-oracle-64",
             "modern:mlperf51-llama8b-verda-64"],
         "one node | Blackwell | shipped profile": [
-            "modern:bridge-llama3-8b-gb200-8", "modern:mlperf51-llama8b-dell-b300-8", "modern:mlperf51-llama8b-gb300-72",
+            "modern:bridge-llama3-8b-gb200-8", "modern:mlperf51-llama8b-dell-b300-8",
+            "modern:mlperf51-llama8b-dell-xe9680l-8-nvfp4", "modern:mlperf51-llama8b-gb300-72",
             "modern:mlperf51-llama8b-gb300-8-nvfp4", "modern:mlperf51-llama8b-lambda-gb300-72",
+            "modern:mlperf51-llama8b-lenovo-b300-8-nvfp4", "modern:mlperf51-llama8b-lenovo-sr780av3-8-nvfp4",
             "modern:mlperf51-llama8b-nebius-b300-8-nvfp4", "modern:mlperf51-llama8b-oracle-8-nvfp4",
             "modern:mlperf51-llama8b-supermicro-422-nvfp4"],
         "pipeline parallelism | Blackwell | shipped profile": [
-            "modern:mlperf51-llama405b-hsg-2560", "modern:mlperf51-llama405b-hsg-5120"]}
+            "modern:mlperf51-llama405b-hsg-2560", "modern:mlperf51-llama405b-hsg-5120",
+            "modern:mlperf51-llama405b-uf-448"]}
     for shipped in ("llama-3.1-405b-mlperf50-gb200-nvl72.yaml", "llama-3.1-405b-mlperf51-gb300-nvl72-nvfp4.yaml"):
         bw = band_for(api.load(ROOT / "scenarios" / shipped), table)
         assert bw is not None and (bw.match, bw.regime) == ("exact", "pipeline parallelism | Blackwell | shipped profile")
