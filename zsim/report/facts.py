@@ -175,6 +175,9 @@ def facts(result: Result) -> dict[str, Any]:
             **({"fp8_peak_tflops_per_gpu": s.cluster.gpu.peak_flops["fp8"] / 1e12} if s.precision.fp8 != "none" else {}),
             # precision.fp4 likewise: the NVFP4 peak its linear layers' GEMMs run at
             **({"fp4_peak_tflops_per_gpu": s.cluster.gpu.peak_flops["fp4"] / 1e12} if s.precision.fp4 != "none" else {}),
+            # the share of its tables' burst rate the GPU's tensor-core work ran at: its power-capped clock (the
+            # profile's sustained_ratio, docs/compute.md "Sustained clocks"; 1 where none is known or on a CPU host)
+            "sustained_ratio": 1.0 if s.cluster.gpu.compute is None else s.cluster.gpu.compute.sustained_ratio,
             "tokens_per_second": s.model.seq_len * s.model.micro_batch * s.parallel.dp * s.grad_accum / mean_step,
             # what Megatron-Core's log line would say for this step (its own FLOP count: causal attention
             # halved, recompute not counted; zsim.workload.flop_counts), None for MLA

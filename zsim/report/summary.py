@@ -26,7 +26,8 @@ def _is_gpu(th: dict[str, Any]) -> bool:
 def _speed(th: dict[str, Any], fits: bool = True) -> str:
     """The speed line: model FLOPs utilisation (PaLM appendix B) and hardware FLOPs (recompute included),
     TFLOPS for a GPU, GFLOPS for a CPU host. A run that does not fit says its speed is what it would be
-    had the GPU had room."""
+    had the GPU had room. Where the GPU's profile knows its power-capped clock (sustained_ratio < 1), the line
+    says the share of the burst rate its tensor cores ran at."""
     if _is_gpu(th):
         rate = (f"model FLOPs utilisation (MFU) {th['mfu_percent']:.1f}%, hardware FLOPs {th['percent_of_peak']:.1f}% "
                 f"(recompute included): {th['tflops_per_gpu']:.1f} of {th['peak_tflops_per_gpu']:.0f} TFLOPS/GPU"
@@ -38,7 +39,9 @@ def _speed(th: dict[str, Any], fits: bool = True) -> str:
                 f"{th['tflops_per_gpu'] * 1e3:.1f} of {th['peak_tflops_per_gpu'] * 1e3:.1f} GFLOPS/rank, "
                 f"{th['aggregate_pflops'] * 1e6:.1f} GFLOPS total")
     lead = "  speed     " if fits else "  speed     (had it fit, which it does not) "
-    return f"{lead}{rate}, {th['tokens_per_second']:,.0f} tokens/s"
+    capped = th.get("sustained_ratio", 1.0)
+    return (f"{lead}{rate}, {th['tokens_per_second']:,.0f} tokens/s"
+            + (f"; tensor cores at {capped:.2f} of their burst rate (the power cap)" if capped < 1 else ""))
 
 
 def _attention_line(mem: dict[str, Any], model: dict[str, Any]) -> list[str]:
