@@ -46,7 +46,7 @@ def test_every_mlperf_point_is_its_logs_median_step():
     steps, facts = _logged()
     points, _ = load_suite(modern.default_suite())
     mlperf = [p for p in points if p.id.startswith("mlperf")]
-    assert len(mlperf) == len(facts) == 70
+    assert len(mlperf) == len(facts) == 72
     seen = set()
     for p in mlperf:
         rnd = f"v{p.id[6]}.{p.id[7]}"  # mlperf31-... -> v3.1

@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 128
+    assert len(points) == 130
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 68
+    assert sum(p.half == "held_out" for p in points) == 70
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other
@@ -112,7 +112,7 @@ def test_mlperf_points_run_the_logged_batches_and_the_shipped_scenario_is_the_eo
               "mlperf40-gpt3-eos-11616": 6}
     points, _ = load_suite(modern.default_suite())
     mlperf = {p.id: p for p in points if p.id.startswith("mlperf")}
-    assert len(mlperf) == 70 and sum(p.half == "held_out" for p in mlperf.values()) == 37
+    assert len(mlperf) == 72 and sum(p.half == "held_out" for p in mlperf.values()) == 39
     # UF's 405B runs on DGX B200: TP 4 x PP 8 (v 8) x CP 2 on 8 whole nodes a replica (TP_PP_DP_MAPPING), FP8 tensorwise
     # with FP8 parameters, no userbuffer TP overlap (commented out in its config), 144 micro-batches a replica
     for pid, dp, nodes in (("mlperf51-llama405b-uf-256", 4, 32), ("mlperf51-llama405b-uf-448", 7, 56)):

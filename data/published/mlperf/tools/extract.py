@@ -69,7 +69,9 @@ SYSTEMS = {  # round -> system folders (results/<system>/<benchmark>) taken as p
              "University-of-Florida/results/hpg.dgxb200x8.n32/llama31_405b",
              "University-of-Florida/results/hpg.dgxb200x8.n56/llama31_405b",
              # HPE's 8-node H200 run (its log prints its configuration)
-             "HPE/results/HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09/llama31_8b"],
+             "HPE/results/HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09/llama31_8b",
+             # Cisco's 8- and 16-node DGX H100 runs (logs without a configuration; its configs of both node counts)
+             "Cisco/results/hpf_n8/llama31_8b", "Cisco/results/hpf_n16/llama31_8b"],
 }
 TIMERS = ("train_step_timing", "train_step_timing in s", "train_step_time")
 
