@@ -151,6 +151,9 @@ def test_blackwell_sustained_ratio_is_the_published_b200_throttle(system):
     ratio = list_seconds(big, t, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16") / \
         list_seconds(big, burst, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16")
     assert 1 / 0.853 * 0.97 < ratio <= 1 / 0.853 + 1e-9
+    copy = KernelList("copy", (Kernel("copy", "mem", bytes=1e9),))
+    assert list_seconds(copy, t, 1.0, gpu.hbm_bytes_per_s, "bf16") == \
+        list_seconds(copy, burst, 1.0, gpu.hbm_bytes_per_s, "bf16")
 
 
 def test_sustained_ratio_out_of_range_is_a_config_error(tmp_path):
