@@ -61,7 +61,7 @@ class GemmHardware:
     tiles: tuple[tuple[int, int], ...]
     peak_flops: float
     hbm_bytes_per_s: float
-    elem_bytes: int
+    elem_bytes: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,3 +201,19 @@ def profile_yaml(dtype: str, values: dict[str, float]) -> str:
     return (f"    {dtype}: {{efficiency: {values['efficiency']:.4f}, tile_TBps: {values['tile_TBps']:.4f}, "
             f"k_overhead: {values['k_overhead']:.1f}, fixed_us: {values['fixed_us']:.3f}, "
             f"hbm_efficiency: {values['hbm_efficiency']:.4f}}}")
+
+
+def fit_efficiency(rows: list[GemmRow], hw: GemmHardware, base: GemmTerms) -> float:
+    """The one term `efficiency` fitted to `rows` by least squares on log(time), `base`'s other four terms held:
+    for a table too small to fit five (the published FP4 GEMM table of a B200, data/published/gemm-fp4/;
+    benchmarks/fp4_gemm_check.py). Bounded as PARAMS bounds it (0.3 to 1.0)."""
+    import dataclasses
+
+    def cost(e: float) -> float:
+        terms = dataclasses.replace(base, efficiency=e)
+        return sum(math.log(predict(r, terms, hw) / r.seconds) ** 2 for r in rows)
+
+    optimize = scipy_optimize("the GEMM efficiency fit")
+    lo, hi = PARAMS[0][2], PARAMS[0][3]
+    return float(optimize.minimize_scalar(cost, bounds=(lo, hi), method="bounded",
+                                          options={"xatol": 1e-6}).x)

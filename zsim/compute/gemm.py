@@ -21,7 +21,7 @@ from zsim.compute.terms import GemmTerms
 _MIN_SPLIT_K = 256  # K elements per split at least (CUTLASS's split-K examples use ≥ 128-element slices)
 
 
-def gemm_seconds(m: int, n: int, k: int, batch: int, elem_bytes: int, terms: GemmTerms, sms: int,
+def gemm_seconds(m: int, n: int, k: int, batch: int, elem_bytes: float, terms: GemmTerms, sms: int,
                  tiles: tuple[tuple[int, int], ...], peak_flops: float, hbm_bytes_per_s: float) -> float:
     """Seconds of `batch` GEMMs of M×N×K with `elem_bytes`-byte operands (see the module docstring)."""
     per_sm_flops = peak_flops / sms * terms.efficiency
