@@ -54,3 +54,30 @@ def test_the_other_blackwell_gpus_carry_the_b200_fp4_terms(gpu):
     b200 = load_profile(profiles, "gpu", "b200-180gb", GpuFile)
     other = load_profile(profiles, "gpu", gpu, GpuFile)
     assert other.compute.gemm["fp4"] == b200.compute.gemm["fp4"]
+
+
+def test_gemm_fit_fits_an_fp4_table_at_the_fp4_peak_with_half_byte_operands(tmp_path):
+    """`zsim gemm-fit --dtype fp4`: a DeepBench-style table timed by the model itself (the B200's fitted fp4 terms at
+    its FP4 peak, half-byte operands) is fitted back to within 1% in sample, its efficiency within 5%."""
+    from zsim.commands.gemm_fit import fit_table
+    from zsim.compute.gemm import gemm_seconds
+
+    gpu = load_cluster("dgx-b200", 1).gpu
+    c = gpu.compute
+    shapes = [(m, n, k) for m in (256, 1024, 4096, 16384) for n in (512, 4096, 14336) for k in (1024, 4096)]
+    lines = ["M,N,K,time_ms"] + [
+        f"{m},{n},{k},{1e3 * gemm_seconds(m, n, k, 1, 0.5, c.gemm['fp4'], c.sms, c.tiles, gpu.peak_flops['fp4'], gpu.hbm_bytes_per_s)!r}"
+        for m, n, k in shapes]
+    table = tmp_path / "fp4.csv"
+    table.write_text("\n".join(lines) + "\n")
+    result = fit_table(table, "b200-180gb", "fp4")
+    assert result.summary()["insample_median"] < 0.01
+    assert result.values["efficiency"] == pytest.approx(c.gemm["fp4"].efficiency, rel=0.05)
+
+
+def test_gemm_fit_fp4_on_a_gpu_without_an_fp4_peak_names_the_key():
+    from zsim.commands.gemm_fit import fit_table
+    from zsim.errors import ZsimError
+
+    with pytest.raises(ZsimError, match="peak_fp4_tflops"):
+        fit_table(ROOT / "data" / "published" / "gemm-fp4" / "deepgemm-pr348-b200-mxfp4.csv", "h100-sxm5-80gb", "fp4")

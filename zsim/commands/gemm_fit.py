@@ -19,10 +19,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "the error on rows each fit never saw (even/odd 2-fold).")
     p.add_argument("csv", type=Path, help="GEMM table, e.g. ../shared/data/deepbench-v100/gemm_fp16_tensorcore.csv")
     p.add_argument("--gpu", required=True, help="GPU profile (hwprofiles/gpus/) the table was measured on")
-    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32", "tf32", "fp8"), default="fp16",
+    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32", "tf32", "fp8", "fp4"), default="fp16",
                    help="operand type of the table (default fp16); tf32: fp32 operands on tensor cores, priced "
                         "against the GPU's peak_tf32_tflops (XLA's f32 rows); fp8: E4M3 operands (XLA's "
-                        "f8e4m3fn x f8e4m3fn rows), 1 byte each, against peak_fp8_tflops")
+                        "f8e4m3fn x f8e4m3fn rows), 1 byte each, against peak_fp8_tflops; fp4: NVFP4 or MXFP4 "
+                        "operands (E2M1), half a byte each, against peak_fp4_tflops (a DeepBench-style table: XLA's "
+                        "have no FP4 rows)")
     add_json_option(p, "the values and held-out errors")
     add_profile_options(p, profile=False)
     p.set_defaults(func=run_command)
@@ -48,12 +50,12 @@ def table_hardware(spec, gpu: str, dtype: str):
     from zsim.errors import ZsimError
 
     peak = {"fp16": spec.peak_fp16_tflops, "bf16": spec.peak_bf16_tflops, "fp32": spec.peak_fp32_tflops,
-            "tf32": spec.peak_tf32_tflops, "fp8": spec.peak_fp8_tflops}[dtype]
+            "tf32": spec.peak_tf32_tflops, "fp8": spec.peak_fp8_tflops, "fp4": spec.peak_fp4_tflops}[dtype]
     if peak is None:
         raise ZsimError(f"GPU profile '{gpu}' has no {dtype} peak (peak_{dtype}_tflops)")
     terms = compute_terms(spec.compute)
     return GemmHardware(sms=terms.sms, tiles=terms.tiles, peak_flops=peak * 1e12, hbm_bytes_per_s=spec.hbm_GBps * 1e9,
-                        elem_bytes=4 if dtype in ("fp32", "tf32") else 1 if dtype == "fp8" else 2)
+                        elem_bytes={"fp32": 4, "tf32": 4, "fp8": 1, "fp4": 0.5}.get(dtype, 2))
 
 
 def run_command(args: argparse.Namespace) -> int:
