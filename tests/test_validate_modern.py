@@ -215,3 +215,26 @@ def test_point_matching_nothing_or_on_another_suite_exits_2_naming_it(tmp_path, 
     assert "Traceback" not in err
     assert main(["validate", "megatron", "--point", "x"]) == 2
     assert "--point applies to the scale and modern suites" in capsys.readouterr().err
+
+
+def test_step_deficit_prints_the_missing_ms_a_step_of_a_point():
+    """benchmarks/step_deficit.py (docs/validation.md, "What the 8B runs across nodes miss"), run as a process on one
+    point: its row says the published step minus zsim's in ms, as the suite's own residual gives them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from zsim.validate.scale import residual
+
+    root = Path(__file__).resolve().parents[1]
+    point_id = "mlperf51-llama8b-b200-16"
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "step_deficit.py"), point_id],
+                         capture_output=True, text=True, check=True, cwd=root).stdout.splitlines()
+    rows = [line.split() for line in out if line.startswith(point_id)]
+    assert len(rows) == 1
+    points, _ = load_suite(modern.default_suite())
+    r = residual(next(p for p in points if p.id == point_id), modern.default_suite())
+    published, simulated, missing_ms = float(rows[0][2]), float(rows[0][3]), float(rows[0][4])
+    assert abs(published - r.published_s) < 1e-4 and abs(simulated - r.simulated_s) < 1e-4
+    assert abs(missing_ms - 1e3 * (r.published_s - r.simulated_s)) < 0.1
+    assert float(rows[0][5]) > 0  # the data-parallel collectives beside compute: 16 GPUs over two nodes
