@@ -11,8 +11,8 @@ how long it took and what failed):
 - (b) the same summaries: allocated and reserved peaks, fragmentation (inactive split bytes) and
   allocator retries per step, beside the ledger's model-state bytes (`cuda_setup` in the trace's
   metadata), for tests to compare with zsim's simulated allocator;
-- (c) `gemm_bf16.csv`, `gemm_fp16.csv`: DeepBench's training GEMM shapes (read from `--gemm-shapes`,
-  DeepBench's own table, when given) and the GEMMs of the three shapes, timed with CUDA events, in
+- (c) `gemm_bf16.csv`, `gemm_fp16.csv`, `gemm_fp8.csv` (E4M3, K-major operands, 16-aligned shapes): DeepBench's
+  training GEMM shapes (read from `--gemm-shapes`, DeepBench's own table, when given) and the GEMMs of the three shapes, timed with CUDA events, in
   DeepBench's CSV layout, so `zsim gemm-fit` makes a profile for this GPU from them;
 - (d) `runs/flush-<f>/`: the smallest shape again with `torch.cuda.set_per_process_memory_fraction`
   capping the allocator just above the run's allocated peak, so that the allocator flushes its cache
@@ -97,7 +97,11 @@ STEPS = 4  # the first is warm-up (allocator growth, cuBLAS heuristics); tests r
 # 1.02 and 1.10 out of memory and 1.30 without a retry, its reserved peak at 1.22x: the steps between
 # look for the regime where the allocator flushes and retries but does not fail.
 FLUSH_HEADROOM = (1.10, 1.14, 1.18, 1.22, 1.26, 1.30)
-GEMM_DTYPES = ("bf16", "fp16")
+# fp8: E4M3 x E4M3 -> bf16 with per-tensor scales (torch._scaled_mm, cuBLASLt's FP8 GEMM: what Transformer Engine's
+# delayed and current scaling run), timed in the one layout FP8 tensor cores take before Blackwell, both operands
+# K-major ("TN": TE keeps transposed copies for the other two products), on the shapes whose dims are multiples of 16
+# (cuBLASLt's FP8 alignment); what `zsim gemm-fit --dtype fp8` fits the profile's `gemm.fp8` terms to.
+GEMM_DTYPES = ("bf16", "fp16", "fp8")
 
 
 def gpt_gemms(model: dict[str, int]) -> list[tuple[int, int, int]]:
@@ -131,24 +135,39 @@ def time_gemm(torch: Any, m: int, n: int, k: int, trans_a: str, trans_b: str, dt
     b = torch.randn((n, k) if trans_b == "T" else (k, n), dtype=dtype, device=device)
     op_a = a.t() if trans_a == "T" else a
     op_b = b.t() if trans_b == "T" else b
-    cuda = device.type == "cuda"
     out = torch.mm(op_a, op_b)
+    return _timed(torch, lambda: torch.mm(op_a, op_b, out=out), device)
+
+
+def time_fp8_gemm(torch: Any, m: int, n: int, k: int, device: Any) -> tuple[float, float]:
+    """(device seconds, eager seconds) of one FP8 C[M×N] = A[M×K]·B[K×N] as cuBLASLt runs it for Transformer Engine:
+    E4M3 operands, both K-major (A row-major, B stored N×K and transposed), fp32 per-tensor scales, bf16 output
+    (torch._scaled_mm); timed as time_gemm times."""
+    a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), dtype=torch.float32, device=device)
+    return _timed(torch, lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), device)
+
+
+def _timed(torch: Any, product: Any, device: Any) -> tuple[float, float]:
+    """time_gemm's two timings of `product()` (module docstring there)."""
+    cuda = device.type == "cuda"
 
     def eager(reps: int) -> float:
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(reps):
-                torch.mm(op_a, op_b, out=out)
+                product()
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 1000.0 / reps
         t0 = time.perf_counter()
         for _ in range(reps):
-            torch.mm(op_a, op_b, out=out)
+            product()
         return (time.perf_counter() - t0) / reps
     for _ in range(3):
-        torch.mm(op_a, op_b, out=out)  # warm-up: cuBLAS picks its kernel, clocks ramp
+        product()  # warm-up: cuBLAS picks its kernel, clocks ramp
     first = eager(1)
     reps = max(1, min(200, int(2e-3 / max(first, 1e-7))))
     eager_s = sorted(eager(reps) for _ in range(5))[2]
@@ -157,12 +176,12 @@ def time_gemm(torch: Any, m: int, n: int, k: int, trans_a: str, trans_b: str, dt
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # graph capture needs a side stream; one warm-up there first
-        torch.mm(op_a, op_b, out=out)
+        product()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(reps):
-            torch.mm(op_a, op_b, out=out)
+            product()
     graph.replay()
 
     def replayed() -> float:
@@ -173,7 +192,7 @@ def time_gemm(torch: Any, m: int, n: int, k: int, trans_a: str, trans_b: str, dt
         end.synchronize()
         return start.elapsed_time(end) / 1000.0 / reps
     device_s = sorted(replayed() for _ in range(5))[2]
-    del graph
+    graph.reset()  # its memory pool back before the next shape
     return device_s, eager_s
 
 
@@ -183,7 +202,7 @@ def gemm_tables(out: Path, shapes: list[tuple[str, int, int, int, str, str]], dr
 
     device = torch.device("cpu" if dry else "cuda")
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
-    written, skipped = {}, 0
+    written, skipped, unaligned = {}, 0, 0
     for name in GEMM_DTYPES:
         path = out / f"gemm_{name}.csv"
         with path.open("w", newline="", encoding="utf-8") as fh:
@@ -193,11 +212,17 @@ def gemm_tables(out: Path, shapes: list[tuple[str, int, int, int, str, str]], dr
                 if time.monotonic() > deadline:
                     skipped += 1
                     continue
-                seconds, eager_s = time_gemm(torch, m, n, k, ta, tb, dtypes[name], device)
+                if name == "fp8":
+                    if m % 16 or n % 16 or k % 16:  # cuBLASLt's FP8 GEMMs need 16-aligned dims
+                        unaligned += 1
+                        continue
+                    (seconds, eager_s), ta, tb = time_fp8_gemm(torch, m, n, k, device), "N", "T"
+                else:
+                    seconds, eager_s = time_gemm(torch, m, n, k, ta, tb, dtypes[name], device)
                 writer.writerow([source, m, n, k, ta, tb, f"{seconds * 1e3:.6f}", f"{2 * m * n * k / seconds / 1e12:.4f}",
                                  f"{eager_s * 1e3:.6f}"])
         written[name] = str(path.name)
-    return {"tables": written, "shapes": len(shapes), "skipped_for_time": skipped}
+    return {"tables": written, "shapes": len(shapes), "skipped_for_time": skipped, "fp8_unaligned": unaligned}
 
 
 def run_shape(out: Path, shape: Shape, dry: bool, *, steps: int = STEPS, profile: bool = True,
