@@ -28,14 +28,16 @@ def test_the_rack_is_one_nvlink_node_of_72_gpus_each_with_its_own_nic():
 
 
 def test_the_compute_terms_are_the_b200s_at_the_gb200_sms_and_clock():
-    """The B200's terms carried over but for the SM count (152, published) and the sustained ratio, which brings the
-    datasheets' 2500/2250 credit to what SMs x maximum clock give: 152 x 2.062 GHz against 148 x 1.965 GHz."""
+    """The B200's terms carried over (its sustained ratio too) but for the SM count (152, published) and the burst
+    ratio, which brings the datasheets' 2500/2250 credit to what SMs x maximum clock give: 152 x 2.062 GHz against
+    148 x 1.965 GHz."""
     import dataclasses
 
     gb, b = load_cluster("gb200-nvl72", 1).gpu, load_cluster("dgx-b200", 1).gpu
     assert gb.compute.sms == 152 and b.compute.sms == 148
-    assert dataclasses.replace(gb.compute, sms=148, sustained_ratio=b.compute.sustained_ratio) == b.compute
-    k = gemm("fc1", 8192, 8192, 16384)  # compute-bound: its time scales with the peak and the sustained ratio
+    assert gb.compute.burst_ratio < 1 == b.compute.burst_ratio
+    assert dataclasses.replace(gb.compute, sms=148, burst_ratio=1.0) == b.compute
+    k = gemm("fc1", 8192, 8192, 16384)  # compute-bound: its time scales with the peak and the burst ratio
     t_gb = kernel_seconds(k, gb.compute, gb.peak_flops["bf16"], gb.hbm_bytes_per_s, "bf16", 2, gb.peak_flops["fp8"])
     t_b = kernel_seconds(k, b.compute, b.peak_flops["bf16"], b.hbm_bytes_per_s, "bf16", 2, b.peak_flops["fp8"])
     burst = (148 * 1.965) / (152 * 2.062)
@@ -55,6 +57,9 @@ def test_one_whole_rack_trains_without_the_network():
     th = f["throughput"]
     assert th["peak_tflops_per_gpu"] == 2500 and th["fp8_peak_tflops_per_gpu"] == 5000
     assert "(the 16-bit peak, as FP8 runs are reported; FP8's is 5000)" in summary(f)
+    # the power cap the speed line names is the sustained ratio alone; the burst correction is apart in result.json
+    assert (th["sustained_ratio"], th["burst_ratio"]) == (0.853, 0.970)
+    assert "tensor cores at 0.85 of their burst rate (the power cap)" in summary(f)
 
 
 def test_a_16_bit_run_names_one_peak():

@@ -146,28 +146,30 @@ DATASHEET_BF16 = {"dgx-b200": 2250, "gb200-nvl72": 2500, "gb300-nvl72": 2500}
 
 @pytest.mark.parametrize("system", ["dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72"])
 def test_blackwell_sustained_ratio_is_the_published_b200_throttle(system):
-    """The B200's ratio is the published throttled/warmed rate (to the profile's three digits); the B300 carries it;
-    the GB200 and GB300 carry it times their burst ratio to a B200 (SMs x maximum clock) over their datasheets' ratio,
-    which their GEMM terms, shares of the datasheet peak, would credit. A compute-bound GEMM is that much slower than
-    its burst, memory-bound work is not."""
+    """The B200's ratio is the published throttled/warmed rate (to the profile's three digits); B300, GB200 and GB300
+    carry it. The GB200 and GB300 also have a burst_ratio, their burst ratio to a B200 (SMs x maximum clock) over their
+    datasheets' ratio, which their GEMM terms, shares of the datasheet peak, would credit. A compute-bound GEMM is
+    slower than its burst by both; memory-bound work is not."""
     import dataclasses
 
     gpu = load_cluster(system, 1).gpu
     t = gpu.compute
     b200 = round(B200_THROTTLED_TFLOPS / B200_WARMED_TFLOPS, 3)
     assert b200 == 0.853
+    assert t.sustained_ratio == b200
     if system in ("gb200-nvl72", "gb300-nvl72"):
         credit = (BURST[system] / BURST["dgx-b200"]) / (DATASHEET_BF16[system] / DATASHEET_BF16["dgx-b200"])
         assert 0.96 < credit < 0.98
-        assert t.sustained_ratio == round(b200 * credit, 3)
+        assert t.burst_ratio == round(credit, 3)
         assert t.sms == 152
     else:
-        assert t.sustained_ratio == b200
+        assert t.burst_ratio == 1.0
+    assert t.tensor_rate == pytest.approx(t.sustained_ratio * t.burst_ratio)
     big = KernelList("big", (Kernel("gemm", "gemm", m=8192, n=8192, k=8192),))
-    burst = dataclasses.replace(t, sustained_ratio=1.0)
+    burst = dataclasses.replace(t, sustained_ratio=1.0, burst_ratio=1.0)
     ratio = list_seconds(big, t, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16") / \
         list_seconds(big, burst, gpu.peak_flops["bf16"], gpu.hbm_bytes_per_s, "bf16")
-    assert 1 / t.sustained_ratio * 0.97 < ratio <= 1 / t.sustained_ratio + 1e-9
+    assert 1 / t.tensor_rate * 0.97 < ratio <= 1 / t.tensor_rate + 1e-9
     copy = KernelList("copy", (Kernel("copy", "mem", bytes=1e9),))
     assert list_seconds(copy, t, 1.0, gpu.hbm_bytes_per_s, "bf16") == \
         list_seconds(copy, burst, 1.0, gpu.hbm_bytes_per_s, "bf16")

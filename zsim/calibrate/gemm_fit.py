@@ -20,6 +20,7 @@ batched ones, which the tile model prices as batch × the tiles (XLA's tables ha
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,8 +208,6 @@ def fit_efficiency(rows: list[GemmRow], hw: GemmHardware, base: GemmTerms) -> fl
     """The one term `efficiency` fitted to `rows` by least squares on log(time), `base`'s other four terms held:
     for a table too small to fit five (the published FP4 GEMM table of a B200, data/published/gemm-fp4/;
     benchmarks/fp4_gemm_check.py). Bounded as PARAMS bounds it (0.3 to 1.0)."""
-    import dataclasses
-
     def cost(e: float) -> float:
         terms = dataclasses.replace(base, efficiency=e)
         return sum(math.log(predict(r, terms, hw) / r.seconds) ** 2 for r in rows)

@@ -14,9 +14,9 @@ from zsim.compute.terms import ComputeTerms
 def kernel_seconds(k: Kernel, terms: ComputeTerms, peak_flops: float, hbm_bytes_per_s: float, dtype: str,
                    elem_bytes: float, fp8_flops: float = 0.0, fp4_flops: float = 0.0) -> float:
     """GPU seconds of kernel `k` (all `k.count` launches); a 'host' op (a narrow, a view) has none.
-    Tensor-core work (GEMMs, FlashAttention) runs at `peak_flops` × the GPU's sustained_ratio: the tables
-    its rates were fitted to are short bursts, a training step runs under the power cap (docs/compute.md,
-    "Sustained clocks"). An FP8 GEMM (`k.fp8`, zsim.compute.fp8) runs at `fp8_flops`, the GPU's FP8 peak,
+    Tensor-core work (GEMMs, FlashAttention) runs at `peak_flops` × the GPU's sustained_ratio (the tables
+    its rates were fitted to are short bursts, a training step runs under the power cap) × its burst_ratio
+    (where the terms were carried from another GPU's datasheet; docs/compute.md, "Sustained clocks"). An FP8 GEMM (`k.fp8`, zsim.compute.fp8) runs at `fp8_flops`, the GPU's FP8 peak,
     with its 'fp8' GEMM terms and 1-byte operands; an NVFP4 GEMM (`k.fp4`) at `fp4_flops`, the FP4 peak, with its
     'fp4' terms and half-byte operands (their scales, 1/16 byte more, not counted)."""
     if k.kind == "host":
@@ -27,7 +27,7 @@ def kernel_seconds(k: Kernel, terms: ComputeTerms, peak_flops: float, hbm_bytes_
     elif k.fp4:
         assert fp4_flops > 0, "an NVFP4 GEMM on a GPU without an FP4 peak (the loader refuses precision.fp4 there)"
         peak_flops, dtype, elem_bytes = fp4_flops, "fp4", 0.5
-    peak_flops *= terms.sustained_ratio
+    peak_flops *= terms.tensor_rate
     if k.kind == "flash":  # FlashAttention: its FLOPs at the published rate (zsim.compute.flash)
         return k.count * terms.kernel_s + k.flops / (peak_flops * k.efficiency)
     if k.kind == "gemm":

@@ -43,6 +43,9 @@ class ComputeTerms:
             reduce_kernel), s; None: kernel_s.
         sustained_ratio: tensor-core rate a GPU keeps under its power cap for minutes / the rate of the
             short-burst GEMM tables the `gemm` terms were fitted to (fraction, 0-1; 1: none known).
+        burst_ratio: tensor-core rate a burst reaches on this GPU / the rate the `gemm` (and attention) terms give
+            at its datasheet peak, where those terms were carried from another GPU whose datasheet quotes its peak
+            at another clock (fraction, 0-1; 1: the terms are this GPU's own, or no correction is known).
         host_module_s: CPU time the framework spends per module op beyond its launches (Python around
             the kernels: hooks, views, bookkeeping), s; 0 where not fitted (zsim calibrate fits it from
             CUDA-event spans and their host time, zsim.calibrate.span_timing).
@@ -57,6 +60,13 @@ class ComputeTerms:
     reduce_kernel_s: float | None = None
     sustained_ratio: float = 1.0
     host_module_s: float = 0.0
+    burst_ratio: float = 1.0
+
+    @property
+    def tensor_rate(self) -> float:
+        """The share of its datasheet peak's rate the GPU's tensor-core work runs at in a training step:
+        burst_ratio × sustained_ratio (docs/compute.md, "Sustained clocks")."""
+        return self.burst_ratio * self.sustained_ratio
 
     def gemm_terms(self, dtype: str) -> GemmTerms:
         """The GEMM terms for `dtype` (bf16 uses fp16's when it has none of its own)."""

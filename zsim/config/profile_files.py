@@ -82,6 +82,8 @@ class ComputeSection(_Profile, kw_only=True):
     host_module_us: Annotated[float, Meta(ge=0)] = 0.0
     # tensor-core rate kept under the power cap for minutes / the GEMM tables' short-burst rate (docs/compute.md)
     sustained_ratio: Annotated[float, Meta(gt=0, le=1)] = 1.0
+    # a burst's tensor-core rate / the one carried terms give at this GPU's datasheet peak (docs/compute.md)
+    burst_ratio: Annotated[float, Meta(gt=0, le=1)] = 1.0
     gemm: dict[Literal["fp16", "bf16", "fp32", "tf32", "fp8", "fp4"], GemmSection]
 
 
@@ -97,6 +99,7 @@ class ComputeOverride(_Profile, kw_only=True):
     host_op_us: Annotated[float, Meta(ge=0)] | None = None
     host_module_us: Annotated[float, Meta(ge=0)] | None = None
     sustained_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
+    burst_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
     gemm: dict[Literal["fp16", "bf16", "fp32", "tf32", "fp8", "fp4"], GemmOverride] = field(default_factory=dict)
 
 

@@ -24,7 +24,7 @@ def compute_seconds(op: Op, gpu: Gpu, dtype: str, host: HostModel | None = None)
     if op.kernels is not None:
         return list_seconds(op.kernels, terms, gpu.peak_flops[dtype], gpu.hbm_bytes_per_s, dtype,
                             gpu.peak_flops.get("fp8", 0.0), gpu.peak_flops.get("fp4", 0.0))
-    matmul = (op.flops / (gpu.peak_flops[dtype] * terms.sustained_ratio * terms.gemm_terms(dtype).efficiency)
+    matmul = (op.flops / (gpu.peak_flops[dtype] * terms.tensor_rate * terms.gemm_terms(dtype).efficiency)
               if op.flops else 0.0)  # as zsim.compute.model.kernel_seconds: sustained, not burst, tensor rate
     memory = op.hbm_bytes / (gpu.hbm_bytes_per_s * terms.hbm_efficiency) if op.hbm_bytes else 0.0
     return matmul + memory

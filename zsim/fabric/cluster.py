@@ -164,7 +164,7 @@ def compute_terms(section: ComputeSection, override: ComputeOverride | None = No
                         host_op_s=base["host_op_us"] * 1e-6,
                         reduce_kernel_s=(base["kernel_us"] if base.get("reduce_kernel_us") is None
                                          else base["reduce_kernel_us"]) * 1e-6,
-                        sustained_ratio=base.get("sustained_ratio", 1.0),
+                        sustained_ratio=base.get("sustained_ratio", 1.0), burst_ratio=base.get("burst_ratio", 1.0),
                         host_module_s=base.get("host_module_us", 0.0) * 1e-6)
 
 

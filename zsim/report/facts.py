@@ -178,6 +178,8 @@ def facts(result: Result) -> dict[str, Any]:
             # the share of its tables' burst rate the GPU's tensor-core work ran at: its power-capped clock (the
             # profile's sustained_ratio, docs/compute.md "Sustained clocks"; 1 where none is known or on a CPU host)
             "sustained_ratio": 1.0 if s.cluster.gpu.compute is None else s.cluster.gpu.compute.sustained_ratio,
+            # a burst's tensor-core rate over what the GPU's carried terms give at its datasheet peak (burst_ratio)
+            "burst_ratio": 1.0 if s.cluster.gpu.compute is None else s.cluster.gpu.compute.burst_ratio,
             "tokens_per_second": s.model.seq_len * s.model.micro_batch * s.parallel.dp * s.grad_accum / mean_step,
             # what Megatron-Core's log line would say for this step (its own FLOP count: causal attention
             # halved, recompute not counted; zsim.workload.flop_counts), None for MLA
