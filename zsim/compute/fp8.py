@@ -44,9 +44,11 @@ The recipes differ in how a tensor's scale is found:
     config_common_fp4.sh). Under sequence parallelism zsim gathers the 16-bit inputs, not NVFP4
     (an assumption: whether TE v2.9 gathers NVFP4 shards was not read).
 
+The saved activations: a linear layer keeps its input's low-precision copy for backward, not the 16-bit tensor
+(`saved_bytes`; zsim.workload.activations.layer_saved_tensors says which tensors).
+
 Not modelled: the norm kernels' fused amax (TE's LayerNormLinear with current scaling writes the 16-bit norm
-output and its amax, then casts: zsim charges the separate amax read), the amax all-reductions across ranks,
-the saved activations' FP8 copies (zsim counts a block's saved tensors as in 16-bit training; docs/models.md).
+output and its amax, then casts: zsim charges the separate amax read), the amax all-reductions across ranks.
 """
 
 from __future__ import annotations
@@ -96,6 +98,20 @@ def _written(recipe: str, n: int) -> float:
         return n * (FP4_BYTES + 1 / NVFP4_BLOCK)
     scales = 1 / MX_BLOCK if recipe == "mxfp8" else 4 / BLOCK if recipe == "blockwise" else 0
     return n * (1 + scales)
+
+
+def saved_bytes(recipe: str) -> float:
+    """Bytes an element of a linear layer's saved input takes under `recipe`: the one low-precision copy
+    Transformer Engine keeps for the weight gradient (its column-wise usage, scales included: `_written`(recipe,
+    1); TE 366798ef linear.py, layernorm_linear.py, grouped_linear.py); 0 for 16-bit GEMMs ('none')."""
+    return 0.0 if recipe == "none" else _written(recipe, 1)
+
+
+def proj_copy_bytes(recipe: str) -> float:
+    """Bytes an element of the output projection's quantized copy of the attention output, kept beside the 16-bit
+    output FlashAttention saves: Megatron-Core has the projection save the original instead, except under
+    delayed scaling (attention.py set_save_original_input, since 781e765818, 2025-08-19); 0 otherwise."""
+    return saved_bytes(recipe) if recipe == "delayed" else 0.0
 
 
 def quantize(name: str, elements: int, recipe: str, e: int, n: int = 2) -> list[Kernel]:

@@ -11,6 +11,12 @@ Sources:
   [MC]  Megatron-Core dot_product_attention.py (the unfused attention repeats each KV head for its query
         heads) and fusions/fused_bias_swiglu.py (saves the 2f-wide input).
   [G24] Gemma Team 2024, "Gemma 2", §2; [O24] OLMo Team 2024, §3.1 (QK-norm).
+  [TE]  Transformer Engine 366798ef (v2.14.1) pytorch/module/linear.py, layernorm_linear.py, grouped_linear.py:
+        with FP8 or NVFP4 a linear layer saves its quantized input (the column-wise copy the weight gradient
+        reads: update_usage(rowwise_usage=False, columnwise_usage=True)) unless told to save the original.
+  [MCA] Megatron-Core 2edffadb5 transformer/attention.py L363-379: with FP8 other than delayed scaling (TE >=
+        2.6) or FP4, linear_proj saves its original input, "the output of the fused core_attn [...] saved by
+        itself", to avoid the quantized copy.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from zsim.workload.shape import Shape
 
 def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp: bool = False,
                         selective: bool = False, mlp_inner: tuple[int, ...] | None = None,
-                        norm_recompute: bool = False, mlp_recompute: bool = False) -> tuple[int, ...]:
+                        norm_recompute: bool = False, mlp_recompute: bool = False, q: float = 0.0,
+                        proj_q: float = 0.0) -> tuple[int, ...]:
     """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
     activations: K22 §4.1-4.2 with the MLP f wide.
 
@@ -55,6 +62,15 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     fc1 under Transformer Engine, so the checkpoint's input is the norm's); a MoE block keeps its norm output
     (the MoE layer's input) unless `norm_recompute`.
 
+    FP8 (and NVFP4) linear layers: `q` is the bytes an element of a GEMM input's saved low-precision copy
+    takes (zsim.compute.fp8.saved_bytes; 0 for 16-bit GEMMs). Transformer Engine's linears save the quantized
+    copy of their input for the weight gradient, not the 16-bit tensor [TE]: the QKV and fc1 inputs (the norms'
+    outputs, which TE's LayerNormLinear quantizes) and the down projection's input take q bytes an element; a
+    MoE block's MLP input stays 16-bit (the router keeps it) and its experts' are `mlp_inner`'s. The output
+    projection's input is kept in 16 bits for FlashAttention's backward; Megatron-Core has the projection save
+    that original instead of a copy except under delayed scaling [MCA], whose extra copy is `proj_q` bytes an
+    element (0 otherwise). The unfused attention's output is the projection's alone (q bytes).
+
     Shape options: QK-norm (shape.qk_norm) keeps q and k before their norms (e·sb·(a·d + kv·d)/t)
     [O24]; a third and fourth norm (Gemma-2's after attention and after the MLP [G24]) each keep their
     input (e·sbh, replicated); one norm (Falcon-7B's parallel block) feeds attention and MLP the same
@@ -71,28 +87,35 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     q_w, out_w = (a * mla.qk_head, a * mla.v) if mla else (shape.q_dim, shape.q_dim)
     k_w, v_w = (q_w, out_w) if mla or not shape.flash else (shape.kv_dim, shape.kv_dim)
     r = t if sp else 1  # what MP replicates, SP splits
-    inner = (2 * e * sbf // t, e * sbf // t) if shape.gated else (e * sbf // t, e * sbf // t)
+
+    def gemm_input(elements: int, div: int) -> int:
+        """Bytes of a linear layer's saved input of elements/div elements: 16-bit, or its copy of q bytes [TE]."""
+        return round(q * elements / div) if q else e * elements // div
+
+    inner = (2 * e * sbf // t, gemm_input(sbf, t)) if shape.gated else (e * sbf // t, gemm_input(sbf, t))
     if mlp_inner is not None:
         inner = mlp_inner
     if mlp_recompute:
         inner = ()
         norm_recompute = norm_recompute or mlp_inner is None  # a dense MLP's checkpoint starts at its fused norm
-    attention = [e * sbh // r, e * sbh // r]
+    attention = [e * sbh // r, gemm_input(sbh, r)]
     if mla:
         attention += mla.latent_tensors(sb, e)
     if shape.qk_norm != "none":
         attention += [e * sb * shape.q_dim // t, e * sb * shape.kv_dim // t]
     if shape.flash:
         attention += [e * sb * q_w // t, e * sb * k_w // t, e * sb * v_w // t,
-                      *(() if selective else (4 * a * s * b // t,)), e * sb * out_w // t]
+                      *(() if selective else (4 * a * s * b // t,)), e * sb * out_w // t,
+                      *((round(proj_q * sb * out_w / t),) if proj_q else ())]
     else:
         attention.append(e * sb * (q_w + k_w) // t)
         if not selective:  # the softmax output; with dropout, its mask and the dropout's output
             attention += [e * as2b // t, as2b // t, e * as2b // t] if shape.dropout else [e * as2b // t]
-        attention += [e * sb * v_w // t, e * sb * out_w // t]
+        attention += [e * sb * v_w // t, gemm_input(sb * out_w, t)]
     masks = (sbh // r,) if shape.dropout else ()
     post = (e * sbh // r,) if shape.layer_norms == 4 else ()  # the post-norm's input [G24]
-    mlp_in = () if shape.layer_norms == 1 else (e * sbh // r,) if norm_recompute else (e * sbh // r, e * sbh // r)
+    fc1_in = e * sbh // r if mlp_inner is not None else gemm_input(sbh, r)  # a MoE MLP's input: the router's
+    mlp_in = () if shape.layer_norms == 1 else (e * sbh // r,) if norm_recompute else (e * sbh // r, fc1_in)
     return (*attention, *post, *masks, *mlp_in, *inner, *post, *masks)
 
 

@@ -19,6 +19,15 @@ Sources:
         each expert's FFN split across TP as the dense MLP is (expert_tensor_parallel_size = tp), the
         router's weight replicated (router.py TopKRouter: weight h × E), the alltoall token dispatcher
         (token_dispatcher.py: permute, all-to-all, expert GEMMs, all-to-all back, unpermute).
+  [MCP] Megatron-Core 2659630721 (2025-04-09, "Memory efficient token permutation", in core_r0.12.0 and later):
+        experts.py bias_act_func multiplies the activation by the permuted probabilities, and
+        token_dispatcher.py token_unpermutation calls unpermute without them, so the combine's backward needs
+        neither the experts' output nor the probabilities (read at 2edffadb5, Megatron-Bridge v0.4.2's).
+  [TE]  Transformer Engine 366798ef (v2.14.1, Megatron-Bridge v0.4.2's pin) pytorch/module/grouped_linear.py
+        L235-266: with FP8 a grouped linear saves its quantized inputs (update_usage(rowwise_usage=False,
+        columnwise_usage=True): the copy the weight gradient reads) unless the module is set to save its
+        original input, which Megatron-Core does for a shared expert's first GEMM and, under moe_act recompute,
+        the second (experts.py, shared_experts.py @ 2edffadb5).
 Model FLOPs count the active experts only (top_k per token: MoE FLOPs are active parameters per
 token); the busiest rank computes `load` × the mean (dropless: the imbalance factor; with a capacity
 factor: every expert padded to its capacity [F22]).
@@ -148,22 +157,39 @@ class Moe:
         return round(self.load * tokens * self.copies_per_token(ep) * h * e / t) if ep > 1 else 0
 
     def saved_tensors(self, tokens: int, h: int, t: int, e: int, ep: int, etp: int | None = None, *,
-                      act_recompute: bool = False) -> tuple[int, ...]:
+                      act_recompute: bool = False, q: float = 0.0) -> tuple[int, ...]:
         """What the MoE MLP keeps for backward, in bytes: the router's fp32 logits (4·T·E) and the top-k
-        probabilities and indices (8·T·k) [MC router.py], the permuted tokens (the experts' input,
-        e·R·h for R routed token copies), the experts' inner activations as the dense MLP's
-        (layer_saved_tensors), the experts' output before the weighted combine (e·R·h); shared experts
-        as a dense MLP of shared × shared_ffn. `etp`: the experts' MP degree (default t): the router runs
-        on the tokens this rank routes, expert_tokens(T, t, etp) (T unless the experts are whole), and R
-        routed copies of them are kept at width ffn/etp. `act_recompute` (Megatron-Core --recompute-modules
-        moe_act): the activation's output, the second expert GEMM's input, is dropped and recomputed from the
-        first GEMM's output in backward (experts.py: activation_checkpoint, CheckpointWithoutOutput)."""
+        probabilities and indices (8·T·k) [MC router.py], the permuted tokens (the experts' input, e·R·h for R
+        routed token copies), the experts' inner activations as the dense MLP's (layer_saved_tensors) and the
+        permuted probabilities (4·R, counted in fp32), which the activation applies [MCP]; shared experts as a dense MLP of
+        shared × shared_ffn. The experts' output is not kept: the combine's unpermute takes no probabilities
+        since Megatron-Core core_r0.12 [MCP] (zsim assumes the same of the other MoE frameworks it prices). `etp`:
+        the experts' MP degree (default t): the router runs on the tokens this rank routes, expert_tokens(T, t,
+        etp) (T unless the experts are whole), and R routed copies of them are kept at width ffn/etp.
+        `act_recompute` (Megatron-Core --recompute-modules moe_act): the activation's output, the second expert
+        GEMM's input, is dropped and recomputed from the first GEMM's output in backward (experts.py:
+        activation_checkpoint, CheckpointWithoutOutput). `q`: under FP8 (or NVFP4) linear layers, the bytes an
+        element of a GEMM input's saved low-precision copy takes (zsim.compute.fp8.saved_bytes): Transformer
+        Engine's grouped linears keep their inputs (the permuted tokens, the second GEMM's input) as that copy,
+        not in 16 bits [TE]; a shared expert's first GEMM keeps the 16-bit input the router keeps too
+        (shared_experts.py set_save_original_input [MCP]). 0: 16-bit GEMMs."""
         etp = t if etp is None else etp
+
+        def gemm_input(elements: int) -> int:
+            """Bytes of a grouped linear's saved input of `elements` elements: 16-bit or its q-byte copy [TE]."""
+            return round(q * elements) if q else e * elements
+
         routed_here = self.expert_tokens(tokens, t, etp)
         r = self.routed_tokens(routed_here, ep)
         f, fs = self.ffn // etp, self.shared * self.shared_ffn // t
-        inner = (2 * e * r * f, e * r * f) if self.gated else (e * r * f, e * r * f)
+        inner = (2 * e * r * f if self.gated else e * r * f, gemm_input(r * f))
         if act_recompute:
             inner = inner[:1]
-        shared = ((2 * e * tokens * fs, e * tokens * fs) if self.gated else (e * tokens * fs,) * 2) if self.shared else ()
-        return (4 * routed_here * self.experts, 8 * routed_here * self.top_k, e * r * h, *inner, e * r * h, *shared)
+        shared = (2 * e * tokens * fs if self.gated else e * tokens * fs, gemm_input(tokens * fs)) if self.shared else ()
+        return (4 * routed_here * self.experts, 8 * routed_here * self.top_k, gemm_input(r * h), *inner, 4 * r, *shared)
+
+    def combine_bytes(self, tokens: int, h: int, t: int, e: int, ep: int, etp: int | None = None) -> int:
+        """Bytes of the experts' 16-bit output (e·R·h) that the combine's unpermute reads: forward traffic, not
+        kept for backward (saved_tensors)."""
+        etp = t if etp is None else etp
+        return e * self.routed_tokens(self.expert_tokens(tokens, t, etp), ep) * h

@@ -242,7 +242,8 @@ def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
 
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
                    selective: bool = False, ep: int = 1, etp: int | None = None,
-                   recompute: frozenset[str] = frozenset(), cp: int = 1, fp8: bool = False) -> Workload:
+                   recompute: frozenset[str] = frozenset(), cp: int = 1, fp8: bool = False, saved_q: float = 0.0,
+                   proj_q: float = 0.0) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
     bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
@@ -255,7 +256,11 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     sequence's keys, load-balanced: 1/cp of the causal attention core (the loader refuses windows and unfused attention
     with it); `fp8`: Transformer Engine's FP8 linear layers (precision.fp8), whose sequence-parallel all-gathers carry
     their quantized 1-byte inputs and output gradients (TE v2.9 layernorm_linear.py L246-265, linear.py L639-666:
-    gathered in FP8), the reduce-scatters their 16-bit outputs."""
+    gathered in FP8), the reduce-scatters their 16-bit outputs; `saved_q` and `proj_q`: the bytes an element of a
+    linear input's saved FP8 (or NVFP4) copy takes, and of the output projection's extra copy where one is kept
+    (zsim.compute.fp8.saved_bytes; 0: 16-bit, layer_saved_tensors). The forward's elementwise traffic
+    (fwd_hbm_bytes) stays that of the 16-bit tensors: the quantize kernels are priced on their own
+    (zsim.compute.fp8)."""
     shape = Shape.of(model)
     h, s, b, L = model.hidden, model.seq_len // cp, model.micro_batch, model.layers
     t = mp
@@ -268,9 +273,12 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
 
     block_flops = layer_fwd_flops(shape, s, b, t)  # 24bsh² + 4bs²h for GPT [N21 §5.1], split t ways
     mlp_re = "mlp" in recompute  # a dense block's MLP checkpointed whole [MC transformer_layer.py recompute_mlp]
-    saved_tensors = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective, mlp_recompute=mlp_re)  # [K22 §4.2, eq. 2]
+    saved_tensors = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective, mlp_recompute=mlp_re,
+                                        q=saved_q, proj_q=proj_q)  # [K22 §4.2, eq. 2]
     block_saved = sum(saved_tensors)
-    dense_recompute = sum(layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective)) - block_saved
+    block_traffic = sum(layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective, mlp_recompute=mlp_re))
+    dense_recompute = sum(layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective, q=saved_q,
+                                              proj_q=proj_q)) - block_saved
     tensors = layer_tensors(shape, t)
     core = attention_core_flops(shape, s, b, t)
     if cp > 1:  # s/cp queries against all cp·s keys: cp × the core of s tokens [MC get_batch_on_this_cp_rank]
@@ -331,12 +339,13 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
             if key[0]:
                 again = moe_sp.get("mp_collectives_fwd", ())[2:] if "moe" in recompute else ()
                 variants[key] = moe_block_fields(shape, moe, s, b, t, e, ep, sp, selective, terms["fwd_flops"],
-                                            terms["fwd_hw_extra_flops"], terms["bwd_hw_extra_flops"], etp, recompute) | {
+                                            terms["fwd_hw_extra_flops"], terms["bwd_hw_extra_flops"], etp, recompute,
+                                            saved_q, proj_q) | {
                     "window": terms["window"], "recompute_collectives": again} | moe_sp
             else:
                 again = (block_sp["mp_collectives_fwd"][2:] if sp else (("all_reduce", mp_bytes),) if t > 1 else ()
                          ) if mlp_re else ()
-                variants[key] = dict(params=sum(tensors), fwd_hbm_bytes=2.0 * block_saved, saved_bytes=block_saved,
+                variants[key] = dict(params=sum(tensors), fwd_hbm_bytes=2.0 * block_traffic, saved_bytes=block_saved,
                                      tensors=tensors, saved_tensors=saved_tensors, recompute_bytes=dense_recompute,
                                      recompute_collectives=again) | terms
                 if mlp_re:  # the dense MLP's forward GEMMs again in backward: hardware FLOPs

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from zsim.compute import fp8
 from zsim.compute.fp8 import copies, weight_cache_bytes
 from zsim.zero.inputs import Scenario
 from zsim.workload.moe import Moe
@@ -36,7 +37,9 @@ def scenario_workload(scenario: Scenario) -> Workload:
                           sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario),
                           ep=scenario.parallel.ep, etp=scenario.layout.expert_mp,
                           recompute=recompute_modules(scenario) - {"core_attn"}, cp=scenario.parallel.cp,
-                          fp8=scenario.precision.fp8 != "none")
+                          fp8=scenario.precision.fp8 != "none",
+                          saved_q=fp8.saved_bytes(scenario.precision.linear_recipe),
+                          proj_q=fp8.proj_copy_bytes(scenario.precision.linear_recipe))
 
 
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
