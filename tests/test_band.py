@@ -114,18 +114,22 @@ def test_a_run_outside_every_regime_borrows_the_nearest_and_says_so():
 
 
 def test_a_nearest_band_of_another_generation_comes_with_the_runs_own_generation():
-    """A Blackwell mixture-of-experts run (no held-out Blackwell MoE run: the Mixtral scenario on a DGX B200) borrows
-    Hopper's MoE band and says what Blackwell's held-out runs of other layouts took, pooled; an exact band adds nothing
-    (the GB200 405B scenario: a Blackwell pipeline, a validated regime since the eleventh session's NVFP4 runs)."""
+    """A Blackwell ZeRO-3 run across 16 nodes (no held-out Blackwell ZeRO-3 run: the LLaMA-3-70B ZeRO-3 scenario on 16
+    DGX B200s; until the fourteenth session's Qwen3 runs gave Blackwell a MoE row this was a Blackwell MoE run) borrows
+    the nearest ZeRO-3 band of another generation and says what Blackwell's held-out runs of other layouts took,
+    pooled; an exact band adds nothing (the GB200 405B scenario: a Blackwell pipeline, a validated regime since the
+    eleventh session's NVFP4 runs)."""
     from zsim.report.error_band import band_facts
 
     table = read_table()
-    moe = api.load(ROOT / "scenarios" / "mixtral-8x7b-ep8-dgx-h100.yaml", set={"hardware.profile": "dgx-b200"})
-    f = band_facts(moe, 14.0)
+    zero3 = api.load(ROOT / "scenarios" / "llama-3-70b-dgx-h100.yaml",
+                     set={"hardware.profile": "dgx-b200", "hardware.nodes": 16, "parallel.dp": 16})
+    f = band_facts(zero3, 14.0)
     own = f["own_generation"]
     blackwell = [r["error"] for r in table["residuals"] if r["regime"].endswith(" | Blackwell | shipped profile")]
-    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 21
-    assert f["regime"] == "mixture-of-experts | Hopper | shipped profile"
+    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 23
+    assert f["regime"].startswith("ZeRO-3 across nodes (up to 256 GPUs) | ")
+    assert not f["regime"].endswith(" | Blackwell | shipped profile")
     assert (own["error_low"], own["error_high"]) == (min(blackwell), max(blackwell))
     assert own["step_high_s"] == pytest.approx(14.0 / (1 + min(blackwell)))
     assert f"{len(blackwell)} held-out Blackwell runs of other layouts took" in f["words"]
@@ -206,9 +210,9 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     Megatron-Bridge's FP8 Llama-3.1-405B and the held-out MLPerf Training runs),
     Ampere's the nearest where a table has no
     Hopper row; never the data-parallel band its ZeRO-1 stage fell into before. A MoE run gets the MoE
-    row: the three held-out Megatron-Core runs of Qwen3-235B-A22B on H100 (NeMo AutoModel's Qwen3-30B-A3B is in
-    the calibration half: it guided the DeepEP dispatcher); a table without that row says it is outside every
-    validated regime."""
+    row of its generation: on Hopper the held-out Megatron-Core runs of Qwen3-235B-A22B and Mixtral-8x22B and
+    Megatron-Bridge's Qwen3-30B-A3B on 16 H100 (NeMo AutoModel's Qwen3-30B-A3B is in the calibration half: it guided
+    the DeepEP dispatcher); a table without that row says it is outside every validated regime."""
     table = read_table()
     row = table["regimes"]["pipeline parallelism | Ampere | shipped profile"]
     assert row["n"] >= 5 and all(p.startswith("modern:") for p in row["points"])
@@ -225,8 +229,11 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     # HSG's two NVFP4 405B pipelines, so a Blackwell pipeline run (the GB200 405B scenario) has its own band again;
     # the twelfth session's: UF's 8B on 2 and 16 nodes and 405B on 56, Dell's and Lenovo's 1-node NVFP4 runs
     assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 16
+    # and the fourteenth session's Megatron-Bridge 26.04.01 Qwen3-235B-A22B runs on 256 GB200 and 256 B200: a MoE row
     blackwell = {k: sorted(v["points"]) for k, v in table["regimes"].items() if "| Blackwell |" in k}
     assert blackwell == {
+        "mixture-of-experts | Blackwell | shipped profile": [
+            "modern:bridge2604-qwen3-235b-b200-256", "modern:bridge2604-qwen3-235b-gb200-256"],
         "data parallel across nodes (ZeRO 0-2) | Blackwell | shipped profile": [
             "modern:mlperf51-llama8b-b200-128", "modern:mlperf51-llama8b-b200-16",
             "modern:mlperf51-llama8b-dell-xe9680l-16", "modern:mlperf51-llama8b-dell-xe9685l-16",
@@ -252,7 +259,8 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     assert nearest.regime == "pipeline parallelism | Ampere | shipped profile"
     moe = api.load(ROOT / "scenarios" / "mixtral-8x7b-ep8-dgx-h100.yaml")
     row = table["regimes"]["mixture-of-experts | Hopper | shipped profile"]
-    assert sorted(row["points"]) == ["modern:modelzoo-mixtral-8x22b-forced", "modern:modelzoo-mixtral-8x22b-fp8",
+    assert sorted(row["points"]) == ["modern:bridge2604-qwen3-30b-h100-16",
+                                     "modern:modelzoo-mixtral-8x22b-forced", "modern:modelzoo-mixtral-8x22b-fp8",
                                      "modern:modelzoo-qwen3-235b-ep32-pp8", "modern:modelzoo-qwen3-235b-ep32-pp8-overlap",
                                      "modern:modelzoo-qwen3-235b-ep8-fsdp", "modern:modelzoo-qwen3-235b-tp4-ep8-pp8"]
     band = band_for(moe, table)
