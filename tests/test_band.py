@@ -127,7 +127,7 @@ def test_a_nearest_band_of_another_generation_comes_with_the_runs_own_generation
     f = band_facts(zero3, 14.0)
     own = f["own_generation"]
     blackwell = [r["error"] for r in table["residuals"] if r["regime"].endswith(" | Blackwell | shipped profile")]
-    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 23
+    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 28
     assert f["regime"].startswith("ZeRO-3 across nodes (up to 256 GPUs) | ")
     assert not f["regime"].endswith(" | Blackwell | shipped profile")
     assert (own["error_low"], own["error_high"]) == (min(blackwell), max(blackwell))
@@ -229,11 +229,14 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     # HSG's two NVFP4 405B pipelines, so a Blackwell pipeline run (the GB200 405B scenario) has its own band again;
     # the twelfth session's: UF's 8B on 2 and 16 nodes and 405B on 56, Dell's and Lenovo's 1-node NVFP4 runs
     assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 16
-    # and the fourteenth session's Megatron-Bridge 26.04.01 Qwen3-235B-A22B runs on 256 GB200 and 256 B200: a MoE row
+    # and the fourteenth session's Megatron-Bridge Qwen3 runs (26.04.01's 235B on 256 GB200 and B200, 26.06's five): a MoE row
     blackwell = {k: sorted(v["points"]) for k, v in table["regimes"].items() if "| Blackwell |" in k}
     assert blackwell == {
         "mixture-of-experts | Blackwell | shipped profile": [
-            "modern:bridge2604-qwen3-235b-b200-256", "modern:bridge2604-qwen3-235b-gb200-256"],
+            "modern:bridge2604-qwen3-235b-b200-256", "modern:bridge2604-qwen3-235b-gb200-256",
+            "modern:bridge2606-qwen3-235b-gb200-256", "modern:bridge2606-qwen3-235b-gb300-256",
+            "modern:bridge2606-qwen3-30b-b300-8", "modern:bridge2606-qwen3-30b-gb200-8",
+            "modern:bridge2606-qwen3-30b-gb300-8"],
         "data parallel across nodes (ZeRO 0-2) | Blackwell | shipped profile": [
             "modern:mlperf51-llama8b-b200-128", "modern:mlperf51-llama8b-b200-16",
             "modern:mlperf51-llama8b-dell-xe9680l-16", "modern:mlperf51-llama8b-dell-xe9685l-16",
