@@ -12,10 +12,10 @@ from zsim.validate.scale import load_suite, published_step
 
 def test_suite_declares_sourced_points_in_two_halves():
     points, series = load_suite(modern.default_suite())
-    assert len(points) == 130
+    assert len(points) == 145
     halves = {p.half for p in points}
     assert halves == {"calibration", "held_out"}
-    assert sum(p.half == "held_out" for p in points) == 70
+    assert sum(p.half == "held_out" for p in points) == 78
     for p in points:
         assert p.quote and p.framework, p.id
         assert (p.scenario is not None) != (p.scenario_file is not None), p.id  # one or the other
@@ -40,10 +40,11 @@ def test_layouts_cover_their_clusters():
         pp, v = par.get("pp", 1), par.get("virtual_stages", 1)
         gpn = p.scenario["hardware"].get("gpus_per_node", 72 if p.scenario["hardware"]["profile"].endswith("-nvl72") else 8)
         assert par["dp"] * par.get("cp", 1) * par["mp"] * pp == p.scenario["hardware"]["nodes"] * gpn, p.id
-        if "from_hf" in model:  # the layer count is the config's: the loader checks it
+        if "pp_layers" in par:  # a stated split (with from_hf, the config's layer count)
+            layers = _scenario(p, modern.default_suite()).model.layers if "from_hf" in model else model["layers"]
+            assert sum(par["pp_layers"]) == layers and len(par["pp_layers"]) == pp * v, p.id
+        elif "from_hf" in model:  # the layer count is the config's: the loader checks it
             assert _scenario(p, modern.default_suite()).model.layers % (pp * v) == 0, p.id
-        elif "pp_layers" in par:
-            assert sum(par["pp_layers"]) == model["layers"] and len(par["pp_layers"]) == pp * v, p.id
         else:
             assert model["layers"] % (pp * v) == 0, p.id
 
