@@ -8,21 +8,13 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import scenario_from, with_sections
+from tests.test_fp8 import H100 as DENSE  # a 4-layer gated model, TP 4 with SP, on one DGX H100
 from zsim.compute.fp8 import MX_BLOCK, NVFP4_BLOCK, proj_copy_bytes, saved_bytes
 from zsim.workload.activations import layer_saved_tensors
 from zsim.workload.moe import Moe
 from zsim.workload.shape import Shape
 from zsim.zero.rank_states import scenario_workload
 from zsim.zero.stage_memory import stage_memory
-
-DENSE = {
-    "model": {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024, "vocab": 32000, "micro_batch": 2,
-              "gated_mlp": True, "ffn_hidden": 2816, "position": "rotary", "attention": "flash3"},
-    "parallel": {"dp": 2, "mp": 4, "sequence_parallel": True},
-    "zero": {"stage": 1, "activation_checkpointing": False, "implementation": "megatron-core"},
-    "precision": {"dtype": "bf16"},
-    "hardware": {"profile": "dgx-h100", "nodes": 1},
-}
 
 
 def _dense(fp8: str, profile: str = "dgx-h100"):
