@@ -229,7 +229,8 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     # HSG's two NVFP4 405B pipelines, so a Blackwell pipeline run (the GB200 405B scenario) has its own band again;
     # the twelfth session's: UF's 8B on 2 and 16 nodes and 405B on 56, Dell's and Lenovo's 1-node NVFP4 runs
     assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 16
-    # and the fourteenth session's Megatron-Bridge Qwen3 runs (26.04.01's 235B on 256 GB200 and B200, 26.06's five): a MoE row
+    # and the fourteenth session's Megatron-Bridge Qwen3 runs (26.04.01's 235B on 256 GB200 and B200, 26.06's five):
+    # a MoE row
     blackwell = {k: sorted(v["points"]) for k, v in table["regimes"].items() if "| Blackwell |" in k}
     assert blackwell == {
         "mixture-of-experts | Blackwell | shipped profile": [

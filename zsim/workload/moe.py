@@ -161,11 +161,12 @@ class Moe:
         """What the MoE MLP keeps for backward, in bytes: the router's fp32 logits (4·T·E) and the top-k
         probabilities and indices (8·T·k) [MC router.py], the permuted tokens (the experts' input, e·R·h for R
         routed token copies), the experts' inner activations as the dense MLP's (layer_saved_tensors) and the
-        permuted probabilities (4·R, counted in fp32), which the activation applies [MCP]; shared experts as a dense MLP of
-        shared × shared_ffn. The experts' output is not kept: the combine's unpermute takes no probabilities
-        since Megatron-Core core_r0.12 [MCP] (zsim assumes the same of the other MoE frameworks it prices). `etp`:
-        the experts' MP degree (default t): the router runs on the tokens this rank routes, expert_tokens(T, t,
-        etp) (T unless the experts are whole), and R routed copies of them are kept at width ffn/etp.
+        permuted probabilities (4·R, counted in fp32), which the activation applies [MCP]; shared experts as a
+        dense MLP of shared × shared_ffn. The experts' output is not kept: the combine's unpermute takes no
+        probabilities since Megatron-Core core_r0.12 [MCP] (zsim assumes the same of the other MoE frameworks it
+        prices). `etp`: the experts' MP degree (default t): the router runs on the tokens this rank routes,
+        expert_tokens(T, t, etp) (T unless the experts are whole), and R routed copies of them are kept at width
+        ffn/etp.
         `act_recompute` (Megatron-Core --recompute-modules moe_act): the activation's output, the second expert
         GEMM's input, is dropped and recomputed from the first GEMM's output in backward (experts.py:
         activation_checkpoint, CheckpointWithoutOutput). `q`: under FP8 (or NVFP4) linear layers, the bytes an
@@ -185,7 +186,8 @@ class Moe:
         inner = (2 * e * r * f if self.gated else e * r * f, gemm_input(r * f))
         if act_recompute:
             inner = inner[:1]
-        shared = (2 * e * tokens * fs if self.gated else e * tokens * fs, gemm_input(tokens * fs)) if self.shared else ()
+        shared = (2 * e * tokens * fs if self.gated else e * tokens * fs, gemm_input(tokens * fs)) \
+            if self.shared else ()
         return (4 * routed_here * self.experts, 8 * routed_here * self.top_k, gemm_input(r * h), *inner, 4 * r, *shared)
 
     def combine_bytes(self, tokens: int, h: int, t: int, e: int, ep: int, etp: int | None = None) -> int:
