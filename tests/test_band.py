@@ -127,7 +127,7 @@ def test_a_nearest_band_of_another_generation_comes_with_the_runs_own_generation
     f = band_facts(zero3, 14.0)
     own = f["own_generation"]
     blackwell = [r["error"] for r in table["residuals"] if r["regime"].endswith(" | Blackwell | shipped profile")]
-    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 28
+    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 30
     assert f["regime"].startswith("ZeRO-3 across nodes (up to 256 GPUs) | ")
     assert not f["regime"].endswith(" | Blackwell | shipped profile")
     assert (own["error_low"], own["error_high"]) == (min(blackwell), max(blackwell))
@@ -251,6 +251,7 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
             "modern:mlperf51-llama8b-nebius-b300-8-nvfp4", "modern:mlperf51-llama8b-oracle-8-nvfp4",
             "modern:mlperf51-llama8b-supermicro-422-nvfp4"],
         "pipeline parallelism | Blackwell | shipped profile": [
+            "modern:bridge2604-llama3-70b-gb200-mxfp8", "modern:bridge2604-llama3-70b-gb300-mxfp8",
             "modern:mlperf51-llama405b-hsg-2560", "modern:mlperf51-llama405b-hsg-5120",
             "modern:mlperf51-llama405b-uf-448"]}
     for shipped in ("llama-3.1-405b-mlperf50-gb200-nvl72.yaml", "llama-3.1-405b-mlperf51-gb300-nvl72-nvfp4.yaml"):
