@@ -1,8 +1,10 @@
 """What zsim misses on a published run, as time per step rather than a percentage: for each point of `zsim validate
 modern` (or another suite) whose id matches a pattern, the published step, zsim's, their difference (ms a step), and
 zsim's own time of the data- and context-parallel collectives a step (which run beside compute) and of what is
-exposed. A miss that is a fixed cost a step stays the same in ms as the work per GPU changes; one that is a share of
-the collectives' time grows with it (docs/validation.md, "What the 8B runs across nodes miss").
+exposed, and the difference over the micro-batches a GPU runs a step (ms a micro-batch). A miss that is a fixed cost a
+step stays the same in ms as the work per GPU changes; one that is a share of the collectives' time grows with it; one
+that is a cost per micro-batch stays the same in the last column (docs/validation.md, "What the 8B runs across nodes
+miss"; "Qwen3 MoE on five GPU types": `benchmarks/step_deficit.py 'bridge2604-qwen3-30b-*'`).
 
 Run: `.venv/bin/python benchmarks/step_deficit.py [PATTERN ...] [--suite modern|scale]` (default: '*llama8b*',
 '*llama3-8b*'; a few seconds in all).
@@ -27,7 +29,7 @@ def main() -> None:
     suite = modern.default_suite() if args.suite == "modern" else scale.default_suite()
     points, _ = scale.load_suite(suite)
     print(f"{'point':46s} {'half':5s} {'published':>9s} {'zsim':>8s} {'missing ms':>10s} {'side comm ms':>12s} "
-          f"{'exposed ms':>10s} {'missing/side':>12s}")
+          f"{'exposed ms':>10s} {'missing/side':>12s} {'ms/micro-batch':>14s}")
     for p in points:
         if not any(fnmatch.fnmatch(p.id, pat) for pat in args.patterns):
             continue
@@ -40,7 +42,8 @@ def main() -> None:
         exposed = step - result.compute_seconds / steps
         missing = published - step
         print(f"{p.id:46s} {p.half[:4]:5s} {published:9.4f} {step:8.4f} {1e3 * missing:10.1f} {1e3 * side:12.1f} "
-              f"{1e3 * exposed:10.1f} {missing / side if side else float('nan'):12.2f}")
+              f"{1e3 * exposed:10.1f} {missing / side if side else float('nan'):12.2f} "
+              f"{1e3 * missing / s.grad_accum:14.1f}")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from zsim.zero.rank_states import scenario_workload
 from zsim.zero.stage_memory import stage_memory
 
 
-def _dense(fp8: str, profile: str = "dgx-h100"):
-    base = with_sections(DENSE, precision={"dtype": "bf16", "fp8": fp8}, hardware={"profile": profile, "nodes": 1})
+def _dense(fp8: str):
+    base = with_sections(DENSE, precision={"dtype": "bf16", "fp8": fp8})
     return scenario_from(base, f"saved-{fp8}")
 
 

@@ -239,3 +239,7 @@ def test_step_deficit_prints_the_missing_ms_a_step_of_a_point():
     assert abs(published - r.published_s) < 1e-4 and abs(simulated - r.simulated_s) < 1e-4
     assert abs(missing_ms - 1e3 * (r.published_s - r.simulated_s)) < 0.1
     assert float(rows[0][5]) > 0  # the data-parallel collectives beside compute: 16 GPUs over two nodes
+    from zsim.validate.scale import _scenario
+
+    accum = _scenario(next(p for p in points if p.id == point_id), modern.default_suite()).grad_accum
+    assert abs(float(rows[0][8]) - missing_ms / accum) < 0.1  # the same difference a micro-batch

@@ -16,8 +16,8 @@ def kernel_seconds(k: Kernel, terms: ComputeTerms, peak_flops: float, hbm_bytes_
     """GPU seconds of kernel `k` (all `k.count` launches); a 'host' op (a narrow, a view) has none.
     Tensor-core work (GEMMs, FlashAttention) runs at `peak_flops` × the GPU's sustained_ratio (the tables
     its rates were fitted to are short bursts, a training step runs under the power cap) × its burst_ratio
-    (where the terms were carried from another GPU's datasheet; docs/compute.md, "Sustained clocks"). An FP8 GEMM (`k.fp8`, zsim.compute.fp8) runs at `fp8_flops`, the GPU's FP8 peak,
-    with its 'fp8' GEMM terms and 1-byte operands; an NVFP4 GEMM (`k.fp4`) at `fp4_flops`, the FP4 peak, with its
+    (where the terms were carried from another GPU's datasheet; docs/compute.md, "Sustained clocks"). An FP8
+    GEMM (`k.fp8`, zsim.compute.fp8) runs at `fp8_flops`, the GPU's FP8 peak, with its 'fp8' GEMM terms and 1-byte operands; an NVFP4 GEMM (`k.fp4`) at `fp4_flops`, the FP4 peak, with its
     'fp4' terms and half-byte operands (their scales, 1/16 byte more, not counted)."""
     if k.kind == "host":
         return 0.0
