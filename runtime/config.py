@@ -218,6 +218,7 @@ class RunConfig:
         unbuilt = [
             ("model.moe", m.moe is not None, "mixture-of-experts MLPs"),
             ("model.mla", m.mla is not None, "multi-head latent attention"),
+            ("model.mtp_layers", getattr(m, "mtp_layers", 0) > 0, "multi-token prediction layers"),
             ("model.head_dim", m.head_dim is not None and m.head_dim * m.heads != m.hidden,
              "a head width other than hidden / heads"),
             ("model.position", m.position == "alibi", "ALiBi positions"),

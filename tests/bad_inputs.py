@@ -122,7 +122,7 @@ SCENARIO_TEXTS: dict[str, str | bytes] = {
     "merge_weird": BASE_TEXT + "extra: {<<: 3}\n",
     "global_batch_odd": _replace("model", "global_batch", "17"),
     "recompute_modules_string": _replace("zero", "recompute_modules", "moe_act"),
-    "recompute_modules_unmodelled": _replace("zero", "recompute_modules", "[mla_up_proj]")
+    "recompute_modules_unmodelled": _replace("zero", "recompute_modules", "[shared_experts]")
     .replace("zero:\n", "zero:\n  recompute_granularity: selective\n"),
     "recompute_modules_full": _replace("zero", "recompute_modules", "[core_attn]"),
     "recompute_modules_moe_on_dense": _replace("zero", "recompute_modules", "[moe]")

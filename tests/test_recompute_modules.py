@@ -97,7 +97,7 @@ def test_summary_names_the_modules():
 
 @pytest.mark.parametrize("zero, moe, words", [
     ({"recompute_modules": ["moe_act"]}, True, "recompute_granularity is full"),
-    ({**SELECTIVE, "recompute_modules": ["mla_up_proj"]}, True, "not modelled"),
+    ({**SELECTIVE, "recompute_modules": ["mla_up_proj"]}, True, "has none (model.mla)"),
     ({**SELECTIVE, "recompute_modules": ["shared_experts"]}, True, "not modelled"),
     ({**SELECTIVE, "recompute_modules": ["moe"]}, False, "has none (model.moe)"),
     ({**SELECTIVE, "recompute_modules": ["mlp"]}, True, "every block of this model is a MoE block"),

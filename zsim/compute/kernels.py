@@ -40,7 +40,7 @@ from zsim.compute import torch_kernels
 from zsim.compute.fp8 import with_fp8
 from zsim.compute.kernel_list import Kernel, KernelList, gemm, linear_bwd, linear_fwd, mem, red
 from zsim.compute.kernel_shape import Shape
-from zsim.compute.mla_kernels import mla_backward, mla_forward
+from zsim.compute.mla_kernels import mla_backward, mla_forward, mla_up_recompute
 
 
 def _block_dims(x: Shape) -> tuple[int, int, int, int, int, int]:
@@ -199,6 +199,10 @@ def block_backward(x: Shape) -> tuple[Kernel, ...]:
     if x.norms == 4:
         ks.append(mem("post_attention_norm.bwd", 5 * e * tr, count=2))
     ks += [gemm("attention.dense.dgrad", T, heads * hn, h), gemm("attention.dense.wgrad", h, heads * hn, T)]
+    if x.recompute_mla_up and x.mla is not None:  # Q, K, V brought back first: the up projections and RoPE again
+        ks += [replace(k, name=f"recompute.{k.name}") for k in mla_up_recompute(x)]
+        if x.rotary:
+            ks.append(mem("recompute.attention.rotary", 2 * e * T * _rotary_width(x, heads, hn, qkv), count=2))
     if x.flash:
         ks += _fp8_attention_casts(x, "bwd") + [_flash(x, "bwd", "attention.flash.bwd")]
     else:
@@ -368,7 +372,41 @@ def moe_block_backward(x: Shape) -> tuple[Kernel, ...]:
     return _replace_mlp(ks, "mlp.4h_to_h.dgrad", last, moe)
 
 
+def _mtp_pre(x: Shape) -> list[Kernel]:
+    """A multi-token prediction module's own kernels before its layer (zsim.workload.transformer._mtp_module):
+    the two RMSNorms, the concatenation and eh_proj (2h → h/t)."""
+    T, e, h = x.s * x.b, x.e, x.h
+    tr = T * h // x.t if x.sp else T * h
+    return [mem("mtp.enorm", 2 * e * tr), mem("mtp.hnorm", 2 * e * tr), mem("mtp.concat", 2 * 2 * e * tr),
+            gemm("mtp.eh_proj", T, h // x.t, 2 * h)]
+
+
+def _mtp_pre_backward(x: Shape) -> list[Kernel]:
+    """_mtp_pre's backward, in reverse: eh_proj's input and weight gradients, the split, the norms'."""
+    T, e, h = x.s * x.b, x.e, x.h
+    tr = T * h // x.t if x.sp else T * h
+    return [gemm("mtp.eh_proj.dgrad", T, 2 * h, h // x.t), gemm("mtp.eh_proj.wgrad", h // x.t, 2 * h, T),
+            mem("mtp.concat.bwd", 2 * 2 * e * tr), mem("mtp.hnorm.bwd", 5 * e * tr, count=2),
+            mem("mtp.enorm.bwd", 5 * e * tr, count=2)]
+
+
+def mtp_forward(x: Shape, moe: bool = False) -> tuple[Kernel, ...]:
+    """A multi-token prediction module's forward [MC multi_token_prediction.py]: the embedding of the shifted
+    tokens, its own kernels, its layer (dense or MoE), then its final norm, logits and loss as the head's."""
+    layer = moe_block_forward(x) if moe else block_forward(x)
+    return (*embed_forward(x), *_mtp_pre(x), *layer, *head_forward(x))
+
+
+def mtp_backward(x: Shape, moe: bool = False) -> tuple[Kernel, ...]:
+    """mtp_forward's backward, in autograd's order."""
+    layer = moe_block_backward(x) if moe else block_backward(x)
+    return (*head_backward(x), *layer, *_mtp_pre_backward(x), *embed_backward(x))
+
+
 _BUILDERS = {("block", "fwd"): block_forward, ("block", "bwd"): block_backward,
+             ("mtp", "fwd"): mtp_forward, ("mtp", "bwd"): mtp_backward,
+             ("mtp_moe", "fwd"): functools.partial(mtp_forward, moe=True),
+             ("mtp_moe", "bwd"): functools.partial(mtp_backward, moe=True),
              ("moe_block", "fwd"): moe_block_forward, ("moe_block", "bwd"): moe_block_backward,
              ("embed", "fwd"): embed_forward, ("embed", "bwd"): embed_backward,
              ("head", "fwd"): head_forward, ("head", "bwd"): head_backward}
@@ -386,7 +424,7 @@ def module_kernels(kind: str, phase: str, shape: Shape) -> KernelList:
         # A dropout of p = 0 launches nothing: ATen's _dropout_impl returns its input when p == 0
         # (aten/src/ATen/native/Dropout.cpp), and the fused CUDA path needs p > 0 (is_fused_kernel_acceptable).
         kernels = tuple(k for k in kernels if ".dropout" not in k.name)
-    if shape.fp8 and kind in ("block", "moe_block"):  # Transformer Engine's FP8 linear layers (zsim.compute.fp8)
+    if shape.fp8 and kind in ("block", "moe_block", "mtp", "mtp_moe"):  # Transformer Engine's FP8 linear layers (zsim.compute.fp8)
         kernels = with_fp8(kernels, shape.fp8, shape.e, shape.fp8_copies)
     return KernelList(f"{kind}.{phase}", kernels)
 

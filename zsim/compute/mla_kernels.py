@@ -28,3 +28,11 @@ def mla_backward(x: Shape) -> list[Kernel]:
         else:
             ks.append(mem(f"{k.name}.bwd", 5 * k.bytes / 2, count=2))
     return ks
+
+
+def mla_up_recompute(x: Shape) -> list[Kernel]:
+    """--recompute-modules mla_up_proj: the up projections' GEMMs (Q from its latent, K^C and V from c^KV) run
+    again in backward before the attention core's backward needs Q, K and V (Megatron-Core
+    multi_latent_attention.py: qkv_up_proj_and_rope_apply under CheckpointWithoutOutput, its outputs discarded
+    after the core attention's forward); the RoPE kernels are the block's own (zsim.compute.kernels)."""
+    return [k for k in mla_forward(x) if k.name in ("mla.q_up", "mla.kv_up")]

@@ -173,6 +173,14 @@ class ModelSection(Section, kw_only=True):
         "rebuild a GPU run of the runtime with"))] = "megatron-2020"
     moe: Annotated[MoeSection, Meta(description=(
         "mixture-of-experts MLPs (docs/moe.md); absent: every MLP dense"))] | None = None
+    # DeepSeek-AI 2024, "DeepSeek-V3" §2.2 (multi-token prediction); Megatron-Core --mtp-num-layers
+    # (transformer/multi_token_prediction.py): D sequential modules after the last layer, on the last pipeline stage.
+    mtp_layers: Annotated[int, Meta(ge=0, le=MAX_LAYERS, description=(
+        "multi-token prediction depth D (DeepSeek-V3 §2.2, Megatron-Core --mtp-num-layers): D modules after the last "
+        "layer, each the embedding of the tokens one further ahead and the previous depth's hidden state through two "
+        "RMSNorms, a 2h → h projection, one transformer layer of the model's last kind, a final norm, and the shared "
+        "output head and loss; on the last pipeline stage; 0: none (the models' published parameter counts leave "
+        "it out)"))] = 0
     from_hf: Annotated[Text, Meta(description=(
         "a Hugging Face config.json (or the folder holding one) giving the shape; keys written here override "
         "it; a relative path is relative to the scenario file"))] | None = None

@@ -11,9 +11,8 @@ from zsim.errors import Fail
 # Megatron-Core's other --recompute-modules (transformer_config.py recompute_modules), and why zsim has none
 UNMODELLED_RECOMPUTE = {
     "shared_experts": "recomputing the shared experts",
-    "mla_up_proj": "recomputing MLA's up projections",
 }
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "mla_up_proj")
 
 
 def check_recompute_modules(spec: ScenarioFile, fail: Fail) -> None:
@@ -39,6 +38,9 @@ def check_recompute_modules(spec: ScenarioFile, fail: Fail) -> None:
             raise fail(key, f"{name!r} is not a module to recompute; choose from {', '.join(RECOMPUTE_MODULES)}")
     if len(set(modules)) != len(modules):
         raise fail(key, f"{modules} names a module twice")
+    if "mla_up_proj" in modules and spec.model.mla is None:  # Megatron-Core asserts multi_latent_attention
+        raise fail(key, "'mla_up_proj' recomputes multi-head latent attention's up projections, but the model has "
+                   "none (model.mla)")
     if spec.model.moe is None:
         for name in ("layernorm", "moe_act", "moe"):
             if name in modules:

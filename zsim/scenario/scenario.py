@@ -308,6 +308,11 @@ def _check_modern(spec: ScenarioFile, cluster: Cluster, fail) -> None:
                    "zero.recompute_granularity is selective (no layer checkpoint to partition)")
     check_recompute_modules(spec, fail)
     check_moe(spec, fail)
+    if spec.model.mtp_layers and spec.parallel.mp > 1 and not spec.parallel.sequence_parallel:
+        # zsim.workload.transformer._mtp_module prices eh_proj's collectives as Megatron-Core runs them under SP
+        raise fail("model.mtp_layers", f"{spec.model.mtp_layers} with parallel.mp {spec.parallel.mp} and no "
+                   "sequence parallelism: the multi-token prediction modules' MP collectives are modelled under "
+                   "parallel.sequence_parallel only (Megatron-Core requires it with MoE and expert parallelism)")
     if spec.model.loss in ("torch", "torch-fp32") and spec.parallel.mp > 1:
         # a DTensor's logits are gathered whole before PyTorch's loss (NeMo AutoModel's MaskedCrossEntropy:
         # `logits.full_tensor()`), a collective and memory zsim does not model

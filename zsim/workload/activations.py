@@ -27,7 +27,7 @@ from zsim.workload.shape import Shape
 def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp: bool = False,
                         selective: bool = False, mlp_inner: tuple[int, ...] | None = None,
                         norm_recompute: bool = False, mlp_recompute: bool = False, q: float = 0.0,
-                        proj_q: float = 0.0) -> tuple[int, ...]:
+                        proj_q: float = 0.0, mla_up_recompute: bool = False) -> tuple[int, ...]:
     """The tensors one block saves for backward on one of t MP ranks, in bytes, with e-byte
     activations: K22 §4.1-4.2 with the MLP f wide.
 
@@ -61,6 +61,11 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
     the checkpoint's input: every inner tensor goes, and a dense block's fc1 input too (its norm is fused into
     fc1 under Transformer Engine, so the checkpoint's input is the norm's); a MoE block keeps its norm output
     (the MoE layer's input) unless `norm_recompute`.
+    `mla_up_recompute` (--recompute-modules mla_up_proj, a model with MLA) drops the attention core's Q, K and V:
+    the up projections and RoPE run under CheckpointWithoutOutput, which frees their outputs once the core has
+    run and recomputes them in backward from the latents (kept anyway: the up projections' inputs) and the RoPE
+    key, the checkpoint's one further input (e·sb·d_h^R, whole on every MP rank as the down projection that makes
+    it) [MC multi_latent_attention.py @ 2edffadb5: qkv_up_checkpoint, discard_output_and_register_recompute].
 
     FP8 (and NVFP4) linear layers: `q` is the bytes an element of a GEMM input's saved low-precision copy
     takes (zsim.compute.fp8.saved_bytes; 0 for 16-bit GEMMs). Transformer Engine's linears save the quantized
@@ -103,15 +108,17 @@ def layer_saved_tensors(shape: Shape, s: int, b: int, t: int, e: int = 2, *, sp:
         attention += mla.latent_tensors(sb, e)
     if shape.qk_norm != "none":
         attention += [e * sb * shape.q_dim // t, e * sb * shape.kv_dim // t]
+    up_re = mla is not None and mla_up_recompute  # Q, K, V recomputed: the RoPE key kept in their place
+    qkv = [e * sb * mla.rope] if up_re else [e * sb * q_w // t, e * sb * k_w // t, e * sb * v_w // t]
     if shape.flash:
-        attention += [e * sb * q_w // t, e * sb * k_w // t, e * sb * v_w // t,
+        attention += [*qkv,
                       *(() if selective else (4 * a * s * b // t,)), e * sb * out_w // t,
                       *((round(proj_q * sb * out_w / t),) if proj_q else ())]
     else:
-        attention.append(e * sb * (q_w + k_w) // t)
+        attention.append(qkv[0] if up_re else e * sb * (q_w + k_w) // t)
         if not selective:  # the softmax output; with dropout, its mask and the dropout's output
             attention += [e * as2b // t, as2b // t, e * as2b // t] if shape.dropout else [e * as2b // t]
-        attention += [e * sb * v_w // t, gemm_input(sb * out_w, t)]
+        attention += [*(() if up_re else (e * sb * v_w // t,)), gemm_input(sb * out_w, t)]
     masks = (sbh // r,) if shape.dropout else ()
     post = (e * sbh // r,) if shape.layer_norms == 4 else ()  # the post-norm's input [G24]
     fc1_in = e * sbh // r if mlp_inner is not None else gemm_input(sbh, r)  # a MoE MLP's input: the router's

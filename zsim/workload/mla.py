@@ -75,6 +75,11 @@ class Mla:
         up = sum(2 * tokens * i * o for i, o in self.up_widths(h, heads)) + 2 * tokens * heads * self.v * h
         return (down + up) / t, down * (t - 1) / t
 
+    def up_flops(self, tokens: int, h: int, heads: int, t: int) -> float:
+        """Forward FLOPs of the up projections on one of t MP ranks (column-parallel, ÷ t): what
+        --recompute-modules mla_up_proj runs again in backward [MC]."""
+        return sum(2 * tokens * i * o for i, o in self.up_widths(h, heads)) / t
+
     def core_flops(self, s: int, b: int, heads: int, t: int) -> float:
         """Forward FLOPs of QKᵀ (a·(d_h + d_h^R) wide) and attention·V (a·d_v wide) on one of t MP ranks,
         full (non-causal) s × s as N21 counts it: 2bs²·a·(d_h + d_h^R + d_v) / t [DV2 eq. 18]."""

@@ -2,7 +2,9 @@
 model and the parameters one token passes through.
 
 Sources: [N21] Narayanan et al. 2021, §5.1 (parameter count); [S19] Shoeybi et al. 2019, §3 (which
-tensors MP splits); zsim.workload.moe for the experts; zsim.workload.shape for the block's tensors.
+tensors MP splits); [DV3] DeepSeek-AI 2024, "DeepSeek-V3", §2.2 and [MC] Megatron-Core
+multi_token_prediction.py @ 2edffadb5 (the multi-token prediction modules); zsim.workload.moe for the experts;
+zsim.workload.shape for the block's tensors.
 """
 
 from __future__ import annotations
@@ -50,7 +52,11 @@ def total_params(model: ModelSection, vocab: int | None = None) -> int:
         moe_block = sum(moe_layer_tensors(shape, moe)) + sum(moe.expert_tensors(h, moe.ffn, 1)) * moe.experts
         blocks = moe.dense_layers * shape.layer_params + (model.layers - moe.dense_layers) * moe_block
     embed_norm = 2 * h if getattr(model, "embedding_norm", False) else 0  # BLOOM's word_embeddings_layernorm
-    return blocks + v * h + head + shape.positions * h + sum(shape.norm_tensors) + embed_norm
+    # multi-token prediction [DV3 §2.2; MC multi_token_prediction.py]: per depth a layer of the last kind, eh_proj
+    # 2h × h (no bias) and three norms (enorm, hnorm, final_layernorm); the embedding and output layer are shared
+    last = moe_block if moe is not None and model.layers > moe.dense_layers else shape.layer_params
+    mtp = getattr(model, "mtp_layers", 0) * (last + 2 * h * h + 3 * sum(shape.norm_tensors))
+    return blocks + v * h + head + shape.positions * h + sum(shape.norm_tensors) + embed_norm + mtp
 
 
 def active_params(model: ModelSection) -> int:
@@ -60,4 +66,5 @@ def active_params(model: ModelSection) -> int:
     if moe is None:
         return total_params(model)
     idle = (moe.experts - moe.top_k) * sum(moe.expert_tensors(model.hidden, moe.ffn, 1))
-    return total_params(model) - (model.layers - moe.dense_layers) * idle
+    moe_layers = model.layers - moe.dense_layers + (getattr(model, "mtp_layers", 0) if model.layers > moe.dense_layers else 0)
+    return total_params(model) - moe_layers * idle

@@ -15,6 +15,7 @@ zsim.workload.moe, multi-head latent attention zsim.workload.mla. Sources:
   [D23] Dao 2023, "FlashAttention-2", §3.1.2 (the causal kernel skips the masked half; backward recomputes QKᵀ).
   [MC]  Megatron-Core (MLA's down projections replicated over MP).
   [BPC20] Beltagy, Peters & Cohan 2020, "Longformer", §3.1 (sliding-window attention).
+  [DV3] DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §2.2 (multi-token prediction).
 The GPT shape is the default; docs/models.md derives the general formulas from these sources.
 """
 
@@ -232,6 +233,43 @@ def _sp_collectives(kind: str, nbytes: int, gather_shrink: int = 1) -> dict:
     return dict(mp_collectives_fwd=sized(fwd), mp_collectives_bwd=sized(bwd))
 
 
+def _mtp_module(k: int, *, base: dict, shape: Shape, s: int, b: int, t: int, e: int, r: int, v: int, q: float,
+                gather_shrink: int, head: Module) -> Module:
+    """Multi-token prediction module k (model.mtp_layers) on one of t MP ranks [DV3 §2.2; MC
+    multi_token_prediction.py MultiTokenPredictionLayer @ 2edffadb5]: the embedding of the tokens k + 1 further
+    ahead and the previous depth's hidden state, each through an RMSNorm (enorm, hnorm), concatenated and projected
+    2h → h (eh_proj: column-parallel, no bias, under the FP8 recipe), one transformer layer of the model's last kind
+    (`base`: its fields), the module's final norm, then the logits against the shared output layer and the loss.
+    The word embedding and the output layer are the model's (their copy on the last pipeline stage:
+    zsim.zero.pipeline_plan); its own tensors are the norms and eh_proj. Under SP [MC]: the embedding's
+    reduce-scatter, eh_proj's all-gather of its 2h-wide input and the all-gather of its output columns (then split
+    back) in forward; their mirrors in backward, and the logits' all-gather and reduce-scatter as the head's."""
+    h = shape.hidden
+    sbh = s * b * h
+    norm = shape.norm_tensors
+    tensors = (*norm, *norm, 2 * h * h // t, *norm)  # enorm, hnorm, eh_proj, final_layernorm
+    # the norms' inputs (the embedding and the hidden state), eh_proj's (FP8: its quantized copy), the final
+    # norm's input; then the layer's and the loss's (the head's)
+    proj_in = round(q * 2 * sbh / r) if q else 2 * e * sbh // r
+    pre, post = (e * sbh // r, e * sbh // r, proj_in), (e * sbh // r, *head.saved_tensors[1:])
+    saved = (*pre, *base["saved_tensors"], *post)
+    extra_traffic = 2.0 * (2 * e * sbh // r + 2 * e * sbh // r + e * sbh // r)  # norms, concat, final norm
+    mp_bytes = e * sbh if t > 1 else 0
+    fields = dict(base)
+    if t > 1:
+        fwd = (("reduce_scatter", mp_bytes), ("all_gather", 2 * mp_bytes // gather_shrink), ("all_gather", mp_bytes))
+        bwd = (("all_gather", mp_bytes), ("reduce_scatter", 2 * mp_bytes), ("all_gather", mp_bytes))
+        fields.update(mp_collectives_fwd=fwd + base.get("mp_collectives_fwd", ()) + (("all_gather", mp_bytes),),
+                      mp_collectives_bwd=(("reduce_scatter", mp_bytes),) + base.get("mp_collectives_bwd", ()) + bwd)
+    fields.update(params=base["params"] + sum(tensors), tensors=(*base["tensors"], *tensors),
+                  fwd_flops=base["fwd_flops"] + 2 * s * b * 2 * h * h / t + head.fwd_flops,
+                  fwd_hbm_bytes=base["fwd_hbm_bytes"] + extra_traffic + head.fwd_hbm_bytes,
+                  saved_bytes=sum(saved), saved_tensors=saved, window=0)
+    return Module(name=f"mtp.{k}", checkpoint_bytes=sum(saved),  # not checkpointed
+                  mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=0, mp_allreduces_bwd=0,
+                  mp_loss_allreduce_bytes=head.mp_loss_allreduce_bytes, **fields)
+
+
 def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
     """Forward FLOPs of QKᵀ and attention·V on one of t MP ranks: 4bs²h/t [N21 §5.1] (4bs²·a·d); MLA's
     2bs²·a·(d_h + d_h^R + d_v)/t (zsim.workload.mla)."""
@@ -273,8 +311,9 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
 
     block_flops = layer_fwd_flops(shape, s, b, t)  # 24bsh² + 4bs²h for GPT [N21 §5.1], split t ways
     mlp_re = "mlp" in recompute  # a dense block's MLP checkpointed whole [MC transformer_layer.py recompute_mlp]
+    up_re = "mla_up_proj" in recompute and shape.mla is not None  # MLA's Q, K, V recomputed (layer_saved_tensors)
     saved_tensors = layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective, mlp_recompute=mlp_re,
-                                        q=saved_q, proj_q=proj_q)  # [K22 §4.2, eq. 2]
+                                        q=saved_q, proj_q=proj_q, mla_up_recompute=up_re)  # [K22 §4.2, eq. 2]
     block_saved = sum(saved_tensors)
     block_traffic = sum(layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective, mlp_recompute=mlp_re))
     dense_recompute = sum(layer_saved_tensors(shape, s, b, t, e, sp=sp, selective=selective, q=saved_q,
@@ -350,6 +389,8 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
                                      recompute_collectives=again) | terms
                 if mlp_re:  # the dense MLP's forward GEMMs again in backward: hardware FLOPs
                     variants[key]["bwd_hw_extra_flops"] += (3 if shape.gated else 2) * 2 * s * b * h * shape.ffn / t
+                if up_re:  # MLA's up projections again in backward
+                    variants[key]["bwd_hw_extra_flops"] += shape.mla.up_flops(s * b, h, shape.heads, t)
         return variants[key]
 
     # each rank's K and V for its s/cp tokens (MLA: the up-projected per-head keys and values), cp of them gathered
@@ -404,7 +445,9 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         bwd_work_tensors=(bwd_loss + (e * sbh // r,)) if bwd_loss else (),
         **(_sp_collectives("head", mp_bytes) if sp else {}),
     )
-    modules = (embed, *block, head)
+    mtp = tuple(_mtp_module(k, base=fields(L - 1), shape=shape, s=s, b=b, t=t, e=e, r=r, v=v, q=saved_q,
+                            gather_shrink=e if fp8 else 1, head=head) for k in range(getattr(model, "mtp_layers", 0)))
+    modules = (embed, *block, *mtp, head)
     if sp:  # the reduce-scatters and all-gathers replace every MP all-reduce but the loss's
         modules = tuple(replace(m, mp_allreduces_fwd=0, mp_allreduces_bwd=0) for m in modules)
     return Workload(

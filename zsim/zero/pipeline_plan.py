@@ -58,8 +58,10 @@ def pipeline_stages(scenario: Scenario, workload: Workload) -> list[Stage]:
     p, v = par.pp, par.virtual_stages
     split = split_layers(len(workload.blocks), p, v, tuple(par.pp_layers or ()))
     embed, head = workload.modules[0], workload.modules[-1]
-    if p > 1 and getattr(scenario.model, "tied_head", True):
-        # the last stage's copy of the word embedding (V/t × h) for the tied logits
+    mtp = [m for m in workload.modules if m.name.startswith("mtp.")]  # on the last stage, before the head
+    if p > 1 and (getattr(scenario.model, "tied_head", True) or mtp):
+        # the last stage's copy of the word embedding (V/t × h) for the tied logits, or for the multi-token
+        # prediction modules' input (Megatron-Core gpt_model.py: an embedding where pre_process or mtp_process)
         head = dataclasses.replace(head, params=head.params + embed.tensors[0], tensors=head.tensors + embed.tensors[:1])
     stages = []
     for s in range(p):
@@ -69,7 +71,7 @@ def pipeline_stages(scenario: Scenario, workload: Workload) -> list[Stage]:
             if s == 0 and c == 0:
                 mods.insert(0, embed)
             if s == p - 1 and c == v - 1:
-                mods.append(head)
+                mods += [*mtp, head]
             chunks.append(tuple(mods))
         modules = tuple(m for chunk in chunks for m in chunk)
         w = Workload(modules=modules, total_params=workload.total_params, padded_vocab=workload.padded_vocab,
