@@ -103,6 +103,7 @@ def test_trace_command_does_not_import_torch():
     (dict(sliding_window=16), "model.sliding_window"),
     (dict(loss="fused"), "model.loss"),
     (dict(loss="torch"), "model.loss"),
+    (dict(mtp_layers=1), "model.mtp_layers"),
 ])
 def test_model_options_the_runtime_does_not_build_are_refused(tmp_path, changes, key):
     """A model the simulator prices but the runtime's GPT does not build is refused by key, never traced as
