@@ -127,7 +127,7 @@ def test_a_nearest_band_of_another_generation_comes_with_the_runs_own_generation
     f = band_facts(zero3, 14.0)
     own = f["own_generation"]
     blackwell = [r["error"] for r in table["residuals"] if r["regime"].endswith(" | Blackwell | shipped profile")]
-    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 30
+    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 32
     assert f["regime"].startswith("ZeRO-3 across nodes (up to 256 GPUs) | ")
     assert not f["regime"].endswith(" | Blackwell | shipped profile")
     assert (own["error_low"], own["error_high"]) == (min(blackwell), max(blackwell))
@@ -230,10 +230,11 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     # the twelfth session's: UF's 8B on 2 and 16 nodes and 405B on 56, Dell's and Lenovo's 1-node NVFP4 runs
     assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 16
     # and the fourteenth session's Megatron-Bridge Qwen3 runs (26.04.01's 235B on 256 GB200 and B200, 26.06's five):
-    # a MoE row
+    # a MoE row; the fifteenth session's held-out DeepSeek-V3 runs (26.04.01 on 256 GB300 and B300) join it
     blackwell = {k: sorted(v["points"]) for k, v in table["regimes"].items() if "| Blackwell |" in k}
     assert blackwell == {
         "mixture-of-experts | Blackwell | shipped profile": [
+            "modern:bridge2604-deepseek-v3-b300-256", "modern:bridge2604-deepseek-v3-gb300-256",
             "modern:bridge2604-qwen3-235b-b200-256", "modern:bridge2604-qwen3-235b-gb200-256",
             "modern:bridge2606-qwen3-235b-gb200-256", "modern:bridge2606-qwen3-235b-gb300-256",
             "modern:bridge2606-qwen3-30b-b300-8", "modern:bridge2606-qwen3-30b-gb200-8",
