@@ -127,7 +127,7 @@ def test_a_nearest_band_of_another_generation_comes_with_the_runs_own_generation
     f = band_facts(zero3, 14.0)
     own = f["own_generation"]
     blackwell = [r["error"] for r in table["residuals"] if r["regime"].endswith(" | Blackwell | shipped profile")]
-    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 32
+    assert (f["match"], own["match"], own["n"]) == ("nearest", "generation", len(blackwell)) and len(blackwell) == 38
     assert f["regime"].startswith("ZeRO-3 across nodes (up to 256 GPUs) | ")
     assert not f["regime"].endswith(" | Blackwell | shipped profile")
     assert (own["error_low"], own["error_high"]) == (min(blackwell), max(blackwell))
@@ -207,7 +207,7 @@ def test_a_run_that_flushes_the_cache_says_when():
 def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     """A pipeline's band is the modern suite's held-out pipelines', exact on Ampere (Selene's A100s) and on Hopper
     (Megatron-Core r0.8.0's two held-out pipeline rows and its strong-scaling series' two ends, since 2026-11-28,
-    Megatron-Bridge's FP8 Llama-3.1-405B and the held-out MLPerf Training runs),
+    Megatron-Bridge's FP8 Llama-3.1-405B of 25.11 and 26.04.01 and the held-out MLPerf Training runs),
     Ampere's the nearest where a table has no
     Hopper row; never the data-parallel band its ZeRO-1 stage fell into before. A MoE run gets the MoE
     row of its generation: on Hopper the held-out Megatron-Core runs of Qwen3-235B-A22B and Mixtral-8x22B and
@@ -221,7 +221,8 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     assert hopper is not None and hopper.match == "exact"
     assert hopper.regime == "pipeline parallelism | Hopper | shipped profile"
     assert sorted(p for p in hopper.points if not p.startswith("modern:mlperf")) == [
-        "modern:bridge-llama31-405b-h100-1024", "modern:mcore08-119B", "modern:mcore08-177B-4608",
+        "modern:bridge-llama31-405b-h100-1024", "modern:bridge2604-llama31-405b-h100-1024", "modern:mcore08-119B",
+        "modern:mcore08-177B-4608",
         "modern:mcore08-177B-96", "modern:mcore08-314B"]
     # and the 16 held-out MLPerf Training runs on Hopper (GPT-3 175B of v3.0-v4.1, Llama 3.1 405B of v5.0, H100 and
     # H200). Blackwell's held-out runs are the four v5.1 B200 8B runs and a GB200 8B declared after its attention fit
@@ -230,13 +231,15 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
     # the twelfth session's: UF's 8B on 2 and 16 nodes and 405B on 56, Dell's and Lenovo's 1-node NVFP4 runs
     assert sum(p.startswith("modern:mlperf") for p in hopper.points) == 16
     # and the fourteenth session's Megatron-Bridge Qwen3 runs (26.04.01's 235B on 256 GB200 and B200, 26.06's five):
-    # a MoE row; the fifteenth session's held-out DeepSeek-V3 runs (26.04.01 on 256 GB300 and B300) join it
+    # a MoE row; the fifteenth session's held-out DeepSeek-V3 runs (26.04.01 on 256 GB300 and B300, 26.06's three) join
+    # it, and its held-out Llama 3.1 405B runs (GB300 FP8 and NVFP4, GB200 MXFP8) the pipeline row
     blackwell = {k: sorted(v["points"]) for k, v in table["regimes"].items() if "| Blackwell |" in k}
     assert blackwell == {
         "mixture-of-experts | Blackwell | shipped profile": [
             "modern:bridge2604-deepseek-v3-b300-256", "modern:bridge2604-deepseek-v3-gb300-256",
             "modern:bridge2604-qwen3-235b-b200-256", "modern:bridge2604-qwen3-235b-gb200-256",
-            "modern:bridge2606-qwen3-235b-gb200-256", "modern:bridge2606-qwen3-235b-gb300-256",
+            "modern:bridge2606-deepseek-v3-b300-256", "modern:bridge2606-deepseek-v3-gb200-256",
+            "modern:bridge2606-deepseek-v3-gb300-256", "modern:bridge2606-qwen3-235b-gb200-256", "modern:bridge2606-qwen3-235b-gb300-256",
             "modern:bridge2606-qwen3-30b-b300-8", "modern:bridge2606-qwen3-30b-gb200-8",
             "modern:bridge2606-qwen3-30b-gb300-8"],
         "data parallel across nodes (ZeRO 0-2) | Blackwell | shipped profile": [
@@ -253,7 +256,8 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
             "modern:mlperf51-llama8b-supermicro-422-nvfp4"],
         "pipeline parallelism | Blackwell | shipped profile": [
             "modern:bridge2604-llama3-70b-gb200-mxfp8", "modern:bridge2604-llama3-70b-gb300-mxfp8",
-            "modern:mlperf51-llama405b-hsg-2560", "modern:mlperf51-llama405b-hsg-5120",
+            "modern:bridge2604-llama31-405b-gb200-mxfp8", "modern:bridge2604-llama31-405b-gb300-fp8",
+            "modern:bridge2604-llama31-405b-gb300-nvfp4", "modern:mlperf51-llama405b-hsg-2560", "modern:mlperf51-llama405b-hsg-5120",
             "modern:mlperf51-llama405b-uf-448"]}
     for shipped in ("llama-3.1-405b-mlperf50-gb200-nvl72.yaml", "llama-3.1-405b-mlperf51-gb300-nvl72-nvfp4.yaml"):
         bw = band_for(api.load(ROOT / "scenarios" / shipped), table)
