@@ -221,20 +221,21 @@ SP_COLLECTIVES = {
 }
 
 
-def _sp_collectives(kind: str, nbytes: int, gather_shrink: int = 1) -> dict:
+def _sp_collectives(kind: str, nbytes: int, gather_scale: float = 1.0) -> dict:
     """Module fields for sequence parallelism: SP_COLLECTIVES[kind] of `nbytes` each, the all-gathers' divided by
-    `gather_shrink` (e under FP8, whose gathers carry 1-byte elements); build_workload then sets the all-reduce
+    `gather_scale` (the gathered element's bytes over e: 1/e under FP8, whose gathers carry 1-byte elements, (0.5 +
+    1/16)/e under NVFP4); build_workload then sets the all-reduce
     counts to 0."""
     fwd, bwd = SP_COLLECTIVES[kind]
 
     def sized(ops: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
-        return tuple((op, nbytes // gather_shrink if op == "all_gather" else nbytes) for op in ops)
+        return tuple((op, _scaled(nbytes, gather_scale) if op == "all_gather" else nbytes) for op in ops)
 
     return dict(mp_collectives_fwd=sized(fwd), mp_collectives_bwd=sized(bwd))
 
 
 def _mtp_module(k: int, *, base: dict, shape: Shape, s: int, b: int, t: int, e: int, r: int, v: int, q: float,
-                gather_shrink: int, head: Module) -> Module:
+                gather_scale: float, head: Module) -> Module:
     """Multi-token prediction module k (model.mtp_layers) on one of t MP ranks [DV3 §2.2; MC
     multi_token_prediction.py MultiTokenPredictionLayer @ 2edffadb5]: the embedding of the tokens k + 1 further
     ahead and the previous depth's hidden state, each through an RMSNorm (enorm, hnorm), concatenated and projected
@@ -257,7 +258,7 @@ def _mtp_module(k: int, *, base: dict, shape: Shape, s: int, b: int, t: int, e: 
     mp_bytes = e * sbh if t > 1 else 0
     fields = dict(base)
     if t > 1:
-        fwd = (("reduce_scatter", mp_bytes), ("all_gather", 2 * mp_bytes // gather_shrink), ("all_gather", mp_bytes))
+        fwd = (("reduce_scatter", mp_bytes), ("all_gather", _scaled(2 * mp_bytes, gather_scale)), ("all_gather", mp_bytes))
         bwd = (("all_gather", mp_bytes), ("reduce_scatter", 2 * mp_bytes), ("all_gather", mp_bytes))
         fields.update(mp_collectives_fwd=fwd + base.get("mp_collectives_fwd", ()) + (("all_gather", mp_bytes),),
                       mp_collectives_bwd=(("reduce_scatter", mp_bytes),) + base.get("mp_collectives_bwd", ()) + bwd)
@@ -268,6 +269,11 @@ def _mtp_module(k: int, *, base: dict, shape: Shape, s: int, b: int, t: int, e: 
     return Module(name=f"mtp.{k}", checkpoint_bytes=sum(saved),  # not checkpointed
                   mp_allreduce_bytes=mp_bytes, mp_allreduces_fwd=0, mp_allreduces_bwd=0,
                   mp_loss_allreduce_bytes=head.mp_loss_allreduce_bytes, **fields)
+
+
+def _scaled(nbytes: int, scale: float) -> int:
+    """Bytes of an e-byte tensor of `nbytes` gathered at `scale` × its element size (exact for FP8's 1/2)."""
+    return nbytes if scale == 1.0 else round(nbytes * scale)
 
 
 def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
@@ -281,7 +287,7 @@ def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
                    selective: bool = False, ep: int = 1, etp: int | None = None,
                    recompute: frozenset[str] = frozenset(), cp: int = 1, fp8: bool = False, saved_q: float = 0.0,
-                   proj_q: float = 0.0) -> Workload:
+                   proj_q: float = 0.0, gather_q: float = 0.0) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
     bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
@@ -294,7 +300,9 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     sequence's keys, load-balanced: 1/cp of the causal attention core (the loader refuses windows and unfused attention
     with it); `fp8`: Transformer Engine's FP8 linear layers (precision.fp8), whose sequence-parallel all-gathers carry
     their quantized 1-byte inputs and output gradients (TE v2.9 layernorm_linear.py L246-265, linear.py L639-666:
-    gathered in FP8), the reduce-scatters their 16-bit outputs; `saved_q` and `proj_q`: the bytes an element of a
+    gathered in FP8), the reduce-scatters their 16-bit outputs; `gather_q`: the bytes an element of those all-gathers
+    takes when not FP8's one (NVFP4: 0.5 + 1/16, its E2M1 data and an E4M3 scale per 16 elements, as TE's
+    _all_gather_nvfp4 gathers them since the NVFP4 recipe, v2.9, 3f5b47549; 0: e bytes, or 1 under `fp8`); `saved_q` and `proj_q`: the bytes an element of a
     linear input's saved FP8 (or NVFP4) copy takes, and of the output projection's extra copy where one is kept
     (zsim.compute.fp8.saved_bytes; 0: 16-bit, layer_saved_tensors). The forward's elementwise traffic
     (fwd_hbm_bytes) stays that of the 16-bit tensors: the quantize kernels are priced on their own
@@ -308,6 +316,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     v = model_vocab(model, t)
     sbh = s * b * h
     mp_bytes = e * sbh if t > 1 else 0  # activations of shape (s, b, h) [S19 §3]
+    gather_scale = (gather_q or (1.0 if fp8 else e)) / e  # an SP all-gather's bytes over the e-byte tensor's
 
     block_flops = layer_fwd_flops(shape, s, b, t)  # 24bsh² + 4bs²h for GPT [N21 §5.1], split t ways
     mlp_re = "mlp" in recompute  # a dense block's MLP checkpointed whole [MC transformer_layer.py recompute_mlp]
@@ -344,7 +353,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         return dict(fwd_flops=block_flops - core + model_core if n else block_flops, fwd_hw_extra_flops=fwd_extra,
                     bwd_hw_extra_flops=bwd_extra, window=n if shape.flash else 0)
 
-    block_sp = _sp_collectives("block", mp_bytes, e if fp8 else 1) if sp else {}
+    block_sp = _sp_collectives("block", mp_bytes, gather_scale) if sp else {}
     etp = t if etp is None else etp
     # [MC] with each expert whole (expert_tensor_parallel_size 1) every MP rank routes its own sequence-parallel
     # share to its EP group and gets its own share back (token_dispatcher.py: no gather over the experts' TP
@@ -352,7 +361,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     # it; the attention's stay. Shared experts run on the gathered sequence as the dense MLP (shared_experts.py).
     # So does DeepEP with split experts, whose dispatch over the TP × EP group replaces the gather (Moe.over_tp_ep).
     no_tp_gather = etp == 1 or (moe is not None and moe.over_tp_ep(t, etp))  # none around the experts
-    moe_sp = (_sp_collectives("attention", mp_bytes, e if fp8 else 1) if sp and no_tp_gather and moe is not None
+    moe_sp = (_sp_collectives("attention", mp_bytes, gather_scale) if sp and no_tp_gather and moe is not None
               and not moe.shared else block_sp)
     if sp and etp == t and moe is not None and not no_tp_gather:
         # [MC] with each expert split across the MP group (expert_tensor_parallel_size = tp) the alltoall
@@ -446,7 +455,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         **(_sp_collectives("head", mp_bytes) if sp else {}),
     )
     mtp = tuple(_mtp_module(k, base=fields(L - 1), shape=shape, s=s, b=b, t=t, e=e, r=r, v=v, q=saved_q,
-                            gather_shrink=e if fp8 else 1, head=head) for k in range(getattr(model, "mtp_layers", 0)))
+                            gather_scale=gather_scale, head=head) for k in range(getattr(model, "mtp_layers", 0)))
     modules = (embed, *block, *mtp, head)
     if sp:  # the reduce-scatters and all-gathers replace every MP all-reduce but the loss's
         modules = tuple(replace(m, mp_allreduces_fwd=0, mp_allreduces_bwd=0) for m in modules)

@@ -39,7 +39,8 @@ def scenario_workload(scenario: Scenario) -> Workload:
                           recompute=recompute_modules(scenario) - {"core_attn"}, cp=scenario.parallel.cp,
                           fp8=scenario.precision.fp8 != "none",
                           saved_q=fp8.saved_bytes(scenario.precision.linear_recipe),
-                          proj_q=fp8.proj_copy_bytes(scenario.precision.linear_recipe))
+                          proj_q=fp8.proj_copy_bytes(scenario.precision.linear_recipe),
+                          gather_q=fp8.saved_bytes("nvfp4") if scenario.precision.linear_recipe == "nvfp4" else 0.0)
 
 
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
