@@ -239,7 +239,8 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
             "modern:bridge2604-deepseek-v3-b300-256", "modern:bridge2604-deepseek-v3-gb300-256",
             "modern:bridge2604-qwen3-235b-b200-256", "modern:bridge2604-qwen3-235b-gb200-256",
             "modern:bridge2606-deepseek-v3-b300-256", "modern:bridge2606-deepseek-v3-gb200-256",
-            "modern:bridge2606-deepseek-v3-gb300-256", "modern:bridge2606-qwen3-235b-gb200-256", "modern:bridge2606-qwen3-235b-gb300-256",
+            "modern:bridge2606-deepseek-v3-gb300-256", "modern:bridge2606-qwen3-235b-gb200-256",
+            "modern:bridge2606-qwen3-235b-gb300-256",
             "modern:bridge2606-qwen3-30b-b300-8", "modern:bridge2606-qwen3-30b-gb200-8",
             "modern:bridge2606-qwen3-30b-gb300-8"],
         "data parallel across nodes (ZeRO 0-2) | Blackwell | shipped profile": [
@@ -257,7 +258,8 @@ def test_a_pipeline_gets_the_pipeline_band_and_experts_theirs():
         "pipeline parallelism | Blackwell | shipped profile": [
             "modern:bridge2604-llama3-70b-gb200-mxfp8", "modern:bridge2604-llama3-70b-gb300-mxfp8",
             "modern:bridge2604-llama31-405b-gb200-mxfp8", "modern:bridge2604-llama31-405b-gb300-fp8",
-            "modern:bridge2604-llama31-405b-gb300-nvfp4", "modern:mlperf51-llama405b-hsg-2560", "modern:mlperf51-llama405b-hsg-5120",
+            "modern:bridge2604-llama31-405b-gb300-nvfp4", "modern:mlperf51-llama405b-hsg-2560",
+            "modern:mlperf51-llama405b-hsg-5120",
             "modern:mlperf51-llama405b-uf-448"]}
     for shipped in ("llama-3.1-405b-mlperf50-gb200-nvl72.yaml", "llama-3.1-405b-mlperf51-gb300-nvl72-nvfp4.yaml"):
         bw = band_for(api.load(ROOT / "scenarios" / shipped), table)

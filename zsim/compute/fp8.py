@@ -60,7 +60,8 @@ from zsim.compute.kernel_list import Kernel, KernelList, mem, red
 
 # The GEMMs of Transformer Engine modules, by the kernel lists' names (zsim.compute.kernels, mla_kernels):
 # QKV, the attention's output projection, the dense MLP's two layers, the routed and shared experts', MLA's
-# projections, multi-token prediction's eh_proj (Megatron-Core runs it under the FP8 context). Their ".dgrad"/".wgrad" backward GEMMs and "recompute." copies follow.
+# projections, multi-token prediction's eh_proj (Megatron-Core runs it under the FP8 context). Their ".dgrad"/".wgrad"
+# backward GEMMs and "recompute." copies follow.
 FP8_LINEARS = ("qkv", "attention.dense", "mlp.h_to_4h", "mlp.4h_to_h", "moe.experts.fc1", "moe.experts.fc2",
                "moe.shared.fc1", "moe.shared.fc2", "mla.q_down", "mla.q_up", "mla.kv_down", "mla.kv_up",
                "mtp.eh_proj")

@@ -82,7 +82,8 @@ class Shape:
         `arch`: the GPU's compute capability; `selective`, `sp`: the scenario's recompute granularity
         and sequence parallelism (ignored at mp 1); `ep`, `etp`: a MoE model's expert-parallel degree and its
         experts' tensor-parallel degree (default mp); `recompute`: the modules selective recompute redoes
-        besides the attention core ('layernorm', 'moe_act', 'mlp', 'moe', 'mla_up_proj'; zsim.zero.rank_states.recompute_modules);
+        besides the attention core ('layernorm', 'moe_act', 'mlp', 'moe', 'mla_up_proj';
+        zsim.zero.rank_states.recompute_modules);
         `cp`: the context-parallel degree (each rank's kernels run on s/cp tokens of a sequence); `fp8`: precision.fp8
         (with `arch`, the copies its quantizes write: zsim.compute.fp8.copies); `fp8_attention`:
         precision.fp8_attention."""
@@ -107,7 +108,8 @@ class Shape:
                      selective=selective, recompute_norm="layernorm" in recompute,
                      recompute_act="moe_act" in recompute, recompute_mlp="mlp" in recompute,
                      recompute_moe="moe" in recompute,
-                     recompute_mla_up="mla_up_proj" in recompute and getattr(model, "mla", None) is not None, sp=sp and mp > 1, moe=_moe_dims(model, mp, ep, mp if etp is None else etp),
+                     recompute_mla_up="mla_up_proj" in recompute and getattr(model, "mla", None) is not None,
+                     sp=sp and mp > 1, moe=_moe_dims(model, mp, ep, mp if etp is None else etp),
                      d=getattr(model, "head_dim", None) or 0, norms=getattr(model, "layer_norms", 2),
                      qk_norm=getattr(model, "qk_norm", "none") != "none", mla=_mla_dims(model),
                      moe_gate=bool(getattr(getattr(model, "moe", None), "shared_expert_gate", False)),

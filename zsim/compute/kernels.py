@@ -424,7 +424,7 @@ def module_kernels(kind: str, phase: str, shape: Shape) -> KernelList:
         # A dropout of p = 0 launches nothing: ATen's _dropout_impl returns its input when p == 0
         # (aten/src/ATen/native/Dropout.cpp), and the fused CUDA path needs p > 0 (is_fused_kernel_acceptable).
         kernels = tuple(k for k in kernels if ".dropout" not in k.name)
-    if shape.fp8 and kind in ("block", "moe_block", "mtp", "mtp_moe"):  # Transformer Engine's FP8 linear layers (zsim.compute.fp8)
+    if shape.fp8 and kind in ("block", "moe_block", "mtp", "mtp_moe"):  # TE's FP8 linear layers (zsim.compute.fp8)
         kernels = with_fp8(kernels, shape.fp8, shape.e, shape.fp8_copies)
     return KernelList(f"{kind}.{phase}", kernels)
 

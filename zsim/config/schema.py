@@ -115,8 +115,8 @@ class ZeroSection(Section, kw_only=True):
         "with recompute_granularity selective: which parts each layer recomputes (Megatron-Core "
         "--recompute-modules): core_attn (the attention core, the default), layernorm (a MoE block's pre-MLP "
         "norm output), moe_act (the routed experts' activation output), mlp (a dense block's whole MLP), moe "
-        "(a MoE block's whole MoE layer, its all-to-alls included), mla_up_proj (MLA's up projections: Q, K and V); any "
-        "subset, [] for none"))] = None
+        "(a MoE block's whole MoE layer, its all-to-alls included), mla_up_proj (MLA's up projections: Q, K and "
+        "V); any subset, [] for none"))] = None
     reduce_bucket_elements: Annotated[int, Meta(gt=0, le=MAX_ELEMENTS, description=(
         "gradient elements per reduction bucket (DeepSpeed reduce_bucket_size); the constant buffer size when"
         " constant_buffers is true"))] = 500000000

@@ -66,5 +66,6 @@ def active_params(model: ModelSection) -> int:
     if moe is None:
         return total_params(model)
     idle = (moe.experts - moe.top_k) * sum(moe.expert_tensors(model.hidden, moe.ffn, 1))
-    moe_layers = model.layers - moe.dense_layers + (getattr(model, "mtp_layers", 0) if model.layers > moe.dense_layers else 0)
+    mtp = getattr(model, "mtp_layers", 0) if model.layers > moe.dense_layers else 0  # MTP layers are MoE layers here
+    moe_layers = model.layers - moe.dense_layers + mtp
     return total_params(model) - moe_layers * idle

@@ -234,7 +234,7 @@ def _sp_collectives(kind: str, nbytes: int, gather_scale: float = 1.0) -> dict:
     return dict(mp_collectives_fwd=sized(fwd), mp_collectives_bwd=sized(bwd))
 
 
-def _mtp_module(k: int, *, base: dict, shape: Shape, s: int, b: int, t: int, e: int, r: int, v: int, q: float,
+def _mtp_module(k: int, *, base: dict, shape: Shape, s: int, b: int, t: int, e: int, r: int, q: float,
                 gather_scale: float, head: Module) -> Module:
     """Multi-token prediction module k (model.mtp_layers) on one of t MP ranks [DV3 §2.2; MC
     multi_token_prediction.py MultiTokenPredictionLayer @ 2edffadb5]: the embedding of the tokens k + 1 further
@@ -258,7 +258,8 @@ def _mtp_module(k: int, *, base: dict, shape: Shape, s: int, b: int, t: int, e: 
     mp_bytes = e * sbh if t > 1 else 0
     fields = dict(base)
     if t > 1:
-        fwd = (("reduce_scatter", mp_bytes), ("all_gather", _scaled(2 * mp_bytes, gather_scale)), ("all_gather", mp_bytes))
+        fwd = (("reduce_scatter", mp_bytes), ("all_gather", _scaled(2 * mp_bytes, gather_scale)),
+               ("all_gather", mp_bytes))
         bwd = (("all_gather", mp_bytes), ("reduce_scatter", 2 * mp_bytes), ("all_gather", mp_bytes))
         fields.update(mp_collectives_fwd=fwd + base.get("mp_collectives_fwd", ()) + (("all_gather", mp_bytes),),
                       mp_collectives_bwd=(("reduce_scatter", mp_bytes),) + base.get("mp_collectives_bwd", ()) + bwd)
@@ -302,7 +303,8 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     their quantized 1-byte inputs and output gradients (TE v2.9 layernorm_linear.py L246-265, linear.py L639-666:
     gathered in FP8), the reduce-scatters their 16-bit outputs; `gather_q`: the bytes an element of those all-gathers
     takes when not FP8's one (NVFP4: 0.5 + 1/16, its E2M1 data and an E4M3 scale per 16 elements, as TE's
-    _all_gather_nvfp4 gathers them since the NVFP4 recipe, v2.9, 3f5b47549; 0: e bytes, or 1 under `fp8`); `saved_q` and `proj_q`: the bytes an element of a
+    _all_gather_nvfp4 gathers them since the NVFP4 recipe, v2.9, 3f5b47549; 0: e bytes, or 1 under `fp8`);
+    `saved_q` and `proj_q`: the bytes an element of a
     linear input's saved FP8 (or NVFP4) copy takes, and of the output projection's extra copy where one is kept
     (zsim.compute.fp8.saved_bytes; 0: 16-bit, layer_saved_tensors). The forward's elementwise traffic
     (fwd_hbm_bytes) stays that of the 16-bit tensors: the quantize kernels are priced on their own
@@ -454,7 +456,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         bwd_work_tensors=(bwd_loss + (e * sbh // r,)) if bwd_loss else (),
         **(_sp_collectives("head", mp_bytes) if sp else {}),
     )
-    mtp = tuple(_mtp_module(k, base=fields(L - 1), shape=shape, s=s, b=b, t=t, e=e, r=r, v=v, q=saved_q,
+    mtp = tuple(_mtp_module(k, base=fields(L - 1), shape=shape, s=s, b=b, t=t, e=e, r=r, q=saved_q,
                             gather_scale=gather_scale, head=head) for k in range(getattr(model, "mtp_layers", 0)))
     modules = (embed, *block, *mtp, head)
     if sp:  # the reduce-scatters and all-gathers replace every MP all-reduce but the loss's
