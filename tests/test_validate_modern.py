@@ -243,3 +243,28 @@ def test_step_deficit_prints_the_missing_ms_a_step_of_a_point():
 
     accum = _scenario(next(p for p in points if p.id == point_id), modern.default_suite()).grad_accum
     assert abs(float(rows[0][8]) - missing_ms / accum) < 0.1  # the same difference a micro-batch
+
+
+def test_point_scenario_writes_a_file_that_runs_to_the_suites_step(tmp_path):
+    """benchmarks/point_scenario.py: a point's scenario as a file (from_hf made absolute) that `zsim run` loads and
+    simulates to the step the suite reports for the point; an unknown id exits 2 naming it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from zsim import api
+    from zsim.engine.simulation import simulate
+    from zsim.validate.scale import residual
+
+    root = Path(__file__).resolve().parents[1]
+    point_id = "bridge2604-qwen3-30b-gb300-8"  # from_hf, one node: seconds
+    out = tmp_path / "p.yaml"
+    subprocess.run([sys.executable, str(root / "benchmarks" / "point_scenario.py"), point_id, str(out)],
+                   capture_output=True, text=True, check=True, cwd=tmp_path)
+    result = simulate(api.load(out))
+    points, _ = load_suite(modern.default_suite())
+    r = residual(next(p for p in points if p.id == point_id), modern.default_suite())
+    assert abs(result.total_seconds / len(result.step_seconds) - r.simulated_s) < 1e-9
+    bad = subprocess.run([sys.executable, str(root / "benchmarks" / "point_scenario.py"), "no-such-point",
+                          str(tmp_path / "q.yaml")], capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "no-such-point" in bad.stderr and "Traceback" not in bad.stderr

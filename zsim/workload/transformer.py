@@ -41,7 +41,7 @@ class Module:
     """One step of the forward pass on one MP rank: the embedding, a transformer block, or the head.
 
     Attributes:
-        name: `embed`, `layer.<i>` or `head`.
+        name: `embed`, `layer.<i>`, `mtp.<k>` or `head`.
         params: parameters this MP rank holds (elements).
         fwd_flops: forward FLOPs on this MP rank (the matmuls).
         fwd_hbm_bytes: HBM traffic of the forward's non-matmul kernels (layer norms, softmax, GeLU,
@@ -113,6 +113,11 @@ class Module:
     # attention gathers around its CP ring in forward (and again, with their gradients' reduce-scatter, in
     # backward) [MC, Transformer Engine's AttnFuncWithCPAndKVP2P]; 0 without CP.
     cp_kv_bytes: int = 0
+
+    @property
+    def mtp(self) -> bool:
+        """A multi-token prediction module (`mtp.<k>`: _mtp_module): no layer index, the layer's fields, its own loss."""
+        return self.name.startswith("mtp.")
 
     @property
     def expert_params(self) -> int:

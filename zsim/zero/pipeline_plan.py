@@ -58,7 +58,7 @@ def pipeline_stages(scenario: Scenario, workload: Workload) -> list[Stage]:
     p, v = par.pp, par.virtual_stages
     split = split_layers(len(workload.blocks), p, v, tuple(par.pp_layers or ()))
     embed, head = workload.modules[0], workload.modules[-1]
-    mtp = [m for m in workload.modules if m.name.startswith("mtp.")]  # on the last stage, before the head
+    mtp = [m for m in workload.modules if m.mtp]  # on the last stage, before the head
     if p > 1 and (getattr(scenario.model, "tied_head", True) or mtp):
         # the last stage's copy of the word embedding (V/t × h) for the tied logits, or for the multi-token
         # prediction modules' input (Megatron-Core gpt_model.py: an embedding where pre_process or mtp_process)

@@ -85,7 +85,7 @@ def fp8_weight_elements(workload: Workload) -> int:
     """The linear weight elements whose FP8 copies Transformer Engine caches on this rank (precision.fp8;
     zsim.compute.fp8): its blocks' and multi-token prediction modules' parameters, routed experts included (their
     norms and biases, a few hidden-wide vectors a layer, counted with them)."""
-    return sum(m.params + m.expert_params for m in workload.modules if m.layer is not None or m.name.startswith("mtp."))
+    return sum(m.params + m.expert_params for m in workload.modules if m.layer is not None or m.mtp)
 
 
 def fp8_cache_bytes(scenario: Scenario, workload: Workload) -> int:

@@ -132,7 +132,7 @@ class StepPass(Gathers, Checkpoints, Reductions, TpOverlap):
         if m.layer is not None:
             kind = "moe_block" if m.moe else "block"
         else:  # embed, head, or a multi-token prediction module (zsim.workload.transformer._mtp_module)
-            kind = ("mtp_moe" if m.moe else "mtp") if m.name.startswith("mtp.") else m.name
+            kind = ("mtp_moe" if m.moe else "mtp") if m.mtp else m.name
         # a sliding-window block's FlashAttention kernel prices its window (zsim.compute.kernels Shape.window)
         return module_kernels(kind, phase, replace(self.shape, window=m.window) if m.window else self.shape)
 
@@ -316,7 +316,7 @@ class StepPass(Gathers, Checkpoints, Reductions, TpOverlap):
         sbh = self.w.blocks[0].checkpoint_bytes if self.w.blocks else 0  # e·sbh: one layer input
         if m.layer is not None:
             return 2 * m.checkpoint_bytes
-        if m.name == "head" or m.name.startswith("mtp."):  # a multi-token prediction module ends in the loss too
+        if m.name == "head" or m.mtp:  # a multi-token prediction module ends in the loss too
             model = self.s.model
             return sbh + self.e * model.seq_len * model.micro_batch * self.w.padded_vocab // self.s.layout.mp
         return sbh
