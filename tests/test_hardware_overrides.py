@@ -156,3 +156,26 @@ def test_profile_files_are_parsed_once_and_reread_when_edited(tmp_path, monkeypa
     net = root / "networks" / "ib-edr.yaml"
     net.write_text(net.read_text().replace("port_Gbps: 100", "port_Gbps: 200.0"))  # new size, new mtime
     assert load_cluster("dgx2", 1).nic_bytes_per_s == pytest.approx(2 * first.nic_bytes_per_s)
+
+
+def test_network_override_swaps_the_fabric_terms_on_the_same_nics():
+    """hardware.network: another network profile's fitted terms (RoCE here) on the node's own NICs: a DGX H100's
+    400 Gb/s ports stay 400 Gb/s (roce.yaml's default port is 100 Gb/s), the node is untouched."""
+    ib = dataclasses.asdict(load_cluster("dgx-h100", 8))
+    roce = load_cluster("dgx-h100", 8, network="roce")
+    ethernet = dataclasses.asdict(roce)
+    changed = {k for k in ib if ib[k] != ethernet[k]}
+    assert changed == {"nic_pool", "nic_bytes_per_s", "network_fit", "network_profile", "network_efficiency",
+                       "tree_efficiency", "ll128_share", "nvls_tree_share"}, changed
+    assert roce.network_profile == "roce" and roce.network_fit.tables.endswith("oci-a100-sxm4-40gb-roce")
+    assert roce.nic_line_bytes_per_s == pytest.approx(400 / 8 * 1e9)
+    assert roce.nic_bytes_per_s == pytest.approx(400 / 8 * 1e9 * roce.network_efficiency)
+    assert roce.nic_pool.latency_s != ib["nic_pool"]["latency_s"]
+    # with a rate of its own the fit no longer describes it
+    assert load_cluster("dgx-h100", 8, network="roce", nic_Gbps=200).network_fit is None
+
+
+def test_unknown_network_override_names_the_key():
+    msg = error_of({"network": "ethernet"})
+    assert msg.startswith("s.yaml: hardware.network: "), msg
+    assert "roce" in msg or "network profile" in msg, msg

@@ -303,6 +303,9 @@ class HardwareSection(Section, kw_only=True):
     nvls: Annotated[bool, Meta(description=(
         "false: NCCL does not use NVLink SHARP (NCCL_NVLS_ENABLE=0: no NVLS or NVLSTree, zsim.fabric.nvls); "
         "true: as a profile whose NVSwitches do it (refused on a node whose switches do not)"))] | None = None
+    network: Annotated[ProfileName, Meta(description=(
+        "a network profile name (hwprofiles/networks/, e.g. roce) whose fitted terms replace the system's network's "
+        "on the same NICs: the port rate stays the system's unless nic_Gbps is set too"))] | None = None
 
     def overrides(self) -> dict[str, float | int | str]:
         """The override keys that are set, by name (the keyword arguments of load_cluster)."""

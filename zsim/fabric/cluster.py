@@ -179,7 +179,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
                  gpus_per_node: int | None = None, nics_per_node: int | None = None, nic_Gbps: float | None = None,
                  nic_latency_us: float | None = None, gpu_memory_GiB: float | None = None,
                  oversubscription: float | None = None, gpudirect_rdma: bool | None = None,
-                 nvls: bool | None = None) -> Cluster:
+                 nvls: bool | None = None, network: str | None = None) -> Cluster:
     """Load system profile `profile` and the component profiles it names, for `nodes` nodes, from
     `profiles` (default: $ZSIM_PROFILE_PATH, then the built-in profiles).
 
@@ -188,7 +188,10 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     port's line rate per direction (the network profile's efficiency still applies); `nic_latency_us`;
     `gpu_memory_GiB`; `oversubscription`; `gpudirect_rdma` (False: NCCL stages inter-node bytes through
     host memory, zsim.fabric.gpudirect); `nvls` (False: NCCL_NVLS_ENABLE=0, no NVLink SHARP algorithm;
-    True only where the profile's NVSwitches do it). Values are range-checked by the scenario schema.
+    True only where the profile's NVSwitches do it); `network` a network profile name (hwprofiles/networks/)
+    whose fitted terms (efficiency, latency, tree share, ...) replace the system's network's, on the same NICs:
+    the port rate stays the system's (its `inter_node.port_Gbps`, else its own network's) unless `nic_Gbps` is
+    set too. Values are range-checked by the scenario schema.
     A different `gpus_per_node` keeps the node's fabric: an NVSwitch node spreads its GPUs evenly over
     its baseboards (so it must be a multiple of them), a cube-mesh node of n <= 8 GPUs keeps the
     sub-mesh among GPUs 0..n-1 (zsim.fabric.cube_mesh) and has no cube-mesh beyond 8.
@@ -201,7 +204,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
     check_name("system", profile)
     not_on_host = {"gpu": gpu, "nics_per_node": nics_per_node, "nic_Gbps": nic_Gbps, "nic_latency_us": nic_latency_us,
                    "gpu_memory_GiB": gpu_memory_GiB, "oversubscription": oversubscription,
-                   "gpudirect_rdma": gpudirect_rdma, "nvls": nvls}
+                   "gpudirect_rdma": gpudirect_rdma, "nvls": nvls, "network": network}
     try:
         path = profiles.path("system", profile)
     except ConfigError as exc:
@@ -219,10 +222,16 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             return host_cluster(validate(HostFile, data, str(path)), profile, nodes,  # type: ignore[arg-type]
                                 gpus_per_node)
         system: SystemFile = parsed_file(str(path), stat.st_mtime_ns, stat.st_size, SystemFile)  # type: ignore[assignment]
-        net: NetworkFile = load_profile(profiles, "network", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
+        own_net: NetworkFile = load_profile(profiles, "network", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
         link: LinkFile = load_profile(profiles, "link", system.offload_link, LinkFile)  # type: ignore[assignment]
     except ConfigError as exc:
         raise ConfigError(str(exc), path="hardware.profile") from None
+    net = own_net
+    if network is not None:
+        try:
+            net = load_profile(profiles, "network", network, NetworkFile)  # type: ignore[assignment]
+        except ConfigError as exc:
+            raise ConfigError(str(exc), path="hardware.network") from None
     try:
         gpu_file: GpuFile = load_profile(profiles, "gpu", gpu or system.gpu, GpuFile)  # type: ignore[assignment]
     except ConfigError as exc:
@@ -251,7 +260,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         peaks["fp8"] = gpu_file.peak_fp8_tflops * 1e12
     if gpu_file.peak_fp4_tflops is not None:
         peaks["fp4"] = gpu_file.peak_fp4_tflops * 1e12
-    port = inter.port_Gbps if inter.port_Gbps is not None else net.port_Gbps
+    port = inter.port_Gbps if inter.port_Gbps is not None else own_net.port_Gbps  # the node's NICs, whatever the fabric
     line = (nic_Gbps if nic_Gbps is not None else port) / 8 * GB
     gdr = inter.gpudirect_rdma if gpudirect_rdma is None else gpudirect_rdma
     if nvls and not intra.nvls:
@@ -300,7 +309,7 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
         nccl_tuner=system.nccl.tuner or default_tuner(gpu_file.compute_capability),
         nic_latency_growth_s=net.latency_growth_us * 1e-6,
         network_fit=net.fit if nic_latency_us is None and nic_Gbps is None else None,
-        network_profile=system.inter_node.network,
+        network_profile=network or system.inter_node.network,
         network_efficiency=net.efficiency,
         tree_efficiency=net.tree_efficiency,
         calibration=calibration_note(system.provenance),
@@ -321,6 +330,7 @@ _NOT_ON_A_HOST = {
     "oversubscription": "a host profile is one machine: there is no fat tree",
     "gpudirect_rdma": "a host profile is one machine: there is no NIC to reach GPU memory",
     "nvls": "a host profile has no NVSwitch to reduce in",
+    "network": "a host profile is one machine, whose ranks talk over gloo on loopback",
     "gpu_memory_GiB": "the ranks share the host's memory_GiB (each gets 1/ranks of it): edit the host profile",
 }
 
