@@ -57,6 +57,7 @@ SCALARS = st.one_of(
     st.sampled_from([0.5, 2.0, 1e-300, 1e300, float("inf"), float("nan"), -1.0]),
     st.booleans(), st.none(), NASTY_TEXT, st.text(max_size=20),
     st.sampled_from(["megatron-core", "deepspeed-0.5", "paper"]),  # zero.implementation values that load
+    st.sampled_from(["roce", "ib-ndr", "efa"]),  # hardware.network values that load
 )
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                        st.dictionaries(st.text(max_size=8), inner, max_size=4)),
@@ -71,7 +72,7 @@ SCENARIO_KEYS = {
              "prefetch_bucket_elements", "max_live_elements", "max_reuse_elements", "ddp_bucket_elements",
              "overlap_param_gather", "grad_reduce_in_fp32"],
     "precision": ["dtype", "optimizer", "master_weights", "fp8", "fp8_params", "adam_moments", "fp4", "fp8_attention"],
-    "hardware": ["profile", "nodes", "nvls", "gpus_per_node", "nics_per_node"],
+    "hardware": ["profile", "nodes", "nvls", "gpus_per_node", "nics_per_node", "network"],
     "fabric": ["mode", "algorithm", "degrade", "sm_contention"],
     "run": ["steps", "output"],
 }
