@@ -4,6 +4,7 @@ name the key, and the topology follows a different node size (or is refused with
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -179,3 +180,22 @@ def test_unknown_network_override_names_the_key():
     msg = error_of({"network": "ethernet"})
     assert msg.startswith("s.yaml: hardware.network: "), msg
     assert "roce" in msg or "network profile" in msg, msg
+
+
+def test_collective_network_flag_prices_the_same_nics_with_another_fabric():
+    """`zsim collective --network roce`: the DGX H100's 400 Gb/s NICs with RoCE's fitted terms, a different busbw
+    than its own InfiniBand's on two nodes; an unknown network exits 2 naming the key, without a traceback."""
+    def busbw(*flag):
+        out = subprocess.run([sys.executable, "-m", "zsim.cli", "collective", "--profile", "dgx-h100", "--nodes", "2",
+                              "--gpus", "16", "--op", "all_reduce", "-b", "64M", "-e", "64M", "--json", "-", *flag],
+                             cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout[out.stdout.index("["):])[0]["busbw"]
+
+    own, roce = busbw(), busbw("--network", "roce")
+    assert roce != pytest.approx(own, rel=0.01)
+    bad = subprocess.run([sys.executable, "-m", "zsim.cli", "collective", "--profile", "dgx-h100", "--nodes", "2",
+                          "--gpus", "16", "--op", "all_reduce", "--network", "ethernet"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "hardware.network: no network profile 'ethernet'" in bad.stderr
+    assert "Traceback" not in bad.stderr

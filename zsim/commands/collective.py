@@ -40,13 +40,15 @@ def sizes(begin: int, end: int, factor: int) -> list[int]:
 
 def collective_table(profile: str, nodes: int, gpus: int, op: str, sizes_: list[int], gpus_per_process: int = 1,
                      algorithm: str = "auto", dtype: str = "float", profiles: Profiles | None = None,
-                     gpudirect_rdma: bool | None = None) -> list[PerfRow]:
+                     gpudirect_rdma: bool | None = None, network: str | None = None) -> list[PerfRow]:
     """The rows of the table; `gpudirect_rdma` False stages the NICs' traffic through host memory
-    (zsim.fabric.gpudirect), None keeps the profile's. Raises ConfigError (profile) or ZsimError (layout)."""
+    (zsim.fabric.gpudirect), None keeps the profile's; `network` prices the profile's NICs with another network
+    profile's fitted terms (a scenario's hardware.network). Raises ConfigError (profile, network) or ZsimError
+    (layout)."""
     from zsim.fabric.cluster import load_cluster
     from zsim.fabric.perf import run_collective
 
-    cluster = load_cluster(profile, nodes, profiles, gpudirect_rdma=gpudirect_rdma)
+    cluster = load_cluster(profile, nodes, profiles, gpudirect_rdma=gpudirect_rdma, network=network)
     return [run_collective(cluster, op, s, gpus, gpus_per_process, algorithm, dtype) for s in sizes_]
 
 
@@ -96,6 +98,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-gpudirect-rdma", action="store_false", dest="gpudirect_rdma", default=None,
                    help="NCCL stages inter-node bytes through host memory (no GPUDirect RDMA): a NIC carries "
                         "min(2/3 of its rate, half its PCIe switch's uplink); default: as the profile says")
+    p.add_argument("--network", metavar="NAME", default=None,
+                   help="price the profile's NICs with another network profile's fitted terms (hwprofiles/networks/, "
+                        "e.g. roce), as a scenario's hardware.network; the port rate stays the profile's")
     add_json_option(p, "the rows")
     p.set_defaults(func=run_command)
 
@@ -107,7 +112,8 @@ def run_command(args: argparse.Namespace) -> int:
                         f"{args.nodes})")
     profiles, profile = profile_search(args)
     rows = collective_table(profile, args.nodes, args.gpus, args.op, sizes(args.minbytes, args.maxbytes, args.stepfactor),
-                            args.gpus_per_process, args.algorithm, args.datatype, profiles, args.gpudirect_rdma)
+                            args.gpus_per_process, args.algorithm, args.datatype, profiles, args.gpudirect_rdma,
+                            args.network)
     stream = text_stream(args)
     print(format_table(rows, args.op, args.nodes, args.gpus, args.gpus_per_process), file=stream)
     if args.algorithm != "auto" and any(not r.algorithm.startswith(args.algorithm) for r in rows):
