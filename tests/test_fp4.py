@@ -197,14 +197,20 @@ def test_fp8_attention_where_zsim_cannot_price_it_is_refused(sections, words):
 
 
 def test_sequence_parallel_all_gathers_carry_nvfp4_and_reduce_scatters_bf16():
-    """TE's _all_gather_nvfp4 (since the NVFP4 recipe, v2.9): an SP all-gather moves 0.5 + 1/16 bytes an element,
-    the reduce-scatters the 16-bit outputs; the head's gather (the bf16 output layer's input) stays 16-bit."""
+    """TE's _all_gather_nvfp4 (since the NVFP4 recipe, v2.9): a forward SP all-gather moves 0.5 + 1/16 bytes an
+    element (rowwise only); a backward one, a row-parallel layer's output gradient quantized with both usages
+    (TE 366798ef linear.py), two such copies, unless Userbuffers' TP overlap moves one usage; the reduce-scatters
+    the 16-bit outputs; the head's gather (the bf16 output layer's input) stays 16-bit."""
     plain = scenario_workload(_scenario("none"))
     fp4 = scenario_workload(_scenario())
-    pairs = list(zip(plain.blocks[0].mp_collectives_fwd + plain.blocks[0].mp_collectives_bwd,
-                     fp4.blocks[0].mp_collectives_fwd + fp4.blocks[0].mp_collectives_bwd))
-    assert any(a[0] == "all_gather" for a, _ in pairs)
-    for a, b in pairs:
-        assert a[0] == b[0] and b[1] == (round(a[1] * PER_ELEMENT / 2) if a[0] == "all_gather" else a[1])
+    overlapped = scenario_workload(_scenario(parallel={**B200["parallel"], "tp_comm_overlap": True}))
+    for phase, n_copies in (("mp_collectives_fwd", 1), ("mp_collectives_bwd", 2)):
+        pairs = list(zip(getattr(plain.blocks[0], phase), getattr(fp4.blocks[0], phase),
+                         getattr(overlapped.blocks[0], phase)))
+        assert any(a[0] == "all_gather" for a, _, _ in pairs)
+        for a, b, c in pairs:
+            gathered = a[0] == "all_gather"
+            assert a[0] == b[0] and b[1] == (round(a[1] * n_copies * PER_ELEMENT / 2) if gathered else a[1])
+            assert c[1] == (round(a[1] * PER_ELEMENT / 2) if gathered else a[1])
     assert plain.modules[-1].mp_collectives_fwd == fp4.modules[-1].mp_collectives_fwd
 

@@ -245,6 +245,24 @@ def test_sequence_parallel_all_gathers_carry_fp8_and_reduce_scatters_bf16():
     assert plain.modules[-1].mp_collectives_fwd == fp8.modules[-1].mp_collectives_fwd  # the head's stays 16-bit
 
 
+@pytest.mark.parametrize("recipe, hardware, scale", [("mxfp8", {"profile": "dgx-b200", "nodes": 1}, 1 / MX_BLOCK),
+                                                     ("blockwise", {"profile": "dgx-h100", "nodes": 1}, 4 / 128)])
+def test_block_scaled_sp_gathers_carry_their_scales_and_output_gradients_both_usages(recipe, hardware, scale):
+    """TE 366798ef: a forward SP all-gather moves the rowwise copy and its scales (distributed.py _all_gather_mxfp8,
+    the blockwise gather); a row-parallel output gradient's backward gather both usages, two copies with scales
+    (linear.py backward, base.py grad_output_preprocess), one with Userbuffers' TP overlap."""
+    plain = scenario_workload(_scenario("none", hardware=hardware))
+    block = scenario_workload(_scenario(recipe, hardware=hardware))
+    overlapped = scenario_workload(_scenario(recipe, hardware=hardware,
+                                             parallel={**H100["parallel"], "tp_comm_overlap": True}))
+    for phase, copies in (("mp_collectives_fwd", 1), ("mp_collectives_bwd", 2)):
+        for a, b, c in zip(getattr(plain.blocks[0], phase), getattr(block.blocks[0], phase),
+                           getattr(overlapped.blocks[0], phase)):
+            gathered = a[0] == "all_gather"
+            assert b[1] == (round(a[1] * copies * (1 + scale) / 2) if gathered else a[1])
+            assert c[1] == (round(a[1] * (1 + scale) / 2) if gathered else a[1])
+
+
 def test_fp8_params_need_fp8_and_the_distributed_optimizer():
     with pytest.raises(ZsimError) as err:
         scenario_from(H100, "p", precision={"dtype": "bf16", "fp8_params": True})

@@ -109,6 +109,20 @@ def saved_bytes(recipe: str) -> float:
     return 0.0 if recipe == "none" else _written(recipe, 1)
 
 
+def gathered_grad_bytes(recipe: str, tp_comm_overlap: bool) -> float:
+    """Bytes an element of a row-parallel layer's output gradient takes in its sequence-parallel all-gather under
+    `recipe` (0 for 16-bit GEMMs). Transformer Engine (366798ef) quantizes it with both usages, the dgrad's rowwise
+    and the wgrad's columnwise copy (linear.py backward: `set_usage(rowwise=True, columnwise=True)`), and
+    `gather_along_first_dim` gathers every usage the quantizer has (distributed.py `_all_gather_mxfp8`, the
+    blockwise and NVFP4 gathers): two copies and their scales, unless the quantizer gathers rowwise only and
+    transposes after (`supports_only_rowwise_all_gather`: delayed and current scaling) or Userbuffers' TP overlap
+    moves it, one usage at a time (`ub_overlap_ag`: rowwise only)."""
+    if recipe == "none":
+        return 0.0
+    two = recipe in ("mxfp8", "blockwise", "nvfp4") and not tp_comm_overlap
+    return _written(recipe, 2 if two else 1)
+
+
 def proj_copy_bytes(recipe: str) -> float:
     """Bytes an element of the output projection's quantized copy of the attention output, kept beside the 16-bit
     output FlashAttention saves: Megatron-Core has the projection save the original instead, except under

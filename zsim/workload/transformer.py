@@ -226,17 +226,18 @@ SP_COLLECTIVES = {
 }
 
 
-def _sp_collectives(kind: str, nbytes: int, gather_scale: float = 1.0) -> dict:
-    """Module fields for sequence parallelism: SP_COLLECTIVES[kind] of `nbytes` each, the all-gathers' divided by
-    `gather_scale` (the gathered element's bytes over e: 1/e under FP8, whose gathers carry 1-byte elements, (0.5 +
-    1/16)/e under NVFP4); build_workload then sets the all-reduce
-    counts to 0."""
+def _sp_collectives(kind: str, nbytes: int, gather_scale: float = 1.0, grad_gather_scale: float | None = None) -> dict:
+    """Module fields for sequence parallelism: SP_COLLECTIVES[kind] of `nbytes` each, the forward's all-gathers
+    scaled by `gather_scale` (the gathered element's bytes over e: 1/e under FP8, whose gathers carry 1-byte elements,
+    (0.5 + 1/16)/e under NVFP4), the backward's (the output gradients') by `grad_gather_scale` (default the same);
+    build_workload then sets the all-reduce counts to 0."""
     fwd, bwd = SP_COLLECTIVES[kind]
+    grad_gather_scale = gather_scale if grad_gather_scale is None else grad_gather_scale
 
-    def sized(ops: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
-        return tuple((op, _scaled(nbytes, gather_scale) if op == "all_gather" else nbytes) for op in ops)
+    def sized(ops: tuple[str, ...], scale: float) -> tuple[tuple[str, int], ...]:
+        return tuple((op, _scaled(nbytes, scale) if op == "all_gather" else nbytes) for op in ops)
 
-    return dict(mp_collectives_fwd=sized(fwd), mp_collectives_bwd=sized(bwd))
+    return dict(mp_collectives_fwd=sized(fwd, gather_scale), mp_collectives_bwd=sized(bwd, grad_gather_scale))
 
 
 def _mtp_module(k: int, *, base: dict, shape: Shape, s: int, b: int, t: int, e: int, r: int, q: float,
@@ -293,7 +294,7 @@ def attention_core_flops(shape: Shape, s: int, b: int, t: int = 1) -> float:
 def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequence_parallel: bool = False,
                    selective: bool = False, ep: int = 1, etp: int | None = None,
                    recompute: frozenset[str] = frozenset(), cp: int = 1, fp8: bool = False, saved_q: float = 0.0,
-                   proj_q: float = 0.0, gather_q: float = 0.0) -> Workload:
+                   proj_q: float = 0.0, gather_q: float = 0.0, grad_gather_q: float = 0.0) -> Workload:
     """Per-MP-rank modules of `model` under MP degree `mp`, with activations in `dtype` (fp16 and
     bf16: 2 bytes, fp32: 4); see the module docstring for sources. `sequence_parallel`: Megatron's
     sequence parallelism [K22 §4.2.2] (ignored at mp 1, as Megatron-LM ignores it); `selective`:
@@ -309,6 +310,10 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     gathered in FP8), the reduce-scatters their 16-bit outputs; `gather_q`: the bytes an element of those all-gathers
     takes when not FP8's one (NVFP4: 0.5 + 1/16, its E2M1 data and an E4M3 scale per 16 elements, as TE's
     _all_gather_nvfp4 gathers them since the NVFP4 recipe, v2.9, 3f5b47549; 0: e bytes, or 1 under `fp8`);
+    `grad_gather_q`: the same for the backward's all-gathers of the row-parallel layers' output gradients, where
+    Transformer Engine gathers both usages, two copies, for a quantizer that cannot gather rowwise only (MXFP8,
+    blockwise, NVFP4) unless Userbuffers' TP overlap carries one (TE 366798ef base.py grad_output_preprocess,
+    linear.py; zsim.zero.rank_states.scenario_workload); 0: as `gather_q`;
     `saved_q` and `proj_q`: the bytes an element of a
     linear input's saved FP8 (or NVFP4) copy takes, and of the output projection's extra copy where one is kept
     (zsim.compute.fp8.saved_bytes; 0: 16-bit, layer_saved_tensors). The forward's elementwise traffic
@@ -324,6 +329,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     sbh = s * b * h
     mp_bytes = e * sbh if t > 1 else 0  # activations of shape (s, b, h) [S19 §3]
     gather_scale = (gather_q or (1.0 if fp8 else e)) / e  # an SP all-gather's bytes over the e-byte tensor's
+    grad_gather_scale = grad_gather_q / e if grad_gather_q else gather_scale  # the output gradients' gathers
 
     block_flops = layer_fwd_flops(shape, s, b, t)  # 24bsh² + 4bs²h for GPT [N21 §5.1], split t ways
     mlp_re = "mlp" in recompute  # a dense block's MLP checkpointed whole [MC transformer_layer.py recompute_mlp]
@@ -360,7 +366,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
         return dict(fwd_flops=block_flops - core + model_core if n else block_flops, fwd_hw_extra_flops=fwd_extra,
                     bwd_hw_extra_flops=bwd_extra, window=n if shape.flash else 0)
 
-    block_sp = _sp_collectives("block", mp_bytes, gather_scale) if sp else {}
+    block_sp = _sp_collectives("block", mp_bytes, gather_scale, grad_gather_scale) if sp else {}
     etp = t if etp is None else etp
     # [MC] with each expert whole (expert_tensor_parallel_size 1) every MP rank routes its own sequence-parallel
     # share to its EP group and gets its own share back (token_dispatcher.py: no gather over the experts' TP
@@ -368,7 +374,7 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     # it; the attention's stay. Shared experts run on the gathered sequence as the dense MLP (shared_experts.py).
     # So does DeepEP with split experts, whose dispatch over the TP × EP group replaces the gather (Moe.over_tp_ep).
     no_tp_gather = etp == 1 or (moe is not None and moe.over_tp_ep(t, etp))  # none around the experts
-    moe_sp = (_sp_collectives("attention", mp_bytes, gather_scale) if sp and no_tp_gather and moe is not None
+    moe_sp = (_sp_collectives("attention", mp_bytes, gather_scale, grad_gather_scale) if sp and no_tp_gather and moe is not None
               and not moe.shared else block_sp)
     if sp and etp == t and moe is not None and not no_tp_gather:
         # [MC] with each expert split across the MP group (expert_tensor_parallel_size = tp) the alltoall

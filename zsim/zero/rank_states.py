@@ -33,14 +33,15 @@ def selective(scenario: Scenario) -> bool:
 def scenario_workload(scenario: Scenario) -> Workload:
     """The workload of `scenario`: its model under its MP degree, dtype, sequence parallelism and
     recompute granularity (zsim.workload.transformer.build_workload)."""
+    recipe = scenario.precision.linear_recipe
     return build_workload(scenario.model, scenario.parallel.mp, scenario.precision.dtype,
                           sequence_parallel=scenario.parallel.sequence_parallel, selective=selective(scenario),
                           ep=scenario.parallel.ep, etp=scenario.layout.expert_mp,
                           recompute=recompute_modules(scenario) - {"core_attn"}, cp=scenario.parallel.cp,
                           fp8=scenario.precision.fp8 != "none",
-                          saved_q=fp8.saved_bytes(scenario.precision.linear_recipe),
-                          proj_q=fp8.proj_copy_bytes(scenario.precision.linear_recipe),
-                          gather_q=fp8.saved_bytes("nvfp4") if scenario.precision.linear_recipe == "nvfp4" else 0.0)
+                          saved_q=fp8.saved_bytes(recipe), proj_q=fp8.proj_copy_bytes(recipe),
+                          gather_q=fp8.saved_bytes(recipe), grad_gather_q=fp8.gathered_grad_bytes(
+                              recipe, scenario.parallel.tp_comm_overlap))
 
 
 def rank_pieces(scenario: Scenario, workload: Workload) -> list[int] | None:
