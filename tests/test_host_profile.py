@@ -80,7 +80,8 @@ def test_host_scenario_runs_from_the_command_line(tmp_path):
 @pytest.mark.parametrize("key,value,words", [
     ("nic_Gbps", 100.0, "gloo on loopback"), ("nics_per_node", 4, "gloo on loopback"),
     ("nic_latency_us", 2.0, "gloo on loopback"), ("oversubscription", 2.0, "no fat tree"),
-    ("gpudirect_rdma", False, "no NIC"), ("gpu", "a100-sxm4-40gb", "measured rates"), ("network", "roce", "gloo on loopback"),
+    ("gpudirect_rdma", False, "no NIC"), ("gpu", "a100-sxm4-40gb", "measured rates"),
+    ("network", "roce", "gloo on loopback"),
     ("gpu_memory_GiB", 8.0, "memory_GiB")])
 def test_hardware_overrides_a_host_cannot_honour_are_refused_by_key(key, value, words):
     """A host used to run as if the override were unset: a what-if that silently answered another question."""

@@ -222,7 +222,8 @@ def load_cluster(profile: str, nodes: int, profiles: Profiles | None = None, *, 
             return host_cluster(validate(HostFile, data, str(path)), profile, nodes,  # type: ignore[arg-type]
                                 gpus_per_node)
         system: SystemFile = parsed_file(str(path), stat.st_mtime_ns, stat.st_size, SystemFile)  # type: ignore[assignment]
-        own_net: NetworkFile = load_profile(profiles, "network", system.inter_node.network, NetworkFile)  # type: ignore[assignment]
+        own_net: NetworkFile = load_profile(  # type: ignore[assignment]
+            profiles, "network", system.inter_node.network, NetworkFile)
         link: LinkFile = load_profile(profiles, "link", system.offload_link, LinkFile)  # type: ignore[assignment]
     except ConfigError as exc:
         raise ConfigError(str(exc), path="hardware.profile") from None

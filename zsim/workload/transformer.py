@@ -374,8 +374,8 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     # it; the attention's stay. Shared experts run on the gathered sequence as the dense MLP (shared_experts.py).
     # So does DeepEP with split experts, whose dispatch over the TP × EP group replaces the gather (Moe.over_tp_ep).
     no_tp_gather = etp == 1 or (moe is not None and moe.over_tp_ep(t, etp))  # none around the experts
-    moe_sp = (_sp_collectives("attention", mp_bytes, gather_scale, grad_gather_scale) if sp and no_tp_gather and moe is not None
-              and not moe.shared else block_sp)
+    moe_sp = (_sp_collectives("attention", mp_bytes, gather_scale, grad_gather_scale)
+              if sp and no_tp_gather and moe is not None and not moe.shared else block_sp)
     if sp and etp == t and moe is not None and not no_tp_gather:
         # [MC] with each expert split across the MP group (expert_tensor_parallel_size = tp) the alltoall
         # dispatcher all-gathers the routed token copies over the TP group after the EP all-to-all and
