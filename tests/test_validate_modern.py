@@ -3,6 +3,7 @@ their sources and halves, run and judged as the scale suite's are."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from zsim.cli import main
@@ -243,6 +244,11 @@ def test_step_deficit_prints_the_missing_ms_a_step_of_a_point():
 
     accum = _scenario(next(p for p in points if p.id == point_id), modern.default_suite()).grad_accum
     assert abs(float(rows[0][8]) - missing_ms / accum) < 0.1  # the same difference a micro-batch
+    # the what-if column: zsim's step with the side collectives' unexposed time added, against the published step
+    side_s, exposed_s = float(rows[0][5]) / 1e3, float(rows[0][6]) / 1e3
+    in_line = (r.simulated_s + max(side_s - exposed_s, 0.0)) / r.published_s - 1
+    assert float(rows[0][9].rstrip("%")) == pytest.approx(100 * in_line, abs=0.15)
+    assert float(rows[0][9].rstrip("%")) > 100 * (r.simulated_s / r.published_s - 1)  # its side traffic is not all exposed
 
 
 def test_point_scenario_writes_a_file_that_runs_to_the_suites_step(tmp_path):

@@ -307,9 +307,10 @@ def build_workload(model: ModelSection, mp: int, dtype: str = "fp16", *, sequenc
     sequence's keys, load-balanced: 1/cp of the causal attention core (the loader refuses windows and unfused attention
     with it); `fp8`: Transformer Engine's FP8 linear layers (precision.fp8), whose sequence-parallel all-gathers carry
     their quantized 1-byte inputs and output gradients (TE v2.9 layernorm_linear.py L246-265, linear.py L639-666:
-    gathered in FP8), the reduce-scatters their 16-bit outputs; `gather_q`: the bytes an element of those all-gathers
-    takes when not FP8's one (NVFP4: 0.5 + 1/16, its E2M1 data and an E4M3 scale per 16 elements, as TE's
-    _all_gather_nvfp4 gathers them since the NVFP4 recipe, v2.9, 3f5b47549; 0: e bytes, or 1 under `fp8`);
+    gathered in FP8), the reduce-scatters their 16-bit outputs; `gather_q`: the bytes an element of the forward's
+    all-gathers takes, one rowwise copy with its scales (zsim.compute.fp8.saved_bytes: 1 under delayed or current
+    scaling, 1 + 1/32 MXFP8, 1 + 4/128 blockwise, 0.5 + 1/16 NVFP4, as TE's _all_gather_mxfp8, blockwise and
+    _all_gather_nvfp4 gather them; 0: e bytes, or 1 under `fp8`);
     `grad_gather_q`: the same for the backward's all-gathers of the row-parallel layers' output gradients, where
     Transformer Engine gathers both usages, two copies, for a quantizer that cannot gather rowwise only (MXFP8,
     blockwise, NVFP4) unless Userbuffers' TP overlap carries one (TE 366798ef base.py grad_output_preprocess,
